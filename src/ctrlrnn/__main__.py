@@ -1,0 +1,5 @@
+import sys
+
+from ctrlrnn.cli import main
+
+sys.exit(main())
