@@ -1,0 +1,443 @@
+// ctrlrnn compiled CPU kernels: the diagonal linear scan and QRNN pooling.
+//
+// linear_scan:   h_t = a_t * h_{t-1} + b_t                      (DESIGN.md, primitive 1)
+// qrnn_pooling:  f-, fo- and ifo-pooling of the QRNN paper (qrnn.txt eq 3-5) with zoneout
+//                (eq 6) fused with the gate activations of eq 1-2, reading raw pre-activations.
+//
+// Layout: batch-first contiguous (B, T, C). Work is split over (batch, block of channels) with
+// at::parallel_for; each work item walks time sequentially with its state in registers, in the
+// accumulation type (fp32 for fp16/bf16/fp32 inputs, fp64 for fp64). Backward is one reverse
+// pass: d = g_t + carry; db_t = d; da_t = d * h_{t-1}; carry = d * a_t; carry at the end = dh_0.
+// With lengths: steps t >= length[b] leave the state unchanged and output zeros; `reverse` walks
+// each sequence from its own last valid step down to 0.
+
+#include <torch/extension.h>
+
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// Channels per work item. Whole rows when the batch alone gives every thread several items
+// (each thread then streams contiguous memory), otherwise rows split into enough blocks.
+inline int64_t block_size(int64_t B, int64_t C) {
+  const int64_t want = 4 * std::max<int64_t>(1, at::get_num_threads());
+  if (B >= want) return std::max<int64_t>(C, 1);
+  const int64_t parts = (want + B - 1) / B;
+  const int64_t blk = (C + parts - 1) / parts;
+  return std::max<int64_t>(16, (blk + 15) / 16 * 16);
+}
+
+// exp for float without branches so that the compiler vectorises the loops that call it.
+// Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp on [-87, 88].
+inline float fast_exp(float x) {
+  x = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+inline double fast_exp(double x) { return std::exp(x); }
+
+template <typename T>
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + fast_exp(-x));
+}
+template <typename T>
+inline T tanh_(T x) {
+  // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly at both ends.
+  return T(1) - T(2) / (fast_exp(T(2) * x) + T(1));
+}
+inline double tanh_(double x) { return std::tanh(x); }
+
+inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
+  return lengths ? lengths[b] : T;
+}
+
+// ----------------------------------------------------------------------------------------------
+// linear scan
+
+template <typename scalar_t>
+void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h0,
+                         const int64_t* lengths, scalar_t* out, scalar_t* hlast, int64_t B,
+                         int64_t T, int64_t C, bool reverse) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t kBlock = block_size(B, C);
+  const int64_t nblk = (C + kBlock - 1) / kBlock;
+  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> h_buf(kBlock);
+    acc_t* h = h_buf.data();
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t bi = w / nblk, c0 = (w % nblk) * kBlock;
+      const int64_t n = std::min(kBlock, C - c0);
+      const int64_t L = length_of(lengths, bi, T);
+      for (int64_t c = 0; c < n; ++c) h[c] = h0 ? acc_t(h0[bi * C + c0 + c]) : acc_t(0);
+      const int64_t base = bi * T * C + c0;
+      for (int64_t s = 0; s < L; ++s) {
+        const int64_t t = reverse ? L - 1 - s : s;
+        const scalar_t* at_ = a + base + t * C;
+        const scalar_t* bt = b + base + t * C;
+        scalar_t* ot = out + base + t * C;
+        for (int64_t c = 0; c < n; ++c) {
+          h[c] = acc_t(at_[c]) * h[c] + acc_t(bt[c]);
+          ot[c] = scalar_t(h[c]);
+        }
+      }
+      for (int64_t t = L; t < T; ++t) {
+        scalar_t* ot = out + base + t * C;
+        for (int64_t c = 0; c < n; ++c) ot[c] = scalar_t(0);
+      }
+      for (int64_t c = 0; c < n; ++c) hlast[bi * C + c0 + c] = scalar_t(h[c]);
+    }
+  });
+}
+
+template <typename scalar_t>
+void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar_t* a,
+                          const scalar_t* out, const scalar_t* h0, const int64_t* lengths,
+                          scalar_t* da, scalar_t* db, scalar_t* dh0, int64_t B, int64_t T,
+                          int64_t C, bool reverse) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t kBlock = block_size(B, C);
+  const int64_t nblk = (C + kBlock - 1) / kBlock;
+  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> carry_buf(kBlock);
+    acc_t* carry = carry_buf.data();
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t bi = w / nblk, c0 = (w % nblk) * kBlock;
+      const int64_t n = std::min(kBlock, C - c0);
+      const int64_t L = length_of(lengths, bi, T);
+      const int64_t base = bi * T * C + c0;
+      for (int64_t c = 0; c < n; ++c) carry[c] = glast ? acc_t(glast[bi * C + c0 + c]) : acc_t(0);
+      for (int64_t s = L - 1; s >= 0; --s) {
+        const int64_t t = reverse ? L - 1 - s : s;
+        const scalar_t* prev = nullptr;  // h_{t-1} in processing order
+        if (s > 0) {
+          prev = out + base + (reverse ? t + 1 : t - 1) * C;
+        } else if (h0) {
+          prev = h0 + bi * C + c0;
+        }
+        const scalar_t* gt = g ? g + base + t * C : nullptr;
+        const scalar_t* at_ = a + base + t * C;
+        scalar_t* dat = da + base + t * C;
+        scalar_t* dbt = db + base + t * C;
+        for (int64_t c = 0; c < n; ++c) {
+          const acc_t d = (gt ? acc_t(gt[c]) : acc_t(0)) + carry[c];
+          dbt[c] = scalar_t(d);
+          dat[c] = scalar_t(prev ? d * acc_t(prev[c]) : acc_t(0));
+          carry[c] = d * acc_t(at_[c]);
+        }
+      }
+      for (int64_t t = L; t < T; ++t) {
+        for (int64_t c = 0; c < n; ++c) {
+          da[base + t * C + c] = scalar_t(0);
+          db[base + t * C + c] = scalar_t(0);
+        }
+      }
+      for (int64_t c = 0; c < n; ++c) dh0[bi * C + c0 + c] = scalar_t(carry[c]);
+    }
+  });
+}
+
+void check_btc(const torch::Tensor& x, const char* name) {
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && x.device().is_cpu(), name,
+              " must be a contiguous CPU tensor of shape (B, T, C)");
+}
+
+const int64_t* lengths_ptr(const c10::optional<torch::Tensor>& lengths, int64_t B, int64_t T) {
+  if (!lengths.has_value()) return nullptr;
+  const auto& l = *lengths;
+  TORCH_CHECK(l.dim() == 1 && l.size(0) == B && l.scalar_type() == torch::kLong &&
+                  l.is_contiguous() && l.device().is_cpu(),
+              "lengths must be a contiguous int64 CPU tensor of shape (B,)");
+  const int64_t* p = l.data_ptr<int64_t>();
+  for (int64_t i = 0; i < B; ++i) {
+    TORCH_CHECK(p[i] >= 0 && p[i] <= T, "lengths must lie in [0, T]");
+  }
+  return p;
+}
+
+std::vector<torch::Tensor> linear_scan_forward(const torch::Tensor& a, const torch::Tensor& b,
+                                               const c10::optional<torch::Tensor>& h0,
+                                               const c10::optional<torch::Tensor>& lengths,
+                                               bool reverse) {
+  check_btc(a, "a");
+  check_btc(b, "b");
+  TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type(),
+              "a and b must have the same shape and dtype");
+  const int64_t B = a.size(0), T = a.size(1), C = a.size(2);
+  if (h0.has_value()) {
+    TORCH_CHECK(h0->is_contiguous() && h0->numel() == B * C &&
+                    h0->scalar_type() == a.scalar_type(),
+                "h0 must be contiguous (B, C) with the dtype of a");
+  }
+  const int64_t* lp = lengths_ptr(lengths, B, T);
+  auto out = torch::empty_like(a);
+  auto hlast = torch::empty({B, C}, a.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan", [&] {
+    scan_forward_kernel<scalar_t>(a.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(),
+                                  h0.has_value() ? h0->data_ptr<scalar_t>() : nullptr, lp,
+                                  out.data_ptr<scalar_t>(), hlast.data_ptr<scalar_t>(), B, T, C,
+                                  reverse);
+  });
+  return {out, hlast};
+}
+
+std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tensor>& grad_out,
+                                                const c10::optional<torch::Tensor>& grad_last,
+                                                const torch::Tensor& a, const torch::Tensor& out,
+                                                const c10::optional<torch::Tensor>& h0,
+                                                const c10::optional<torch::Tensor>& lengths,
+                                                bool reverse) {
+  check_btc(a, "a");
+  check_btc(out, "out");
+  const int64_t B = a.size(0), T = a.size(1), C = a.size(2);
+  if (grad_out.has_value()) check_btc(*grad_out, "grad_out");
+  if (grad_last.has_value()) {
+    TORCH_CHECK(grad_last->is_contiguous() && grad_last->numel() == B * C,
+                "grad_last must be contiguous (B, C)");
+  }
+  const int64_t* lp = lengths_ptr(lengths, B, T);
+  auto da = torch::empty_like(a);
+  auto db = torch::empty_like(a);
+  auto dh0 = torch::empty({B, C}, a.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan_bwd",
+                                  [&] {
+    scan_backward_kernel<scalar_t>(
+        grad_out.has_value() ? grad_out->data_ptr<scalar_t>() : nullptr,
+        grad_last.has_value() ? grad_last->data_ptr<scalar_t>() : nullptr,
+        a.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+        h0.has_value() ? h0->data_ptr<scalar_t>() : nullptr, lp, da.data_ptr<scalar_t>(),
+        db.data_ptr<scalar_t>(), dh0.data_ptr<scalar_t>(), B, T, C, reverse);
+  });
+  return {da, db, dh0};
+}
+
+// ----------------------------------------------------------------------------------------------
+// QRNN pooling. gates: (B, T, G*H) raw pre-activations laid out [Z | F | O | I]:
+//   mode 0 = f   (G=2): c_t = f c_{t-1} + (1-f) z,  h_t = c_t             (eq 3)
+//   mode 1 = fo  (G=3): c_t = f c_{t-1} + (1-f) z,  h_t = o c_t           (eq 4)
+//   mode 2 = ifo (G=4): c_t = f c_{t-1} + i z,      h_t = o c_t           (eq 5)
+// with z = tanh(Z), f = sigmoid(F), o = sigmoid(O), i = sigmoid(I) (eq 1-2). Zoneout (eq 6):
+// 1 - f is replaced by k (1 - f), where k is a 0/1 keep mask (B, T, H) in training or the
+// constant keep probability 1 - p in evaluation (its expectation).
+
+inline int64_t gates_of(int64_t mode) { return mode == 0 ? 2 : (mode == 1 ? 3 : 4); }
+
+template <typename scalar_t>
+void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar_t* keep,
+                         double keep_scale, const int64_t* lengths, scalar_t* hout,
+                         scalar_t* cout, scalar_t* clast, int64_t B, int64_t T, int64_t H,
+                         int64_t mode) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t G = gates_of(mode);
+  const int64_t kBlock = block_size(B, H);
+  const int64_t nblk = (H + kBlock - 1) / kBlock;
+  const acc_t ks = acc_t(keep_scale);
+  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> c_buf(kBlock);
+    acc_t* c = c_buf.data();
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
+      const int64_t n = std::min(kBlock, H - h0i);
+      const int64_t L = length_of(lengths, bi, T);
+      for (int64_t j = 0; j < n; ++j) c[j] = c0 ? acc_t(c0[bi * H + h0i + j]) : acc_t(0);
+      for (int64_t t = 0; t < L; ++t) {
+        const scalar_t* gt = gates + (bi * T + t) * G * H + h0i;
+        const scalar_t* kt = keep ? keep + (bi * T + t) * H + h0i : nullptr;
+        scalar_t* ht = hout + (bi * T + t) * H + h0i;
+        scalar_t* ct = cout + (bi * T + t) * H + h0i;
+        for (int64_t j = 0; j < n; ++j) {
+          const acc_t z = tanh_(acc_t(gt[j]));
+          const acc_t f = sigmoid(acc_t(gt[H + j]));
+          const acc_t k = kt ? acc_t(kt[j]) * ks : ks;
+          const acc_t omf = k * (acc_t(1) - f);  // zoneout-ed (1 - f)
+          const acc_t inp = mode == 2 ? sigmoid(acc_t(gt[3 * H + j])) * z : omf * z;
+          c[j] = (acc_t(1) - omf) * c[j] + inp;
+          ct[j] = scalar_t(c[j]);
+          ht[j] = scalar_t(mode == 0 ? c[j] : sigmoid(acc_t(gt[2 * H + j])) * c[j]);
+        }
+      }
+      for (int64_t t = L; t < T; ++t) {
+        for (int64_t j = 0; j < n; ++j) {
+          hout[(bi * T + t) * H + h0i + j] = scalar_t(0);
+          cout[(bi * T + t) * H + h0i + j] = scalar_t(0);
+        }
+      }
+      for (int64_t j = 0; j < n; ++j) clast[bi * H + h0i + j] = scalar_t(c[j]);
+    }
+  });
+}
+
+template <typename scalar_t>
+void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t* gclast,
+                          const scalar_t* gates, const scalar_t* cseq, const scalar_t* c0,
+                          const scalar_t* keep, double keep_scale, const int64_t* lengths,
+                          scalar_t* dgates, scalar_t* dc0, int64_t B, int64_t T, int64_t H,
+                          int64_t mode) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t G = gates_of(mode);
+  const int64_t kBlock = block_size(B, H);
+  const int64_t nblk = (H + kBlock - 1) / kBlock;
+  const acc_t ks = acc_t(keep_scale);
+  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> carry_buf(kBlock);
+    acc_t* carry = carry_buf.data();
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
+      const int64_t n = std::min(kBlock, H - h0i);
+      const int64_t L = length_of(lengths, bi, T);
+      for (int64_t j = 0; j < n; ++j) carry[j] = gclast ? acc_t(gclast[bi * H + h0i + j]) : 0;
+      for (int64_t t = L - 1; t >= 0; --t) {
+        const int64_t row = bi * T + t;
+        const scalar_t* gt = gates + row * G * H + h0i;
+        scalar_t* dgt = dgates + row * G * H + h0i;
+        const scalar_t* kt = keep ? keep + row * H + h0i : nullptr;
+        const scalar_t* ct = cseq + row * H + h0i;
+        const scalar_t* cp = t > 0 ? cseq + (row - 1) * H + h0i : (c0 ? c0 + bi * H + h0i : nullptr);
+        const scalar_t* ght = gh ? gh + row * H + h0i : nullptr;
+        const scalar_t* gct = gc ? gc + row * H + h0i : nullptr;
+        for (int64_t j = 0; j < n; ++j) {
+          const acc_t z = tanh_(acc_t(gt[j]));
+          const acc_t f = sigmoid(acc_t(gt[H + j]));
+          const acc_t k = kt ? acc_t(kt[j]) * ks : ks;
+          const acc_t omf = k * (acc_t(1) - f);
+          const acc_t c = acc_t(ct[j]);
+          const acc_t cprev = cp ? acc_t(cp[j]) : acc_t(0);
+          const acc_t dh = ght ? acc_t(ght[j]) : acc_t(0);
+          acc_t dc = carry[j] + (gct ? acc_t(gct[j]) : acc_t(0));
+          if (mode == 0) {
+            dc += dh;
+          } else {
+            const acc_t o = sigmoid(acc_t(gt[2 * H + j]));
+            dgt[2 * H + j] = scalar_t(dh * c * o * (acc_t(1) - o));
+            dc += dh * o;
+          }
+          acc_t dz, df;
+          if (mode == 2) {
+            // c = (1 - omf) c_prev + i z;   omf = k (1 - f)  ->  d f = k * dc * c_prev
+            const acc_t i = sigmoid(acc_t(gt[3 * H + j]));
+            dgt[3 * H + j] = scalar_t(dc * z * i * (acc_t(1) - i));
+            dz = dc * i;
+            df = k * dc * cprev;
+          } else {
+            // c = c_prev + omf (z - c_prev)  ->  d omf = dc (z - c_prev), d f = -k d omf
+            dz = dc * omf;
+            df = -k * dc * (z - cprev);
+          }
+          dgt[j] = scalar_t(dz * (acc_t(1) - z * z));
+          dgt[H + j] = scalar_t(df * f * (acc_t(1) - f));
+          carry[j] = dc * (acc_t(1) - omf);
+        }
+      }
+      for (int64_t t = L; t < T; ++t) {
+        scalar_t* dgt = dgates + (bi * T + t) * G * H + h0i;
+        for (int64_t g = 0; g < G; ++g) {
+          for (int64_t j = 0; j < n; ++j) dgt[g * H + j] = scalar_t(0);
+        }
+      }
+      for (int64_t j = 0; j < n; ++j) dc0[bi * H + h0i + j] = scalar_t(carry[j]);
+    }
+  });
+}
+
+std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
+                                                const c10::optional<torch::Tensor>& c0,
+                                                const c10::optional<torch::Tensor>& keep,
+                                                double keep_scale,
+                                                const c10::optional<torch::Tensor>& lengths,
+                                                int64_t mode) {
+  check_btc(gates, "gates");
+  TORCH_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (f), 1 (fo) or 2 (ifo)");
+  const int64_t G = gates_of(mode);
+  const int64_t B = gates.size(0), T = gates.size(1);
+  TORCH_CHECK(gates.size(2) % G == 0, "gates last dimension must be a multiple of ", G);
+  const int64_t H = gates.size(2) / G;
+  if (c0.has_value()) {
+    TORCH_CHECK(c0->is_contiguous() && c0->numel() == B * H &&
+                    c0->scalar_type() == gates.scalar_type(),
+                "c0 must be contiguous (B, H) with the dtype of gates");
+  }
+  if (keep.has_value()) {
+    check_btc(*keep, "keep");
+    TORCH_CHECK(keep->numel() == B * T * H && keep->scalar_type() == gates.scalar_type(),
+                "keep must be (B, T, H) with the dtype of gates");
+  }
+  const int64_t* lp = lengths_ptr(lengths, B, T);
+  auto h = torch::empty({B, T, H}, gates.options());
+  auto c = torch::empty({B, T, H}, gates.options());
+  auto clast = torch::empty({B, H}, gates.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool", [&] {
+    qrnn_forward_kernel<scalar_t>(gates.data_ptr<scalar_t>(),
+                                  c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
+                                  keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr,
+                                  keep_scale, lp, h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(),
+                                  clast.data_ptr<scalar_t>(), B, T, H, mode);
+  });
+  return {h, c, clast};
+}
+
+std::vector<torch::Tensor> qrnn_pooling_backward(
+    const c10::optional<torch::Tensor>& grad_h, const c10::optional<torch::Tensor>& grad_c,
+    const c10::optional<torch::Tensor>& grad_clast, const torch::Tensor& gates,
+    const torch::Tensor& cseq, const c10::optional<torch::Tensor>& c0,
+    const c10::optional<torch::Tensor>& keep, double keep_scale,
+    const c10::optional<torch::Tensor>& lengths, int64_t mode) {
+  check_btc(gates, "gates");
+  check_btc(cseq, "c");
+  const int64_t B = gates.size(0), T = gates.size(1), H = cseq.size(2);
+  if (grad_h.has_value()) check_btc(*grad_h, "grad_h");
+  if (grad_c.has_value()) check_btc(*grad_c, "grad_c");
+  const int64_t* lp = lengths_ptr(lengths, B, T);
+  auto dgates = torch::empty_like(gates);
+  auto dc0 = torch::empty({B, H}, gates.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool_bwd",
+                                  [&] {
+    qrnn_backward_kernel<scalar_t>(
+        grad_h.has_value() ? grad_h->data_ptr<scalar_t>() : nullptr,
+        grad_c.has_value() ? grad_c->data_ptr<scalar_t>() : nullptr,
+        grad_clast.has_value() ? grad_clast->data_ptr<scalar_t>() : nullptr,
+        gates.data_ptr<scalar_t>(), cseq.data_ptr<scalar_t>(),
+        c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
+        keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
+        dgates.data_ptr<scalar_t>(), dc0.data_ptr<scalar_t>(), B, T, H, mode);
+  });
+  return {dgates, dc0};
+}
+
+int64_t num_threads() { return at::get_num_threads(); }
+
+int64_t openmp_threads_in_region() {
+  // How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
+  std::atomic<int64_t> seen{0};
+  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { seen.fetch_add(1); });
+  return seen.load();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "ctrlrnn compiled CPU kernels: linear scan and QRNN pooling";
+  m.def("linear_scan_forward", &linear_scan_forward);
+  m.def("linear_scan_backward", &linear_scan_backward);
+  m.def("qrnn_pooling_forward", &qrnn_pooling_forward);
+  m.def("qrnn_pooling_backward", &qrnn_pooling_backward);
+  m.def("num_threads", &num_threads);
+  m.def("parallel_threads", &openmp_threads_in_region);
+}

@@ -1,0 +1,219 @@
+"""QRNN pooling (qrnn.txt eq 3-5) fused with the gate activations (eq 1-2) and zoneout (eq 6).
+
+Input: the raw pre-activations of the convolution, ``gates`` of shape ``(B, T, G*H)`` laid out
+``[Z | F | O | I]`` (``G`` = 2 for f-, 3 for fo-, 4 for ifo-pooling). With
+``z = tanh(Z)``, ``f = sigmoid(F)``, ``o = sigmoid(O)``, ``i = sigmoid(I)``:
+
+* f-pooling (eq 3):   ``c_t = f_t * c_{t-1} + (1 - f_t) * z_t``,  ``h_t = c_t``
+* fo-pooling (eq 4):  ``c_t = f_t * c_{t-1} + (1 - f_t) * z_t``,  ``h_t = o_t * c_t``
+* ifo-pooling (eq 5): ``c_t = f_t * c_{t-1} + i_t * z_t``,        ``h_t = o_t * c_t``
+
+Zoneout (eq 6) is ``F = 1 - dropout(1 - sigmoid(F))`` *without* rescaling: ``1 - f`` is
+multiplied by a 0/1 keep mask in training (``keep``), and by its expectation ``1 - p``
+(``keep_scale``) in evaluation. Note the order: the gate ``f`` multiplies the *previous* cell, as
+the paper writes it; the public CUDA kernel of the authors computes ``f*z + (1-f)*c``, the
+reverse, which ctrlrnn does not follow.
+
+The compiled kernel reads the pre-activations once and writes ``h`` and ``c``; its backward
+recomputes the activations and returns the gradient of the pre-activations in one reverse pass.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ctrlrnn.ops.backend import kernel_for
+
+POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
+GATES_PER_MODE: dict[str, int] = {"f": 2, "fo": 3, "ifo": 4}
+
+
+def qrnn_pooling_ref(
+    gates: Tensor,
+    c0: Tensor | None = None,
+    *,
+    pooling: str = "fo",
+    keep: Tensor | None = None,
+    keep_scale: float = 1.0,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Reference QRNN pooling, one Python step per time step, straight from eq 1-6.
+
+    Returns ``(h, c, c_last)``: hidden outputs and memory cells ``(B, T, H)`` (zero past each
+    sequence's length) and the last valid cell ``(B, H)``.
+    """
+    G = GATES_PER_MODE[pooling]
+    out_dtype = gates.dtype
+    acc = torch.float32 if gates.dtype in (torch.float16, torch.bfloat16) else gates.dtype
+    g = gates.to(acc)
+    B, T, GH = g.shape
+    H = GH // G
+    z = torch.tanh(g[..., :H])  # eq 1
+    f = torch.sigmoid(g[..., H : 2 * H])  # eq 2
+    one_minus_f = 1 - f
+    if keep is not None:
+        one_minus_f = keep.to(acc) * keep_scale * one_minus_f  # eq 6, no rescaling
+    elif keep_scale != 1.0:
+        one_minus_f = keep_scale * one_minus_f  # eq 6 in evaluation: its expectation
+    o = torch.sigmoid(g[..., 2 * H : 3 * H]) if pooling in ("fo", "ifo") else None
+    i = torch.sigmoid(g[..., 3 * H :]) if pooling == "ifo" else None
+    c = g.new_zeros(B, H) if c0 is None else c0.to(acc)
+    hs, cs = [], []
+    for t in range(T):
+        inp = i[:, t] * z[:, t] if i is not None else one_minus_f[:, t] * z[:, t]
+        c_new = (1 - one_minus_f[:, t]) * c + inp  # eq 3 / 4 / 5
+        h_new = o[:, t] * c_new if o is not None else c_new
+        if lengths is not None:
+            valid = (lengths.to(g.device) > t).unsqueeze(1)
+            c = torch.where(valid, c_new, c)
+            c_new = torch.where(valid, c_new, torch.zeros_like(c_new))
+            h_new = torch.where(valid, h_new, torch.zeros_like(h_new))
+        else:
+            c = c_new
+        hs.append(h_new)
+        cs.append(c_new)
+    h_seq = torch.stack(hs, 1) if hs else g.new_zeros(B, 0, H)
+    c_seq = torch.stack(cs, 1) if cs else g.new_zeros(B, 0, H)
+    return h_seq.to(out_dtype), c_seq.to(out_dtype), c.to(out_dtype)
+
+
+@torch.library.custom_op("ctrlrnn::qrnn_pooling", mutates_args=())
+def _qrnn_pooling_op(
+    gates: Tensor,
+    c0: Tensor | None,
+    keep: Tensor | None,
+    keep_scale: float,
+    lengths: Tensor | None,
+    mode: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    pooling = list(POOLING_MODES)[mode]
+    ext = kernel_for("scan", gates.device)
+    if ext is None:
+        with torch.no_grad():
+            h, c, last = qrnn_pooling_ref(
+                gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
+            )
+        return h.contiguous(), c.contiguous(), last.contiguous()
+    h, c, last = ext.qrnn_pooling_forward(gates, c0, keep, keep_scale, lengths, mode)
+    return h, c, last
+
+
+@_qrnn_pooling_op.register_fake
+def _(gates, c0, keep, keep_scale, lengths, mode):
+    G = (2, 3, 4)[mode]
+    B, T, GH = gates.shape
+    H = GH // G
+    return gates.new_empty(B, T, H), gates.new_empty(B, T, H), gates.new_empty(B, H)
+
+
+@torch.library.custom_op("ctrlrnn::qrnn_pooling_backward", mutates_args=())
+def _qrnn_pooling_backward_op(
+    grad_h: Tensor | None,
+    grad_c: Tensor | None,
+    grad_last: Tensor | None,
+    gates: Tensor,
+    c_seq: Tensor,
+    c0: Tensor | None,
+    keep: Tensor | None,
+    keep_scale: float,
+    lengths: Tensor | None,
+    mode: int,
+) -> tuple[Tensor, Tensor]:
+    ext = kernel_for("scan", gates.device)
+    if ext is not None:
+        dgates, dc0 = ext.qrnn_pooling_backward(
+            grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode
+        )
+        return dgates, dc0
+    # Reference backward: autograd through the reference forward.
+    pooling = list(POOLING_MODES)[mode]
+    with torch.enable_grad():
+        g_ = gates.detach().requires_grad_(True)
+        B, H = gates.shape[0], c_seq.shape[2]
+        c0_ = (c0 if c0 is not None else gates.new_zeros(B, H)).detach().requires_grad_(True)
+        outs = qrnn_pooling_ref(
+            g_, c0_, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
+        )
+        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_c, grad_last)) if g is not None]
+        if not pairs:
+            return torch.zeros_like(gates), gates.new_zeros(B, H)
+        dg, dc0 = torch.autograd.grad(
+            [p[0] for p in pairs], [g_, c0_], [p[1] for p in pairs], allow_unused=True
+        )
+    return (
+        dg if dg is not None else torch.zeros_like(gates),
+        dc0 if dc0 is not None else gates.new_zeros(B, H),
+    )
+
+
+@_qrnn_pooling_backward_op.register_fake
+def _(grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode):
+    return torch.empty_like(gates), gates.new_empty(gates.shape[0], c_seq.shape[2])
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    gates, c0, keep, keep_scale, lengths, mode = inputs
+    _h, c_seq, _last = output
+    ctx.save_for_backward(gates, c_seq, c0, keep, lengths)
+    ctx.keep_scale = keep_scale
+    ctx.mode = mode
+    ctx.has_c0 = c0 is not None
+
+
+def _backward(ctx, grad_h, grad_c, grad_last):
+    gates, c_seq, c0, keep, lengths = ctx.saved_tensors
+    grads = [g.contiguous() if g is not None else None for g in (grad_h, grad_c, grad_last)]
+    dgates, dc0 = _qrnn_pooling_backward_op(
+        *grads, gates, c_seq, c0, keep, ctx.keep_scale, lengths, ctx.mode
+    )
+    return dgates, (dc0 if ctx.has_c0 else None), None, None, None, None
+
+
+_qrnn_pooling_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def qrnn_pooling(
+    gates: Tensor,
+    c0: Tensor | None = None,
+    *,
+    pooling: str = "fo",
+    keep: Tensor | None = None,
+    keep_scale: float = 1.0,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fused QRNN pooling over raw gate pre-activations (see the module docstring).
+
+    Args:
+        gates: ``(B, T, G*H)`` pre-activations ``[Z | F | O | I]`` from the convolution.
+        c0: optional initial memory cell ``(B, H)``.
+        pooling: ``"f"``, ``"fo"`` or ``"ifo"``.
+        keep: optional zoneout keep mask ``(B, T, H)`` of 0/1 values (training).
+        keep_scale: multiplies ``1 - f`` (``1 - p`` in evaluation with zoneout ``p``).
+        lengths: optional validated int64 CPU lengths ``(B,)``.
+
+    Returns:
+        ``(h, c, c_last)``: ``(B, T, H)``, ``(B, T, H)`` and ``(B, H)``.
+    """
+    if pooling not in POOLING_MODES:
+        raise ValueError(f"pooling: expected one of {sorted(POOLING_MODES)}, got {pooling!r}")
+    G = GATES_PER_MODE[pooling]
+    if gates.dim() != 3 or gates.shape[2] % G:
+        raise ValueError(
+            f"gates: expected (B, T, {G}*H) for {pooling}-pooling, got {tuple(gates.shape)}"
+        )
+    B, T, H = gates.shape[0], gates.shape[1], gates.shape[2] // G
+    if c0 is not None:
+        if c0.shape != (B, H) or c0.dtype != gates.dtype:
+            raise ValueError(
+                f"c0: expected shape {(B, H)} and dtype {gates.dtype}, "
+                f"got {tuple(c0.shape)} and {c0.dtype}"
+            )
+        c0 = c0.contiguous()
+    if keep is not None:
+        if keep.shape != (B, T, H):
+            raise ValueError(f"keep: expected shape {(B, T, H)}, got {tuple(keep.shape)}")
+        keep = keep.to(gates.dtype).contiguous()
+    return _qrnn_pooling_op(
+        gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling]
+    )
