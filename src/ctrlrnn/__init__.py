@@ -6,4 +6,19 @@ built on two compiled primitives: the diagonal linear scan and the fused gated c
 
 from __future__ import annotations
 
+from ctrlrnn.nn import QRNN, QRNNCell, RecurrentBase
+from ctrlrnn.ops import backend_info, linear_scan, linear_scan_ref
+from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "QRNN",
+    "QRNNCell",
+    "RecurrentBase",
+    "backend_info",
+    "linear_scan",
+    "linear_scan_ref",
+    "qrnn_pooling",
+    "qrnn_pooling_ref",
+]

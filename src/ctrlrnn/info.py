@@ -1,0 +1,31 @@
+"""``ctrlrnn info``: versions, threads, and which backend each op family uses, and why."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctrlrnn import __version__
+    from ctrlrnn.ops.backend import backend_info
+
+    info = backend_info()
+    info["ctrlrnn"] = __version__
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"ctrlrnn {__version__}  torch {info['torch']}  threads {info['threads']}")
+    print(f"extension cache: {info['cache']}")
+    for family, st in info["families"].items():
+        print(f"  {family:6s} cpu: {st['cpu']:9s} ({st['reason'][:300]})")
+        if st["path"]:
+            print(f"         {st['path']}  parallel threads: {st['parallel_threads']}")
+        print(f"         cuda: {st['cuda']}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="show versions and which backend each op uses")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)

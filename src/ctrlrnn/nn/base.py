@@ -1,0 +1,279 @@
+"""The shared base of ctrlrnn's recurrent layers: the :class:`torch.nn.LSTM` contract.
+
+``Layer(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+bidirectional=False, ...)`` and ``forward(input, hx=None, lengths=None) -> (output, h_n)``:
+
+* ``input``: ``(T, B, D)`` (``(B, T, D)`` with ``batch_first``), unbatched ``(T, D)``, or a
+  :class:`~torch.nn.utils.rnn.PackedSequence` (then ``output`` is packed too);
+* ``lengths``: optional ``(B,)`` true lengths of a padded batch; outputs past a sequence's length
+  are zero, final states are taken at the true length, the backward direction reverses each
+  sequence within its own length, so nothing depends on what (or how much) padding there is;
+* ``hx``/``h_n``: a tensor ``(num_layers * num_directions, B, S)`` for units with one state, a
+  tuple of such tensors for units with several (as ``(h, c)`` for LSTM-like units);
+* wrong shapes, dtypes, devices, lengths or states raise ``ValueError`` naming the argument.
+
+Internally everything is batch-first ``(B, T, D)``. A subclass implements
+:meth:`RecurrentBase._run_direction` (one direction of one layer, forward in time) and may
+override :meth:`_run_layer` (both directions of a layer) or :meth:`_run_stack` (all layers) when
+its layers or directions interact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn.ops.padding import reverse_padded
+from ctrlrnn.ops.validation import check_lengths
+
+State = list[Tensor]  # one tensor per state variable of the unit
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return value
+
+
+class RecurrentBase(nn.Module):
+    """Base class with the ``torch.nn.LSTM`` interface (see the module docstring)."""
+
+    #: names of the state variables carried between steps, e.g. ``("h", "c")``
+    state_names: tuple[str, ...] = ("h",)
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+    ) -> None:
+        super().__init__()
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.num_layers = _check_positive_int("num_layers", num_layers)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+            raise ValueError(f"dropout: expected a number in [0, 1], got {dropout!r}")
+        if not 0.0 <= float(dropout) <= 1.0:
+            raise ValueError(f"dropout: expected a number in [0, 1], got {dropout}")
+        self.dropout = float(dropout)
+        self.bias = bool(bias)
+        self.batch_first = bool(batch_first)
+        self.bidirectional = bool(bidirectional)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def num_states(self) -> int:
+        return len(self.state_names)
+
+    def state_size(self, index: int) -> int:
+        """Width of state variable ``index`` (the hidden size unless a unit says otherwise)."""
+        return self.hidden_size
+
+    def direction_output_size(self) -> int:
+        """Width of one direction's output."""
+        return self.hidden_size
+
+    def layer_input_size(self, layer: int) -> int:
+        """Input width of ``layer`` (the previous layer's output, both directions)."""
+        if layer == 0:
+            return self.input_size
+        return self.direction_output_size() * self.num_directions
+
+    @property
+    def output_size(self) -> int:
+        return self.direction_output_size() * self.num_directions
+
+    def _param_ref(self) -> Tensor | None:
+        return next(iter(self.parameters()), None)
+
+    # ------------------------------------------------------------------ input handling
+    def _prepare_input(
+        self, input: Tensor | PackedSequence, lengths: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, bool, bool]:
+        """Return batch-first ``x``, validated CPU ``lengths``, ``packed`` and ``unbatched``."""
+        packed = isinstance(input, PackedSequence)
+        unbatched = False
+        if packed:
+            if lengths is not None:
+                raise ValueError("lengths: must not be given with a PackedSequence input")
+            x, lengths = pad_packed_sequence(input, batch_first=True)
+        else:
+            if not isinstance(input, Tensor):
+                raise ValueError(
+                    f"input: expected a Tensor or PackedSequence, got {type(input).__name__}"
+                )
+            if input.dim() == 2:
+                unbatched = True
+                x = input.unsqueeze(0)
+            elif input.dim() == 3:
+                x = input if self.batch_first else input.transpose(0, 1)
+            else:
+                raise ValueError(
+                    "input: expected a 3-D (T, B, D) tensor "
+                    f"({'(B, T, D) with batch_first' if self.batch_first else 'or (B, T, D) with batch_first=True'}) "
+                    f"or a 2-D unbatched (T, D) tensor, got shape {tuple(input.shape)}"
+                )
+        if x.shape[-1] != self.input_size:
+            raise ValueError(
+                f"input: expected feature size input_size={self.input_size}, got {x.shape[-1]}"
+            )
+        if x.shape[1] == 0:
+            raise ValueError("input: expected at least one time step, got 0")
+        ref = self._param_ref()
+        if not x.is_floating_point():
+            raise ValueError(f"input: expected a floating dtype, got {x.dtype}")
+        if ref is not None:
+            if x.dtype != ref.dtype:
+                raise ValueError(
+                    f"input: expected dtype {ref.dtype} (the parameters'), got {x.dtype}; "
+                    f"convert the input or the module with .to()"
+                )
+            if x.device != ref.device:
+                raise ValueError(
+                    f"input: expected device {ref.device} (the parameters'), got {x.device}"
+                )
+        if lengths is not None:
+            if unbatched:
+                raise ValueError("lengths: not supported with unbatched (2-D) input")
+            lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+        return x, lengths, packed, unbatched
+
+    def _prepare_hx(self, hx: Tensor | tuple[Tensor, ...] | None, x: Tensor, unbatched: bool):
+        if hx is None:
+            return None
+        states = [hx] if isinstance(hx, Tensor) else list(hx)
+        if len(states) != self.num_states:
+            want = "a Tensor" if self.num_states == 1 else f"a tuple of {self.num_states} Tensors"
+            raise ValueError(f"hx: expected {want} ({', '.join(self.state_names)})")
+        out = []
+        ld = self.num_layers * self.num_directions
+        for k, s in enumerate(states):
+            name = "hx" if self.num_states == 1 else f"hx[{k}] ({self.state_names[k]})"
+            if not isinstance(s, Tensor):
+                raise ValueError(f"{name}: expected a Tensor, got {type(s).__name__}")
+            if unbatched:
+                s = s.unsqueeze(1)
+            want = (ld, x.shape[0], self.state_size(k))
+            if tuple(s.shape) != want:
+                raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
+            if s.dtype != x.dtype or s.device != x.device:
+                raise ValueError(
+                    f"{name}: expected dtype {x.dtype} on {x.device} (the input's), "
+                    f"got {s.dtype} on {s.device}"
+                )
+            out.append(s)
+        return out
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        input: Tensor | PackedSequence,
+        hx: Tensor | tuple[Tensor, ...] | None = None,
+        lengths: Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor | PackedSequence, Tensor | tuple[Tensor, ...]]:
+        x, lens, packed, unbatched = self._prepare_input(input, lengths)
+        states = self._prepare_hx(hx, x, unbatched)
+        self._check_extra(x, lens, kwargs)
+        out, finals = self._run_stack(x, lens, states, **kwargs)
+        h_n: Tensor | tuple[Tensor, ...]
+        if unbatched:
+            out = out.squeeze(0)
+            finals = [f.squeeze(1) for f in finals]
+        h_n = finals[0] if self.num_states == 1 else tuple(finals)
+        if packed:
+            assert lens is not None
+            return pack_padded_sequence(out, lens, batch_first=True, enforce_sorted=False), h_n
+        if not self.batch_first and not unbatched:
+            out = out.transpose(0, 1)
+        return out, h_n
+
+    def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
+        """Validate unit-specific per-call inputs (subclasses); unknown keywords are refused."""
+        if kwargs:
+            raise TypeError(f"forward() got unexpected keyword arguments {sorted(kwargs)}")
+
+    def _run_stack(
+        self, x: Tensor, lengths: Tensor | None, states: State | None, **kwargs: Any
+    ) -> tuple[Tensor, State]:
+        """All layers: returns the last layer's output and the final states ``(L*D, B, S)``."""
+        D = self.num_directions
+        finals: list[State] = []
+        layer_in = x
+        out = x
+        for layer in range(self.num_layers):
+            st = None if states is None else [s[layer * D : (layer + 1) * D] for s in states]
+            out, fin = self._run_layer(layer, layer_in, lengths, st, **kwargs)
+            finals.append(fin)
+            if layer + 1 < self.num_layers:
+                nxt = out
+                if self.dropout > 0 and self.training:
+                    nxt = F.dropout(nxt, self.dropout, training=True)
+                layer_in = self._next_layer_input(layer_in, nxt)
+        merged = [torch.cat([f[k] for f in finals], 0) for k in range(self.num_states)]
+        return out, merged
+
+    def _next_layer_input(self, layer_input: Tensor, layer_output: Tensor) -> Tensor:
+        """What the next layer reads (the output; dense units also concatenate the input)."""
+        return layer_output
+
+    def _run_layer(
+        self,
+        layer: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, State]:
+        """Both directions of one layer; the backward one runs on each reversed sequence."""
+        outs, fins = [], []
+        for d in range(self.num_directions):
+            xd = x if d == 0 else reverse_padded(x, lengths)
+            sd = None if state is None else [s[d] for s in state]
+            o, f = self._run_direction(layer, d, xd, lengths, sd, **kwargs)
+            outs.append(o if d == 0 else reverse_padded(o, lengths))
+            fins.append(f)
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        return out, [torch.stack([f[k] for f in fins], 0) for k in range(self.num_states)]
+
+    def _run_direction(
+        self,
+        layer: int,
+        direction: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, State]:
+        """One direction of one layer, forward in time over batch-first ``x``.
+
+        Must return the output ``(B, T, H)`` with zeros past each length, and the final states
+        (each ``(B, S)``) taken at each sequence's true length.
+        """
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.batch_first:
+            s += ", batch_first=True"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
+        return s

@@ -1,0 +1,325 @@
+"""Quasi-Recurrent Neural Network (Bradbury et al., qrnn.txt): ``QRNN`` and ``QRNNCell``.
+
+Each layer computes its gates for all time steps at once with a causal (left-padded)
+convolution of width ``window`` over the input (eq 1-2), then runs a cheap elementwise
+recurrence, the *pooling* (eq 3-5), with optional zoneout on the forget gate (eq 6):
+
+    Z = tanh(W_z * X),  F = sigmoid(W_f * X),  O = sigmoid(W_o * X),  I = sigmoid(W_i * X)
+    f-pooling   c_t = f_t c_{t-1} + (1 - f_t) z_t,   h_t = c_t
+    fo-pooling  c_t = f_t c_{t-1} + (1 - f_t) z_t,   h_t = o_t c_t
+    ifo-pooling c_t = f_t c_{t-1} + i_t z_t,         h_t = o_t c_t
+
+The convolution is one GEMM over the concatenated window ``[x_{t-k+1}, ..., x_t]``; the pooling
+is the fused kernel of :mod:`ctrlrnn.ops.qrnn_pooling`. Options:
+
+* ``dense`` (section 2.1): each layer's input is concatenated to its output before the next
+  layer; the last layer's output alone is the result.
+* ``encoder_state_size`` (eq 7): the layer accepts ``encoder_state`` (the encoder's last hidden
+  state per layer) whose projection ``V h~_T`` is added to every gate pre-activation at every step,
+  so that the QRNN can serve as the decoder of the paper's encoder-decoder.
+* the state carried between calls (``hx``/``h_n``) is the memory cell ``c``, shape
+  ``(num_layers * num_directions, B, hidden_size)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
+
+
+def _check_pooling(pooling: str) -> str:
+    if pooling not in GATES_PER_MODE:
+        raise ValueError(f"pooling: expected one of 'f', 'fo', 'ifo', got {pooling!r}")
+    return pooling
+
+
+def _check_zoneout(zoneout: float) -> float:
+    if isinstance(zoneout, bool) or not isinstance(zoneout, (int, float)):
+        raise ValueError(f"zoneout: expected a probability in [0, 1), got {zoneout!r}")
+    if not 0.0 <= float(zoneout) < 1.0:
+        raise ValueError(f"zoneout: expected a probability in [0, 1), got {zoneout}")
+    return float(zoneout)
+
+
+def causal_windows(x: Tensor, window: int) -> Tensor:
+    """Concatenate ``[x_{t-k+1}, ..., x_t]`` along features (zeros before the start), eq 1.
+
+    ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``.
+    """
+    if window == 1:
+        return x
+    padded = F.pad(x, (0, 0, window - 1, 0))
+    steps = x.shape[1]
+    return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
+
+
+def zoneout_keep(
+    shape: tuple[int, ...], zoneout: float, training: bool, like: Tensor
+) -> tuple[Tensor | None, float]:
+    """The zoneout multiplier of ``1 - f`` (eq 6): a 0/1 mask in training, ``1 - p`` in eval."""
+    if zoneout <= 0.0:
+        return None, 1.0
+    if training:
+        return torch.bernoulli(like.new_full(shape, 1.0 - zoneout)), 1.0
+    return None, 1.0 - zoneout
+
+
+class QRNNCell(nn.Module):
+    """One QRNN layer direction, usable step by step for decoding.
+
+    ``forward(input, state=None, encoder_state=None) -> (h, (c, history))`` with ``input``
+    ``(B, input_size)``; ``history`` keeps the last ``window - 1`` inputs ``(B, window - 1,
+    input_size)`` so that the convolution of eq 1 sees the same window as in
+    :class:`QRNN`. Feeding a sequence through the cell gives the outputs of a one-layer
+    unidirectional :class:`QRNN` with the same weights.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        window: int = 2,
+        pooling: str = "fo",
+        bias: bool = True,
+        zoneout: float = 0.0,
+        encoder_state_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.window = _check_positive_int("window", window)
+        self.pooling = _check_pooling(pooling)
+        self.zoneout = _check_zoneout(zoneout)
+        self.num_gates = GATES_PER_MODE[pooling]
+        gh = self.num_gates * hidden_size
+        # Gate blocks [Z | F | O | I]; the window is laid out oldest input first.
+        self.weight = nn.Parameter(torch.empty(gh, window * input_size))
+        self.bias = nn.Parameter(torch.empty(gh)) if bias else None
+        if encoder_state_size is not None:
+            _check_positive_int("encoder_state_size", encoder_state_size)
+            self.encoder_weight: nn.Parameter | None = nn.Parameter(
+                torch.empty(gh, encoder_state_size)
+            )
+        else:
+            self.encoder_weight = None
+        self.encoder_state_size = encoder_state_size
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def gate_preactivations(self, x: Tensor, encoder_state: Tensor | None = None) -> Tensor:
+        """All pre-activations ``(B, T, G*H)`` of eq 1-2 (and eq 7's ``V h~_T``) for ``x``."""
+        gates = F.linear(causal_windows(x, self.window), self.weight, self.bias)
+        if self.encoder_weight is not None or encoder_state is not None:
+            gates = gates + self._encoder_term(encoder_state)
+        return gates
+
+    def forward(
+        self,
+        input: Tensor,
+        state: tuple[Tensor, Tensor] | None = None,
+        encoder_state: Tensor | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
+            raise ValueError(
+                "input: expected a (B, input_size) or (input_size,) tensor, got "
+                f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}"
+            )
+        unbatched = input.dim() == 1
+        x = input.unsqueeze(0) if unbatched else input
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
+        if x.dtype != self.weight.dtype or x.device != self.weight.device:
+            raise ValueError(
+                f"input: expected dtype {self.weight.dtype} on {self.weight.device}, "
+                f"got {x.dtype} on {x.device}"
+            )
+        B, H, k = x.shape[0], self.hidden_size, self.window
+        if state is None:
+            c = x.new_zeros(B, H)
+            history = x.new_zeros(B, k - 1, self.input_size)
+        else:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                raise ValueError("state: expected a tuple (c, history)")
+            c, history = state
+            if unbatched:
+                c, history = c.unsqueeze(0), history.unsqueeze(0)
+            if tuple(c.shape) != (B, H):
+                raise ValueError(f"state: expected c of shape {(B, H)}, got {tuple(c.shape)}")
+            if tuple(history.shape) != (B, k - 1, self.input_size):
+                raise ValueError(
+                    f"state: expected history of shape {(B, k - 1, self.input_size)}, "
+                    f"got {tuple(history.shape)}"
+                )
+        if encoder_state is not None and unbatched:
+            encoder_state = encoder_state.unsqueeze(0)
+        seq = torch.cat([history, x.unsqueeze(1)], dim=1)  # (B, k, D), oldest first
+        gates = F.linear(seq.reshape(B, 1, k * self.input_size), self.weight, self.bias)
+        if self.encoder_weight is not None or encoder_state is not None:
+            gates = gates + self._encoder_term(encoder_state)
+        keep, scale = zoneout_keep((B, 1, H), self.zoneout, self.training, x)
+        h, _c_seq, c_new = qrnn_pooling(
+            gates, c, pooling=self.pooling, keep=keep, keep_scale=scale
+        )
+        h = h[:, 0]
+        new_history = seq[:, 1:]
+        if unbatched:
+            return h[0], (c_new[0], new_history[0])
+        return h, (c_new, new_history)
+
+    def _encoder_term(self, encoder_state: Tensor | None) -> Tensor:
+        if self.encoder_weight is None:
+            raise ValueError(
+                "encoder_state: given, but this QRNN was built without encoder_state_size"
+            )
+        if encoder_state is None:
+            raise ValueError("encoder_state: required, this QRNN was built with encoder_state_size")
+        return F.linear(encoder_state, self.encoder_weight).unsqueeze(1)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, window={self.window}, "
+            f"pooling={self.pooling!r}, zoneout={self.zoneout}"
+        )
+
+
+class QRNN(RecurrentBase):
+    """Quasi-recurrent layer stack with the ``torch.nn.LSTM`` interface.
+
+    Args:
+        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional: as
+            :class:`torch.nn.LSTM` (``dropout`` is applied between layers).
+        window: width ``k`` of the causal convolution (eq 1), any positive integer.
+        pooling: ``"f"`` (eq 3), ``"fo"`` (eq 4) or ``"ifo"`` (eq 5).
+        zoneout: probability ``p`` of eq 6 (no rescaling; eval uses the expectation).
+        dense: DenseNet-style connections of section 2.1.
+        encoder_state_size: width of ``encoder_state`` for eq 7 (``None``: no such term).
+
+    ``forward(input, hx=None, lengths=None, encoder_state=None)``: ``encoder_state`` is
+    ``(num_layers, B, encoder_state_size)`` (one encoder state per layer, eq 7) or
+    ``(B, encoder_state_size)`` shared by all layers. ``hx`` and ``h_n`` hold the memory cells.
+    """
+
+    state_names = ("c",)
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        window: int = 2,
+        pooling: str = "fo",
+        zoneout: float = 0.0,
+        dense: bool = False,
+        encoder_state_size: int | None = None,
+    ) -> None:
+        super().__init__(
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
+        )
+        self.window = _check_positive_int("window", window)
+        self.pooling = _check_pooling(pooling)
+        self.zoneout = _check_zoneout(zoneout)
+        self.dense = bool(dense)
+        self.encoder_state_size = encoder_state_size
+        self.cells = nn.ModuleList(
+            QRNNCell(
+                self.layer_input_size(layer),
+                hidden_size,
+                window=window,
+                pooling=pooling,
+                bias=bias,
+                zoneout=zoneout,
+                encoder_state_size=encoder_state_size,
+            )
+            for layer in range(num_layers)
+            for _ in range(self.num_directions)
+        )
+
+    def layer_input_size(self, layer: int) -> int:
+        if self.dense:
+            return self.input_size + layer * self.hidden_size * self.num_directions
+        return super().layer_input_size(layer)
+
+    def _next_layer_input(self, layer_input: Tensor, layer_output: Tensor) -> Tensor:
+        if self.dense:
+            return torch.cat([layer_input, layer_output], dim=-1)
+        return layer_output
+
+    def cell(self, layer: int, direction: int = 0) -> QRNNCell:
+        """The cell holding the weights of ``layer`` in ``direction`` (0 forward, 1 backward)."""
+        return self.cells[layer * self.num_directions + direction]
+
+    def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
+        extra = set(kwargs) - {"encoder_state"}
+        if extra:
+            raise TypeError(f"forward() got unexpected keyword arguments {sorted(extra)}")
+        enc = kwargs.get("encoder_state")
+        if self.encoder_state_size is None:
+            if enc is not None:
+                raise ValueError(
+                    "encoder_state: given, but this QRNN was built without encoder_state_size"
+                )
+            return
+        if enc is None:
+            raise ValueError("encoder_state: required, this QRNN was built with encoder_state_size")
+        if not isinstance(enc, Tensor):
+            raise ValueError(f"encoder_state: expected a Tensor, got {type(enc).__name__}")
+        B, E = x.shape[0], self.encoder_state_size
+        if tuple(enc.shape) not in {(B, E), (self.num_layers, B, E)}:
+            raise ValueError(
+                f"encoder_state: expected shape {(self.num_layers, B, E)} or {(B, E)}, "
+                f"got {tuple(enc.shape)}"
+            )
+        if enc.dtype != x.dtype or enc.device != x.device:
+            raise ValueError(
+                f"encoder_state: expected dtype {x.dtype} on {x.device}, "
+                f"got {enc.dtype} on {enc.device}"
+            )
+
+    def _run_direction(
+        self,
+        layer: int,
+        direction: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, State]:
+        cell = self.cell(layer, direction)
+        enc = kwargs.get("encoder_state")
+        if enc is not None and enc.dim() == 3:
+            enc = enc[layer]
+        gates = cell.gate_preactivations(x, enc)
+        B, T = x.shape[0], x.shape[1]
+        keep, scale = zoneout_keep((B, T, self.hidden_size), self.zoneout, self.training, x)
+        c0 = None if state is None else state[0]
+        h, _c, c_last = qrnn_pooling(
+            gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths
+        )
+        return h, [c_last]
+
+    def extra_repr(self) -> str:
+        s = super().extra_repr() + f", window={self.window}, pooling={self.pooling!r}"
+        if self.zoneout:
+            s += f", zoneout={self.zoneout}"
+        if self.dense:
+            s += ", dense=True"
+        if self.encoder_state_size is not None:
+            s += f", encoder_state_size={self.encoder_state_size}"
+        return s

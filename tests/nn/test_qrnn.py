@@ -1,0 +1,324 @@
+"""QRNN against a step-by-step loop written from the paper's equations, and its contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn import QRNN, QRNNCell
+
+D64 = torch.float64
+
+
+def paper_qrnn_direction(x, weight, bias, pooling, window, c0=None, keep=None, keep_scale=1.0,
+                         enc=None, enc_weight=None):
+    """One QRNN layer direction, one step at a time, from qrnn.txt eq 1-7 (independent code).
+
+    The convolution of eq 1 is written as the sum over the window of W_j x_{t-k+1+j}.
+    """
+    B, T, D = x.shape
+    H = weight.shape[0] // {"f": 2, "fo": 3, "ifo": 4}[pooling]
+    c = torch.zeros(B, H, dtype=x.dtype) if c0 is None else c0
+    hs = []
+    for t in range(T):
+        pre = torch.zeros(B, weight.shape[0], dtype=x.dtype) if bias is None else bias.expand(B, -1)
+        for j in range(window):
+            src = t - window + 1 + j
+            if src >= 0:
+                pre = pre + x[:, src] @ weight[:, j * D : (j + 1) * D].T
+        if enc is not None:
+            pre = pre + enc @ enc_weight.T  # eq 7: V h~_T added at every step
+        z = torch.tanh(pre[:, :H])
+        f = torch.sigmoid(pre[:, H : 2 * H])
+        if keep is not None:
+            f = 1 - keep[:, t] * keep_scale * (1 - f)  # eq 6
+        elif keep_scale != 1.0:
+            f = 1 - keep_scale * (1 - f)
+        if pooling == "ifo":
+            i = torch.sigmoid(pre[:, 3 * H :])
+            c = f * c + i * z  # eq 5
+        else:
+            c = f * c + (1 - f) * z  # eq 3, 4
+        h = c if pooling == "f" else torch.sigmoid(pre[:, 2 * H : 3 * H]) * c
+        hs.append(h)
+    return torch.stack(hs, 1), c
+
+
+@pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_matches_paper_loop(pooling, window):
+    torch.manual_seed(0)
+    m = QRNN(4, 5, window=window, pooling=pooling, batch_first=True).double()
+    x = torch.randn(3, 6, 4, dtype=D64)
+    c0 = torch.randn(1, 3, 5, dtype=D64)
+    out, c_n = m(x, c0)
+    cell = m.cell(0)
+    ref, ref_c = paper_qrnn_direction(x, cell.weight, cell.bias, pooling, window, c0[0])
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(c_n[0], ref_c)
+
+
+def test_bidirectional_multilayer_matches_paper_loop():
+    torch.manual_seed(1)
+    m = QRNN(3, 4, num_layers=2, bidirectional=True, window=2, pooling="ifo").double()
+    x = torch.randn(5, 2, 3, dtype=D64)  # (T, B, D)
+    out, c_n = m(x)
+    xb = x.transpose(0, 1)
+    layer_in, finals = xb, []
+    for layer in range(2):
+        outs = []
+        for d in range(2):
+            cell = m.cell(layer, d)
+            inp = layer_in if d == 0 else layer_in.flip(1)
+            o, c = paper_qrnn_direction(inp, cell.weight, cell.bias, "ifo", 2)
+            outs.append(o if d == 0 else o.flip(1))
+            finals.append(c)
+        layer_in = torch.cat(outs, -1)
+    torch.testing.assert_close(out, layer_in.transpose(0, 1))
+    torch.testing.assert_close(c_n, torch.stack(finals))
+
+
+def test_dense_connections():
+    torch.manual_seed(2)
+    m = QRNN(3, 4, num_layers=3, dense=True, batch_first=True).double()
+    assert [m.cell(i).input_size for i in range(3)] == [3, 7, 11]
+    x = torch.randn(2, 5, 3, dtype=D64)
+    out, _ = m(x)
+    assert out.shape == (2, 5, 4)  # the last layer's output alone
+    layer_in = x
+    for layer in range(3):
+        cell = m.cell(layer)
+        o, _ = paper_qrnn_direction(layer_in, cell.weight, cell.bias, "fo", 2)
+        layer_in = torch.cat([layer_in, o], -1)
+    torch.testing.assert_close(out, o)
+
+
+def test_encoder_state_term_eq7():
+    torch.manual_seed(3)
+    m = QRNN(3, 4, num_layers=2, encoder_state_size=6, batch_first=True).double()
+    x = torch.randn(2, 5, 3, dtype=D64)
+    enc = torch.randn(2, 2, 6, dtype=D64)
+    out, _ = m(x, encoder_state=enc)
+    layer_in = x
+    for layer in range(2):
+        cell = m.cell(layer)
+        layer_in, _ = paper_qrnn_direction(
+            layer_in, cell.weight, cell.bias, "fo", 2, enc=enc[layer], enc_weight=cell.encoder_weight
+        )
+    torch.testing.assert_close(out, layer_in)
+    with pytest.raises(ValueError, match="encoder_state: required"):
+        m(x)
+    with pytest.raises(ValueError, match="encoder_state: expected shape"):
+        m(x, encoder_state=torch.randn(3, 2, 6, dtype=D64))
+    with pytest.raises(ValueError, match="encoder_state: given"):
+        QRNN(3, 4).double()(x, encoder_state=enc)
+
+
+def test_zoneout_training_is_eq6_without_rescaling():
+    torch.manual_seed(4)
+    m = QRNN(3, 4, zoneout=0.4, pooling="fo", batch_first=True).double()
+    x = torch.randn(2, 6, 3, dtype=D64)
+    torch.manual_seed(99)
+    out, _ = m(x)
+    torch.manual_seed(99)
+    keep = torch.bernoulli(torch.full((2, 6, 4), 0.6, dtype=D64))
+    cell = m.cell(0)
+    ref, _ = paper_qrnn_direction(x, cell.weight, cell.bias, "fo", 2, keep=keep)
+    torch.testing.assert_close(out, ref)
+    # evaluation: the expectation of the mask, 1 - p, multiplies (1 - f)
+    m.eval()
+    out_eval, _ = m(x)
+    ref_eval, _ = paper_qrnn_direction(x, cell.weight, cell.bias, "fo", 2, keep_scale=0.6)
+    torch.testing.assert_close(out_eval, ref_eval)
+
+
+def test_zoneout_keeps_previous_cell_exactly():
+    torch.manual_seed(5)
+    m = QRNN(8, 64, zoneout=0.5, pooling="f", batch_first=True)
+    x = torch.randn(4, 50, 8)
+    out, _ = m(x)  # f-pooling: h = c
+    same = (out[:, 1:] == out[:, :-1]).float().mean().item()
+    assert 0.4 < same < 0.6  # half the units copy c_{t-1} unchanged (F = 1)
+
+
+def _gradcheck_params(m, x, c0, lengths=None):
+    names = [n for n, _ in m.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
+
+    def f(x, c0, *ps):
+        out, c_n = torch.func.functional_call(
+            m, dict(zip(names, ps)), (x, c0), dict(lengths=lengths)
+        )
+        return out, c_n
+
+    return torch.autograd.gradcheck(f, (x, c0, *params))
+
+
+@pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
+def test_gradcheck(pooling):
+    torch.manual_seed(6)
+    m = QRNN(2, 3, num_layers=2, bidirectional=True, pooling=pooling, window=2,
+             batch_first=True).double()
+    x = torch.randn(2, 4, 2, dtype=D64, requires_grad=True)
+    c0 = torch.randn(4, 2, 3, dtype=D64, requires_grad=True)
+    assert _gradcheck_params(m, x, c0, lengths=torch.tensor([4, 2]))
+
+
+def test_packed_equals_padded_and_ignores_padding():
+    torch.manual_seed(7)
+    m = QRNN(3, 4, num_layers=2, bidirectional=True, window=3, batch_first=True).double()
+    lengths = torch.tensor([5, 2, 4])
+    x = torch.randn(3, 5, 3, dtype=D64)
+    out, c_n = m(x, lengths=lengths)
+    # each sequence on its own, no padding at all
+    for b in range(3):
+        ob, cb = m(x[b : b + 1, : lengths[b]])
+        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
+        torch.testing.assert_close(c_n[:, b : b + 1], cb)
+        assert out[b, lengths[b] :].abs().max() == 0 if lengths[b] < 5 else True
+    # other padding values and more padding
+    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
+    x2[1, 2:] = 1e3
+    out2, c_n2 = m(x2, lengths=lengths)
+    torch.testing.assert_close(out2[:, :5], out)
+    torch.testing.assert_close(c_n2, c_n)
+    # packed input gives the same, in the same batch order
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out_p, c_p = m(packed)
+    padded, lens = pad_packed_sequence(out_p, batch_first=True)
+    torch.testing.assert_close(padded, out)
+    assert lens.tolist() == lengths.tolist()
+    torch.testing.assert_close(c_p, c_n)
+
+
+def test_gradients_do_not_depend_on_padding():
+    torch.manual_seed(8)
+    m = QRNN(3, 4, bidirectional=True, batch_first=True).double()
+    lengths = torch.tensor([5, 3])
+    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
+    out, c = m(x, lengths=lengths)
+    (out.sum() + c.sum()).backward()
+    assert x.grad[1, 3:].abs().max() == 0
+    g_padded = x.grad[1, :3].clone()
+    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
+    o1, c1 = m(x1)
+    (o1.sum() + c1.sum()).backward()
+    torch.testing.assert_close(g_padded, x1.grad[0])
+
+
+@pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
+def test_cell_equals_layer(pooling):
+    torch.manual_seed(9)
+    m = QRNN(3, 4, window=3, pooling=pooling, batch_first=True, encoder_state_size=2).double()
+    x = torch.randn(2, 6, 3, dtype=D64)
+    enc = torch.randn(2, 2, dtype=D64)
+    c0 = torch.randn(1, 2, 4, dtype=D64)
+    out, c_n = m(x, c0, encoder_state=enc)
+    cell: QRNNCell = m.cell(0)
+    state = (c0[0], torch.zeros(2, 2, 3, dtype=D64))
+    steps = []
+    for t in range(6):
+        h, state = cell(x[:, t], state, encoder_state=enc)
+        steps.append(h)
+    torch.testing.assert_close(torch.stack(steps, 1), out)
+    torch.testing.assert_close(state[0], c_n[0])
+
+
+def test_unbatched_and_time_major():
+    torch.manual_seed(10)
+    m = QRNN(3, 4, num_layers=2).double()
+    x = torch.randn(6, 2, 3, dtype=D64)
+    out, c_n = m(x)
+    assert out.shape == (6, 2, 4) and c_n.shape == (2, 2, 4)
+    o1, c1 = m(x[:, 0])
+    torch.testing.assert_close(o1, out[:, 0])
+    torch.testing.assert_close(c1, c_n[:, 0])
+
+
+def test_eval_dropout_is_identity_and_train_dropout_changes():
+    torch.manual_seed(11)
+    m = QRNN(3, 8, num_layers=2, dropout=0.5, batch_first=True)
+    x = torch.randn(2, 6, 3)
+    m.eval()
+    a, _ = m(x)
+    b, _ = m(x)
+    torch.testing.assert_close(a, b)
+    m.train()
+    c, _ = m(x)
+    assert not torch.allclose(a, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision(dtype):
+    torch.manual_seed(12)
+    m = QRNN(8, 16, batch_first=True)
+    x = torch.randn(2, 10, 8)
+    ref, _ = m(x)
+    mh = QRNN(8, 16, batch_first=True).to(dtype)
+    mh.load_state_dict({k: v.to(dtype) for k, v in m.state_dict().items()})
+    out, c = mh(x.to(dtype))
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
+    out.float().sum().backward()
+    assert mh.cell(0).weight.grad.dtype == dtype
+
+
+def test_torch_compile_forward_backward():
+    torch.manual_seed(13)
+    m = QRNN(4, 8, num_layers=2, bidirectional=True, batch_first=True)
+    x = torch.randn(2, 7, 4, requires_grad=True)
+    lengths = torch.tensor([7, 4])
+
+    def loss(x):
+        out, c = m(x, lengths=lengths)
+        return out.square().sum() + c.sum()
+
+    compiled = torch.compile(loss, fullgraph=False)
+    g1 = torch.autograd.grad(compiled(x), [x, *m.parameters()])
+    g2 = torch.autograd.grad(loss(x), [x, *m.parameters()])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda m: m(torch.randn(2, 3, 4, 5)), "input: expected a 3-D"),
+        (lambda m: m(torch.randn(2, 5, 7)), "input: expected feature size input_size=3"),
+        (lambda m: m(torch.randn(2, 5, 3, dtype=torch.float64)), "input: expected dtype"),
+        (lambda m: m(torch.randint(0, 3, (2, 5, 3))), "input: expected a floating dtype"),
+        (lambda m: m(torch.randn(2, 5, 3, device="meta")), "input: expected device"),
+        (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([5, 0])), "lengths: every length"),
+        (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([6, 1])), "lengths: every length"),
+        (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([5, 1, 2])), "lengths: expected 2"),
+        (lambda m: m(torch.randn(2, 5, 3), torch.zeros(2, 2, 4)), r"hx: expected shape \(4, 2, 4\)"),
+        (lambda m: m(torch.randn(2, 5, 3), torch.zeros(4, 2, 4, dtype=torch.float64)),
+         "hx: expected dtype"),
+        (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(4, 2, 4), torch.zeros(4, 2, 4))),
+         "hx: expected a Tensor"),
+        (lambda m: m(torch.randn(2, 0, 3)), "input: expected at least one time step"),
+    ],
+)
+def test_bad_inputs(call, match):
+    m = QRNN(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    with pytest.raises(ValueError, match=match):
+        call(m)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(pooling="fio"), "pooling"),
+        (dict(window=0), "window"),
+        (dict(zoneout=1.0), "zoneout"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(num_layers=0), "num_layers"),
+        (dict(hidden_size=0), "hidden_size"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, match):
+    args = dict(input_size=3, hidden_size=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        QRNN(**args)

@@ -1,0 +1,165 @@
+"""linear_scan: compiled path against the reference, gradients, lengths, reverse, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctrlrnn import linear_scan, linear_scan_ref
+from ctrlrnn.ops.backend import backend_info
+from ctrlrnn.ops.linear_scan import _reference_backward
+
+CASES = [
+    dict(reverse=False, lengths=None, h0=False),
+    dict(reverse=True, lengths=None, h0=False),
+    dict(reverse=False, lengths=[7, 3, 5], h0=True),
+    dict(reverse=True, lengths=[7, 1, 5], h0=True),
+    dict(reverse=False, lengths=None, h0=True),
+]
+
+
+def _inputs(dtype, h0, B=3, T=7, C=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(B, T, C, generator=g, dtype=dtype).requires_grad_(True)
+    b = torch.randn(B, T, C, generator=g, dtype=dtype).requires_grad_(True)
+    h = torch.randn(B, C, generator=g, dtype=dtype).requires_grad_(True) if h0 else None
+    return a, b, h
+
+
+def test_compiled_backend_active():
+    fam = backend_info()["families"]["scan"]
+    assert fam["cpu"] == "compiled", fam["reason"]
+
+
+def test_definition_by_hand():
+    a = torch.tensor([[[0.5], [2.0], [0.0]]])
+    b = torch.tensor([[[1.0], [1.0], [3.0]]])
+    h = linear_scan(a, b, torch.tensor([[4.0]]))
+    # h1 = .5*4+1 = 3, h2 = 2*3+1 = 7, h3 = 0*7+3 = 3
+    assert h.flatten().tolist() == [3.0, 7.0, 3.0]
+    hr = linear_scan(a, b, torch.tensor([[4.0]]), reverse=True)
+    # reverse: h3 = 0*4+3 = 3, h2 = 2*3+1 = 7, h1 = .5*7+1 = 4.5
+    assert hr.flatten().tolist() == [4.5, 7.0, 3.0]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_reference(case, dtype):
+    a, b, h0 = _inputs(dtype, case["h0"])
+    lengths = torch.tensor(case["lengths"]) if case["lengths"] else None
+    out, last = linear_scan(a, b, h0, reverse=case["reverse"], lengths=lengths, return_last=True)
+    ref, ref_last = linear_scan_ref(
+        a, b, h0, reverse=case["reverse"], lengths=lengths, return_last=True
+    )
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, ref, **tol)
+    torch.testing.assert_close(last, ref_last, **tol)
+    go, gl = torch.randn_like(out), torch.randn_like(last)
+    params = [p for p in (a, b, h0) if p is not None]
+    g1 = torch.autograd.grad((out * go).sum() + (last * gl).sum(), params)
+    g2 = torch.autograd.grad((ref * go).sum() + (ref_last * gl).sum(), params)
+    for x, y in zip(g1, g2):
+        torch.testing.assert_close(x, y, **tol)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gradcheck(case):
+    a, b, h0 = _inputs(torch.float64, case["h0"], B=2, T=5, C=3)
+    lengths = torch.tensor(case["lengths"][:2]).clamp(max=5) if case["lengths"] else None
+    inputs = tuple(p for p in (a, b, h0) if p is not None)
+
+    def f(*xs):
+        h = xs[2] if len(xs) == 3 else None
+        return linear_scan(
+            xs[0], xs[1], h, reverse=case["reverse"], lengths=lengths, return_last=True
+        )
+
+    assert torch.autograd.gradcheck(f, inputs)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_reference_backward_equals_compiled(reverse):
+    from ctrlrnn.ops.backend import kernel_for
+
+    a, b, h0 = _inputs(torch.float64, True)
+    lengths = torch.tensor([7, 2, 4])
+    out = linear_scan(a, b, h0, reverse=reverse, lengths=lengths).detach()
+    g, gl = torch.randn_like(out), torch.randn(3, 5, dtype=torch.float64)
+    ext = kernel_for("scan", a.device)
+    x = ext.linear_scan_backward(g, gl, a.detach(), out, h0.detach(), lengths, reverse)
+    y = _reference_backward(g, gl, a.detach(), out, h0.detach(), lengths, reverse)
+    for p, q in zip(x, y):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
+
+
+def test_lengths_freeze_state_and_zero_outputs():
+    a, b, h0 = _inputs(torch.float32, True)
+    lengths = torch.tensor([7, 3, 5])
+    out, last = linear_scan(a, b, h0, lengths=lengths, return_last=True)
+    assert out[1, 3:].abs().max() == 0 and out[2, 5:].abs().max() == 0
+    torch.testing.assert_close(last[1], out[1, 2])
+    torch.testing.assert_close(last[2], out[2, 4])
+    # padding values do not matter
+    a2, b2 = a.detach().clone(), b.detach().clone()
+    a2[1, 3:] = 123.0
+    b2[2, 5:] = float("nan")
+    out2 = linear_scan(a2, b2, h0, lengths=lengths)
+    torch.testing.assert_close(out2, out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_accumulates_in_fp32(dtype):
+    a, b, h0 = _inputs(torch.float32, True, B=2, T=64, C=9)
+    ref = linear_scan_ref(a.detach(), b.detach(), h0.detach())
+    out = linear_scan(a.detach().to(dtype), b.detach().to(dtype), h0.detach().to(dtype))
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+    a16 = a.detach().to(dtype).requires_grad_(True)
+    linear_scan(a16, b.detach().to(dtype)).sum().backward()
+    assert a16.grad is not None and a16.grad.dtype == dtype
+
+
+def test_torch_compile():
+    a, b, h0 = _inputs(torch.float32, True)
+
+    def f(a, b, h0):
+        return linear_scan(a, b, h0).square().sum()
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    g1 = torch.autograd.grad(compiled(a, b, h0), (a, b, h0))
+    g2 = torch.autograd.grad(f(a, b, h0), (a, b, h0))
+    for x, y in zip(g1, g2):
+        torch.testing.assert_close(x, y)
+
+
+def test_opcheck():
+    a, b, h0 = _inputs(torch.float32, True)
+    torch.library.opcheck(
+        torch.ops.ctrlrnn.linear_scan.default, (a, b, h0, torch.tensor([7, 3, 5]), False)
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(b=torch.zeros(3, 7, 4)), "b: expected the shape"),
+        (dict(b=torch.zeros(3, 7, 5, dtype=torch.float64)), "b: expected the dtype"),
+        (dict(h0=torch.zeros(3, 4)), "h0: expected shape"),
+        (dict(h0=torch.zeros(3, 5, dtype=torch.float64)), "h0: expected dtype"),
+        (dict(lengths=torch.tensor([1, 2])), "lengths: expected 3 lengths"),
+        (dict(lengths=torch.tensor([1, 2, 8])), "lengths: every length must be <="),
+        (dict(lengths=torch.tensor([1.0, 2.0, 3.0])), "lengths: expected an integer"),
+        (dict(lengths=torch.tensor([-1, 2, 3])), "lengths: every length must be >="),
+    ],
+)
+def test_bad_inputs(kwargs, match):
+    args = dict(a=torch.rand(3, 7, 5), b=torch.rand(3, 7, 5))
+    args.update(kwargs)
+    a, b = args.pop("a"), args.pop("b")
+    with pytest.raises(ValueError, match=match):
+        linear_scan(a, b, **args)
+
+
+def test_bad_rank():
+    with pytest.raises(ValueError, match="a: expected a"):
+        linear_scan(torch.rand(7, 5), torch.rand(7, 5))
