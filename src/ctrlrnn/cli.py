@@ -13,6 +13,7 @@ import sys
 #: sub-command name -> module that registers it
 COMMANDS: dict[str, str] = {
     "info": "ctrlrnn.info",
+    "build": "ctrlrnn.build",
     "bench": "ctrlrnn.bench.cli",
     "data": "ctrlrnn.data.cli",
 }

@@ -104,7 +104,8 @@ def test_encoder_state_term_eq7():
     for layer in range(2):
         cell = m.cell(layer)
         layer_in, _ = paper_qrnn_direction(
-            layer_in, cell.weight, cell.bias, "fo", 2, enc=enc[layer], enc_weight=cell.encoder_weight
+            layer_in, cell.weight, cell.bias, "fo", 2, enc=enc[layer],
+            enc_weight=cell.encoder_weight,
         )
     torch.testing.assert_close(out, layer_in)
     with pytest.raises(ValueError, match="encoder_state: required"):
@@ -131,6 +132,10 @@ def test_zoneout_training_is_eq6_without_rescaling():
     out_eval, _ = m(x)
     ref_eval, _ = paper_qrnn_direction(x, cell.weight, cell.bias, "fo", 2, keep_scale=0.6)
     torch.testing.assert_close(out_eval, ref_eval)
+    m_id = QRNN(3, 4, zoneout=0.4, zoneout_eval="identity", batch_first=True).double().eval()
+    m_id.load_state_dict(m.state_dict())
+    ref_id, _ = paper_qrnn_direction(x, cell.weight, cell.bias, "fo", 2)
+    torch.testing.assert_close(m_id(x)[0], ref_id)
 
 
 def test_zoneout_keeps_previous_cell_exactly():
@@ -152,17 +157,20 @@ def _gradcheck_params(m, x, c0, lengths=None):
         )
         return out, c_n
 
-    return torch.autograd.gradcheck(f, (x, c0, *params))
+    # Full Jacobians w.r.t. the input and initial state; random directions (fast mode) over
+    # the parameters too, which keeps the check thorough yet quick.
+    full = torch.autograd.gradcheck(lambda x, c0: f(x, c0, *params), (x, c0))
+    return full and torch.autograd.gradcheck(f, (x, c0, *params), fast_mode=True)
 
 
 @pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
 def test_gradcheck(pooling):
     torch.manual_seed(6)
-    m = QRNN(2, 3, num_layers=2, bidirectional=True, pooling=pooling, window=2,
+    m = QRNN(2, 2, num_layers=2, bidirectional=True, pooling=pooling, window=2,
              batch_first=True).double()
-    x = torch.randn(2, 4, 2, dtype=D64, requires_grad=True)
-    c0 = torch.randn(4, 2, 3, dtype=D64, requires_grad=True)
-    assert _gradcheck_params(m, x, c0, lengths=torch.tensor([4, 2]))
+    x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
+    c0 = torch.randn(4, 2, 2, dtype=D64, requires_grad=True)
+    assert _gradcheck_params(m, x, c0, lengths=torch.tensor([3, 2]))
 
 
 def test_packed_equals_padded_and_ignores_padding():
@@ -292,7 +300,8 @@ def test_torch_compile_forward_backward():
         (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([5, 0])), "lengths: every length"),
         (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([6, 1])), "lengths: every length"),
         (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([5, 1, 2])), "lengths: expected 2"),
-        (lambda m: m(torch.randn(2, 5, 3), torch.zeros(2, 2, 4)), r"hx: expected shape \(4, 2, 4\)"),
+        (lambda m: m(torch.randn(2, 5, 3), torch.zeros(2, 2, 4)),
+         r"hx: expected shape \(4, 2, 4\)"),
         (lambda m: m(torch.randn(2, 5, 3), torch.zeros(4, 2, 4, dtype=torch.float64)),
          "hx: expected dtype"),
         (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(4, 2, 4), torch.zeros(4, 2, 4))),
@@ -312,6 +321,7 @@ def test_bad_inputs(call, match):
         (dict(pooling="fio"), "pooling"),
         (dict(window=0), "window"),
         (dict(zoneout=1.0), "zoneout"),
+        (dict(zoneout_eval="mean"), "zoneout_eval"),
         (dict(dropout=1.5), "dropout"),
         (dict(num_layers=0), "num_layers"),
         (dict(hidden_size=0), "hidden_size"),

@@ -120,9 +120,9 @@ class RecurrentBase(nn.Module):
             elif input.dim() == 3:
                 x = input if self.batch_first else input.transpose(0, 1)
             else:
+                layout = "(B, T, D)" if self.batch_first else "(T, B, D)"
                 raise ValueError(
-                    "input: expected a 3-D (T, B, D) tensor "
-                    f"({'(B, T, D) with batch_first' if self.batch_first else 'or (B, T, D) with batch_first=True'}) "
+                    f"input: expected a 3-D {layout} tensor (batch_first={self.batch_first}) "
                     f"or a 2-D unbatched (T, D) tensor, got shape {tuple(input.shape)}"
                 )
         if x.shape[-1] != self.input_size:

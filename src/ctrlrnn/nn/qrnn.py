@@ -60,15 +60,30 @@ def causal_windows(x: Tensor, window: int) -> Tensor:
     return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
 
 
+ZONEOUT_EVAL = ("expectation", "identity")
+
+
+def _check_zoneout_eval(mode: str) -> str:
+    if mode not in ZONEOUT_EVAL:
+        raise ValueError(f"zoneout_eval: expected one of {ZONEOUT_EVAL}, got {mode!r}")
+    return mode
+
+
 def zoneout_keep(
-    shape: tuple[int, ...], zoneout: float, training: bool, like: Tensor
+    shape: tuple[int, ...], zoneout: float, training: bool, like: Tensor,
+    eval_mode: str = "expectation",
 ) -> tuple[Tensor | None, float]:
-    """The zoneout multiplier of ``1 - f`` (eq 6): a 0/1 mask in training, ``1 - p`` in eval."""
+    """The zoneout multiplier of ``1 - f`` (eq 6).
+
+    Training: a 0/1 keep mask drawn with probability ``1 - p`` and no rescaling. Evaluation:
+    ``1 - p``, the mask's expectation (``eval_mode="expectation"``), or 1, leaving ``f``
+    untouched as an off-the-shelf dropout layer would in eval mode (``"identity"``).
+    """
     if zoneout <= 0.0:
         return None, 1.0
     if training:
         return torch.bernoulli(like.new_full(shape, 1.0 - zoneout)), 1.0
-    return None, 1.0 - zoneout
+    return None, (1.0 - zoneout) if eval_mode == "expectation" else 1.0
 
 
 class QRNNCell(nn.Module):
@@ -90,9 +105,11 @@ class QRNNCell(nn.Module):
         pooling: str = "fo",
         bias: bool = True,
         zoneout: float = 0.0,
+        zoneout_eval: str = "expectation",
         encoder_state_size: int | None = None,
     ) -> None:
         super().__init__()
+        self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
         self.input_size = _check_positive_int("input_size", input_size)
         self.hidden_size = _check_positive_int("hidden_size", hidden_size)
         self.window = _check_positive_int("window", window)
@@ -168,7 +185,9 @@ class QRNNCell(nn.Module):
         gates = F.linear(seq.reshape(B, 1, k * self.input_size), self.weight, self.bias)
         if self.encoder_weight is not None or encoder_state is not None:
             gates = gates + self._encoder_term(encoder_state)
-        keep, scale = zoneout_keep((B, 1, H), self.zoneout, self.training, x)
+        keep, scale = zoneout_keep(
+            (B, 1, H), self.zoneout, self.training, x, self.zoneout_eval
+        )
         h, _c_seq, c_new = qrnn_pooling(
             gates, c, pooling=self.pooling, keep=keep, keep_scale=scale
         )
@@ -202,7 +221,10 @@ class QRNN(RecurrentBase):
             :class:`torch.nn.LSTM` (``dropout`` is applied between layers).
         window: width ``k`` of the causal convolution (eq 1), any positive integer.
         pooling: ``"f"`` (eq 3), ``"fo"`` (eq 4) or ``"ifo"`` (eq 5).
-        zoneout: probability ``p`` of eq 6 (no rescaling; eval uses the expectation).
+        zoneout: probability ``p`` of eq 6 (no rescaling in training).
+        zoneout_eval: ``"expectation"`` (default: ``1 - f`` scaled by ``1 - p`` in eval, the
+            training mask's mean) or ``"identity"`` (``f`` unchanged in eval, as an
+            off-the-shelf dropout layer without rescaling would behave).
         dense: DenseNet-style connections of section 2.1.
         encoder_state_size: width of ``encoder_state`` for eq 7 (``None``: no such term).
 
@@ -226,6 +248,7 @@ class QRNN(RecurrentBase):
         window: int = 2,
         pooling: str = "fo",
         zoneout: float = 0.0,
+        zoneout_eval: str = "expectation",
         dense: bool = False,
         encoder_state_size: int | None = None,
     ) -> None:
@@ -235,6 +258,7 @@ class QRNN(RecurrentBase):
         self.window = _check_positive_int("window", window)
         self.pooling = _check_pooling(pooling)
         self.zoneout = _check_zoneout(zoneout)
+        self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
         self.dense = bool(dense)
         self.encoder_state_size = encoder_state_size
         self.cells = nn.ModuleList(
@@ -245,6 +269,7 @@ class QRNN(RecurrentBase):
                 pooling=pooling,
                 bias=bias,
                 zoneout=zoneout,
+                zoneout_eval=zoneout_eval,
                 encoder_state_size=encoder_state_size,
             )
             for layer in range(num_layers)
@@ -307,7 +332,9 @@ class QRNN(RecurrentBase):
             enc = enc[layer]
         gates = cell.gate_preactivations(x, enc)
         B, T = x.shape[0], x.shape[1]
-        keep, scale = zoneout_keep((B, T, self.hidden_size), self.zoneout, self.training, x)
+        keep, scale = zoneout_keep(
+            (B, T, self.hidden_size), self.zoneout, self.training, x, self.zoneout_eval
+        )
         c0 = None if state is None else state[0]
         h, _c, c_last = qrnn_pooling(
             gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths

@@ -46,7 +46,9 @@ def check_lengths(
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name}: expected a sequence of integers ({exc})") from exc
     if lens.dim() != 1:
-        raise ValueError(f"{name}: expected a 1-D tensor of shape ({batch},), got {tuple(lens.shape)}")
+        raise ValueError(
+            f"{name}: expected a 1-D tensor of shape ({batch},), got {tuple(lens.shape)}"
+        )
     if lens.numel() != batch:
         raise ValueError(f"{name}: expected {batch} lengths (one per sequence), got {lens.numel()}")
     if torch.compiler.is_compiling() or lens.numel() == 0:
