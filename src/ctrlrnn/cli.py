@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "build": "ctrlrnn.build",
     "bench": "ctrlrnn.bench.cli",
     "data": "ctrlrnn.data.cli",
+    "train": "ctrlrnn.train.cli",
 }
 
 

@@ -181,10 +181,7 @@ class QRNNCell(nn.Module):
                 )
         if encoder_state is not None and unbatched:
             encoder_state = encoder_state.unsqueeze(0)
-        seq = torch.cat([history, x.unsqueeze(1)], dim=1)  # (B, k, D), oldest first
-        gates = F.linear(seq.reshape(B, 1, k * self.input_size), self.weight, self.bias)
-        if self.encoder_weight is not None or encoder_state is not None:
-            gates = gates + self._encoder_term(encoder_state)
+        gates, new_history = self.step_preactivations(x, history, encoder_state)
         keep, scale = zoneout_keep(
             (B, 1, H), self.zoneout, self.training, x, self.zoneout_eval
         )
@@ -192,10 +189,23 @@ class QRNNCell(nn.Module):
             gates, c, pooling=self.pooling, keep=keep, keep_scale=scale
         )
         h = h[:, 0]
-        new_history = seq[:, 1:]
         if unbatched:
             return h[0], (c_new[0], new_history[0])
         return h, (c_new, new_history)
+
+    def step_preactivations(
+        self, x: Tensor, history: Tensor, encoder_state: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Gate pre-activations ``(B, 1, G*H)`` of one step (eq 1-2, 7) and the new history.
+
+        ``x`` is ``(B, input_size)``, ``history`` the previous ``window - 1`` inputs.
+        """
+        seq = torch.cat([history, x.unsqueeze(1)], dim=1)  # (B, k, D), oldest first
+        B, k = x.shape[0], self.window
+        gates = F.linear(seq.reshape(B, 1, k * self.input_size), self.weight, self.bias)
+        if self.encoder_weight is not None or encoder_state is not None:
+            gates = gates + self._encoder_term(encoder_state)
+        return gates, seq[:, 1:]
 
     def _encoder_term(self, encoder_state: Tensor | None) -> Tensor:
         if self.encoder_weight is None:

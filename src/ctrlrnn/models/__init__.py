@@ -1,0 +1,1 @@
+"""Task models from the papers, each built around any encoder by name."""

@@ -1,0 +1,134 @@
+"""Encoders by name: any ctrlrnn layer, or ``torch.nn.LSTM`` / ``nn.GRU`` as the baseline.
+
+Every task model takes its encoder from here, so comparing architectures means swapping one
+name (``--model``) while the rest of the model stays the same. :class:`SequenceEncoder` gives
+all of them one interface: ``forward(x, lengths=None) -> (output, final)`` on batch-first
+input, padding ignored (``nn.LSTM`` / ``nn.GRU`` get packed sequences).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn.ops.padding import last_valid
+from ctrlrnn.train.config import check_options
+
+COMMON: dict[str, tuple[Any, Any]] = {
+    "hidden_size": (int, 128),
+    "num_layers": (int, 1),
+    "dropout": (float, 0.0),
+    "bidirectional": (bool, False),
+}
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How to build encoder ``name``: its class path and its own options beyond ``COMMON``."""
+
+    name: str
+    target: str  # "module:Class"
+    options: dict[str, tuple[Any, Any]]
+    description: str
+
+    def cls(self) -> type[nn.Module]:
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+ENCODERS: dict[str, EncoderSpec] = {
+    spec.name: spec
+    for spec in [
+        EncoderSpec("lstm", "torch.nn:LSTM", {}, "torch.nn.LSTM (baseline)"),
+        EncoderSpec("gru", "torch.nn:GRU", {}, "torch.nn.GRU (baseline)"),
+        EncoderSpec(
+            "qrnn",
+            "ctrlrnn.nn.qrnn:QRNN",
+            {"window": (int, 2), "pooling": (str, "fo"), "zoneout": (float, 0.0),
+             "dense": (bool, False)},
+            "Quasi-recurrent network (qrnn.txt)",
+        ),
+        EncoderSpec(
+            "rcrn",
+            "ctrlrnn.nn.rcrn:RCRN",
+            {"cell": (str, "lstm"), "output_gate": (str, "sigmoid"),
+             "listener": (str, "per_direction")},
+            "Recurrently controlled recurrent network (rcrn.txt)",
+        ),
+        EncoderSpec(
+            "caslstm",
+            "ctrlrnn.nn.cas_lstm:CASLSTM",
+            {"lambda_": (float | str | None, 0.5), "peephole": (bool, False)},
+            "Cell-aware stacked LSTM (cas-lstm.txt)",
+        ),
+        EncoderSpec(
+            "metagross",
+            "ctrlrnn.nn.metagross:Metagross",
+            {"depth": (int, 2), "base": (str, "linear"), "depth_gate": (str, "token"),
+             "residual": (bool, True), "recurrence": (str, "h")},
+            "METAGROSS recursive controlled unit (metagross.txt)",
+        ),
+    ]
+}
+
+
+def encoder_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``model.*`` options for encoder ``name`` (unknown keys and bad types refused)."""
+    if name not in ENCODERS:
+        raise ValueError(f"model: unknown encoder {name!r} (known: {', '.join(ENCODERS)})")
+    return check_options("model", name, given, {**COMMON, **ENCODERS[name].options})
+
+
+class SequenceEncoder(nn.Module):
+    """One interface over every encoder: batch-first input, lengths, padding ignored.
+
+    ``forward(x, lengths=None, hx=None) -> (output, final, h_n)``: ``output`` ``(B, T, H*D)``
+    with zeros past each length, ``final`` ``(B, H*D)`` the output at each sequence's last valid
+    step for the forward direction and at step 0 for the backward one (the summary states),
+    ``h_n`` the layer's own final state(s).
+    """
+
+    def __init__(self, name: str, input_size: int, options: dict[str, Any]) -> None:
+        super().__init__()
+        opts = encoder_options(name, options)
+        self.name = name
+        self.hidden_size = opts["hidden_size"]
+        self.num_layers = opts["num_layers"]
+        self.bidirectional = opts["bidirectional"]
+        self.torch_rnn = name in ("lstm", "gru")
+        cls = ENCODERS[name].cls()
+        extra = {k: v for k, v in opts.items() if k not in COMMON}
+        self.rnn = cls(
+            input_size,
+            opts["hidden_size"],
+            num_layers=opts["num_layers"],
+            batch_first=True,
+            dropout=opts["dropout"] if opts["num_layers"] > 1 or not self.torch_rnn else 0.0,
+            bidirectional=opts["bidirectional"],
+            **extra,
+        )
+        self.output_size = opts["hidden_size"] * (2 if opts["bidirectional"] else 1)
+        self.options = opts
+
+    def forward(
+        self, x: Tensor, lengths: Tensor | None = None, hx: Any = None
+    ) -> tuple[Tensor, Tensor, Any]:
+        if self.torch_rnn and lengths is not None:
+            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out_p, h_n = self.rnn(packed, hx)
+            out, _ = pad_packed_sequence(out_p, batch_first=True, total_length=x.shape[1])
+        elif self.torch_rnn:
+            out, h_n = self.rnn(x, hx)
+        else:
+            out, h_n = self.rnn(x, hx, lengths=lengths)
+        if self.bidirectional:
+            half = self.hidden_size
+            final = torch.cat([last_valid(out[..., :half], lengths), out[:, 0, half:]], dim=-1)
+        else:
+            final = last_valid(out, lengths)
+        return out, final, h_n

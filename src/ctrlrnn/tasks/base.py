@@ -1,0 +1,81 @@
+"""What a training task provides to the trainer.
+
+A task owns its data (built or loaded in :meth:`Task.setup`), builds its model around any
+encoder by name, yields the training batches of an epoch in a deterministic order (a function
+of the seed and the epoch only, so a resumed run sees the same batches), computes the training
+loss of a batch, and evaluates a split into named metrics.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+Batch = dict[str, Any]
+
+
+class Task(ABC):
+    """Base class of the tasks behind ``ctrlrnn train --task NAME``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    #: the validation metric used for early stopping and the best checkpoint
+    metric: ClassVar[str]
+    higher_is_better: ClassVar[bool]
+    #: task options: ``{name: (type, default)}`` (given as ``task.NAME=value``)
+    options: ClassVar[dict[str, tuple[Any, Any]]] = {}
+    #: configuration defaults for this task (overridable by the user)
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, options: dict[str, Any], seed: int) -> None:
+        self.opts = options
+        self.seed = seed
+
+    def setup(self) -> None:  # noqa: B027 - optional hook; tasks without data to load skip it
+        """Load or generate the data (called once, before the model is built)."""
+
+    def data_summary(self) -> dict[str, Any]:
+        """Facts about the data for the report (sizes of splits, vocabulary...)."""
+        return {}
+
+    @abstractmethod
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        """The task model with encoder ``encoder`` built from ``model_args``."""
+
+    @abstractmethod
+    def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
+        """The training batches of ``epoch``, in an order fixed by (seed, epoch)."""
+
+    @abstractmethod
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Mean training loss of ``batch`` (a scalar tensor with grad)."""
+
+    @abstractmethod
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        """Metrics of ``model`` on ``split`` (``"valid"`` or ``"test"``); includes ``metric``."""
+
+    def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
+        """The slice of a global batch that process ``rank`` of ``world_size`` trains on."""
+        if world_size == 1:
+            return batch
+        out: Batch = {}
+        for key, value in batch.items():
+            if isinstance(value, Tensor) and value.dim() > 0:
+                n = value.shape[0]
+                if n % world_size:
+                    raise ValueError(
+                        f"batch_size: {n} is not divisible by the number of processes {world_size}"
+                    )
+                step = n // world_size
+                out[key] = value[rank * step : (rank + 1) * step]
+            else:
+                out[key] = value
+        return out
+
+    def epoch_generator(self, epoch: int) -> torch.Generator:
+        """A generator seeded by (seed, epoch): the only randomness in the data order."""
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)

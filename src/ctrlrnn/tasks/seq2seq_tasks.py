@@ -1,0 +1,186 @@
+"""Sequence-to-sequence tasks on the attentional encoder-decoder of :mod:`ctrlrnn.models.seq2seq`.
+
+* ``copy`` and ``addition`` of variable-length decimal numbers (qrnn.txt appendix);
+* ``sort`` of integer sequences and ``tree-traversal`` (inorder + preorder -> postorder) from
+  metagross.txt section 3.1.
+
+Metrics: teacher-forced loss and perplexity and token accuracy, and exact match of greedily
+decoded outputs (beam search with ``task.beam > 1``, ranked as in qrnn.txt eq 9).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.data.batching import pad_sequences
+from ctrlrnn.data.synthetic.common import Seq2SeqExample
+from ctrlrnn.data.vocab import Vocab
+from ctrlrnn.models.seq2seq import Seq2Seq
+from ctrlrnn.tasks.base import Batch, Task
+
+
+class Seq2SeqTask(Task):
+    """Common machinery: vocabulary, padding, batching, loss and metrics."""
+
+    metric: ClassVar[str] = "exact_match"
+    higher_is_better: ClassVar[bool] = True
+    common_options: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "train_size": (int, 10_000),
+        "valid_size": (int, 1_000),
+        "test_size": (int, 1_000),
+        "embedding_size": (int, 64),
+        "decoder": (str, ""),
+        "beam": (int, 1),
+        "alpha": (float, 0.6),
+        "eval_batch_size": (int, 256),
+    }
+
+    @abstractmethod
+    def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
+        """The train/valid/test examples, generated from ``self.seed``."""
+
+    def setup(self) -> None:
+        sizes = {"train": self.opts["train_size"], "valid": self.opts["valid_size"],
+                 "test": self.opts["test_size"]}
+        for key, value in sizes.items():
+            if value < 1:
+                raise ValueError(f"task.{key}_size: expected a positive integer, got {value}")
+        self.splits = self.make_splits(sizes)
+        tokens = [t for ex in self.splits["train"] for t in (*ex.source, *ex.target)]
+        self.vocab = Vocab.build([tokens])
+        self.encoded = {name: self._encode(exs) for name, exs in self.splits.items()}
+
+    def _encode(self, examples: Sequence[Seq2SeqExample]) -> list[tuple[list[int], list[int]]]:
+        return [(self.vocab.encode(ex.source), self.vocab.encode(ex.target)) for ex in examples]
+
+    def data_summary(self) -> dict[str, Any]:
+        return {
+            **{f"{k} examples": len(v) for k, v in self.splits.items()},
+            "vocabulary": len(self.vocab),
+            "mean source length": sum(len(e.source) for e in self.splits["train"])
+            / len(self.splits["train"]),
+        }
+
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        decoder = self.opts["decoder"] or ("qrnn" if encoder == "qrnn" else "lstm")
+        return Seq2Seq(
+            len(self.vocab), len(self.vocab), encoder=encoder, encoder_args=model_args,
+            decoder=decoder, embedding_size=self.opts["embedding_size"],
+            dropout=float(model_args.get("dropout", 0.0)),
+            pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
+        )
+
+    def _batch(self, pairs: Sequence[tuple[list[int], list[int]]]) -> Batch:
+        v = self.vocab
+        src = pad_sequences([s for s, _ in pairs], v.pad_id)
+        tin = pad_sequences([[v.bos_id, *t] for _, t in pairs], v.pad_id)
+        tout = pad_sequences([[*t, v.eos_id] for _, t in pairs], v.pad_id)
+        return {"src": src.tokens, "src_lengths": src.lengths, "tgt_in": tin.tokens,
+                "tgt_out": tout.tokens, "ntokens": int(tout.lengths.sum())}
+
+    def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
+        data = self.encoded["train"]
+        order = torch.randperm(len(data), generator=self.epoch_generator(epoch)).tolist()
+        return [self._batch([data[i] for i in order[k : k + batch_size]])
+                for k in range(0, len(order) - batch_size + 1, batch_size)]
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+        total = F.cross_entropy(logits.flatten(0, 1), batch["tgt_out"].flatten(),
+                                ignore_index=self.vocab.pad_id, reduction="sum")
+        # normalised by the global batch's token count, so the average over processes equals
+        # the single-process mean (see Task.shard)
+        return total * batch.get("world_size", 1) / batch["ntokens"]
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        data = self.encoded[split]
+        size = self.opts["eval_batch_size"]
+        nll = tokens = correct_tokens = exact = n = 0.0
+        batches = range(0, len(data), size)
+        for count, k in enumerate(batches):
+            if max_batches and count >= max_batches:
+                break
+            pairs = data[k : k + size]
+            b = self._batch(pairs)
+            logits = model(b["src"], b["src_lengths"], b["tgt_in"])
+            mask = b["tgt_out"] != self.vocab.pad_id
+            nll += float(F.cross_entropy(logits.flatten(0, 1), b["tgt_out"].flatten(),
+                                         ignore_index=self.vocab.pad_id, reduction="sum"))
+            tokens += float(mask.sum())
+            correct_tokens += float(((logits.argmax(-1) == b["tgt_out"]) & mask).sum())
+            max_len = max(len(t) for _, t in pairs) + 5
+            if self.opts["beam"] > 1:
+                hyps = model.beam_search(b["src"], b["src_lengths"], beam=self.opts["beam"],
+                                         alpha=self.opts["alpha"], max_len=max_len)
+            else:
+                hyps = model.greedy(b["src"], b["src_lengths"], max_len)
+            exact += sum(h == t for h, (_, t) in zip(hyps, pairs))
+            n += len(pairs)
+        loss = nll / max(tokens, 1.0)
+        return {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "token_accuracy": correct_tokens / max(tokens, 1.0),
+            "exact_match": exact / max(n, 1.0),
+        }
+
+    def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
+        out = super().shard(batch, rank, world_size)
+        out["world_size"] = world_size
+        return out
+
+
+class CopyTask(Seq2SeqTask):
+    name = "copy"
+    description = "copy a variable-length decimal number (qrnn.txt appendix)"
+    options = {**Seq2SeqTask.common_options, "digits": (int, 5)}
+    defaults = {"batch_size": 64, "lr": 3e-3}
+
+    def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
+        from ctrlrnn.data.synthetic.arithmetic import copy_splits
+
+        return copy_splits(self.opts["digits"], sizes, self.seed)
+
+
+class AdditionTask(Seq2SeqTask):
+    name = "addition"
+    description = "add two variable-length decimal numbers, e.g. 73952+9462 -> 83414 (qrnn.txt)"
+    options = {**Seq2SeqTask.common_options, "digits": (int, 5)}
+    defaults = {"batch_size": 64, "lr": 3e-3}
+
+    def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
+        from ctrlrnn.data.synthetic.arithmetic import addition_splits
+
+        return addition_splits(self.opts["digits"], sizes, self.seed)
+
+
+class SortTask(Seq2SeqTask):
+    name = "sort"
+    description = "sort a sequence of integers (metagross.txt 3.1)"
+    options = {**Seq2SeqTask.common_options, "max_length": (int, 10), "max_value": (int, 100)}
+    defaults = {"batch_size": 64, "lr": 3e-3}
+
+    def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
+        from ctrlrnn.data.synthetic.sort import sort_splits
+
+        return sort_splits(self.opts["max_length"], sizes, self.seed,
+                           max_value=self.opts["max_value"])
+
+
+class TreeTraversalTask(Seq2SeqTask):
+    name = "tree-traversal"
+    description = "inorder + preorder -> postorder of a random tree (metagross.txt 3.1)"
+    options = {**Seq2SeqTask.common_options, "max_depth": (int, 5), "p": (float, 0.7)}
+    defaults = {"batch_size": 64, "lr": 3e-3}
+
+    def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
+        from ctrlrnn.data.synthetic.tree_traversal import tree_traversal_splits
+
+        return tree_traversal_splits(self.opts["max_depth"], sizes, self.seed, p=self.opts["p"])

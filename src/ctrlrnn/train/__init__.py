@@ -1,0 +1,1 @@
+"""Training: configuration, the loop, checkpoints, logs, reports, multi-process runs."""

@@ -1,0 +1,174 @@
+"""``ctrlrnn train`` and ``ctrlrnn eval``.
+
+    ctrlrnn train --task TASK --model MODEL [--config FILE.toml] [--max-steps N] [--epochs N]
+                  [--out DIR] [--resume] [key=value ...]
+    ctrlrnn eval --checkpoint RUN_DIR/best.safetensors [--split test]
+
+The whole configuration (task, model, their options, every key=value) is checked before any
+work starts; an unknown task, model or key, or a value of the wrong type, is refused with a
+message naming it. Under ``torchrun`` the run is shared among the processes (see
+:mod:`ctrlrnn.train.distributed`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ctrlrnn.train.config import HELP, ConfigError, check_options, load_config, parse_overrides
+
+
+def _epilog() -> str:
+    from ctrlrnn.models.encoders import ENCODERS
+    from ctrlrnn.tasks import TASKS, task_class
+
+    lines = ["tasks:"]
+    for name in sorted(TASKS):
+        cls = task_class(name)
+        opts = ", ".join(f"task.{k}={d!r}" for k, (_t, d) in cls.options.items())
+        lines.append(f"  {name:16s} {cls.description}")
+        lines.append(f"  {'':16s} options: {opts}")
+    lines.append("models (encoders):")
+    from ctrlrnn.models.encoders import COMMON
+
+    for name, spec in ENCODERS.items():
+        opts = ", ".join(f"model.{k}={d!r}" for k, (_t, d) in {**COMMON, **spec.options}.items())
+        lines.append(f"  {name:10s} {spec.description}")
+        lines.append(f"  {'':10s} options: {opts}")
+    lines.append("configuration keys (key=value):")
+    for key, text in HELP.items():
+        lines.append(f"  {key:17s} {text}")
+    return "\n".join(lines)
+
+
+def build_run(cfg_args: argparse.Namespace) -> tuple[Any, Any]:
+    """Validate the whole configuration; returns (config, task class). Does no work."""
+    from ctrlrnn.models.encoders import encoder_options
+    from ctrlrnn.tasks import task_class
+
+    overrides = parse_overrides(cfg_args.overrides)
+    for flag, key in (("max_steps", "max_steps"), ("epochs", "epochs"), ("out", "out"),
+                      ("seed", "seed")):
+        value = getattr(cfg_args, flag, None)
+        if value is not None:
+            overrides[key] = value
+    overrides["task"] = cfg_args.task
+    overrides["model"] = cfg_args.model
+    cls = task_class(cfg_args.task)
+    cfg = load_config(cfg_args.config, overrides, base=dict(cls.defaults))
+    cfg.task_args = check_options("task", cfg.task, cfg.task_args, cls.options)
+    cfg.model_args = encoder_options(cfg.model, cfg.model_args)
+    return cfg, cls
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ctrlrnn.train.distributed import init_distributed, shutdown
+    from ctrlrnn.train.report import write_report
+    from ctrlrnn.train.trainer import Trainer
+
+    try:
+        cfg, cls = build_run(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"ctrlrnn train: {exc}", file=sys.stderr)
+        return 2
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ctx = init_distributed()
+    try:
+        seed_everything(cfg.seed)
+        task = cls(cfg.task_args, cfg.seed)
+        task.setup()
+        model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
+        out = Path(cfg.out or f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}")
+        if not cfg.out:
+            cfg.out = str(out)
+        trainer = Trainer(cfg, task, model, out, ctx, show_progress=not args.no_progress)
+        try:
+            result = trainer.fit(resume=args.resume)
+        except ConfigError as exc:
+            print(f"ctrlrnn train: {exc}", file=sys.stderr)
+            return 2
+        if ctx.is_main:
+            n_params = sum(p.numel() for p in model.parameters())
+            report = write_report(
+                out,
+                config=cfg.to_dict(),
+                result=result,
+                data=task.data_summary(),
+                model_info={"encoder": cfg.model, "parameters": n_params,
+                            "processes": ctx.world_size},
+                rows=trainer.log.rows() if trainer.log else [],
+            )
+            summary = {k: result[k] for k in ("step", "train_seconds")}
+            print(json.dumps({**summary, "valid": result["valid"], "test": result["test"]},
+                             indent=1))
+            print(f"report: {report}")
+    finally:
+        shutdown(ctx)
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from ctrlrnn.models.encoders import encoder_options
+    from ctrlrnn.tasks import task_class
+    from ctrlrnn.train.checkpoint import Checkpoint
+    from ctrlrnn.train.config import TrainConfig
+
+    try:
+        ckpt = Checkpoint(args.checkpoint)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"ctrlrnn eval: {exc}", file=sys.stderr)
+        return 2
+    cfg = TrainConfig(**ckpt.config)
+    cls = task_class(cfg.task)
+    seed_everything(cfg.seed)
+    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
+    task.setup()
+    model = task.build_model(cfg.model, encoder_options(cfg.model, cfg.model_args))
+    ckpt.restore(model, rng=False)
+    model.eval()
+    with torch.no_grad():
+        metrics = task.evaluate(model, args.split, 0)
+    print(json.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
+                     indent=1))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train and evaluate a model on a task",
+        description="Train any ctrlrnn encoder (or nn.LSTM/GRU) on one of the papers' tasks.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--task", required=True, help="task name (listed below)")
+    p.add_argument("--model", required=True, help="encoder name (listed below)")
+    p.add_argument("--config", help="TOML file with configuration keys ([model], [task] tables)")
+    p.add_argument("--max-steps", dest="max_steps", type=int, help="stop after N steps")
+    p.add_argument("--epochs", type=int, help="number of epochs")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
+    p.set_defaults(func=run_train)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint on a split")
+    e.add_argument("--checkpoint", required=True, help="a .safetensors checkpoint of a run")
+    e.add_argument("--split", default="test", choices=["valid", "test"])
+    e.set_defaults(func=run_eval)
+

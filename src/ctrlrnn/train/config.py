@@ -1,0 +1,212 @@
+"""Run configuration: a typed dataclass, filled from a TOML file and ``key=value`` overrides.
+
+Every key is checked before any work starts: an unknown key, or a value of the wrong type,
+is refused with a message naming it. Encoder options go under ``model.`` (``model.hidden_size
+=128``), task options under ``task.`` (``task.digits=3``); their names and types are declared by
+the encoder and task registries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used (names the key)."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (see ``ctrlrnn train --help``)."""
+
+    task: str = ""
+    model: str = ""
+    out: str = ""
+    seed: int = 0
+    epochs: int = 1
+    max_steps: int = 0
+    batch_size: int = 32
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    lr_decay: float = 1.0
+    lr_decay_start: int = 0
+    clip_norm: float = 5.0
+    eval_every: int = 0
+    eval_batches: int = 0
+    checkpoint_every: int = 50
+    log_every: int = 10
+    patience: int = 0
+    threads: int = 0
+    model_args: dict[str, Any] = field(default_factory=dict)
+    task_args: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+HELP: dict[str, str] = {
+    "task": "task name (ctrlrnn train --help lists them)",
+    "model": "encoder name: qrnn, lstm, gru, rcrn, caslstm, carnn, metagross",
+    "out": "output directory (default runs/TASK-MODEL-seedN)",
+    "seed": "random seed (data order, initialisation, dropout)",
+    "epochs": "number of passes over the training data",
+    "max_steps": "stop after this many optimizer steps (0: no limit)",
+    "batch_size": "global batch size (split across processes under torchrun)",
+    "optimizer": "adam, adamw, rmsprop, sgd or adadelta",
+    "lr": "learning rate",
+    "weight_decay": "L2 weight decay",
+    "momentum": "momentum (sgd, rmsprop)",
+    "lr_decay": "multiply the learning rate by this each epoch from lr_decay_start on",
+    "lr_decay_start": "first epoch (0-based) at which lr_decay applies",
+    "clip_norm": "clip the gradient norm to this (0: off)",
+    "eval_every": "evaluate every N steps (0: at the end of each epoch)",
+    "eval_batches": "limit evaluation to N batches (0: the whole split)",
+    "checkpoint_every": "write a checkpoint every N steps (and at each evaluation)",
+    "log_every": "log training loss every N steps",
+    "patience": "early stopping: epochs without improvement of the validation metric (0: off)",
+    "threads": "torch intra-op threads (0: default)",
+}
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin is tuple:
+        return isinstance(value, (list, tuple))
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def coerce(key: str, raw: Any, annotation: Any) -> Any:
+    """Convert a command-line string (or TOML value) to ``annotation``; refuse with the key."""
+    value = raw
+    if isinstance(raw, str) and annotation is not str:
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not _type_ok(value, annotation):
+        raise ConfigError(
+            f"{key}: expected a value of type {_type_name(annotation)}, got {raw!r}"
+        )
+    return value
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"{item}: expected key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load_config(
+    path: str | Path | None, overrides: dict[str, Any], base: dict[str, Any] | None = None
+) -> TrainConfig:
+    """Build a :class:`TrainConfig` from ``base`` values, a TOML file, then overrides.
+
+    ``model.X`` / ``task.X`` keys (or ``[model]`` / ``[task]`` TOML tables) go to
+    ``model_args`` / ``task_args``; they are type-checked later by the registries.
+    """
+    values: dict[str, Any] = dict(base or {})
+    model_args: dict[str, Any] = {}
+    task_args: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config: no such file {p}")
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config: {p} is not valid TOML: {exc}") from exc
+        for key, value in data.items():
+            if key == "model" and isinstance(value, dict):
+                model_args.update(value)
+            elif key == "task" and isinstance(value, dict):
+                task_args.update(value)
+            else:
+                values[key] = value
+    for key, value in overrides.items():
+        if key.startswith("model."):
+            model_args[key[len("model.") :]] = value
+        elif key.startswith("task."):
+            task_args[key[len("task.") :]] = value
+        else:
+            values[key] = value
+    hints = typing.get_type_hints(TrainConfig)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_args", "task_args"}
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"{key}: unknown configuration key (known: {known})")
+        checked[key] = coerce(key, value, hints[key])
+    cfg = TrainConfig(**checked, model_args=model_args, task_args=task_args)
+    _check_ranges(cfg)
+    return cfg
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    positive = ("epochs", "batch_size", "log_every", "checkpoint_every")
+    for key in positive:
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"{key}: expected a positive integer, got {getattr(cfg, key)}")
+    non_negative = ("max_steps", "eval_every", "eval_batches", "patience", "threads",
+                    "lr_decay_start", "seed")
+    for key in non_negative:
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key}: expected an integer >= 0, got {getattr(cfg, key)}")
+    for key in ("lr", "weight_decay", "momentum", "clip_norm"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key}: expected a number >= 0, got {getattr(cfg, key)}")
+    if not 0 < cfg.lr_decay <= 1:
+        raise ConfigError(f"lr_decay: expected a number in (0, 1], got {cfg.lr_decay}")
+
+
+def check_options(
+    kind: str, name: str, given: dict[str, Any], declared: dict[str, tuple[Any, Any]]
+) -> dict[str, Any]:
+    """Type-check ``given`` options against ``declared`` ``{key: (type, default)}``.
+
+    Returns the full option dict (defaults filled in). ``kind`` is ``"model"`` or ``"task"``.
+    """
+    out = {k: default for k, (_t, default) in declared.items()}
+    for key, value in given.items():
+        if key not in declared:
+            known = ", ".join(f"{kind}.{k}" for k in sorted(declared)) or "none"
+            raise ConfigError(f"{kind}.{key}: unknown option for {kind} {name!r} (known: {known})")
+        out[key] = coerce(f"{kind}.{key}", value, declared[key][0])
+    return out

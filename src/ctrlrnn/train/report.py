@@ -1,0 +1,96 @@
+"""The end-of-run report: learning curves (PNG, matplotlib) and a markdown page."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path, metric: str) -> Path | None:
+    """Training loss and the validation metric against the step, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["loss"]) for r in rows if r.get("split") == "train" and r.get("loss")
+             is not None]
+    key = f"valid_{metric}"
+    valid = [(r["step"], r[key]) for r in rows if r.get("split") == "valid" and r.get(key)
+             is not None]
+    if not train and not valid:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    if train:
+        axes[0].plot(*zip(*train), lw=1.2)
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("training loss")
+    axes[0].set_title("training loss")
+    axes[0].grid(alpha=0.3)
+    if valid:
+        axes[1].plot(*zip(*valid), marker="o", lw=1.2)
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel(metric)
+    axes[1].set_title(f"validation {metric}")
+    axes[1].grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def write_report(
+    out_dir: Path,
+    *,
+    config: dict[str, Any],
+    result: dict[str, Any],
+    data: dict[str, Any],
+    model_info: dict[str, Any],
+    rows: list[dict[str, Any]],
+) -> Path:
+    """Write ``report.md`` (and ``curves.png``) into ``out_dir``; returns the report path."""
+    plot = plot_curves(rows, out_dir / "curves.png", result["metric"])
+    lines = [
+        f"# Run report: {config['task']} with {config['model']}",
+        "",
+        f"- steps: {result['step']}, epochs completed: {result['epochs_completed']}, "
+        f"training time: {result['train_seconds']:.1f} s",
+        f"- best validation {result['metric']} at step {result['best_step']}",
+        f"- machine: {platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads",
+        "",
+        "## Metrics (best checkpoint)",
+        "",
+        "| split | " + " | ".join(sorted(result["valid"])) + " |",
+        "|---|" + "---|" * len(result["valid"]),
+        "| valid | " + " | ".join(_fmt(result["valid"][k]) for k in sorted(result["valid"]))
+        + " |",
+        "| test | " + " | ".join(_fmt(result["test"].get(k, "")) for k in sorted(result["valid"]))
+        + " |",
+        "",
+        "## Model",
+        "",
+        *[f"- {k}: {_fmt(v)}" for k, v in model_info.items()],
+        "",
+        "## Data",
+        "",
+        *[f"- {k}: {_fmt(v)}" for k, v in data.items()],
+        "",
+    ]
+    if plot is not None:
+        lines += ["## Learning curves", "", f"![learning curves]({plot.name})", ""]
+    lines += ["## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    (out_dir / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return path

@@ -1,0 +1,292 @@
+"""The training loop: optimizer steps, evaluation, early stopping, checkpoints, resume.
+
+A run writes into its output directory:
+
+* ``checkpoint.safetensors`` — the latest state (model, optimizer, RNG, progress), written
+  atomically every ``checkpoint_every`` steps, at each evaluation and at the end;
+* ``best.safetensors`` — the state with the best validation metric so far;
+* ``log.jsonl`` / ``log.csv`` — training and evaluation rows;
+* ``report.md`` and ``curves.png`` — written at the end (see :mod:`ctrlrnn.train.report`).
+
+Resuming (``resume=True``) restores the latest checkpoint, drops log rows after its step and
+continues with the same batches (the order is a function of seed and epoch) and the same RNG
+stream, so a killed run ends with the same weights and metrics as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ctrlrnn.tasks.base import Task
+from ctrlrnn.train.checkpoint import Checkpoint, save_checkpoint
+from ctrlrnn.train.config import ConfigError, TrainConfig
+from ctrlrnn.train.distributed import (
+    DistContext,
+    average_gradients,
+    barrier,
+    mean_over_processes,
+)
+from ctrlrnn.train.logs import RunLog
+from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
+
+LATEST = "checkpoint.safetensors"
+BEST = "best.safetensors"
+
+
+class Trainer:
+    """Runs one training job described by a :class:`TrainConfig`."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        task: Task,
+        model: nn.Module,
+        out_dir: Path,
+        ctx: DistContext | None = None,
+        *,
+        show_progress: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.task = task
+        self.model = model
+        self.out = Path(out_dir)
+        self.ctx = ctx or DistContext()
+        self.show_progress = show_progress and self.ctx.is_main
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(
+            cfg.optimizer,
+            self.params,
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            momentum=cfg.momentum,
+        )
+        self.log = RunLog(self.out) if self.ctx.is_main else None
+        self.progress: dict[str, Any] = {
+            "step": 0,
+            "epoch": 0,
+            "batch": 0,
+            "best": None,
+            "best_step": None,
+            "bad_evals": 0,
+            "done": False,
+            "train_seconds": 0.0,
+            "last_eval_step": -1,
+        }
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ state
+    def _save(self, name: str = LATEST) -> None:
+        if self.ctx.is_main:
+            save_checkpoint(
+                self.out / name,
+                self.model,
+                self.optimizer,
+                progress=self.progress,
+                config=self.cfg.to_dict(),
+            )
+            if self.log is not None:
+                self.log.export_csv()
+        barrier(self.ctx)
+
+    def _restore(self) -> bool:
+        path = self.out / LATEST
+        if not path.exists():
+            return False
+        ckpt = Checkpoint(path)
+        ckpt.restore(self.model, self.optimizer)
+        self.progress.update(ckpt.progress)
+        if self.log is not None:
+            self.log.truncate_after(int(self.progress["step"]))
+        return True
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        with torch.no_grad():
+            metrics = self.task.evaluate(self.model, "valid", self.cfg.eval_batches)
+        self.model.train()
+        step = int(self.progress["step"])
+        self.progress["last_eval_step"] = step
+        value = metrics[self.task.metric]
+        best = self.progress["best"]
+        improved = best is None or (
+            value > best if self.task.higher_is_better else value < best
+        )
+        if improved and math.isfinite(value):
+            self.progress["best"] = value
+            self.progress["best_step"] = step
+            self.progress["bad_evals"] = 0
+            self._save(BEST)
+        else:
+            self.progress["bad_evals"] += 1
+        self.last_metrics = metrics
+        if self.log is not None:
+            self.log.write({"step": step, "epoch": self.progress["epoch"], "split": "valid",
+                            **{f"valid_{k}": v for k, v in metrics.items()}})
+        return metrics
+
+    def _should_stop_early(self) -> bool:
+        return bool(self.cfg.patience) and self.progress["bad_evals"] >= self.cfg.patience
+
+    # ------------------------------------------------------------------ loop
+    def fit(self, *, resume: bool = False) -> dict[str, Any]:
+        """Train until the epochs, ``max_steps`` or early stopping end the run."""
+        has_ckpt = (self.out / LATEST).exists()
+        if has_ckpt and not resume:
+            raise ConfigError(
+                f"out: {self.out} already holds a run (checkpoint.safetensors); "
+                "pass --resume to continue it or choose another --out"
+            )
+        if resume and self._restore() and self.progress.get("done"):
+            return self._finish(already_done=True)
+        cfg = self.cfg
+        total_steps = self._planned_steps()
+        bar = _ProgressBar(total_steps, self.progress["step"], enabled=self.show_progress)
+        stop = False
+        t_start = time.perf_counter()
+        seconds_before = float(self.progress["train_seconds"])
+        examples = 0
+        try:
+            while self.progress["epoch"] < cfg.epochs and not stop:
+                epoch = int(self.progress["epoch"])
+                lr = cfg.lr * epoch_decay_factor(epoch, cfg.lr_decay, cfg.lr_decay_start)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                batches = self.task.train_batches(epoch, cfg.batch_size)
+                self.model.train()
+                for index in range(int(self.progress["batch"]), len(batches)):
+                    batch = self.task.shard(batches[index], self.ctx.rank, self.ctx.world_size)
+                    loss = self.task.loss(self.model, batch)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    average_gradients(self.params, self.ctx)
+                    if cfg.clip_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(self.params, cfg.clip_norm)
+                    self.optimizer.step()
+                    loss_value = mean_over_processes(float(loss.detach()), self.ctx)
+                    self.progress["step"] += 1
+                    self.progress["batch"] = index + 1
+                    step = int(self.progress["step"])
+                    examples += _batch_size(batches[index])
+                    elapsed = seconds_before + time.perf_counter() - t_start
+                    self.progress["train_seconds"] = elapsed
+                    if step % cfg.log_every == 0 and self.log is not None:
+                        self.log.write({"step": step, "epoch": epoch, "split": "train",
+                                        "loss": loss_value, "lr": lr, "seconds": elapsed})
+                    bar.update(step, loss_value, self.last_metrics.get(self.task.metric),
+                               self.task.metric)
+                    if cfg.eval_every and step % cfg.eval_every == 0:
+                        self._evaluate()
+                        if self._should_stop_early():
+                            stop = True
+                    if step % cfg.checkpoint_every == 0 or (
+                        cfg.eval_every and step % cfg.eval_every == 0
+                    ):
+                        self._save()
+                    if stop or (cfg.max_steps and step >= cfg.max_steps):
+                        stop = True
+                        break
+                if self.progress["batch"] >= len(batches):
+                    self.progress["epoch"] += 1
+                    self.progress["batch"] = 0
+                    if not cfg.eval_every:
+                        self._evaluate()
+                        if self._should_stop_early():
+                            stop = True
+                    self._save()
+        finally:
+            bar.close()
+        self.progress["done"] = True
+        return self._finish(already_done=False)
+
+    def _planned_steps(self) -> int:
+        per_epoch = len(self.task.train_batches(0, self.cfg.batch_size))
+        total = per_epoch * self.cfg.epochs
+        return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
+
+    def _finish(self, *, already_done: bool) -> dict[str, Any]:
+        step = int(self.progress["step"])
+        if not already_done:
+            if self.progress["last_eval_step"] != step:
+                self._evaluate()
+            self._save()
+        best_path = self.out / BEST
+        if best_path.exists():
+            Checkpoint(best_path).restore(self.model, rng=False)
+        self.model.eval()
+        with torch.no_grad():
+            valid = self.task.evaluate(self.model, "valid", 0)
+            test = self.task.evaluate(self.model, "test", 0)
+        result = {
+            "step": step,
+            "epochs_completed": int(self.progress["epoch"]),
+            "train_seconds": float(self.progress["train_seconds"]),
+            "best_step": self.progress["best_step"],
+            "metric": self.task.metric,
+            "valid": valid,
+            "test": test,
+        }
+        if self.log is not None and not already_done:
+            self.log.write({"step": step, "split": "final",
+                            **{f"valid_{k}": v for k, v in valid.items()},
+                            **{f"test_{k}": v for k, v in test.items()}})
+            self.log.export_csv()
+        return result
+
+
+def _batch_size(batch: dict[str, Any]) -> int:
+    for value in batch.values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    return 0
+
+
+class _ProgressBar:
+    """A rich progress bar with loss, the validation metric and speed (main process only)."""
+
+    def __init__(self, total: int, start: int, *, enabled: bool) -> None:
+        self.enabled = enabled
+        if not enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self.progress.start()
+        self.task_id = self.progress.add_task("train", total=total, completed=start, info="")
+        self.t0 = time.perf_counter()
+        self.start = start
+
+    def update(self, step: int, loss: float, metric: float | None, metric_name: str) -> None:
+        if not self.enabled:
+            return
+        rate = (step - self.start) / max(time.perf_counter() - self.t0, 1e-9)
+        info = f"loss {loss:.4f}"
+        if metric is not None:
+            info += f"  {metric_name} {metric:.4f}"
+        info += f"  {rate:.1f} steps/s"
+        self.progress.update(self.task_id, completed=step, info=info)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.progress.stop()
