@@ -1,0 +1,101 @@
+"""Configuration checks happen before any work; the CLI writes a run's files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ctrlrnn.cli import main
+from ctrlrnn.train.config import ConfigError, TrainConfig, check_options, load_config
+
+
+def test_overrides_are_typed():
+    cfg = load_config(None, {"lr": "0.01", "epochs": "3", "model.hidden_size": "64"})
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.lr == 0.01 and cfg.epochs == 3 and cfg.model_args == {"hidden_size": "64"}
+    assert load_config(None, {"lr": "1"}).lr == 1.0  # an int is a valid float
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ({"learning_rate": "0.1"}, "learning_rate: unknown configuration key"),
+        ({"epochs": "two"}, "epochs: expected a value of type int"),
+        ({"epochs": "1.5"}, "epochs: expected a value of type int"),
+        ({"lr": "fast"}, "lr: expected a value of type float"),
+        ({"batch_size": "0"}, "batch_size: expected a positive integer"),
+        ({"lr_decay": "1.5"}, "lr_decay: expected a number in"),
+    ],
+)
+def test_bad_overrides_are_refused(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, overrides)
+
+
+def test_toml_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('lr = 0.5\nepochs = 2\n[model]\nhidden_size = 32\n[task]\ndigits = 3\n')
+    cfg = load_config(path, {"epochs": "4"})
+    assert cfg.lr == 0.5 and cfg.epochs == 4
+    assert cfg.model_args == {"hidden_size": 32} and cfg.task_args == {"digits": 3}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("lr = [\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad, {})
+
+
+def test_check_options():
+    declared = {"digits": (int, 5), "p": (float, 0.7)}
+    assert check_options("task", "copy", {"digits": "3"}, declared) == {"digits": 3, "p": 0.7}
+    with pytest.raises(ConfigError, match="task.depth: unknown option for task 'copy'"):
+        check_options("task", "copy", {"depth": 3}, declared)
+    with pytest.raises(ConfigError, match="task.digits: expected a value of type int"):
+        check_options("task", "copy", {"digits": "x"}, declared)
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--task", "nope", "--model", "qrnn"], "task: unknown task 'nope'"),
+        (["--task", "copy", "--model", "transformerxl"], "model: unknown encoder"),
+        (["--task", "copy", "--model", "qrnn", "model.windw=3"], "model.windw: unknown option"),
+        (["--task", "copy", "--model", "qrnn", "task.digits=many"], "task.digits: expected"),
+        (["--task", "copy", "--model", "qrnn", "lr=abc"], "lr: expected a value of type float"),
+        (["--task", "copy", "--model", "qrnn", "nonsense"], "nonsense: expected key=value"),
+    ],
+)
+def test_cli_refuses_bad_configuration_before_work(argv, match, tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["train", *argv, "--out", str(out)]) == 2
+    assert match in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_help_lists_tasks_and_models():
+    proc = subprocess.run([sys.executable, "-m", "ctrlrnn", "train", "--help"],
+                          capture_output=True, text=True, check=True)
+    for word in ("copy", "addition", "sort", "tree-traversal", "qrnn", "lstm", "metagross"):
+        assert word in proc.stdout
+
+
+def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path):
+    out = tmp_path / "run"
+    code = main(["train", "--task", "copy", "--model", "qrnn", "--max-steps", "30", "--epochs", "5",
+                 "--out", str(out), "--no-progress", "model.hidden_size=16",
+                 "task.train_size=320", "task.valid_size=32", "task.test_size=32",
+                 "batch_size=32", "eval_every=15"])
+    assert code == 0
+    for name in ("checkpoint.safetensors", "best.safetensors", "log.jsonl", "log.csv",
+                 "report.md", "curves.png", "result.json"):
+        assert (out / name).is_file(), name
+    rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("split") == "train"]
+    assert train[-1]["step"] == 30 and train[0]["loss"] > train[-1]["loss"]
+    report = (out / "report.md").read_text()
+    assert "exact_match" in report and "curves.png" in report
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code = main(["eval", "--checkpoint", str(out / "best.safetensors"), "--split", "valid"])
+    assert code == 0
