@@ -22,7 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctrlrnn.train.config import HELP, ConfigError, check_options, load_config, parse_overrides
+from ctrlrnn.tasks.base import Task
+from ctrlrnn.train.config import (
+    HELP,
+    ConfigError,
+    TrainConfig,
+    check_options,
+    load_config,
+    parse_overrides,
+)
 
 
 def _epilog() -> str:
@@ -74,50 +82,70 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_train(args: argparse.Namespace) -> int:
+def train_run(
+    cfg: TrainConfig,
+    task_cls: type[Task],
+    *,
+    resume: bool = False,
+    show_progress: bool = True,
+    verbose: bool = True,
+) -> dict[str, Any] | None:
+    """Train ``cfg`` (already validated) to the end; returns the result on the main process.
+
+    Used by ``ctrlrnn train`` and ``ctrlrnn reproduce``. Raises :class:`ConfigError` when the
+    output directory holds a run and ``resume`` is false.
+    """
     from ctrlrnn.train.distributed import init_distributed, shutdown
     from ctrlrnn.train.report import write_report
     from ctrlrnn.train.trainer import Trainer
 
-    try:
-        cfg, cls = build_run(args)
-    except (ConfigError, ValueError) as exc:
-        print(f"ctrlrnn train: {exc}", file=sys.stderr)
-        return 2
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     ctx = init_distributed()
     try:
         seed_everything(cfg.seed)
-        task = cls(cfg.task_args, cfg.seed)
+        task = task_cls(cfg.task_args, cfg.seed)
         task.setup()
         model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
-        out = Path(cfg.out or f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}")
         if not cfg.out:
-            cfg.out = str(out)
-        trainer = Trainer(cfg, task, model, out, ctx, show_progress=not args.no_progress)
-        try:
-            result = trainer.fit(resume=args.resume)
-        except ConfigError as exc:
-            print(f"ctrlrnn train: {exc}", file=sys.stderr)
-            return 2
-        if ctx.is_main:
-            n_params = sum(p.numel() for p in model.parameters())
-            report = write_report(
-                out,
-                config=cfg.to_dict(),
-                result=result,
-                data=task.data_summary(),
-                model_info={"encoder": cfg.model, "parameters": n_params,
-                            "processes": ctx.world_size},
-                rows=trainer.log.rows() if trainer.log else [],
-            )
+            cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
+        out = Path(cfg.out)
+        trainer = Trainer(cfg, task, model, out, ctx, show_progress=show_progress)
+        result = trainer.fit(resume=resume)
+        if not ctx.is_main:
+            return None
+        n_params = sum(p.numel() for p in model.parameters())
+        result["parameters"] = n_params
+        report = write_report(
+            out,
+            config=cfg.to_dict(),
+            result=result,
+            data=task.data_summary(),
+            model_info={"encoder": cfg.model, "parameters": n_params,
+                        "processes": ctx.world_size},
+            rows=trainer.log.rows() if trainer.log else [],
+        )
+        if verbose:
             summary = {k: result[k] for k in ("step", "train_seconds")}
             print(json.dumps({**summary, "valid": result["valid"], "test": result["test"]},
                              indent=1))
             print(f"report: {report}")
+        return result
     finally:
         shutdown(ctx)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    try:
+        cfg, cls = build_run(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"ctrlrnn train: {exc}", file=sys.stderr)
+        return 2
+    try:
+        train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress)
+    except ConfigError as exc:
+        print(f"ctrlrnn train: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -125,7 +153,6 @@ def run_eval(args: argparse.Namespace) -> int:
     from ctrlrnn.models.encoders import encoder_options
     from ctrlrnn.tasks import task_class
     from ctrlrnn.train.checkpoint import Checkpoint
-    from ctrlrnn.train.config import TrainConfig
 
     try:
         ckpt = Checkpoint(args.checkpoint)
