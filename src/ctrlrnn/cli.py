@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "bench": "ctrlrnn.bench.cli",
     "data": "ctrlrnn.data.cli",
     "train": "ctrlrnn.train.cli",
+    "reproduce": "ctrlrnn.reproduce.cli",
 }
 
 

@@ -1,0 +1,341 @@
+"""The papers' experiments at the scale this machine allows, as data.
+
+An :class:`Experiment` trains the same task model with several encoders (its *arms*: the
+paper's architecture and the baselines the paper used, at equal width or equal parameters as
+the paper did) over several seeds, and states the orderings the paper claims (:class:`Claim`)
+so that the results page can say whether each held at our scale. ``quick`` and ``full`` are the
+configuration overrides of the two modes; the paper's own numbers are kept beside each arm for
+reference, never used in a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    model: str
+    model_args: dict[str, Any] = field(default_factory=dict)
+    task_args: dict[str, Any] = field(default_factory=dict)
+    paper: float | None = None  # the paper's number for this arm, on the paper's data
+
+
+@dataclass(frozen=True)
+class Claim:
+    better: str
+    worse: str
+    source: str  # where the paper says it
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str
+    paper: str  # results page: qrnn, rcrn, cas-lstm, metagross, carnn, translation
+    title: str
+    task: str
+    metric: str  # reported on the test split
+    higher_is_better: bool
+    arms: tuple[Arm, ...]
+    claims: tuple[Claim, ...]
+    quick: dict[str, Any]
+    full: dict[str, Any]
+    task_args: dict[str, Any] = field(default_factory=dict)
+    seeds_quick: int = 2
+    seeds_full: int = 3
+    paper_metric: str = ""  # what the paper's numbers are (dataset, metric)
+    note: str = ""
+
+    def seeds(self, mode: str) -> list[int]:
+        return list(range(self.seeds_quick if mode == "quick" else self.seeds_full))
+
+    def overrides(self, mode: str) -> dict[str, Any]:
+        return dict(self.quick if mode == "quick" else self.full)
+
+
+PAGES: dict[str, str] = {
+    "qrnn": "Quasi-Recurrent Neural Networks (Bradbury et al., 2017)",
+    "rcrn": "Recurrently Controlled Recurrent Networks (Tay et al., 2018)",
+    "cas-lstm": "Cell-aware Stacked LSTMs (Choi et al., 2019)",
+    "metagross": "METAGROSS (Tay et al.)",
+    "carnn": "Context-dependent Additive RNN (Tran et al.)",
+    "translation": "Translation experiments of QRNN, METAGROSS and CAS-LSTM",
+}
+
+_SMALL = {"hidden_size": 64}
+
+
+def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
+             claims: tuple[Claim, ...], task_args: dict[str, Any], paper_metric: str,
+             metric: str = "exact_match", page: str = "metagross") -> Experiment:
+    return Experiment(
+        id=exp_id, paper=page, title=title, task=task, metric=metric,
+        higher_is_better=metric != "perplexity", arms=arms, claims=claims,
+        task_args=task_args, paper_metric=paper_metric,
+        quick={"max_steps": 150, "epochs": 20, "batch_size": 64, "eval_every": 75,
+               "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
+        full={"epochs": 30, "batch_size": 64, "patience": 5,
+              "task.train_size": 10000, "task.valid_size": 1000, "task.test_size": 1000},
+    )
+
+
+EXPERIMENTS: tuple[Experiment, ...] = (
+    # ------------------------------------------------------------------ QRNN
+    Experiment(
+        id="qrnn-ptb-lm",
+        paper="qrnn",
+        title="PTB word-level language model: QRNN vs LSTM at equal width and epochs",
+        task="ptb-lm",
+        metric="perplexity",
+        higher_is_better=False,
+        arms=(
+            Arm("LSTM", "lstm", {"num_layers": 2}, paper=82.0),
+            Arm("QRNN", "qrnn", {"num_layers": 2, "window": 2}, paper=79.9),
+            Arm("QRNN + zoneout 0.1", "qrnn", {"num_layers": 2, "window": 2, "zoneout": 0.1},
+                paper=78.3),
+        ),
+        claims=(Claim("QRNN", "LSTM", "table 2"),
+                Claim("QRNN + zoneout 0.1", "LSTM", "table 2")),
+        quick={"max_steps": 200, "epochs": 1, "model.hidden_size": 128, "eval_batches": 20},
+        full={"epochs": 6, "model.hidden_size": 256},
+        paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
+    ),
+    _seq2seq(
+        "copy", "qrnn-copy", "Copy task, 5 digits (appendix)",
+        (Arm("LSTM", "lstm", _SMALL), Arm("QRNN", "qrnn", _SMALL)),
+        (Claim("LSTM", "QRNN", "appendix: the LSTM converges with smaller models"),),
+        {"digits": 5}, "converges (>99% validation character accuracy) or not", page="qrnn",
+    ),
+    _seq2seq(
+        "addition", "qrnn-addition", "Addition task, 5 digits (appendix)",
+        (Arm("LSTM", "lstm", _SMALL), Arm("QRNN", "qrnn", _SMALL)),
+        (Claim("LSTM", "QRNN", "appendix: LSTMs need 2x128, QRNNs > 3x256"),),
+        {"digits": 5}, "converges (>99% validation character accuracy) or not", page="qrnn",
+    ),
+    # ------------------------------------------------------------------ RCRN
+    Experiment(
+        id="rcrn-mr",
+        paper="rcrn",
+        title="MR-like sentence sentiment with GloVe: RCRN vs BiLSTM vs 3-layer BiLSTM",
+        task="mr",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("BiLSTM", "lstm", {"bidirectional": True}),
+            Arm("3L-BiLSTM", "lstm", {"bidirectional": True, "num_layers": 3}),
+            Arm("RCRN", "rcrn", {"bidirectional": True}),
+        ),
+        claims=(Claim("RCRN", "BiLSTM", "tables 1-5"), Claim("RCRN", "3L-BiLSTM", "tables 1-5")),
+        quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
+        full={"epochs": 8, "model.hidden_size": 200, "patience": 3},
+        paper_metric="accuracy on 16 Amazon review sets, SST, IMDb, TREC (not available here)",
+    ),
+    Experiment(
+        id="rcrn-sst5",
+        paper="rcrn",
+        title="SST-5-like graded sentiment: RCRN vs BiLSTM vs 3-layer BiLSTM",
+        task="sst5",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("BiLSTM", "lstm", {"bidirectional": True}, paper=51.3),
+            Arm("3L-BiLSTM", "lstm", {"bidirectional": True, "num_layers": 3}, paper=52.6),
+            Arm("RCRN", "rcrn", {"bidirectional": True}, paper=54.3),
+        ),
+        claims=(Claim("RCRN", "BiLSTM", "table 2"), Claim("RCRN", "3L-BiLSTM", "table 2")),
+        quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
+        full={"epochs": 8, "model.hidden_size": 200, "patience": 3},
+        paper_metric="SST-5 test accuracy (%)",
+    ),
+    # ------------------------------------------------------------------ CAS-LSTM
+    Experiment(
+        id="cas-sst5",
+        paper="cas-lstm",
+        title="Sentiment (SST-5-like): 2-layer CAS-LSTM vs 2-layer stacked LSTM",
+        task="sst5",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("2-layer LSTM", "lstm", {"num_layers": 2}, paper=46.0),
+            Arm("2-layer CAS-LSTM", "caslstm", {"num_layers": 2}, paper=53.0),
+        ),
+        claims=(Claim("2-layer CAS-LSTM", "2-layer LSTM", "table 4"),),
+        quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
+        full={"epochs": 8, "model.hidden_size": 150, "patience": 3},
+        paper_metric="SST-5 test accuracy (%)",
+    ),
+    Experiment(
+        id="cas-logic",
+        paper="cas-lstm",
+        title="Logical inference pairs: 2-layer CAS-LSTM vs 2-layer stacked LSTM",
+        task="logic",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("2-layer LSTM", "lstm", {"num_layers": 2}),
+            Arm("2-layer CAS-LSTM", "caslstm", {"num_layers": 2}),
+        ),
+        claims=(Claim("2-layer CAS-LSTM", "2-layer LSTM", "tables 1-3 (NLI)"),),
+        quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10},
+        full={"epochs": 10, "model.hidden_size": 128, "patience": 3},
+        paper_metric="SNLI / MultiNLI accuracy (not available here)",
+    ),
+    # ------------------------------------------------------------------ METAGROSS
+    _seq2seq(
+        "sort", "metagross-sort", "Sorting, n = 10 (table 1)",
+        (Arm("BiLSTM", "lstm", {**_SMALL, "bidirectional": True}, paper=78.9),
+         Arm("S-BiLSTM", "lstm", {**_SMALL, "bidirectional": True, "num_layers": 3}, paper=88.0),
+         Arm("METAGROSS", "metagross", {**_SMALL, "bidirectional": True}, paper=90.6)),
+        (Claim("METAGROSS", "BiLSTM", "table 1"), Claim("METAGROSS", "S-BiLSTM", "table 1")),
+        {"max_length": 10}, "exact match (%) on sorting, n = 10",
+    ),
+    _seq2seq(
+        "tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
+        (Arm("BiLSTM", "lstm", {**_SMALL, "bidirectional": True}, paper=96.9),
+         Arm("S-BiLSTM", "lstm", {**_SMALL, "bidirectional": True, "num_layers": 3}, paper=98.0),
+         Arm("METAGROSS", "metagross", {**_SMALL, "bidirectional": True}, paper=98.4)),
+        (Claim("METAGROSS", "BiLSTM", "table 1"), Claim("METAGROSS", "S-BiLSTM", "table 1")),
+        {"max_depth": 4}, "exact match (%) on tree traversal, n = 4",
+    ),
+    Experiment(
+        id="metagross-logic",
+        paper="metagross",
+        title="Logical inference: train on <= 6 operators, test on 7-12 (table 2)",
+        task="logic",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("LSTM", "lstm", {}, paper=69.0),
+            Arm("METAGROSS", "metagross", {"depth": 2}, paper=88.0),
+        ),
+        claims=(Claim("METAGROSS", "LSTM", "table 2"),),
+        quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10},
+        full={"epochs": 10, "model.hidden_size": 128, "patience": 3},
+        paper_metric="accuracy (%) at 12 operators",
+    ),
+    Experiment(
+        id="metagross-chorales",
+        paper="metagross",
+        title="Bach chorales, NLL per time step (table 7 protocol)",
+        task="chorales",
+        metric="nll",
+        higher_is_better=False,
+        arms=(
+            Arm("LSTM", "lstm", {}, paper=8.61),
+            Arm("GRU", "gru", {}, paper=8.54),
+            Arm("METAGROSS", "metagross", {"depth": 2}, paper=8.12),
+        ),
+        claims=(Claim("METAGROSS", "LSTM", "table 7"), Claim("METAGROSS", "GRU", "table 7")),
+        quick={"max_steps": 150, "epochs": 10, "model.hidden_size": 64},
+        full={"epochs": 60, "model.hidden_size": 128, "patience": 8},
+        paper_metric="JSB Chorales test NLL",
+    ),
+    Experiment(
+        id="metagross-mnist",
+        paper="metagross",
+        title="Pixel-by-pixel MNIST-5k (table 3 protocol)",
+        task="mnist-5k",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("LSTM", "lstm", {}),
+            Arm("METAGROSS", "metagross", {"depth": 2}, paper=99.04),
+        ),
+        claims=(Claim("METAGROSS", "LSTM", "table 3 (against published recurrent models)"),),
+        quick={"max_steps": 60, "epochs": 1, "model.hidden_size": 32, "batch_size": 64,
+               "eval_batches": 4},
+        full={"epochs": 10, "model.hidden_size": 128, "batch_size": 64},
+        paper_metric="pixel MNIST test accuracy (%)",
+    ),
+    Experiment(
+        id="metagross-fashion",
+        paper="metagross",
+        title="Pixel-by-pixel Fashion-MNIST (table 3 protocol)",
+        task="fashion-mnist",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(Arm("LSTM", "lstm", {}), Arm("METAGROSS", "metagross", {"depth": 2})),
+        claims=(Claim("METAGROSS", "LSTM", "table 3 (on MNIST/CIFAR)"),),
+        quick={"max_steps": 60, "epochs": 1, "model.hidden_size": 32, "batch_size": 64,
+               "eval_batches": 4},
+        full={"epochs": 5, "model.hidden_size": 128, "batch_size": 64},
+        paper_metric="no Fashion-MNIST result in the paper",
+    ),
+    # ------------------------------------------------------------------ translation
+    Experiment(
+        id="translation-char-qrnn",
+        paper="translation",
+        title="Character-level En-Es verses: QRNN vs LSTM encoder-decoder (qrnn.txt table 3)",
+        task="translate-char",
+        metric="bleu",
+        higher_is_better=True,
+        arms=(Arm("LSTM", "lstm", {"num_layers": 2}), Arm("QRNN", "qrnn", {"num_layers": 2})),
+        claims=(Claim("QRNN", "LSTM", "qrnn.txt table 3"),),
+        quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2},
+        full={"epochs": 4, "model.hidden_size": 256},
+        paper_metric="IWSLT De-En character-level BLEU (not available here)",
+        seeds_quick=1,
+    ),
+    Experiment(
+        id="translation-transformer-metagross",
+        paper="translation",
+        title="Word-level En-Es verses: Transformer vs Transformer + METAGROSS FFN",
+        task="translate-word",
+        metric="bleu",
+        higher_is_better=True,
+        arms=(
+            Arm("Transformer", "lstm", {}, {"arch": "transformer", "ffn": "relu"}, paper=34.68),
+            Arm("Transformer + METAGROSS", "lstm", {},
+                {"arch": "transformer", "ffn": "metagross"}, paper=35.15),
+        ),
+        claims=(Claim("Transformer + METAGROSS", "Transformer", "metagross.txt table 5"),),
+        quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2},
+        full={"epochs": 4, "model.hidden_size": 256},
+        paper_metric="IWSLT14 De-En BLEU, Transformer small",
+        seeds_quick=1,
+    ),
+    Experiment(
+        id="translation-cas",
+        paper="translation",
+        title="Word-level En-Es verses: LSTM vs CAS-LSTM attentional seq2seq",
+        task="translate-word",
+        metric="bleu",
+        higher_is_better=True,
+        arms=(
+            Arm("LSTM", "lstm", {"num_layers": 2}, {"arch": "cas", "cas": False}, paper=28.1),
+            Arm("CAS-LSTM", "lstm", {"num_layers": 2}, {"arch": "cas", "cas": True}, paper=28.8),
+        ),
+        claims=(Claim("CAS-LSTM", "LSTM", "cas-lstm.txt table 5"),),
+        quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2},
+        full={"epochs": 4, "model.hidden_size": 256},
+        paper_metric="IWSLT14 De-En BLEU, 256D",
+        seeds_quick=1,
+    ),
+    # ------------------------------------------------------------------ CARNN
+    Experiment(
+        id="carnn-lm",
+        paper="carnn",
+        title="Contextual LM on PTB sentences, previous sentence as context (table 2 protocol)",
+        task="carnn-lm",
+        metric="perplexity",
+        higher_is_better=False,
+        arms=(
+            Arm("LSTM LM (no context)", "lstm", {}),
+            Arm("nCARNN", "carnn", {"variant": "n"}, paper=96.95),
+            Arm("iCARNN", "carnn", {"variant": "i"}, paper=94.72),
+            Arm("sCARNN", "carnn", {"variant": "s"}, paper=87.39),
+        ),
+        claims=(Claim("nCARNN", "LSTM LM (no context)", "table 2"),
+                Claim("iCARNN", "LSTM LM (no context)", "table 2"),
+                Claim("sCARNN", "LSTM LM (no context)", "table 2")),
+        quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 128, "eval_batches": 20},
+        full={"epochs": 4, "model.hidden_size": 256},
+        paper_metric="Penn Discourse Treebank test perplexity (w/o latent)",
+    ),
+)
+
+
+def by_id() -> dict[str, Experiment]:
+    return {e.id: e for e in EXPERIMENTS}

@@ -1,0 +1,175 @@
+"""Results pages: ``docs/results/<paper>.md`` written from the results files, never by hand.
+
+For each experiment: a table with the paper's number (on the paper's data, for reference),
+our mean and spread over seeds on the test split, the validation score, time per epoch and
+parameter count; a bar chart with the seed spread; and a verdict for each ordering the paper
+claims:
+
+* **reproduced** — our means are ordered as the paper says and further apart than the sum of
+  the two standard deviations over seeds;
+* **same direction, within spread** — ordered as claimed, but the seed spreads overlap;
+* **not reproduced** — ordered the other way (or equal);
+* **not run** — an arm is missing (a failed run or an unavailable task), with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
+from ctrlrnn.reproduce.runner import load_results, slug
+
+
+def _values(arm: dict[str, Any]) -> list[float]:
+    return [float(s["test"]) for s in arm.get("seeds", {}).values()
+            if s.get("test") is not None and math.isfinite(float(s["test"]))]
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def verdict(better: list[float], worse: list[float], higher_is_better: bool) -> str:
+    """Compare the seed results of the arm claimed better with the arm claimed worse."""
+    if not better or not worse:
+        return "not run"
+    mb, sb = _mean_std(better)
+    mw, sw = _mean_std(worse)
+    gap = (mb - mw) if higher_is_better else (mw - mb)
+    if gap > 0 and gap > sb + sw:
+        return "reproduced"
+    if gap > 0:
+        return "same direction, within spread"
+    return "not reproduced"
+
+
+def _fmt(v: float | None, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return f"{v:.{digits}g}"
+
+
+def _plot(exp: Experiment, data: dict[str, Any], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, means, stds, points = [], [], [], []
+    for label, arm in data.get("arms", {}).items():
+        vals = _values(arm)
+        if not vals:
+            continue
+        m, s = _mean_std(vals)
+        labels.append(label)
+        means.append(m)
+        stds.append(s)
+        points.append(vals)
+    if not labels:
+        return False
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(labels), 3.2))
+    xs = range(len(labels))
+    ax.bar(xs, means, yerr=stds, capsize=4, color="#8fb3d9", edgecolor="#33608c")
+    for x, vals in zip(xs, points):
+        ax.scatter([x] * len(vals), vals, color="#1b3a5c", s=12, zorder=3)
+    ax.set_xticks(list(xs), labels, rotation=15, ha="right")
+    ax.set_ylabel(f"test {exp.metric}")
+    ax.set_title(exp.title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    lo = min(min(v) for v in points)
+    hi = max(max(v) for v in points)
+    pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
+    ax.set_ylim(lo - pad, hi + pad)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Path,
+                       mode: str) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Markdown lines for one experiment and its claim verdicts ``(claim, source, verdict)``."""
+    lines = [f"### {exp.title}", "", f"Task `{exp.task}`, metric: test {exp.metric} "
+             f"({'higher' if exp.higher_is_better else 'lower'} is better). "
+             f"Paper's numbers: {exp.paper_metric or 'none for this setting'}."]
+    if exp.note:
+        lines += ["", exp.note]
+    verdicts: list[tuple[str, str, str]] = []
+    if data is None:
+        lines += ["", "Not run yet in this mode.", ""]
+        for c in exp.claims:
+            verdicts.append((f"{c.better} beats {c.worse}", c.source, "not run"))
+        return lines, verdicts
+    lines += ["", "| arm | paper | ours: mean ± std (seeds) | valid | s / epoch | parameters |",
+              "|---|---|---|---|---|---|"]
+    for label, arm in data.get("arms", {}).items():
+        vals = _values(arm)
+        m, s = _mean_std(vals)
+        seeds = list(arm.get("seeds", {}).values())
+        valid = [x["valid"] for x in seeds if x.get("valid") is not None]
+        spe = [x["seconds_per_epoch"] for x in seeds if x.get("seconds_per_epoch")]
+        params = seeds[0].get("parameters") if seeds else None
+        lines.append(
+            f"| {label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) | "
+            f"{_fmt(statistics.fmean(valid) if valid else None)} | "
+            f"{_fmt(statistics.fmean(spe) if spe else None, 3)} | {params or '–'} |"
+        )
+    if data.get("errors"):
+        lines += ["", "Runs that did not finish:", ""]
+        lines += [f"- {k}: `{v[:300]}`" for k, v in data["errors"].items()]
+    png = out_dir / f"{exp.paper}-{slug(exp.id)}-{mode}.png"
+    if _plot(exp, data, png):
+        lines += ["", f"![{exp.title}]({png.name})"]
+    lines += ["", "| claim (paper) | where | at our scale |", "|---|---|---|"]
+    arms = data.get("arms", {})
+    for c in exp.claims:
+        v = verdict(_values(arms.get(c.better, {})), _values(arms.get(c.worse, {})),
+                    exp.higher_is_better)
+        verdicts.append((f"{c.better} beats {c.worse}", c.source, v))
+        lines.append(f"| {c.better} beats {c.worse} | {c.source} | **{v}** |")
+    lines.append("")
+    return lines, verdicts
+
+
+def write_pages(results_dir: Path, out_dir: Path, mode: str,
+                extra_sections: dict[str, list[str]] | None = None) -> list[Path]:
+    """Write one page per paper plus ``README.md`` (the summary); returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    written: list[Path] = []
+    summary: list[str] = [
+        "# Reproduction results", "",
+        f"Generated by `ctrlrnn reproduce{' --quick' if mode == 'quick' else ''}` on {stamp} "
+        f"from the results files in `{results_dir / mode}`; do not edit by hand.", "",
+        "| paper | claim | where | at our scale |", "|---|---|---|---|",
+    ]
+    total_seconds = 0.0
+    for paper, title in PAGES.items():
+        exps = [e for e in EXPERIMENTS if e.paper == paper]
+        lines = [f"# {title}", "",
+                 f"Mode: **{mode}**. Generated by `ctrlrnn reproduce` on {stamp}; "
+                 "do not edit by hand.", ""]
+        for exp in exps:
+            data = load_results(results_dir, mode, exp)
+            if data:
+                total_seconds += float(data.get("seconds", 0.0))
+            section, verdicts = experiment_section(exp, data, out_dir, mode)
+            lines += section
+            for claim, source, v in verdicts:
+                summary.append(f"| [{paper}]({paper}.md) | {claim} | {source} | {v} |")
+        lines += (extra_sections or {}).get(paper, [])
+        path = out_dir / f"{paper}.md"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        written.append(path)
+    summary += ["", f"Training time of the experiments in these files: "
+                f"{total_seconds / 60:.1f} minutes on this machine.", ""]
+    readme = out_dir / "README.md"
+    readme.write_text("\n".join(summary) + "\n", encoding="utf-8")
+    written.append(readme)
+    return written

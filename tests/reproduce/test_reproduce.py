@@ -1,0 +1,96 @@
+"""ctrlrnn reproduce: verdicts, caching of finished runs, pages written from the results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctrlrnn.reproduce import pages, runner
+from ctrlrnn.reproduce.experiments import EXPERIMENTS, Arm, Claim, Experiment
+
+
+@pytest.mark.parametrize(
+    "better,worse,higher,expected",
+    [
+        ([0.9, 0.92], [0.5, 0.52], True, "reproduced"),
+        ([0.6, 0.9], [0.5, 0.7], True, "same direction, within spread"),
+        ([0.5], [0.6], True, "not reproduced"),
+        ([80.0, 81.0], [90.0, 91.0], False, "reproduced"),  # perplexity: lower is better
+        ([0.5, 0.5], [0.5, 0.5], True, "not reproduced"),
+        ([], [0.5], True, "not run"),
+    ],
+)
+def test_verdict(better, worse, higher, expected):
+    assert pages.verdict(better, worse, higher) == expected
+
+
+def test_every_experiment_is_well_formed():
+    ids = [e.id for e in EXPERIMENTS]
+    assert len(ids) == len(set(ids))
+    for e in EXPERIMENTS:
+        labels = {a.label for a in e.arms}
+        assert e.paper in pages.PAGES
+        for c in e.claims:
+            assert c.better in labels and c.worse in labels, (e.id, c)
+
+
+TINY = Experiment(
+    id="tiny-copy", paper="qrnn", title="tiny copy", task="copy", metric="token_accuracy",
+    higher_is_better=True,
+    arms=(Arm("LSTM", "lstm", {"hidden_size": 8}), Arm("QRNN", "qrnn", {"hidden_size": 8})),
+    claims=(Claim("QRNN", "LSTM", "nowhere"),),
+    quick={"max_steps": 3, "epochs": 1, "batch_size": 16, "task.train_size": 64,
+           "task.valid_size": 16, "task.test_size": 16},
+    full={}, task_args={"digits": 3}, seeds_quick=2,
+)
+
+
+def test_run_cache_and_pages(tmp_path, monkeypatch):
+    runs, results, docs = tmp_path / "runs", tmp_path / "results", tmp_path / "docs"
+    data = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert data["complete"] and set(data["arms"]) == {"LSTM", "QRNN"}
+    for arm in data["arms"].values():
+        assert set(arm["seeds"]) == {"0", "1"}
+        for seed in arm["seeds"].values():
+            assert 0.0 <= seed["test"] <= 1.0 and seed["steps"] == 3
+    saved = json.loads((results / "quick" / "tiny-copy.json").read_text())
+    assert saved["arms"]["QRNN"]["seeds"]["1"]["test"] == data["arms"]["QRNN"]["seeds"]["1"]["test"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cached experiment was trained again")
+
+    monkeypatch.setattr(runner, "run_one", no_training)
+    again = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                  log=lambda s: None)
+    assert again == saved
+
+    monkeypatch.setattr(pages, "EXPERIMENTS", (TINY,))
+    written = pages.write_pages(results, docs, "quick")
+    qrnn_page = (docs / "qrnn.md").read_text()
+    assert "tiny copy" in qrnn_page and "QRNN beats LSTM" in qrnn_page
+    verdicts = ("reproduced", "same direction, within spread", "not reproduced")
+    assert any(f"**{v}**" in qrnn_page for v in verdicts)
+    assert (docs / "qrnn-tiny-copy-quick.png").exists()
+    assert (docs / "README.md") in written
+    assert "QRNN beats LSTM" in (docs / "README.md").read_text()
+
+
+def test_interrupted_run_resumes(tmp_path):
+    runs = tmp_path / "runs"
+    arm = TINY.arms[1]
+    first = runner.run_one(TINY, arm, 0, "quick", runs, show_progress=False)
+    out = runs / "quick" / TINY.id / "qrnn-seed0"
+    (out / "result.json").unlink()  # as if killed after the last checkpoint
+    second = runner.run_one(TINY, arm, 0, "quick", runs, show_progress=False)
+    assert second["test"] == first["test"] and second["step"] == first["step"]
+
+
+def test_unavailable_task_is_reported(tmp_path):
+    ghost = Experiment(id="ghost", paper="qrnn", title="ghost", task="no-such-task",
+                       metric="accuracy", higher_is_better=True, arms=(Arm("A", "lstm"),),
+                       claims=(), quick={}, full={})
+    data = runner.run_experiment(ghost, "quick", tmp_path / "r", tmp_path / "s",
+                                 log=lambda s: None)
+    assert not data["complete"] and "not available" in data["errors"]["*"]
