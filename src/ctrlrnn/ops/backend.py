@@ -1,8 +1,9 @@
 """The one dispatch point: which implementation runs an op for a given tensor.
 
 CPU tensors use the compiled C++ extensions when they can be built (see :mod:`._extension`),
-otherwise the reference implementations after one warning. CUDA tensors use the GPU kernels
-(``ctrlrnn.ops.gpu``, a later addition) when present, else the reference implementations.
+otherwise the reference implementations after one warning. CUDA tensors use the Triton kernels
+of :mod:`ctrlrnn.ops.gpu` when Triton imports (it is imported lazily, on the first CUDA call),
+otherwise the reference implementations after one warning.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import _extension
+from ctrlrnn.ops import _extension, gpu
+
+#: Families whose GPU module has the CPU extension's API, so :func:`kernel_for` returns it.
+_GPU_MIRRORS_CPU = frozenset({"scan"})
 
 
 def cpu_extension(family: str) -> ModuleType | None:
@@ -25,7 +29,40 @@ def kernel_for(family: str, device: torch.device) -> ModuleType | None:
     """The compiled implementation to use for tensors on ``device``, or None for the reference."""
     if device.type == "cpu":
         return cpu_extension(family)
+    if family in _GPU_MIRRORS_CPU:
+        return gpu_kernels(family, device)
     return None
+
+
+def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
+    """The Triton module of an op family for CUDA tensors, or None (reference, warned once).
+
+    ``"scan"`` mirrors the CPU extension (also returned by :func:`kernel_for`); ``"cells"``
+    exposes ``lstm_sequence``, ``gru_sequence``, ``cas_lstm_sequence`` and ``ncarnn_sequence``
+    with the signatures of :mod:`ctrlrnn.ops.cells_ref`.
+    """
+    if device.type != "cuda":
+        return None
+    return gpu.family_module(family, device.type)
+
+
+def _cuda_status(family: str) -> str:
+    """One line: what a CUDA tensor of ``family`` runs on this machine, and why."""
+    if family not in gpu.FAMILIES:
+        return "reference (no GPU kernels for this family)"
+    if _extension.forced_reference():
+        return "reference (CTRLRNN_BACKEND=reference set)"
+    ok, triton = gpu.triton_status()
+    if not ok:
+        return f"reference: {triton}"
+    if family == "cells":
+        from ctrlrnn.ops import fused_cells
+
+        # The fused cells dispatch to the GPU module through gpu_kernels (issue 8).
+        if not hasattr(fused_cells, "gpu_kernels"):
+            return f"reference ({triton} installed; ops/fused_cells.py does not dispatch yet)"
+    where = "" if torch.cuda.is_available() else " (no CUDA device here)"
+    return f"{triton} kernels{where}"
 
 
 def backend_info() -> dict[str, Any]:
@@ -40,6 +77,11 @@ def backend_info() -> dict[str, Any]:
         "forced_reference": _extension.forced_reference(),
         "require_compiled": os.environ.get("CTRLRNN_REQUIRE_COMPILED", "") not in {"", "0"},
         "families": {},
+        "cuda": {
+            "available": torch.cuda.is_available(),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "triton": gpu.triton_status()[1],
+        },
     }
     for family in _extension.EXTENSIONS:
         st = _extension.status(family)
@@ -49,7 +91,6 @@ def backend_info() -> dict[str, Any]:
             "path": st.path,
             "parallel_threads": st.module.parallel_threads() if st.loaded and hasattr(
                 st.module, "parallel_threads") else st.threads,
-            "cuda": "reference (no GPU kernels yet)" if torch.cuda.is_available() else
-            "no CUDA device",
+            "cuda": _cuda_status(family),
         }
     return info

@@ -1,0 +1,109 @@
+"""The GPU path: Triton kernels for the linear scan, QRNN pooling and the fused gated cells.
+
+Triton is an optional dependency (``pip install ctrlrnn[gpu]``) and is imported lazily: nothing
+here imports it at ``import ctrlrnn``, so a CPU-only install without Triton keeps working. The
+kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.cells_triton`) import Triton
+at their own import, which happens only when a CUDA tensor first asks for a kernel (through
+:func:`ctrlrnn.ops.backend.kernel_for`) or when the tests load them under the Triton interpreter.
+
+Selection (DESIGN.md, "never a silent fallback to a slow path"): a CUDA tensor runs the Triton
+kernels when Triton imports; otherwise the reference implementation runs after one
+:class:`RuntimeWarning` per op family, and :func:`ctrlrnn.backend_info` says why. The decision
+itself is the pure function :func:`choose_backend`, tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import warnings
+from types import ModuleType
+
+__all__ = [
+    "FAMILIES",
+    "choose_backend",
+    "family_module",
+    "interpreting",
+    "triton_status",
+]
+
+#: Op families with a GPU implementation -> the module exposing it. ``scan`` mirrors the CPU
+#: extension of the same name (``linear_scan_forward`` / ``_backward``, ``qrnn_pooling_forward``
+#: / ``_backward``, same signatures); ``cells`` exposes sequence functions with the signatures of
+#: :mod:`ctrlrnn.ops.cells_ref` (``lstm_sequence``, ``gru_sequence``, ...).
+FAMILIES: dict[str, str] = {
+    "scan": "ctrlrnn.ops.gpu.scan_family",
+    "cells": "ctrlrnn.ops.gpu.cells_triton",
+}
+
+_LOCK = threading.Lock()
+_TRITON: tuple[bool, str] | None = None
+_WARNED: set[str] = set()
+
+
+def interpreting() -> bool:
+    """True when ``TRITON_INTERPRET=1``: kernels run in Triton's CPU interpreter (tests)."""
+    return os.environ.get("TRITON_INTERPRET", "") not in {"", "0"}
+
+
+def triton_status() -> tuple[bool, str]:
+    """``(True, "triton <version>")`` when Triton imports, else ``(False, <why not>)``.
+
+    Imports Triton on first call only (cached).
+    """
+    global _TRITON
+    if _TRITON is None:
+        with _LOCK:
+            if _TRITON is None:
+                try:
+                    triton = importlib.import_module("triton")
+                    _TRITON = (True, f"triton {getattr(triton, '__version__', '?')}")
+                except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
+                    _TRITON = (
+                        False,
+                        f"triton not importable ({type(exc).__name__}: {exc}); "
+                        "install the extra: pip install 'ctrlrnn[gpu]'",
+                    )
+    return _TRITON
+
+
+def choose_backend(
+    family: str, device_type: str, triton_ok: bool, forced_reference: bool = False
+) -> str:
+    """The backend an op family uses for tensors on a device type: the selection rule.
+
+    Returns ``"triton"`` (CUDA tensor and Triton importable), ``"reference"`` (a CUDA tensor
+    without Triton, a forced reference, or a family without GPU kernels) or ``"cpu"`` (CPU
+    tensors: decided by the CPU extension loader, not here).
+    """
+    if device_type == "cpu":
+        return "cpu"
+    if forced_reference or family not in FAMILIES or device_type != "cuda" or not triton_ok:
+        return "reference"
+    return "triton"
+
+
+def family_module(family: str, device_type: str = "cuda") -> ModuleType | None:
+    """The GPU module of ``family`` for tensors on ``device_type``, or None for the reference.
+
+    Warns once per family when a CUDA tensor has to take the reference path because Triton is
+    missing (or ``CTRLRNN_BACKEND=reference`` forces it, which is not warned about: it was asked
+    for).
+    """
+    from ctrlrnn.ops._extension import forced_reference
+
+    forced = forced_reference()
+    ok, why = triton_status() if device_type == "cuda" and not forced else (False, "")
+    choice = choose_backend(family, device_type, ok, forced)
+    if choice == "triton":
+        return importlib.import_module(FAMILIES[family])
+    if device_type == "cuda" and not forced and family in FAMILIES and family not in _WARNED:
+        _WARNED.add(family)
+        warnings.warn(
+            f"ctrlrnn: no GPU kernels for op family {family!r} on CUDA tensors: {why}. Using the "
+            "slow reference implementation (`ctrlrnn info` shows the backends).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return None

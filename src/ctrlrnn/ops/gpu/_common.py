@@ -1,0 +1,162 @@
+"""Shared pieces of the Triton kernels: activations, dtypes, launch heuristics, the carry scan.
+
+Imports Triton; imported only by the kernel modules (never at ``import ctrlrnn``).
+
+Conventions of every kernel in this package:
+
+* Tensors are contiguous and batch-first ``(B, T, C)``; a program owns one batch row and a block
+  of ``BLOCK`` channels and walks time sequentially with its state in registers, in the
+  accumulation type ``ACC`` (fp32 for fp16/bf16/fp32 inputs, fp64 for fp64), like the CPU
+  kernels of ``csrc/scan.cpp``.
+* Offsets are int64 (the batch index is widened before any multiplication), so tensors beyond
+  2**31 elements are addressed correctly.
+* Per-step conditions (time step valid for this row, step inside the tensor) are computed as
+  vectors over the channel block: masks combined with ``&`` are then always vector booleans,
+  which both the compiler and the interpreter handle.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ctrlrnn.ops.gpu import interpreting
+
+#: torch dtype -> the Triton accumulation dtype of the state.
+_ACC = {
+    torch.float16: tl.float32,
+    torch.bfloat16: tl.float32,
+    torch.float32: tl.float32,
+    torch.float64: tl.float64,
+}
+
+#: torch dtype -> the torch dtype of fp32/fp64 scratch buffers.
+_ACC_TORCH = {
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+    torch.float32: torch.float32,
+    torch.float64: torch.float64,
+}
+
+
+def acc_dtype(dtype: torch.dtype) -> tl.dtype:
+    """The Triton accumulation dtype for inputs of ``dtype`` (raises ValueError if unsupported)."""
+    try:
+        return _ACC[dtype]
+    except KeyError:
+        raise ValueError(
+            f"dtype: expected float16, bfloat16, float32 or float64, got {dtype}"
+        ) from None
+
+
+def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype of accumulation scratch buffers for inputs of ``dtype``."""
+    acc_dtype(dtype)
+    return _ACC_TORCH[dtype]
+
+
+def block_configs(key_blocks: tuple[int, ...] = (32, 64, 128, 256)) -> list[triton.Config]:
+    """Autotuning configurations over the channel block; one small one under the interpreter."""
+    if interpreting():
+        return [triton.Config({"BLOCK": 16}, num_warps=1)]
+    return [
+        triton.Config({"BLOCK": blk}, num_warps=max(1, min(4, blk // 64))) for blk in key_blocks
+    ]
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (8 for CPU tensors under the interpreter)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return 8
+
+
+def chunk_length(
+    batch: int, channels: int, steps: int, sms: int, block: int = 64, min_steps: int = 256
+) -> int:
+    """The chunk length for the chunked scans, or 0 to run the plain sequential kernel.
+
+    The sequential kernel runs ``batch * ceil(channels / block)`` programs, each walking all
+    ``steps``. When that is too few to fill the GPU (< 2 per SM) and the sequence is long, time
+    is split into chunks so that about 4 programs per SM run the per-chunk passes; chunks are at
+    least 64 steps so that the extra pass over chunk carries stays negligible.
+    """
+    programs = batch * triton.cdiv(max(channels, 1), block)
+    if steps < min_steps or programs >= 2 * sms:
+        return 0
+    want_chunks = triton.cdiv(4 * sms, programs)
+    length = max(64, triton.cdiv(steps, want_chunks))
+    return 0 if triton.cdiv(steps, length) < 2 else length
+
+
+@triton.jit
+def sigmoid(x):
+    """Logistic function in the dtype of ``x``."""
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def tanh(x):
+    """``tanh(x) = 2 sigmoid(2x) - 1``: saturates correctly at both ends."""
+    return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+
+
+@triton.jit
+def chunk_carry_kernel(
+    prod_ptr,
+    state_ptr,
+    init_ptr,
+    C,
+    n_chunks,
+    HAS_INIT: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Scan over chunk summaries: the middle pass of every chunked scan.
+
+    ``prod`` and ``state`` are ``(B, n_chunks, C)``: the product of the decay factors over each
+    chunk and the chunk's final state when started from zero. In processing order (chunk
+    ``n_chunks - 1`` first when ``BACKWARD``) this writes into ``state`` the state *entering*
+    each chunk, ``h_in(k+1) = prod(k) * h_in(k) + state(k)``, starting from ``init`` ``(B, C)``
+    (zeros without it). Grid: ``(cdiv(C, BLOCK), B)``.
+    """
+    pid_b = tl.program_id(1).to(tl.int64)
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < C
+    if HAS_INIT:
+        h = tl.load(init_ptr + pid_b * C + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        h = tl.zeros([BLOCK], ACC)
+    for j in range(0, n_chunks):
+        if BACKWARD:
+            k = n_chunks - 1 - j
+        else:
+            k = j
+        off = (pid_b * n_chunks + k) * C + cols
+        p = tl.load(prod_ptr + off, mask=cmask, other=1.0).to(ACC)
+        s = tl.load(state_ptr + off, mask=cmask, other=0.0).to(ACC)
+        tl.store(state_ptr + off, h, mask=cmask)
+        h = p * h + s
+
+
+def launch_chunk_carry(
+    prod: torch.Tensor, state: torch.Tensor, init: torch.Tensor | None, backward: bool
+) -> None:
+    """Run :func:`chunk_carry_kernel` in place on ``state`` (``(B, n_chunks, C)`` scratch)."""
+    batch, n_chunks, channels = state.shape
+    block = 16 if interpreting() else 128
+    grid = (triton.cdiv(channels, block), batch)
+    chunk_carry_kernel[grid](
+        prod,
+        state,
+        init if init is not None else state,
+        channels,
+        n_chunks,
+        HAS_INIT=init is not None,
+        BACKWARD=backward,
+        ACC=acc_dtype(state.dtype),
+        BLOCK=block,
+        num_warps=1 if interpreting() else 4,
+    )

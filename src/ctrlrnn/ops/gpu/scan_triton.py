@@ -1,0 +1,363 @@
+"""Triton kernels for the diagonal linear scan ``h_t = a_t h_{t-1} + b_t`` (DESIGN.md, primitive 1).
+
+The launchers :func:`linear_scan_forward` and :func:`linear_scan_backward` take the arguments of
+the CPU extension's functions of the same name (``csrc/scan.cpp``) and return the same outputs,
+so :mod:`ctrlrnn.ops.linear_scan` dispatches to them unchanged. Semantics (shared with the CPU
+kernels and :func:`ctrlrnn.linear_scan_ref`):
+
+* forward: ``h_t = a_t h_{t-1} + b_t`` from ``h0`` (zeros when absent), state in fp32 (fp64 for
+  fp64 inputs), outputs in the input dtype;
+* ``lengths``: steps ``t >= lengths[b]`` leave the state unchanged and output zero; ``reverse``
+  runs each sequence from its own last valid step down to step 0;
+* backward, one reverse pass from the final-state gradient (DESIGN.md):
+  ``d = g_t + carry; db_t = d; da_t = d * h_{t-1}; carry = d * a_t``; ``carry`` at the end is
+  ``dh0``. ``h_{t-1}`` is read back from the forward output (``h0`` at the first step).
+
+Two ways to run each direction:
+
+* **sequential** (:func:`_scan_fwd_kernel` with one chunk): a program per (batch row, block of
+  channels) walks the whole sequence; memory traffic is the minimum (read ``a``, ``b``, write
+  ``h``). Used whenever ``B * C`` gives the GPU enough programs.
+* **chunked**, for long sequences with small ``B * C``: time (in processing order) is split into
+  ``n`` chunks. (1) Every chunk runs its local scan from a zero state in parallel and keeps only
+  its summary: the cumulative product of ``a`` over the chunk, ``P_k``, and its final local
+  state ``S_k`` (:func:`_scan_fwd_kernel` with ``SUMMARY``). (2) One short scan over chunks
+  computes the state entering each chunk, ``h_in(k+1) = P_k h_in(k) + S_k``
+  (:func:`ctrlrnn.ops.gpu._common.chunk_carry_kernel`): the product of ``a`` inside a chunk is
+  exactly what carries a state across it. (3) Every chunk re-runs its scan from ``h_in(k)`` and
+  writes its outputs. Recomputing in (3) instead of fixing up stored local states reads ``a, b``
+  twice and writes ``h`` once (5 passes of memory instead of 6) and keeps fp16/bf16 outputs
+  exact to one rounding. The backward is the same linear recurrence run backwards in time
+  (``carry_{s-1} = a_s (g_s + carry_s)``), chunked the same way.
+
+:func:`ctrlrnn.ops.gpu._common.chunk_length` picks the variant.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from ctrlrnn.ops.gpu._common import (
+    acc_dtype,
+    acc_torch_dtype,
+    block_configs,
+    chunk_length,
+    interpreting,
+    launch_chunk_carry,
+    sm_count,
+)
+
+__all__ = ["linear_scan_backward", "linear_scan_forward"]
+
+
+@triton.jit
+def _scan_fwd_kernel(
+    a_ptr,
+    b_ptr,
+    init_ptr,
+    len_ptr,
+    out_ptr,
+    last_ptr,
+    prod_ptr,
+    state_ptr,
+    B,
+    T,
+    C,
+    CHUNK,
+    n_chunks,
+    HAS_INIT: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    REVERSE: tl.constexpr,
+    SUMMARY: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Forward scan of one chunk (processing steps ``[k*CHUNK, (k+1)*CHUNK)``) per program.
+
+    Grid ``(B, cdiv(C, BLOCK), n_chunks)``. The initial state is ``init[b, k]`` (``(B, n, C)``;
+    ``h0`` when ``n == 1``) or zero. ``SUMMARY`` writes only ``prod[b, k] = prod a`` and
+    ``state[b, k] = h``; otherwise ``out`` (zeros past the length) and, from the last chunk,
+    ``last``.
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    k = tl.program_id(2)
+    cmask = cols < C
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        L = tl.load(len_ptr + pid_b)
+    else:
+        L = T
+    row = pid_b * T * C
+    if HAS_INIT:
+        h = tl.load(init_ptr + (pid_b * n_chunks + k) * C + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        h = tl.zeros([BLOCK], ACC)
+    p = tl.full([BLOCK], 1.0, ACC)
+    for j in range(0, CHUNK):
+        s = zero + (k * CHUNK + j)  # processing index, as a vector
+        inside = cmask & (s < T)
+        valid = inside & (s < L)
+        if REVERSE:
+            t = tl.where(s < L, L - 1 - s, s)
+        else:
+            t = s
+        off = row + t * C + cols
+        a = tl.load(a_ptr + off, mask=valid, other=1.0).to(ACC)
+        b = tl.load(b_ptr + off, mask=valid, other=0.0).to(ACC)
+        h = a * h + b  # a = 1, b = 0 past the length: the state is kept exactly
+        if SUMMARY:
+            p = p * a
+        else:
+            out = tl.where(valid, h, 0.0)
+            tl.store(out_ptr + off, out.to(out_ptr.dtype.element_ty), mask=inside)
+    if SUMMARY:
+        soff = (pid_b * n_chunks + k) * C + cols
+        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
+        tl.store(state_ptr + soff, h.to(state_ptr.dtype.element_ty), mask=cmask)
+    else:
+        is_last = cmask & ((zero + k) == n_chunks - 1)
+        tl.store(last_ptr + pid_b * C + cols, h.to(last_ptr.dtype.element_ty), mask=is_last)
+
+
+@triton.jit
+def _scan_bwd_kernel(
+    g_ptr,
+    a_ptr,
+    out_ptr,
+    h0_ptr,
+    init_ptr,
+    len_ptr,
+    da_ptr,
+    db_ptr,
+    dh0_ptr,
+    prod_ptr,
+    state_ptr,
+    B,
+    T,
+    C,
+    CHUNK,
+    n_chunks,
+    HAS_G: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    REVERSE: tl.constexpr,
+    SUMMARY: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Backward pass of one chunk, processing steps from the chunk's last down to its first.
+
+    ``d = g_t + carry; db_t = d; da_t = d h_{t-1}; carry = d a_t`` with ``carry`` starting from
+    ``init[b, k]`` (the final-state gradient when ``n == 1``). ``SUMMARY`` writes only
+    ``prod[b, k] = prod a`` and the chunk's outgoing carry from a zero start into ``state``;
+    otherwise ``da``, ``db`` (zeros past the length) and, from chunk 0, ``dh0``.
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    k = tl.program_id(2)
+    cmask = cols < C
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        L = tl.load(len_ptr + pid_b)
+    else:
+        L = T
+    row = pid_b * T * C
+    if HAS_INIT:
+        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * C + cols, mask=cmask, other=0.0)
+        carry = carry.to(ACC)
+    else:
+        carry = tl.zeros([BLOCK], ACC)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + pid_b * C + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        h0 = tl.zeros([BLOCK], ACC)
+    p = tl.full([BLOCK], 1.0, ACC)
+    for j in range(0, CHUNK):
+        s = zero + (k * CHUNK + CHUNK - 1 - j)
+        inside = cmask & (s < T)
+        valid = inside & (s < L)
+        if REVERSE:
+            t = tl.where(s < L, L - 1 - s, s)
+            t_prev = t + 1  # the previous step in processing order
+        else:
+            t = s
+            t_prev = t - 1
+        off = row + t * C + cols
+        a = tl.load(a_ptr + off, mask=valid, other=1.0).to(ACC)
+        if HAS_G:
+            d = tl.load(g_ptr + off, mask=valid, other=0.0).to(ACC) + carry
+        else:
+            d = carry
+        if SUMMARY:
+            p = p * a
+        else:
+            prev = tl.load(out_ptr + row + t_prev * C + cols, mask=valid & (s > 0), other=0.0)
+            prev = tl.where(s > 0, prev.to(ACC), h0)
+            tl.store(db_ptr + off, tl.where(valid, d, 0.0).to(db_ptr.dtype.element_ty), mask=inside)
+            da = tl.where(valid, d * prev, 0.0)
+            tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=inside)
+        carry = d * a  # past the length g = 0 and a = 1: the carry passes through exactly
+    if SUMMARY:
+        soff = (pid_b * n_chunks + k) * C + cols
+        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
+        tl.store(state_ptr + soff, carry.to(state_ptr.dtype.element_ty), mask=cmask)
+    else:
+        is_first = cmask & ((zero + k) == 0)
+        tl.store(dh0_ptr + pid_b * C + cols, carry.to(dh0_ptr.dtype.element_ty), mask=is_first)
+
+
+_scan_fwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan_fwd_kernel)
+_scan_bwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan_bwd_kernel)
+
+#: Channel block of the chunked passes (their grid is already large; no autotuning, so that the
+#: in-place carry pass is never re-run by a benchmark).
+_CHUNK_BLOCK = 16 if interpreting() else 64
+
+
+def _check(a: Tensor, name: str) -> None:
+    if a.dim() != 3 or not a.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous (B, T, C) tensor, got {tuple(a.shape)}")
+    acc_dtype(a.dtype)
+
+
+def _lengths(lengths: Tensor | None, batch: int, device: torch.device) -> Tensor | None:
+    if lengths is None:
+        return None
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths: expected shape ({batch},), got {tuple(lengths.shape)}")
+    return lengths.to(device=device, dtype=torch.int64).contiguous()
+
+
+def _pick_chunk(batch: int, channels: int, steps: int, device: torch.device, chunk: int | None):
+    if chunk is None:
+        chunk = chunk_length(batch, channels, steps, sm_count(device), block=_CHUNK_BLOCK)
+    if chunk <= 0 or chunk >= steps:
+        return 0, 1
+    return chunk, triton.cdiv(steps, chunk)
+
+
+def linear_scan_forward(
+    a: Tensor,
+    b: Tensor,
+    h0: Tensor | None,
+    lengths: Tensor | None,
+    reverse: bool,
+    *,
+    chunk: int | None = None,
+) -> list[Tensor]:
+    """``[h, h_last]`` of the linear scan (same contract as the CPU extension's function).
+
+    Args:
+        a, b: contiguous ``(B, T, C)`` tensors of one floating dtype on one device.
+        h0: optional contiguous ``(B, C)`` initial state.
+        lengths: optional ``(B,)`` integer lengths in ``[0, T]`` (moved to the device here).
+        reverse: run each sequence backwards within its own length.
+        chunk: chunk length of the chunked variant; ``None`` chooses by
+            :func:`~ctrlrnn.ops.gpu._common.chunk_length`, ``0`` forces the sequential kernel.
+    """
+    _check(a, "a")
+    _check(b, "b")
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError(f"b: expected shape {tuple(a.shape)} and dtype {a.dtype}")
+    batch, steps, channels = a.shape
+    out = torch.empty_like(a)
+    last = torch.empty(batch, channels, dtype=a.dtype, device=a.device)
+    if batch == 0 or channels == 0:
+        return [out, last]
+    lens = _lengths(lengths, batch, a.device)
+    acc = acc_dtype(a.dtype)
+    flags = dict(HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc)
+    lp = lens if lens is not None else a
+    length, n_chunks = _pick_chunk(batch, channels, steps, a.device, chunk)
+    if n_chunks == 1:
+        _scan_fwd_tuned[lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1)](
+            a, b, h0 if h0 is not None else a, lp, out, last, a, a,
+            batch, steps, channels, steps, 1,
+            HAS_INIT=h0 is not None, SUMMARY=False, **flags,
+        )  # fmt: skip
+        return [out, last]
+    prod = torch.empty(batch, n_chunks, channels, dtype=acc_torch_dtype(a.dtype), device=a.device)
+    state = torch.empty_like(prod)
+    grid = (batch, triton.cdiv(channels, _CHUNK_BLOCK), n_chunks)
+    _scan_fwd_kernel[grid](
+        a, b, a, lp, out, last, prod, state, batch, steps, channels, length, n_chunks,
+        HAS_INIT=False, SUMMARY=True, BLOCK=_CHUNK_BLOCK, **flags,
+    )  # fmt: skip
+    launch_chunk_carry(prod, state, h0, backward=False)
+    _scan_fwd_kernel[grid](
+        a, b, state, lp, out, last, prod, state, batch, steps, channels, length, n_chunks,
+        HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
+    )  # fmt: skip
+    return [out, last]
+
+
+def linear_scan_backward(
+    grad_out: Tensor | None,
+    grad_last: Tensor | None,
+    a: Tensor,
+    out: Tensor,
+    h0: Tensor | None,
+    lengths: Tensor | None,
+    reverse: bool,
+    *,
+    chunk: int | None = None,
+) -> list[Tensor]:
+    """``[da, db, dh0]`` of the linear scan (same contract as the CPU extension's function).
+
+    ``grad_out`` ``(B, T, C)`` and ``grad_last`` ``(B, C)`` are the gradients of the outputs and
+    of the final state (either may be None); ``out`` is the forward output. ``chunk`` as in
+    :func:`linear_scan_forward`.
+    """
+    _check(a, "a")
+    _check(out, "out")
+    batch, steps, channels = a.shape
+    if grad_out is not None:
+        _check(grad_out, "grad_out")
+    if grad_last is not None and (
+        not grad_last.is_contiguous() or grad_last.numel() != batch * channels
+    ):
+        raise ValueError(f"grad_last: expected a contiguous ({batch}, {channels}) tensor")
+    da = torch.empty_like(a)
+    db = torch.empty_like(a)
+    dh0 = torch.empty(batch, channels, dtype=a.dtype, device=a.device)
+    if batch == 0 or channels == 0:
+        return [da, db, dh0]
+    lens = _lengths(lengths, batch, a.device)
+    flags = dict(
+        HAS_G=grad_out is not None,
+        HAS_H0=h0 is not None,
+        HAS_LEN=lens is not None,
+        REVERSE=bool(reverse),
+        ACC=acc_dtype(a.dtype),
+    )
+    g = grad_out if grad_out is not None else a
+    hp = h0 if h0 is not None else a
+    lp = lens if lens is not None else a
+    length, n_chunks = _pick_chunk(batch, channels, steps, a.device, chunk)
+    if n_chunks == 1:
+        _scan_bwd_tuned[lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1)](
+            g, a, out, hp, grad_last if grad_last is not None else a, lp, da, db, dh0, a, a,
+            batch, steps, channels, steps, 1,
+            HAS_INIT=grad_last is not None, SUMMARY=False, **flags,
+        )  # fmt: skip
+        return [da, db, dh0]
+    prod = torch.empty(batch, n_chunks, channels, dtype=acc_torch_dtype(a.dtype), device=a.device)
+    state = torch.empty_like(prod)
+    grid = (batch, triton.cdiv(channels, _CHUNK_BLOCK), n_chunks)
+    _scan_bwd_kernel[grid](
+        g, a, out, hp, a, lp, da, db, dh0, prod, state,
+        batch, steps, channels, length, n_chunks,
+        HAS_INIT=False, SUMMARY=True, BLOCK=_CHUNK_BLOCK, **flags,
+    )  # fmt: skip
+    launch_chunk_carry(prod, state, grad_last, backward=True)
+    _scan_bwd_kernel[grid](
+        g, a, out, hp, state, lp, da, db, dh0, prod, state,
+        batch, steps, channels, length, n_chunks,
+        HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
+    )  # fmt: skip
+    return [da, db, dh0]
