@@ -6,15 +6,41 @@ built on two compiled primitives: the diagonal linear scan and the fused gated c
 
 from __future__ import annotations
 
-from ctrlrnn.nn import QRNN, QRNNCell, RecurrentBase
+from ctrlrnn.nn import (
+    CARNN,
+    CASLSTM,
+    QRNN,
+    RCRN,
+    CARNNCell,
+    ContextualCARNNLM,
+    HistorySummary,
+    Metagross,
+    MetagrossCell,
+    MetagrossFFN,
+    PositionEncoder,
+    QRNNCell,
+    RCRNCell,
+    RecurrentBase,
+)
 from ctrlrnn.ops import backend_info, linear_scan, linear_scan_ref
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CARNN",
+    "CARNNCell",
+    "CASLSTM",
+    "ContextualCARNNLM",
+    "HistorySummary",
+    "Metagross",
+    "MetagrossCell",
+    "MetagrossFFN",
+    "PositionEncoder",
     "QRNN",
     "QRNNCell",
+    "RCRN",
+    "RCRNCell",
     "RecurrentBase",
     "backend_info",
     "linear_scan",

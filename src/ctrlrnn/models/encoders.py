@@ -63,8 +63,14 @@ ENCODERS: dict[str, EncoderSpec] = {
         EncoderSpec(
             "caslstm",
             "ctrlrnn.nn.cas_lstm:CASLSTM",
-            {"lambda_": (float | str | None, 0.5), "peephole": (bool, False)},
+            {"lambda_": (float | str | None, "auto"), "peephole": (bool, False)},
             "Cell-aware stacked LSTM (cas-lstm.txt)",
+        ),
+        EncoderSpec(
+            "carnn",
+            "ctrlrnn.nn.carnn:CARNN",
+            {"variant": (str, "n"), "context_size": (int | None, None)},
+            "Context-dependent additive RNN (carnn.txt); the task model supplies the context",
         ),
         EncoderSpec(
             "metagross",
@@ -87,7 +93,8 @@ def encoder_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
 class SequenceEncoder(nn.Module):
     """One interface over every encoder: batch-first input, lengths, padding ignored.
 
-    ``forward(x, lengths=None, hx=None) -> (output, final, h_n)``: ``output`` ``(B, T, H*D)``
+    ``forward(x, lengths=None, hx=None, context=None) -> (output, final, h_n)``: ``output``
+    ``(B, T, H*D)``
     with zeros past each length, ``final`` ``(B, H*D)`` the output at each sequence's last valid
     step for the forward direction and at step 0 for the backward one (the summary states),
     ``h_n`` the layer's own final state(s).
@@ -116,9 +123,14 @@ class SequenceEncoder(nn.Module):
         self.options = opts
 
     def forward(
-        self, x: Tensor, lengths: Tensor | None = None, hx: Any = None
+        self, x: Tensor, lengths: Tensor | None = None, hx: Any = None,
+        context: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Any]:
-        if self.torch_rnn and lengths is not None:
+        if self.name == "carnn":
+            out, h_n = self.rnn(x, context, hx, lengths=lengths)
+        elif context is not None:
+            raise ValueError(f"context: encoder {self.name!r} takes no context")
+        elif self.torch_rnn and lengths is not None:
             packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
             out_p, h_n = self.rnn(packed, hx)
             out, _ = pad_packed_sequence(out_p, batch_first=True, total_length=x.shape[1])

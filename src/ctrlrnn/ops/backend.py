@@ -38,8 +38,8 @@ def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
     """The Triton module of an op family for CUDA tensors, or None (reference, warned once).
 
     ``"scan"`` mirrors the CPU extension (also returned by :func:`kernel_for`); ``"cells"``
-    exposes ``lstm_sequence``, ``gru_sequence``, ``cas_lstm_sequence`` and ``ncarnn_sequence``
-    with the signatures of :mod:`ctrlrnn.ops.cells_ref`.
+    exposes ``lstm_sequence`` and ``gru_sequence`` with the signatures of
+    :mod:`ctrlrnn.ops.cells_ref` (CAS-LSTM and nCARNN run the reference on CUDA for now).
     """
     if device.type != "cuda":
         return None

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops import cells_ref
-from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.backend import gpu_kernels, kernel_for
 
 __all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
 
@@ -122,6 +122,16 @@ def _state(name: str, s: Tensor | None, batch: int, hidden: int, like: Tensor) -
     return s
 
 
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    """Whether autograd will need the saved gate activations (else the op skips storing them)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _fake_acts(x_proj: Tensor, save: bool, width: int) -> Tensor:
+    batch, steps, _ = x_proj.shape
+    return x_proj.new_empty(batch, steps, width) if save else x_proj.new_empty(0)
+
+
 def _compute_dtype(x_proj: Tensor) -> torch.dtype:
     return torch.float32 if x_proj.dtype in _HALF else x_proj.dtype
 
@@ -141,15 +151,16 @@ def _uncast(outs: Sequence[Tensor], dtype: torch.dtype) -> tuple[Tensor, ...]:
 
 @torch.library.custom_op("ctrlrnn::lstm_cell_fwd", mutates_args=())
 def _lstm_fwd(
-    x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None
+    x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None, save: bool
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Compiled LSTM forward -> (h_seq, c_seq, h_last, c_last, saved activated gates)."""
-    h_seq, c_seq, h, c, acts = _ext().lstm_forward(x_proj, weight_hh, h0, c0, lengths)
+    """Compiled LSTM forward -> (h_seq, c_seq, h_last, c_last, activated gates if ``save``)."""
+    h_seq, c_seq, h, c, acts = _ext().lstm_forward(x_proj, weight_hh, h0, c0, lengths, save)
     return h_seq, c_seq, h, c, acts
 
 
 @_lstm_fwd.register_fake
-def _(x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None):
+def _(x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None,
+      save: bool):  # fmt: skip
     batch, steps, width = x_proj.shape
     hidden = weight_hh.shape[1]
     seq = (batch, steps, hidden)
@@ -158,7 +169,7 @@ def _(x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor
         x_proj.new_empty(seq),
         h0.new_empty(batch, hidden),
         c0.new_empty(batch, hidden),
-        x_proj.new_empty(batch, steps, width),
+        _fake_acts(x_proj, save, width),
     )
 
 
@@ -196,7 +207,7 @@ def _(grad_h_seq, grad_c_seq, grad_h_last, grad_c_last, weight_hh, h0, c0, h_seq
 
 
 def _lstm_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    _, weight_hh, h0, c0, lengths = inputs
+    _, weight_hh, h0, c0, lengths, _ = inputs
     h_seq, c_seq, _, _, acts = output
     ctx.save_for_backward(weight_hh, h0, c0, h_seq, c_seq, acts, lengths)
     ctx.set_materialize_grads(False)
@@ -206,7 +217,7 @@ def _lstm_backward(ctx: Any, gh: Tensor | None, gc: Tensor | None, ghl: Tensor |
                    gcl: Tensor | None, _gacts: Tensor | None) -> tuple[Any, ...]:  # fmt: skip
     weight_hh, h0, c0, h_seq, c_seq, acts, lengths = ctx.saved_tensors
     dx, dw, dh0, dc0 = _lstm_bwd(gh, gc, ghl, gcl, weight_hh, h0, c0, h_seq, c_seq, acts, lengths)
-    return dx, dw, dh0, dc0, None
+    return dx, dw, dh0, dc0, None, None
 
 
 _lstm_fwd.register_autograd(_lstm_backward, setup_context=_lstm_setup)
@@ -240,7 +251,9 @@ def lstm_sequence(
     dtype = _compute_dtype(x_proj)
     xp, w, h, c = _cast((x_proj, weight_hh, h0, c0), dtype)
     if _use_compiled(x_proj):
-        out = _lstm_fwd(xp, w, h, c, lengths)[:4]
+        out = _lstm_fwd(xp, w, h, c, lengths, _needs_grad(xp, w, h, c))[:4]
+    elif (gpu := gpu_kernels("cells", x_proj.device)) is not None:
+        out = gpu.lstm_sequence(xp, w, h, c, lengths)
     else:
         out = cells_ref.lstm_sequence_ref(xp, w, h, c, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]
@@ -253,21 +266,27 @@ def lstm_sequence(
 
 @torch.library.custom_op("ctrlrnn::gru_cell_fwd", mutates_args=())
 def _gru_fwd(
-    x_proj: Tensor, weight_hh: Tensor, bias_hh: Tensor, h0: Tensor, lengths: Tensor | None
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor,
+    h0: Tensor,
+    lengths: Tensor | None,
+    save: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Compiled GRU forward -> (h_seq, h_last, saved r, z, n and U_n h + b_hn)."""
-    h_seq, h, acts = _ext().gru_forward(x_proj, weight_hh, bias_hh, h0, lengths)
+    """Compiled GRU forward -> (h_seq, h_last, r, z, n and U_n h + b_hn if ``save``)."""
+    h_seq, h, acts = _ext().gru_forward(x_proj, weight_hh, bias_hh, h0, lengths, save)
     return h_seq, h, acts
 
 
 @_gru_fwd.register_fake
-def _(x_proj: Tensor, weight_hh: Tensor, bias_hh: Tensor, h0: Tensor, lengths: Tensor | None):
+def _(x_proj: Tensor, weight_hh: Tensor, bias_hh: Tensor, h0: Tensor, lengths: Tensor | None,
+      save: bool):  # fmt: skip
     batch, steps, _ = x_proj.shape
     hidden = weight_hh.shape[1]
     return (
         x_proj.new_empty(batch, steps, hidden),
         h0.new_empty(batch, hidden),
-        x_proj.new_empty(batch, steps, 4 * hidden),
+        _fake_acts(x_proj, save, 4 * hidden),
     )
 
 
@@ -300,7 +319,7 @@ def _(grad_h_seq, grad_h_last, weight_hh, h0, h_seq, acts, lengths):
 
 
 def _gru_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    _, weight_hh, _, h0, lengths = inputs
+    _, weight_hh, _, h0, lengths, _ = inputs
     h_seq, _, acts = output
     ctx.save_for_backward(weight_hh, h0, h_seq, acts, lengths)
     ctx.set_materialize_grads(False)
@@ -311,7 +330,7 @@ def _gru_backward(
 ) -> tuple[Any, ...]:
     weight_hh, h0, h_seq, acts, lengths = ctx.saved_tensors
     dx, dw, db, dh0 = _gru_bwd(gh, ghl, weight_hh, h0, h_seq, acts, lengths)
-    return dx, dw, db, dh0, None
+    return dx, dw, db, dh0, None, None
 
 
 _gru_fwd.register_autograd(_gru_backward, setup_context=_gru_setup)
@@ -351,7 +370,9 @@ def gru_sequence(
     dtype = _compute_dtype(x_proj)
     xp, w, b, h = _cast((x_proj, weight_hh, bias_hh, h0), dtype)
     if _use_compiled(x_proj):
-        out = _gru_fwd(xp, w, b, h, lengths)[:2]
+        out = _gru_fwd(xp, w, b, h, lengths, _needs_grad(xp, w, b, h))[:2]
+    elif (gpu := gpu_kernels("cells", x_proj.device)) is not None:
+        out = gpu.gru_sequence(xp, w, b, h, lengths)
     else:
         out = cells_ref.gru_sequence_ref(xp, w, b, h, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]
@@ -373,16 +394,17 @@ def _cas_fwd(
     h0: Tensor,
     c0: Tensor,
     lengths: Tensor | None,
+    save: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Compiled CAS-LSTM forward -> (h_seq, c_seq, h_last, c_last, saved gates i, f, c~, o, g)."""
+    """Compiled CAS-LSTM forward -> (h_seq, c_seq, h_last, c_last, gates i,f,c~,o,g if saved)."""
     h_seq, c_seq, h, c, acts = _ext().cas_lstm_forward(
-        x_proj, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths
+        x_proj, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths, save
     )
     return h_seq, c_seq, h, c, acts
 
 
 @_cas_fwd.register_fake
-def _(x_proj, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths):
+def _(x_proj, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths, save):
     batch, steps, width = x_proj.shape
     hidden = weight_hh.shape[1]
     seq = (batch, steps, hidden)
@@ -391,7 +413,7 @@ def _(x_proj, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths):
         x_proj.new_empty(seq),
         h0.new_empty(batch, hidden),
         c0.new_empty(batch, hidden),
-        x_proj.new_empty(batch, steps, width),
+        _fake_acts(x_proj, save, width),
     )
 
 
@@ -442,7 +464,7 @@ def _(grad_h_seq, grad_c_seq, grad_h_last, grad_c_last, weight_hh, lower_c, scal
 
 
 def _cas_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    _, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths = inputs
+    _, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths, _ = inputs
     h_seq, c_seq, _, _, acts = output
     ctx.save_for_backward(
         weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, h_seq, c_seq, acts, lengths
@@ -459,7 +481,8 @@ def _cas_backward(ctx: Any, gh: Tensor | None, gc: Tensor | None, ghl: Tensor | 
         gh, gc, ghl, gcl,
         weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, h_seq, c_seq, acts, lengths,
     )  # fmt: skip
-    return dx, dw, dlow, dsf, dsg, (dpp if peephole is not None else None), dh0, dc0, None
+    dpp = dpp if peephole is not None else None
+    return dx, dw, dlow, dsf, dsg, dpp, dh0, dc0, None, None
 
 
 _cas_fwd.register_autograd(_cas_backward, setup_context=_cas_setup)
@@ -529,7 +552,8 @@ def cas_lstm_sequence(
 
     xp, w, low, p, h, c = _cast((x_proj, weight_hh, lower_c, pp, h0, c0), dtype)
     if _use_compiled(x_proj):
-        out = _cas_fwd(xp, w, low, scale_f, scale_g, p, h, c, lengths)[:4]
+        save = _needs_grad(xp, w, low, scale_f, scale_g, p, h, c)
+        out = _cas_fwd(xp, w, low, scale_f, scale_g, p, h, c, lengths, save)[:4]
     else:
         out = cells_ref.cas_lstm_sequence_ref(xp, w, low, h, c, scale_f, scale_g, p, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]
@@ -542,21 +566,26 @@ def cas_lstm_sequence(
 
 @torch.library.custom_op("ctrlrnn::ncarnn_cell_fwd", mutates_args=())
 def _ncarnn_fwd(
-    x_proj: Tensor, weight_hh: Tensor, context_proj: Tensor, h0: Tensor, lengths: Tensor | None
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    context_proj: Tensor,
+    h0: Tensor,
+    lengths: Tensor | None,
+    save: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Compiled nCARNN forward -> (h_seq, h_last, saved gates g^u, g^f)."""
-    h_seq, h, acts = _ext().ncarnn_forward(x_proj, weight_hh, context_proj, h0, lengths)
+    """Compiled nCARNN forward -> (h_seq, h_last, gates g^u, g^f if ``save``)."""
+    h_seq, h, acts = _ext().ncarnn_forward(x_proj, weight_hh, context_proj, h0, lengths, save)
     return h_seq, h, acts
 
 
 @_ncarnn_fwd.register_fake
-def _(x_proj, weight_hh, context_proj, h0, lengths):
+def _(x_proj, weight_hh, context_proj, h0, lengths, save):
     batch, steps, _ = x_proj.shape
     hidden = weight_hh.shape[1]
     return (
         x_proj.new_empty(batch, steps, hidden),
         h0.new_empty(batch, hidden),
-        x_proj.new_empty(batch, steps, 2 * hidden),
+        _fake_acts(x_proj, save, 2 * hidden),
     )
 
 
@@ -590,7 +619,7 @@ def _(grad_h_seq, grad_h_last, x_proj, weight_hh, h0, h_seq, acts, lengths):
 
 
 def _ncarnn_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    x_proj, weight_hh, _, h0, lengths = inputs
+    x_proj, weight_hh, _, h0, lengths, _ = inputs
     h_seq, _, acts = output
     ctx.save_for_backward(x_proj, weight_hh, h0, h_seq, acts, lengths)
     ctx.set_materialize_grads(False)
@@ -601,7 +630,7 @@ def _ncarnn_backward(
 ) -> tuple[Any, ...]:
     x_proj, weight_hh, h0, h_seq, acts, lengths = ctx.saved_tensors
     dx, dw, dctx, dh0 = _ncarnn_bwd(gh, ghl, x_proj, weight_hh, h0, h_seq, acts, lengths)
-    return dx, dw, dctx, dh0, None
+    return dx, dw, dctx, dh0, None, None
 
 
 _ncarnn_fwd.register_autograd(_ncarnn_backward, setup_context=_ncarnn_setup)
@@ -639,7 +668,7 @@ def ncarnn_sequence(
     dtype = _compute_dtype(x_proj)
     xp, w, ctx, h = _cast((x_proj, weight_hh, context_proj, h0), dtype)
     if _use_compiled(x_proj):
-        out = _ncarnn_fwd(xp, w, ctx, h, lengths)[:2]
+        out = _ncarnn_fwd(xp, w, ctx, h, lengths, _needs_grad(xp, w, ctx, h))[:2]
     else:
         out = cells_ref.ncarnn_sequence_ref(xp, w, ctx, h, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]

@@ -66,6 +66,13 @@ inline T tanh_(T x) {
 }
 inline double tanh_(double x) { return std::tanh(x); }
 
+// Work items per thread chunk: small problems run on one thread (waking a second thread costs
+// more than a few thousand elements of work, and much more on a loaded machine).
+inline int64_t grain_for(int64_t T, int64_t block) {
+  constexpr int64_t kMinElementsPerTask = 1 << 15;
+  return std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, T * block));
+}
+
 inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
   return lengths ? lengths[b] : T;
 }
@@ -80,7 +87,7 @@ void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t kBlock = block_size(B, C);
   const int64_t nblk = (C + kBlock - 1) / kBlock;
-  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> h_buf(kBlock);
     acc_t* h = h_buf.data();
     for (int64_t w = begin; w < end; ++w) {
@@ -116,7 +123,7 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t kBlock = block_size(B, C);
   const int64_t nblk = (C + kBlock - 1) / kBlock;
-  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> carry_buf(kBlock);
     acc_t* carry = carry_buf.data();
     for (int64_t w = begin; w < end; ++w) {
@@ -250,7 +257,7 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
   const int64_t kBlock = block_size(B, H);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
-  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> c_buf(kBlock);
     acc_t* c = c_buf.data();
     for (int64_t w = begin; w < end; ++w) {
@@ -296,7 +303,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
   const int64_t kBlock = block_size(B, H);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
-  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> carry_buf(kBlock);
     acc_t* carry = carry_buf.data();
     for (int64_t w = begin; w < end; ++w) {

@@ -1,0 +1,292 @@
+"""Context-dependent Additive Recurrent Neural Net (Tran et al., carnn.txt): ``CARNN``, its cell.
+
+One context vector ``c`` per sequence controls the two gates of every step (section 3):
+
+    nCARNN (eq 3)  g^u_m = sig(W^c_u c + W^h_u h_{m-1} + W^e_u e_m + b_u)
+                   g^f_m = sig(W^c_f c + W^h_f h_{m-1} + W^e_f e_m + b_f)
+                   ebar_m = W_e e_m + b_e
+                   h_m = g^u_m (g^f_m ebar_m) + (1 - g^u_m) h_{m-1}
+    iCARNN (eq 5)  the same without the W^h h_{m-1} terms
+    sCARNN (eq 6)  iCARNN with ebar_m = e_m (so hidden_size == input_size)
+
+``W^c c`` is computed once per sequence and broadcast over time. nCARNN's gates read
+``h_{m-1}``, so it runs on the fused gated cell (:func:`ctrlrnn.ops.fused_cells.ncarnn_sequence`);
+iCARNN and sCARNN compute their gates for all steps with one GEMM and run the diagonal linear
+scan ``h_m = a_m h_{m-1} + b_m`` with ``a_m = 1 - g^u_m``, ``b_m = g^u_m g^f_m ebar_m``.
+
+``context_size=None`` drops the ``W^c c`` terms: the context-free nCARNN that encodes the
+previous sentence in the contextual language model (section 4.2, eq 11).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
+
+from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.ops.fused_cells import ncarnn_sequence
+from ctrlrnn.ops.linear_scan import linear_scan
+
+VARIANTS = ("n", "i", "s")
+
+
+def _check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of 'n', 'i', 's', got {variant!r}")
+    return variant
+
+
+def _check_context_size(context_size: int | None) -> int | None:
+    if context_size is None:
+        return None
+    return _check_positive_int("context_size", context_size)
+
+
+def _check_scarnn_sizes(variant: str, input_size: int, hidden_size: int) -> None:
+    if variant == "s" and input_size != hidden_size:
+        raise ValueError(
+            f"hidden_size: sCARNN (eq 6) adds the input e_m itself to the state, so it needs "
+            f"hidden_size == input_size, got hidden_size={hidden_size}, input_size={input_size}"
+        )
+
+
+class CARNNCell(nn.Module):
+    """One CARNN layer direction, usable step by step (decoding).
+
+    ``forward(input, context=None, h=None) -> h'`` with ``input`` ``(B, input_size)``,
+    ``context`` ``(B, context_size)`` and ``h`` ``(B, hidden_size)`` (zeros when omitted).
+
+    Parameters (gate blocks in the order ``u, f, ebar``):
+
+    * ``weight_ih`` ``(G*H, input_size)`` and ``bias_ih`` ``(G*H,)``: ``W^e_u, W^e_f, W_e`` and
+      ``b_u, b_f, b_e`` (``G = 3``; sCARNN has no ``W_e``, ``G = 2``);
+    * ``weight_hh`` ``(2H, H)``: ``W^h_u; W^h_f`` (nCARNN only);
+    * ``weight_ch`` ``(2H, context_size)``: ``W^c_u; W^c_f`` (absent with ``context_size=None``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        context_size: int | None,
+        variant: str = "n",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.context_size = _check_context_size(context_size)
+        self.variant = _check_variant(variant)
+        _check_scarnn_sizes(variant, input_size, hidden_size)
+        H = hidden_size
+        self.num_input_gates = 2 if variant == "s" else 3
+        self.weight_ih = nn.Parameter(torch.empty(self.num_input_gates * H, input_size))
+        self.bias_ih = nn.Parameter(torch.empty(self.num_input_gates * H)) if bias else None
+        self.weight_hh = nn.Parameter(torch.empty(2 * H, H)) if variant == "n" else None
+        self.weight_ch = (
+            nn.Parameter(torch.empty(2 * H, context_size)) if context_size is not None else None
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def input_projection(self, x: Tensor) -> Tensor:
+        """``(W^e_u e + b_u, W^e_f e + b_f, W_e e + b_e)`` for all steps (one GEMM)."""
+        return F.linear(x, self.weight_ih, self.bias_ih)
+
+    def context_projection(self, context: Tensor | None) -> Tensor | None:
+        """``(W^c_u c, W^c_f c)`` ``(B, 2H)``: once per sequence, broadcast over time."""
+        if self.weight_ch is None:
+            return None
+        assert context is not None
+        return F.linear(context, self.weight_ch)
+
+    def forward(
+        self, input: Tensor, context: Tensor | None = None, h: Tensor | None = None
+    ) -> Tensor:
+        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
+            raise ValueError("input: expected a (B, input_size) or (input_size,) tensor")
+        unbatched = input.dim() == 1
+        x = input.unsqueeze(0) if unbatched else input
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
+        if x.dtype != self.weight_ih.dtype or x.device != self.weight_ih.device:
+            raise ValueError(
+                f"input: expected dtype {self.weight_ih.dtype} on {self.weight_ih.device}, "
+                f"got {x.dtype} on {x.device}"
+            )
+        B, H = x.shape[0], self.hidden_size
+        if context is not None and unbatched and context.dim() == 1:
+            context = context.unsqueeze(0)
+        _check_context(self.context_size, context, B, x)
+        if h is None:
+            h = x.new_zeros(B, H)
+        else:
+            if unbatched and h.dim() == 1:
+                h = h.unsqueeze(0)
+            if tuple(h.shape) != (B, H):
+                raise ValueError(f"h: expected shape {(B, H)}, got {tuple(h.shape)}")
+        proj = self.input_projection(x)
+        pre = proj[:, : 2 * H]
+        ctx = self.context_projection(context)
+        if ctx is not None:
+            pre = pre + ctx
+        if self.weight_hh is not None:
+            pre = pre + h @ self.weight_hh.t()
+        g_u, g_f = torch.sigmoid(pre).chunk(2, dim=-1)
+        e_bar = x if self.variant == "s" else proj[:, 2 * H :]
+        h_new = g_u * (g_f * e_bar) + (1 - g_u) * h
+        return h_new[0] if unbatched else h_new
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, context_size={self.context_size}, "
+            f"variant={self.variant!r}"
+        )
+
+
+def _check_context(context_size: int | None, context: Any, batch: int, x: Tensor) -> None:
+    """``context`` must be ``(B, context_size)`` of the input's dtype and device."""
+    if context_size is None:
+        if context is not None:
+            raise ValueError("context: given, but this CARNN was built with context_size=None")
+        return
+    if context is None:
+        raise ValueError(
+            f"context: required, a (B, {context_size}) tensor (one context vector per sequence)"
+        )
+    if not isinstance(context, Tensor):
+        raise ValueError(f"context: expected a Tensor, got {type(context).__name__}")
+    if tuple(context.shape) != (batch, context_size):
+        raise ValueError(
+            f"context: expected shape {(batch, context_size)} (batch, context_size), "
+            f"got {tuple(context.shape)}"
+        )
+    if context.dtype != x.dtype or context.device != x.device:
+        raise ValueError(
+            f"context: expected dtype {x.dtype} on {x.device} (the input's), "
+            f"got {context.dtype} on {context.device}"
+        )
+
+
+class CARNN(RecurrentBase):
+    """CARNN layer stack (nCARNN eq 3, iCARNN eq 5, sCARNN eq 6) with the ``nn.LSTM`` contract.
+
+    Args:
+        input_size, hidden_size: widths of ``e_m`` and ``h_m``.
+        context_size: width of the context ``c``; ``None`` for the context-free nCARNN of
+            section 4.2 (then ``forward`` takes no context).
+        variant: ``"n"`` (eq 3, gates read ``h_{m-1}``; fused cell), ``"i"`` (eq 5) or ``"s"``
+            (eq 6, needs ``hidden_size == input_size``); ``"i"`` and ``"s"`` run on the scan.
+        num_layers, bias, batch_first, dropout, bidirectional: as :class:`torch.nn.LSTM`.
+            Every layer and direction reads the same context. A bidirectional sCARNN stack of
+            more than one layer is refused (its upper layers would read ``2 * hidden_size``
+            features but must have ``hidden_size == input_size``).
+
+    ``forward(input, context, hx=None, lengths=None) -> (output, h_n)`` with ``context``
+    ``(B, context_size)`` (``(context_size,)`` for unbatched input).
+    """
+
+    state_names = ("h",)
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        context_size: int | None,
+        variant: str = "n",
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+    ) -> None:
+        super().__init__(
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
+        )
+        self.variant = _check_variant(variant)
+        self.context_size = _check_context_size(context_size)
+        _check_scarnn_sizes(variant, input_size, hidden_size)
+        if variant == "s" and bidirectional and num_layers > 1:
+            raise ValueError(
+                "bidirectional: a multi-layer bidirectional sCARNN is impossible: layers above "
+                f"the first read 2 * hidden_size = {2 * hidden_size} features, but sCARNN (eq 6) "
+                "needs hidden_size == its input size"
+            )
+        self.cells = nn.ModuleList(
+            CARNNCell(self.layer_input_size(layer), hidden_size, context_size, variant, bias)
+            for layer in range(num_layers)
+            for _ in range(self.num_directions)
+        )
+
+    def cell(self, layer: int, direction: int = 0) -> CARNNCell:
+        """The cell holding the weights of ``layer`` in ``direction`` (0 forward, 1 backward)."""
+        return self.cells[layer * self.num_directions + direction]
+
+    def forward(  # type: ignore[override]
+        self,
+        input: Tensor | PackedSequence,
+        context: Tensor | None = None,
+        hx: Tensor | None = None,
+        lengths: Tensor | None = None,
+    ) -> tuple[Tensor | PackedSequence, Tensor]:
+        """Run the stack; ``context`` is one vector per sequence, ``(B, context_size)``."""
+        if (
+            isinstance(input, Tensor)
+            and input.dim() == 2
+            and isinstance(context, Tensor)
+            and context.dim() == 1
+        ):
+            context = context.unsqueeze(0)  # unbatched input, unbatched context
+        out, h_n = super().forward(input, hx, lengths, context=context)
+        assert isinstance(h_n, Tensor)
+        return out, h_n
+
+    def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
+        extra = set(kwargs) - {"context"}
+        if extra:
+            raise TypeError(f"forward() got unexpected keyword arguments {sorted(extra)}")
+        _check_context(self.context_size, kwargs.get("context"), x.shape[0], x)
+
+    def _run_direction(
+        self,
+        layer: int,
+        direction: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, State]:
+        cell = self.cell(layer, direction)
+        H = self.hidden_size
+        h0 = None if state is None else state[0]
+        proj = cell.input_projection(x)  # (B, T, G*H): one GEMM for all steps
+        ctx = cell.context_projection(kwargs.get("context"))  # (B, 2H): once per sequence
+        if self.variant == "n":
+            if ctx is None:
+                ctx = x.new_zeros(x.shape[0], 2 * H)
+            h_seq, h_last = ncarnn_sequence(proj, cell.weight_hh, ctx, h0, lengths)
+            return h_seq, [h_last]
+        pre = proj[..., : 2 * H]
+        if ctx is not None:
+            pre = pre + ctx.unsqueeze(1)
+        g = torch.sigmoid(pre)
+        g_u, g_f = g[..., :H], g[..., H:]
+        e_bar = x if self.variant == "s" else proj[..., 2 * H :]
+        a = 1 - g_u  # eq 5/6: h_m = (1 - g^u) h_{m-1} + g^u g^f ebar_m
+        b = g_u * g_f * e_bar
+        h_seq, h_last = linear_scan(a, b, h0, lengths=lengths, return_last=True)
+        return h_seq, [h_last]
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (
+            f", context_size={self.context_size}, variant={self.variant!r}"
+        )

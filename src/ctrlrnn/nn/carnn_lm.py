@@ -1,0 +1,119 @@
+"""CARNN's contextual language model (carnn.txt section 4.2, eq 11-13).
+
+    c^{t-1} <- nCARNN(e^{t-1}_1 .. e^{t-1}_{M^{t-1}})        (context-free nCARNN, final h)  (11)
+    h^t_1 .. h^t_{M^t} = CARNN(e^t_1 .. e^t_{M^t}, c^{t-1})
+    w^t_{m+1} ~ softmax(W^(l) h^t_m + b^(l))
+    P(L^{t-1}) = softmax(W^(c) c^{t-1} + b^(c))              (latent label head)           (12)
+    loss = alpha L_w + (1 - alpha) L_l                                                     (13)
+
+The latent label (dialog act, discourse relation) only trains the previous-sentence encoder
+in a multi-task way; at test time the model runs eq 11 alone.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.nn.base import _check_positive_int
+from ctrlrnn.nn.carnn import CARNN
+
+
+class ContextualCARNNLM(nn.Module):
+    """Language model over a sentence conditioned on the previous one (eq 11-13).
+
+    Args:
+        vocab_size, embedding_dim: the word embedding table, shared by both sentences.
+        hidden_size: width of the current sentence's CARNN (sCARNN needs it equal to
+            ``embedding_dim``).
+        variant: the current sentence's CARNN, ``"n"``, ``"i"`` or ``"s"``.
+        context_size: width of the previous-sentence encoder, a context-free nCARNN
+            (default ``hidden_size``).
+        num_layers, dropout: of the current sentence's CARNN.
+        num_latent_labels: size of the latent label set of eq 12 (``None``: no latent head).
+        alpha: the mixing weight of eq 13 (0.5 in the paper).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        variant: str = "n",
+        *,
+        context_size: int | None = None,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        num_latent_labels: int | None = None,
+        alpha: float = 0.5,
+    ) -> None:
+        super().__init__()
+        _check_positive_int("vocab_size", vocab_size)
+        if not 0.0 <= float(alpha) <= 1.0:
+            raise ValueError(f"alpha: expected a weight in [0, 1], got {alpha}")
+        self.alpha = float(alpha)
+        ctx = hidden_size if context_size is None else context_size
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.context_encoder = CARNN(embedding_dim, ctx, None, "n", batch_first=True)
+        self.carnn = CARNN(
+            embedding_dim, hidden_size, ctx, variant, num_layers=num_layers, dropout=dropout,
+            batch_first=True,
+        )  # fmt: skip
+        self.output = nn.Linear(hidden_size, vocab_size)  # W^(l), b^(l)
+        self.latent_head = (
+            nn.Linear(ctx, num_latent_labels) if num_latent_labels is not None else None
+        )  # W^(c), b^(c)
+
+    def encode_context(self, prev_tokens: Tensor, prev_lengths: Tensor | None = None) -> Tensor:
+        """``c^{t-1}`` ``(B, context_size)``: the final state of the context-free nCARNN."""
+        _, h_n = self.context_encoder(self.embedding(prev_tokens), lengths=prev_lengths)
+        return h_n[-1]
+
+    def forward(
+        self,
+        tokens: Tensor,
+        prev_tokens: Tensor,
+        lengths: Tensor | None = None,
+        prev_lengths: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Next-word logits ``(B, T, vocab)`` (eq 11) and latent logits ``(B, K)`` or None (eq 12).
+
+        ``tokens`` ``(B, T)`` is the current sentence (inputs ``w_1 .. w_T``; the logits at
+        ``m`` predict ``w_{m+1}``), ``prev_tokens`` ``(B, T')`` the previous one.
+        """
+        context = self.encode_context(prev_tokens, prev_lengths)
+        h, _ = self.carnn(self.embedding(tokens), context, lengths=lengths)
+        logits = self.output(h)
+        latent = self.latent_head(context) if self.latent_head is not None else None
+        return logits, latent
+
+    def loss(
+        self,
+        tokens: Tensor,
+        targets: Tensor,
+        prev_tokens: Tensor,
+        lengths: Tensor | None = None,
+        prev_lengths: Tensor | None = None,
+        latent_labels: Tensor | None = None,
+    ) -> Tensor:
+        """Eq 13: ``alpha L_w + (1 - alpha) L_l`` (just ``L_w`` without ``latent_labels``).
+
+        ``L_w`` is the mean log-loss over the valid target words (``targets`` ``(B, T)``,
+        positions past ``lengths`` ignored); ``L_l`` the log-loss of the previous sentence's
+        latent label ``latent_labels`` ``(B,)``.
+        """
+        logits, latent = self(tokens, prev_tokens, lengths, prev_lengths)
+        if lengths is not None:
+            valid = torch.arange(tokens.shape[1], device=tokens.device) < lengths.to(
+                tokens.device
+            ).unsqueeze(1)
+            targets = targets.masked_fill(~valid, -100)
+        loss_w = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        if latent_labels is None:
+            return loss_w
+        if latent is None:
+            raise ValueError("latent_labels: given, but the model has no latent head "
+                             "(num_latent_labels=None)")  # fmt: skip
+        loss_l = F.cross_entropy(latent, latent_labels)
+        return self.alpha * loss_w + (1 - self.alpha) * loss_l

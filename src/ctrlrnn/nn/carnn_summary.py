@@ -1,0 +1,52 @@
+"""The residual-plus-attention history summary of CARNN's dialog model (carnn.txt eq 8).
+
+    h_1 .. h_{M-1} = CARNN(e_1 .. e_{M-1}, c)
+    h~_m = h_m + e_m                                   (residual to the input)
+    alpha_1 .. alpha_{M-1} = softmax(h~_1^T c, ..., h~_{M-1}^T c)
+    h_his = sum_m alpha_m h~_m
+
+``c = e_M`` (the current utterance) is the CARNN's context and the attention query, so ``h``,
+``e`` and ``c`` must share one width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ctrlrnn.ops.padding import length_mask
+
+
+def history_summary(
+    h: Tensor, e: Tensor, c: Tensor, lengths: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Eq 8 on batch-first ``h``, ``e`` ``(B, M, d)`` and ``c`` ``(B, d)``.
+
+    Returns ``(h_his (B, d), alpha (B, M))``; steps past ``lengths`` get zero attention.
+    """
+    if h.shape != e.shape or h.dim() != 3:
+        raise ValueError(
+            f"e: expected the shape of h (B, M, d) = {tuple(h.shape)} (the residual h + e), "
+            f"got {tuple(e.shape)}"
+        )
+    if tuple(c.shape) != (h.shape[0], h.shape[2]):
+        raise ValueError(
+            f"c: expected shape {(h.shape[0], h.shape[2])} (the attention query of eq 8), "
+            f"got {tuple(c.shape)}"
+        )
+    h_res = h + e
+    scores = (h_res * c.unsqueeze(1)).sum(-1)
+    if lengths is not None:
+        mask = length_mask(lengths.to(h.device), h.shape[1])
+        scores = scores.masked_fill(~mask, float("-inf"))
+    alpha = torch.softmax(scores, dim=-1)
+    return (alpha.unsqueeze(-1) * h_res).sum(1), alpha
+
+
+class HistorySummary(nn.Module):
+    """Module form of :func:`history_summary` (eq 8); no parameters of its own."""
+
+    def forward(
+        self, h: Tensor, e: Tensor, c: Tensor, lengths: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        return history_summary(h, e, c, lengths)

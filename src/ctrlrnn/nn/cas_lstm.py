@@ -1,0 +1,285 @@
+"""Cell-aware Stacked LSTMs (Choi, Kim & Lee, cas-lstm.txt): ``CASLSTM``.
+
+Layer 1 is a plain LSTM (eq 1-6). Every layer ``l > 1`` reads the lower layer's hidden *and*
+cell states and adds a vertical forget gate ``g`` (eq 7-13)::
+
+    i, f, g, o = sigmoid(W_* h^{l-1}_t + U_* h^l_{t-1} + b_*)                  (7, 8, 9, 11)
+    c~ = tanh(W_c h^{l-1}_t + U_c h^l_{t-1} + b_c)                              (10)
+    c^l_t = i c~ + (1 - lambda) f c^l_{t-1} + lambda g c^{l-1}_t                (12)
+    h^l_t = o tanh(c^l_t)                                                       (13)
+
+Variant (iii) (``peephole=True``, eq 17-18) computes ``g`` from peepholes instead of ``U_g``:
+``g = sigmoid(W_g h^{l-1}_t + p_g1 c^l_{t-1} + p_g2 c^{l-1}_t + b_g)`` and, as eq 18 prints it,
+``c^l_t = i c~ + f c^l_{t-1} + g c^{l-1}_t``.
+
+Each layer is one GEMM over all steps for its input projections followed by the fused-cell
+engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` for layer 1,
+:func:`~ctrlrnn.ops.fused_cells.cas_lstm_sequence` above); the layers interact through the cell
+sequence ``c^{l-1}``, so :meth:`CASLSTM._run_stack` is overridden. Bi-CAS-LSTM (section 3.3) is a
+second, independent stack on the reversed sequence, concatenated at the top only.
+See docs/cas_lstm.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.ops.fused_cells import cas_lstm_sequence, lstm_sequence
+from ctrlrnn.ops.padding import reverse_padded
+
+LambdaArg = float | Sequence[float] | Tensor | str | None
+
+
+def _check_hidden_size(hidden_size: Any, num_layers: int) -> int:
+    """One width for all layers: layers ``l > 1`` need ``d_l = d_{l-1}`` (section 3.2)."""
+    if isinstance(hidden_size, int) and not isinstance(hidden_size, bool):
+        return _check_positive_int("hidden_size", hidden_size)
+    if isinstance(hidden_size, Sequence) and not isinstance(hidden_size, str):
+        sizes = [_check_positive_int("hidden_size", h) for h in hidden_size]
+        if len(sizes) != num_layers:
+            raise ValueError(
+                f"hidden_size: expected an int or {num_layers} per-layer widths "
+                f"(num_layers={num_layers}), got {list(hidden_size)}"
+            )
+        if len(set(sizes)) != 1:
+            raise ValueError(
+                f"hidden_size: CAS-LSTM layers l > 1 read the lower layer's cell state, so they "
+                f"need d_l = d_(l-1) (cas-lstm.txt eq 7-13): all layers must have one width, got "
+                f"{sizes}"
+            )
+        return sizes[0]
+    raise ValueError(f"hidden_size: expected a positive integer, got {hidden_size!r}")
+
+
+class CASLayer(nn.Module):
+    """The weights of one CAS-LSTM layer in one direction, with the paper's single bias.
+
+    Layer 1 (``vertical=False``): ``weight_ih`` ``(4H, d_0)``, ``weight_hh`` ``(4H, H)``,
+    ``bias`` ``(4H,)``, gate blocks ``(i, f, c~, o)``: ``(d_0 + H + 1) 4H`` parameters.
+    Layers ``l > 1``: five blocks ``(i, f, c~, o, g)``, ``(H + H + 1) 5H`` parameters (the
+    paper's footnote 1); with ``peephole`` ``weight_hh`` has no ``U_g`` block ``(4H, H)`` and
+    ``peephole`` ``(2, H)`` holds ``(p_g1, p_g2)`` of eq 17. ``lambda_logit`` ``(H,)`` exists
+    for a trainable lambda, ``lambda = sigmoid(lambda_logit)``, in (0, 1).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        vertical: bool,
+        bias: bool,
+        peephole: bool,
+        trainable_lambda: bool,
+    ) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.vertical = vertical
+        g = 5 if vertical else 4
+        g_h = 4 if (not vertical or peephole) else 5
+        self.weight_ih = nn.Parameter(torch.empty(g * hidden_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(g_h * hidden_size, hidden_size))
+        self.bias: nn.Parameter | None = (
+            nn.Parameter(torch.empty(g * hidden_size)) if bias else None
+        )
+        self.peephole: nn.Parameter | None = (
+            nn.Parameter(torch.empty(2, hidden_size)) if vertical and peephole else None
+        )
+        self.lambda_logit: nn.Parameter | None = (
+            nn.Parameter(torch.zeros(hidden_size)) if vertical and trainable_lambda else None
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for name, p in self.named_parameters():
+            if name == "lambda_logit":
+                nn.init.zeros_(p)  # lambda = 0.5, the paper's constant
+            else:
+                nn.init.uniform_(p, -bound, bound)
+
+
+class CASLSTM(RecurrentBase):
+    """Cell-aware stacked LSTM with the ``torch.nn.LSTM`` interface.
+
+    Args:
+        input_size, num_layers, bias, batch_first, dropout: as :class:`torch.nn.LSTM`;
+            ``dropout`` applies to the hidden states passed up between layers (not to the cell
+            states of the vertical connection).
+        hidden_size: the width ``d`` of every layer, or a list of ``num_layers`` widths, which
+            must all be equal: layers ``l > 1`` need ``d_l = d_{l-1}`` (section 3.2); any other
+            list raises ``ValueError``.
+        bidirectional: Bi-CAS-LSTM (section 3.3): a second stack reads the reversed sequence;
+            the two top layers' outputs are concatenated. Layers of each stack read only their
+            own stack's lower layer (unlike a bidirectional ``nn.LSTM``).
+        lambda_: the weight of eq 12. A number (any value; the paper uses 0.25, 0.5, 0.75), a
+            sequence or tensor of ``hidden_size`` numbers (a constant vector), ``"trainable"``
+            (a per-layer, per-direction vector ``sigmoid(theta)`` in (0, 1), ``theta = 0`` at
+            start), ``None`` (the plain sum ``f c_{t-1} + g c^{l-1}_t``, variant (ii)), or
+            ``"auto"`` (default): 0.5, the paper's choice, and ``None`` with ``peephole=True``
+            so that variant (iii) is eq 18 as printed.
+        peephole: variant (iii), eq 17-18: the vertical gate reads peepholes ``p_g1 c_{t-1}``
+            and ``p_g2 c^{l-1}_t`` instead of ``U_g h_{t-1}``.
+
+    ``forward(input, hx=None, lengths=None) -> (output, (h_n, c_n))`` exactly as
+    :class:`torch.nn.LSTM` (``h_n``/``c_n`` ``(num_layers * num_directions, B, hidden_size)``,
+    layer-major). ``caslstm.layer(l, d)`` is the :class:`CASLayer` of layer ``l`` (0-based) in
+    direction ``d``.
+    """
+
+    state_names = ("h", "c")
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int | Sequence[int],
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        lambda_: LambdaArg = "auto",
+        peephole: bool = False,
+    ) -> None:
+        layers = _check_positive_int("num_layers", num_layers)
+        width = _check_hidden_size(hidden_size, layers)
+        super().__init__(input_size, width, layers, bias, batch_first, dropout, bidirectional)
+        self.peephole = bool(peephole)
+        trainable = False
+        const: Tensor | None = None
+        if isinstance(lambda_, str):
+            if lambda_ == "auto":
+                lambda_ = None if self.peephole else 0.5
+            elif lambda_ == "trainable":
+                trainable = True
+            else:
+                raise ValueError(
+                    f"lambda_: expected a number, {width} numbers, 'trainable', 'auto' or None, "
+                    f"got {lambda_!r}"
+                )
+        if lambda_ is not None and not trainable:
+            const = self._constant_lambda(lambda_, width)
+        self.lambda_: float | str | None
+        if trainable:
+            self.lambda_ = "trainable"
+        elif const is None:
+            self.lambda_ = None
+        elif const.dim() == 0:
+            self.lambda_ = float(const)
+        else:
+            self.lambda_ = "vector"
+        # a (hidden,) constant vector is a buffer so that it follows .to() and state_dict
+        self.register_buffer(
+            "lambda_vector", const if const is not None and const.dim() == 1 else None
+        )
+        self.layers = nn.ModuleList(
+            CASLayer(
+                self.layer_input_size(layer),
+                width,
+                vertical=layer > 0,
+                bias=bias,
+                peephole=self.peephole,
+                trainable_lambda=trainable,
+            )
+            for layer in range(layers)
+            for _ in range(self.num_directions)
+        )
+
+    @staticmethod
+    def _constant_lambda(value: Any, width: int) -> Tensor:
+        if isinstance(value, bool):
+            raise ValueError(f"lambda_: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            t = torch.tensor(float(value), dtype=torch.float64)
+        else:
+            try:
+                t = torch.as_tensor(value).detach().to("cpu", torch.float64)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise ValueError(f"lambda_: expected a number or {width} numbers ({exc})") from exc
+            if t.dim() != 0 and (t.dim() != 1 or t.shape[0] != width):
+                raise ValueError(
+                    f"lambda_: expected a number or a vector of hidden_size={width} numbers, "
+                    f"got shape {tuple(t.shape)}"
+                )
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError("lambda_: expected finite values")
+        return t.to(torch.get_default_dtype()) if t.dim() == 1 else t
+
+    def layer_input_size(self, layer: int) -> int:
+        """Layer 1 reads the input; each upper layer reads its own stack's lower layer only."""
+        return self.input_size if layer == 0 else self.hidden_size
+
+    def layer(self, layer: int, direction: int = 0) -> CASLayer:
+        """The :class:`CASLayer` of ``layer`` (0-based) in ``direction`` (0 fw, 1 bw)."""
+        return self.layers[layer * self.num_directions + direction]
+
+    def lambda_value(self, layer: int, direction: int = 0) -> float | Tensor | None:
+        """The lambda of eq 12 used by ``layer`` (> 0): float, ``(H,)`` tensor or None."""
+        w = self.layer(layer, direction)
+        if w.lambda_logit is not None:
+            return torch.sigmoid(w.lambda_logit)
+        if self.lambda_vector is not None:
+            return self.lambda_vector
+        return self.lambda_ if isinstance(self.lambda_, float) else None
+
+    def _run_stack(
+        self, x: Tensor, lengths: Tensor | None, states: State | None, **kwargs: Any
+    ) -> tuple[Tensor, State]:
+        """Each direction's stack, layer by layer: eq 1-6 for layer 1, eq 7-13 (17-18) above.
+
+        Direction 1 runs on each sequence reversed within its own length (Bi-CAS-LSTM); the top
+        layers' outputs are concatenated.
+        """
+        L, D = self.num_layers, self.num_directions
+        finals_h: list[Tensor | None] = [None] * (L * D)
+        finals_c: list[Tensor | None] = [None] * (L * D)
+        outs = []
+        x = x.contiguous()  # a time-major input arrives as a transposed view
+        for d in range(D):
+            h_in = x if d == 0 else reverse_padded(x, lengths)
+            lower_c: Tensor | None = None
+            h_seq = h_in
+            for layer in range(L):
+                idx = layer * D + d
+                w = self.layer(layer, d)
+                h0 = None if states is None else states[0][idx]
+                c0 = None if states is None else states[1][idx]
+                x_proj = F.linear(h_in, w.weight_ih, w.bias)  # all steps in one GEMM
+                if layer == 0:
+                    h_seq, c_seq, h_last, c_last = lstm_sequence(
+                        x_proj, w.weight_hh, h0, c0, lengths
+                    )
+                else:
+                    assert lower_c is not None
+                    h_seq, c_seq, h_last, c_last = cas_lstm_sequence(
+                        x_proj,
+                        w.weight_hh,
+                        lower_c,
+                        h0,
+                        c0,
+                        lengths,
+                        lambda_=self.lambda_value(layer, d),
+                        peephole=w.peephole,
+                    )
+                finals_h[idx], finals_c[idx] = h_last, c_last
+                lower_c = c_seq
+                h_in = h_seq
+                if layer + 1 < L and self.dropout > 0 and self.training:
+                    h_in = F.dropout(h_seq, self.dropout, training=True)
+            outs.append(h_seq if d == 0 else reverse_padded(h_seq, lengths))
+        out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
+        return out, [torch.stack(finals_h, 0), torch.stack(finals_c, 0)]  # type: ignore[arg-type]
+
+    def extra_repr(self) -> str:
+        s = super().extra_repr() + f", lambda_={self.lambda_!r}"
+        if self.peephole:
+            s += ", peephole=True"
+        return s

@@ -1,0 +1,356 @@
+"""Recurrently Controlled Recurrent Networks (Tay, Tuan & Hui, rcrn.txt): ``RCRN``, ``RCRNCell``.
+
+Three gated RNNs read the same input ``x``: two *controllers* (eq 1-6, bidirectional by eq 7-9)
+give ``h^1`` and ``h^2``; the listener's *base* RNN (eq 10-14) gives ``h^3``. The listener then
+runs the diagonal recurrence (eq 15) and the output gate (eq 16)::
+
+    c4_t = sigmoid(h1_t) * c4_{t-1} + (1 - sigmoid(h1_t)) * h3_t        (15)
+    h4_t = sigmoid(h2_t) * c4_t    (output_gate="sigmoid", the text)   (16)
+    h4_t = h2_t * c4_t             (output_gate="identity", as printed)
+
+The three RNNs run on the fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
+:func:`~ctrlrnn.ops.fused_cells.gru_sequence`: one GEMM for the input projections of all steps,
+then the compiled recurrence); eq 15 runs on :func:`ctrlrnn.linear_scan` with
+``a_t = sigmoid(h1_t)`` and ``b_t = (1 - sigmoid(h1_t)) h3_t``. No Python loop over time.
+
+Options: ``cell`` ("lstm" as eq 1-14, or "gru", the paper's "simplified variant" in
+torch.nn.GRU's formulation), ``output_gate``, and ``listener``: with ``bidirectional=True``,
+``"per_direction"`` scans the forward channels of eq 15 forward and the backward channels
+backward; ``"concat_forward"`` scans all ``2H`` channels ``[fw; bw]`` forward, as the authors'
+code does. See docs/rcrn.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.ops.cells_ref import gru_step, lstm_step
+from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
+from ctrlrnn.ops.linear_scan import linear_scan
+from ctrlrnn.ops.padding import reverse_padded
+
+CELLS = ("lstm", "gru")
+OUTPUT_GATES = ("sigmoid", "identity")
+LISTENERS = ("per_direction", "concat_forward")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
+    return value
+
+
+def rcrn_state_names(cell: str) -> tuple[str, ...]:
+    """State variables of one RCRN direction: the three RNNs' states, then the listener's c4."""
+    if cell == "lstm":
+        return ("h1", "c1", "h2", "c2", "h3", "c3", "c4")
+    return ("h1", "h2", "h3", "c4")
+
+
+class GatedRNN(nn.Module):
+    """The weights of one LSTM (eq 1-6 / 10-14) or GRU, laid out as torch.nn.LSTM / nn.GRU.
+
+    ``weight_ih`` ``(G*H, input_size)``, ``weight_hh`` ``(G*H, H)``, ``bias_ih``/``bias_hh``
+    ``(G*H,)`` with ``G = 4`` gate blocks ``(i, f, c~, o)`` for the LSTM and ``G = 3``
+    ``(r, z, n)`` for the GRU, so weights load from / into ``torch.nn.LSTM``/``GRU`` one to one.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, cell: str, bias: bool) -> None:
+        super().__init__()
+        self.cell = _check_choice("cell", cell, CELLS)
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        gh = (4 if cell == "lstm" else 3) * hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(gh, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(gh, hidden_size))
+        self.bias_ih: nn.Parameter | None = nn.Parameter(torch.empty(gh)) if bias else None
+        self.bias_hh: nn.Parameter | None = nn.Parameter(torch.empty(gh)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    @property
+    def num_states(self) -> int:
+        return 2 if self.cell == "lstm" else 1
+
+    def _input_bias(self) -> Tensor | None:
+        if self.bias_ih is None or self.bias_hh is None:
+            return None
+        if self.cell == "lstm":  # both LSTM biases add outside any product: fold them
+            return self.bias_ih + self.bias_hh
+        return self.bias_ih  # the GRU's b_hn stays inside the reset product
+
+    def sequence(
+        self, x: Tensor, state: list[Tensor] | None, lengths: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Run over batch-first ``x`` ``(B, T, D)``: returns ``h_seq`` and the final states.
+
+        One GEMM projects all steps; the recurrence runs in the fused-cell engine.
+        """
+        x_proj = F.linear(x, self.weight_ih, self._input_bias())
+        if self.cell == "lstm":
+            h0, c0 = (None, None) if state is None else state
+            h_seq, _c_seq, h, c = lstm_sequence(x_proj, self.weight_hh, h0, c0, lengths)
+            return h_seq, [h, c]
+        h0 = None if state is None else state[0]
+        h_seq, h = gru_sequence(x_proj, self.weight_hh, self.bias_hh, h0, lengths)
+        return h_seq, [h]
+
+    def step(self, x: Tensor, state: list[Tensor]) -> list[Tensor]:
+        """One step (decoding): ``x`` ``(B, D)``, ``state`` ``[h, c]`` or ``[h]``."""
+        x_proj = F.linear(x, self.weight_ih, self._input_bias())
+        if self.cell == "lstm":
+            h, c = lstm_step(x_proj, self.weight_hh, state[0], state[1])
+            return [h, c]
+        b_hh = self.bias_hh if self.bias_hh is not None else x.new_zeros(self.weight_hh.shape[0])
+        return [gru_step(x_proj, self.weight_hh, b_hh, state[0])]
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, cell={self.cell!r}"
+
+
+def _gate(h2: Tensor, output_gate: str) -> Tensor:
+    """The output gate of eq 16: ``sigmoid(h2)`` (the text) or ``h2`` (eq 16 as printed)."""
+    return torch.sigmoid(h2) if output_gate == "sigmoid" else h2
+
+
+def listener_scan(
+    h1: Tensor,
+    h2: Tensor,
+    h3: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    output_gate: str,
+) -> tuple[Tensor, Tensor]:
+    """Eq 15-16 over batch-first ``(B, T, C)`` controller/base outputs.
+
+    ``c4`` is :func:`ctrlrnn.linear_scan` with ``a = sigmoid(h1)``, ``b = (1 - a) h3`` (eq 15);
+    returns ``h4 = gate(h2) c4`` (eq 16, zero past each length) and the final ``c4``.
+    """
+    a = torch.sigmoid(h1)
+    b = torch.addcmul(h3, a, h3, value=-1.0)  # (1 - a) * h3
+    c4, c_last = linear_scan(a, b, c0, lengths=lengths, return_last=True)
+    return _gate(h2, output_gate) * c4, c_last
+
+
+class RCRNCell(nn.Module):
+    """One RCRN direction (controllers, listener base, eq 15-16), usable step by step.
+
+    ``forward(input, state=None) -> (h4, state)`` with ``input`` ``(B, input_size)`` (or
+    unbatched ``(input_size,)``) and ``state`` a tuple in the order of :attr:`state_names`
+    (``(h1, c1, h2, c2, h3, c3, c4)`` for ``cell="lstm"``, ``(h1, h2, h3, c4)`` for ``"gru"``;
+    zeros when None). Feeding a sequence through the cell gives the outputs of a one-layer
+    unidirectional :class:`RCRN` holding the same cell.
+
+    Submodules: ``controller1`` (gives ``h^1``, the listener's forget gate, eq 1-6),
+    ``controller2`` (``h^2``, the output gate), ``listener`` (the base RNN of eq 10-14, ``h^3``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        cell: str = "lstm",
+        output_gate: str = "sigmoid",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.cell = _check_choice("cell", cell, CELLS)
+        self.output_gate = _check_choice("output_gate", output_gate, OUTPUT_GATES)
+        self.state_names = rcrn_state_names(cell)
+        self.controller1 = GatedRNN(input_size, hidden_size, cell, bias)
+        self.controller2 = GatedRNN(input_size, hidden_size, cell, bias)
+        self.listener = GatedRNN(input_size, hidden_size, cell, bias)
+
+    def rnns(self) -> tuple[GatedRNN, GatedRNN, GatedRNN]:
+        """``(controller1, controller2, listener)``: the RNNs giving ``h^1``, ``h^2``, ``h^3``."""
+        return self.controller1, self.controller2, self.listener
+
+    def forward(
+        self, input: Tensor, state: tuple[Tensor, ...] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
+            raise ValueError(
+                "input: expected a (B, input_size) or (input_size,) tensor, got "
+                f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}"
+            )
+        unbatched = input.dim() == 1
+        x = input.unsqueeze(0) if unbatched else input
+        w = self.controller1.weight_ih
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
+        if x.dtype != w.dtype or x.device != w.device:
+            raise ValueError(
+                f"input: expected dtype {w.dtype} on {w.device}, got {x.dtype} on {x.device}"
+            )
+        B, H, n = x.shape[0], self.hidden_size, len(self.state_names)
+        if state is None:
+            st = [x.new_zeros(B, H) for _ in range(n)]
+        else:
+            if not isinstance(state, (tuple, list)) or len(state) != n:
+                raise ValueError(f"state: expected a tuple of {n} tensors {self.state_names}")
+            st = [s.unsqueeze(0) if unbatched else s for s in state]
+            for name, s in zip(self.state_names, st):
+                if not isinstance(s, Tensor) or tuple(s.shape) != (B, H):
+                    got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
+                    raise ValueError(f"state: expected {name} of shape {(B, H)}, got {got}")
+        k = self.controller1.num_states
+        new: list[Tensor] = []
+        outs: list[Tensor] = []
+        for j, rnn in enumerate(self.rnns()):
+            s = rnn.step(x, st[j * k : (j + 1) * k])
+            new.extend(s)
+            outs.append(s[0])
+        h1, h2, h3 = outs
+        f = torch.sigmoid(h1)
+        c4 = f * st[-1] + (1 - f) * h3  # eq 15
+        h4 = _gate(h2, self.output_gate) * c4  # eq 16
+        new.append(c4)
+        if unbatched:
+            return h4[0], tuple(s[0] for s in new)
+        return h4, tuple(new)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, cell={self.cell!r}, "
+            f"output_gate={self.output_gate!r}"
+        )
+
+
+class RCRN(RecurrentBase):
+    """Recurrently controlled recurrent network with the ``torch.nn.LSTM`` interface.
+
+    Args:
+        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional: as
+            :class:`torch.nn.LSTM`. ``num_layers > 1`` stacks RCRNs, each reading the previous
+            one's output ``h^4`` (``dropout`` applies between them). The paper's model is
+            ``num_layers=1, bidirectional=True``.
+        cell: ``"lstm"`` (eq 1-14) or ``"gru"`` (the GRU variant of section 3.3, all three RNNs
+            in torch.nn.GRU's formulation).
+        output_gate: ``"sigmoid"`` (default: ``h4 = sigmoid(h2) * c4``, as the text and the
+            authors' code) or ``"identity"`` (``h4 = h2 * c4``, eq 16 as printed).
+        listener: with ``bidirectional=True``, ``"per_direction"`` (default: eq 15 runs forward
+            over the forward channels and backward over the backward ones) or
+            ``"concat_forward"`` (eq 15 runs forward over all ``[fw; bw]`` channels, as the
+            authors' code does). Unidirectional layers ignore it (both are the same).
+
+    ``forward(input, hx=None, lengths=None) -> (output, h_n)``: ``output`` is ``h^4``
+    (``num_directions * hidden_size`` wide). ``hx``/``h_n`` is the tuple of all recurrent
+    states, each ``(num_layers * num_directions, B, hidden_size)``, in the order of
+    :attr:`state_names`: ``(h1, c1, h2, c2, h3, c3, c4)`` (``cell="lstm"``) or
+    ``(h1, h2, h3, c4)`` (``"gru"``). With ``listener="concat_forward"`` the ``c4`` entry of the
+    backward direction holds the backward channels of the forward scan (its state after the
+    last valid step).
+
+    Parameters: ``rcrn.cell(layer, direction)`` is an :class:`RCRNCell` holding ``controller1``,
+    ``controller2`` and ``listener`` (:class:`GatedRNN`, torch.nn.LSTM/GRU layout), so a
+    bidirectional RCRN has exactly three times the parameters of a one-layer bidirectional
+    ``torch.nn.LSTM`` of the same sizes, and as many as a three-layer one when
+    ``input_size == 2 * hidden_size`` (section 3.3).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        cell: str = "lstm",
+        output_gate: str = "sigmoid",
+        listener: str = "per_direction",
+    ) -> None:
+        super().__init__(
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
+        )
+        self.cell_type = _check_choice("cell", cell, CELLS)
+        self.output_gate = _check_choice("output_gate", output_gate, OUTPUT_GATES)
+        self.listener = _check_choice("listener", listener, LISTENERS)
+        self.state_names = rcrn_state_names(cell)
+        self.cells = nn.ModuleList(
+            RCRNCell(
+                self.layer_input_size(layer),
+                hidden_size,
+                cell=cell,
+                output_gate=output_gate,
+                bias=bias,
+            )
+            for layer in range(num_layers)
+            for _ in range(self.num_directions)
+        )
+
+    def cell(self, layer: int, direction: int = 0) -> RCRNCell:
+        """The :class:`RCRNCell` of ``layer`` in ``direction`` (0 forward, 1 backward)."""
+        return self.cells[layer * self.num_directions + direction]
+
+    def _run_layer(
+        self,
+        layer: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, State]:
+        """Both directions of one RCRN layer (eq 7-9, 10-14 bidirectional, then eq 15-16).
+
+        Direction ``d = 1`` runs its RNNs on each sequence reversed within its length; its
+        listener channels are scanned in that reversed frame (``per_direction``) or brought
+        back to forward time and scanned with the forward channels (``concat_forward``).
+        """
+        D, H = self.num_directions, self.hidden_size
+        k = 2 if self.cell_type == "lstm" else 1
+        x = x.contiguous()  # one copy of a time-major input, not one per projection GEMM
+        hs: list[list[Tensor]] = []  # per direction: [h1, h2, h3] in that direction's frame
+        fins: list[list[Tensor]] = []  # per direction: final states of the three RNNs
+        for d in range(D):
+            xd = x if d == 0 else reverse_padded(x, lengths)
+            cell = self.cell(layer, d)
+            h_d, fin_d = [], []
+            for j, rnn in enumerate(cell.rnns()):
+                st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
+                h_seq, fin = rnn.sequence(xd, st, lengths)
+                h_d.append(h_seq)
+                fin_d.extend(fin)
+            hs.append(h_d)
+            fins.append(fin_d)
+        c40 = None if state is None else state[-1]  # (D, B, H)
+        if D == 1 or self.listener == "per_direction":
+            outs, c4_last = [], []
+            for d in range(D):
+                h4, c_last = listener_scan(
+                    *hs[d], None if c40 is None else c40[d], lengths, self.output_gate
+                )
+                outs.append(h4 if d == 0 else reverse_padded(h4, lengths))
+                c4_last.append(c_last)
+            out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
+        else:  # concat_forward: bring the backward channels to forward time, scan forward
+            h1, h2, h3 = (
+                torch.cat([hs[0][j], reverse_padded(hs[1][j], lengths)], dim=-1) for j in range(3)
+            )
+            c0 = None if c40 is None else torch.cat([c40[0], c40[1]], dim=-1)
+            out, c_last = listener_scan(h1, h2, h3, c0, lengths, self.output_gate)
+            c4_last = [c_last[:, :H], c_last[:, H:]]
+        for d in range(D):
+            fins[d].append(c4_last[d])
+        return out, [torch.stack([f[i] for f in fins], 0) for i in range(self.num_states)]
+
+    def extra_repr(self) -> str:
+        s = super().extra_repr() + f", cell={self.cell_type!r}, output_gate={self.output_gate!r}"
+        if self.bidirectional:
+            s += f", listener={self.listener!r}"
+        return s

@@ -1,0 +1,376 @@
+"""CAS-LSTM against a step-by-step loop written from the paper's equations, and its contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn import CASLSTM
+
+D64 = torch.float64
+
+
+def paper_cas_stack(x, layers, lam, peephole, h0=None, c0=None):
+    """One CAS-LSTM stack, time-major over a (time, layer) grid, from cas-lstm.txt (independent).
+
+    ``layers``: per layer ``(W, U, b, p)`` with W's rows in the gate order (i, f, c~, o[, g]);
+    ``lam``: per layer ``l > 1`` the lambda of eq 12 (a number or vector), or None for the plain
+    sum (variant (ii) and eq 18). Returns the top layer's outputs and the final (h, c) per layer.
+    """
+    B, T, _ = x.shape
+    H = layers[0][1].shape[1]
+    L = len(layers)
+    h = [torch.zeros(B, H, dtype=x.dtype) if h0 is None else h0[k] for k in range(L)]
+    c = [torch.zeros(B, H, dtype=x.dtype) if c0 is None else c0[k] for k in range(L)]
+    outs = []
+    for t in range(T):
+        below_h, below_c = x[:, t], None  # h^0_t = x_t
+        for k, (W, U, b, p) in enumerate(layers):
+            def gate(j, k=k, W=W, U=U, b=b, below_h=below_h):
+                Wj = W[j * H : (j + 1) * H]
+                pre = below_h @ Wj.T + (0 if b is None else b[j * H : (j + 1) * H])
+                if j < U.shape[0] // H:
+                    pre = pre + h[k] @ U[j * H : (j + 1) * H].T
+                return pre
+
+            i = torch.sigmoid(gate(0))  # eq 1 / 7
+            f = torch.sigmoid(gate(1))  # eq 2 / 8
+            c_tilde = torch.tanh(gate(2))  # eq 3 / 10
+            o = torch.sigmoid(gate(3))  # eq 4 / 11
+            if k == 0:
+                c_new = i * c_tilde + f * c[k]  # eq 5
+            else:
+                if p is None:
+                    g = torch.sigmoid(gate(4))  # eq 9
+                else:
+                    g = torch.sigmoid(gate(4) + p[0] * c[k] + p[1] * below_c)  # eq 17
+                if lam[k] is None:
+                    c_new = i * c_tilde + f * c[k] + g * below_c  # eq 18 / variant (ii)
+                else:
+                    c_new = (
+                        i * c_tilde + (1 - lam[k]) * f * c[k] + lam[k] * g * below_c
+                    )  # eq 12
+            h_new = o * torch.tanh(c_new)  # eq 6 / 13
+            h[k], c[k] = h_new, c_new
+            below_h, below_c = h_new, c_new
+        outs.append(below_h)
+    return torch.stack(outs, 1), torch.stack(h), torch.stack(c)
+
+
+def weights(m: CASLSTM, d: int = 0):
+    out = []
+    for k in range(m.num_layers):
+        w = m.layer(k, d)
+        out.append((w.weight_ih, w.weight_hh, w.bias, w.peephole))
+    return out
+
+
+def lambdas(m: CASLSTM, d: int, lam):
+    """The lambdas the test expects, derived from the constructor argument ``lam``."""
+    out = [None]
+    for k in range(1, m.num_layers):
+        if lam == "trainable":
+            out.append(torch.sigmoid(m.layer(k, d).lambda_logit))
+        elif lam == "auto":
+            out.append(None if m.peephole else 0.5)
+        elif isinstance(lam, list):
+            out.append(torch.tensor(lam, dtype=D64))
+        else:
+            out.append(lam)
+    return out
+
+
+LAMBDAS = ["auto", 0.25, 1.7, "trainable", None, [0.1, 0.9, 0.5, 0.3]]
+
+
+@pytest.mark.parametrize("peephole", [False, True])
+@pytest.mark.parametrize("lam", LAMBDAS)
+def test_matches_paper_loop(lam, peephole):
+    torch.manual_seed(0)
+    m = CASLSTM(3, 4, num_layers=3, batch_first=True, lambda_=lam, peephole=peephole).double()
+    if lam == "trainable":
+        with torch.no_grad():
+            for k in (1, 2):
+                m.layer(k).lambda_logit.normal_()
+    x = torch.randn(2, 5, 3, dtype=D64)
+    h0, c0 = torch.randn(3, 2, 4, dtype=D64), torch.randn(3, 2, 4, dtype=D64)
+    out, (h_n, c_n) = m(x, (h0, c0))
+    ref, ref_h, ref_c = paper_cas_stack(x, weights(m), lambdas(m, 0, lam), peephole, h0, c0)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(h_n, ref_h)
+    torch.testing.assert_close(c_n, ref_c)
+
+
+def test_lambda_auto_resolves_to_paper_choices():
+    assert CASLSTM(3, 4).lambda_ == 0.5  # section 3.2: lambda_i = 0.5
+    assert CASLSTM(3, 4, peephole=True).lambda_ is None  # eq 18 has no lambda
+
+
+def test_bidirectional_is_two_independent_stacks():
+    torch.manual_seed(1)
+    m = CASLSTM(3, 4, num_layers=2, bidirectional=True, lambda_="trainable").double()
+    with torch.no_grad():
+        m.layer(1, 0).lambda_logit.normal_()
+        m.layer(1, 1).lambda_logit.normal_()
+    x = torch.randn(6, 2, 3, dtype=D64)  # (T, B, D)
+    out, (h_n, c_n) = m(x)
+    xb = x.transpose(0, 1)
+    fw, hf, cf = paper_cas_stack(xb, weights(m, 0), lambdas(m, 0, "trainable"), False)
+    bw, hb, cb = paper_cas_stack(xb.flip(1), weights(m, 1), lambdas(m, 1, "trainable"), False)
+    torch.testing.assert_close(out, torch.cat([fw, bw.flip(1)], -1).transpose(0, 1))
+    # layer-major (layer, direction) order as torch.nn.LSTM
+    torch.testing.assert_close(h_n, torch.stack([hf[0], hb[0], hf[1], hb[1]]))
+    torch.testing.assert_close(c_n, torch.stack([cf[0], cb[0], cf[1], cb[1]]))
+    assert m.layer(1, 0).weight_ih.shape == (20, 4)  # upper layers read their own stack only
+
+
+def test_first_layer_is_torch_lstm():
+    torch.manual_seed(2)
+    m = CASLSTM(3, 4, batch_first=True).double()
+    ref = torch.nn.LSTM(3, 4, batch_first=True).double()
+    with torch.no_grad():
+        w = m.layer(0)
+        ref.weight_ih_l0.copy_(w.weight_ih)
+        ref.weight_hh_l0.copy_(w.weight_hh)
+        ref.bias_ih_l0.copy_(w.bias)
+        ref.bias_hh_l0.zero_()
+    x = torch.randn(2, 5, 3, dtype=D64)
+    out, (h, c) = m(x)
+    r_out, (rh, rc) = ref(x)
+    torch.testing.assert_close(out, r_out)
+    torch.testing.assert_close((h, c), (rh, rc))
+
+
+def _gradcheck(m, x, hx, lengths):
+    names = [n for n, _ in m.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
+
+    def f(x, h0, c0, *ps):
+        out, (h, c) = torch.func.functional_call(
+            m, dict(zip(names, ps)), (x, (h0, c0)), dict(lengths=lengths)
+        )
+        return out, h, c
+
+    full = torch.autograd.gradcheck(lambda x, h0, c0: f(x, h0, c0, *params), (x, *hx))
+    return full and torch.autograd.gradcheck(f, (x, *hx, *params), fast_mode=True)
+
+
+@pytest.mark.parametrize(
+    "lam,peephole", [("auto", False), ("trainable", False), (None, False), ("auto", True)]
+)
+def test_gradcheck(lam, peephole):
+    torch.manual_seed(3)
+    m = CASLSTM(2, 2, num_layers=2, bidirectional=True, batch_first=True, lambda_=lam,
+                peephole=peephole).double()  # fmt: skip
+    x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
+    hx = tuple(torch.randn(4, 2, 2, dtype=D64, requires_grad=True) for _ in range(2))
+    assert _gradcheck(m, x, hx, torch.tensor([3, 2]))
+
+
+def test_trainable_lambda_bounded_and_learns():
+    torch.manual_seed(4)
+    m = CASLSTM(3, 4, num_layers=2, batch_first=True, lambda_="trainable")
+    lam = m.lambda_value(1)
+    assert torch.all((lam > 0) & (lam < 1))
+    torch.testing.assert_close(lam, torch.full((4,), 0.5))
+    out, _ = m(torch.randn(2, 5, 3))
+    out.sum().backward()
+    assert m.layer(1).lambda_logit.grad.abs().sum() > 0
+    with torch.no_grad():
+        m.layer(1).lambda_logit.fill_(1e3)
+    assert torch.all(m.lambda_value(1) <= 1)
+
+
+def test_packed_equals_padded_and_ignores_padding():
+    torch.manual_seed(5)
+    m = CASLSTM(3, 4, num_layers=3, bidirectional=True, batch_first=True).double()
+    lengths = torch.tensor([5, 2, 4])
+    x = torch.randn(3, 5, 3, dtype=D64)
+    out, (h_n, c_n) = m(x, lengths=lengths)
+    for b in range(3):
+        ob, (hb, cb) = m(x[b : b + 1, : lengths[b]])
+        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
+        torch.testing.assert_close(h_n[:, b : b + 1], hb)
+        torch.testing.assert_close(c_n[:, b : b + 1], cb)
+        assert out[b, lengths[b] :].abs().sum() == 0
+    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
+    x2[1, 2:] = 1e3
+    out2, (h2, c2) = m(x2, lengths=lengths)
+    torch.testing.assert_close(out2[:, :5], out)
+    torch.testing.assert_close((h2, c2), (h_n, c_n))
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out_p, (h_p, c_p) = m(packed)
+    padded, lens = pad_packed_sequence(out_p, batch_first=True)
+    torch.testing.assert_close(padded, out)
+    assert lens.tolist() == lengths.tolist()
+    torch.testing.assert_close((h_p, c_p), (h_n, c_n))
+
+
+def test_gradients_do_not_depend_on_padding():
+    torch.manual_seed(6)
+    m = CASLSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True).double()
+    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
+    out, (h, c) = m(x, lengths=torch.tensor([5, 3]))
+    (out.sum() + h.sum() + c.sum()).backward()
+    assert x.grad[1, 3:].abs().max() == 0
+    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
+    o1, (h1, c1) = m(x1)
+    (o1.sum() + h1.sum() + c1.sum()).backward()
+    torch.testing.assert_close(x.grad[1, :3], x1.grad[0])
+
+
+def _count(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("d0,d,layers", [(7, 5, 1), (7, 5, 2), (3, 6, 4), (300, 300, 3)])
+def test_parameter_counts_follow_footnote_1(d0, d, layers):
+    # footnote 1: layer 1 (d_0 + d_1 + 1) 4 d_1, layers l > 1 (d_{l-1} + d_l + 1) 5 d_l
+    expected = (d0 + d + 1) * 4 * d + (layers - 1) * (d + d + 1) * 5 * d
+    assert _count(CASLSTM(d0, d, layers)) == expected
+    assert _count(CASLSTM(d0, d, layers, bidirectional=True)) == 2 * expected
+    # a plain stacked LSTM with one bias per layer has (d_{l-1} + d_l + 1) 4 d_l at every layer
+    plain = (d0 + d + 1) * 4 * d + (layers - 1) * (d + d + 1) * 4 * d
+    assert expected - plain == (layers - 1) * (2 * d + 1) * d  # the fifth gate block, g
+    if layers > 1:
+        w = CASLSTM(d0, d, layers).layer(1)
+        assert w.weight_ih.shape == (5 * d, d) and w.weight_hh.shape == (5 * d, d)
+        p = CASLSTM(d0, d, layers, peephole=True).layer(1)  # eq 17: no U_g, two peepholes
+        assert p.weight_hh.shape == (4 * d, d) and p.peephole.shape == (2, d)
+        assert _count(CASLSTM(d0, d, layers, peephole=True)) == expected - (layers - 1) * (
+            d * d - 2 * d
+        )
+    trainable = CASLSTM(d0, d, layers, lambda_="trainable")
+    assert _count(trainable) == expected + (layers - 1) * d
+
+
+@pytest.mark.parametrize(
+    "layers,bidirectional,mlp_hidden_layers,millions",
+    [(2, False, 1, 2.9), (3, False, 2, 4.8), (2, True, 2, 6.8), (3, True, 2, 8.6)],
+)
+def test_parameter_counts_of_table_1(layers, bidirectional, mlp_hidden_layers, millions):
+    # SNLI (section 4.1): 300D GloVe (fixed, not counted), 300D encoder, features (eq 15) of
+    # width 4 * |s|, a 1024D MLP with "one or two hidden layers", 3 classes.
+    enc = CASLSTM(300, 300, layers, bidirectional=bidirectional)
+    s = 300 * (2 if bidirectional else 1)
+    mlp = (4 * s + 1) * 1024 + (mlp_hidden_layers - 1) * (1024 + 1) * 1024 + (1024 + 1) * 3
+    assert round((_count(enc) + mlp) / 1e6, 1) == millions
+
+
+def test_training_loss_falls():
+    # tiny synthetic task: the sign of the running sum of the input's first feature
+    torch.manual_seed(7)
+    m = CASLSTM(2, 16, num_layers=2, batch_first=True)
+    head = torch.nn.Linear(16, 1)
+    opt = torch.optim.Adam([*m.parameters(), *head.parameters()], lr=0.02)
+    x = torch.randn(32, 12, 2)
+    y = (x[..., 0].cumsum(1) > 0).float()
+
+    def loss_fn():
+        out, _ = m(x)
+        return torch.nn.functional.binary_cross_entropy_with_logits(head(out)[..., 0], y)
+
+    first = loss_fn().item()
+    for _ in range(25):
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+    assert loss_fn().item() < 0.5 * first
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(hidden_size=[4, 5], num_layers=2), r"hidden_size: CAS-LSTM layers l > 1"),
+        (dict(hidden_size=[4, 4, 6], num_layers=3), r"need d_l = d_\(l-1\)"),
+        (dict(hidden_size=[4, 4], num_layers=3), "hidden_size: expected an int or 3"),
+        (dict(hidden_size=0), "hidden_size"),
+        (dict(lambda_="learned"), "lambda_"),
+        (dict(lambda_=[0.5, 0.5]), r"lambda_: expected a number or a vector of hidden_size=4"),
+        (dict(lambda_=float("nan")), "lambda_: expected finite"),
+        (dict(lambda_=True), "lambda_"),
+        (dict(num_layers=0), "num_layers"),
+        (dict(dropout=2.0), "dropout"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, match):
+    args = dict(input_size=3, hidden_size=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        CASLSTM(**args)
+
+
+def test_lambda_forms_and_no_bias():
+    torch.manual_seed(10)
+    x = torch.randn(2, 4, 3, dtype=D64)
+    outs = []
+    for lam in (0.3, torch.tensor(0.3), [0.3] * 4, torch.full((4,), 0.3)):
+        torch.manual_seed(11)
+        outs.append(CASLSTM(3, 4, 2, batch_first=True, lambda_=lam).double()(x)[0])
+    for o in outs[1:]:
+        torch.testing.assert_close(o, outs[0])
+    m = CASLSTM(3, 4, 2, bias=False, batch_first=True).double()
+    assert m.layer(1).bias is None and _count(m) == (3 + 4) * 16 + (4 + 4) * 20
+    ref, _, _ = paper_cas_stack(x, weights(m), lambdas(m, 0, "auto"), False)
+    torch.testing.assert_close(m(x)[0], ref)
+
+
+def test_equal_per_layer_widths_are_accepted():
+    m = CASLSTM(3, [4, 4, 4], num_layers=3)
+    assert m.hidden_size == 4 and m.layer(2).weight_ih.shape == (20, 4)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda m: m(torch.randn(2, 5, 7)), "input: expected feature size input_size=3"),
+        (lambda m: m(torch.randn(2, 5, 3, dtype=D64)), "input: expected dtype"),
+        (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([6, 1])), "lengths"),
+        (lambda m: m(torch.randn(2, 5, 3), torch.zeros(4, 2, 4)), "hx: expected a tuple of 2"),
+        (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(4, 2, 4), torch.zeros(4, 2, 5))),
+         r"hx\[1\] \(c\): expected shape \(4, 2, 4\)"),
+    ],
+)
+def test_bad_inputs(call, match):
+    m = CASLSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+    with pytest.raises(ValueError, match=match):
+        call(m)
+
+
+def test_unbatched_and_dropout():
+    torch.manual_seed(8)
+    m = CASLSTM(3, 8, num_layers=2, dropout=0.5).double()
+    x = torch.randn(6, 2, 3, dtype=D64)
+    m.eval()
+    out, (h, c) = m(x)
+    o1, (h1, c1) = m(x[:, 0])
+    torch.testing.assert_close(o1, out[:, 0])
+    torch.testing.assert_close((h1, c1), (h[:, 0], c[:, 0]))
+    m.train()
+    assert not torch.allclose(m(x)[0], out)
+
+
+def test_bfloat16_and_torch_compile():
+    torch.manual_seed(9)
+    m = CASLSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True, lambda_="trainable")
+    x = torch.randn(2, 10, 8)
+    lengths = torch.tensor([10, 7])
+    ref, _ = m(x, lengths=lengths)
+    mh = CASLSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True, lambda_="trainable")
+    mh = mh.to(torch.bfloat16)
+    mh.load_state_dict({k: v.to(torch.bfloat16) for k, v in m.state_dict().items()})
+    out, (h, c) = mh(x.to(torch.bfloat16), lengths=lengths)
+    assert out.dtype == torch.bfloat16 and c.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
+
+    def loss(x):
+        return m(x, lengths=lengths)[0].square().sum()
+
+    xg = x.clone().requires_grad_(True)
+    compiled = torch.compile(loss, backend="aot_eager")  # dynamo + AOT autograd tracing
+    g1 = torch.autograd.grad(compiled(xg), [xg, *m.parameters()])
+    g2 = torch.autograd.grad(loss(xg), [xg, *m.parameters()])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

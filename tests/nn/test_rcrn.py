@@ -1,0 +1,401 @@
+"""RCRN against a step-by-step loop written from the paper's equations, and its contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn import RCRN, RCRNCell
+
+D64 = torch.float64
+CELL_STATES = {"lstm": 2, "gru": 1}
+
+
+def paper_lstm(x, rnn, h, c):
+    """Eq 1-6 (and 10-14), one step at a time; weight rows in the order (i, f, c~, o)."""
+    H = rnn.weight_hh.shape[1]
+    b = 0 if rnn.bias_ih is None else rnn.bias_ih + rnn.bias_hh
+    hs = []
+    for t in range(x.shape[1]):
+        pre = x[:, t] @ rnn.weight_ih.T + h @ rnn.weight_hh.T + b
+        i = torch.sigmoid(pre[:, :H])  # eq 1
+        f = torch.sigmoid(pre[:, H : 2 * H])  # eq 2
+        o = torch.sigmoid(pre[:, 3 * H :])  # eq 3
+        c = f * c + i * torch.tanh(pre[:, 2 * H : 3 * H])  # eq 4-5
+        h = o * torch.tanh(c)  # eq 6
+        hs.append(h)
+    return torch.stack(hs, 1), [h, c]
+
+
+def paper_gru(x, rnn, h):
+    """The GRU of the paper's variant (section 3.3) in torch.nn.GRU's formulation."""
+    H = rnn.weight_hh.shape[1]
+    hs = []
+    for t in range(x.shape[1]):
+        gx = x[:, t] @ rnn.weight_ih.T + (0 if rnn.bias_ih is None else rnn.bias_ih)
+        gh = h @ rnn.weight_hh.T + (0 if rnn.bias_hh is None else rnn.bias_hh)
+        r = torch.sigmoid(gx[:, :H] + gh[:, :H])
+        z = torch.sigmoid(gx[:, H : 2 * H] + gh[:, H : 2 * H])
+        n = torch.tanh(gx[:, 2 * H :] + r * gh[:, 2 * H :])
+        h = (1 - z) * n + z * h
+        hs.append(h)
+    return torch.stack(hs, 1), [h]
+
+
+def paper_rcrn_layer(x, cells, cell, output_gate, listener, state=None):
+    """One RCRN layer from rcrn.txt eq 1-16, all in forward time (independent of the layer).
+
+    ``cells``: one RCRNCell per direction; ``state``: list of (D, B, H) tensors in the order
+    (h1, c1, h2, c2, h3, c3, c4) / (h1, h2, h3, c4). Returns (h4, final states).
+    """
+    B, T, _ = x.shape
+    H = cells[0].hidden_size
+    D = len(cells)
+    k = CELL_STATES[cell]
+    n = 3 * k + 1
+    st = state or [torch.zeros(D, B, H, dtype=x.dtype) for _ in range(n)]
+    hs = [[], [], []]  # h^1, h^2, h^3, each direction brought to forward time (eq 7-9)
+    finals = [[] for _ in range(D)]
+    for d in range(D):
+        xd = x if d == 0 else x.flip(1)  # eq 8: the backward RNNs read t = M..1
+        for j, rnn in enumerate((cells[d].controller1, cells[d].controller2, cells[d].listener)):
+            s = [st[j * k + i][d] for i in range(k)]
+            seq, fin = paper_lstm(xd, rnn, *s) if cell == "lstm" else paper_gru(xd, rnn, *s)
+            hs[j].append(seq if d == 0 else seq.flip(1))
+            finals[d].extend(fin)
+    h1, h2, h3 = (torch.cat(h, -1) for h in hs)  # eq 9
+    c4_0 = torch.cat([st[-1][d] for d in range(D)], -1)
+    c4 = torch.zeros(B, T, D * H, dtype=x.dtype)
+    # eq 15, channel by channel in its own time order
+    if listener == "concat_forward" or D == 1:
+        orders = [(slice(0, D * H), range(T))]
+    else:
+        orders = [(slice(0, H), range(T)), (slice(H, 2 * H), range(T - 1, -1, -1))]
+    c_last = []
+    for ch, times in orders:
+        c = c4_0[:, ch]
+        for t in times:
+            f = torch.sigmoid(h1[:, t, ch])
+            c = f * c + (1 - f) * h3[:, t, ch]
+            c4[:, t, ch] = c
+        c_last.append(c)
+    c_last = torch.cat(c_last, -1)
+    gate = torch.sigmoid(h2) if output_gate == "sigmoid" else h2
+    h4 = gate * c4  # eq 16
+    for d in range(D):
+        finals[d].append(c_last[:, d * H : (d + 1) * H])
+    return h4, [torch.stack([finals[d][i] for d in range(D)]) for i in range(n)]
+
+
+def _random_state(m, B, gen_seed=0):
+    g = torch.Generator().manual_seed(gen_seed)
+    shape = (m.num_layers * m.num_directions, B, m.hidden_size)
+    return tuple(torch.randn(shape, generator=g, dtype=D64) for _ in m.state_names)
+
+
+@pytest.mark.parametrize("listener", ["per_direction", "concat_forward"])
+@pytest.mark.parametrize("output_gate", ["sigmoid", "identity"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_matches_paper_loop(cell, output_gate, listener):
+    torch.manual_seed(0)
+    m = RCRN(3, 4, bidirectional=True, batch_first=True, cell=cell, output_gate=output_gate,
+             listener=listener).double()  # fmt: skip
+    x = torch.randn(2, 5, 3, dtype=D64)
+    hx = _random_state(m, 2)
+    out, h_n = m(x, hx)
+    ref, ref_n = paper_rcrn_layer(x, [m.cell(0, 0), m.cell(0, 1)], cell, output_gate, listener,
+                                  list(hx))  # fmt: skip
+    torch.testing.assert_close(out, ref)
+    assert len(h_n) == len(m.state_names) == 3 * CELL_STATES[cell] + 1
+    for a, b in zip(h_n, ref_n):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_without_bias_matches_paper_loop(cell):
+    torch.manual_seed(12)
+    m = RCRN(3, 4, bidirectional=True, batch_first=True, bias=False, cell=cell).double()
+    assert all(p.dim() == 2 for p in m.parameters())
+    x = torch.randn(2, 5, 3, dtype=D64)
+    out, h_n = m(x)
+    ref, ref_n = paper_rcrn_layer(x, [m.cell(0, 0), m.cell(0, 1)], cell, "sigmoid",
+                                  "per_direction")  # fmt: skip
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(h_n, ref_n):
+        torch.testing.assert_close(a, b)
+
+
+def test_listener_modes_and_output_gates_differ():
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 3, dtype=D64)
+    outs = []
+    for listener in ("per_direction", "concat_forward"):
+        for gate in ("sigmoid", "identity"):
+            torch.manual_seed(2)
+            m = RCRN(3, 4, bidirectional=True, batch_first=True, listener=listener,
+                     output_gate=gate).double()  # fmt: skip
+            outs.append(m(x)[0])
+    for i in range(4):
+        for j in range(i):
+            assert not torch.allclose(outs[i], outs[j])
+    # forward channels are the same in both listener modes (they are scanned forward in both)
+    torch.testing.assert_close(outs[0][..., :4], outs[2][..., :4])
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_multilayer_matches_paper_loop(bidirectional):
+    torch.manual_seed(3)
+    m = RCRN(3, 4, num_layers=2, bidirectional=bidirectional, listener="concat_forward").double()
+    x = torch.randn(6, 2, 3, dtype=D64)  # (T, B, D)
+    out, h_n = m(x)
+    D = m.num_directions
+    layer_in, finals = x.transpose(0, 1), []
+    for layer in range(2):
+        cells = [m.cell(layer, d) for d in range(D)]
+        layer_in, fin = paper_rcrn_layer(layer_in, cells, "lstm", "sigmoid", "concat_forward")
+        finals.append(fin)
+    torch.testing.assert_close(out, layer_in.transpose(0, 1))
+    for i, s in enumerate(h_n):
+        torch.testing.assert_close(s, torch.cat([f[i] for f in finals]))
+    assert m.cell(1, 0).controller1.weight_ih.shape[1] == 4 * D
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_sub_rnns_use_the_torch_layout(cell):
+    torch.manual_seed(4)
+    m = RCRN(3, 4, batch_first=True, cell=cell).double()
+    ref = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(3, 4, batch_first=True).double()
+    rnn = m.cell(0).listener
+    ref.load_state_dict({f"{n}_l0": p for n, p in rnn.named_parameters()})
+    x = torch.randn(2, 5, 3, dtype=D64)
+    h_seq, fin = rnn.sequence(x, None, None)
+    r_out, r_state = ref(x)
+    torch.testing.assert_close(h_seq, r_out)
+    r_state = r_state if cell == "lstm" else (r_state,)
+    for a, b in zip(fin, r_state):
+        torch.testing.assert_close(a, b[0])
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("output_gate", ["sigmoid", "identity"])
+def test_cell_equals_layer(cell, output_gate):
+    torch.manual_seed(5)
+    m = RCRN(3, 4, batch_first=True, cell=cell, output_gate=output_gate).double()
+    x = torch.randn(2, 6, 3, dtype=D64)
+    hx = _random_state(m, 2)
+    out, h_n = m(x, hx)
+    c: RCRNCell = m.cell(0)
+    state = tuple(s[0] for s in hx)
+    steps = []
+    for t in range(6):
+        h, state = c(x[:, t], state)
+        steps.append(h)
+    torch.testing.assert_close(torch.stack(steps, 1), out)
+    for a, b in zip(state, h_n):
+        torch.testing.assert_close(a, b[0])
+    h_u, state_u = c(x[0, 0])  # unbatched
+    torch.testing.assert_close(h_u, c(x[:1, 0])[0][0])
+    assert state_u[0].shape == (4,)
+
+
+def _gradcheck(m, x, hx, lengths):
+    names = [n for n, _ in m.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
+    n = len(hx)
+
+    def f(x, *rest):
+        states, ps = rest[:n], rest[n:]
+        out, h_n = torch.func.functional_call(
+            m, dict(zip(names, ps)), (x, states), dict(lengths=lengths)
+        )
+        return (out, *h_n)
+
+    # full Jacobians w.r.t. input and initial states; random directions over the parameters
+    full = torch.autograd.gradcheck(lambda x, *s: f(x, *s, *params), (x, *hx))
+    return full and torch.autograd.gradcheck(f, (x, *hx, *params), fast_mode=True)
+
+
+@pytest.mark.parametrize(
+    "cell,listener,output_gate,layers",
+    [
+        ("lstm", "per_direction", "sigmoid", 1),
+        ("lstm", "concat_forward", "identity", 1),
+        ("gru", "per_direction", "identity", 1),
+        ("gru", "concat_forward", "sigmoid", 2),
+    ],
+)
+def test_gradcheck(cell, listener, output_gate, layers):
+    torch.manual_seed(6)
+    m = RCRN(2, 2, num_layers=layers, bidirectional=True, batch_first=True, cell=cell,
+             listener=listener, output_gate=output_gate).double()  # fmt: skip
+    x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
+    hx = tuple(s.requires_grad_(True) for s in _random_state(m, 2))
+    assert _gradcheck(m, x, hx, torch.tensor([3, 2]))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("listener", ["per_direction", "concat_forward"])
+def test_packed_equals_padded_and_ignores_padding(listener, cell):
+    torch.manual_seed(7)
+    m = RCRN(3, 4, num_layers=2, bidirectional=True, batch_first=True, listener=listener,
+             cell=cell).double()  # fmt: skip
+    lengths = torch.tensor([5, 2, 4])
+    x = torch.randn(3, 5, 3, dtype=D64)
+    out, h_n = m(x, lengths=lengths)
+    for b in range(3):
+        ob, hb = m(x[b : b + 1, : lengths[b]])
+        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
+        for s, sb in zip(h_n, hb):
+            torch.testing.assert_close(s[:, b : b + 1], sb)
+        assert out[b, lengths[b] :].abs().sum() == 0
+    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
+    x2[1, 2:] = 1e3
+    out2, h_n2 = m(x2, lengths=lengths)
+    torch.testing.assert_close(out2[:, :5], out)
+    torch.testing.assert_close(h_n2, h_n)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out_p, h_p = m(packed)
+    padded, lens = pad_packed_sequence(out_p, batch_first=True)
+    torch.testing.assert_close(padded, out)
+    assert lens.tolist() == lengths.tolist()
+    torch.testing.assert_close(h_p, h_n)
+
+
+def test_gradients_do_not_depend_on_padding():
+    torch.manual_seed(8)
+    m = RCRN(3, 4, bidirectional=True, batch_first=True, listener="concat_forward").double()
+    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
+    out, h_n = m(x, lengths=torch.tensor([5, 3]))
+    (out.sum() + sum(s.sum() for s in h_n)).backward()
+    assert x.grad[1, 3:].abs().max() == 0
+    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
+    o1, h1 = m(x1)
+    (o1.sum() + sum(s.sum() for s in h1)).backward()
+    torch.testing.assert_close(x.grad[1, :3], x1.grad[0])
+
+
+def _count(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("d,h", [(200, 200), (300, 75), (10, 7)])
+def test_parameter_counts_of_section_3_3(cell, d, h):
+    rnn = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
+    # "RCRN ... approximately three times larger than BiLSTM": exactly three BiRNNs
+    assert _count(RCRN(d, h, bidirectional=True, cell=cell)) == 3 * _count(
+        rnn(d, h, bidirectional=True)
+    )
+    # "3L-BiLSTM has equal parameters to RCRN": exactly when the stack's first layer reads as
+    # wide an input as its upper layers (input_size = 2 * hidden_size)
+    assert _count(RCRN(2 * h, h, bidirectional=True, cell=cell)) == _count(
+        rnn(2 * h, h, num_layers=3, bidirectional=True)
+    )
+
+
+def test_training_loss_falls():
+    # tiny synthetic task: the sign of the running sum of the input's first feature
+    torch.manual_seed(9)
+    m = RCRN(2, 12, bidirectional=True, batch_first=True)
+    head = torch.nn.Linear(24, 1)
+    opt = torch.optim.Adam([*m.parameters(), *head.parameters()], lr=0.02)
+    x = torch.randn(32, 12, 2)
+    y = (x[..., 0].cumsum(1) > 0).float()
+
+    def loss_fn():
+        out, _ = m(x)
+        return torch.nn.functional.binary_cross_entropy_with_logits(head(out)[..., 0], y)
+
+    first = loss_fn().item()
+    for _ in range(25):
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+    assert loss_fn().item() < 0.5 * first
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(cell="rnn"), "cell"),
+        (dict(output_gate="tanh"), "output_gate"),
+        (dict(listener="concat_backward"), "listener"),
+        (dict(hidden_size=0), "hidden_size"),
+        (dict(num_layers=0), "num_layers"),
+        (dict(dropout=-0.1), "dropout"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, match):
+    args = dict(input_size=3, hidden_size=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        RCRN(**args)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda m: m(torch.randn(2, 5, 7)), "input: expected feature size input_size=3"),
+        (lambda m: m(torch.randn(2, 5, 3, dtype=D64)), "input: expected dtype"),
+        (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([0, 1])), "lengths"),
+        (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(2, 2, 4),) * 2),
+         r"hx: expected a tuple of 7 Tensors \(h1, c1, h2, c2, h3, c3, c4\)"),
+        (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(2, 2, 4),) * 6 + (torch.zeros(2, 2, 8),)),
+         r"hx\[6\] \(c4\): expected shape \(2, 2, 4\)"),
+        (lambda m: m(torch.randn(2, 0, 3)), "input: expected at least one time step"),
+    ],
+)
+def test_bad_inputs(call, match):
+    m = RCRN(3, 4, bidirectional=True, batch_first=True)
+    with pytest.raises(ValueError, match=match):
+        call(m)
+
+
+def test_cell_bad_inputs():
+    c = RCRNCell(3, 4)
+    with pytest.raises(ValueError, match="input: expected input_size=3"):
+        c(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="state: expected a tuple of 7"):
+        c(torch.randn(2, 3), (torch.zeros(2, 4),))
+    with pytest.raises(ValueError, match=r"state: expected c4 of shape \(2, 4\)"):
+        c(torch.randn(2, 3), (torch.zeros(2, 4),) * 6 + (torch.zeros(2, 5),))
+
+
+def test_unbatched_time_major_and_dropout():
+    torch.manual_seed(10)
+    m = RCRN(3, 8, num_layers=2, dropout=0.5, bidirectional=True, cell="gru").double()
+    x = torch.randn(6, 2, 3, dtype=D64)
+    m.eval()
+    out, h_n = m(x)
+    assert out.shape == (6, 2, 16) and all(s.shape == (4, 2, 8) for s in h_n)
+    o1, h1 = m(x[:, 0])
+    torch.testing.assert_close(o1, out[:, 0])
+    torch.testing.assert_close(h1, tuple(s[:, 0] for s in h_n))
+    m.train()
+    assert not torch.allclose(m(x)[0], out)
+
+
+def test_bfloat16_and_torch_compile():
+    torch.manual_seed(11)
+    m = RCRN(8, 16, bidirectional=True, batch_first=True, listener="concat_forward")
+    x = torch.randn(2, 10, 8)
+    lengths = torch.tensor([10, 7])
+    ref, _ = m(x, lengths=lengths)
+    mh = RCRN(8, 16, bidirectional=True, batch_first=True, listener="concat_forward")
+    mh = mh.to(torch.bfloat16)
+    mh.load_state_dict({k: v.to(torch.bfloat16) for k, v in m.state_dict().items()})
+    out, h_n = mh(x.to(torch.bfloat16), lengths=lengths)
+    assert out.dtype == torch.bfloat16 and h_n[-1].dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
+
+    def loss(x):
+        return m(x, lengths=lengths)[0].square().sum()
+
+    xg = x.clone().requires_grad_(True)
+    compiled = torch.compile(loss, backend="aot_eager")  # dynamo + AOT autograd tracing
+    g1 = torch.autograd.grad(compiled(xg), [xg, *m.parameters()])
+    g2 = torch.autograd.grad(loss(xg), [xg, *m.parameters()])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
