@@ -332,3 +332,28 @@ def test_bad_constructor_arguments(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         QRNN(**args)
+
+
+@pytest.mark.parametrize("window", [1, 2, 4])
+def test_forward_stateful_chunks_equal_one_call(window):
+    torch.manual_seed(14)
+    m = QRNN(3, 4, num_layers=2, window=window, dense=True, batch_first=True).double()
+    x = torch.randn(2, 11, 3, dtype=D64)
+    out, c_n = m(x)
+    state, parts = None, []
+    for k in range(0, 11, 3):
+        o, state = m.forward_stateful(x[:, k : k + 3], state)
+        parts.append(o)
+    torch.testing.assert_close(torch.cat(parts, 1), out)
+    torch.testing.assert_close(state[0], c_n)
+    assert [h.shape for h in state[1]] == [(2, window - 1, 3), (2, window - 1, 7)]
+    # with lengths, the history is taken at each sequence's own end
+    lengths = torch.tensor([3, 2])
+    _, s = m.forward_stateful(x[:, :3], None, lengths)
+    o_next, _ = m.forward_stateful(x[1:, 5:7], (s[0][:, 1:], [h[1:] for h in s[1]]))
+    ref, _ = m(torch.cat([x[1:, :2], x[1:, 5:7]], 1))
+    torch.testing.assert_close(o_next, ref[:, 2:])
+    with pytest.raises(ValueError, match="state: history"):
+        m.forward_stateful(x, (c_n, [torch.zeros(2, 5, 3, dtype=D64)] * 2))
+    with pytest.raises(ValueError, match="unidirectional"):
+        QRNN(3, 4, bidirectional=True).forward_stateful(x.transpose(0, 1).float())

@@ -100,8 +100,13 @@ class SequenceEncoder(nn.Module):
     ``h_n`` the layer's own final state(s).
     """
 
-    def __init__(self, name: str, input_size: int, options: dict[str, Any]) -> None:
+    def __init__(
+        self, name: str, input_size: int, options: dict[str, Any], *, stateful: bool = False
+    ) -> None:
         super().__init__()
+        # stateful: ``hx``/``h_n`` carry everything a following chunk of the same stream needs
+        # (for the QRNN also each layer's last window - 1 inputs; see QRNN.forward_stateful).
+        self.stateful = stateful
         opts = encoder_options(name, options)
         self.name = name
         self.hidden_size = opts["hidden_size"]
@@ -130,6 +135,8 @@ class SequenceEncoder(nn.Module):
             out, h_n = self.rnn(x, context, hx, lengths=lengths)
         elif context is not None:
             raise ValueError(f"context: encoder {self.name!r} takes no context")
+        elif self.stateful and self.name == "qrnn":
+            out, h_n = self.rnn.forward_stateful(x, hx, lengths)
         elif self.torch_rnn and lengths is not None:
             packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
             out_p, h_n = self.rnn(packed, hx)

@@ -14,10 +14,8 @@ The encoder is any :class:`~ctrlrnn.models.encoders.SequenceEncoder`. Two decode
 When the encoder and decoder widths differ, ``c_t`` (or ``h_t``) is projected to the encoder
 width before the dot product.
 
-Beam search ranks hypotheses by eq 9 of the appendix as we read it: the summed
-log-probability divided by ``min(T, T_trg) ** alpha`` with ``T_trg`` the source length plus 5,
-which gives ordinary beam search at ``alpha = 0`` (eq 10) and length normalisation up to the
-target length at ``alpha = 1`` (eq 11), and can be applied at every step.
+Decoding (greedy and the length-normalised beam search of the appendix) comes from
+:class:`ctrlrnn.models.search.IncrementalDecoding`.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.models.encoders import SequenceEncoder
+from ctrlrnn.models.search import IncrementalDecoding
 from ctrlrnn.nn.qrnn import QRNN, QRNNCell
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
 
@@ -41,7 +40,7 @@ def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-class Seq2Seq(nn.Module):
+class Seq2Seq(IncrementalDecoding, nn.Module):
     """Encoder-decoder with attention; see the module docstring."""
 
     def __init__(
@@ -183,81 +182,3 @@ class Seq2Seq(nn.Module):
         """Reorder decoder states along the batch (LSTM states are ``(L, B, H)``)."""
         dim = 1 if self.decoder_kind == "lstm" else 0
         return [s.index_select(dim, index) for s in state]
-
-    @torch.no_grad()
-    def greedy(self, src: Tensor, src_lengths: Tensor, max_len: int) -> list[list[int]]:
-        enc = self.encode(src, src_lengths)
-        state = self.init_state(enc)
-        B = src.shape[0]
-        token = torch.full((B,), self.bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        out: list[list[int]] = [[] for _ in range(B)]
-        for _ in range(max_len):
-            logp, state = self.step(token, state, enc)
-            token = logp.argmax(-1)
-            for b in range(B):
-                if not done[b] and token[b].item() != self.eos_id:
-                    out[b].append(int(token[b]))
-            done |= token == self.eos_id
-            if bool(done.all()):
-                break
-        return out
-
-    @torch.no_grad()
-    def beam_search(
-        self,
-        src: Tensor,
-        src_lengths: Tensor,
-        *,
-        beam: int = 8,
-        alpha: float = 0.6,
-        max_len: int | None = None,
-        extra_target: int = 5,
-    ) -> list[list[int]]:
-        """Beam search with the length-normalised ranking of eq 9 (module docstring)."""
-        B = src.shape[0]
-        enc = self.encode(src, src_lengths)
-        rep = torch.arange(B, device=src.device).repeat_interleave(beam)
-        enc = {k: v.index_select(0, rep) for k, v in enc.items()}
-        state = self.init_state(enc)
-        t_trg = (enc["lengths"].to(src.device) + extra_target).float().view(B, beam)
-        limit = max_len or int(src_lengths.max()) + extra_target + 10
-        V = self.out.out_features
-        score = torch.full((B, beam), float("-inf"), device=src.device)
-        score[:, 0] = 0.0
-        length = torch.zeros(B, beam, device=src.device)
-        finished = torch.zeros(B, beam, dtype=torch.bool, device=src.device)
-        tokens = torch.full((B, beam, 0), self.pad_id, dtype=torch.long, device=src.device)
-        last = torch.full((B * beam,), self.bos_id, dtype=torch.long, device=src.device)
-        for _ in range(limit):
-            logp, state = self.step(last, state, enc)
-            logp = logp.view(B, beam, V)
-            # finished hypotheses continue only with a free end-of-sequence token
-            frozen = torch.full_like(logp, float("-inf"))
-            frozen[..., self.eos_id] = 0.0
-            logp = torch.where(finished.unsqueeze(-1), frozen, logp)
-            total = score.unsqueeze(-1) + logp
-            new_len = torch.where(finished, length, length + 1).unsqueeze(-1).expand_as(total)
-            norm = torch.minimum(new_len, t_trg.unsqueeze(-1)).clamp(min=1) ** alpha
-            rank = (total / norm).view(B, -1)
-            top = rank.topk(beam, dim=-1).indices
-            src_beam, tok = top // V, top % V
-            score = total.view(B, -1).gather(1, top)
-            length = new_len.reshape(B, -1).gather(1, top)
-            was_finished = finished.gather(1, src_beam)
-            finished = was_finished | (tok == self.eos_id)
-            flat = (src_beam + torch.arange(B, device=src.device).unsqueeze(1) * beam).view(-1)
-            state = self._select(state, flat)
-            tokens = torch.cat([tokens.gather(1, src_beam.unsqueeze(-1).expand_as(tokens)),
-                                tok.unsqueeze(-1)], dim=-1)
-            last = tok.view(-1)
-            if bool(finished.all()):
-                break
-        norm = torch.minimum(length, t_trg).clamp(min=1) ** alpha
-        best = (score / norm).argmax(-1)
-        result: list[list[int]] = []
-        for b in range(B):
-            seq = tokens[b, best[b]].tolist()
-            cut = seq.index(self.eos_id) if self.eos_id in seq else len(seq)
-            result.append(seq[:cut])
-        return result

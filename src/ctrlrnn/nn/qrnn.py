@@ -48,14 +48,19 @@ def _check_zoneout(zoneout: float) -> float:
     return float(zoneout)
 
 
-def causal_windows(x: Tensor, window: int) -> Tensor:
-    """Concatenate ``[x_{t-k+1}, ..., x_t]`` along features (zeros before the start), eq 1.
+def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Tensor:
+    """Concatenate ``[x_{t-k+1}, ..., x_t]`` along features, eq 1.
 
-    ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``.
+    ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``. Before the start
+    the window reads ``history`` (the previous ``window - 1`` inputs, ``(B, window - 1, D)``)
+    when given, zeros otherwise (the masked convolution's left padding).
     """
     if window == 1:
         return x
-    padded = F.pad(x, (0, 0, window - 1, 0))
+    if history is None:
+        padded = F.pad(x, (0, 0, window - 1, 0))
+    else:
+        padded = torch.cat([history, x], dim=1)
     steps = x.shape[1]
     return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
 
@@ -84,6 +89,20 @@ def zoneout_keep(
     if training:
         return torch.bernoulli(like.new_full(shape, 1.0 - zoneout)), 1.0
     return None, (1.0 - zoneout) if eval_mode == "expectation" else 1.0
+
+
+def _last_inputs(x: Tensor, history: Tensor | None, lengths: Tensor | None, window: int) -> Tensor:
+    """The ``window - 1`` inputs before each sequence's end (the next chunk's history)."""
+    B, T, D = x.shape
+    if window == 1:
+        return x.new_zeros(B, 0, D)
+    prev = history if history is not None else x.new_zeros(B, window - 1, D)
+    full = torch.cat([prev, x], dim=1)  # x_t sits at index t + window - 1
+    ends = (
+        torch.full((B,), T, device=x.device) if lengths is None else lengths.to(x.device)
+    )
+    idx = ends.view(B, 1) + torch.arange(window - 1, device=x.device).view(1, -1)
+    return full.gather(1, idx.unsqueeze(-1).expand(B, window - 1, D))
 
 
 class QRNNCell(nn.Module):
@@ -135,9 +154,14 @@ class QRNNCell(nn.Module):
         for p in self.parameters():
             nn.init.uniform_(p, -bound, bound)
 
-    def gate_preactivations(self, x: Tensor, encoder_state: Tensor | None = None) -> Tensor:
-        """All pre-activations ``(B, T, G*H)`` of eq 1-2 (and eq 7's ``V h~_T``) for ``x``."""
-        gates = F.linear(causal_windows(x, self.window), self.weight, self.bias)
+    def gate_preactivations(
+        self, x: Tensor, encoder_state: Tensor | None = None, history: Tensor | None = None
+    ) -> Tensor:
+        """All pre-activations ``(B, T, G*H)`` of eq 1-2 (and eq 7's ``V h~_T``) for ``x``.
+
+        ``history``: the ``window - 1`` inputs before ``x`` (zeros when omitted).
+        """
+        gates = F.linear(causal_windows(x, self.window, history), self.weight, self.bias)
         if self.encoder_weight is not None or encoder_state is not None:
             gates = gates + self._encoder_term(encoder_state)
         return gates
@@ -300,8 +324,49 @@ class QRNN(RecurrentBase):
         """The cell holding the weights of ``layer`` in ``direction`` (0 forward, 1 backward)."""
         return self.cells[layer * self.num_directions + direction]
 
+    def forward_stateful(
+        self,
+        input: Tensor,
+        state: tuple[Tensor, list[Tensor]] | None = None,
+        lengths: Tensor | None = None,
+        encoder_state: Tensor | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, list[Tensor]]]:
+        """Run a chunk of a longer stream, carrying everything the next chunk needs.
+
+        The state is ``(c, history)``: the memory cells ``(num_layers, B, hidden_size)`` and,
+        for each layer, its last ``window - 1`` inputs ``(B, window - 1, layer_input_size)``, so
+        that the convolution of the next chunk's first steps reads the real previous inputs
+        instead of zero padding. Running a sequence in chunks this way equals one call on the
+        whole sequence (truncated BPTT for language models). Unidirectional only.
+        """
+        if self.bidirectional:
+            raise ValueError("state: forward_stateful needs a unidirectional QRNN")
+        c0: Tensor | None = None
+        history: list[Tensor] | None = None
+        if state is not None:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                raise ValueError("state: expected a tuple (c, history)")
+            c0, history = state[0], list(state[1])
+            if len(history) != self.num_layers:
+                raise ValueError(
+                    f"state: expected {self.num_layers} history tensors, got {len(history)}"
+                )
+        sink: list[Tensor] = []
+        extra: dict[str, Any] = {"_history": history, "_new_history": sink}
+        if encoder_state is not None:
+            extra["encoder_state"] = encoder_state
+        out, c_n = self.forward(input, c0, lengths, **extra)
+        return out, (c_n, sink)
+
     def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
-        extra = set(kwargs) - {"encoder_state"}
+        history = kwargs.get("_history")
+        if history is not None:
+            for layer, h in enumerate(history):
+                want = (x.shape[0], self.window - 1, self.layer_input_size(layer))
+                if not isinstance(h, Tensor) or tuple(h.shape) != want:
+                    got = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
+                    raise ValueError(f"state: history[{layer}] expected shape {want}, got {got}")
+        extra = set(kwargs) - {"encoder_state", "_history", "_new_history"}
         if extra:
             raise TypeError(f"forward() got unexpected keyword arguments {sorted(extra)}")
         enc = kwargs.get("encoder_state")
@@ -340,7 +405,12 @@ class QRNN(RecurrentBase):
         enc = kwargs.get("encoder_state")
         if enc is not None and enc.dim() == 3:
             enc = enc[layer]
-        gates = cell.gate_preactivations(x, enc)
+        history = kwargs.get("_history")
+        hist = None if history is None else history[layer]
+        gates = cell.gate_preactivations(x, enc, hist)
+        sink = kwargs.get("_new_history")
+        if sink is not None:
+            sink.append(_last_inputs(x, hist, lengths, self.window))
         B, T = x.shape[0], x.shape[1]
         keep, scale = zoneout_keep(
             (B, T, self.hidden_size), self.zoneout, self.training, x, self.zoneout_eval

@@ -61,7 +61,7 @@ def _config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path) -> t
         overrides[f"model.{key}"] = value
     cfg = load_config(None, overrides, base=dict(cls.defaults))
     cfg.task_args = check_options("task", cfg.task, cfg.task_args, cls.options)
-    cfg.model_args = encoder_options(cfg.model, cfg.model_args)
+    cfg.model_args = encoder_options(cfg.model, {**cls.model_defaults, **cfg.model_args})
     return cfg, cls
 
 

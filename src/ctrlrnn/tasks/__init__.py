@@ -12,6 +12,20 @@ TASKS: dict[str, str] = {
     "addition": "ctrlrnn.tasks.seq2seq_tasks:AdditionTask",
     "sort": "ctrlrnn.tasks.seq2seq_tasks:SortTask",
     "tree-traversal": "ctrlrnn.tasks.seq2seq_tasks:TreeTraversalTask",
+    "translate-char": "ctrlrnn.tasks.translation_tasks:CharTranslationTask",
+    "translate-word": "ctrlrnn.tasks.translation_tasks:WordTranslationTask",
+    "carnn-lm": "ctrlrnn.tasks.carnn_tasks:CarnnLmTask",
+    "carnn-dialog": "ctrlrnn.tasks.carnn_tasks:CarnnDialogTask",
+    "mr": "ctrlrnn.tasks.classification_tasks:MrTask",
+    "sst5": "ctrlrnn.tasks.classification_tasks:Sst5Task",
+    "logic": "ctrlrnn.tasks.pair_tasks:LogicTask",
+    "ranking": "ctrlrnn.tasks.ranking_tasks:RankingTask",
+    "ptb-lm": "ctrlrnn.tasks.lm_tasks:PtbLmTask",
+    "ptb-char": "ctrlrnn.tasks.lm_tasks:PtbCharTask",
+    "brown-lm": "ctrlrnn.tasks.lm_tasks:BrownLmTask",
+    "mnist-5k": "ctrlrnn.tasks.pixel_tasks:Mnist5kTask",
+    "fashion-mnist": "ctrlrnn.tasks.pixel_tasks:FashionMnistTask",
+    "chorales": "ctrlrnn.tasks.music_tasks:ChoralesTask",
 }
 
 

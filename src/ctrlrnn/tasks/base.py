@@ -30,6 +30,8 @@ class Task(ABC):
     options: ClassVar[dict[str, tuple[Any, Any]]] = {}
     #: configuration defaults for this task (overridable by the user)
     defaults: ClassVar[dict[str, Any]] = {}
+    #: encoder option defaults for this task (``model.*``, overridable by the user)
+    model_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
         self.opts = options

@@ -72,7 +72,7 @@ def build_run(cfg_args: argparse.Namespace) -> tuple[Any, Any]:
     cls = task_class(cfg_args.task)
     cfg = load_config(cfg_args.config, overrides, base=dict(cls.defaults))
     cfg.task_args = check_options("task", cfg.task, cfg.task_args, cls.options)
-    cfg.model_args = encoder_options(cfg.model, cfg.model_args)
+    cfg.model_args = encoder_options(cfg.model, {**cls.model_defaults, **cfg.model_args})
     return cfg, cls
 
 
@@ -105,8 +105,12 @@ def train_run(
     try:
         seed_everything(cfg.seed)
         task = task_cls(cfg.task_args, cfg.seed)
-        task.setup()
-        model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
+        try:
+            task.setup()
+            model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
+        except (ValueError, FileNotFoundError) as exc:
+            # missing data, a bad task.path, an option the model refuses: say it, no traceback
+            raise ConfigError(str(exc)) from exc
         if not cfg.out:
             cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
         out = Path(cfg.out)

@@ -1,0 +1,429 @@
+"""The CARNN paper's tasks: contextual language modelling (4.2) and end-to-end dialog (4.1).
+
+* ``carnn-lm`` — PTB sentences (Mikolov's split, in order); each sentence is modelled with the
+  previous sentence of its split as context (eq 11: a context-free nCARNN encodes the previous
+  sentence, its final state controls the current sentence's CARNN). ``--model carnn`` with
+  ``model.variant=n|i|s`` (``model.hidden_size``, ``model.num_layers``, ``model.dropout``);
+  any other ``--model`` is the baseline LM without context (``--model lstm``: the RNNLM row of
+  table 2). The first sentence of a split has an empty context sentence (``<eos>`` alone).
+  Inputs are ``<bos> w_1 .. w_n``, targets ``w_1 .. w_n <eos>``. Metric: perplexity per target
+  token. ``task.source=DIR`` reads ``DIR/{train,valid,test}.txt`` (one whitespace-tokenised
+  sentence per line, the prepared ``ptb`` format). PTB has no discourse labels, so the latent
+  variable head of eq 12-13 is not trained here.
+* ``carnn-dialog`` — response selection over a dialog history (section 4.1, eq 8-10) on
+  synthetic restaurant-booking dialogs built like the bAbI dialog tasks 1-2 (Bordes and Weston,
+  2017; see :func:`make_dialog`), or on the real bAbI dialog files read by
+  :func:`ctrlrnn.data.loaders.babi_dialog.read_babi_dialog` from ``task.path=`` (the ``-trn``
+  file; ``-dev`` and ``-tst`` are found beside it). Every bot turn is one example: the earlier
+  utterances (user and bot, in order, after a one-word ``<start>`` utterance) are the history,
+  the current user utterance is the context ``c = e_M``, the bot's response is the class among
+  all responses of the data (the candidate set). Knowledge-base lines of the real files are
+  placed after the first ``api_call`` response, where bAbI prints them. ``--model carnn`` with
+  ``model.variant``; other encoders are context-free baselines. Metrics: per-response
+  ``accuracy`` (the paper's), and ``dialog_accuracy`` (every response of the dialog right).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.data.batching import pad_sequences
+from ctrlrnn.data.loaders.babi_dialog import Dialog, read_babi_dialog
+from ctrlrnn.data.sources.common import SPLITS, read_lines
+from ctrlrnn.data.synthetic.common import unique_splits
+from ctrlrnn.data.tokenize import whitespace_tokenize
+from ctrlrnn.data.vocab import Vocab
+from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
+from ctrlrnn.tasks.base import Batch, Task
+from ctrlrnn.tasks.common import check_splits, eval_chunks, require_files, source_dir
+
+
+def _size_options(train: int, valid: int, test: int) -> dict[str, tuple[Any, Any]]:
+    return {"train_size": (int, train), "valid_size": (int, valid), "test_size": (int, test)}
+
+
+def _check_sizes(opts: dict[str, Any], allow_zero: bool) -> dict[str, int]:
+    sizes = {s: int(opts[f"{s}_size"]) for s in SPLITS}
+    for split, value in sizes.items():
+        if value < 0 or (value == 0 and not allow_zero):
+            want = "an integer >= 0 (0: all)" if allow_zero else "a positive integer"
+            raise ValueError(f"task.{split}_size: expected {want}, got {value}")
+    return sizes
+
+
+def _carnn_args(model_args: dict[str, Any]) -> tuple[str, int, int, float]:
+    variant = str(model_args.get("variant", "n"))
+    return (variant, int(model_args.get("hidden_size", 128)),
+            int(model_args.get("num_layers", 1)), float(model_args.get("dropout", 0.0)))
+
+
+# ---------------------------------------------------------------------------- language model
+class CarnnLmTask(Task):
+    """``carnn-lm``: sentence LM with the previous sentence as context (carnn.txt 4.2)."""
+
+    name = "carnn-lm"
+    description = ("PTB sentence LM, previous sentence as CARNN context (carnn.txt 4.2, eq 11); "
+                   "--model lstm: no context")
+    metric: ClassVar[str] = "perplexity"
+    higher_is_better: ClassVar[bool] = False
+    options = {
+        "source": (str, ""),
+        **_size_options(0, 0, 0),
+        "embedding_size": (int, 0),
+        "eval_batch_size": (int, 64),
+    }
+    defaults = {"batch_size": 32, "lr": 1e-3, "clip_norm": 5.0}
+
+    def __init__(
+        self, options: dict[str, Any], seed: int,
+        sentences: dict[str, Sequence[Sequence[str]]] | None = None,
+    ) -> None:
+        """``sentences``: optional ``{split: [tokens, ...]}`` used instead of files."""
+        super().__init__(options, seed)
+        self.given = sentences
+
+    def _sentences(self) -> dict[str, list[list[str]]]:
+        if self.given is not None:
+            return {s: [list(x) for x in self.given.get(s, [])] for s in SPLITS}
+        root = source_dir(self.opts["source"])
+        if root is not None:
+            require_files(root, [f"{s}.txt" for s in SPLITS])
+            return {s: read_lines(root / f"{s}.txt") for s in SPLITS}
+        from ctrlrnn.data.sources.ptb import load_ptb
+
+        return load_ptb(level="word")
+
+    def setup(self) -> None:
+        sizes = _check_sizes(self.opts, allow_zero=True)
+        data = self._sentences()
+        data = {s: [x for x in v if x] for s, v in data.items()}
+        # the context of sentence t is sentence t-1 of the same split, so cut after pairing
+        pairs = {s: list(zip([[]] + v[:-1], v, strict=True)) for s, v in data.items()}
+        self.pairs = {s: (p[: sizes[s]] if sizes[s] else p) for s, p in pairs.items()}
+        check_splits(self.pairs, "task")
+        self.vocab = Vocab.build(cur for _, cur in self.pairs["train"])
+        v = self.vocab
+        self.encoded = {
+            s: [(v.encode(prev) or [v.eos_id], v.encode(cur)) for prev, cur in p]
+            for s, p in self.pairs.items()
+        }
+
+    def data_summary(self) -> dict[str, Any]:
+        return {**{f"{s} sentences": len(p) for s, p in self.pairs.items()},
+                "vocabulary": len(self.vocab)}
+
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        if encoder == "carnn":
+            variant, hidden, layers, dropout = _carnn_args(model_args)
+            emb = self.opts["embedding_size"] or hidden
+            return ContextualLM(len(self.vocab), emb, hidden, variant, num_layers=layers,
+                                dropout=dropout)
+        emb = self.opts["embedding_size"] or int(model_args.get("hidden_size", 128))
+        return SentenceLM(len(self.vocab), emb, encoder, model_args,
+                          dropout=float(model_args.get("dropout", 0.0)))
+
+    def _batch(self, rows: Sequence[tuple[list[int], list[int]]]) -> Batch:
+        v = self.vocab
+        prev = pad_sequences([p for p, _ in rows], v.pad_id)
+        tin = pad_sequences([[v.bos_id, *c] for _, c in rows], v.pad_id)
+        tout = pad_sequences([[*c, v.eos_id] for _, c in rows], v.pad_id)
+        return {"tokens": tin.tokens, "lengths": tin.lengths, "targets": tout.tokens,
+                "prev": prev.tokens, "prev_lengths": prev.lengths,
+                "ntokens": int(tout.lengths.sum())}
+
+    def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
+        data = self.encoded["train"]
+        if len(data) < batch_size:
+            raise ValueError(f"batch_size: {batch_size} is larger than the train set "
+                             f"({len(data)} sentences)")
+        order = torch.randperm(len(data), generator=self.epoch_generator(epoch)).tolist()
+        return [self._batch([data[i] for i in order[k : k + batch_size]])
+                for k in range(0, len(order) - batch_size + 1, batch_size)]
+
+    def _nll(self, model: nn.Module, batch: Batch) -> Tensor:
+        logits = model(batch["tokens"], batch["prev"], batch["lengths"], batch["prev_lengths"])
+        return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(),
+                               ignore_index=self.vocab.pad_id, reduction="sum")
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        # normalised by the global batch's token count (see Task.shard)
+        return self._nll(model, batch) * batch.get("world_size", 1) / batch["ntokens"]
+
+    def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
+        out = super().shard(batch, rank, world_size)
+        out["world_size"] = world_size
+        return out
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        data = self.encoded[split]
+        nll = tokens = 0.0
+        for idx in eval_chunks([len(c) for _, c in data], self.opts["eval_batch_size"],
+                               max_batches):
+            b = self._batch([data[i] for i in idx])
+            nll += float(self._nll(model, b))
+            tokens += b["ntokens"]
+        loss = nll / max(tokens, 1.0)
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+
+# ---------------------------------------------------------------------------- dialog
+CUISINES = ("british", "french", "indian", "italian", "spanish")
+LOCATIONS = ("bombay", "london", "madrid", "paris", "rome")
+PARTY_SIZES = ("two", "four", "six", "eight")
+PRICES = ("cheap", "moderate", "expensive")
+SLOTS = ("cuisine", "location", "party", "price")
+VALUES = {"cuisine": CUISINES, "location": LOCATIONS, "party": PARTY_SIZES, "price": PRICES}
+ASK = {
+    "cuisine": "any preference on a type of cuisine",
+    "location": "where should it be",
+    "party": "how many people would be in your party",
+    "price": "which price range are looking for",
+}
+MENTION = {
+    "cuisine": ("with {} food", "with {} cuisine"),
+    "location": ("in {}",),
+    "party": ("for {} people", "for {}"),
+    "price": ("in a {} price range",),
+}
+ANSWER = {
+    "cuisine": ("{}", "{} food please"),
+    "location": ("{}", "{} please"),
+    "party": ("{}", "we will be {}"),
+    "price": ("{}", "i love {} food"),
+}
+UPDATE = {
+    "cuisine": "actually i would prefer {} food",
+    "location": "instead could it be in {}",
+    "party": "actually i would prefer for {} people",
+    "price": "actually i would prefer a {} price range",
+}
+GREETINGS = ("hello", "hi", "good morning")
+SILENCE = "<silence>"
+LOOKING = "ok let me look into some options for you"
+ANYTHING_ELSE = "sure is there anything else to update"
+
+
+def make_dialog(rng: random.Random, update_prob: float = 0.5) -> Dialog:
+    """One restaurant-booking dialog in the structure of bAbI dialog tasks 1-2.
+
+    Task 1 (issuing API calls): a greeting; a request that states a random subset of the four
+    slots (cuisine, location, party size, price range) in random order; the bot asks for each
+    missing slot in a fixed order (the user answering, ``<silence>`` before the first
+    question); then ``api_call CUISINE LOCATION PARTY PRICE``. Task 2 (updating API calls),
+    with probability ``update_prob``: the user changes one or two slots, the bot asks whether
+    anything else should change, then issues the updated call. The dialog ends with thanks.
+    The API call needs values stated many turns earlier: the long-range memory that carnn.txt
+    5.1 (Figure 5) credits CARNN with.
+    """
+    goal = {s: rng.choice(VALUES[s]) for s in SLOTS}
+    stated = [s for s in SLOTS if rng.random() < 0.5]
+    rng.shuffle(stated)
+    parts = [rng.choice(MENTION[s]).format(goal[s]) for s in stated]
+    request = " ".join([rng.choice(("can you book a table", "may i have a table", "i'd like to "
+                                    "book a table")), *parts])
+    turns: list[tuple[str, str]] = [(rng.choice(GREETINGS), "hello what can i help you with "
+                                     "today"), (request, "i'm on it")]
+    user = SILENCE
+    for slot in (s for s in SLOTS if s not in stated):
+        turns.append((user, ASK[slot]))
+        user = rng.choice(ANSWER[slot]).format(goal[slot])
+    turns.append((user, LOOKING))
+
+    def call() -> str:
+        return "api_call " + " ".join(goal[s] for s in SLOTS)
+
+    turns.append((SILENCE, call()))
+    if rng.random() < update_prob:
+        for slot in rng.sample(SLOTS, rng.choice((1, 2))):
+            goal[slot] = rng.choice([v for v in VALUES[slot] if v != goal[slot]])
+            turns.append((UPDATE[slot].format(goal[slot]), ANYTHING_ELSE))
+        turns.append(("no", LOOKING))
+        turns.append((SILENCE, call()))
+    turns.append(("thank you", "you're welcome"))
+    return Dialog(turns=turns)
+
+
+def dialog_splits(sizes: dict[str, int], seed: int, update_prob: float = 0.5
+                  ) -> dict[str, list[Dialog]]:
+    """Distinct synthetic dialogs (by their turns) dealt into disjoint splits."""
+    return unique_splits(lambda rng: make_dialog(rng, update_prob), sizes, seed,
+                         key=lambda d: tuple(d.turns))
+
+
+def babi_files(path: str) -> dict[str, Path]:
+    """The ``-trn``, ``-dev``, ``-tst`` files of a bAbI dialog task, from the ``-trn`` one."""
+    trn = Path(path).expanduser()
+    if "-trn" not in trn.name:
+        raise ValueError(f"task.path: expected a bAbI '...-trn.txt' file, got {trn}")
+    files = {s: trn.with_name(trn.name.replace("-trn", f"-{tag}"))
+             for s, tag in zip(SPLITS, ("trn", "dev", "tst"), strict=True)}
+    for split, file in files.items():
+        if not file.is_file():
+            raise ValueError(f"task.path: no {split} file {file}")
+    return files
+
+
+@dataclass
+class DialogExample:
+    """One bot turn: the earlier utterances, the current user utterance, the response."""
+
+    history: list[list[str]]
+    context: list[str]
+    response: str
+    dialog: int
+
+
+def dialog_examples(dialogs: Sequence[Dialog], max_history: int = 0) -> list[DialogExample]:
+    """Every bot turn of ``dialogs`` as an example (see the module docstring)."""
+    out = []
+    for number, dialog in enumerate(dialogs):
+        history: list[list[str]] = [["<start>"]]
+        knowledge = [whitespace_tokenize(k) for k in dialog.knowledge]
+        for user, bot in dialog.turns:
+            context = whitespace_tokenize(user) or [SILENCE]
+            kept = history if not max_history else [history[0], *history[1:][-max_history:]]
+            out.append(DialogExample([list(u) for u in kept], context, bot, number))
+            history += [context, whitespace_tokenize(bot)]
+            if knowledge and bot.startswith("api_call"):
+                history += knowledge  # bAbI prints the KB results after the API call
+                knowledge = []
+    return out
+
+
+class CarnnDialogTask(Task):
+    """``carnn-dialog``: response selection with a CARNN over the dialog history (4.1)."""
+
+    name = "carnn-dialog"
+    description = ("dialog response selection, CARNN over Position-Encoded utterances + eq 8 "
+                   "(carnn.txt 4.1); synthetic bAbI-like dialogs or task.path=bAbI files")
+    metric: ClassVar[str] = "accuracy"
+    higher_is_better: ClassVar[bool] = True
+    options = {
+        "path": (str, ""),
+        **_size_options(1000, 100, 100),
+        "update_prob": (float, 0.5),
+        "max_history": (int, 0),
+        "eval_batch_size": (int, 64),
+    }
+    defaults = {"batch_size": 32, "lr": 1e-3, "clip_norm": 5.0}
+
+    def __init__(
+        self, options: dict[str, Any], seed: int,
+        dialogs: dict[str, Sequence[Dialog]] | None = None,
+    ) -> None:
+        """``dialogs``: optional ``{split: [Dialog, ...]}`` used instead of generating them."""
+        super().__init__(options, seed)
+        self.given = dialogs
+
+    def _dialogs(self) -> dict[str, list[Dialog]]:
+        if self.given is not None:
+            return {s: list(self.given.get(s, [])) for s in SPLITS}
+        if self.opts["path"]:
+            return {s: read_babi_dialog(f) for s, f in babi_files(self.opts["path"]).items()}
+        sizes = _check_sizes(self.opts, allow_zero=False)
+        if not 0.0 <= self.opts["update_prob"] <= 1.0:
+            raise ValueError(f"task.update_prob: expected a probability, "
+                             f"got {self.opts['update_prob']}")
+        return dialog_splits(sizes, self.seed, self.opts["update_prob"])
+
+    def setup(self) -> None:
+        if self.opts["max_history"] < 0:
+            raise ValueError(f"task.max_history: expected an integer >= 0 (0: all), "
+                             f"got {self.opts['max_history']}")
+        self.dialogs = self._dialogs()
+        check_splits(self.dialogs, "task")
+        self.examples = {s: dialog_examples(d, self.opts["max_history"])
+                         for s, d in self.dialogs.items()}
+        self.responses = sorted({e.response for v in self.examples.values() for e in v})
+        self.response_id = {r: i for i, r in enumerate(self.responses)}
+        cand_tokens = [whitespace_tokenize(r) for r in self.responses]
+        words = [u for e in self.examples["train"] for u in (*e.history, e.context)]
+        self.vocab = Vocab.build([*words, *cand_tokens])
+        cands = pad_sequences([self.vocab.encode(c) for c in cand_tokens], self.vocab.pad_id)
+        self.candidates, self.candidate_lengths = cands.tokens, cands.lengths
+
+    def data_summary(self) -> dict[str, Any]:
+        return {
+            **{f"{s} dialogs": len(d) for s, d in self.dialogs.items()},
+            **{f"{s} responses": len(e) for s, e in self.examples.items()},
+            "candidate responses": len(self.responses),
+            "vocabulary": len(self.vocab),
+        }
+
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        hidden = int(model_args.get("hidden_size", 128))
+        args = dict(model_args)
+        args.pop("hidden_size", None)
+        return CARNNDialog(len(self.vocab), hidden, self.candidates, self.candidate_lengths,
+                           encoder=encoder, encoder_args=args, pad_id=self.vocab.pad_id)
+
+    def _batch(self, rows: Sequence[DialogExample]) -> Batch:
+        v = self.vocab
+        B = len(rows)
+        M = max(len(r.history) for r in rows)
+        J = max(len(u) for r in rows for u in r.history)
+        history = torch.full((B, M, J), v.pad_id, dtype=torch.long)
+        ulen = torch.ones(B, M, dtype=torch.long)  # padded utterances: length 1, all padding
+        for b, r in enumerate(rows):
+            for m, u in enumerate(r.history):
+                history[b, m, : len(u)] = torch.tensor(v.encode(u))
+                ulen[b, m] = len(u)
+        context = pad_sequences([v.encode(r.context) for r in rows], v.pad_id)
+        return {
+            "history": history, "utterance_lengths": ulen,
+            "history_lengths": torch.tensor([len(r.history) for r in rows]),
+            "context": context.tokens, "context_lengths": context.lengths,
+            "targets": torch.tensor([self.response_id[r.response] for r in rows]),
+            "count": B,
+        }
+
+    def _scores(self, model: nn.Module, b: Batch) -> Tensor:
+        return model(b["history"], b["utterance_lengths"], b["history_lengths"], b["context"],
+                     b["context_lengths"])
+
+    def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
+        from ctrlrnn.tasks.common import epoch_batches
+
+        data = self.examples["train"]
+        groups = epoch_batches([len(e.history) for e in data], batch_size,
+                               self.epoch_generator(epoch))
+        return [self._batch([data[i] for i in g]) for g in groups]
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        total = F.cross_entropy(self._scores(model, batch), batch["targets"], reduction="sum")
+        return total * batch.get("world_size", 1) / batch["count"]
+
+    def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
+        out = super().shard(batch, rank, world_size)
+        out["world_size"] = world_size
+        return out
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        data = self.examples[split]
+        nll = correct = n = 0.0
+        dialog_ok: dict[int, bool] = {}
+        for idx in eval_chunks([len(e.history) for e in data], self.opts["eval_batch_size"],
+                               max_batches):
+            rows = [data[i] for i in idx]
+            b = self._batch(rows)
+            scores = self._scores(model, b)
+            nll += float(F.cross_entropy(scores, b["targets"], reduction="sum"))
+            right = (scores.argmax(-1) == b["targets"]).tolist()
+            correct += sum(right)
+            n += len(rows)
+            for r, ok in zip(rows, right):
+                dialog_ok[r.dialog] = dialog_ok.get(r.dialog, True) and bool(ok)
+        return {
+            "loss": nll / max(n, 1.0),
+            "accuracy": correct / max(n, 1.0),
+            "dialog_accuracy": sum(dialog_ok.values()) / max(len(dialog_ok), 1),
+        }

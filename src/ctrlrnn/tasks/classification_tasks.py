@@ -1,0 +1,155 @@
+"""Sentence classification on :class:`~ctrlrnn.models.classifier.SentenceClassifier`.
+
+* ``mr`` — MR-like binary sentiment (Rotten Tomatoes fresh/rotten snippets, see docs/data.md);
+* ``sst5`` — SST-5-like five-class sentiment (rcrn.txt table 2 / cas-lstm.txt table 4 style).
+
+The model follows rcrn.txt 4.2 by default (max+mean+min pooling, one 200-d ReLU layer); the
+cas-lstm.txt 3.3 sentence encoder is ``task.pooling=max`` (with ``task.mlp_layers``,
+``task.mlp_hidden`` and ``task.dropout`` of eq 14). Pre-trained GloVe vectors come with
+``task.glove=cache`` (the prepared ``glove`` source) or a directory in its prepared form, frozen
+unless ``task.freeze_embeddings=false``.
+
+``task.source=DIR`` reads ``DIR/{train,valid,test}.tsv`` (``label<TAB>space-separated
+tokens``, the prepared format) instead of the prepared data set. Metric: accuracy.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.data.batching import pad_sequences
+from ctrlrnn.data.sources.common import SPLITS, read_labelled
+from ctrlrnn.data.vocab import Vocab
+from ctrlrnn.models.classifier import SentenceClassifier, parse_pooling
+from ctrlrnn.tasks.base import Batch, Task
+from ctrlrnn.tasks.common import (
+    check_splits,
+    embedding_matrix,
+    epoch_batches,
+    eval_chunks,
+    load_vectors,
+    require_files,
+    source_dir,
+)
+
+Example = tuple[list[str], int]
+
+
+class SentenceClassificationTask(Task):
+    """Labelled token sequences -> classes; subclasses name the data set."""
+
+    metric: ClassVar[str] = "accuracy"
+    higher_is_better: ClassVar[bool] = True
+    num_classes: ClassVar[int]
+    options: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "source": (str, ""),
+        "glove": (str, ""),
+        "freeze_embeddings": (bool, True),
+        "embedding_size": (int, 100),
+        "pooling": (str, "max+mean+min"),
+        "mlp_hidden": (int, 200),
+        "mlp_layers": (int, 1),
+        "dropout": (float, 0.0),
+        "min_count": (int, 1),
+        "eval_batch_size": (int, 256),
+    }
+    defaults: ClassVar[dict[str, Any]] = {"batch_size": 32, "lr": 1e-3, "epochs": 5}
+
+    @abstractmethod
+    def load_prepared(self) -> dict[str, list[Example]]:
+        """The prepared data set's ``(tokens, label)`` examples per split."""
+
+    def load(self) -> dict[str, list[Example]]:
+        directory = source_dir(self.opts["source"])
+        if directory is None:
+            return self.load_prepared()
+        require_files(directory, [f"{s}.tsv" for s in SPLITS])
+        return {s: read_labelled(directory / f"{s}.tsv") for s in SPLITS}
+
+    def setup(self) -> None:
+        parse_pooling(self.opts["pooling"])
+        self.splits = self.load()
+        check_splits(self.splits, f"task {self.name}")
+        for split, examples in self.splits.items():
+            bad = next((y for _, y in examples if not 0 <= y < self.num_classes), None)
+            if bad is not None:
+                raise ValueError(f"{self.name}: label {bad} in {split} is outside "
+                                 f"0..{self.num_classes - 1}")
+            if any(not tokens for tokens, _ in examples):
+                raise ValueError(f"{self.name}: an example of {split} has no tokens")
+        self.vocab = Vocab.build((t for t, _ in self.splits["train"]),
+                                 min_count=self.opts["min_count"])
+        self.encoded = {s: [(self.vocab.encode(t), y) for t, y in ex]
+                        for s, ex in self.splits.items()}
+        self.vectors = load_vectors(self.opts["glove"])
+
+    def data_summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"{s} examples": len(v) for s, v in self.splits.items()}
+        out["vocabulary"] = len(self.vocab)
+        out["classes"] = self.num_classes
+        if self.vectors is not None:
+            out["pre-trained vector coverage"] = str(self.vectors.coverage(self.vocab))
+        return out
+
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        matrix = embedding_matrix(self.vectors, self.vocab, self.seed)
+        return SentenceClassifier(
+            len(self.vocab), self.num_classes, encoder=encoder, encoder_args=model_args,
+            embedding_size=self.opts["embedding_size"], embeddings=matrix,
+            freeze_embeddings=self.opts["freeze_embeddings"], pooling=self.opts["pooling"],
+            mlp_hidden=self.opts["mlp_hidden"], mlp_layers=self.opts["mlp_layers"],
+            dropout=self.opts["dropout"], pad_id=self.vocab.pad_id,
+        )
+
+    def _batch(self, items: Sequence[tuple[list[int], int]]) -> Batch:
+        padded = pad_sequences([ids for ids, _ in items], self.vocab.pad_id)
+        return {"tokens": padded.tokens, "lengths": padded.lengths,
+                "labels": torch.tensor([y for _, y in items], dtype=torch.long)}
+
+    def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
+        data = self.encoded["train"]
+        index = epoch_batches([len(x) for x, _ in data], batch_size, self.epoch_generator(epoch))
+        return [self._batch([data[i] for i in b]) for b in index]
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        return F.cross_entropy(model(batch["tokens"], batch["lengths"]), batch["labels"])
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        data = self.encoded[split]
+        nll = correct = n = 0.0
+        for chunk in eval_chunks([len(x) for x, _ in data], self.opts["eval_batch_size"],
+                                 max_batches):
+            b = self._batch([data[i] for i in chunk])
+            logits = model(b["tokens"], b["lengths"])
+            nll += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
+            correct += float((logits.argmax(-1) == b["labels"]).sum())
+            n += len(chunk)
+        return {"loss": nll / max(n, 1.0), "accuracy": correct / max(n, 1.0)}
+
+
+class MrTask(SentenceClassificationTask):
+    name = "mr"
+    description = "MR-like binary sentence sentiment (rcrn.txt 4.2 classifier; cas-lstm.txt 3.3)"
+    num_classes = 2
+
+    def load_prepared(self) -> dict[str, list[Example]]:
+        from ctrlrnn.data.sources.rotten_tomatoes import load_mr
+
+        return load_mr()
+
+
+class Sst5Task(SentenceClassificationTask):
+    name = "sst5"
+    description = "SST-5-like five-class sentence sentiment (rcrn.txt 4.2; cas-lstm.txt 3.3)"
+    num_classes = 5
+
+    def load_prepared(self) -> dict[str, list[Example]]:
+        from ctrlrnn.data.sources.sst5_like import load_sst5_like
+
+        return load_sst5_like()

@@ -1,0 +1,149 @@
+"""Pixel-by-pixel image classification (metagross.txt 3.2, table 3) on
+:class:`~ctrlrnn.models.pixel_classifier.PixelClassifier`.
+
+* ``mnist-5k`` — the 5,000-image MNIST subset (400/50/50 per digit);
+* ``fashion-mnist`` — Fashion-MNIST (55,000/5,000/10,000).
+
+Each image is a sequence of 784 one-pixel steps in [0, 1]; ``task.permuted=true`` reads the
+pixels in the fixed order of :func:`ctrlrnn.data.pixels.pixel_permutation` with
+``task.permutation_seed`` (pMNIST protocol). The table-3 model is
+``--model metagross model.num_layers=3 model.hidden_size=128 model.base=lstm model.depth=2``
+(a recurrent base unit of depth 2, metagross.txt table 9).
+
+``task.source=DIR`` reads ``DIR/{split}_images.npy`` (uint8, N x P) and
+``DIR/{split}_labels.npy`` (int64), the prepared format, instead of the prepared data set;
+any P works (e.g. tiny images in tests). Metric: accuracy.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ctrlrnn.data.pixels import PixelSequences
+from ctrlrnn.data.sources.common import SPLITS
+from ctrlrnn.models.classifier import parse_pooling
+from ctrlrnn.models.pixel_classifier import PixelClassifier
+from ctrlrnn.tasks.base import Batch, Task
+from ctrlrnn.tasks.common import require_files, source_dir
+
+NUM_CLASSES = 10
+
+
+class PixelTask(Task):
+    """Sequential (or permuted) pixel classification of 10-class images."""
+
+    metric: ClassVar[str] = "accuracy"
+    higher_is_better: ClassVar[bool] = True
+    options: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "source": (str, ""),
+        "permuted": (bool, False),
+        "permutation_seed": (int, 0),
+        "pooling": (str, "last"),
+        "dropout": (float, 0.0),
+        "eval_batch_size": (int, 200),
+    }
+    defaults: ClassVar[dict[str, Any]] = {"batch_size": 50, "lr": 1e-3, "epochs": 10,
+                                          "clip_norm": 1.0}
+
+    @abstractmethod
+    def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
+        """The prepared data set's pixel sequences per split."""
+
+    def load(self) -> dict[str, PixelSequences]:
+        permute, seed = self.opts["permuted"], self.opts["permutation_seed"]
+        directory = source_dir(self.opts["source"])
+        if directory is None:
+            return self.load_prepared(permute, seed)
+        names = [f"{s}_{k}.npy" for s in SPLITS for k in ("images", "labels")]
+        require_files(directory, names)
+        return {
+            s: PixelSequences(np.load(directory / f"{s}_images.npy", allow_pickle=False),
+                              np.load(directory / f"{s}_labels.npy", allow_pickle=False),
+                              permute=permute, seed=seed)
+            for s in SPLITS
+        }
+
+    def setup(self) -> None:
+        parse_pooling(self.opts["pooling"])
+        if self.opts["eval_batch_size"] < 1:
+            raise ValueError("task.eval_batch_size: expected a positive integer, got "
+                             f"{self.opts['eval_batch_size']}")
+        self.data = self.load()
+        for split, ds in self.data.items():
+            if len(ds) == 0:
+                raise ValueError(f"task {self.name}: the {split} split is empty")
+            if int(ds.labels.min()) < 0 or int(ds.labels.max()) >= NUM_CLASSES:
+                raise ValueError(f"task {self.name}: {split} labels must be 0..9")
+        # a fixed shuffled order, so that an evaluation cut short by ``eval_batches`` sees a
+        # sample of all classes (the prepared files are grouped by class)
+        generator = torch.Generator().manual_seed(0)
+        self.eval_order = {s: torch.randperm(len(d), generator=generator)
+                           for s, d in self.data.items()}
+
+    def data_summary(self) -> dict[str, Any]:
+        return {**{f"{s} images": len(d) for s, d in self.data.items()},
+                "steps": int(self.data["train"].images.shape[1]),
+                "permuted": self.opts["permuted"]}
+
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        return PixelClassifier(NUM_CLASSES, encoder=encoder, encoder_args=model_args,
+                               pooling=self.opts["pooling"], dropout=self.opts["dropout"])
+
+    def _batch(self, split: str, index: Tensor) -> Batch:
+        ds = self.data[split]
+        pixels = ds.images[index]
+        if ds.permutation is not None:
+            pixels = pixels[:, ds.permutation]
+        return {"pixels": pixels.float().div(255.0).unsqueeze(-1), "labels": ds.labels[index]}
+
+    def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
+        n = len(self.data["train"])
+        if n < batch_size:
+            raise ValueError(f"batch_size: {batch_size} is larger than the train set ({n})")
+        order = torch.randperm(n, generator=self.epoch_generator(epoch))
+        return [self._batch("train", order[k : k + batch_size])
+                for k in range(0, n - batch_size + 1, batch_size)]
+
+    def loss(self, model: nn.Module, batch: Batch) -> Tensor:
+        return F.cross_entropy(model(batch["pixels"]), batch["labels"])
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        n = len(self.data[split])
+        size = self.opts["eval_batch_size"]
+        nll = correct = seen = 0.0
+        for count, k in enumerate(range(0, n, size)):
+            if max_batches and count >= max_batches:
+                break
+            b = self._batch(split, self.eval_order[split][k : k + size])
+            logits = model(b["pixels"])
+            nll += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
+            correct += float((logits.argmax(-1) == b["labels"]).sum())
+            seen += len(b["labels"])
+        return {"loss": nll / max(seen, 1.0), "accuracy": correct / max(seen, 1.0)}
+
+
+class Mnist5kTask(PixelTask):
+    name = "mnist-5k"
+    description = "pixel-by-pixel MNIST-5k (784 steps; task.permuted=true for pMNIST)"
+
+    def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
+        from ctrlrnn.data.sources.pixel_images import load_mnist_5k
+
+        return load_mnist_5k(permute=permute, seed=seed)
+
+
+class FashionMnistTask(PixelTask):
+    name = "fashion-mnist"
+    description = "pixel-by-pixel Fashion-MNIST (784 steps; task.permuted=true for permuted)"
+
+    def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
+        from ctrlrnn.data.sources.pixel_images import load_fashion_mnist
+
+        return load_fashion_mnist(permute=permute, seed=seed)

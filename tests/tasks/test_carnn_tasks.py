@@ -1,0 +1,192 @@
+"""CARNN tasks: the contextual LM (carnn.txt 4.2) and the dialog model (4.1), at tiny sizes,
+with in-memory data or tiny files written by the tests (no real data)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ctrlrnn.data.loaders.babi_dialog import Dialog
+from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
+from ctrlrnn.tasks import task_class
+from ctrlrnn.tasks.carnn_tasks import (
+    ASK,
+    CUISINES,
+    LOCATIONS,
+    PARTY_SIZES,
+    PRICES,
+    dialog_examples,
+    dialog_splits,
+    make_dialog,
+)
+from ctrlrnn.train.config import TrainConfig, check_options
+from ctrlrnn.train.trainer import Trainer
+
+
+def _story(seed: int, n: int) -> list[list[str]]:
+    """Sentences whose first word repeats the previous sentence's last word: the context helps."""
+    rng = random.Random(seed)
+    words = ["red", "blue", "green", "cat", "dog", "runs", "sleeps", "here", "there"]
+    out, last = [], "here"
+    for _ in range(n):
+        s = [last, *(rng.choice(words) for _ in range(rng.randint(2, 4)))]
+        out.append(s)
+        last = s[-1]
+    return out
+
+
+SENTENCES = {"train": _story(0, 48), "valid": _story(1, 8), "test": _story(2, 8)}
+
+
+def _make(name: str, data_kw: str, data: Any, **options: Any):
+    cls = task_class(name)
+    task = cls(check_options("task", name, options, cls.options), seed=0, **{data_kw: data})
+    task.setup()
+    return task
+
+
+def _train(task, encoder: str, model_args: dict[str, Any], out: Path, steps: int = 10,
+           lr: float = 1e-2) -> tuple[dict[str, Any], list[float]]:
+    torch.manual_seed(0)
+    cfg = TrainConfig(task=task.name, model=encoder, out=str(out), epochs=20, max_steps=steps,
+                      batch_size=8, lr=lr, log_every=1, checkpoint_every=100,
+                      model_args=model_args, task_args=task.opts)
+    model = task.build_model(encoder, model_args)
+    result = Trainer(cfg, task, model, out, show_progress=False).fit()
+    rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    return result, [r["loss"] for r in rows if r.get("split") == "train"]
+
+
+def _check_run(result: dict[str, Any], losses: list[float], out: Path) -> None:
+    assert len(losses) == result["step"] > 0
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses  # the loss falls
+    for split in ("valid", "test"):
+        assert all(math.isfinite(v) for v in result[split].values()), result[split]
+    for name in ("checkpoint.safetensors", "best.safetensors", "log.jsonl"):
+        assert (out / name).is_file(), name
+
+
+# ---------------------------------------------------------------------------- contextual LM
+@pytest.mark.parametrize(
+    ("encoder", "args"),
+    [("carnn", {"variant": "n"}), ("carnn", {"variant": "i"}), ("carnn", {"variant": "s"}),
+     ("lstm", {})],
+)
+def test_carnn_lm_trains_end_to_end(tmp_path, encoder, args):
+    task = _make("carnn-lm", "sentences", SENTENCES)
+    result, losses = _train(task, encoder, {"hidden_size": 16, **args}, tmp_path)
+    _check_run(result, losses, tmp_path)
+    assert result["test"]["perplexity"] == pytest.approx(math.exp(result["test"]["loss"]))
+    assert result["test"]["perplexity"] < len(task.vocab)  # better than uniform
+
+
+def test_carnn_lm_pairs_each_sentence_with_the_previous_one():
+    task = _make("carnn-lm", "sentences", SENTENCES, train_size=5)
+    assert len(task.pairs["train"]) == 5
+    prev, cur = task.pairs["train"][3]
+    assert prev == SENTENCES["train"][2] and cur == SENTENCES["train"][3]
+    assert task.encoded["train"][0][0] == [task.vocab.eos_id]  # the first has no context
+    # the CARNN LM reads the previous sentence; the baseline does not
+    carnn = task.build_model("carnn", {"hidden_size": 8, "variant": "i"})
+    base = task.build_model("lstm", {"hidden_size": 8})
+    assert isinstance(carnn, ContextualLM) and isinstance(base, SentenceLM)
+    batch = task._batch(task.encoded["valid"][:4])
+    other = dict(batch, prev=batch["prev"].roll(1, dims=0),
+                 prev_lengths=batch["prev_lengths"].roll(1, dims=0))
+    for model, depends in ((carnn, True), (base, False)):
+        a, b = (model(x["tokens"], x["prev"], x["lengths"], x["prev_lengths"])
+                for x in (batch, other))
+        assert (not torch.allclose(a, b)) == depends
+
+
+def test_carnn_lm_reads_a_source_directory(tmp_path):
+    for split, sentences in SENTENCES.items():
+        (tmp_path / f"{split}.txt").write_text("".join(" ".join(s) + "\n" for s in sentences))
+    cls = task_class("carnn-lm")
+    task = cls(check_options("task", "carnn-lm", {"source": str(tmp_path)}, cls.options), 0)
+    task.setup()
+    assert [c for _, c in task.pairs["valid"]] == SENTENCES["valid"]
+    (tmp_path / "valid.txt").unlink()
+    with pytest.raises(ValueError, match="valid.txt"):
+        cls(task.opts, 0).setup()
+
+
+# ---------------------------------------------------------------------------- dialog
+def _user_values(dialog: Dialog, upto: int) -> dict[str, str]:
+    """The slot values the user has given before turn ``upto`` (an independent reading)."""
+    found: dict[str, str] = {}
+    for user, _ in dialog.turns[:upto]:
+        for slot, values in (("cuisine", CUISINES), ("location", LOCATIONS),
+                             ("party", PARTY_SIZES), ("price", PRICES)):
+            for word in user.split():
+                if word in values:
+                    found[slot] = word
+    return found
+
+
+def test_synthetic_dialogs_follow_the_babi_structure():
+    rng = random.Random(0)
+    for _ in range(50):
+        dialog = make_dialog(rng, update_prob=0.5)
+        assert dialog.turns[0][1] == "hello what can i help you with today"
+        calls = [i for i, (_, bot) in enumerate(dialog.turns) if bot.startswith("api_call")]
+        assert 1 <= len(calls) <= 2
+        for i in calls:  # every API call books exactly what the user asked for so far
+            v = _user_values(dialog, i + 1)
+            assert dialog.turns[i][1].split()[1:] == [v["cuisine"], v["location"], v["party"],
+                                                      v["price"]]
+        asked = [bot for _, bot in dialog.turns if bot in ASK.values()]
+        assert len(asked) == len(set(asked))  # never asks for a slot twice
+    splits = dialog_splits({"train": 30, "valid": 5, "test": 5}, seed=1)
+    keys = {s: {tuple(d.turns) for d in v} for s, v in splits.items()}
+    assert not (keys["train"] & keys["valid"]) and not (keys["train"] & keys["test"])
+
+
+def test_dialog_examples_history_context_and_knowledge():
+    dialog = Dialog(turns=[("hi", "hello"), ("book", "api_call x y"), ("the first", "ok")],
+                    knowledge=["resto_1 r_phone 123"])
+    ex = dialog_examples([dialog])
+    assert [e.response for e in ex] == ["hello", "api_call x y", "ok"]
+    assert ex[0].history == [["<start>"]] and ex[0].context == ["hi"]
+    assert ex[1].history == [["<start>"], ["hi"], ["hello"]]
+    assert ex[2].history[-1] == ["resto_1", "r_phone", "123"]  # after the API call
+    assert dialog_examples([dialog], max_history=1)[2].history == [["<start>"],
+                                                                   ["resto_1", "r_phone", "123"]]
+
+
+@pytest.mark.parametrize(("encoder", "args"), [("carnn", {"variant": "i"}),
+                                               ("carnn", {"variant": "n"}), ("lstm", {})])
+def test_carnn_dialog_trains_end_to_end(tmp_path, encoder, args):
+    dialogs = dialog_splits({"train": 12, "valid": 3, "test": 3}, seed=0)
+    task = _make("carnn-dialog", "dialogs", dialogs)
+    model = task.build_model(encoder, {"hidden_size": 16, **args})
+    assert isinstance(model, CARNNDialog)
+    assert model.candidates.shape[0] == len(task.responses)
+    result, losses = _train(task, encoder, {"hidden_size": 16, **args}, tmp_path)
+    _check_run(result, losses, tmp_path)
+    for split in ("valid", "test"):
+        assert 0.0 <= result[split]["dialog_accuracy"] <= result[split]["accuracy"] <= 1.0
+
+
+def test_carnn_dialog_reads_babi_files(tmp_path):
+    text = ("1 hello\thello what can i help you with today\n"
+            "2 italian in rome\tapi_call italian rome\n"
+            "3 resto_a R_phone phone_a\n"
+            "4 thanks\tyou're welcome\n\n")
+    for tag in ("trn", "dev", "tst"):
+        (tmp_path / f"dialog-babi-task1-API-calls-{tag}.txt").write_text(text)
+    path = tmp_path / "dialog-babi-task1-API-calls-trn.txt"
+    task = task_class("carnn-dialog")(
+        check_options("task", "carnn-dialog", {"path": str(path)},
+                      task_class("carnn-dialog").options), 0)
+    task.setup()
+    assert len(task.responses) == 3 and len(task.examples["test"]) == 3
+    assert task.examples["train"][2].history[-1] == ["resto_a", "R_phone", "phone_a"]
+    with pytest.raises(ValueError, match="-trn"):
+        task_class("carnn-dialog")(dict(task.opts, path=str(tmp_path / "x.txt")), 0).setup()
