@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         from ctrlrnn.reproduce.speed import speed_sections_from_results
 
         speed_sections = speed_sections_from_results(mode, results, docs)
-    pages = write_pages(results, docs, mode, speed_sections)
+    pages = write_pages(results, docs, mode, speed_sections,
+                        tuple(chosen) if args.only else None)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return 0
