@@ -2,8 +2,8 @@
 
 For each experiment: a table with the paper's number (on the paper's data, for reference),
 our mean and spread over seeds on the test split, the validation score, the optimizer steps
-and training seconds (mean over seeds; evaluation excluded) and the parameter count; a bar chart with the seed spread; and a verdict for each ordering the paper
-claims:
+and training seconds (mean over seeds; evaluation excluded) and the parameter count; a bar
+chart with the seed spread; and a verdict for each ordering the paper claims:
 
 * **reproduced** — our means are ordered as the paper says and further apart than the sum of
   the two standard deviations over seeds;
