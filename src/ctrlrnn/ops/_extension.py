@@ -79,8 +79,13 @@ def _cpu_signature() -> str:
     return model
 
 
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
+          "-fno-trapping-math", "-std=c++17"]
+
+
 def _build_key(name: str) -> str:
     h = hashlib.sha256()
+    h.update(" ".join(CFLAGS).encode())
     for src in EXTENSIONS[name]:
         h.update((CSRC / src).read_bytes())
     for extra in sorted(CSRC.glob("*.h")):
@@ -96,11 +101,10 @@ def _build(name: str, verbose: bool) -> ModuleType:
 
     build_dir = cache_dir() / "ext" / f"{name}-{_build_key(name)}"
     build_dir.mkdir(parents=True, exist_ok=True)
-    flags = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-std=c++17"]
     return cpp_extension.load(
         name=f"ctrlrnn_{name}",
         sources=[str(CSRC / s) for s in EXTENSIONS[name]],
-        extra_cflags=flags,
+        extra_cflags=CFLAGS,
         extra_ldflags=["-fopenmp"],
         build_directory=str(build_dir),
         verbose=verbose,

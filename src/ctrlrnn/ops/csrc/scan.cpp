@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -38,7 +39,7 @@ inline int64_t block_size(int64_t B, int64_t C) {
 // Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp on [-87, 88].
 inline float fast_exp(float x) {
   x = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
-  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -247,38 +248,57 @@ std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tenso
 
 inline int64_t gates_of(int64_t mode) { return mode == 0 ? 2 : (mode == 1 ? 3 : 4); }
 
-template <typename scalar_t>
+template <typename scalar_t, int MODE, bool KEEP>
 void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar_t* keep,
                          double keep_scale, const int64_t* lengths, scalar_t* hout,
-                         scalar_t* cout, scalar_t* clast, int64_t B, int64_t T, int64_t H,
-                         int64_t mode) {
+                         scalar_t* cout, scalar_t* clast, int64_t B, int64_t T, int64_t H) {
+  // MODE and KEEP are compile-time so that the inner loop over channels has no branches and
+  // vectorises (activations included: fast_exp is branch-free).
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t G = gates_of(mode);
+  constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
   const int64_t kBlock = block_size(B, H);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> c_buf(kBlock);
-    acc_t* c = c_buf.data();
+    // state, then the activations of one step: z, f, o (or 1), i, k
+    std::vector<acc_t> buf(6 * kBlock);
+    acc_t* __restrict__ c = buf.data();
+    acc_t* __restrict__ za = c + kBlock;
+    acc_t* __restrict__ fa = za + kBlock;
+    acc_t* __restrict__ oa = fa + kBlock;
+    acc_t* __restrict__ ia = oa + kBlock;
+    acc_t* __restrict__ ka = ia + kBlock;
     for (int64_t w = begin; w < end; ++w) {
       const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
       const int64_t n = std::min(kBlock, H - h0i);
       const int64_t L = length_of(lengths, bi, T);
       for (int64_t j = 0; j < n; ++j) c[j] = c0 ? acc_t(c0[bi * H + h0i + j]) : acc_t(0);
+      for (int64_t j = 0; j < n; ++j) ka[j] = ks;
       for (int64_t t = 0; t < L; ++t) {
-        const scalar_t* gt = gates + (bi * T + t) * G * H + h0i;
-        const scalar_t* kt = keep ? keep + (bi * T + t) * H + h0i : nullptr;
-        scalar_t* ht = hout + (bi * T + t) * H + h0i;
-        scalar_t* ct = cout + (bi * T + t) * H + h0i;
+        const scalar_t* __restrict__ gt = gates + (bi * T + t) * G * H + h0i;
+        scalar_t* __restrict__ ht = hout + (bi * T + t) * H + h0i;
+        scalar_t* __restrict__ ct = cout + (bi * T + t) * H + h0i;
+        // activations (eq 1-2), one simple loop each so that they vectorise
+        for (int64_t j = 0; j < n; ++j) za[j] = tanh_(acc_t(gt[j]));
+        for (int64_t j = 0; j < n; ++j) fa[j] = sigmoid(acc_t(gt[H + j]));
+        if constexpr (MODE != 0) {
+          for (int64_t j = 0; j < n; ++j) oa[j] = sigmoid(acc_t(gt[2 * H + j]));
+        }
+        if constexpr (MODE == 2) {
+          for (int64_t j = 0; j < n; ++j) ia[j] = sigmoid(acc_t(gt[3 * H + j]));
+        }
+        if constexpr (KEEP) {
+          const scalar_t* __restrict__ kt = keep + (bi * T + t) * H + h0i;
+          for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
+        }
+        // pooling (eq 3-5) with zoneout (eq 6)
         for (int64_t j = 0; j < n; ++j) {
-          const acc_t z = tanh_(acc_t(gt[j]));
-          const acc_t f = sigmoid(acc_t(gt[H + j]));
-          const acc_t k = kt ? acc_t(kt[j]) * ks : ks;
-          const acc_t omf = k * (acc_t(1) - f);  // zoneout-ed (1 - f)
-          const acc_t inp = mode == 2 ? sigmoid(acc_t(gt[3 * H + j])) * z : omf * z;
-          c[j] = (acc_t(1) - omf) * c[j] + inp;
-          ct[j] = scalar_t(c[j]);
-          ht[j] = scalar_t(mode == 0 ? c[j] : sigmoid(acc_t(gt[2 * H + j])) * c[j]);
+          const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
+          const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
+          const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
+          c[j] = cj;
+          ct[j] = scalar_t(cj);
+          ht[j] = scalar_t(MODE == 0 ? cj : oa[j] * cj);
         }
       }
       for (int64_t t = L; t < T; ++t) {
@@ -292,54 +312,86 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
   });
 }
 
-template <typename scalar_t>
+// Calls fn.template operator()<MODE, KEEP>() with the runtime mode and keep flag as constants.
+template <typename Fn>
+void dispatch_pooling(int64_t mode, bool keep, Fn&& fn) {
+  if (mode == 0) {
+    keep ? fn(std::integral_constant<int, 0>{}, std::true_type{})
+         : fn(std::integral_constant<int, 0>{}, std::false_type{});
+  } else if (mode == 1) {
+    keep ? fn(std::integral_constant<int, 1>{}, std::true_type{})
+         : fn(std::integral_constant<int, 1>{}, std::false_type{});
+  } else {
+    keep ? fn(std::integral_constant<int, 2>{}, std::true_type{})
+         : fn(std::integral_constant<int, 2>{}, std::false_type{});
+  }
+}
+
+template <typename scalar_t, int MODE, bool KEEP>
 void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t* gclast,
                           const scalar_t* gates, const scalar_t* cseq, const scalar_t* c0,
                           const scalar_t* keep, double keep_scale, const int64_t* lengths,
-                          scalar_t* dgates, scalar_t* dc0, int64_t B, int64_t T, int64_t H,
-                          int64_t mode) {
+                          scalar_t* dgates, scalar_t* dc0, int64_t B, int64_t T, int64_t H) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t G = gates_of(mode);
+  constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
   const int64_t kBlock = block_size(B, H);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> carry_buf(kBlock);
-    acc_t* carry = carry_buf.data();
+    // carry, then the activations of one step: z, f, o, i, k
+    std::vector<acc_t> buf(6 * kBlock, acc_t(0));
+    acc_t* __restrict__ carry = buf.data();
+    acc_t* __restrict__ za = carry + kBlock;
+    acc_t* __restrict__ fa = za + kBlock;
+    acc_t* __restrict__ oa = fa + kBlock;
+    acc_t* __restrict__ ia = oa + kBlock;
+    acc_t* __restrict__ ka = ia + kBlock;
+    std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs
     for (int64_t w = begin; w < end; ++w) {
       const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
       const int64_t n = std::min(kBlock, H - h0i);
       const int64_t L = length_of(lengths, bi, T);
       for (int64_t j = 0; j < n; ++j) carry[j] = gclast ? acc_t(gclast[bi * H + h0i + j]) : 0;
+      for (int64_t j = 0; j < n; ++j) ka[j] = ks;
       for (int64_t t = L - 1; t >= 0; --t) {
         const int64_t row = bi * T + t;
-        const scalar_t* gt = gates + row * G * H + h0i;
-        scalar_t* dgt = dgates + row * G * H + h0i;
-        const scalar_t* kt = keep ? keep + row * H + h0i : nullptr;
-        const scalar_t* ct = cseq + row * H + h0i;
-        const scalar_t* cp = t > 0 ? cseq + (row - 1) * H + h0i : (c0 ? c0 + bi * H + h0i : nullptr);
-        const scalar_t* ght = gh ? gh + row * H + h0i : nullptr;
-        const scalar_t* gct = gc ? gc + row * H + h0i : nullptr;
+        const scalar_t* __restrict__ gt = gates + row * G * H + h0i;
+        scalar_t* __restrict__ dgt = dgates + row * G * H + h0i;
+        const scalar_t* __restrict__ ct = cseq + row * H + h0i;
+        const scalar_t* __restrict__ cp =
+            t > 0 ? cseq + (row - 1) * H + h0i : (c0 ? c0 + bi * H + h0i : zero_in.data());
+        const scalar_t* __restrict__ ght = gh ? gh + row * H + h0i : zero_in.data();
+        const scalar_t* __restrict__ gct = gc ? gc + row * H + h0i : zero_in.data();
+        for (int64_t j = 0; j < n; ++j) za[j] = tanh_(acc_t(gt[j]));
+        for (int64_t j = 0; j < n; ++j) fa[j] = sigmoid(acc_t(gt[H + j]));
+        if constexpr (MODE != 0) {
+          for (int64_t j = 0; j < n; ++j) oa[j] = sigmoid(acc_t(gt[2 * H + j]));
+        }
+        if constexpr (MODE == 2) {
+          for (int64_t j = 0; j < n; ++j) ia[j] = sigmoid(acc_t(gt[3 * H + j]));
+        }
+        if constexpr (KEEP) {
+          const scalar_t* __restrict__ kt = keep + row * H + h0i;
+          for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
+        }
         for (int64_t j = 0; j < n; ++j) {
-          const acc_t z = tanh_(acc_t(gt[j]));
-          const acc_t f = sigmoid(acc_t(gt[H + j]));
-          const acc_t k = kt ? acc_t(kt[j]) * ks : ks;
+          const acc_t z = za[j], f = fa[j], k = ka[j];
           const acc_t omf = k * (acc_t(1) - f);
           const acc_t c = acc_t(ct[j]);
-          const acc_t cprev = cp ? acc_t(cp[j]) : acc_t(0);
-          const acc_t dh = ght ? acc_t(ght[j]) : acc_t(0);
-          acc_t dc = carry[j] + (gct ? acc_t(gct[j]) : acc_t(0));
-          if (mode == 0) {
+          const acc_t cprev = acc_t(cp[j]);
+          const acc_t dh = acc_t(ght[j]);
+          acc_t dc = carry[j] + acc_t(gct[j]);
+          if constexpr (MODE == 0) {
             dc += dh;
           } else {
-            const acc_t o = sigmoid(acc_t(gt[2 * H + j]));
+            const acc_t o = oa[j];
             dgt[2 * H + j] = scalar_t(dh * c * o * (acc_t(1) - o));
             dc += dh * o;
           }
           acc_t dz, df;
-          if (mode == 2) {
+          if constexpr (MODE == 2) {
             // c = (1 - omf) c_prev + i z;   omf = k (1 - f)  ->  d f = k * dc * c_prev
-            const acc_t i = sigmoid(acc_t(gt[3 * H + j]));
+            const acc_t i = ia[j];
             dgt[3 * H + j] = scalar_t(dc * z * i * (acc_t(1) - i));
             dz = dc * i;
             df = k * dc * cprev;
@@ -391,11 +443,12 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
   auto c = torch::empty({B, T, H}, gates.options());
   auto clast = torch::empty({B, H}, gates.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool", [&] {
-    qrnn_forward_kernel<scalar_t>(gates.data_ptr<scalar_t>(),
-                                  c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
-                                  keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr,
-                                  keep_scale, lp, h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(),
-                                  clast.data_ptr<scalar_t>(), B, T, H, mode);
+    dispatch_pooling(mode, keep.has_value(), [&](auto m, auto k) {
+      qrnn_forward_kernel<scalar_t, decltype(m)::value, decltype(k)::value>(
+          gates.data_ptr<scalar_t>(), c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
+          keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
+          h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), clast.data_ptr<scalar_t>(), B, T, H);
+    });
   });
   return {h, c, clast};
 }
@@ -416,14 +469,16 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
   auto dc0 = torch::empty({B, H}, gates.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool_bwd",
                                   [&] {
-    qrnn_backward_kernel<scalar_t>(
-        grad_h.has_value() ? grad_h->data_ptr<scalar_t>() : nullptr,
-        grad_c.has_value() ? grad_c->data_ptr<scalar_t>() : nullptr,
-        grad_clast.has_value() ? grad_clast->data_ptr<scalar_t>() : nullptr,
-        gates.data_ptr<scalar_t>(), cseq.data_ptr<scalar_t>(),
-        c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
-        keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
-        dgates.data_ptr<scalar_t>(), dc0.data_ptr<scalar_t>(), B, T, H, mode);
+    dispatch_pooling(mode, keep.has_value(), [&](auto m, auto kp) {
+      qrnn_backward_kernel<scalar_t, decltype(m)::value, decltype(kp)::value>(
+          grad_h.has_value() ? grad_h->data_ptr<scalar_t>() : nullptr,
+          grad_c.has_value() ? grad_c->data_ptr<scalar_t>() : nullptr,
+          grad_clast.has_value() ? grad_clast->data_ptr<scalar_t>() : nullptr,
+          gates.data_ptr<scalar_t>(), cseq.data_ptr<scalar_t>(),
+          c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
+          keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
+          dgates.data_ptr<scalar_t>(), dc0.data_ptr<scalar_t>(), B, T, H);
+    });
   });
   return {dgates, dc0};
 }
