@@ -1,0 +1,217 @@
+"""``ctrlrnn bench``: time ctrlrnn layers against torch.nn.LSTM/GRU and the measured roofline.
+
+Examples::
+
+    ctrlrnn bench                       # quick grid, about a minute
+    ctrlrnn bench --full                # the full grid of batch x length x width
+    ctrlrnn bench --only qrnn --only scan --repeats 9
+    ctrlrnn bench --markdown BENCHMARKS.md
+    ctrlrnn bench --from bench-results/bench-20250101-120000.json --markdown BENCHMARKS.md
+    ctrlrnn bench --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def register(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``bench`` parser to the argparse sub-parsers object ``sub``."""
+    p = sub.add_parser(
+        "bench",
+        help="time layers against torch.nn.LSTM/GRU and the roofline measured in the same run",
+        description=(
+            "Forward and forward+backward medians of ctrlrnn layers and ops, beside "
+            "torch.nn.LSTM/GRU of the same width and the roofline floor (matmul FLOPs / GEMM "
+            "rate + elementwise bytes / copy bandwidth, both measured in this run). Prints a "
+            "table, writes JSON, optionally BENCHMARKS.md."
+        ),
+    )
+    grid = p.add_mutually_exclusive_group()
+    grid.add_argument(
+        "--quick",
+        dest="grid",
+        action="store_const",
+        const="quick",
+        help="the quick grid (default; about a minute)",
+    )
+    grid.add_argument(
+        "--full",
+        dest="grid",
+        action="store_const",
+        const="full",
+        help="the full grid of batch x length x width (long: tens of minutes on 2 cores)",
+    )
+    p.set_defaults(grid="quick")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="PATTERN",
+        help="run only cases whose name contains PATTERN or matches it as a glob (repeatable, "
+        "or comma-separated); their comparison cases (e.g. lstm) run too",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="JSON results file (default bench-results/bench-<timestamp>.json)",
+    )
+    p.add_argument(
+        "--markdown", metavar="PATH", help="(re)write this markdown file from the results"
+    )
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="JSON",
+        help="do not measure: load this results file (then print it and/or write --markdown)",
+    )
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls before timing (1)")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=10.0,
+        help="stop adding repeats (after 3) once a measurement has taken this long (10)",
+    )
+    p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(float32)")
+    p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
+    p.set_defaults(func=main)
+    return p
+
+
+def _patterns(only: list[str] | None) -> list[str]:
+    return [s.strip() for item in only or [] for s in item.split(",") if s.strip()]
+
+
+def _busy() -> str | None:
+    """A warning when other work already occupies the CPUs (timings will be noisy), else None."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if load > 0.5 * cpus:
+        return (
+            f"1-minute load average {load:.1f} on {cpus} CPUs: other processes are running, "
+            "every timing will be slower and noisier (the JSON records the load)"
+        )
+    return None
+
+
+def _list_cases() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ctrlrnn.bench.cases import REGISTRY
+
+    table = Table(title="benchmark cases")
+    for h in ("case", "group", "kind", "compare to", "quick points", "full points", "description"):
+        table.add_column(h)
+    for c in REGISTRY.values():
+        table.add_row(
+            c.name,
+            c.group,
+            c.kind,
+            ", ".join(c.compare_to) or "-",
+            str(len(c.quick)),
+            str(len(c.full)),
+            c.description,
+        )
+    Console().print(table)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``ctrlrnn bench`` with parsed ``args``; return the exit code."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ctrlrnn.bench import report, runner
+    from ctrlrnn.bench.cases import select
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 160))
+    if args.list:
+        return _list_cases()
+    if args.source:
+        doc = report.load_json(args.source)
+        report.print_report(doc, console)
+        if args.markdown:
+            path = report.write_markdown(doc, args.markdown, source=args.source)
+            console.print(f"markdown written to {path}")
+        return 0
+    if args.repeats < 1:
+        console.print("[red]--repeats: expected at least 1[/]")
+        return 2
+    if args.threads is not None:
+        if args.threads < 1:
+            console.print("[red]--threads: expected at least 1[/]")
+            return 2
+        torch.set_num_threads(args.threads)
+    try:
+        cases = select(_patterns(args.only))
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    out = args.out or (f"bench-results/bench-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json")
+    console.print(
+        f"ctrlrnn bench: {args.grid} grid, {len(cases)} case(s), {args.dtype}, "
+        f"{torch.get_num_threads()} threads"
+    )
+    busy = _busy()
+    if busy:
+        console.print(f"[yellow]warning[/]: {busy}")
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def progress(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+
+        doc = runner.run(
+            cases,
+            grid=args.grid,
+            dtype=DTYPES[args.dtype],
+            warmup=args.warmup,
+            repeats=args.repeats,
+            max_seconds=args.max_seconds,
+            progress=progress,
+            threads=args.threads,
+            argv=["ctrlrnn", *sys.argv[1:]],
+        )
+    path = report.save_json(doc, out)
+    report.print_report(doc, console)
+    console.print(f"results written to {path} ({doc['elapsed_s']:.0f} s)")
+    if args.markdown:
+        md = report.write_markdown(doc, args.markdown, source=str(Path(out)))
+        console.print(f"markdown written to {md}")
+    errors = [r for r in doc["results"] if r["status"] == "error"]
+    for r in errors:
+        console.print(
+            f"[red]error[/] {r['case']} B={r['batch']} T={r['length']} C={r['width']}: "
+            f"{r['reason']}\n{r.get('traceback', '')}"
+        )
+    return 1 if errors else 0

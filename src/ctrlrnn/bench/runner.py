@@ -1,0 +1,374 @@
+"""Running the selected cases over a grid and collecting one JSON-ready result document.
+
+The document (schema ``ctrlrnn-bench/1``) holds, from one process and one run:
+
+* ``machine``: the machine and software description (see :func:`ctrlrnn.bench.report.machine`);
+* ``roofline``: the GEMM rate and copy bandwidth, measured at the start and again at the end of
+  the run (``roofline_start``, ``roofline_end``); the floors use the higher of each rate, the
+  tighter floor, so contention during one of the two measurements cannot lower the floor;
+* ``results``: one record per (case, grid point): for ``kind == "time"`` the forward and
+  forward+backward medians, the declared FLOPs and bytes, the roofline floors, and the ratios
+  (time / floor, and the speed-up against each comparison case measured at the same point);
+  for ``kind == "memory"`` the training memory of one forward+backward step;
+* ``memory_fits``: per memory case and batch, a least-squares line of training bytes against
+  sequence length (bytes per step and R^2).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ctrlrnn.bench import roofline as _roofline
+from ctrlrnn.bench.cases import Case, CaseUnavailable, Point, Workload
+from ctrlrnn.bench.memory import RSS_METHOD, SAVED_METHOD, linear_fit, measure_training_memory
+from ctrlrnn.bench.timing import Timer, forward_backward_timer, forward_timer
+
+SCHEMA = "ctrlrnn-bench/1"
+
+#: progress callback: (completed steps, total steps, what is running now)
+Progress = Callable[[int, int, str], None]
+
+
+def plan(cases: Sequence[Case], grid: str) -> list[tuple[Case, Point]]:
+    """Every (case, point) pair of ``grid``: time cases grouped by point (the rows at one point
+    are timed together, interleaved), in the order their points first appear and then in case
+    order; memory cases last, in case then point order."""
+    timed = [c for c in cases if c.kind == "time"]
+    points: list[Point] = []
+    for c in timed:
+        for p in c.points(grid):
+            if p not in points:
+                points.append(p)
+    steps = [(c, p) for p in points for c in timed if p in c.points(grid)]
+    steps += [(c, p) for c in cases if c.kind != "time" for p in c.points(grid)]
+    return steps
+
+
+def _record(c: Case, p: Point, dtype: str) -> dict[str, Any]:
+    return {
+        "case": c.name,
+        "group": c.group,
+        "kind": c.kind,
+        "batch": p.batch,
+        "length": p.length,
+        "width": p.width,
+        "dtype": dtype,
+        "compare_to": list(c.compare_to),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _fail(rec: dict[str, Any], exc: BaseException) -> None:
+    if isinstance(exc, CaseUnavailable):
+        rec["status"] = "skipped"
+        rec["reason"] = str(exc)
+        return
+    rec["status"] = "error"
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    rec["reason"] = f"{type(exc).__name__}: {exc}"
+    rec["traceback"] = "".join(tb[-6:])
+
+
+def _timer_kwargs(c: Case, warmup: int, repeats: int, max_seconds: float | None) -> dict[str, Any]:
+    return {
+        "warmup": warmup if c.warmup is None else c.warmup,
+        "repeats": repeats if c.max_repeats is None else min(repeats, c.max_repeats),
+        "max_seconds": max_seconds,
+        "min_repeats": 3 if c.min_repeats is None else c.min_repeats,
+    }
+
+
+def _interleave_safe(timers: dict[int, Timer], recs: list[dict[str, Any]]) -> dict[int, Any]:
+    """Round-robin samples over ``timers`` (index -> timer); a timer whose call raises marks
+    its record as an error and drops out; returns index -> Timing for the rest."""
+    live = dict(timers)
+    for i, t in list(live.items()):
+        try:
+            t.warm_up()
+        except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
+            _fail(recs[i], exc)
+            del live[i]
+    while True:
+        pending = [i for i, t in live.items() if not t.done]
+        if not pending:
+            break
+        for i in pending:
+            try:
+                live[i].step()
+            except Exception as exc:  # noqa: BLE001
+                _fail(recs[i], exc)
+                del live[i]
+    return {i: t.result() for i, t in live.items()}
+
+
+def time_point(
+    cases: Sequence[Case],
+    p: Point,
+    dtype: torch.dtype,
+    *,
+    warmup: int = 1,
+    repeats: int = 5,
+    max_seconds: float | None = 10.0,
+) -> list[dict[str, Any]]:
+    """Build every case at point ``p`` and time them together: first all forwards, then all
+    forward+backward passes, each phase taking one sample of each case in turn (A, B, C, A, B,
+    C, ...), so load from other processes falls on the compared rows alike."""
+    dname = str(dtype).replace("torch.", "")
+    recs = [_record(c, p, dname) for c in cases]
+    work: dict[int, Workload] = {}
+    for i, c in enumerate(cases):
+        t0 = time.perf_counter()
+        try:
+            work[i] = c.build(p, dtype)
+        except Exception as exc:  # noqa: BLE001 - skipped or error, recorded
+            _fail(recs[i], exc)
+        recs[i]["build_s"] = time.perf_counter() - t0
+    fwd = _interleave_safe(
+        {
+            i: forward_timer(w.fn, **_timer_kwargs(cases[i], warmup, repeats, max_seconds))
+            for i, w in work.items()
+        },
+        recs,
+    )
+    fwdbwd = _interleave_safe(
+        {
+            i: forward_backward_timer(
+                w.fn, w.leaves, **_timer_kwargs(cases[i], warmup, repeats, max_seconds)
+            )
+            for i, w in work.items()
+            if i in fwd
+        },
+        recs,
+    )
+    for i, w in work.items():
+        if i in fwd and i in fwdbwd:
+            recs[i].update(
+                {
+                    "status": "ok",
+                    "flops": w.flops.to_dict(),
+                    "bytes": w.bytes.to_dict(),
+                    "fwd": fwd[i].to_dict(),
+                    "fwdbwd": fwdbwd[i].to_dict(),
+                    "info": w.info,
+                }
+            )
+    return recs
+
+
+def add_floors(results: list[dict[str, Any]], roof: _roofline.Roofline) -> None:
+    """Fill ``floor`` of every ok time record in place from its declared FLOPs and bytes:
+    ``fwd_s`` (forward) and ``fwdbwd_s`` (forward + backward), each also split into its GEMM
+    part and its bytes part."""
+    for r in results:
+        if r.get("kind") != "time" or r.get("status") != "ok":
+            continue
+        fl, by = r["flops"], r["bytes"]
+        fb_flops, fb_bytes = fl["fwd"] + fl["bwd"], by["fwd"] + by["bwd"]
+        r["floor"] = {
+            "fwd_s": roof.floor_s(fl["fwd"], by["fwd"]),
+            "fwdbwd_s": roof.floor_s(fb_flops, fb_bytes),
+            "fwd_gemm_s": fl["fwd"] / roof.gemm_flops_per_s,
+            "fwd_bytes_s": by["fwd"] / roof.copy_bytes_per_s,
+            "fwdbwd_gemm_s": fb_flops / roof.gemm_flops_per_s,
+            "fwdbwd_bytes_s": fb_bytes / roof.copy_bytes_per_s,
+        }
+
+
+def memory_point(c: Case, p: Point, dtype: torch.dtype) -> dict[str, Any]:
+    """Build case ``c`` at ``p`` and measure the memory of one training step."""
+    rec = _record(c, p, str(dtype).replace("torch.", ""))
+    try:
+        w = c.build(p, dtype)
+        mem = measure_training_memory(w.fn, w.params, w.leaves)
+    except Exception as exc:  # noqa: BLE001 - skipped or error, recorded
+        _fail(rec, exc)
+        return rec
+    rec.update({"status": "ok", "memory": mem.to_dict(), "info": w.info})
+    return rec
+
+
+def add_ratios(results: list[dict[str, Any]]) -> None:
+    """Fill ``ratios`` of every ok time record in place.
+
+    * ``fwd_over_floor`` / ``fwdbwd_over_floor``: measured median / roofline floor (1.0 is the
+      floor; the fraction of the floor reached is the inverse, ``*_floor_fraction``);
+    * ``speedup[other][mode]``: ``other``'s median / this row's median at the same point and
+      dtype, for each comparison case measured in this run (> 1: this row is faster).
+    """
+    index = {
+        (r["case"], r["batch"], r["length"], r["width"], r["dtype"]): r
+        for r in results
+        if r.get("kind") == "time" and r.get("status") == "ok"
+    }
+    for r in index.values():
+        ratios: dict[str, Any] = {}
+        for mode in ("fwd", "fwdbwd"):
+            t = r[mode]["median_s"]
+            floor = r["floor"][f"{mode}_s"]
+            if floor > 0 and t > 0:
+                ratios[f"{mode}_over_floor"] = t / floor
+                ratios[f"{mode}_floor_fraction"] = floor / t
+        speedup: dict[str, dict[str, float]] = {}
+        for other in r.get("compare_to", []):
+            o = index.get((other, r["batch"], r["length"], r["width"], r["dtype"]))
+            if o is None:
+                continue
+            speedup[other] = {
+                mode: o[mode]["median_s"] / r[mode]["median_s"] for mode in ("fwd", "fwdbwd")
+            }
+        ratios["speedup"] = speedup
+        r["ratios"] = ratios
+
+
+def memory_fits(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (memory case, batch, width, dtype): a line of ``train_bytes`` (and of the peak RSS
+    delta, where measured) against length, over the lengths measured."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in results:
+        if r.get("kind") == "memory" and r.get("status") == "ok":
+            groups.setdefault((r["case"], r["batch"], r["width"], r["dtype"]), []).append(r)
+    fits = []
+    for (name, batch, width, dtype), rows in groups.items():
+        rows = sorted(rows, key=lambda r: r["length"])
+        if len({r["length"] for r in rows}) < 2:
+            continue
+        xs = [float(r["length"]) for r in rows]
+        fit: dict[str, Any] = {
+            "case": name,
+            "batch": batch,
+            "width": width,
+            "dtype": dtype,
+            "lengths": [r["length"] for r in rows],
+            "train_bytes": linear_fit(xs, [float(r["memory"]["train_bytes"]) for r in rows]),
+        }
+        first, last = rows[0]["memory"], rows[-1]["memory"]
+        fit["growth"] = {
+            "length_ratio": xs[-1] / xs[0],
+            "train_bytes_ratio": last["train_bytes"] / max(1, first["train_bytes"]),
+            "saved_bytes_ratio": last["saved_bytes"] / max(1, first["saved_bytes"]),
+        }
+        rss = [r["memory"]["peak_rss_delta_bytes"] for r in rows]
+        if all(v is not None for v in rss):
+            fit["peak_rss_delta_bytes"] = linear_fit(xs, [float(v) for v in rss])
+        fits.append(fit)
+    return fits
+
+
+def run(
+    cases: Sequence[Case],
+    *,
+    grid: str = "quick",
+    dtype: torch.dtype = torch.float32,
+    warmup: int = 1,
+    repeats: int = 5,
+    max_seconds: float | None = 10.0,
+    roofline_repeats: int = 7,
+    gemm_shape: tuple[int, int, int] = _roofline.DEFAULT_GEMM_SHAPE,
+    copy_bytes: int = _roofline.DEFAULT_COPY_BYTES,
+    progress: Progress | None = None,
+    machine_info: dict[str, Any] | None = None,
+    threads: int | None = None,
+    argv: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Measure the roofline, then every (case, point) of ``grid``; return the result document.
+
+    ``threads`` only records the ``--threads`` the caller asked for (None: the default); the
+    caller sets it with :func:`torch.set_num_threads` before calling.
+
+    A builder raising :class:`CaseUnavailable` gives a ``"skipped"`` record with the reason; any
+    other exception an ``"error"`` record with the traceback's last lines (the run goes on).
+    """
+    from ctrlrnn.bench.report import machine
+
+    steps = plan(cases, grid)
+    total = len(steps) + 2
+    started = time.time()
+    if progress:
+        progress(0, total, "roofline: GEMM throughput and copy bandwidth")
+    roof_start = _roofline.measure(
+        dtype=dtype, repeats=roofline_repeats, gemm_shape=gemm_shape, copy_bytes=copy_bytes
+    )
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": list(argv) if argv is not None else list(sys.argv),
+        "grid": grid,
+        "dtype": str(dtype).replace("torch.", ""),
+        "settings": {
+            "warmup": warmup,
+            "repeats": repeats,
+            "max_seconds": max_seconds,
+            "threads": threads,
+            "interleaved": True,
+        },
+        "machine": machine_info if machine_info is not None else machine(),
+        "roofline": roof_start.to_dict(),
+        "memory_methods": {"train_bytes": SAVED_METHOD, "peak_rss_delta_bytes": RSS_METHOD},
+        "cases": {
+            c.name: {
+                "group": c.group,
+                "kind": c.kind,
+                "description": c.description,
+                "compare_to": list(c.compare_to),
+                "warmup": c.warmup,
+                "max_repeats": c.max_repeats,
+                "min_repeats": c.min_repeats,
+            }
+            for c in cases
+        },
+        "results": [],
+    }
+    results: list[dict[str, Any]] = doc["results"]
+    done = 0
+    groups: list[tuple[Point, list[Case]]] = []
+    for c, p in steps:
+        if c.kind == "time" and groups and groups[-1][0] == p and groups[-1][1][0].kind == "time":
+            groups[-1][1].append(c)
+        else:
+            groups.append((p, [c]))
+    for p, group in groups:
+        names = ", ".join(c.name for c in group)
+        if progress:
+            progress(done + 1, total, f"{names} B={p.batch} T={p.length} C={p.width}")
+        t0 = time.perf_counter()
+        if group[0].kind == "time":
+            recs = time_point(
+                group, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds
+            )
+        else:
+            recs = [memory_point(c, p, dtype) for c in group]
+        wall = time.perf_counter() - t0
+        for r in recs:
+            r["point_wall_s"] = wall
+        results.extend(recs)
+        done += len(group)
+        gc.collect()
+    if progress:
+        progress(total - 1, total, "roofline again: GEMM throughput and copy bandwidth")
+    roof_end = _roofline.measure(
+        dtype=dtype, repeats=roofline_repeats, gemm_shape=gemm_shape, copy_bytes=copy_bytes
+    )
+    roof = _roofline.best_of(roof_start, roof_end)
+    doc["roofline"] = roof.to_dict()
+    doc["roofline_start"] = roof_start.to_dict()
+    doc["roofline_end"] = roof_end.to_dict()
+    add_floors(results, roof)
+    if progress:
+        progress(total, total, "done")
+    add_ratios(results)
+    doc["memory_fits"] = memory_fits(results)
+    doc["elapsed_s"] = time.time() - started
+    try:
+        doc["load_average_at_end"] = list(os.getloadavg())
+    except OSError:
+        doc["load_average_at_end"] = None
+    return doc
