@@ -100,6 +100,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
              f"Paper's numbers: {exp.paper_metric or 'none for this setting'}."]
     if exp.note:
         lines += ["", exp.note]
+    limit = exp.overrides(mode).get("eval_batches")
+    if limit:
+        lines += ["", f"In this mode every evaluation, the final test included, reads only the "
+                  f"first {limit} evaluation batches of its split."]
     verdicts: list[tuple[str, str, str]] = []
     if data is None:
         lines += ["", "Not run yet in this mode.", ""]

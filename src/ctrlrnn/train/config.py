@@ -73,7 +73,7 @@ HELP: dict[str, str] = {
     "lr_decay_start": "first epoch (0-based) at which lr_decay applies",
     "clip_norm": "clip the gradient norm to this (0: off)",
     "eval_every": "evaluate every N steps (0: at the end of each epoch)",
-    "eval_batches": "limit evaluation to N batches (0: the whole split)",
+    "eval_batches": "limit every evaluation, the final one included, to N batches (0: all)",
     "checkpoint_every": "write a checkpoint every N steps (and at each evaluation)",
     "log_every": "log training loss every N steps",
     "patience": "early stopping: epochs without improvement of the validation metric (0: off)",

@@ -220,15 +220,17 @@ class Trainer:
         if best_path.exists():
             Checkpoint(best_path).restore(self.model, rng=False)
         self.model.eval()
+        limit = self.cfg.eval_batches  # 0: the whole splits
         with torch.no_grad():
-            valid = self.task.evaluate(self.model, "valid", 0)
-            test = self.task.evaluate(self.model, "test", 0)
+            valid = self.task.evaluate(self.model, "valid", limit)
+            test = self.task.evaluate(self.model, "test", limit)
         result = {
             "step": step,
             "epochs_completed": int(self.progress["epoch"]),
             "train_seconds": float(self.progress["train_seconds"]),
             "best_step": self.progress["best_step"],
             "metric": self.task.metric,
+            "eval_batches": limit,
             "valid": valid,
             "test": test,
         }

@@ -126,7 +126,8 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
   const int64_t nblk = (C + kBlock - 1) / kBlock;
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> carry_buf(kBlock);
-    acc_t* carry = carry_buf.data();
+    acc_t* __restrict__ carry = carry_buf.data();
+    std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs
     for (int64_t w = begin; w < end; ++w) {
       const int64_t bi = w / nblk, c0 = (w % nblk) * kBlock;
       const int64_t n = std::min(kBlock, C - c0);
@@ -135,20 +136,18 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
       for (int64_t c = 0; c < n; ++c) carry[c] = glast ? acc_t(glast[bi * C + c0 + c]) : acc_t(0);
       for (int64_t s = L - 1; s >= 0; --s) {
         const int64_t t = reverse ? L - 1 - s : s;
-        const scalar_t* prev = nullptr;  // h_{t-1} in processing order
-        if (s > 0) {
-          prev = out + base + (reverse ? t + 1 : t - 1) * C;
-        } else if (h0) {
-          prev = h0 + bi * C + c0;
-        }
-        const scalar_t* gt = g ? g + base + t * C : nullptr;
-        const scalar_t* at_ = a + base + t * C;
-        scalar_t* dat = da + base + t * C;
-        scalar_t* dbt = db + base + t * C;
+        // h_{t-1} in processing order (h0, or zeros, before the first step)
+        const scalar_t* __restrict__ prev =
+            s > 0 ? out + base + (reverse ? t + 1 : t - 1) * C
+                  : (h0 ? h0 + bi * C + c0 : zero_in.data());
+        const scalar_t* __restrict__ gt = g ? g + base + t * C : zero_in.data();
+        const scalar_t* __restrict__ at_ = a + base + t * C;
+        scalar_t* __restrict__ dat = da + base + t * C;
+        scalar_t* __restrict__ dbt = db + base + t * C;
         for (int64_t c = 0; c < n; ++c) {
-          const acc_t d = (gt ? acc_t(gt[c]) : acc_t(0)) + carry[c];
+          const acc_t d = acc_t(gt[c]) + carry[c];
           dbt[c] = scalar_t(d);
-          dat[c] = scalar_t(prev ? d * acc_t(prev[c]) : acc_t(0));
+          dat[c] = scalar_t(d * acc_t(prev[c]));
           carry[c] = d * acc_t(at_[c]);
         }
       }
