@@ -16,6 +16,7 @@ from ctrlrnn.reproduce.experiments import EXPERIMENTS, Arm, Claim, Experiment
         ([0.9, 0.92], [0.5, 0.52], True, "reproduced"),
         ([0.6, 0.9], [0.5, 0.7], True, "same direction, within spread"),
         ([0.5], [0.6], True, "not reproduced"),
+        ([0.6], [0.5], True, "same direction, one seed"),
         ([80.0, 81.0], [90.0, 91.0], False, "reproduced"),  # perplexity: lower is better
         ([0.5, 0.5], [0.5, 0.5], True, "not reproduced"),
         ([], [0.5], True, "not run"),
@@ -70,7 +71,8 @@ def test_run_cache_and_pages(tmp_path, monkeypatch):
     written = pages.write_pages(results, docs, "quick")
     qrnn_page = (docs / "qrnn.md").read_text()
     assert "tiny copy" in qrnn_page and "QRNN beats LSTM" in qrnn_page
-    verdicts = ("reproduced", "same direction, within spread", "not reproduced")
+    verdicts = ("reproduced", "same direction, within spread", "not reproduced",
+                "same direction, one seed")
     assert any(f"**{v}**" in qrnn_page for v in verdicts)
     assert (docs / "qrnn-tiny-copy-quick.png").exists()
     assert (docs / "README.md") in written

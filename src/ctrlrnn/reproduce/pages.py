@@ -8,6 +8,7 @@ chart with the seed spread; and a verdict for each ordering the paper claims:
 * **reproduced** — our means are ordered as the paper says and further apart than the sum of
   the two standard deviations over seeds;
 * **same direction, within spread** — ordered as claimed, but the seed spreads overlap;
+* **same direction, one seed** — ordered as claimed, with no spread to judge the gap by;
 * **not reproduced** — ordered the other way (or equal);
 * **not run** — an arm is missing (a failed run or an unavailable task), with the reason.
 """
@@ -23,10 +24,19 @@ from typing import Any
 from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
 from ctrlrnn.reproduce.runner import load_results, slug
 
+#: metrics stored as fractions and shown in percent, like the papers' tables
+PERCENT = {"accuracy", "exact_match", "token_accuracy", "dialog_accuracy"}
 
-def _values(arm: dict[str, Any]) -> list[float]:
-    return [float(s["test"]) for s in arm.get("seeds", {}).values()
+
+def _values(arm: dict[str, Any], scale: float = 1.0) -> list[float]:
+    return [scale * float(s["test"]) for s in arm.get("seeds", {}).values()
             if s.get("test") is not None and math.isfinite(float(s["test"]))]
+
+
+def _ordered_arms(exp: Experiment, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The arms in the order the experiment defines them (the results file sorts its keys)."""
+    arms = data.get("arms", {})
+    return [(a.label, arms[a.label]) for a in exp.arms if a.label in arms]
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -42,6 +52,8 @@ def verdict(better: list[float], worse: list[float], higher_is_better: bool) -> 
     mb, sb = _mean_std(better)
     mw, sw = _mean_std(worse)
     gap = (mb - mw) if higher_is_better else (mw - mb)
+    if gap > 0 and min(len(better), len(worse)) < 2:
+        return "same direction, one seed"  # no spread to judge the gap by
     if gap > 0 and gap > sb + sw:
         return "reproduced"
     if gap > 0:
@@ -55,15 +67,15 @@ def _fmt(v: float | None, digits: int = 4) -> str:
     return f"{v:.{digits}g}"
 
 
-def _plot(exp: Experiment, data: dict[str, Any], path: Path) -> bool:
+def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0) -> bool:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels, means, stds, points = [], [], [], []
-    for label, arm in data.get("arms", {}).items():
-        vals = _values(arm)
+    for label, arm in _ordered_arms(exp, data):
+        vals = _values(arm, scale)
         if not vals:
             continue
         m, s = _mean_std(vals)
@@ -79,7 +91,7 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path) -> bool:
     for x, vals in zip(xs, points):
         ax.scatter([x] * len(vals), vals, color="#1b3a5c", s=12, zorder=3)
     ax.set_xticks(list(xs), labels, rotation=15, ha="right")
-    ax.set_ylabel(f"test {exp.metric}")
+    ax.set_ylabel(f"test {exp.metric}{' (%)' if scale != 1.0 else ''}")
     ax.set_title(exp.title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     lo = min(min(v) for v in points)
@@ -95,7 +107,9 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path) -> bool:
 def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Path,
                        mode: str) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Markdown lines for one experiment and its claim verdicts ``(claim, source, verdict)``."""
-    lines = [f"### {exp.title}", "", f"Task `{exp.task}`, metric: test {exp.metric} "
+    scale = 100.0 if exp.metric in PERCENT else 1.0
+    unit = " (%)" if scale != 1.0 else ""
+    lines = [f"### {exp.title}", "", f"Task `{exp.task}`, metric: test {exp.metric}{unit} "
              f"({'higher' if exp.higher_is_better else 'lower'} is better). "
              f"Paper's numbers: {exp.paper_metric or 'none for this setting'}."]
     if exp.note:
@@ -112,11 +126,11 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         return lines, verdicts
     lines += ["", "| arm | paper | ours: mean ± std (seeds) | valid | steps | train s | "
               "parameters |", "|---|---|---|---|---|---|---|"]
-    for label, arm in data.get("arms", {}).items():
-        vals = _values(arm)
+    for label, arm in _ordered_arms(exp, data):
+        vals = _values(arm, scale)
         m, s = _mean_std(vals)
         seeds = list(arm.get("seeds", {}).values())
-        valid = [x["valid"] for x in seeds if x.get("valid") is not None]
+        valid = [scale * x["valid"] for x in seeds if x.get("valid") is not None]
         secs = [x["train_seconds"] for x in seeds if x.get("train_seconds")]
         steps = seeds[0].get("steps") if seeds else None
         params = seeds[0].get("parameters") if seeds else None
@@ -129,7 +143,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         lines += ["", "Runs that did not finish:", ""]
         lines += [f"- {k}: `{v[:300]}`" for k, v in data["errors"].items()]
     png = out_dir / f"{exp.paper}-{slug(exp.id)}-{mode}.png"
-    if _plot(exp, data, png):
+    if _plot(exp, data, png, scale):
         lines += ["", f"![{exp.title}]({png.name})"]
     lines += ["", "| claim (paper) | where | at our scale |", "|---|---|---|"]
     arms = data.get("arms", {})
@@ -157,7 +171,7 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
         "# Reproduction results", "",
         f"Generated by `ctrlrnn reproduce{' --quick' if mode == 'quick' else ''}` on {stamp} "
         f"from the results files in `{results_dir / mode}`; do not edit by hand.", "",
-        "| paper | claim | where | at our scale |", "|---|---|---|---|",
+        "| paper | experiment | claim | where | at our scale |", "|---|---|---|---|---|",
     ]
     total_seconds = 0.0
     for paper, title in PAGES.items():
@@ -174,7 +188,8 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
             section, verdicts = experiment_section(exp, data, out_dir, mode)
             lines += section
             for claim, source, v in verdicts:
-                summary.append(f"| [{paper}]({paper}.md) | {claim} | {source} | {v} |")
+                summary.append(
+                    f"| [{paper}]({paper}.md) | {exp.title} | {claim} | {source} | {v} |")
         lines += (extra_sections or {}).get(paper, [])
         path = out_dir / f"{paper}.md"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
