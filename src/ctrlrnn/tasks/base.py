@@ -60,6 +60,18 @@ class Task(ABC):
     def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
         """Metrics of ``model`` on ``split`` (``"valid"`` or ``"test"``); includes ``metric``."""
 
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
+        """State the task carries between steps (JSON-able part, tensors), for checkpoints.
+
+        Most tasks carry none; a language model carries its BPTT state across windows.
+        """
+        return {}, {}
+
+    def restore_state(self, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
+        """Inverse of :meth:`checkpoint_state` (called when a run is resumed)."""
+        if meta or tensors:
+            raise ValueError(f"checkpoint: task {self.name!r} carries no state to restore")
+
     def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
         """The slice of a global batch that process ``rank`` of ``world_size`` trains on."""
         if world_size == 1:

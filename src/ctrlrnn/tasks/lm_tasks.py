@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils._pytree import tree_flatten, tree_unflatten, treespec_dumps, treespec_loads
 
 from ctrlrnn.data.batching import batchify_stream
 from ctrlrnn.data.sources.common import SPLITS, read_lines
@@ -145,6 +146,23 @@ class LanguageModelTask(Task):
         windows = self._windows(self.streams["train"], batch_size, offset)
         return [{"input": x, "target": y, "epoch": epoch, "window": i,
                  "ntokens": int(y.numel())} for i, (x, y) in enumerate(windows)]
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
+        """The carried BPTT state, so that a resumed run continues the same stream exactly."""
+        nxt = list(self._next) if self._next else None
+        if self._state is None:
+            return {"next": nxt, "spec": None}, {}
+        leaves, spec = tree_flatten(self._state)
+        tensors = {f"s{i}": t for i, t in enumerate(leaves)}
+        return {"next": nxt, "spec": treespec_dumps(spec)}, tensors
+
+    def restore_state(self, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
+        if meta.get("spec") is None:
+            self._state = None
+        else:
+            leaves = [tensors[f"s{i}"] for i in range(len(tensors))]
+            self._state = tree_unflatten(leaves, treespec_loads(meta["spec"]))
+        self._next = tuple(meta["next"]) if meta.get("next") else None
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         here = (batch["epoch"], batch["window"])

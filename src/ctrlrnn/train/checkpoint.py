@@ -108,8 +108,12 @@ def save_checkpoint(
     *,
     progress: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
+    task_state: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically (temporary file, fsync, rename). Returns its path."""
+    """Write a checkpoint atomically (temporary file, fsync, rename). Returns its path.
+
+    ``task_state``: what :meth:`ctrlrnn.tasks.base.Task.checkpoint_state` returned.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
@@ -125,6 +129,10 @@ def save_checkpoint(
         meta["optimizer"] = _optimizer_state(optimizer, tensors)
     if scheduler is not None:
         meta["scheduler"] = _split_state("sched", scheduler.state_dict(), tensors)
+    if task_state is not None:
+        meta["task_state"] = _to_jsonable(task_state[0])
+        for name, t in task_state[1].items():
+            tensors[f"task/{name}"] = t.detach().cpu().contiguous()
     # safetensors refuses tensors sharing memory; clone any that alias another.
     seen: dict[int, str] = {}
     for name, t in list(tensors.items()):
@@ -182,6 +190,11 @@ class Checkpoint:
     @property
     def config(self) -> dict[str, Any]:
         return self.meta.get("config", {})
+
+    def task_state(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The task's carried state (see :meth:`ctrlrnn.tasks.base.Task.checkpoint_state`)."""
+        tensors = {k[len("task/") :]: v for k, v in self.tensors.items() if k.startswith("task/")}
+        return self.meta.get("task_state", {}), tensors
 
     def model_state(self) -> dict[str, torch.Tensor]:
         return {k[len("model/") :]: v for k, v in self.tensors.items() if k.startswith("model/")}

@@ -89,6 +89,7 @@ class Trainer:
                 self.optimizer,
                 progress=self.progress,
                 config=self.cfg.to_dict(),
+                task_state=self.task.checkpoint_state() if name == LATEST else None,
             )
             if self.log is not None:
                 self.log.export_csv()
@@ -100,6 +101,7 @@ class Trainer:
             return False
         ckpt = Checkpoint(path)
         ckpt.restore(self.model, self.optimizer)
+        self.task.restore_state(*ckpt.task_state())
         self.progress.update(ckpt.progress)
         if self.log is not None:
             self.log.truncate_after(int(self.progress["step"]))
