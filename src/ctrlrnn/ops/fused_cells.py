@@ -34,6 +34,7 @@ from torch import Tensor
 
 from ctrlrnn.ops import cells_ref
 from ctrlrnn.ops.backend import gpu_kernels, kernel_for
+from ctrlrnn.ops.validation import check_lengths
 
 __all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
 
@@ -100,19 +101,13 @@ def _check_tensor(name: str, t: Tensor, shape: Sequence[int], like: Tensor) -> N
 
 
 def _check_lengths(lengths: Tensor | None, batch: int, steps: int, like: Tensor) -> Tensor | None:
+    """Validated lengths in [0, T] (the shared check), on the device the kernels read them."""
     if lengths is None:
         return None
-    if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.shape[0] != batch:
+    if not isinstance(lengths, Tensor):
         raise ValueError(f"lengths: expected an integer tensor of shape ({batch},)")
-    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
-        raise ValueError(f"lengths: expected an integer dtype, got {lengths.dtype}")
-    if not torch.compiler.is_compiling() and lengths.numel() > 0:
-        lo, hi = int(lengths.min()), int(lengths.max())
-        if lo < 0 or hi > steps:
-            raise ValueError(f"lengths: values must lie in [0, {steps}], got [{lo}, {hi}]")
-    if like.device.type == "cpu":
-        return lengths.to(device="cpu", dtype=torch.int64)
-    return lengths.to(device=like.device)
+    checked = check_lengths(lengths, batch, steps, allow_zero=True)
+    return checked if like.device.type == "cpu" else checked.to(like.device)
 
 
 def _state(name: str, s: Tensor | None, batch: int, hidden: int, like: Tensor) -> Tensor:
