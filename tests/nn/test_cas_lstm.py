@@ -374,3 +374,30 @@ def test_bfloat16_and_torch_compile():
     g2 = torch.autograd.grad(loss(xg), [xg, *m.parameters()])
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_vertical_gates_match_a_step_loop_and_ignore_padding():
+    import torch.nn.functional as F
+
+    from ctrlrnn.ops import cells_ref
+
+    torch.manual_seed(21)
+    m = CASLSTM(3, 4, num_layers=2, batch_first=True, lambda_=0.3).double()
+    x = torch.randn(2, 6, 3, dtype=torch.float64)
+    (g,) = m.vertical_gates(x)
+    assert g.shape == (1, 2, 6, 4)
+    w1, w2 = m.layer(0), m.layer(1)
+    zeros = torch.zeros(2, 4, dtype=torch.float64)
+    h1, c1, _, _ = cells_ref.lstm_sequence_ref(
+        F.linear(x, w1.weight_ih, w1.bias), w1.weight_hh, zeros, zeros, None)
+    xp = F.linear(h1, w2.weight_ih, w2.bias)
+    h, c, ref = zeros, zeros, []
+    scale_f = torch.full((4,), 0.7, dtype=torch.float64)
+    scale_g = torch.full((4,), 0.3, dtype=torch.float64)
+    for t in range(6):
+        ref.append(torch.sigmoid(xp[:, t, 16:] + h @ w2.weight_hh[16:].t()))  # eq 9
+        h, c = cells_ref.cas_lstm_step(xp[:, t], w2.weight_hh, c1[:, t], h, c, scale_f, scale_g)
+    torch.testing.assert_close(g[0], torch.stack(ref, 1))
+    (gl,) = m.vertical_gates(x, lengths=torch.tensor([6, 3]))
+    torch.testing.assert_close(gl[0, 0], g[0, 0])
+    assert gl[0, 1, 3:].abs().max() == 0

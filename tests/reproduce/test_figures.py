@@ -36,3 +36,30 @@ def test_depth_gate_section(tmp_path, monkeypatch):
     assert "`tiny-pixels`: mean alpha" in lines
     assert (docs / "metagross-depth-gates-tiny-pixels-quick.png").read_bytes()[:4] == b"\x89PNG"
     assert "`never-run`: no trained METAGROSS run" in lines
+
+
+def test_cas_gate_section(tmp_path, monkeypatch):
+    import random
+
+    rng = random.Random(0)
+    data = tmp_path / "sst"
+    data.mkdir()
+    for split, n in {"train": 64, "valid": 16, "test": 16}.items():
+        rows = [f"{rng.randrange(5)}\t{' '.join(f'w{rng.randrange(9)}' for _ in range(5))}\n"
+                for _ in range(n)]
+        (data / f"{split}.tsv").write_text("".join(rows), encoding="utf-8")
+    exp = Experiment(
+        id="tiny-sst", paper="cas-lstm", title="tiny", task="sst5", metric="accuracy",
+        higher_is_better=True,
+        arms=(Arm("2-layer CAS-LSTM", "caslstm", {"hidden_size": 4, "num_layers": 2}),),
+        claims=(), quick={"max_steps": 2, "epochs": 1, "batch_size": 32},
+        full={}, task_args={"source": str(data)}, seeds_quick=1,
+    )
+    runs, docs = tmp_path / "runs", tmp_path / "docs"
+    docs.mkdir()
+    monkeypatch.setattr(figures, "CAS_GATE_EXPERIMENT", ("tiny-sst", "2-layer CAS-LSTM"))
+    assert "No trained CAS-LSTM run" in "\n".join(figures.cas_gate_section("quick", runs, docs))
+    runner.run_one(exp, exp.arms[0], 0, "quick", runs, show_progress=False)
+    lines = "\n".join(figures.cas_gate_section("quick", runs, docs))
+    assert "Values of `g` at every valid step" in lines
+    assert (docs / "cas-lstm-vertical-gate-quick.png").read_bytes()[:4] == b"\x89PNG"

@@ -278,6 +278,45 @@ class CASLSTM(RecurrentBase):
         out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
         return out, [torch.stack(finals_h, 0), torch.stack(finals_c, 0)]  # type: ignore[arg-type]
 
+    @torch.no_grad()
+    def vertical_gates(self, input: Tensor, lengths: Tensor | None = None) -> list[Tensor]:
+        """The vertical forget gate ``g`` (eq 9; eq 17 with peepholes) of every layer above the
+        first, for cas-lstm.txt figure 4: one ``(D, B, T, H)`` tensor per layer ``l > 1``
+        (batch-first, forward direction first), zero past each length.
+
+        Recomputed from each layer's own inputs and outputs, so the layer runs as usual.
+        """
+        x, lens, _packed, _unbatched = self._prepare_input(input, lengths)
+        gates: list[list[Tensor]] = [[] for _ in range(self.num_layers - 1)]
+        for d in range(self.num_directions):
+            h_in = x if d == 0 else reverse_padded(x, lens)
+            lower_c: Tensor | None = None
+            for layer in range(self.num_layers):
+                w = self.layer(layer, d)
+                x_proj = F.linear(h_in, w.weight_ih, w.bias)
+                if layer == 0:
+                    h_seq, c_seq, _, _ = lstm_sequence(x_proj, w.weight_hh, None, None, lens)
+                else:
+                    assert lower_c is not None
+                    h_seq, c_seq, _, _ = cas_lstm_sequence(
+                        x_proj, w.weight_hh, lower_c, None, None, lens,
+                        lambda_=self.lambda_value(layer, d), peephole=w.peephole)
+                    H = self.hidden_size
+                    h_prev = F.pad(h_seq, (0, 0, 1, 0))[:, :-1]
+                    c_prev = F.pad(c_seq, (0, 0, 1, 0))[:, :-1]
+                    pre = x_proj[..., 4 * H :]
+                    if w.peephole is None:
+                        pre = pre + F.linear(h_prev, w.weight_hh[4 * H :])
+                    else:
+                        pre = pre + w.peephole[0] * c_prev + w.peephole[1] * lower_c
+                    g = torch.sigmoid(pre)
+                    if lens is not None:
+                        mask = torch.arange(x.shape[1]).unsqueeze(0) < lens.unsqueeze(1)
+                        g = g * mask.unsqueeze(-1).to(g.dtype)
+                    gates[layer - 1].append(g if d == 0 else reverse_padded(g, lens))
+                lower_c, h_in = c_seq, h_seq
+        return [torch.stack(per_dir, 0) for per_dir in gates]
+
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", lambda_={self.lambda_!r}"
         if self.peephole:

@@ -39,12 +39,16 @@ def run(args: argparse.Namespace) -> int:
         from ctrlrnn.reproduce.speed import speed_sections_from_results
 
         speed_sections = speed_sections_from_results(mode, results, docs)
-    from ctrlrnn.reproduce.figures import depth_gate_section
+    from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
 
     if not args.only or any("metagross" in e.id for e in chosen):
         speed_sections = dict(speed_sections)
         speed_sections["metagross"] = [*speed_sections.get("metagross", []),
                                        *depth_gate_section(mode, runs, docs)]
+    if not args.only or any("cas-" in e.id for e in chosen):
+        speed_sections = dict(speed_sections)
+        speed_sections["cas-lstm"] = [*speed_sections.get("cas-lstm", []),
+                                      *cas_gate_section(mode, runs, docs)]
     pages = write_pages(results, docs, mode, speed_sections,
                         tuple(chosen) if args.only else None)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "

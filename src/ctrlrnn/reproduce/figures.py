@@ -1,5 +1,7 @@
 """Analysis figures of the papers, drawn from the reproduction runs' checkpoints.
 
+* cas-lstm.txt figure 4: the distribution of the vertical forget gate ``g`` of CAS-LSTM's
+  upper layer on sentences, after training (SST-5-like run);
 * metagross.txt figures 2-9: the soft depth gates alpha_t and beta_t of METAGROSS — their mean
   at initialisation and after training (figures 2-6), and along the time steps of one test
   sequence (the dynamic recursion of figures 7-9) — for the pixel-by-pixel experiments.
@@ -17,6 +19,8 @@ import torch
 
 from ctrlrnn.reproduce.runner import slug
 
+#: (experiment id, its CAS-LSTM arm label) for figure 4
+CAS_GATE_EXPERIMENT = ("cas-sst5", "2-layer CAS-LSTM")
 #: experiment id -> its METAGROSS arm label
 DEPTH_GATE_EXPERIMENTS = {"metagross-mnist": "METAGROSS", "metagross-fashion": "METAGROSS"}
 
@@ -101,3 +105,69 @@ def depth_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
                   f"deviation along the sequence after training: {spread:.4f}.", "",
                   f"![depth gates {exp_id}]({png.name})", ""]
     return lines
+
+
+def cas_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
+    """Markdown (and a PNG) for the vertical forget-gate histogram of cas-lstm.txt figure 4."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ctrlrnn.nn.cas_lstm import CASLSTM
+
+    exp_id, arm = CAS_GATE_EXPERIMENT
+    lines = ["### Vertical forget gate (figure 4)", ""]
+    run = runs_dir / mode / exp_id / f"{slug(arm)}-seed0"
+    built = _model_and_batch(run)
+    if built is None:
+        return lines + [f"No trained CAS-LSTM run at `{run}`.", ""]
+    _initial, trained, batch = built
+    cas = next((m for m in trained.modules() if isinstance(m, CASLSTM)), None)
+    if cas is None or cas.num_layers < 2:
+        return lines + [f"The run at `{run}` has no CAS-LSTM with two layers.", ""]
+    seen: dict[str, Any] = {}
+
+    def capture(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen["input"], seen["lengths"] = args[0], kwargs.get("lengths")
+
+    handle = cas.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            _task_loss(run, trained, batch)
+    finally:
+        handle.remove()
+    (g,) = cas.vertical_gates(seen["input"], seen["lengths"])[:1]
+    lengths = seen["lengths"]
+    if lengths is not None:
+        valid = torch.arange(g.shape[2]).unsqueeze(0) < lengths.cpu().unsqueeze(1)
+        values = g[:, valid].flatten()
+    else:
+        values = g.flatten()
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    ax.hist(values.numpy(), bins=50, range=(0, 1), color="#3b6ea5")
+    ax.set_xlabel("vertical forget gate g (layer 2)")
+    ax.set_ylabel("count")
+    ax.set_title(f"{exp_id}: g over a batch of 64 training sentences", fontsize=9)
+    fig.tight_layout()
+    png = docs_dir / f"cas-lstm-vertical-gate-{mode}.png"
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    q = torch.quantile(values.float(), torch.tensor([0.1, 0.5, 0.9])).tolist()
+    return lines + [
+        f"Values of `g` at every valid step and unit of layer 2 (`{exp_id}`, seed 0): mean "
+        f"{float(values.mean()):.3f}, 10/50/90% quantiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}.",
+        "", f"![vertical forget gate]({png.name})", ""]
+
+
+def _task_loss(run_dir: Path, model: Any, batch: dict[str, Any]) -> None:
+    """Run the task's own forward on ``batch`` (so hooks see the encoder's real input)."""
+    from ctrlrnn.tasks import task_class
+    from ctrlrnn.train.checkpoint import Checkpoint
+    from ctrlrnn.train.config import TrainConfig, check_options
+
+    cfg = TrainConfig(**Checkpoint(run_dir / "best.safetensors").config)
+    cls = task_class(cfg.task)
+    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
+    task.setup()
+    task.loss(model, batch)
