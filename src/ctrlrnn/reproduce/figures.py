@@ -12,6 +12,7 @@ it does not, the section says so instead of drawing anything.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -25,30 +26,18 @@ CAS_GATE_EXPERIMENT = ("cas-sst5", "2-layer CAS-LSTM")
 DEPTH_GATE_EXPERIMENTS = {"metagross-mnist": "METAGROSS", "metagross-fashion": "METAGROSS"}
 
 
-def _model_and_batch(run_dir: Path) -> tuple[Any, Any, dict[str, Any]] | None:
-    """(initial model, trained model, a batch of 64 training sequences) rebuilt from a run's
-    best checkpoint."""
-    from ctrlrnn.models.encoders import encoder_options
-    from ctrlrnn.tasks import task_class
-    from ctrlrnn.train.checkpoint import Checkpoint
-    from ctrlrnn.train.cli import seed_everything
-    from ctrlrnn.train.config import TrainConfig, check_options
+def _model_and_batch(run_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | None:
+    """(task, initial model, trained model, a batch of 64 training sequences) rebuilt from a
+    run's best checkpoint; the initial model has the run's own initialisation."""
+    from ctrlrnn.train.cli import rebuild_from_checkpoint
 
     best = run_dir / "best.safetensors"
     if not best.exists():
         return None
-    ckpt = Checkpoint(best)
-    cfg = TrainConfig(**ckpt.config)
-    cls = task_class(cfg.task)
-    seed_everything(cfg.seed)
-    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
-    task.setup()
-    args = encoder_options(cfg.model, cfg.model_args)
-    seed_everything(cfg.seed)
-    initial = task.build_model(cfg.model, args).eval()  # the same initialisation as the run
-    trained = task.build_model(cfg.model, args).eval()
+    _cfg, task, initial, ckpt = rebuild_from_checkpoint(best)
+    trained = copy.deepcopy(initial)
     ckpt.restore(trained, rng=False)
-    return initial, trained, task.train_batches(0, 64)[0]
+    return task, initial.eval(), trained.eval(), task.train_batches(0, 64)[0]
 
 
 def _gates(model: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +66,7 @@ def depth_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
         if built is None:
             lines += [f"- `{exp_id}`: no trained METAGROSS run at `{run}`.", ""]
             continue
-        initial, trained, batch = built
+        _task, initial, trained, batch = built
         pixels = batch["pixels"]
         a0, b0 = _gates(initial, pixels)
         a1, b1 = _gates(trained, pixels)
@@ -122,7 +111,7 @@ def cas_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
     built = _model_and_batch(run)
     if built is None:
         return lines + [f"No trained CAS-LSTM run at `{run}`.", ""]
-    _initial, trained, batch = built
+    task, _initial, trained, batch = built
     cas = next((m for m in trained.modules() if isinstance(m, CASLSTM)), None)
     if cas is None or cas.num_layers < 2:
         return lines + [f"The run at `{run}` has no CAS-LSTM with two layers.", ""]
@@ -134,7 +123,7 @@ def cas_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
     handle = cas.register_forward_pre_hook(capture, with_kwargs=True)
     try:
         with torch.no_grad():
-            _task_loss(run, trained, batch)
+            task.loss(trained, batch)  # the task's own forward, so the hook sees real input
     finally:
         handle.remove()
     (g,) = cas.vertical_gates(seen["input"], seen["lengths"])[:1]
@@ -158,16 +147,3 @@ def cas_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
         f"Values of `g` at every valid step and unit of layer 2 (`{exp_id}`, seed 0): mean "
         f"{float(values.mean()):.3f}, 10/50/90% quantiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}.",
         "", f"![vertical forget gate]({png.name})", ""]
-
-
-def _task_loss(run_dir: Path, model: Any, batch: dict[str, Any]) -> None:
-    """Run the task's own forward on ``batch`` (so hooks see the encoder's real input)."""
-    from ctrlrnn.tasks import task_class
-    from ctrlrnn.train.checkpoint import Checkpoint
-    from ctrlrnn.train.config import TrainConfig, check_options
-
-    cfg = TrainConfig(**Checkpoint(run_dir / "best.safetensors").config)
-    cls = task_class(cfg.task)
-    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
-    task.setup()
-    task.loss(model, batch)

@@ -46,23 +46,14 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path) -> tuple[Any, Any]:
-    from ctrlrnn.models.encoders import encoder_options
-    from ctrlrnn.tasks import task_class
-    from ctrlrnn.train.config import check_options, load_config
+    from ctrlrnn.train.cli import validated_config
 
-    cls = task_class(exp.task)
-    overrides: dict[str, Any] = {"task": exp.task, "model": arm.model, "seed": seed,
-                                 "out": str(out)}
-    for key, value in exp.overrides(mode).items():
-        overrides[key] = value
+    overrides: dict[str, Any] = {"seed": seed, "out": str(out), **exp.overrides(mode)}
     for key, value in {**exp.task_args, **arm.task_args}.items():
         overrides[f"task.{key}"] = value
     for key, value in arm.model_args.items():
         overrides[f"model.{key}"] = value
-    cfg = load_config(None, overrides, base=dict(cls.defaults))
-    cfg.task_args = check_options("task", cfg.task, cfg.task_args, cls.options)
-    cfg.model_args = encoder_options(cfg.model, {**cls.model_defaults, **cfg.model_args})
-    return cfg, cls
+    return validated_config(exp.task, arm.model, overrides)
 
 
 def run_one(exp: Experiment, arm: Arm, seed: int, mode: str, runs_dir: Path,

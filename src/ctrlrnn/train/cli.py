@@ -56,24 +56,48 @@ def _epilog() -> str:
     return "\n".join(lines)
 
 
-def build_run(cfg_args: argparse.Namespace) -> tuple[Any, Any]:
-    """Validate the whole configuration; returns (config, task class). Does no work."""
+def validated_config(
+    task: str, model: str, overrides: dict[str, Any], config_path: str | None = None
+) -> tuple[TrainConfig, type[Task]]:
+    """The whole configuration of a run, checked (task, model, every key and option) before
+    any work; returns (config, task class). Used by ``ctrlrnn train`` and ``reproduce``."""
     from ctrlrnn.models.encoders import encoder_options
     from ctrlrnn.tasks import task_class
 
-    overrides = parse_overrides(cfg_args.overrides)
-    for flag, key in (("max_steps", "max_steps"), ("epochs", "epochs"), ("out", "out"),
-                      ("seed", "seed")):
-        value = getattr(cfg_args, flag, None)
-        if value is not None:
-            overrides[key] = value
-    overrides["task"] = cfg_args.task
-    overrides["model"] = cfg_args.model
-    cls = task_class(cfg_args.task)
-    cfg = load_config(cfg_args.config, overrides, base=dict(cls.defaults))
+    cls = task_class(task)
+    cfg = load_config(config_path, {**overrides, "task": task, "model": model},
+                      base=dict(cls.defaults))
     cfg.task_args = check_options("task", cfg.task, cfg.task_args, cls.options)
     cfg.model_args = encoder_options(cfg.model, {**cls.model_defaults, **cfg.model_args})
     return cfg, cls
+
+
+def build_run(cfg_args: argparse.Namespace) -> tuple[TrainConfig, type[Task]]:
+    """Validate the whole configuration of ``ctrlrnn train``; returns (config, task class)."""
+    overrides: dict[str, Any] = parse_overrides(cfg_args.overrides)
+    for key in ("max_steps", "epochs", "out", "seed"):
+        value = getattr(cfg_args, key, None)
+        if value is not None:
+            overrides[key] = value
+    return validated_config(cfg_args.task, cfg_args.model, overrides, cfg_args.config)
+
+
+def rebuild_from_checkpoint(path: str | Path) -> tuple[TrainConfig, Task, Any, Any]:
+    """(config, set-up task, model, checkpoint) of the run that wrote checkpoint ``path``,
+    the model initialised with the run's seed (its weights not yet restored)."""
+    from ctrlrnn.models.encoders import encoder_options
+    from ctrlrnn.tasks import task_class
+    from ctrlrnn.train.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(path)
+    cfg = TrainConfig(**ckpt.config)
+    cls = task_class(cfg.task)
+    seed_everything(cfg.seed)
+    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
+    task.setup()
+    seed_everything(cfg.seed)
+    model = task.build_model(cfg.model, encoder_options(cfg.model, cfg.model_args))
+    return cfg, task, model, ckpt
 
 
 def seed_everything(seed: int) -> None:
@@ -154,21 +178,11 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from ctrlrnn.models.encoders import encoder_options
-    from ctrlrnn.tasks import task_class
-    from ctrlrnn.train.checkpoint import Checkpoint
-
     try:
-        ckpt = Checkpoint(args.checkpoint)
+        _cfg, task, model, ckpt = rebuild_from_checkpoint(args.checkpoint)
     except (FileNotFoundError, ValueError) as exc:
         print(f"ctrlrnn eval: {exc}", file=sys.stderr)
         return 2
-    cfg = TrainConfig(**ckpt.config)
-    cls = task_class(cfg.task)
-    seed_everything(cfg.seed)
-    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
-    task.setup()
-    model = task.build_model(cfg.model, encoder_options(cfg.model, cfg.model_args))
     ckpt.restore(model, rng=False)
     model.eval()
     with torch.no_grad():
