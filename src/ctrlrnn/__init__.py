@@ -22,7 +22,14 @@ from ctrlrnn.nn import (
     RCRNCell,
     RecurrentBase,
 )
-from ctrlrnn.ops import backend_info, linear_scan, linear_scan_ref
+from ctrlrnn.ops import (
+    backend_info,
+    empty_cache,
+    linear_scan,
+    linear_scan_ref,
+    output_cache_info,
+    set_output_cache_limit,
+)
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
 
 __version__ = "0.1.0"
@@ -43,8 +50,11 @@ __all__ = [
     "RCRNCell",
     "RecurrentBase",
     "backend_info",
+    "empty_cache",
     "linear_scan",
     "linear_scan_ref",
+    "output_cache_info",
     "qrnn_pooling",
     "qrnn_pooling_ref",
+    "set_output_cache_limit",
 ]

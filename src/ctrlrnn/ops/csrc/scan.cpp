@@ -13,15 +13,23 @@
 
 #include <torch/extension.h>
 
+#include "output_pool.h"
+
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -79,9 +87,127 @@ inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// Streaming (non-temporal) stores. An ordinary store to a line not in cache first reads the line
+// (read-for-ownership), so writing N bytes moves 2N; a streaming store writes the line whole and
+// skips that read. Worth it only when the output cannot stay in cache for its next reader anyway:
+// when the bytes a kernel writes exceed the last-level cache.
+
+inline int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0) return int64_t(l3);
+#endif
+    return int64_t(32) << 20;
+  }();
+  return bytes;
+}
+
+// Bytes written from which kernels use streaming stores; negative: the last-level cache size.
+// Settable (tests exercise both paths at small sizes).
+std::atomic<int64_t> g_streaming_threshold{-1};
+
+int64_t streaming_threshold() {
+  const int64_t t = g_streaming_threshold.load();
+  return t < 0 ? last_level_cache_bytes() : t;
+}
+
+void set_streaming_threshold(int64_t bytes) { g_streaming_threshold.store(bytes); }
+
+inline bool use_streaming_stores(int64_t bytes_written) {
+#if defined(__AVX__)
+  return bytes_written >= streaming_threshold();
+#else
+  (void)bytes_written;
+  return false;
+#endif
+}
+
+// Orders this thread's streaming stores before what follows (they are weakly ordered).
+inline void stream_fence() {
+#if defined(__AVX__)
+  _mm_sfence();
+#endif
+}
+
+// Elements to write one by one before `p` reaches a 32-byte boundary (n when it never does).
+inline int64_t peel_to_32(const float* p, int64_t n) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  if (addr % sizeof(float) != 0) return n;
+  return std::min<int64_t>(n, int64_t((32 - addr % 32) % 32 / sizeof(float)));
+}
+
+// ----------------------------------------------------------------------------------------------
 // linear scan
 
-template <typename scalar_t>
+// One forward step over n channels: h = a * h + b; out = h. With STREAM (float only) the output
+// row is written with streaming stores.
+template <typename scalar_t, typename acc_t, bool STREAM>
+inline void forward_row(const scalar_t* __restrict__ at_, const scalar_t* __restrict__ bt,
+                        acc_t* __restrict__ h, scalar_t* __restrict__ ot, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX__)
+  if constexpr (STREAM && std::is_same_v<scalar_t, float>) {
+    for (const int64_t head = peel_to_32(ot, n); c < head; ++c) {
+      h[c] = at_[c] * h[c] + bt[c];
+      ot[c] = h[c];
+    }
+    for (; c + 8 <= n; c += 8) {
+#if defined(__FMA__)
+      const __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(at_ + c), _mm256_loadu_ps(h + c),
+                                       _mm256_loadu_ps(bt + c));
+#else
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(at_ + c),
+                                                   _mm256_loadu_ps(h + c)),
+                                     _mm256_loadu_ps(bt + c));
+#endif
+      _mm256_storeu_ps(h + c, v);
+      _mm256_stream_ps(ot + c, v);
+    }
+  }
+#endif
+  for (; c < n; ++c) {
+    h[c] = acc_t(at_[c]) * h[c] + acc_t(bt[c]);
+    ot[c] = scalar_t(h[c]);
+  }
+}
+
+// One reverse step over n channels (the module comment's recurrence):
+// d = g + carry; db = d; da = d * h_prev; carry = d * a. With STREAM (float only) da and db are
+// written with streaming stores.
+template <typename scalar_t, typename acc_t, bool STREAM>
+inline void backward_row(const scalar_t* __restrict__ gt, const scalar_t* __restrict__ at_,
+                         const scalar_t* __restrict__ prev, acc_t* __restrict__ carry,
+                         scalar_t* __restrict__ dat, scalar_t* __restrict__ dbt, int64_t n) {
+  int64_t c = 0;
+#if defined(__AVX__)
+  if constexpr (STREAM && std::is_same_v<scalar_t, float>) {
+    const int64_t head = peel_to_32(dat, n);
+    if (head == peel_to_32(dbt, n)) {  // both rows reach alignment together
+      for (; c < head; ++c) {
+        const float d = gt[c] + carry[c];
+        dbt[c] = d;
+        dat[c] = d * prev[c];
+        carry[c] = d * at_[c];
+      }
+      for (; c + 8 <= n; c += 8) {
+        const __m256 d = _mm256_add_ps(_mm256_loadu_ps(gt + c), _mm256_loadu_ps(carry + c));
+        _mm256_stream_ps(dbt + c, d);
+        _mm256_stream_ps(dat + c, _mm256_mul_ps(d, _mm256_loadu_ps(prev + c)));
+        _mm256_storeu_ps(carry + c, _mm256_mul_ps(d, _mm256_loadu_ps(at_ + c)));
+      }
+    }
+  }
+#endif
+  for (; c < n; ++c) {
+    const acc_t d = acc_t(gt[c]) + carry[c];
+    dbt[c] = scalar_t(d);
+    dat[c] = scalar_t(d * acc_t(prev[c]));
+    carry[c] = d * acc_t(at_[c]);
+  }
+}
+
+template <typename scalar_t, bool STREAM>
 void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h0,
                          const int64_t* lengths, scalar_t* out, scalar_t* hlast, int64_t B,
                          int64_t T, int64_t C, bool reverse) {
@@ -102,10 +228,7 @@ void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h
         const scalar_t* at_ = a + base + t * C;
         const scalar_t* bt = b + base + t * C;
         scalar_t* ot = out + base + t * C;
-        for (int64_t c = 0; c < n; ++c) {
-          h[c] = acc_t(at_[c]) * h[c] + acc_t(bt[c]);
-          ot[c] = scalar_t(h[c]);
-        }
+        forward_row<scalar_t, acc_t, STREAM>(at_, bt, h, ot, n);
       }
       for (int64_t t = L; t < T; ++t) {
         scalar_t* ot = out + base + t * C;
@@ -113,10 +236,11 @@ void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h
       }
       for (int64_t c = 0; c < n; ++c) hlast[bi * C + c0 + c] = scalar_t(h[c]);
     }
+    if constexpr (STREAM) stream_fence();
   });
 }
 
-template <typename scalar_t>
+template <typename scalar_t, bool STREAM>
 void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar_t* a,
                           const scalar_t* out, const scalar_t* h0, const int64_t* lengths,
                           scalar_t* da, scalar_t* db, scalar_t* dh0, int64_t B, int64_t T,
@@ -144,12 +268,7 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
         const scalar_t* __restrict__ at_ = a + base + t * C;
         scalar_t* __restrict__ dat = da + base + t * C;
         scalar_t* __restrict__ dbt = db + base + t * C;
-        for (int64_t c = 0; c < n; ++c) {
-          const acc_t d = acc_t(gt[c]) + carry[c];
-          dbt[c] = scalar_t(d);
-          dat[c] = scalar_t(d * acc_t(prev[c]));
-          carry[c] = d * acc_t(at_[c]);
-        }
+        backward_row<scalar_t, acc_t, STREAM>(gt, at_, prev, carry, dat, dbt, n);
       }
       for (int64_t t = L; t < T; ++t) {
         for (int64_t c = 0; c < n; ++c) {
@@ -159,6 +278,7 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
       }
       for (int64_t c = 0; c < n; ++c) dh0[bi * C + c0 + c] = scalar_t(carry[c]);
     }
+    if constexpr (STREAM) stream_fence();
   });
 }
 
@@ -195,13 +315,20 @@ std::vector<torch::Tensor> linear_scan_forward(const torch::Tensor& a, const tor
                 "h0 must be contiguous (B, C) with the dtype of a");
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto out = torch::empty_like(a);
+  auto out = ctrlrnn::pooled_empty_like(a);
   auto hlast = torch::empty({B, C}, a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan", [&] {
-    scan_forward_kernel<scalar_t>(a.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(),
-                                  h0.has_value() ? h0->data_ptr<scalar_t>() : nullptr, lp,
-                                  out.data_ptr<scalar_t>(), hlast.data_ptr<scalar_t>(), B, T, C,
-                                  reverse);
+    auto run = [&](auto stream) {
+      scan_forward_kernel<scalar_t, decltype(stream)::value>(
+          a.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(),
+          h0.has_value() ? h0->data_ptr<scalar_t>() : nullptr, lp, out.data_ptr<scalar_t>(),
+          hlast.data_ptr<scalar_t>(), B, T, C, reverse);
+    };
+    if (use_streaming_stores(out.nbytes())) {
+      run(std::true_type{});
+    } else {
+      run(std::false_type{});
+    }
   });
   return {out, hlast};
 }
@@ -221,17 +348,24 @@ std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tenso
                 "grad_last must be contiguous (B, C)");
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto da = torch::empty_like(a);
-  auto db = torch::empty_like(a);
+  auto da = ctrlrnn::pooled_empty_like(a);
+  auto db = ctrlrnn::pooled_empty_like(a);
   auto dh0 = torch::empty({B, C}, a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan_bwd",
                                   [&] {
-    scan_backward_kernel<scalar_t>(
-        grad_out.has_value() ? grad_out->data_ptr<scalar_t>() : nullptr,
-        grad_last.has_value() ? grad_last->data_ptr<scalar_t>() : nullptr,
-        a.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-        h0.has_value() ? h0->data_ptr<scalar_t>() : nullptr, lp, da.data_ptr<scalar_t>(),
-        db.data_ptr<scalar_t>(), dh0.data_ptr<scalar_t>(), B, T, C, reverse);
+    auto run = [&](auto stream) {
+      scan_backward_kernel<scalar_t, decltype(stream)::value>(
+          grad_out.has_value() ? grad_out->data_ptr<scalar_t>() : nullptr,
+          grad_last.has_value() ? grad_last->data_ptr<scalar_t>() : nullptr,
+          a.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+          h0.has_value() ? h0->data_ptr<scalar_t>() : nullptr, lp, da.data_ptr<scalar_t>(),
+          db.data_ptr<scalar_t>(), dh0.data_ptr<scalar_t>(), B, T, C, reverse);
+    };
+    if (use_streaming_stores(da.nbytes() + db.nbytes())) {
+      run(std::true_type{});
+    } else {
+      run(std::false_type{});
+    }
   });
   return {da, db, dh0};
 }
@@ -438,8 +572,8 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
                 "keep must be (B, T, H) with the dtype of gates");
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto h = torch::empty({B, T, H}, gates.options());
-  auto c = torch::empty({B, T, H}, gates.options());
+  auto h = ctrlrnn::pooled_empty({B, T, H}, gates.options());
+  auto c = ctrlrnn::pooled_empty({B, T, H}, gates.options());
   auto clast = torch::empty({B, H}, gates.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool", [&] {
     dispatch_pooling(mode, keep.has_value(), [&](auto m, auto k) {
@@ -464,7 +598,7 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
   if (grad_h.has_value()) check_btc(*grad_h, "grad_h");
   if (grad_c.has_value()) check_btc(*grad_c, "grad_c");
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto dgates = torch::empty_like(gates);
+  auto dgates = ctrlrnn::pooled_empty_like(gates);
   auto dc0 = torch::empty({B, H}, gates.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool_bwd",
                                   [&] {
@@ -500,5 +634,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("qrnn_pooling_forward", &qrnn_pooling_forward);
   m.def("qrnn_pooling_backward", &qrnn_pooling_backward);
   m.def("num_threads", &num_threads);
+  ctrlrnn::bind_output_pool(m);
+  m.def("streaming_threshold", &streaming_threshold,
+        "bytes written from which the scan kernels use streaming stores");
+  m.def("set_streaming_threshold", &set_streaming_threshold,
+        "set that threshold in bytes (negative: the last-level cache size)");
   m.def("parallel_threads", &openmp_threads_in_region);
 }

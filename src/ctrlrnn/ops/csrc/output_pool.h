@@ -1,0 +1,200 @@
+// ctrlrnn: a small cache of freed blocks for the large outputs of the compiled kernels.
+//
+// Why: on Linux, glibc serves blocks larger than its mmap threshold (at most 32 MiB) with a
+// fresh mmap and returns them with munmap on free. The first write to each fresh page is a page
+// fault and a page clear by the kernel, measured at ~7 GB/s on this project's CPU machines
+// against ~35-40 GB/s for writes into memory already mapped. A recurrent layer in a training
+// loop allocates the same large outputs every step (the scan's h, its gradients da and db), so
+// without a cache every step pays the first-touch cost again. The CUDA caching allocator exists
+// for the same reason; PyTorch's CPU allocator has none on desktop builds.
+//
+// What: `pooled_empty(sizes, options)` returns a tensor whose storage comes from this cache when
+// it is at least kMinPooledBytes; when the tensor dies, its block returns to the cache instead of
+// the system. Capacities are rounded up to 8 size classes per power of two (a request reuses a
+// block of its class; the untouched tail of a fresh block is never paged in). Free blocks are
+// bounded: CTRLRNN_OUTPUT_CACHE_MB (default 1024; 0 disables the cache) caps the bytes held
+// while unused, evicting the oldest first. `ctrlrnn.ops.empty_cache()` frees them all.
+//
+// Each extension module that includes this header has its own cache (Python loads extensions
+// with RTLD_LOCAL); the Python side asks every loaded extension.
+
+#pragma once
+
+#include <torch/extension.h>
+
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ctrlrnn {
+
+constexpr int64_t kMinPooledBytes = int64_t(1) << 20;
+
+class OutputPool {
+ public:
+  // Never destroyed: tensors may outlive static destruction at interpreter exit.
+  static OutputPool& instance() {
+    static OutputPool* pool = new OutputPool();
+    return *pool;
+  }
+
+  torch::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    int64_t numel = 1;
+    for (auto s : sizes) numel *= s;
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(
+                                      c10::typeMetaToScalarType(options.dtype())));
+    if (limit_ == 0 || bytes < kMinPooledBytes) return torch::empty(sizes, options);
+    const int64_t cap = size_class(bytes);
+    void* ptr = take(cap);
+    if (ptr == nullptr) {
+      ptr = c10::alloc_cpu(static_cast<size_t>(cap));
+      std::lock_guard<std::mutex> lock(mu_);
+      fresh_ += 1;
+    }
+    return torch::from_blob(
+        ptr, sizes, [cap](void* p) { OutputPool::instance().give(p, cap); }, options);
+  }
+
+  // Frees every cached block; returns the bytes freed.
+  int64_t release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t freed = 0;
+    for (auto& [cap, blocks] : free_) {
+      for (void* p : blocks) c10::free_cpu(p);
+      freed += cap * static_cast<int64_t>(blocks.size());
+    }
+    free_.clear();
+    order_.clear();
+    held_ = 0;
+    return freed;
+  }
+
+  // {held bytes, limit bytes, fresh allocations, reuses}
+  std::vector<int64_t> stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {held_, limit_, fresh_, reused_};
+  }
+
+  void set_limit(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      limit_ = bytes < 0 ? 0 : bytes;
+    }
+    trim(0);
+  }
+
+  // Capacity class of a request: rounded up to an eighth of its power of two (>= 4 KiB).
+  static int64_t size_class(int64_t bytes) {
+    int64_t p = 1;
+    while (p < bytes) p <<= 1;
+    const int64_t step = std::max<int64_t>(p / 8, 4096);
+    return (bytes + step - 1) / step * step;
+  }
+
+ private:
+  OutputPool() {
+    const char* env = std::getenv("CTRLRNN_OUTPUT_CACHE_MB");
+    int64_t mb = 1024;
+    if (env != nullptr && *env != '\0') {
+      try {
+        mb = std::stoll(env);
+      } catch (...) {
+        TORCH_WARN("ctrlrnn: CTRLRNN_OUTPUT_CACHE_MB=", env, " is not an integer; using 1024");
+      }
+    }
+    limit_ = mb <= 0 ? 0 : mb << 20;
+  }
+
+  void* take(int64_t cap) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(cap);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    held_ -= cap;
+    for (auto o = order_.begin(); o != order_.end(); ++o) {
+      if (o->first == p) {
+        order_.erase(o);
+        break;
+      }
+    }
+    reused_ += 1;
+    return p;
+  }
+
+  void give(void* p, int64_t cap) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cap <= limit_) {
+        free_[cap].push_back(p);
+        order_.emplace_back(p, cap);
+        held_ += cap;
+        p = nullptr;
+      }
+    }
+    if (p != nullptr) {
+      c10::free_cpu(p);
+      return;
+    }
+    trim(0);
+  }
+
+  // Evicts the oldest free blocks until the held bytes plus `extra` fit the limit.
+  void trim(int64_t extra) {
+    std::vector<void*> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!order_.empty() && held_ + extra > limit_) {
+        auto [p, cap] = order_.front();
+        order_.pop_front();
+        auto& blocks = free_[cap];
+        for (auto b = blocks.begin(); b != blocks.end(); ++b) {
+          if (*b == p) {
+            blocks.erase(b);
+            break;
+          }
+        }
+        held_ -= cap;
+        evicted.push_back(p);
+      }
+    }
+    for (void* p : evicted) c10::free_cpu(p);
+  }
+
+  std::mutex mu_;
+  std::unordered_map<int64_t, std::vector<void*>> free_;
+  std::deque<std::pair<void*, int64_t>> order_;  // free blocks, oldest first
+  int64_t held_ = 0;
+  std::atomic<int64_t> limit_{0};
+  int64_t fresh_ = 0;
+  int64_t reused_ = 0;
+};
+
+inline torch::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return OutputPool::instance().empty(sizes, options);
+}
+
+inline torch::Tensor pooled_empty_like(const torch::Tensor& like) {
+  return pooled_empty(like.sizes(), like.options());
+}
+
+// Python bindings every extension adds: output_cache_stats, output_cache_release,
+// output_cache_set_limit.
+inline void bind_output_pool(pybind11::module& m) {
+  m.def("output_cache_stats", [] { return OutputPool::instance().stats(); },
+        "[held bytes, limit bytes, fresh allocations, reuses] of this extension's output cache");
+  m.def("output_cache_release", [] { return OutputPool::instance().release(); },
+        "free every cached block; returns the bytes freed");
+  m.def("output_cache_set_limit", [](int64_t bytes) { OutputPool::instance().set_limit(bytes); },
+        "cap on the bytes of free blocks held (0 disables the cache)");
+}
+
+}  // namespace ctrlrnn

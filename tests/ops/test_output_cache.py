@@ -1,0 +1,102 @@
+"""The compiled kernels' output cache and the scan's streaming-store path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ctrlrnn
+from ctrlrnn import linear_scan, linear_scan_ref
+from ctrlrnn.ops.backend import cpu_extension
+
+
+@pytest.fixture
+def scan_ext():
+    ext = cpu_extension("scan")
+    assert ext is not None
+    return ext
+
+
+@pytest.fixture
+def streaming_everywhere(scan_ext):
+    """Every scan call streams its outputs, however small."""
+    before = scan_ext.streaming_threshold()
+    scan_ext.set_streaming_threshold(0)
+    yield
+    scan_ext.set_streaming_threshold(-1)
+    assert scan_ext.streaming_threshold() == before
+
+
+# channel counts that leave unaligned heads and tails around the 8-wide vector loop
+@pytest.mark.parametrize("C", [1, 7, 8, 13, 64])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_streaming_path_matches_reference(streaming_everywhere, C, reverse):
+    g = torch.Generator().manual_seed(C)
+    a = torch.rand(3, 9, C, generator=g, requires_grad=True)
+    b = torch.randn(3, 9, C, generator=g, requires_grad=True)
+    h0 = torch.randn(3, C, generator=g, requires_grad=True)
+    lengths = torch.tensor([9, 4, 1])
+    gy = torch.randn(3, 9, C, generator=g)
+    out = linear_scan(a, b, h0, reverse=reverse, lengths=lengths)
+    grads = torch.autograd.grad(out, (a, b, h0), gy)
+    ref = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths)
+    ref_grads = torch.autograd.grad(ref, (a, b, h0), gy)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_large_outputs_reuse_freed_blocks(scan_ext):
+    # (4, 256, 512) fp32 = 2 MiB per output: above the 1 MiB the cache starts at
+    a = torch.rand(4, 256, 512)
+    b = torch.randn(4, 256, 512)
+    first = linear_scan(a, b)
+    expected = first.clone()
+    del first
+    _held, _limit, fresh0, reused0 = scan_ext.output_cache_stats()
+    second = linear_scan(a, b)
+    _held, _limit, fresh1, reused1 = scan_ext.output_cache_stats()
+    assert reused1 == reused0 + 1 and fresh1 == fresh0
+    torch.testing.assert_close(second, expected, rtol=0, atol=0)
+    # a live output is never handed out again
+    third = linear_scan(a, 2 * b)
+    assert third.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(second, expected, rtol=0, atol=0)
+
+
+def test_empty_cache_and_limit(scan_ext):
+    a = torch.rand(4, 256, 512)
+    out = linear_scan(a, a)
+    del out
+    info = ctrlrnn.output_cache_info()
+    assert info["scan"]["held_bytes"] >= 4 * 256 * 512 * 4
+    assert ctrlrnn.empty_cache() >= 4 * 256 * 512 * 4
+    assert ctrlrnn.output_cache_info()["scan"]["held_bytes"] == 0
+    try:
+        ctrlrnn.set_output_cache_limit(0)  # disabled: freed outputs go back to the system
+        out = linear_scan(a, a)
+        del out
+        assert ctrlrnn.output_cache_info()["scan"]["held_bytes"] == 0
+    finally:
+        ctrlrnn.set_output_cache_limit(1024)
+
+
+def test_cache_limit_evicts_oldest(scan_ext):
+    ctrlrnn.empty_cache()
+    try:
+        ctrlrnn.set_output_cache_limit(3)  # 3 MiB: room for one 2 MiB block only
+        x = torch.rand(4, 256, 512)
+        y = torch.rand(4, 128, 512)  # 1 MiB block
+        out1, out2 = linear_scan(x, x), linear_scan(y, y)
+        del out1
+        del out2
+        held = ctrlrnn.output_cache_info()["scan"]["held_bytes"]
+        assert 0 < held <= 3 << 20
+    finally:
+        ctrlrnn.set_output_cache_limit(1024)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "8"])
+def test_bad_cache_limit(value):
+    with pytest.raises(ValueError, match="megabytes"):
+        ctrlrnn.set_output_cache_limit(value)
