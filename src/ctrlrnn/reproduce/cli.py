@@ -1,6 +1,6 @@
 """``ctrlrnn reproduce``: run the papers' experiments and write ``docs/results/``.
 
-    ctrlrnn reproduce --quick          # about 10 minutes: small models, 1-2 seeds
+    ctrlrnn reproduce --quick          # about 10 minutes, small models: docs/results/quick
     ctrlrnn reproduce                  # the full mode: hours; resumable, finished work cached
     ctrlrnn reproduce --only rcrn-     # experiments whose id contains a pattern
     ctrlrnn reproduce --pages-only     # rewrite the pages from the results files
@@ -19,7 +19,10 @@ def run(args: argparse.Namespace) -> int:
     from ctrlrnn.reproduce.runner import run_experiment
 
     mode = "quick" if args.quick else "full"
-    results, docs, runs = Path(args.results), Path(args.docs), Path(args.runs)
+    default_docs = "docs/results/quick" if mode == "quick" else "docs/results"
+    results, runs = Path(args.results), Path(args.runs)
+    docs = Path(args.docs if args.docs is not None else default_docs)
+    docs.mkdir(parents=True, exist_ok=True)
     chosen = [e for e in EXPERIMENTS if not args.only or any(p in e.id for p in args.only)]
     if args.only and not chosen:
         known = ", ".join(e.id for e in EXPERIMENTS)
@@ -64,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", default="runs/reproduce", help="where the training runs go")
     p.add_argument("--results", default="docs/results/data",
                    help="where the results files go (the pages are written from them)")
-    p.add_argument("--docs", default="docs/results", help="where the pages go")
+    p.add_argument("--docs", default=None,
+                   help="where the pages go (default: docs/results for the full mode, "
+                        "docs/results/quick for the quick mode)")
     p.add_argument("--pages-only", action="store_true", help="only rewrite the pages")
     p.add_argument("--no-speed", action="store_true", help="skip the speed measurements")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
