@@ -18,6 +18,8 @@
 
 #include <torch/extension.h>
 
+#include "output_pool.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 
@@ -244,7 +246,7 @@ struct SavedActs {
   at::Tensor acts;
   at::Tensor scratch;
   SavedActs(bool save, int64_t B, int64_t T, int64_t GA, const at::TensorOptions& opts)
-      : acts(save ? at::empty({B, T, GA}, opts) : at::empty({0}, opts)),
+      : acts(save ? ctrlrnn::pooled_empty({B, T, GA}, opts) : at::empty({0}, opts)),
         scratch(save ? at::Tensor() : at::empty({B, GA}, opts)) {}
   template <typename T>
   T* row(int64_t b, int64_t bt, int64_t GA) const {
@@ -313,8 +315,8 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& x_proj_in, const at::Tens
 
   at::Tensor h = h0_in.contiguous().clone();
   at::Tensor c = c0_in.contiguous().clone();
-  at::Tensor h_seq = at::empty({B, T, H}, x_proj.options());
-  at::Tensor c_seq = at::empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  at::Tensor c_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, G, x_proj.options());
   at::Tensor rec = at::zeros({B, G}, x_proj.options());
 
@@ -391,7 +393,7 @@ std::vector<at::Tensor> lstm_backward(const c10::optional<at::Tensor>& grad_h_se
   const at::Tensor ghl = opt_contig(grad_h_last), gcl = opt_contig(grad_c_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = at::empty({B, T, G}, opts);
+  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor carry_c = gcl.defined() ? gcl.clone() : at::zeros({B, H}, opts);
   at::Tensor rec = at::zeros({B, H}, opts);
@@ -468,7 +470,7 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& x_proj_in, const at::Tenso
   const Lengths L = read_lengths(lengths, B, T);
 
   at::Tensor h = h0_in.contiguous().clone();
-  at::Tensor h_seq = at::empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, 4 * H, x_proj.options());
   at::Tensor rec = at::zeros({B, G}, x_proj.options());
 
@@ -534,8 +536,8 @@ std::vector<at::Tensor> gru_backward(const c10::optional<at::Tensor>& grad_h_seq
   const at::Tensor gh = opt_contig(grad_h_seq), ghl = opt_contig(grad_h_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = at::empty({B, T, G}, opts);
-  at::Tensor drec = at::empty({B, T, G}, opts);  // gradient of U h + b_hh per step
+  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
+  at::Tensor drec = ctrlrnn::pooled_empty({B, T, G}, opts);  // gradient of U h + b_hh per step
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor rec = at::zeros({B, H}, opts);
   const at::Tensor zeros_h = at::zeros({H}, opts);
@@ -711,8 +713,8 @@ std::vector<at::Tensor> cas_lstm_forward(const at::Tensor& x_proj_in,
 
   at::Tensor h = h0_in.contiguous().clone();
   at::Tensor c = c0_in.contiguous().clone();
-  at::Tensor h_seq = at::empty({B, T, H}, x_proj.options());
-  at::Tensor c_seq = at::empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  at::Tensor c_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, 5 * H, x_proj.options());
   at::Tensor rec = at::zeros({B, weight_hh.size(0)}, x_proj.options());
   AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "cas_lstm_forward", [&] {
@@ -838,8 +840,8 @@ std::vector<at::Tensor> cas_lstm_backward(
   const at::Tensor ghl = opt_contig(grad_h_last), gcl = opt_contig(grad_c_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = at::empty({B, T, G}, opts);
-  at::Tensor dlow = at::empty({B, T, H}, opts);
+  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
+  at::Tensor dlow = ctrlrnn::pooled_empty({B, T, H}, opts);
   at::Tensor acc = at::zeros({B, 4, H}, opts);
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor carry_c = gcl.defined() ? gcl.clone() : at::zeros({B, H}, opts);
@@ -888,7 +890,7 @@ std::vector<at::Tensor> ncarnn_forward(const at::Tensor& x_proj_in, const at::Te
   const Lengths L = read_lengths(lengths, B, T);
 
   at::Tensor h = h0_in.contiguous().clone();
-  at::Tensor h_seq = at::empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, 2 * H, x_proj.options());
   at::Tensor rec = at::zeros({B, 2 * H}, x_proj.options());
 
@@ -953,7 +955,7 @@ std::vector<at::Tensor> ncarnn_backward(const c10::optional<at::Tensor>& grad_h_
   const at::Tensor gh = opt_contig(grad_h_seq), ghl = opt_contig(grad_h_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = at::empty({B, T, G}, opts);
+  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
   at::Tensor dctx = at::zeros({B, 2 * H}, opts);
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor rec = at::zeros({B, H}, opts);
@@ -1021,6 +1023,7 @@ int64_t num_threads() { return at::get_num_threads(); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ctrlrnn fused gated cells (LSTM, GRU, CAS-LSTM, nCARNN) on CPU";
   m.def("num_threads", &num_threads, "at::get_num_threads() as seen by this extension");
+  ctrlrnn::bind_output_pool(m);
   m.def("mkl_packed_gemm", &mkl::available,
         "whether float32 per-step GEMMs use MKL's packed weights (else at::mm_out)");
   m.def("lstm_forward", &lstm_forward, "LSTM forward -> h_seq, c_seq, h_last, c_last, acts");
