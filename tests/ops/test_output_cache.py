@@ -9,6 +9,8 @@ import ctrlrnn
 from ctrlrnn import linear_scan, linear_scan_ref
 from ctrlrnn.ops.backend import cpu_extension
 
+DEFAULT_MB = 512  # CTRLRNN_OUTPUT_CACHE_MB unset
+
 
 @pytest.fixture
 def scan_ext():
@@ -69,6 +71,7 @@ def test_empty_cache_and_limit(scan_ext):
     out = linear_scan(a, a)
     del out
     info = ctrlrnn.output_cache_info()
+    assert info["scan"]["limit_bytes"] == DEFAULT_MB << 20
     assert info["scan"]["held_bytes"] >= 4 * 256 * 512 * 4
     assert ctrlrnn.empty_cache() >= 4 * 256 * 512 * 4
     assert ctrlrnn.output_cache_info()["scan"]["held_bytes"] == 0
@@ -78,7 +81,7 @@ def test_empty_cache_and_limit(scan_ext):
         del out
         assert ctrlrnn.output_cache_info()["scan"]["held_bytes"] == 0
     finally:
-        ctrlrnn.set_output_cache_limit(1024)
+        ctrlrnn.set_output_cache_limit(DEFAULT_MB)
 
 
 def test_cache_limit_evicts_oldest(scan_ext):
@@ -93,7 +96,7 @@ def test_cache_limit_evicts_oldest(scan_ext):
         held = ctrlrnn.output_cache_info()["scan"]["held_bytes"]
         assert 0 < held <= 3 << 20
     finally:
-        ctrlrnn.set_output_cache_limit(1024)
+        ctrlrnn.set_output_cache_limit(DEFAULT_MB)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, "8"])

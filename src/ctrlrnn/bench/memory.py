@@ -9,7 +9,8 @@
    autograd's saving mechanism are invisible to the hook; the RSS measurement below covers them.
 2. **Peak RSS delta** (whole process, noisier): the kernel's high-water mark of resident memory
    (``VmHWM``) is reset through ``/proc/self/clear_refs`` before the step (after a garbage
-   collection and glibc's ``malloc_trim``, so freed heap memory is not counted), and the delta is
+   collection, ``ctrlrnn.empty_cache()`` and glibc's ``malloc_trim``, so freed memory is not
+   counted and the step's outputs are allocated afresh), and the delta is
    ``VmHWM after - VmRSS before``. It includes temporaries, gradients and allocator slack. Where
    ``/proc`` does not allow the reset it is reported as None.
 """
@@ -25,9 +26,10 @@ from typing import Any
 import torch
 
 from ctrlrnn.bench.timing import Outputs, differentiable_outputs
+from ctrlrnn.ops.output_cache import empty_cache
 
 RSS_METHOD = (
-    "VmHWM reset via /proc/self/clear_refs after gc and malloc_trim, "
+    "VmHWM reset via /proc/self/clear_refs after gc, ctrlrnn.empty_cache and malloc_trim, "
     "delta = VmHWM(after fwd+bwd) - VmRSS(before)"
 )
 SAVED_METHOD = (
@@ -124,6 +126,7 @@ def measure_training_memory(
     for leaf in leaves:
         leaf.grad = None
     gc.collect()
+    empty_cache()
     _malloc_trim()
     can_reset = _reset_peak_rss()
     rss_before = _status_kb("VmRSS")

@@ -7,7 +7,7 @@ against ~35-40 GB/s for writes into mapped memory on this project's CPU machines
 kernels therefore take their outputs of 1 MiB or more from a small per-extension cache of freed
 blocks, like the CUDA caching allocator does on GPUs.
 
-The free blocks held are capped by ``CTRLRNN_OUTPUT_CACHE_MB`` (default 1024 per extension, read
+The free blocks held are capped by ``CTRLRNN_OUTPUT_CACHE_MB`` (default 512 per extension, read
 when the extension loads; 0 disables the cache) or :func:`set_output_cache_limit`;
 :func:`empty_cache` returns them all to the system.
 """

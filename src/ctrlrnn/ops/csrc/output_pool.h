@@ -12,7 +12,7 @@
 // it is at least kMinPooledBytes; when the tensor dies, its block returns to the cache instead of
 // the system. Capacities are rounded up to 8 size classes per power of two (a request reuses a
 // block of its class; the untouched tail of a fresh block is never paged in). Free blocks are
-// bounded: CTRLRNN_OUTPUT_CACHE_MB (default 1024; 0 disables the cache) caps the bytes held
+// bounded: CTRLRNN_OUTPUT_CACHE_MB (default 512; 0 disables the cache) caps the bytes held
 // while unused, evicting the oldest first. `ctrlrnn.ops.empty_cache()` frees them all.
 //
 // Each extension module that includes this header has its own cache (Python loads extensions
@@ -102,12 +102,12 @@ class OutputPool {
  private:
   OutputPool() {
     const char* env = std::getenv("CTRLRNN_OUTPUT_CACHE_MB");
-    int64_t mb = 1024;
+    int64_t mb = 512;
     if (env != nullptr && *env != '\0') {
       try {
         mb = std::stoll(env);
       } catch (...) {
-        TORCH_WARN("ctrlrnn: CTRLRNN_OUTPUT_CACHE_MB=", env, " is not an integer; using 1024");
+        TORCH_WARN("ctrlrnn: CTRLRNN_OUTPUT_CACHE_MB=", env, " is not an integer; using 512");
       }
     }
     limit_ = mb <= 0 ? 0 : mb << 20;
