@@ -12,7 +12,7 @@ def run(args: argparse.Namespace) -> int:
     for name in _extension.EXTENSIONS:
         st = _extension.status(name)
         mark = "ok" if st.loaded else "FAILED"
-        print(f"[build] {name:6s} {mark}: {st.reason[:400]}")
+        print(f"[build] {name:9s} {mark}: {st.reason[:400]}")
         if st.path:
             print(f"        {st.path}")
         failed |= not st.loaded

@@ -18,10 +18,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"ctrlrnn {__version__}  torch {info['torch']}  threads {info['threads']}")
     print(f"extension cache: {info['cache']}")
     for family, st in info["families"].items():
-        print(f"  {family:6s} cpu: {st['cpu']:9s} ({st['reason'][:300]})")
+        print(f"  {family:9s} cpu: {st['cpu']:9s} ({st['reason'][:300]})")
         if st["path"]:
-            print(f"         {st['path']}  parallel threads: {st['parallel_threads']}")
-        print(f"         cuda: {st['cuda']}")
+            print(f"            {st['path']}  parallel threads: {st['parallel_threads']}")
+        print(f"            cuda: {st['cuda']}")
     return 0
 
 

@@ -1,4 +1,8 @@
-"""The torch.compile path of the METAGROSS level gates equals the eager path (float32)."""
+"""The torch.compile path of the METAGROSS level gates equals the eager path (float32).
+
+The level gates are the reference composition of :mod:`ctrlrnn.ops.metagross_level` (used on
+CUDA and without the compiled extension); these tests force that path on CPU.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,13 @@ import torch
 
 from ctrlrnn import Metagross
 from ctrlrnn.nn import metagross_gates
+from ctrlrnn.ops import metagross_level
 
 
 @pytest.fixture
-def compiled_gates():
+def compiled_gates(monkeypatch):
+    # the composition path, as on CUDA: no compiled level kernel
+    monkeypatch.setattr(metagross_level, "kernel_for", lambda family, device: None)
     metagross_gates.set_gate_backend("compiled")
     yield
     metagross_gates.set_gate_backend("auto")

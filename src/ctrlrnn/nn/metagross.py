@@ -27,10 +27,11 @@ and each unit's recurrence is a diagonal linear scan ``s_t = a_t s_{t-1} + b_t``
   state is ``c``): ``c_t = (1 - f_t) c_{t-1} + f_t z_t``, so ``a_t = 1 - f_t``,
   ``b_t = f_t z_t``, output ``h_t = o_t c_t (+ x_t)``.
 
-All units of one level run as one scan over their concatenated channels and one GEMM for all
-their projections (the root level's also holds the depth gates), and one fused elementwise
-function (:mod:`ctrlrnn.nn.metagross_gates`): a layer direction costs ``L`` GEMMs, ``L``
-fused gate passes and ``L`` scans, with no Python loop over time.
+All units of one level run as one GEMM for all their projections (the root level's also holds
+the depth gates) and one fused level op (:func:`ctrlrnn.ops.metagross_level.metagross_level`:
+gates and scan over the level's concatenated channels in one pass over time, forward and
+backward, in compiled C++ on CPU): a layer direction costs ``L`` GEMMs and ``L`` level passes,
+with no Python loop over time.
 
 Soft dynamic recursion (section 2.1), ``depth_gate``: ``"token"``: ``alpha_t = sig(W_a x_t +
 b_a)`` per token and internal node (a scalar each, as in the paper's figures), likewise
@@ -51,9 +52,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
-from ctrlrnn.nn.metagross_gates import level_gates
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
-from ctrlrnn.ops.linear_scan import linear_scan
+from ctrlrnn.ops.metagross_level import level_projection, metagross_level
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
 BASES = ("linear", "lstm", "gru")
@@ -186,12 +186,13 @@ class MetagrossUnit(nn.Module):
 
         Blocks are listed root level first, each in the level-major order of
         :func:`base_index`. Linear base (section 2.2): one GEMM per level (no split or
-        concatenation of a single large output, whose backward would copy it again); the root
-        level's GEMM also yields the token depth-gate logits (returned second, ``(B, T, 2I)``,
-        else None). RNN base: one GEMM for the input projections of all ``3N`` RNNs, then each
-        RNN's recurrence on the fused-cell engine, from zero states (the paper) or from
-        ``base_state`` ``(B, base_state_size)``; the third result is the RNNs' final states
-        (None for the linear base).
+        concatenation of a single large output, whose backward would copy it again), into a
+        cached output block on CPU (:func:`~ctrlrnn.ops.metagross_level.level_projection`); the
+        root level's GEMM also yields the token depth-gate logits (returned second,
+        ``(B, T, 2I)``, else None). RNN base: one GEMM for the input projections of all ``3N``
+        RNNs, then each RNN's recurrence on the fused-cell engine, from zero states (the paper)
+        or from ``base_state`` ``(B, base_state_size)``; the third result is the RNNs' final
+        states (None for the linear base).
         """
         B, T, _ = x.shape
         N, H, L = self.num_nodes, self.hidden_size, self.depth
@@ -207,10 +208,11 @@ class MetagrossUnit(nn.Module):
                     w = torch.cat([w, self.depth_weight])
                     if b is not None and self.depth_bias is not None:
                         b = torch.cat([b, self.depth_bias])
-                    block, logits = F.linear(x, w, b).split([3 * H, 2 * self.num_internal], -1)
+                    proj = level_projection(x, w, b)
+                    block, logits = proj.split([3 * H, 2 * self.num_internal], -1)
                     blocks.append(block)
                 else:
-                    blocks.append(F.linear(x, w, b))
+                    blocks.append(level_projection(x, w, b))
             return blocks, logits, None
         K, G = 3 * N, self.base_gates
         proj = F.linear(x, self.base_weight_ih, self.base_bias_ih).view(B, T, K, G * H)
@@ -305,28 +307,15 @@ class MetagrossUnit(nn.Module):
             if child is not None:  # eq 2-1, 2-2 mix the children with the base
                 ch = child.view(B, T, k, 2, H)
                 a_, b_ = alpha[..., sl].unsqueeze(-1), beta[..., sl].unsqueeze(-1)
-            a, b, o = level_gates(Pn, ch, a_, b_, res if h_form else None, h_form)
             s0 = None if state is None else state[:, sl.start * H : sl.stop * H]
-            s, s_last = linear_scan(
-                a.view(B, T, k * H), b.view(B, T, k * H), s0, lengths=lengths, return_last=True
-            )
-            if h_form:
-                # eq 2-4..2-6, h_{t-1} the unit's previous output: h_t = o(1-f) h_{t-1} + o f z
-                # (+ x_t); the scan's output is the unit's output
-                out = s
-            else:
-                # c_t = (1 - f) c_{t-1} + f z;  h_t = o c_t (+ x_t)
-                out = o.view(B, T, k * H) * s
-                if res is not None:
-                    out = (out.view(B, T, k, H) + res).view(B, T, k * H)
+            # eq 2-1..2-6 for the k units of this level, gates and scan in one pass: "h" form
+            # h_t = o(1-f) h_{t-1} + o f z (+ x_t); "c" form c_t = (1-f) c_{t-1} + f z,
+            # h_t = o c_t (+ x_t). Outputs (B, T, k*H) are zero past each length.
+            child, s_last = metagross_level(Pn, ch, a_, b_, res, s0, lengths, h_form)
             finals.append(s_last)
-            child = out
         assert child is not None
-        root = child
-        if lengths is not None and (not h_form and self.residual):
-            root = root * length_mask(lengths, T).unsqueeze(-1).to(root)
         last = torch.cat(finals[::-1], dim=1)
-        return root, last, base_last, alpha, beta
+        return child, last, base_last, alpha, beta
 
     def extra_repr(self) -> str:
         return (

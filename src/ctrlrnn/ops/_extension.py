@@ -33,6 +33,7 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 EXTENSIONS: dict[str, list[str]] = {
     "scan": ["scan.cpp"],
     "cells": ["cells.cpp"],
+    "metagross": ["metagross.cpp"],
 }
 
 

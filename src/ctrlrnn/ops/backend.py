@@ -21,7 +21,8 @@ _GPU_MIRRORS_CPU = frozenset({"scan"})
 
 
 def cpu_extension(family: str) -> ModuleType | None:
-    """The compiled CPU extension of an op family (``"scan"`` or ``"cells"``), or None."""
+    """The compiled CPU extension of an op family (``"scan"``, ``"cells"`` or ``"metagross"``),
+    or None."""
     return _extension.load(family)
 
 
@@ -48,6 +49,8 @@ def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
 
 def _cuda_status(family: str) -> str:
     """One line: what a CUDA tensor of ``family`` runs on this machine, and why."""
+    if family == "metagross":  # ops/metagross_level.py: the reference composition on CUDA
+        return f"level gates + linear scan (scan: {_cuda_status('scan')})"
     if family not in gpu.FAMILIES:
         return "reference (no GPU kernels for this family)"
     if _extension.forced_reference():

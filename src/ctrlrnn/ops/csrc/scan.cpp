@@ -13,6 +13,7 @@
 
 #include <torch/extension.h>
 
+#include "kernel_common.h"
 #include "output_pool.h"
 
 #include <ATen/OpMathType.h>
@@ -26,116 +27,13 @@
 #include <type_traits>
 #include <vector>
 
-#include <unistd.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
 namespace {
 
-// Channels per work item. Whole rows when the batch alone gives every thread several items
-// (each thread then streams contiguous memory), otherwise rows split into enough blocks.
-inline int64_t block_size(int64_t B, int64_t C) {
-  const int64_t want = 4 * std::max<int64_t>(1, at::get_num_threads());
-  if (B >= want) return std::max<int64_t>(C, 1);
-  const int64_t parts = (want + B - 1) / B;
-  const int64_t blk = (C + parts - 1) / parts;
-  return std::max<int64_t>(16, (blk + 15) / 16 * 16);
-}
-
-// exp for float without branches so that the compiler vectorises the loops that call it.
-// Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp on [-87, 88].
-inline float fast_exp(float x) {
-  x = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-inline double fast_exp(double x) { return std::exp(x); }
-
-template <typename T>
-inline T sigmoid(T x) {
-  return T(1) / (T(1) + fast_exp(-x));
-}
-template <typename T>
-inline T tanh_(T x) {
-  // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly at both ends.
-  return T(1) - T(2) / (fast_exp(T(2) * x) + T(1));
-}
-inline double tanh_(double x) { return std::tanh(x); }
-
-// Work items per thread chunk: small problems run on one thread (waking a second thread costs
-// more than a few thousand elements of work, and much more on a loaded machine).
-inline int64_t grain_for(int64_t T, int64_t block) {
-  constexpr int64_t kMinElementsPerTask = 1 << 15;
-  return std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, T * block));
-}
-
-inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
-  return lengths ? lengths[b] : T;
-}
-
-// ----------------------------------------------------------------------------------------------
-// Streaming (non-temporal) stores. An ordinary store to a line not in cache first reads the line
-// (read-for-ownership), so writing N bytes moves 2N; a streaming store writes the line whole and
-// skips that read. Worth it only when the output cannot stay in cache for its next reader anyway:
-// when the bytes a kernel writes exceed the last-level cache.
-
-inline int64_t last_level_cache_bytes() {
-  static const int64_t bytes = [] {
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 > 0) return int64_t(l3);
-#endif
-    return int64_t(32) << 20;
-  }();
-  return bytes;
-}
-
-// Bytes written from which kernels use streaming stores; negative: the last-level cache size.
-// Settable (tests exercise both paths at small sizes).
-std::atomic<int64_t> g_streaming_threshold{-1};
-
-int64_t streaming_threshold() {
-  const int64_t t = g_streaming_threshold.load();
-  return t < 0 ? last_level_cache_bytes() : t;
-}
-
-void set_streaming_threshold(int64_t bytes) { g_streaming_threshold.store(bytes); }
-
-inline bool use_streaming_stores(int64_t bytes_written) {
-#if defined(__AVX__)
-  return bytes_written >= streaming_threshold();
-#else
-  (void)bytes_written;
-  return false;
-#endif
-}
-
-// Orders this thread's streaming stores before what follows (they are weakly ordered).
-inline void stream_fence() {
-#if defined(__AVX__)
-  _mm_sfence();
-#endif
-}
-
-// Elements to write one by one before `p` reaches a 32-byte boundary (n when it never does).
-inline int64_t peel_to_32(const float* p, int64_t n) {
-  const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  if (addr % sizeof(float) != 0) return n;
-  return std::min<int64_t>(n, int64_t((32 - addr % 32) % 32 / sizeof(float)));
-}
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, fast_exp, streaming stores, ...
 
 // ----------------------------------------------------------------------------------------------
 // linear scan
@@ -236,7 +134,7 @@ void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h
       }
       for (int64_t c = 0; c < n; ++c) hlast[bi * C + c0 + c] = scalar_t(h[c]);
     }
-    if constexpr (STREAM) stream_fence();
+    stream_fence(STREAM);
   });
 }
 
@@ -278,7 +176,7 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
       }
       for (int64_t c = 0; c < n; ++c) dh0[bi * C + c0 + c] = scalar_t(carry[c]);
     }
-    if constexpr (STREAM) stream_fence();
+    stream_fence(STREAM);
   });
 }
 

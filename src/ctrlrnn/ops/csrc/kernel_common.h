@@ -1,0 +1,156 @@
+// ctrlrnn: helpers shared by the elementwise-recurrence kernels (scan.cpp, metagross.cpp):
+// work splitting, branch-free activations, and streaming stores.
+//
+// Each extension is a single translation unit, so everything here is inline and each module
+// gets its own copy of the one piece of state (the streaming-store threshold).
+
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace ctrlrnn::kernels {
+
+// ----------------------------------------------------------------------------------------------
+// Work splitting
+
+// Channels per work item. Whole rows when the batch alone gives every thread several items
+// (each thread then streams contiguous memory), otherwise rows split into enough blocks of a
+// multiple of 16 channels.
+inline int64_t block_size(int64_t B, int64_t C) {
+  const int64_t want = 4 * std::max<int64_t>(1, at::get_num_threads());
+  if (B >= want) return std::max<int64_t>(C, 1);
+  const int64_t parts = (want + B - 1) / B;
+  const int64_t blk = (C + parts - 1) / parts;
+  return std::max<int64_t>(16, (blk + 15) / 16 * 16);
+}
+
+// Work items per thread chunk: small problems run on one thread (waking a second thread costs
+// more than a few thousand elements of work, and much more on a loaded machine).
+inline int64_t grain_for(int64_t T, int64_t elements_per_step) {
+  constexpr int64_t kMinElementsPerTask = 1 << 15;
+  return std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, T * elements_per_step));
+}
+
+inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
+  return lengths ? lengths[b] : T;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Activations
+
+// exp for float without branches so that the compiler vectorises the loops that call it.
+// Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp on [-87, 88].
+inline float fast_exp(float x) {
+  x = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+inline double fast_exp(double x) { return std::exp(x); }
+
+template <typename T>
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + fast_exp(-x));
+}
+template <typename T>
+inline T tanh_(T x) {
+  // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly at both ends.
+  return T(1) - T(2) / (fast_exp(T(2) * x) + T(1));
+}
+inline double tanh_(double x) { return std::tanh(x); }
+
+// ----------------------------------------------------------------------------------------------
+// Streaming (non-temporal) stores. An ordinary store to a line not in cache first reads the line
+// (read-for-ownership), so writing N bytes moves 2N; a streaming store writes whole lines and
+// skips that read, and does not evict the caches' contents. Worth it when the output would not
+// be found in cache by its reader anyway: when a kernel writes more than a fair share of the
+// last-level cache (a quarter of it, by default).
+
+// The last-level cache of the cores this process runs on. sysfs first: glibc's sysconf reports
+// the sum over all of an AMD EPYC's core complexes (320 MiB on this project's CPU machines,
+// where one core complex, the cache a core can use, has 32 MiB).
+inline int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
+    std::string text;
+    if (f >> text && !text.empty()) {
+      int64_t scale = 1;
+      const char unit = text.back();
+      if (unit == 'K') scale = int64_t(1) << 10;
+      if (unit == 'M') scale = int64_t(1) << 20;
+      try {
+        const int64_t v = std::stoll(scale == 1 ? text : text.substr(0, text.size() - 1));
+        if (v > 0) return v * scale;
+      } catch (...) {
+      }
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0) return int64_t(l3);
+#endif
+    return int64_t(32) << 20;
+  }();
+  return bytes;
+}
+
+inline std::atomic<int64_t>& streaming_threshold_ref() {
+  static std::atomic<int64_t> threshold{last_level_cache_bytes() / 4};
+  return threshold;
+}
+
+// Bytes written from which a kernel uses streaming stores; negative: never.
+inline int64_t streaming_threshold() { return streaming_threshold_ref().load(); }
+
+inline void set_streaming_threshold(int64_t bytes) { streaming_threshold_ref().store(bytes); }
+
+inline bool use_streaming_stores(int64_t bytes_written) {
+#if defined(__AVX__)
+  const int64_t t = streaming_threshold();
+  return t >= 0 && bytes_written >= t;
+#else
+  (void)bytes_written;
+  return false;
+#endif
+}
+
+// Orders this thread's streaming stores before what follows (they are weakly ordered).
+inline void stream_fence(bool stream = true) {
+#if defined(__AVX__)
+  if (stream) _mm_sfence();
+#else
+  (void)stream;
+#endif
+}
+
+// Elements to write one by one before `p` reaches a 32-byte boundary (n when it never does).
+inline int64_t peel_to_32(const float* p, int64_t n) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  if (addr % sizeof(float) != 0) return n;
+  return std::min<int64_t>(n, int64_t((32 - addr % 32) % 32 / sizeof(float)));
+}
+
+}  // namespace ctrlrnn::kernels

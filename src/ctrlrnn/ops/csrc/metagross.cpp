@@ -1,0 +1,647 @@
+// ctrlrnn compiled CPU kernels: one METAGROSS tree level, gates and scan in one pass.
+//
+// For the k units of one level (metagross.txt section 2) and every (batch, step, unit, channel):
+//
+//   f = sig(pf + alpha (cf - pf))      eq 2-1: alpha M^F + (1 - alpha) F^F  (f = sig(pf) at leaves)
+//   o = sig(po + beta  (co - po))      eq 2-2: beta  M^O + (1 - beta)  F^O  (o = sig(po) at leaves)
+//   z = tanh(pz)                       eq 2-3
+//   "h" form (as printed, eq 2-4..2-6):  s_t = o (1 - f) s_{t-1} + o f z (+ x_t),  out_t = s_t
+//   "c" form (c_{t-1} carried):          s_t = (1 - f) s_{t-1} + f z,  out_t = o s_t (+ x_t)
+//
+// i.e. the diagonal linear scan s_t = a_t s_{t-1} + b_t (DESIGN.md, primitive 1) with a, b made
+// from the gates on the fly: a, b, o, f, z never reach memory. Forward writes out (the "h" form's
+// out is its state), the "c" form's state sequence c (saved for backward) and the final state.
+// Backward is one reverse pass over time that recomputes f, o, z from the inputs and runs the
+// scan's reverse recurrence with the gate gradients:
+//
+//   d = g_t + carry (h form; g_t o + carry for c);  ga = d s_{t-1};  gb = d;  carry = d a_t
+//
+// started from the gradient of the final state; carry at the end is the gradient of s_0.
+//
+// Layouts (batch-first): P (B, T, 3, k, H) with any batch and step strides (the root level's
+// P is a column slice of a wider GEMM output), child (B, T, k, 2, H) = the level below's output
+// (B, T, 2k*H), alpha and beta (B, T, k), res (B, T, H) shared by the k units, s0 (B, k*H),
+// out and c (B, T, k*H). A work item is (batch, block of channels) over all k units, so the
+// residual gradient (a sum over units) is local; the depth-gate gradients (sums over channels)
+// are summed per block, then over blocks in a fixed order: no atomics, deterministic results.
+// With lengths: steps t >= length[b] leave the state unchanged and write zeros (outputs and
+// gradients alike). Accumulation in fp32 for fp16/bf16/fp32, fp64 for fp64. Large outputs come
+// from the output cache of output_pool.h and, for float, are written with streaming stores.
+//
+// level_projection: a level's base projections W x + b (section 2.2) into an output-cache block.
+
+#include <torch/extension.h>
+
+#include "kernel_common.h"
+#include "output_pool.h"
+
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, fast_exp, streaming stores, ...
+
+// Sum of n values with 16 independent partial sums (a plain loop of += would not vectorise
+// without -ffast-math); the order is fixed, so the result is reproducible.
+template <typename acc_t>
+inline acc_t sum_lanes(const acc_t* __restrict__ x, int64_t n) {
+  constexpr int64_t W = 16;
+  acc_t lanes[W] = {};
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    for (int64_t l = 0; l < W; ++l) lanes[l] += x[j + l];
+  }
+  acc_t total = 0;
+  for (; j < n; ++j) total += x[j];
+  for (int64_t l = 0; l < W; ++l) total += lanes[l];
+  return total;
+}
+
+// Spacing of the per-thread scratch rows: at least n elements, an odd number of 64-byte lines,
+// so that no two rows share their offset within a 4 KiB page (loads that follow a store at the
+// same page offset wait for it on x86: "4K aliasing").
+template <typename acc_t>
+inline int64_t scratch_stride(int64_t n) {
+  constexpr int64_t kLine = 64 / sizeof(acc_t);
+  const int64_t lines = (n + kLine - 1) / kLine;
+  return (lines | 1) * kLine;
+}
+
+// Streaming stores (kernel_common.h): the kernels compute each output row into a small scratch
+// row (L1-resident) and emit it to memory with emit_row, for float outputs past the streaming
+// threshold with streaming stores (their reader, the GEMMs of the level's projection backward or
+// the next level, comes after other large traffic and would not find them in cache anyway).
+
+// dst[0:n] = src[0:n] converted to scalar_t; with `stream` (float only), by streaming stores.
+template <typename scalar_t, typename acc_t>
+inline void emit_row(scalar_t* __restrict__ dst, const acc_t* __restrict__ src, int64_t n,
+                     bool stream) {
+  int64_t j = 0;
+#if defined(__AVX__)
+  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
+    if (stream) {
+      for (const int64_t head = peel_to_32(dst, n); j < head; ++j) dst[j] = src[j];
+      for (; j + 8 <= n; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+    }
+  }
+#else
+  (void)stream;
+#endif
+  for (; j < n; ++j) dst[j] = scalar_t(src[j]);
+}
+
+// ----------------------------------------------------------------------------------------------
+// One level's inputs.
+
+template <typename scalar_t>
+struct Level {
+  const scalar_t* P;  // (B, T, 3, k, H): (b, t, g, u, h) at b*sPB + t*sPT + g*kH + u*H + h
+  int64_t sPB, sPT;
+  const scalar_t* child;   // (B, T, k, 2, H) or null at the leaves
+  const scalar_t* alpha;   // (B, T, k) or null
+  const scalar_t* beta;    // (B, T, k) or null
+  const scalar_t* res;     // (B, T, H) or null
+  const scalar_t* s0;      // (B, k*H) or null (zeros)
+  const int64_t* lengths;  // (B,) or null (all T)
+  int64_t B, T, k, H;
+};
+
+// sig(p + w (c - p)) over n channels (eq 2-1, 2-2; sig(p) without the child's c).
+template <bool CHILD, typename scalar_t, typename acc_t>
+inline void sigmoid_row(const scalar_t* __restrict__ p, const scalar_t* __restrict__ c, acc_t w,
+                        int64_t n, acc_t* __restrict__ y) {
+  for (int64_t j = 0; j < n; ++j) {
+    acc_t q = acc_t(p[j]);
+    if constexpr (CHILD) q += w * (acc_t(c[j]) - q);
+    y[j] = sigmoid(q);
+  }
+}
+
+// f, o, z of the k units at one step (eq 2-1..2-3) in the accumulation type, into k rows of ld
+// each of fa, oa, za. P's rows are read in memory order, the F rows of all units, then the O
+// rows, then the Z rows, so that a step reads one contiguous stretch (the hardware prefetchers
+// lose track of a stream that jumps back and forth); one simple loop each so that they
+// vectorise. pt: the step's P row at the block's first channel; ct: the children's row.
+template <bool CHILD, typename scalar_t, typename acc_t>
+inline void step_activations(const scalar_t* pt, const scalar_t* ct, const scalar_t* alpha,
+                             const scalar_t* beta, int64_t k, int64_t H, int64_t n, int64_t ld,
+                             acc_t* fa, acc_t* oa, acc_t* za) {
+  const int64_t kH = k * H;
+  for (int64_t u = 0; u < k; ++u) {
+    sigmoid_row<CHILD>(pt + u * H, CHILD ? ct + 2 * u * H : nullptr,
+                       CHILD ? acc_t(alpha[u]) : acc_t(0), n, fa + u * ld);  // eq 2-1
+  }
+  for (int64_t u = 0; u < k; ++u) {
+    sigmoid_row<CHILD>(pt + kH + u * H, CHILD ? ct + (2 * u + 1) * H : nullptr,
+                       CHILD ? acc_t(beta[u]) : acc_t(0), n, oa + u * ld);  // eq 2-2
+  }
+  for (int64_t u = 0; u < k; ++u) {
+    const scalar_t* __restrict__ pz = pt + 2 * kH + u * H;
+    acc_t* __restrict__ z = za + u * ld;
+    for (int64_t j = 0; j < n; ++j) z[j] = tanh_(acc_t(pz[j]));  // eq 2-3
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// forward
+
+// One step of one unit over n channels: the scan step with a, b from the gates (module comment).
+// s: the state, updated in place (the h form's output); ho: the c form's output o c (+ x).
+template <bool HFORM, bool RES, typename scalar_t, typename acc_t>
+inline void forward_row(const acc_t* __restrict__ fa, const acc_t* __restrict__ oa,
+                        const acc_t* __restrict__ za, const scalar_t* __restrict__ rt,
+                        acc_t* __restrict__ s, acc_t* __restrict__ ho, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t j = 0; j < n; ++j) {
+    const acc_t f = fa[j], o = oa[j], z = za[j];
+    if constexpr (HFORM) {
+      // eq 2-4..2-6 with h_{t-1} the unit's previous output: a = o (1 - f), b = o f z (+ x)
+      acc_t b = o * f * z;
+      if constexpr (RES) b += acc_t(rt[j]);
+      s[j] = o * (acc_t(1) - f) * s[j] + b;
+    } else {
+      // c_t = (1 - f) c_{t-1} + f z;  h_t = o c_t (+ x)
+      const acc_t v = (acc_t(1) - f) * s[j] + f * z;
+      s[j] = v;
+      acc_t h = o * v;
+      if constexpr (RES) h += acc_t(rt[j]);
+      ho[j] = h;
+    }
+  }
+}
+
+template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
+void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cseq,
+                          scalar_t* last, bool stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
+  const int64_t kBlock = block_size(B, H);
+  const int64_t nblk = (H + kBlock - 1) / kBlock;
+  at::parallel_for(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
+    const int64_t ld = scratch_stride<acc_t>(kBlock);
+    // the k units' states, then their activations at one step: f, o, z; the c form's output
+    std::vector<acc_t> buf((4 * k + 1) * ld);
+    acc_t* __restrict__ state = buf.data();
+    acc_t* __restrict__ fa = state + k * ld;
+    acc_t* __restrict__ oa = fa + k * ld;
+    acc_t* __restrict__ za = oa + k * ld;
+    acc_t* __restrict__ ho = za + k * ld;
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t bi = w / nblk, h0 = (w % nblk) * kBlock;
+      const int64_t n = std::min(kBlock, H - h0);
+      const int64_t len = length_of(g.lengths, bi, T);
+      for (int64_t u = 0; u < k; ++u) {
+        acc_t* s = state + u * ld;
+        const scalar_t* s0 = g.s0 ? g.s0 + bi * kH + u * H + h0 : nullptr;
+        for (int64_t j = 0; j < n; ++j) s[j] = s0 ? acc_t(s0[j]) : acc_t(0);
+      }
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t row = bi * T + t;
+        const scalar_t* pt = g.P + bi * g.sPB + t * g.sPT + h0;
+        const scalar_t* rt = RES ? g.res + row * H + h0 : nullptr;
+        step_activations<CHILD>(pt, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
+                                CHILD ? g.alpha + row * k : nullptr,
+                                CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
+        for (int64_t u = 0; u < k; ++u) {
+          acc_t* s = state + u * ld;
+          forward_row<HFORM, RES>(fa + u * ld, oa + u * ld, za + u * ld, rt, s, ho, n);
+          emit_row(out + row * kH + u * H + h0, HFORM ? s : ho, n, stream);
+          if constexpr (!HFORM) emit_row(cseq + row * kH + u * H + h0, s, n, stream);
+        }
+      }
+      for (int64_t t = len; t < T; ++t) {
+        for (int64_t u = 0; u < k; ++u) {
+          scalar_t* ot = out + (bi * T + t) * kH + u * H + h0;
+          for (int64_t j = 0; j < n; ++j) ot[j] = scalar_t(0);
+          if constexpr (!HFORM) {
+            scalar_t* ct = cseq + (bi * T + t) * kH + u * H + h0;
+            for (int64_t j = 0; j < n; ++j) ct[j] = scalar_t(0);
+          }
+        }
+      }
+      for (int64_t u = 0; u < k; ++u) {
+        for (int64_t j = 0; j < n; ++j) {
+          last[bi * kH + u * H + h0 + j] = scalar_t(state[u * ld + j]);
+        }
+      }
+    }
+    stream_fence(stream);
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+// backward
+
+// Input rows of one unit at one step, for backward_row.
+template <typename scalar_t>
+struct BackRow {
+  const scalar_t* g;     // grad of out_t
+  const scalar_t* prev;  // s_{t-1}
+  const scalar_t* cur;   // s_t (c form)
+  const scalar_t* pf;    // raw F^F, F^O (for the depth-gate gradients)
+  const scalar_t* po;
+  const scalar_t* cf;    // children
+  const scalar_t* co;
+};
+
+// Scratch output rows of one unit at one step (L1-resident, emitted by emit_row): the gradients
+// of F^F, F^O, F^Z, M^F, M^O and the per-channel terms of d alpha, d beta.
+template <typename acc_t>
+struct BackOut {
+  acc_t* dpf;
+  acc_t* dpo;
+  acc_t* dpz;
+  acc_t* dcf;
+  acc_t* dco;
+  acc_t* ta;
+  acc_t* tb;
+};
+
+// One reverse step of one unit over n channels: the scan's reverse recurrence (module comment)
+// and the gradients of eq 2-1..2-3 into the scratch rows `out`; adds to the residual gradient
+// dr.
+template <bool HFORM, bool CHILD, bool RES, typename scalar_t, typename acc_t>
+inline void backward_row(const BackRow<scalar_t>& r, const BackOut<acc_t>& out,
+                         const acc_t* __restrict__ fa, const acc_t* __restrict__ oa,
+                         const acc_t* __restrict__ za, acc_t al, acc_t be,
+                         acc_t* __restrict__ carry, acc_t* __restrict__ dr, int64_t n) {
+  const scalar_t* __restrict__ gt = r.g;
+  const scalar_t* __restrict__ prev = r.prev;
+  const scalar_t* __restrict__ cur = r.cur;
+  const scalar_t* __restrict__ pf = r.pf;
+  const scalar_t* __restrict__ po = r.po;
+  const scalar_t* __restrict__ cf = r.cf;
+  const scalar_t* __restrict__ co = r.co;
+  acc_t* __restrict__ dpf = out.dpf;
+  acc_t* __restrict__ dpo = out.dpo;
+  acc_t* __restrict__ dpz = out.dpz;
+  acc_t* __restrict__ dcf = out.dcf;
+  acc_t* __restrict__ dco = out.dco;
+  acc_t* __restrict__ ta = out.ta;
+  acc_t* __restrict__ tb = out.tb;
+  // The rows never overlap. Without ivdep GCC wants more run-time alias checks than it allows
+  // (--param vect-max-version-for-alias-checks) for the ~20 streams and leaves the loop scalar.
+#pragma GCC ivdep
+  for (int64_t j = 0; j < n; ++j) {
+    const acc_t f = fa[j], o = oa[j], z = za[j];
+    const acc_t g = acc_t(gt[j]);
+    acc_t gf, go, gz;
+    if constexpr (HFORM) {
+      // s = a s_prev + b, a = o (1 - f), b = o f z (+ x), out = s
+      const acc_t d = g + carry[j];
+      const acc_t ga = d * acc_t(prev[j]);
+      carry[j] = d * (o * (acc_t(1) - f));
+      go = ga * (acc_t(1) - f) + d * f * z;
+      gf = o * (d * z - ga);
+      gz = d * o * f;
+      if constexpr (RES) dr[j] += d;
+    } else {
+      // s = a s_prev + b, a = 1 - f, b = f z, out = o s (+ x)
+      const acc_t d = g * o + carry[j];
+      const acc_t ga = d * acc_t(prev[j]);
+      carry[j] = d * (acc_t(1) - f);
+      go = g * acc_t(cur[j]);
+      gf = d * z - ga;
+      gz = d * f;
+      if constexpr (RES) dr[j] += g;
+    }
+    const acc_t gsf = gf * f * (acc_t(1) - f);  // through the sigmoid of eq 2-1
+    const acc_t gso = go * o * (acc_t(1) - o);  // eq 2-2
+    dpz[j] = gz * (acc_t(1) - z * z);  // eq 2-3
+    if constexpr (CHILD) {
+      dpf[j] = gsf * (acc_t(1) - al);
+      dpo[j] = gso * (acc_t(1) - be);
+      dcf[j] = gsf * al;
+      dco[j] = gso * be;
+      ta[j] = gsf * (acc_t(cf[j]) - acc_t(pf[j]));
+      tb[j] = gso * (acc_t(co[j]) - acc_t(po[j]));
+    } else {
+      dpf[j] = gsf;
+      dpo[j] = gso;
+    }
+  }
+}
+
+// dab_part: (nblk, B, T, k, 2) partial sums over each block's channels of d alpha, d beta.
+template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
+void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const scalar_t* glast,
+                           const scalar_t* saved, scalar_t* dP, scalar_t* dchild,
+                           at::opmath_type<scalar_t>* dab_part, scalar_t* dres, scalar_t* ds0,
+                           int64_t kBlock, bool stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
+  const int64_t nblk = (H + kBlock - 1) / kBlock;
+  at::parallel_for(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
+    const int64_t ld = scratch_stride<acc_t>(kBlock);
+    // the k units' carries and their f, o, z at one step, then the residual gradient and the
+    // scratch output rows of one unit (BackOut)
+    std::vector<acc_t> buf((4 * k + 8) * ld, acc_t(0));
+    acc_t* __restrict__ carries = buf.data();
+    acc_t* __restrict__ fa = carries + k * ld;
+    acc_t* __restrict__ oa = fa + k * ld;
+    acc_t* __restrict__ za = oa + k * ld;
+    acc_t* __restrict__ dr = za + k * ld;
+    acc_t* const rows = dr + ld;
+    const BackOut<acc_t> o{rows, rows + ld, rows + 2 * ld, rows + 3 * ld, rows + 4 * ld,
+                           rows + 5 * ld, rows + 6 * ld};
+    std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t bi = w / nblk, blk = w % nblk, h0 = blk * kBlock;
+      const int64_t n = std::min(kBlock, H - h0);
+      const int64_t len = length_of(g.lengths, bi, T);
+      acc_t* part = dab_part + (blk * B + bi) * T * k * 2;
+      for (int64_t u = 0; u < k; ++u) {
+        acc_t* c = carries + u * ld;
+        const scalar_t* gl = glast ? glast + bi * kH + u * H + h0 : nullptr;
+        for (int64_t j = 0; j < n; ++j) c[j] = gl ? acc_t(gl[j]) : acc_t(0);
+      }
+      for (int64_t t = len - 1; t >= 0; --t) {
+        const int64_t row = bi * T + t;
+        const scalar_t* pt = g.P + bi * g.sPB + t * g.sPT + h0;
+        if constexpr (RES) {
+          for (int64_t j = 0; j < n; ++j) dr[j] = acc_t(0);
+        }
+        step_activations<CHILD>(pt, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
+                                CHILD ? g.alpha + row * k : nullptr,
+                                CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
+        for (int64_t u = 0; u < k; ++u) {
+          const int64_t off = u * H + h0;  // this unit's channels in a (k*H) row
+          BackRow<scalar_t> r;
+          r.g = gout ? gout + row * kH + off : zero_in.data();
+          r.prev = t > 0 ? saved + (row - 1) * kH + off
+                         : (g.s0 ? g.s0 + bi * kH + off : zero_in.data());
+          r.cur = saved + row * kH + off;
+          r.pf = pt + u * H;
+          r.po = r.pf + kH;
+          r.cf = CHILD ? g.child + (row * k + u) * 2 * H + h0 : nullptr;
+          r.co = CHILD ? r.cf + H : nullptr;
+          const acc_t al = CHILD ? acc_t(g.alpha[row * k + u]) : acc_t(0);
+          const acc_t be = CHILD ? acc_t(g.beta[row * k + u]) : acc_t(0);
+          backward_row<HFORM, CHILD, RES>(r, o, fa + u * ld, oa + u * ld, za + u * ld, al, be,
+                                          carries + u * ld, dr, n);
+          scalar_t* dpf = dP + row * 3 * kH + off;
+          emit_row(dpf, o.dpf, n, stream);
+          emit_row(dpf + kH, o.dpo, n, stream);
+          emit_row(dpf + 2 * kH, o.dpz, n, stream);
+          if constexpr (CHILD) {
+            scalar_t* dcf = dchild + (row * k + u) * 2 * H + h0;
+            emit_row(dcf, o.dcf, n, stream);
+            emit_row(dcf + H, o.dco, n, stream);
+            part[(t * k + u) * 2] = sum_lanes(o.ta, n);
+            part[(t * k + u) * 2 + 1] = sum_lanes(o.tb, n);
+          }
+        }
+        if constexpr (RES) emit_row(dres + row * H + h0, dr, n, stream);
+      }
+      for (int64_t t = len; t < T; ++t) {  // past the length: zero gradients
+        const int64_t row = bi * T + t;
+        for (int64_t q = 0; q < 3 * k; ++q) {
+          scalar_t* d = dP + row * 3 * kH + q * H + h0;
+          for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
+        }
+        if constexpr (CHILD) {
+          for (int64_t q = 0; q < 2 * k; ++q) {
+            scalar_t* d = dchild + row * 2 * kH + q * H + h0;
+            for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
+          }
+          for (int64_t q = 0; q < 2 * k; ++q) part[t * k * 2 + q] = acc_t(0);
+        }
+        if constexpr (RES) {
+          for (int64_t j = 0; j < n; ++j) dres[row * H + h0 + j] = scalar_t(0);
+        }
+      }
+      for (int64_t u = 0; u < k; ++u) {
+        for (int64_t j = 0; j < n; ++j) {
+          ds0[bi * kH + u * H + h0 + j] = scalar_t(carries[u * ld + j]);
+        }
+      }
+    }
+    stream_fence(stream);
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+// argument checks and dispatch
+
+using OptTensor = c10::optional<torch::Tensor>;
+
+template <typename scalar_t>
+const scalar_t* ptr_or_null(const OptTensor& x) {
+  return x.has_value() ? x->data_ptr<scalar_t>() : nullptr;
+}
+
+const int64_t* lengths_ptr(const OptTensor& lengths, int64_t B, int64_t T) {
+  if (!lengths.has_value()) return nullptr;
+  const auto& l = *lengths;
+  TORCH_CHECK(l.dim() == 1 && l.size(0) == B && l.scalar_type() == torch::kLong &&
+                  l.is_contiguous() && l.device().is_cpu(),
+              "lengths must be a contiguous int64 CPU tensor of shape (B,)");
+  const int64_t* p = l.data_ptr<int64_t>();
+  for (int64_t i = 0; i < B; ++i) {
+    TORCH_CHECK(p[i] >= 0 && p[i] <= T, "lengths must lie in [0, T]");
+  }
+  return p;
+}
+
+void check_input(const OptTensor& x, const torch::Tensor& P, int64_t numel, const char* name,
+                 const char* shape) {
+  if (!x.has_value()) return;
+  TORCH_CHECK(x->is_contiguous() && x->device().is_cpu() && x->numel() == numel &&
+                  x->scalar_type() == P.scalar_type(),
+              name, " must be a contiguous CPU tensor of shape ", shape, " with the dtype of P");
+}
+
+struct Dims {
+  int64_t B, T, k, H;
+};
+
+// Checks P (B, T, 3, k, H) (unit-stride channels, gate and unit strides of a packed row; any
+// batch and step strides) and the optional inputs; returns the dimensions.
+Dims check_level(const torch::Tensor& P, const OptTensor& child, const OptTensor& alpha,
+                 const OptTensor& beta, const OptTensor& s0) {
+  TORCH_CHECK(P.dim() == 5 && P.size(2) == 3 && P.device().is_cpu(),
+              "P must be a CPU tensor of shape (B, T, 3, k, H)");
+  const Dims d{P.size(0), P.size(1), P.size(3), P.size(4)};
+  TORCH_CHECK((d.H <= 1 || P.stride(4) == 1) && (d.k <= 1 || P.stride(3) == d.H) &&
+                  P.stride(2) == d.k * d.H,
+              "P must have packed (3, k, H) rows (strides (k*H, H, 1) of its last three dims)");
+  TORCH_CHECK(child.has_value() == alpha.has_value() && child.has_value() == beta.has_value(),
+              "child, alpha and beta must be given together");
+  const int64_t BT = d.B * d.T;
+  check_input(child, P, BT * d.k * 2 * d.H, "child", "(B, T, k, 2, H)");
+  check_input(alpha, P, BT * d.k, "alpha", "(B, T, k, 1)");
+  check_input(beta, P, BT * d.k, "beta", "(B, T, k, 1)");
+  check_input(s0, P, d.B * d.k * d.H, "s0", "(B, k*H)");
+  return d;
+}
+
+template <typename scalar_t>
+Level<scalar_t> level_of(const torch::Tensor& P, const Dims& d, const OptTensor& child,
+                         const OptTensor& alpha, const OptTensor& beta, const OptTensor& res,
+                         const OptTensor& s0, const int64_t* lengths) {
+  return Level<scalar_t>{P.data_ptr<scalar_t>(), P.stride(0), P.stride(1),
+                         ptr_or_null<scalar_t>(child), ptr_or_null<scalar_t>(alpha),
+                         ptr_or_null<scalar_t>(beta), ptr_or_null<scalar_t>(res),
+                         ptr_or_null<scalar_t>(s0), lengths, d.B, d.T, d.k, d.H};
+}
+
+// Calls fn(HFORM, CHILD, RES) with the runtime flags as std::bool_constant values.
+template <typename Fn>
+void dispatch_flags(bool h_form, bool child, bool res, Fn&& fn) {
+  auto with_res = [&](auto h, auto c) {
+    res ? fn(h, c, std::true_type{}) : fn(h, c, std::false_type{});
+  };
+  auto with_child = [&](auto h) {
+    child ? with_res(h, std::true_type{}) : with_res(h, std::false_type{});
+  };
+  h_form ? with_child(std::true_type{}) : with_child(std::false_type{});
+}
+
+// -> [out (B, T, k*H), c (B, T, k*H) for the c form else empty, last state (B, k*H)]
+std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const OptTensor& child,
+                                                   const OptTensor& alpha, const OptTensor& beta,
+                                                   const OptTensor& res, const OptTensor& s0,
+                                                   const OptTensor& lengths, bool h_form) {
+  const Dims d = check_level(P, child, alpha, beta, s0);
+  check_input(res, P, d.B * d.T * d.H, "res", "(B, T, 1, H)");
+  const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
+  const int64_t kH = d.k * d.H;
+  auto out = ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
+  auto cseq = h_form ? torch::empty({0}, P.options())
+                     : ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
+  auto last = torch::empty({d.B, kH}, P.options());
+  const bool stream = use_streaming_stores(out.nbytes() + cseq.nbytes());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(), "metagross_level",
+                                  [&] {
+    const auto lv = level_of<scalar_t>(P, d, child, alpha, beta, res, s0, lp);
+    dispatch_flags(h_form, child.has_value(), res.has_value(), [&](auto hf, auto ch, auto rs) {
+      level_forward_kernel<scalar_t, decltype(hf)::value, decltype(ch)::value,
+                           decltype(rs)::value>(
+          lv, out.data_ptr<scalar_t>(), h_form ? nullptr : cseq.data_ptr<scalar_t>(),
+          last.data_ptr<scalar_t>(), stream);
+    });
+  });
+  return {out, cseq, last};
+}
+
+// saved: the state sequence (out for the h form, c for the c form).
+// -> [dP (B, T, 3, k, H), dchild (B, T, k, 2, H) or empty, dalpha, dbeta (B, T, k, 1) or empty,
+//     dres (B, T, 1, H) or empty, ds0 (B, k*H)]
+std::vector<torch::Tensor> metagross_level_backward(
+    const OptTensor& grad_out, const OptTensor& grad_last, const torch::Tensor& P,
+    const OptTensor& child, const OptTensor& alpha, const OptTensor& beta, const OptTensor& s0,
+    const OptTensor& lengths, const torch::Tensor& saved, bool h_form, bool has_res) {
+  const Dims d = check_level(P, child, alpha, beta, s0);
+  const int64_t kH = d.k * d.H, BT = d.B * d.T;
+  check_input(saved, P, BT * kH, "saved", "(B, T, k*H)");
+  check_input(grad_out, P, BT * kH, "grad_out", "(B, T, k*H)");
+  check_input(grad_last, P, d.B * kH, "grad_last", "(B, k*H)");
+  const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
+  const auto opts = P.options();
+  auto dP = ctrlrnn::pooled_empty({d.B, d.T, 3, d.k, d.H}, opts);
+  auto dchild = child.has_value() ? ctrlrnn::pooled_empty(child->sizes(), opts)
+                                  : torch::empty({0}, opts);
+  auto dalpha = alpha.has_value() ? torch::empty(alpha->sizes(), opts) : torch::empty({0}, opts);
+  auto dbeta = beta.has_value() ? torch::empty(beta->sizes(), opts) : torch::empty({0}, opts);
+  auto dres = has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts) : torch::empty({0}, opts);
+  auto ds0 = torch::empty({d.B, kH}, opts);
+  const int64_t kBlock = block_size(d.B, d.H);
+  const int64_t nblk = (d.H + kBlock - 1) / kBlock;
+  const bool stream = use_streaming_stores(dP.nbytes() + dchild.nbytes() + dres.nbytes());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(),
+                                  "metagross_level_bwd", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto lv = level_of<scalar_t>(P, d, child, alpha, beta, OptTensor(), s0, lp);
+    std::vector<acc_t> dab_part(child.has_value() ? nblk * BT * d.k * 2 : 0);
+    dispatch_flags(h_form, child.has_value(), has_res, [&](auto hf, auto ch, auto rs) {
+      level_backward_kernel<scalar_t, decltype(hf)::value, decltype(ch)::value,
+                            decltype(rs)::value>(
+          lv, ptr_or_null<scalar_t>(grad_out), ptr_or_null<scalar_t>(grad_last),
+          saved.data_ptr<scalar_t>(), dP.data_ptr<scalar_t>(),
+          child.has_value() ? dchild.data_ptr<scalar_t>() : nullptr, dab_part.data(),
+          has_res ? dres.data_ptr<scalar_t>() : nullptr, ds0.data_ptr<scalar_t>(), kBlock,
+          stream);
+    });
+    if (child.has_value()) {  // d alpha, d beta: the blocks' partial sums in a fixed order
+      scalar_t* da = dalpha.data_ptr<scalar_t>();
+      scalar_t* db = dbeta.data_ptr<scalar_t>();
+      const int64_t m = BT * d.k;
+      for (int64_t i = 0; i < m; ++i) {
+        acc_t sa = 0, sb = 0;
+        for (int64_t blk = 0; blk < nblk; ++blk) {
+          sa += dab_part[(blk * m + i) * 2];
+          sb += dab_part[(blk * m + i) * 2 + 1];
+        }
+        da[i] = scalar_t(sa);
+        db[i] = scalar_t(sb);
+      }
+    }
+  });
+  return {dP, dchild, dalpha, dbeta, dres, ds0};
+}
+
+// The base projections of one level (section 2.2, F_n(x_t) = W_n x_t + b_n), x (..., D),
+// weight (N, D), bias (N,) -> (..., N), written into a block of this extension's output cache. A
+// level's pre-activations are the largest tensor of a METAGROSS step (3 k H values per position:
+// 48 MiB at B=32, T=256, H=256, k=2), above glibc's mmap threshold, so a fresh allocation would
+// page-fault on every first write, every step (output_pool.h).
+torch::Tensor level_projection(const torch::Tensor& x, const torch::Tensor& weight,
+                               const OptTensor& bias) {
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
+                  x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
+              "level_projection: expected x (..., D) and weight (N, D) of one dtype on CPU");
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  auto out = ctrlrnn::pooled_empty(sizes, x.options());
+  auto out2 = out.view({-1, weight.size(0)});
+  const auto x2 = x.reshape({-1, x.size(-1)});
+  if (bias.has_value()) {
+    at::addmm_out(out2, *bias, x2, weight.t());
+  } else {
+    at::mm_out(out2, x2, weight.t());
+  }
+  return out;
+}
+
+int64_t num_threads() { return at::get_num_threads(); }
+
+int64_t openmp_threads_in_region() {
+  // How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
+  std::atomic<int64_t> seen{0};
+  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { seen.fetch_add(1); });
+  return seen.load();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "ctrlrnn compiled CPU kernels: one METAGROSS level, gates and scan fused";
+  m.def("forward", &metagross_level_forward,
+        "(P, child, alpha, beta, res, s0, lengths, h_form) -> [out, c (c form), last state]");
+  m.def("backward", &metagross_level_backward,
+        "(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved states, h_form, "
+        "has_res) -> [dP, dchild, dalpha, dbeta, dres, ds0]");
+  m.def("level_projection", &level_projection,
+        "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
+  m.def("set_streaming_threshold", &set_streaming_threshold,
+        "kernels writing at least this many bytes use streaming stores (negative: never)");
+  m.def("streaming_threshold", &streaming_threshold,
+        "bytes written from which the kernels use streaming stores (default: a quarter of the "
+        "last-level cache)");
+  m.def("num_threads", &num_threads);
+  m.def("parallel_threads", &openmp_threads_in_region);
+  ctrlrnn::bind_output_pool(m);
+}

@@ -1,0 +1,357 @@
+"""One METAGROSS tree level, gates and scan fused (metagross.txt eq 2-1..2-6).
+
+For the ``k`` units of one level, from their base pre-activations ``P = (F^F, F^O, F^Z)``
+``(B, T, 3, k, H)``, the outputs of their children ``(M^F, M^O)`` ``(B, T, k, 2, H)``, the depth
+gates ``alpha``, ``beta`` ``(B, T, k, 1)`` and the residual ``x`` ``(B, T, 1, H)``::
+
+    f = sig(alpha M^F + (1 - alpha) F^F)          (eq 2-1; sig(F^F) at the leaves)
+    o = sig(beta  M^O + (1 - beta)  F^O)          (eq 2-2; sig(F^O) at the leaves)
+    z = tanh(F^Z)                                 (eq 2-3)
+    "h" form (as printed, eq 2-4..2-6):  s_t = o (1 - f) s_{t-1} + o f z (+ x_t),  out_t = s_t
+    "c" form (c_{t-1} carried):          s_t = (1 - f) s_{t-1} + f z,  out_t = o s_t (+ x_t)
+
+that is the diagonal linear scan ``s_t = a_t s_{t-1} + b_t`` of
+:mod:`ctrlrnn.ops.linear_scan` with ``a, b`` made from the gates. :func:`metagross_level`
+returns ``(out, s_last)``; past a sequence's length the state stays unchanged and ``out`` is
+zero (for both forms, residual included).
+
+On CPU the work is the custom op ``ctrlrnn::metagross_level`` (registered with
+:mod:`torch.library`, so it traces under ``torch.compile``) running the compiled kernel of
+``ops/csrc/metagross.cpp``: one pass over time per (batch, channel block) that never writes
+``a``, ``b`` or the gates to memory, and a backward ``ctrlrnn::metagross_level_backward`` that
+recomputes ``f, o, z`` and runs the scan's reverse recurrence together with the gate gradients
+in one reverse pass. CUDA tensors, ``CTRLRNN_BACKEND=reference`` and machines where the
+extension cannot be built run :func:`metagross_level_reference`, the composition of
+:func:`ctrlrnn.nn.metagross_gates.level_gates` and :func:`ctrlrnn.ops.linear_scan.linear_scan`
+(under ``torch.compile`` CPU tensors always take the custom ops, which fall back to that
+composition by themselves).
+
+:func:`level_projection` computes a level's base pre-activations ``W x + b`` (section 2.2)
+into a block of the extension's output cache, so that the largest tensor of a step does not
+page-fault afresh every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
+from ctrlrnn.ops.padding import length_mask
+from ctrlrnn.ops.validation import check_lengths
+
+__all__ = ["level_projection", "metagross_level", "metagross_level_reference"]
+
+
+def metagross_level_reference(
+    P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
+    res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """The composition :func:`level_gates` + :func:`linear_scan` (differentiable).
+
+    Returns ``(out, s, s_last)``: the level's output and its carried states ``(B, T, k*H)``
+    (the same tensor for the ``"h"`` form) and the final states ``(B, k*H)``.
+    """
+    # imported here: ctrlrnn.nn imports this module (MetagrossUnit runs its levels through it)
+    from ctrlrnn.nn.metagross_gates import level_gates
+
+    B, T, _, k, H = P.shape
+    a, b, o = level_gates(P, child, alpha, beta, res if h_form else None, h_form)
+    s, last = linear_scan(
+        a.reshape(B, T, k * H), b.reshape(B, T, k * H), s0, lengths=lengths, return_last=True
+    )
+    if h_form:  # eq 2-4..2-6: the scan's state is the unit's output
+        return s, s, last
+    out = o.reshape(B, T, k * H) * s  # h_t = o c_t
+    if res is not None:
+        out = (out.view(B, T, k, H) + res).view(B, T, k * H)
+        if lengths is not None:  # o * 0 + x past the length: zero it like the h form
+            out = out * length_mask(lengths.to(out.device), T).unsqueeze(-1).to(out)
+    return out, s, last
+
+
+# ------------------------------------------------------------------ the compiled op
+
+
+@torch.library.custom_op("ctrlrnn::metagross_level", mutates_args=())
+def _level_op(
+    P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
+    res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """``(out, c, s_last)``; ``c`` (the carried states, saved for backward) is empty for the
+    ``"h"`` form, whose states are ``out`` itself."""
+    ext = kernel_for("metagross", P.device)
+    if ext is not None:
+        out, c, last = ext.forward(P, child, alpha, beta, res, s0, lengths, h_form)
+        return out, c, last
+    with torch.no_grad():
+        out, s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
+    c = P.new_empty(0) if h_form else s.contiguous()
+    return out.contiguous(), c, last.contiguous()
+
+
+@_level_op.register_fake
+def _(P, child, alpha, beta, res, s0, lengths, h_form):
+    B, T, _, k, H = P.shape
+    c = P.new_empty(0) if h_form else P.new_empty(B, T, k * H)
+    return P.new_empty(B, T, k * H), c, P.new_empty(B, k * H)
+
+
+@torch.library.custom_op("ctrlrnn::metagross_level_backward", mutates_args=())
+def _level_backward_op(
+    grad_out: Tensor | None, grad_last: Tensor | None, P: Tensor, child: Tensor | None,
+    alpha: Tensor | None, beta: Tensor | None, s0: Tensor | None, lengths: Tensor | None,
+    saved: Tensor, h_form: bool, has_res: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """``(dP, dchild, dalpha, dbeta, dres, ds0)``; an empty tensor for an absent input.
+
+    ``saved``: the carried states ``(B, T, k*H)`` of the forward (``out`` for the ``"h"``
+    form, ``c`` for the ``"c"`` form). The residual's values are not needed, only whether it
+    was given.
+    """
+    ext = kernel_for("metagross", P.device)
+    if ext is not None:
+        grads = ext.backward(
+            grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res
+        )
+        return tuple(grads)
+    return _reference_backward(
+        grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res
+    )
+
+
+def _reference_backward(
+    grad_out: Tensor | None, grad_last: Tensor | None, P: Tensor, child: Tensor | None,
+    alpha: Tensor | None, beta: Tensor | None, s0: Tensor | None, lengths: Tensor | None,
+    saved: Tensor, h_form: bool, has_res: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """The gradients of :func:`metagross_level_reference`, written out (a custom op's body runs
+    below autograd): the gates' forward of :mod:`ctrlrnn.nn.metagross_gates`, the scan's reverse
+    pass (``ctrlrnn::linear_scan_backward``), then the gates' backward."""
+    from ctrlrnn.nn.metagross_gates import _backward_recompute, _forward_math
+
+    B, T, _, k, H = P.shape
+    a, _b, o, _f, _z = _forward_math(P, child, alpha, beta, None, h_form)  # res only shifts b
+    g_s = grad_out  # gradient reaching the scan's states
+    g_o: Tensor | None = None
+    if grad_out is not None and not h_form:  # out = o s (+ x), zero past the length
+        if lengths is not None:
+            mask = length_mask(lengths.to(P.device), T).unsqueeze(-1)
+            grad_out = grad_out * mask.to(grad_out)
+        g_o = (grad_out * saved).view(B, T, k, H)
+        g_s = (grad_out * o.reshape(B, T, k * H)).contiguous()
+    da, db, ds0 = _linear_scan_backward_op(
+        g_s, grad_last, a.reshape(B, T, k * H).contiguous(), saved, s0, lengths, False
+    )
+    dP, dchild, dalpha, dbeta, dres = _backward_recompute(
+        P, child, alpha, beta, da.view(B, T, k, H), db.view(B, T, k, H), g_o, h_form, has_res
+    )  # fmt: skip
+    if has_res and not h_form:  # the residual is added to every unit's output
+        dres = (
+            grad_out.view(B, T, k, H).sum(2, keepdim=True)
+            if grad_out is not None
+            else P.new_zeros(B, T, 1, H)
+        )
+    empty = P.new_empty(0)
+    return (
+        dP,
+        empty if dchild is None else dchild,
+        empty if dalpha is None else dalpha,
+        empty if dbeta is None else dbeta,
+        empty if dres is None else dres,
+        ds0,
+    )
+
+
+@_level_backward_op.register_fake
+def _(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res):
+    B, T, _, k, H = P.shape
+    empty = P.new_empty(0)
+    return (
+        P.new_empty(B, T, 3, k, H),
+        empty if child is None else P.new_empty(child.shape),
+        empty if alpha is None else P.new_empty(alpha.shape),
+        empty if beta is None else P.new_empty(beta.shape),
+        P.new_empty(B, T, 1, H) if has_res else P.new_empty(0),
+        P.new_empty(B, k * H),
+    )
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+    P, child, alpha, beta, res, s0, lengths, h_form = inputs
+    out, c, _last = output
+    ctx.save_for_backward(P, child, alpha, beta, s0, lengths, out if h_form else c)
+    ctx.h_form = h_form
+    ctx.has_res = res is not None
+    ctx.mark_non_differentiable(c)
+    ctx.set_materialize_grads(False)  # an unused output's gradient stays None, never zeros
+
+
+def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
+              grad_last: Tensor | None) -> tuple[Tensor | None, ...]:  # fmt: skip
+    P, child, alpha, beta, s0, lengths, saved = ctx.saved_tensors
+    if grad_out is None and grad_last is None:
+        return (None,) * 8
+    if grad_out is not None:
+        grad_out = grad_out.contiguous()
+    if grad_last is not None:
+        grad_last = grad_last.contiguous()
+    dP, dchild, dalpha, dbeta, dres, ds0 = _level_backward_op(
+        grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, ctx.h_form, ctx.has_res
+    )  # fmt: skip
+    return (
+        dP,
+        dchild if child is not None else None,
+        dalpha if alpha is not None else None,
+        dbeta if beta is not None else None,
+        dres if ctx.has_res else None,
+        ds0 if s0 is not None else None,
+        None,
+        None,
+    )
+
+
+_level_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------ dispatch
+
+
+def _compiled_on(device: torch.device) -> bool:
+    """Whether tensors on ``device`` go through the custom ops (CPU with the extension built).
+
+    Under ``torch.compile`` every CPU tensor does, without asking: tracing the extension's
+    loader would break the graph (its build lock), and the ops fall back to the composition by
+    themselves where the extension is unavailable.
+    """
+    if device.type != "cpu":
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    return kernel_for("metagross", device) is not None
+
+
+# ------------------------------------------------------------------ the level's projection
+
+
+@torch.library.custom_op("ctrlrnn::level_projection", mutates_args=())
+def _projection_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    ext = kernel_for("metagross", x.device)
+    if ext is not None:
+        return ext.level_projection(x, weight, bias)
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+@_projection_op.register_fake
+def _(x, weight, bias):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _projection_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _projection_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    x, weight = ctx.saved_tensors
+    g2 = grad.reshape(-1, weight.shape[0])
+    need_x, need_w, need_b = ctx.needs_input_grad
+    dx = (g2 @ weight).view(x.shape) if need_x else None
+    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need_w else None
+    db = g2.sum(0) if (ctx.has_bias and need_b) else None
+    return dx, dw, db
+
+
+_projection_op.register_autograd(_projection_backward, setup_context=_projection_setup)
+
+
+def level_projection(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)`` (section 2.2: ``F_n(x_t) = W_n x_t + b_n``) for a level's
+    base pre-activations, on CPU written into a block of the compiled extension's output cache.
+
+    A level's pre-activations are the largest tensor of a METAGROSS step (``3 k H`` values per
+    position), above glibc's mmap threshold at training sizes, so a fresh tensor page-faults on
+    every first write every step (``ops/csrc/output_pool.h``); the cached block does not. The
+    GEMMs (forward and backward) are torch's own. Elsewhere it is ``F.linear`` itself.
+    """
+    if not _compiled_on(x.device) or not x.is_contiguous():
+        return torch.nn.functional.linear(x, weight, bias)
+    return _projection_op(x, weight, bias)
+
+
+# ------------------------------------------------------------------ public entry point
+
+
+def _check_shape(name: str, x: Tensor | None, shape: tuple[int, ...], P: Tensor) -> None:
+    if x is None:
+        return
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if x.dtype != P.dtype or x.device != P.device:
+        raise ValueError(f"{name}: expected dtype {P.dtype} on {P.device}, got {x.dtype} on "
+                         f"{x.device}")  # fmt: skip
+
+
+def _packed_rows(P: Tensor) -> Tensor:
+    """``P`` itself when its last three dims are packed ``(3, k, H)`` rows (any batch and step
+    strides, e.g. a column slice of a GEMM output), else a contiguous copy."""
+    _, _, _, k, H = P.shape
+    ok = P.stride(2) == k * H and (k <= 1 or P.stride(3) == H) and (H <= 1 or P.stride(4) == 1)
+    return P if ok else P.contiguous()
+
+
+def metagross_level(
+    P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
+    res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """Run the ``k`` units of one METAGROSS level over time (module docstring, eq 2-1..2-6).
+
+    Args:
+        P: base pre-activations ``(B, T, 3, k, H)``, gates ``[F | O | Z]`` each over the ``k``
+            units (the level-major layout of :func:`ctrlrnn.nn.metagross.base_index`).
+        child: the children's outputs ``(B, T, k, 2, H)`` (``[M^F, M^O]`` per unit), or None at
+            the leaves (then ``alpha`` and ``beta`` must be None too).
+        alpha, beta: depth gates ``(B, T, k, 1)`` in ``[0, 1]`` (section 2.1), or None.
+        res: residual ``(B, T, 1, H)`` added to every unit's output (eq 2-6), or None.
+        s0: initial carried states ``(B, k*H)`` (``h`` or ``c`` per form), zeros when None.
+        lengths: optional ``(B,)`` integer lengths in ``[0, T]``.
+        h_form: True for the printed form (the carried state is the output ``h``), False for
+            the ``c`` form.
+
+    Returns:
+        ``(out, s_last)``: the units' outputs ``(B, T, k*H)``, zero past each length, and their
+        final carried states ``(B, k*H)`` (``s0`` for an empty sequence). Differentiable
+        w.r.t. every tensor argument but ``lengths``.
+    """
+    if not isinstance(P, Tensor) or P.dim() != 5 or P.shape[2] != 3:
+        raise ValueError("P: expected a (B, T, 3, k, H) tensor")
+    if not P.is_floating_point():
+        raise ValueError(f"P: expected a floating dtype, got {P.dtype}")
+    B, T, _, k, H = P.shape
+    if (child is None) != (alpha is None) or (child is None) != (beta is None):
+        raise ValueError("child: child, alpha and beta must be given together (or all None)")
+    _check_shape("child", child, (B, T, k, 2, H), P)
+    _check_shape("alpha", alpha, (B, T, k, 1), P)
+    _check_shape("beta", beta, (B, T, k, 1), P)
+    _check_shape("res", res, (B, T, 1, H), P)
+    _check_shape("s0", s0, (B, k * H), P)
+    if not _compiled_on(P.device):
+        out, _s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
+        return out, last
+    if lengths is not None:
+        lengths = check_lengths(lengths, B, T, allow_zero=True)
+
+    def packed(x: Tensor | None) -> Tensor | None:
+        return None if x is None else x.contiguous()
+
+    out, _c, last = _level_op(
+        _packed_rows(P), packed(child), packed(alpha), packed(beta), packed(res), packed(s0),
+        lengths, bool(h_form),
+    )  # fmt: skip
+    return out, last
