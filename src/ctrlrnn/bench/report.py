@@ -572,13 +572,14 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
         "",
         "## Roofline (measured in the same run)",
         "",
-        "Both rates were measured at the start and again at the end of the run; the floors "
-        "use the higher of the two (the tighter floor)"
+        "Both rates were measured at the start and again at the end of the run, and the copy "
+        "before every timed point too; the floors use the higher of the two GEMM rates (the "
+        "tighter floor) and the median of all the copy samples"
         + (
-            f": GEMM {doc['roofline_start']['gemm_gflops']:.1f} then "
-            f"{doc['roofline_end']['gemm_gflops']:.1f} GFLOP/s, copy "
-            f"{doc['roofline_start']['copy_gb_per_s']:.1f} then "
-            f"{doc['roofline_end']['copy_gb_per_s']:.1f} GB/s."
+            f" (GEMM {doc['roofline_start']['gemm_gflops']:.1f} then "
+            f"{doc['roofline_end']['gemm_gflops']:.1f} GFLOP/s; copy at the start "
+            f"{doc['roofline_start']['copy_gb_per_s']:.1f}, at the end "
+            f"{doc['roofline_end']['copy_gb_per_s']:.1f} GB/s)."
             if "roofline_start" in doc and "roofline_end" in doc
             else "."
         ),
@@ -588,7 +589,9 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
         f"{' x '.join(map(str, roof['gemm_shape']))} (M x K x N, 2*M*K*N FLOPs each).",
         f"- Copy bandwidth: **{roof['copy_gb_per_s']:.1f} GB/s**, median of "
         f"{len(roof['copy_samples_s'])} `dst.copy_(src)` of {roof['copy_bytes'] / MIB:.0f} MiB "
-        "(bytes read + bytes written, per second).",
+        "(bytes read + bytes written, per second) taken all through the run (at the start, "
+        "before every timed point, at the end)"
+        + _copy_range(roof),
         *(
             [
                 f"- For reference, not in the floor: `src.clone()` of the same size, which "
@@ -597,8 +600,8 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
                 "first-touching new memory (page faults) is expensive on this machine, and a "
                 "bandwidth-bound op that allocates its outputs on every call cannot get near "
                 "its floor. ctrlrnn's compiled kernels therefore take outputs of 1 MiB or more "
-                "from a cache of freed blocks (`ctrlrnn.output_cache_info()`; README) and write "
-                "outputs larger than the last-level cache with streaming stores.",
+                "from a cache of freed blocks (`ctrlrnn.output_cache_info()`; README), and kernels "
+                "writing more than a quarter of the last-level cache use streaming stores.",
             ]
             if roof.get("clone_gb_per_s")
             else []
@@ -739,3 +742,13 @@ def write_markdown(
     p = Path(path)
     p.write_text(markdown(doc, source=source), encoding="utf-8")
     return p
+
+
+def _copy_range(roof: dict[str, Any]) -> str:
+    """"; single samples ranged A-B GB/s." for the copy samples of a roofline, else "."."""
+    samples = roof.get("copy_samples_s") or []
+    if not samples:
+        return "."
+    nbytes = 2 * roof["copy_bytes"]
+    return f"; single samples ranged {nbytes / max(samples) / 1e9:.0f}-" \
+        f"{nbytes / min(samples) / 1e9:.0f} GB/s."

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -184,6 +184,23 @@ def measure(
         gemm_samples_s=gemm_samples,
         copy_samples_s=copy_samples,
         clone_bytes_per_s=clone,
+    )
+
+
+def with_copy_samples(roof: Roofline, samples: list[float]) -> Roofline:
+    """``roof`` with its copy bandwidth replaced by the median over ``samples`` (seconds per
+    ``dst.copy_(src)`` of ``roof.copy_bytes``), which are kept as its copy samples.
+
+    The benchmark takes copy samples all through its run (this machine's memory bandwidth was
+    seen to move between 27 and 48 GB/s from one minute to the next, from load outside the
+    process), so the floor of every row rests on the bandwidth of the whole run rather than on
+    one moment of it."""
+    if not samples:
+        raise ValueError("samples: expected at least one copy timing")
+    return replace(
+        roof,
+        copy_bytes_per_s=2.0 * roof.copy_bytes / statistics.median(samples),
+        copy_samples_s=list(samples),
     )
 
 

@@ -3,9 +3,12 @@
 The document (schema ``ctrlrnn-bench/1``) holds, from one process and one run:
 
 * ``machine``: the machine and software description (see :func:`ctrlrnn.bench.report.machine`);
-* ``roofline``: the GEMM rate and copy bandwidth, measured at the start and again at the end of
-  the run (``roofline_start``, ``roofline_end``); the floors use the higher of each rate, the
-  tighter floor, so contention during one of the two measurements cannot lower the floor;
+* ``roofline``: the GEMM rate and copy bandwidth. Both are measured at the start and again at
+  the end of the run (``roofline_start``, ``roofline_end``), and the copy is timed again before
+  every timed grid point (``copy_samples_s`` of ``roofline``). The floors use the higher of the
+  two GEMM rates (the tighter floor) and the median copy bandwidth over all the copy samples of
+  the run: the memory bandwidth of a shared machine moves with load from outside the process,
+  and the rows are timed all through the run;
 * ``results``: one record per (case, grid point): for ``kind == "time"`` the forward and
   forward+backward medians, the declared FLOPs and bytes, the roofline floors, and the ratios
   (time / floor, and the speed-up against each comparison case measured at the same point);
@@ -328,6 +331,7 @@ def run(
         "results": [],
     }
     results: list[dict[str, Any]] = doc["results"]
+    copy_samples: list[float] = []  # copy timings taken before each timed point
     done = 0
     groups: list[tuple[Point, list[Case]]] = []
     for c, p in steps:
@@ -341,6 +345,9 @@ def run(
             progress(done + 1, total, f"{names} B={p.batch} T={p.length} C={p.width}")
         t0 = time.perf_counter()
         if group[0].kind == "time":
+            copy_samples += _roofline.measure_copy(
+                roof_start.copy_bytes, dtype=dtype, warmup=1, repeats=3
+            )[1]
             recs = time_point(
                 group, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds
             )
@@ -357,7 +364,8 @@ def run(
     roof_end = _roofline.measure(
         dtype=dtype, repeats=roofline_repeats, gemm_shape=gemm_shape, copy_bytes=copy_bytes
     )
-    roof = _roofline.best_of(roof_start, roof_end)
+    copy_samples += roof_start.copy_samples_s + roof_end.copy_samples_s
+    roof = _roofline.with_copy_samples(_roofline.best_of(roof_start, roof_end), copy_samples)
     doc["roofline"] = roof.to_dict()
     doc["roofline_start"] = roof_start.to_dict()
     doc["roofline_end"] = roof_end.to_dict()
