@@ -48,6 +48,15 @@ inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
   return lengths ? lengths[b] : T;
 }
 
+inline int64_t num_threads() { return at::get_num_threads(); }
+
+// How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
+inline int64_t openmp_threads_in_region() {
+  std::atomic<int64_t> seen{0};
+  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { seen.fetch_add(1); });
+  return seen.load();
+}
+
 // ----------------------------------------------------------------------------------------------
 // Activations
 

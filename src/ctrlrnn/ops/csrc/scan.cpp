@@ -514,15 +514,6 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
   return {dgates, dc0};
 }
 
-int64_t num_threads() { return at::get_num_threads(); }
-
-int64_t openmp_threads_in_region() {
-  // How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
-  std::atomic<int64_t> seen{0};
-  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { seen.fetch_add(1); });
-  return seen.load();
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
