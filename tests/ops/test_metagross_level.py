@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from ctrlrnn import Metagross
 from ctrlrnn.ops import metagross_level as ml
 from ctrlrnn.ops.backend import backend_info, kernel_for
 from ctrlrnn.ops.metagross_level import (
-    level_projection,
     metagross_level,
     metagross_level_reference,
 )
@@ -219,16 +217,6 @@ def test_opcheck(h_form):
     torch.library.opcheck(ml._level_op, (*xs, lengths, h_form))
     P = xs[0]
     torch.library.opcheck(ml._level_op, (P, None, None, None, None, None, None, h_form))
-
-
-def test_level_projection():
-    x = torch.randn(2, 3, 5, dtype=D64, requires_grad=True)
-    w = torch.randn(4, 5, dtype=D64, requires_grad=True)
-    b = torch.randn(4, dtype=D64, requires_grad=True)
-    torch.testing.assert_close(level_projection(x, w, b), F.linear(x, w, b))
-    assert torch.autograd.gradcheck(level_projection, (x, w, b))
-    assert torch.autograd.gradcheck(lambda x, w: level_projection(x, w, None), (x, w))
-    torch.library.opcheck(ml._projection_op, (x, w, b))
 
 
 def test_bad_arguments():

@@ -52,8 +52,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
-from ctrlrnn.ops.metagross_level import level_projection, metagross_level
+from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
 BASES = ("linear", "lstm", "gru")
@@ -187,7 +188,7 @@ class MetagrossUnit(nn.Module):
         Blocks are listed root level first, each in the level-major order of
         :func:`base_index`. Linear base (section 2.2): one GEMM per level (no split or
         concatenation of a single large output, whose backward would copy it again), into a
-        cached output block on CPU (:func:`~ctrlrnn.ops.metagross_level.level_projection`); the
+        cached output block on CPU (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the
         root level's GEMM also yields the token depth-gate logits (returned second,
         ``(B, T, 2I)``, else None). RNN base: one GEMM for the input projections of all ``3N``
         RNNs, then each RNN's recurrence on the fused-cell engine, from zero states (the paper)
@@ -208,11 +209,11 @@ class MetagrossUnit(nn.Module):
                     w = torch.cat([w, self.depth_weight])
                     if b is not None and self.depth_bias is not None:
                         b = torch.cat([b, self.depth_bias])
-                    proj = level_projection(x, w, b)
+                    proj = cached_linear(x, w, b)
                     block, logits = proj.split([3 * H, 2 * self.num_internal], -1)
                     blocks.append(block)
                 else:
-                    blocks.append(level_projection(x, w, b))
+                    blocks.append(cached_linear(x, w, b))
             return blocks, logits, None
         K, G = 3 * N, self.base_gates
         proj = F.linear(x, self.base_weight_ih, self.base_bias_ih).view(B, T, K, G * H)

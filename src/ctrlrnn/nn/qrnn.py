@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
 
 
@@ -161,7 +162,8 @@ class QRNNCell(nn.Module):
 
         ``history``: the ``window - 1`` inputs before ``x`` (zeros when omitted).
         """
-        gates = F.linear(causal_windows(x, self.window, history), self.weight, self.bias)
+        # eq 1-2 as one GEMM over the windows, into a cached block (its largest tensor)
+        gates = cached_linear(causal_windows(x, self.window, history), self.weight, self.bias)
         if self.encoder_weight is not None or encoder_state is not None:
             gates = gates + self._encoder_term(encoder_state)
         return gates

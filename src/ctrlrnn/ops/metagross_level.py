@@ -26,9 +26,9 @@ extension cannot be built run :func:`metagross_level_reference`, the composition
 (under ``torch.compile`` CPU tensors always take the custom ops, which fall back to that
 composition by themselves).
 
-:func:`level_projection` computes a level's base pre-activations ``W x + b`` (section 2.2)
-into a block of the extension's output cache, so that the largest tensor of a step does not
-page-fault afresh every step.
+A level's base pre-activations ``W x + b`` (section 2.2) are computed by
+:func:`ctrlrnn.ops.cached_linear.cached_linear`, into a block of the output cache, so that the
+largest tensor of a step does not page-fault afresh every step.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
 
-__all__ = ["level_projection", "metagross_level", "metagross_level_reference"]
+__all__ = ["metagross_level", "metagross_level_reference"]
 
 
 def metagross_level_reference(
@@ -232,55 +232,6 @@ def _compiled_on(device: torch.device) -> bool:
     if torch.compiler.is_compiling():
         return True
     return kernel_for("metagross", device) is not None
-
-
-# ------------------------------------------------------------------ the level's projection
-
-
-@torch.library.custom_op("ctrlrnn::level_projection", mutates_args=())
-def _projection_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    ext = kernel_for("metagross", x.device)
-    if ext is not None:
-        return ext.level_projection(x, weight, bias)
-    return torch.nn.functional.linear(x, weight, bias)
-
-
-@_projection_op.register_fake
-def _(x, weight, bias):
-    return x.new_empty(*x.shape[:-1], weight.shape[0])
-
-
-def _projection_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    x, weight, bias = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.has_bias = bias is not None
-
-
-def _projection_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-    x, weight = ctx.saved_tensors
-    g2 = grad.reshape(-1, weight.shape[0])
-    need_x, need_w, need_b = ctx.needs_input_grad
-    dx = (g2 @ weight).view(x.shape) if need_x else None
-    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need_w else None
-    db = g2.sum(0) if (ctx.has_bias and need_b) else None
-    return dx, dw, db
-
-
-_projection_op.register_autograd(_projection_backward, setup_context=_projection_setup)
-
-
-def level_projection(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, weight, bias)`` (section 2.2: ``F_n(x_t) = W_n x_t + b_n``) for a level's
-    base pre-activations, on CPU written into a block of the compiled extension's output cache.
-
-    A level's pre-activations are the largest tensor of a METAGROSS step (``3 k H`` values per
-    position), above glibc's mmap threshold at training sizes, so a fresh tensor page-faults on
-    every first write every step (``ops/csrc/output_pool.h``); the cached block does not. The
-    GEMMs (forward and backward) are torch's own. Elsewhere it is ``F.linear`` itself.
-    """
-    if not _compiled_on(x.device) or not x.is_contiguous():
-        return torch.nn.functional.linear(x, weight, bias)
-    return _projection_op(x, weight, bias)
 
 
 # ------------------------------------------------------------------ public entry point

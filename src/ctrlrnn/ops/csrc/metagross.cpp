@@ -27,8 +27,6 @@
 // With lengths: steps t >= length[b] leave the state unchanged and write zeros (outputs and
 // gradients alike). Accumulation in fp32 for fp16/bf16/fp32, fp64 for fp64. Large outputs come
 // from the output cache of output_pool.h and, for float, are written with streaming stores.
-//
-// level_projection: a level's base projections W x + b (section 2.2) into an output-cache block.
 
 #include <torch/extension.h>
 
@@ -593,29 +591,6 @@ std::vector<torch::Tensor> metagross_level_backward(
   return {dP, dchild, dalpha, dbeta, dres, ds0};
 }
 
-// The base projections of one level (section 2.2, F_n(x_t) = W_n x_t + b_n), x (..., D),
-// weight (N, D), bias (N,) -> (..., N), written into a block of this extension's output cache. A
-// level's pre-activations are the largest tensor of a METAGROSS step (3 k H values per position:
-// 48 MiB at B=32, T=256, H=256, k=2), above glibc's mmap threshold, so a fresh allocation would
-// page-fault on every first write, every step (output_pool.h).
-torch::Tensor level_projection(const torch::Tensor& x, const torch::Tensor& weight,
-                               const OptTensor& bias) {
-  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
-                  x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
-              "level_projection: expected x (..., D) and weight (N, D) of one dtype on CPU");
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  auto out = ctrlrnn::pooled_empty(sizes, x.options());
-  auto out2 = out.view({-1, weight.size(0)});
-  const auto x2 = x.reshape({-1, x.size(-1)});
-  if (bias.has_value()) {
-    at::addmm_out(out2, *bias, x2, weight.t());
-  } else {
-    at::mm_out(out2, x2, weight.t());
-  }
-  return out;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -625,8 +600,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &metagross_level_backward,
         "(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved states, h_form, "
         "has_res) -> [dP, dchild, dalpha, dbeta, dres, ds0]");
-  m.def("level_projection", &level_projection,
-        "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
   m.def("set_streaming_threshold", &set_streaming_threshold,
         "kernels writing at least this many bytes use streaming stores (negative: never)");
   m.def("streaming_threshold", &streaming_threshold,

@@ -186,8 +186,30 @@ inline torch::Tensor pooled_empty_like(const torch::Tensor& like) {
   return pooled_empty(like.sizes(), like.options());
 }
 
+// x W^T + b, x (..., D), weight (N, D), bias (N,) or None -> (..., N), written into a cached
+// block: the GEMM output of a layer's input projection is often the largest tensor of a step
+// (a METAGROSS level's pre-activations, a QRNN's gates), above glibc's mmap threshold, so a fresh
+// one would page-fault on every first write, every step. The GEMM is torch's own.
+inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                                   const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
+                  x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
+              "cached_linear: expected x (..., D) and weight (N, D) of one dtype on CPU");
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  auto out = pooled_empty(sizes, x.options());
+  auto out2 = out.view({-1, weight.size(0)});
+  const auto x2 = x.reshape({-1, x.size(-1)});
+  if (bias.has_value()) {
+    at::addmm_out(out2, *bias, x2, weight.t());
+  } else {
+    at::mm_out(out2, x2, weight.t());
+  }
+  return out;
+}
+
 // Python bindings every extension adds: output_cache_stats, output_cache_release,
-// output_cache_set_limit.
+// output_cache_set_limit, cached_linear.
 inline void bind_output_pool(pybind11::module& m) {
   m.def("output_cache_stats", [] { return OutputPool::instance().stats(); },
         "[held bytes, limit bytes, fresh allocations, reuses] of this extension's output cache");
@@ -195,6 +217,8 @@ inline void bind_output_pool(pybind11::module& m) {
         "free every cached block; returns the bytes freed");
   m.def("output_cache_set_limit", [](int64_t bytes) { OutputPool::instance().set_limit(bytes); },
         "cap on the bytes of free blocks held (0 disables the cache)");
+  m.def("cached_linear", &cached_linear,
+        "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
 }
 
 }  // namespace ctrlrnn

@@ -1,0 +1,71 @@
+"""``x W^T + b`` into a block of the compiled kernels' output cache (``ops/csrc/output_pool.h``).
+
+The input projection of a recurrent layer — a QRNN's gates (qrnn.txt eq 1-2), a METAGROSS
+level's base pre-activations (metagross.txt section 2.2) — is often the largest tensor of a
+step. Above glibc's mmap threshold a fresh tensor of that size page-faults on every first write,
+every step (measured at ~7 GB/s against ~35-40 GB/s into mapped memory here); the cached block
+does not. The GEMMs, forward and backward, are torch's own: only where the output lives changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ctrlrnn.ops.backend import kernel_for
+
+__all__ = ["cached_linear"]
+
+
+@torch.library.custom_op("ctrlrnn::cached_linear", mutates_args=())
+def _cached_linear_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    ext = kernel_for("scan", x.device)
+    if ext is not None and x.device.type == "cpu":
+        return ext.cached_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+@_cached_linear_op.register_fake
+def _(x, weight, bias):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    x, weight = ctx.saved_tensors
+    g2 = grad.reshape(-1, weight.shape[0])
+    need_x, need_w, need_b = ctx.needs_input_grad
+    dx = (g2 @ weight).view(x.shape) if need_x else None
+    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need_w else None
+    db = g2.sum(0) if (ctx.has_bias and need_b) else None
+    return dx, dw, db
+
+
+_cached_linear_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _uses_cache(x: Tensor) -> bool:
+    """CPU tensors with the compiled extension built take the custom op; under
+    ``torch.compile`` every CPU tensor does (tracing the extension's loader would break the
+    graph; the op falls back to ``F.linear`` by itself where the extension is unavailable)."""
+    if x.device.type != "cpu" or not x.is_contiguous():
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    return kernel_for("scan", x.device) is not None
+
+
+def cached_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``, its output in a cached block on CPU (module docstring);
+    ``F.linear`` itself elsewhere (CUDA, non-contiguous ``x``, no compiled extension)."""
+    if not _uses_cache(x):
+        return F.linear(x, weight, bias)
+    return _cached_linear_op(x, weight, bias)
