@@ -88,7 +88,7 @@ class OutputPool {
       std::lock_guard<std::mutex> lock(mu_);
       limit_ = bytes < 0 ? 0 : bytes;
     }
-    trim(0);
+    trim();
   }
 
   // Capacity class of a request: rounded up to an eighth of its power of two (>= 4 KiB).
@@ -144,15 +144,15 @@ class OutputPool {
       c10::free_cpu(p);
       return;
     }
-    trim(0);
+    trim();
   }
 
-  // Evicts the oldest free blocks until the held bytes plus `extra` fit the limit.
-  void trim(int64_t extra) {
+  // Evicts the oldest free blocks until the held bytes fit the limit.
+  void trim() {
     std::vector<void*> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      while (!order_.empty() && held_ + extra > limit_) {
+      while (!order_.empty() && held_ > limit_) {
         auto [p, cap] = order_.front();
         order_.pop_front();
         auto& blocks = free_[cap];
