@@ -45,7 +45,8 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path) -> tuple[Any, Any]:
+def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path) -> tuple[Any, Any]:
+    """The validated (config, task class) of one (arm, seed) of ``exp`` in ``mode``."""
     from ctrlrnn.train.cli import validated_config
 
     overrides: dict[str, Any] = {"seed": seed, "out": str(out), **exp.overrides(mode)}
@@ -65,7 +66,7 @@ def run_one(exp: Experiment, arm: Arm, seed: int, mode: str, runs_dir: Path,
     done = out / "result.json"
     if done.exists():
         return json.loads(done.read_text(encoding="utf-8"))
-    cfg, cls = _config_for(exp, arm, seed, mode, out)
+    cfg, cls = config_for(exp, arm, seed, mode, out)
     resume = (out / "checkpoint.safetensors").exists()
     result = train_run(cfg, cls, resume=resume, show_progress=show_progress, verbose=False)
     assert result is not None

@@ -3,17 +3,25 @@
 * qrnn.txt figure 4 (right): inference speed advantage of a 320-unit QRNN layer over an
   equal-sized ``torch.nn.LSTM`` layer across batch sizes and sequence lengths;
 * rcrn.txt table 10: training and inference time of RCRN against a 3-layer bidirectional
-  ``nn.LSTM`` (dimension 200, batch 32) across sequence lengths 16-256.
+  ``nn.LSTM`` (dimension 200, batch 32) across sequence lengths 16-256;
+* qrnn.txt table 3 (hours per epoch) and figure 4 (left, PTB LM training speed): the time of
+  one training epoch of the experiments' own models (``qrnn-ptb-lm``,
+  ``translation-char-qrnn``), from whole optimizer steps on batches sampled across the epoch.
 
 Each cell is a ratio of medians measured in the same run (interleaved, so load from other
-processes falls on both alike). The papers' numbers are GPU numbers (K40, GTX 1070); these are
-CPU numbers of this machine, and the pages say so.
+processes falls on both alike). The training runs' own "train s" columns are wall times of
+whole runs and move with the machine's load; the epoch times here are the comparison. The
+papers' numbers are GPU numbers (K40, GTX 1070); these are CPU numbers of this machine, and
+the pages say so.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import statistics
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,14 @@ GRIDS: dict[str, dict[str, list[int]]] = {
              "rcrn_length": [16, 32, 64, 128, 256]},
 }
 REPEATS = {"quick": 3, "full": 5}
+#: experiments whose training time per epoch the paper compares -> (page, what the paper says)
+EPOCH_TIME: dict[str, tuple[str, str]] = {
+    "qrnn-ptb-lm": ("qrnn", "figure 4 (left) times the training of this 2-layer PTB LM: the "
+                    "QRNN's recurrent part costs a fraction of the cuDNN LSTM's"),
+    "translation-char-qrnn": ("translation", "qrnn.txt table 3: 4.2 hours per epoch for the "
+                              "4-layer LSTM, 1.0 for the QRNN (4.2x)"),
+}
+SAMPLED_BATCHES = {"quick": 3, "full": 8}
 
 
 def _ratio(slow: float, fast: float) -> float:
@@ -87,6 +103,88 @@ def rcrn_table10(mode: str) -> dict[str, Any]:
     return {"length": GRIDS[mode]["rcrn_length"], "rows": rows}
 
 
+def _sample(n: int, k: int) -> list[int]:
+    """``k`` batch indices spread evenly over an epoch of ``n`` batches."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def epoch_time(exp_id: str, mode: str) -> dict[str, Any]:
+    """Seconds per training epoch of each arm of experiment ``exp_id`` at ``mode``'s config.
+
+    Every arm is built as its training run builds it (seed 0): task, model, optimizer, batch
+    size. The same batches, spread over epoch 0, go through whole optimizer steps
+    (:func:`ctrlrnn.train.trainer.training_step`: loss, backward, clipping, update), the arms
+    interleaved batch by batch; an arm's step time is the mean over batches of each batch's
+    median over the repeats, and its epoch time that mean times the batches in an epoch.
+    """
+    from ctrlrnn.reproduce.experiments import EXPERIMENTS
+    from ctrlrnn.reproduce.runner import config_for
+    from ctrlrnn.train.cli import seed_everything
+    from ctrlrnn.train.optim import build_optimizer
+    from ctrlrnn.train.trainer import training_step
+
+    exp = next(e for e in EXPERIMENTS if e.id == exp_id)
+    arms = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm in exp.arms:
+            cfg, cls = config_for(exp, arm, 0, mode, Path(tmp))
+            seed_everything(0)
+            task = cls(cfg.task_args, 0)
+            task.setup()
+            model = task.build_model(cfg.model, cfg.model_args).train()
+            params = [q for q in model.parameters() if q.requires_grad]
+            opt = build_optimizer(cfg.optimizer, params, lr=cfg.lr,
+                                  weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+            arms.append((arm.label, cfg, task, model, params, opt,
+                         task.train_batches(0, cfg.batch_size)))
+    n = len(arms[0][6])
+    picked = _sample(n, SAMPLED_BATCHES[mode])
+    samples: dict[str, list[list[float]]] = {a[0]: [[] for _ in picked] for a in arms}
+    for repeat in range(REPEATS[mode] + 1):  # the first round warms up and is not kept
+        for j, b in enumerate(picked):
+            for label, cfg, task, model, params, opt, batches in arms:
+                start = time.perf_counter()
+                training_step(task, model, opt, params, batches[b], cfg.clip_norm)
+                if repeat:
+                    samples[label][j].append(time.perf_counter() - start)
+    rows = {}
+    for label, cfg, *_ in arms:
+        step = statistics.fmean(statistics.median(t) for t in samples[label])
+        rows[label] = {"step_s": step, "epoch_s": step * n, "batch_size": cfg.batch_size}
+    return {"experiment": exp_id, "batches_per_epoch": n, "sampled_batches": len(picked),
+            "repeats": REPEATS[mode], "arms": rows}
+
+
+def epoch_times(mode: str) -> dict[str, Any]:
+    return {exp_id: epoch_time(exp_id, mode) for exp_id in EPOCH_TIME}
+
+
+def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str) -> list[str]:
+    claim = EPOCH_TIME[exp_id][1]
+    rows = r["arms"]
+    base_label = next(iter(rows))  # the experiments list the LSTM baseline first
+    base = rows[base_label]["epoch_s"]
+    lines = [f"### Speed: training time per epoch (`{exp_id}`)", "",
+             f"One epoch is {r['batches_per_epoch']} batches of "
+             f"{rows[base_label]['batch_size']}; each arm ran whole optimizer steps on the same "
+             f"{r['sampled_batches']} batches spread over it, interleaved, median of "
+             f"{r['repeats']} repeats, measured in one run on {machine}. The paper: {claim}.", "",
+             f"| arm | s per step | s per epoch | {base_label} time / arm time |",
+             "|---|---|---|---|"]
+    for label, row in rows.items():
+        lines.append(f"| {label} | {row['step_s']:.3g} | {row['epoch_s']:.3g} | "
+                     f"{_ratio(base, row['epoch_s']):.2f}x |")
+    others = [label for label in rows if label != base_label]
+    faster = [label for label in others if rows[label]["epoch_s"] < base]
+    verdict = ("reproduced" if len(faster) == len(others) else
+               "partly reproduced" if faster else "not reproduced")
+    lines += ["", f"Claim *{' and '.join(others)} train{'s' if len(others) == 1 else ''} faster "
+              f"per epoch than the {base_label}*: **{verdict}** (on CPU).", ""]
+    return lines
+
+
 def _machine() -> str:
     return (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
             f"torch {torch.__version__}")
@@ -95,10 +193,17 @@ def _machine() -> str:
 def run_speed(mode: str, results_dir: Path, docs_dir: Path) -> dict[str, list[str]]:
     """Measure (or read cached) speed results and return the page sections."""
     path = results_dir / mode / "speed.json"
-    if not path.exists():
-        data = {"machine": _machine(), "qrnn": qrnn_figure4(mode), "rcrn": rcrn_table10(mode)}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data.setdefault("machine", _machine())
+    measures: dict[str, Callable[[str], dict[str, Any]]] = {
+        "qrnn": qrnn_figure4, "rcrn": rcrn_table10, "epoch_time": epoch_times}
+    for key, measure in measures.items():  # a part already measured is kept, not re-measured
+        if key not in data:
+            data[key] = measure(mode)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+            tmp.replace(path)
     return speed_sections_from_results(mode, results_dir, docs_dir)
 
 
@@ -145,4 +250,9 @@ def speed_sections_from_results(mode: str, results_dir: Path,
     elif "error" in r:
         sections["rcrn"] = ["### Speed: RCRN vs 3-layer BiLSTM (table 10)", "",
                             f"Not measured: {r['error']}", ""]
+    for exp_id, result in data.get("epoch_time", {}).items():
+        if exp_id in EPOCH_TIME:
+            page = EPOCH_TIME[exp_id][0]
+            sections[page] = [*sections.get(page, []),
+                              *_epoch_time_lines(exp_id, result, data["machine"])]
     return sections

@@ -39,6 +39,31 @@ LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"
 
 
+def training_step(
+    task: Task,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    params: list[nn.Parameter],
+    batch: Any,
+    clip_norm: float,
+    ctx: DistContext | None = None,
+) -> torch.Tensor:
+    """One optimizer step on ``batch``: loss, backward, gradient averaging over processes,
+    clipping to ``clip_norm`` (0: none) and the update; returns the (attached) loss.
+
+    The trainer's loop and the epoch-time measurement of ``ctrlrnn reproduce`` both use it,
+    so the timed step is the trained one."""
+    loss = task.loss(model, batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if ctx is not None:
+        average_gradients(params, ctx)
+    if clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    optimizer.step()
+    return loss
+
+
 class Trainer:
     """Runs one training job described by a :class:`TrainConfig`."""
 
@@ -164,13 +189,8 @@ class Trainer:
                 self.model.train()
                 for index in range(int(self.progress["batch"]), len(batches)):
                     batch = self.task.shard(batches[index], self.ctx.rank, self.ctx.world_size)
-                    loss = self.task.loss(self.model, batch)
-                    self.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    average_gradients(self.params, self.ctx)
-                    if cfg.clip_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(self.params, cfg.clip_norm)
-                    self.optimizer.step()
+                    loss = training_step(self.task, self.model, self.optimizer, self.params,
+                                         batch, cfg.clip_norm, self.ctx)
                     loss_value = mean_over_processes(float(loss.detach()), self.ctx)
                     self.progress["step"] += 1
                     self.progress["batch"] = index + 1
