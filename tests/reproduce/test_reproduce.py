@@ -96,3 +96,30 @@ def test_unavailable_task_is_reported(tmp_path):
     data = runner.run_experiment(ghost, "quick", tmp_path / "r", tmp_path / "s",
                                  log=lambda s: None)
     assert not data["complete"] and "not available" in data["errors"]["*"]
+
+
+def test_also_metric_column_and_claims(tmp_path):
+    exp = Experiment(
+        id="two-metrics", paper="metagross", title="two metrics", task="sort",
+        metric="exact_match", higher_is_better=True,
+        arms=(Arm("A", "lstm", paper=50.0, paper_also={"perplexity": 1.5}),
+              Arm("B", "metagross", paper=60.0, paper_also={"perplexity": 1.2})),
+        claims=(Claim("B", "A", "t1"), Claim("B", "A", "t1", "perplexity"),
+                Claim("A", "B", "t1", "perplexity")),
+        quick={}, full={}, also=("perplexity",),
+    )
+
+    def seeds(em, ppl):
+        return {str(i): {"test": e, "valid": e, "steps": 5, "train_seconds": 1.0,
+                         "parameters": 10, "test_metrics": {"exact_match": e, "perplexity": p}}
+                for i, (e, p) in enumerate(zip(em, ppl))}
+
+    data = {"arms": {"A": {"paper": 50.0, "seeds": seeds([0.40, 0.42], [1.50, 1.52])},
+                     "B": {"paper": 60.0, "seeds": seeds([0.30, 0.31], [1.10, 1.11])}}}
+    lines, verdicts = pages.experiment_section(exp, data, tmp_path, "quick")
+    text = "\n".join(lines)
+    assert "test perplexity: ours (paper)" in text
+    assert "| B | 60 | 30.5 ± 0.71 (2) | 1.105 ± 0.0071 (1.2) |" in text
+    assert verdicts == [("B beats A", "t1", "not reproduced"),
+                        ("B beats A (perplexity)", "t1", "reproduced"),  # lower is better
+                        ("A beats B (perplexity)", "t1", "not reproduced")]

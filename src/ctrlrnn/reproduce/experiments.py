@@ -21,6 +21,7 @@ class Arm:
     model_args: dict[str, Any] = field(default_factory=dict)
     task_args: dict[str, Any] = field(default_factory=dict)
     paper: float | None = None  # the paper's number for this arm, on the paper's data
+    paper_also: dict[str, float] = field(default_factory=dict)  # for the experiment's ``also``
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Claim:
     better: str
     worse: str
     source: str  # where the paper says it
+    metric: str = ""  # a test metric of the experiment's ``also``; "" is its main metric
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Experiment:
     seeds_full: int = 3
     paper_metric: str = ""  # what the paper's numbers are (dataset, metric)
     note: str = ""
+    also: tuple[str, ...] = ()  # further test metrics the paper reports, shown beside the main
 
     def seeds(self, mode: str) -> list[int]:
         return list(range(self.seeds_quick if mode == "quick" else self.seeds_full))
@@ -65,15 +68,22 @@ PAGES: dict[str, str] = {
 }
 
 _SMALL = {"hidden_size": 64}
+#: metagross.txt table 1 and section 3.1 ("S-BiLSTMs are always better than LSTMs on this task")
+_TABLE1_CLAIMS = (
+    Claim("METAGROSS", "BiLSTM", "table 1"),
+    Claim("METAGROSS", "S-BiLSTM", "table 1"),
+    Claim("S-BiLSTM", "BiLSTM", "table 1 and 3.1: always better"),
+)
 
 
 def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
              claims: tuple[Claim, ...], task_args: dict[str, Any], paper_metric: str,
-             metric: str = "exact_match", page: str = "metagross") -> Experiment:
+             metric: str = "exact_match", page: str = "metagross",
+             also: tuple[str, ...] = ()) -> Experiment:
     return Experiment(
         id=exp_id, paper=page, title=title, task=task, metric=metric,
         higher_is_better=metric != "perplexity", arms=arms, claims=claims,
-        task_args=task_args, paper_metric=paper_metric,
+        task_args=task_args, paper_metric=paper_metric, also=also,
         quick={"max_steps": 150, "epochs": 20, "batch_size": 64, "eval_every": 75,
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"epochs": 20, "batch_size": 64, "patience": 5,
@@ -97,7 +107,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                 paper=78.3),
         ),
         claims=(Claim("QRNN", "LSTM", "table 2"),
-                Claim("QRNN + zoneout 0.1", "LSTM", "table 2")),
+                Claim("QRNN + zoneout 0.1", "LSTM", "table 2"),
+                Claim("QRNN + zoneout 0.1", "QRNN", "table 2: 78.3 vs 79.9")),
         quick={"max_steps": 200, "epochs": 1, "model.hidden_size": 128, "eval_batches": 20},
         full={"max_steps": 800, "epochs": 1, "model.hidden_size": 256, "eval_every": 200},
         paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
@@ -186,19 +197,27 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     # ------------------------------------------------------------------ METAGROSS
     _seq2seq(
         "sort", "metagross-sort", "Sorting, n = 10 (table 1)",
-        (Arm("BiLSTM", "lstm", {**_SMALL, "bidirectional": True}, paper=78.9),
-         Arm("S-BiLSTM", "lstm", {**_SMALL, "bidirectional": True, "num_layers": 3}, paper=88.0),
-         Arm("METAGROSS", "metagross", {**_SMALL, "bidirectional": True}, paper=90.6)),
-        (Claim("METAGROSS", "BiLSTM", "table 1"), Claim("METAGROSS", "S-BiLSTM", "table 1")),
-        {"max_length": 10}, "exact match (%) on sorting, n = 10",
+        (Arm("BiLSTM", "lstm", {**_SMALL, "bidirectional": True}, paper=78.9,
+             paper_also={"perplexity": 1.2}),
+         Arm("S-BiLSTM", "lstm", {**_SMALL, "bidirectional": True, "num_layers": 3}, paper=88.0,
+             paper_also={"perplexity": 1.1}),
+         Arm("METAGROSS", "metagross", {**_SMALL, "bidirectional": True}, paper=90.6,
+             paper_also={"perplexity": 1.1})),
+        (*_TABLE1_CLAIMS, Claim("METAGROSS", "BiLSTM", "table 1: 1.1 vs 1.2", "perplexity")),
+        {"max_length": 10}, "exact match (%) and perplexity on sorting, n = 10",
+        also=("perplexity",),
     ),
     _seq2seq(
         "tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
-        (Arm("BiLSTM", "lstm", {**_SMALL, "bidirectional": True}, paper=96.9),
-         Arm("S-BiLSTM", "lstm", {**_SMALL, "bidirectional": True, "num_layers": 3}, paper=98.0),
-         Arm("METAGROSS", "metagross", {**_SMALL, "bidirectional": True}, paper=98.4)),
-        (Claim("METAGROSS", "BiLSTM", "table 1"), Claim("METAGROSS", "S-BiLSTM", "table 1")),
-        {"max_depth": 4}, "exact match (%) on tree traversal, n = 4",
+        (Arm("BiLSTM", "lstm", {**_SMALL, "bidirectional": True}, paper=96.9,
+             paper_also={"perplexity": 2.4}),
+         Arm("S-BiLSTM", "lstm", {**_SMALL, "bidirectional": True, "num_layers": 3}, paper=98.0,
+             paper_also={"perplexity": 1.0}),
+         Arm("METAGROSS", "metagross", {**_SMALL, "bidirectional": True}, paper=98.4,
+             paper_also={"perplexity": 1.0})),
+        (*_TABLE1_CLAIMS, Claim("METAGROSS", "BiLSTM", "table 1: 1.0 vs 2.4", "perplexity")),
+        {"max_depth": 4}, "exact match (%) and perplexity on tree traversal, n = 4",
+        also=("perplexity",),
     ),
     Experiment(
         id="metagross-logic",
@@ -341,7 +360,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         claims=(Claim("nCARNN", "LSTM LM (no context)", "table 2"),
                 Claim("iCARNN", "LSTM LM (no context)", "table 2"),
-                Claim("sCARNN", "LSTM LM (no context)", "table 2")),
+                Claim("sCARNN", "LSTM LM (no context)", "table 2"),
+                Claim("sCARNN", "iCARNN", "table 2 and 5.2: sCARNN best on PDTB"),
+                Claim("sCARNN", "nCARNN", "table 2 and 5.2: sCARNN best on PDTB"),
+                Claim("iCARNN", "nCARNN", "table 2: 94.72 vs 96.95 on PDTB")),
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 128, "eval_batches": 10,
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"max_steps": 500, "epochs": 1, "model.hidden_size": 128, "eval_every": 125,

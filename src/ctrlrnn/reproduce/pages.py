@@ -26,11 +26,30 @@ from ctrlrnn.reproduce.runner import load_results, slug
 
 #: metrics stored as fractions and shown in percent, like the papers' tables
 PERCENT = {"accuracy", "exact_match", "token_accuracy", "dialog_accuracy"}
+#: metrics where lower is better (for an experiment's ``also`` metrics and their claims)
+LOWER_IS_BETTER = {"perplexity", "loss", "nll", "bits_per_char"}
 
 
-def _values(arm: dict[str, Any], scale: float = 1.0) -> list[float]:
-    return [scale * float(s["test"]) for s in arm.get("seeds", {}).values()
-            if s.get("test") is not None and math.isfinite(float(s["test"]))]
+def _scale(metric: str) -> float:
+    return 100.0 if metric in PERCENT else 1.0
+
+
+def _values(arm: dict[str, Any], scale: float = 1.0, metric: str = "") -> list[float]:
+    """The test results of an arm's seeds: its main metric, or ``metric`` of its test metrics."""
+    out = []
+    for s in arm.get("seeds", {}).values():
+        v = s.get("test") if not metric else s.get("test_metrics", {}).get(metric)
+        if v is not None and math.isfinite(float(v)):
+            out.append(scale * float(v))
+    return out
+
+
+def _claim_values(exp: Experiment, arm: dict[str, Any], metric: str) -> list[float]:
+    return _values(arm, metric=metric) if metric and metric != exp.metric else _values(arm)
+
+
+def _claim_text(better: str, worse: str, metric: str) -> str:
+    return f"{better} beats {worse}" + (f" ({metric})" if metric else "")
 
 
 def _ordered_arms(exp: Experiment, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -107,7 +126,7 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0)
 def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Path,
                        mode: str) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Markdown lines for one experiment and its claim verdicts ``(claim, source, verdict)``."""
-    scale = 100.0 if exp.metric in PERCENT else 1.0
+    scale = _scale(exp.metric)
     unit = " (%)" if scale != 1.0 else ""
     lines = [f"### {exp.title}", "", f"Task `{exp.task}`, metric: test {exp.metric}{unit} "
              f"({'higher' if exp.higher_is_better else 'lower'} is better). "
@@ -122,21 +141,28 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if data is None:
         lines += ["", "Not run yet in this mode.", ""]
         for c in exp.claims:
-            verdicts.append((f"{c.better} beats {c.worse}", c.source, "not run"))
+            verdicts.append((_claim_text(c.better, c.worse, c.metric), c.source, "not run"))
         return lines, verdicts
-    lines += ["", "| arm | paper | ours: mean ± std (seeds) | valid | steps | train s | "
-              "parameters |", "|---|---|---|---|---|---|---|"]
+    also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
+    lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid | steps | "
+              "train s | parameters |", "|---" * (7 + len(exp.also)) + "|"]
+    paper_also = {a.label: a.paper_also for a in exp.arms}
     for label, arm in _ordered_arms(exp, data):
         vals = _values(arm, scale)
         m, s = _mean_std(vals)
+        also_cells = ""
+        for metric in exp.also:
+            am, asd = _mean_std(_values(arm, _scale(metric), metric))
+            also_cells += (f" {_fmt(am)} ± {_fmt(asd, 2)} "
+                           f"({_fmt(paper_also.get(label, {}).get(metric))}) |")
         seeds = list(arm.get("seeds", {}).values())
         valid = [scale * x["valid"] for x in seeds if x.get("valid") is not None]
         secs = [x["train_seconds"] for x in seeds if x.get("train_seconds")]
         steps = seeds[0].get("steps") if seeds else None
         params = seeds[0].get("parameters") if seeds else None
         lines.append(
-            f"| {label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) | "
-            f"{_fmt(statistics.fmean(valid) if valid else None)} | {steps or '–'} | "
+            f"| {label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) |"
+            f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | {steps or '–'} | "
             f"{_fmt(statistics.fmean(secs) if secs else None, 3)} | {params or '–'} |"
         )
     if data.get("errors"):
@@ -148,10 +174,13 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     lines += ["", "| claim (paper) | where | at our scale |", "|---|---|---|"]
     arms = data.get("arms", {})
     for c in exp.claims:
-        v = verdict(_values(arms.get(c.better, {})), _values(arms.get(c.worse, {})),
-                    exp.higher_is_better)
-        verdicts.append((f"{c.better} beats {c.worse}", c.source, v))
-        lines.append(f"| {c.better} beats {c.worse} | {c.source} | **{v}** |")
+        higher = exp.higher_is_better if not c.metric or c.metric == exp.metric else (
+            c.metric not in LOWER_IS_BETTER)
+        v = verdict(_claim_values(exp, arms.get(c.better, {}), c.metric),
+                    _claim_values(exp, arms.get(c.worse, {}), c.metric), higher)
+        text = _claim_text(c.better, c.worse, c.metric)
+        verdicts.append((text, c.source, v))
+        lines.append(f"| {text} | {c.source} | **{v}** |")
     lines.append("")
     return lines, verdicts
 
