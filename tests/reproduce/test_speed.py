@@ -55,7 +55,7 @@ def _result(**epoch_s):
      ({"LSTM": 4.0, "QRNN": 1.0, "QRNN + zoneout 0.1": 6.0}, "partly reproduced")],
 )
 def test_epoch_time_lines(times, verdict):
-    text = "\n".join(speed._epoch_time_lines("qrnn-ptb-lm", _result(**times), "here"))
+    text = "\n".join(speed._epoch_time_lines("qrnn-ptb-lm", _result(**times), "here", []))
     assert f"**{verdict}**" in text
     assert "| QRNN | 0.1 | 1 | 4.00x |" in text or times["QRNN"] != 1.0
     assert "One epoch is 10 batches of 4" in text
@@ -77,3 +77,7 @@ def test_run_speed_measures_only_what_is_missing(monkeypatch, tmp_path):
     data = json.loads(path.read_text())
     assert data["qrnn"] == {"kept": 1} and "qrnn-ptb-lm" in data["epoch_time"]
     assert any("training time per epoch" in line for line in sections["qrnn"])
+    claims = speed.speed_claims("full", tmp_path)
+    assert claims == [("qrnn", "Training time per epoch (`qrnn-ptb-lm`)",
+                       "QRNN trains faster per epoch than the LSTM", "figure 4 (left)",
+                       "reproduced (CPU)")]

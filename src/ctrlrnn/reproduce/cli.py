@@ -52,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
         speed_sections = dict(speed_sections)
         speed_sections["cas-lstm"] = [*speed_sections.get("cas-lstm", []),
                                       *cas_gate_section(mode, runs, docs)]
+    from ctrlrnn.reproduce.speed import speed_claims
+
     pages = write_pages(results, docs, mode, speed_sections,
-                        tuple(chosen) if args.only else None)
+                        tuple(chosen) if args.only else None, speed_claims(mode, results))
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return 0

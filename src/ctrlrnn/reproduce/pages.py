@@ -187,10 +187,13 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
 
 def write_pages(results_dir: Path, out_dir: Path, mode: str,
                 extra_sections: dict[str, list[str]] | None = None,
-                experiments: tuple[Experiment, ...] | None = None) -> list[Path]:
+                experiments: tuple[Experiment, ...] | None = None,
+                extra_claims: list[tuple[str, str, str, str, str]] | None = None) -> list[Path]:
     """Write one page per paper plus ``README.md`` (the summary); returns the paths.
 
-    ``experiments`` limits the pages to those experiments (and their papers).
+    ``experiments`` limits the pages to those experiments (and their papers);
+    ``extra_claims`` ``(page, experiment, claim, where, verdict)`` are verdicts made outside
+    the experiments' tables (the speed sections), listed in the summary with their pages'.
     """
     chosen = EXPERIMENTS if experiments is None else experiments
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -220,6 +223,9 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
                 summary.append(
                     f"| [{paper}]({paper}.md) | {exp.title} | {claim} | {source} | {v} |")
         lines += (extra_sections or {}).get(paper, [])
+        for page, title, claim, source, v in extra_claims or []:
+            if page == paper:
+                summary.append(f"| [{paper}]({paper}.md) | {title} | {claim} | {source} | {v} |")
         path = out_dir / f"{paper}.md"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)

@@ -34,11 +34,11 @@ GRIDS: dict[str, dict[str, list[int]]] = {
              "rcrn_length": [16, 32, 64, 128, 256]},
 }
 REPEATS = {"quick": 3, "full": 5}
-#: experiments whose training time per epoch the paper compares -> (page, what the paper says)
-EPOCH_TIME: dict[str, tuple[str, str]] = {
-    "qrnn-ptb-lm": ("qrnn", "figure 4 (left) times the training of this 2-layer PTB LM: the "
-                    "QRNN's recurrent part costs a fraction of the cuDNN LSTM's"),
-    "translation-char-qrnn": ("translation", "qrnn.txt table 3: 4.2 hours per epoch for the "
+#: experiments whose training time per epoch the paper compares -> (page, where, what it says)
+EPOCH_TIME: dict[str, tuple[str, str, str]] = {
+    "qrnn-ptb-lm": ("qrnn", "figure 4 (left)", "the training time of this 2-layer PTB LM, "
+                    "where the QRNN's recurrent part costs a fraction of the cuDNN LSTM's"),
+    "translation-char-qrnn": ("translation", "qrnn.txt table 3", "4.2 hours per epoch for the "
                               "4-layer LSTM, 1.0 for the QRNN (4.2x)"),
 }
 SAMPLED_BATCHES = {"quick": 3, "full": 8}
@@ -161,8 +161,13 @@ def epoch_times(mode: str) -> dict[str, Any]:
     return {exp_id: epoch_time(exp_id, mode) for exp_id in EPOCH_TIME}
 
 
-def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str) -> list[str]:
-    claim = EPOCH_TIME[exp_id][1]
+#: one claim of a speed section for the summary: (page, experiment, claim, where, verdict)
+SpeedClaim = tuple[str, str, str, str, str]
+
+
+def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str,
+                      claims: list[SpeedClaim]) -> list[str]:
+    page, where, said = EPOCH_TIME[exp_id]
     rows = r["arms"]
     base_label = next(iter(rows))  # the experiments list the LSTM baseline first
     base = rows[base_label]["epoch_s"]
@@ -170,7 +175,9 @@ def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str) -> list[str]
              f"One epoch is {r['batches_per_epoch']} batches of "
              f"{rows[base_label]['batch_size']}; each arm ran whole optimizer steps on the same "
              f"{r['sampled_batches']} batches spread over it, interleaved, median of "
-             f"{r['repeats']} repeats, measured in one run on {machine}. The paper: {claim}.", "",
+             f"{r['repeats']} repeats, measured in one run on {machine}. "
+             f"The paper ({where}): {said}.",
+             "",
              f"| arm | s per step | s per epoch | {base_label} time / arm time |",
              "|---|---|---|---|"]
     for label, row in rows.items():
@@ -180,8 +187,11 @@ def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str) -> list[str]
     faster = [label for label in others if rows[label]["epoch_s"] < base]
     verdict = ("reproduced" if len(faster) == len(others) else
                "partly reproduced" if faster else "not reproduced")
-    lines += ["", f"Claim *{' and '.join(others)} train{'s' if len(others) == 1 else ''} faster "
-              f"per epoch than the {base_label}*: **{verdict}** (on CPU).", ""]
+    claim = (f"{' and '.join(others)} train{'s' if len(others) == 1 else ''} faster per epoch "
+             f"than the {base_label}")
+    lines += ["", f"Claim *{claim}*: **{verdict}** (on CPU).", ""]
+    claims.append((page, f"Training time per epoch (`{exp_id}`)", claim, where,
+                   f"{verdict} (CPU)"))
     return lines
 
 
@@ -209,11 +219,22 @@ def run_speed(mode: str, results_dir: Path, docs_dir: Path) -> dict[str, list[st
 
 def speed_sections_from_results(mode: str, results_dir: Path,
                                 docs_dir: Path) -> dict[str, list[str]]:
+    """The speed sections of the pages, by page, from ``speed.json``."""
+    return _speed_report(mode, results_dir)[0]
+
+
+def speed_claims(mode: str, results_dir: Path) -> list[SpeedClaim]:
+    """The speed claims and their verdicts, for the summary page."""
+    return _speed_report(mode, results_dir)[1]
+
+
+def _speed_report(mode: str, results_dir: Path) -> tuple[dict[str, list[str]], list[SpeedClaim]]:
     path = results_dir / mode / "speed.json"
     if not path.exists():
-        return {}
+        return {}, []
     data = json.loads(path.read_text(encoding="utf-8"))
     sections: dict[str, list[str]] = {}
+    claims: list[SpeedClaim] = []
     q = data.get("qrnn", {})
     if "speedup" in q:
         lines = ["### Speed: QRNN vs LSTM inference (figure 4, right)", "",
@@ -232,6 +253,8 @@ def speed_sections_from_results(mode: str, results_dir: Path,
         lines += ["", f"Claim *QRNN is faster than the LSTM*: faster in {faster} of {total} "
                   f"cells — **{v}** (on CPU).", ""]
         sections["qrnn"] = lines
+        claims.append(("qrnn", "Speed: QRNN vs LSTM inference", "QRNN is faster than the LSTM",
+                       "figure 4 (right)", f"{v} (CPU, {faster} of {total} cells)"))
     r = data.get("rcrn", {})
     if "rows" in r:
         lines = ["### Speed: RCRN vs 3-layer BiLSTM (table 10)", "",
@@ -247,6 +270,9 @@ def speed_sections_from_results(mode: str, results_dir: Path,
                   f"{'reproduced' if ok else 'not reproduced'}** (training time ratio <= 1 at "
                   "every length).", ""]
         sections["rcrn"] = lines
+        claims.append(("rcrn", "Speed: RCRN vs 3-layer BiLSTM",
+                       "RCRN is as fast as a 3-layer BiLSTM", "table 10",
+                       f"{'reproduced' if ok else 'not reproduced'} (CPU)"))
     elif "error" in r:
         sections["rcrn"] = ["### Speed: RCRN vs 3-layer BiLSTM (table 10)", "",
                             f"Not measured: {r['error']}", ""]
@@ -254,5 +280,5 @@ def speed_sections_from_results(mode: str, results_dir: Path,
         if exp_id in EPOCH_TIME:
             page = EPOCH_TIME[exp_id][0]
             sections[page] = [*sections.get(page, []),
-                              *_epoch_time_lines(exp_id, result, data["machine"])]
-    return sections
+                              *_epoch_time_lines(exp_id, result, data["machine"], claims)]
+    return sections, claims
