@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -24,6 +25,20 @@ from ctrlrnn.reproduce.experiments import EXPERIMENTS, Arm, Claim, Experiment
 )
 def test_verdict(better, worse, higher, expected):
     assert pages.verdict(better, worse, higher) == expected
+
+
+@pytest.mark.parametrize(
+    "better,worse,expected",
+    [
+        ([0.10, 0.10], [0.10, 0.11], "no signal, both at chance"),
+        ([0.115, 0.11], [0.10, 0.10], "no signal, both at chance"),
+        ([0.30, 0.31], [0.10, 0.10], "reproduced"),  # one arm learned: the claim is judged
+        ([0.10, 0.10], [0.30, 0.31], "not reproduced"),
+        ([], [0.10], "not run"),
+    ],
+)
+def test_verdict_at_chance(better, worse, expected):
+    assert pages.verdict(better, worse, True, chance=0.1) == expected
 
 
 def test_every_experiment_is_well_formed():
@@ -123,3 +138,30 @@ def test_also_metric_column_and_claims(tmp_path):
     assert verdicts == [("B beats A", "t1", "not reproduced"),
                         ("B beats A (perplexity)", "t1", "reproduced"),  # lower is better
                         ("A beats B (perplexity)", "t1", "not reproduced")]
+
+
+def test_added_arm_runs_alone(tmp_path, monkeypatch):
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    first = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                  log=lambda s: None)
+    import shutil
+
+    shutil.rmtree(runs)  # the finished results must come from the results file alone
+    trained = []
+
+    def fake_run(exp, arm, seed, mode, runs_dir, show_progress):
+        trained.append((arm.label, seed))
+        return {"test": {"token_accuracy": 0.5}, "valid": {"token_accuracy": 0.5}, "step": 3,
+                "train_seconds": 1.0, "epochs_completed": 1, "parameters": 1}
+
+    monkeypatch.setattr(runner, "run_one", fake_run)
+    grown = dataclasses.replace(TINY, arms=(*TINY.arms, Arm("GRU", "gru", {"hidden_size": 8})))
+    data = runner.run_experiment(grown, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert trained == [("GRU", 0), ("GRU", 1)]
+    assert data["complete"] and data["arms"]["LSTM"] == first["arms"]["LSTM"]
+    assert data["arms"]["GRU"]["seeds"]["1"]["test"] == 0.5
+    assert data["seconds"] >= first["seconds"]
+    trained.clear()
+    runner.run_experiment(grown, "quick", runs, results, show_progress=False, log=lambda s: None)
+    assert trained == []

@@ -10,6 +10,9 @@ chart with the seed spread; and a verdict for each ordering the paper claims:
 * **same direction, within spread** — ordered as claimed, but the seed spreads overlap;
 * **same direction, one seed** — ordered as claimed, with no spread to judge the gap by;
 * **not reproduced** — ordered the other way (or equal);
+* **no signal, both at chance** — both arms' means are within ``CHANCE_MARGIN`` (relative) of
+  the experiment's chance level (e.g. 10% on 10 balanced classes): the runs learned nothing
+  the claim could be judged by;
 * **not run** — an arm is missing (a failed run or an unavailable task), with the reason.
 """
 
@@ -64,12 +67,25 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def verdict(better: list[float], worse: list[float], higher_is_better: bool) -> str:
-    """Compare the seed results of the arm claimed better with the arm claimed worse."""
+#: how far above (below, where lower is better) the chance level a mean must be to count,
+#: relative to that level (0.2: beyond 12% accuracy where chance is 10%)
+CHANCE_MARGIN = 0.2
+
+
+def verdict(better: list[float], worse: list[float], higher_is_better: bool,
+            chance: float | None = None) -> str:
+    """Compare the seed results of the arm claimed better with the arm claimed worse.
+
+    ``chance``: the metric's chance level in the values' units, if it has one."""
     if not better or not worse:
         return "not run"
     mb, sb = _mean_std(better)
     mw, sw = _mean_std(worse)
+    if chance is not None:
+        margin = CHANCE_MARGIN * abs(chance)
+        if all((m <= chance + margin) if higher_is_better else (m >= chance - margin)
+               for m in (mb, mw)):
+            return "no signal, both at chance"
     gap = (mb - mw) if higher_is_better else (mw - mb)
     if gap > 0 and min(len(better), len(worse)) < 2:
         return "same direction, one seed"  # no spread to judge the gap by
@@ -131,6 +147,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     lines = [f"### {exp.title}", "", f"Task `{exp.task}`, metric: test {exp.metric}{unit} "
              f"({'higher' if exp.higher_is_better else 'lower'} is better). "
              f"Paper's numbers: {exp.paper_metric or 'none for this setting'}."]
+    if exp.chance is not None:
+        lines[-1] += f" Chance level: {_fmt(exp.chance * scale)}{unit.strip(' ()')}."
     if exp.note:
         lines += ["", exp.note]
     limit = exp.overrides(mode).get("eval_batches")
@@ -176,8 +194,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     for c in exp.claims:
         higher = exp.higher_is_better if not c.metric or c.metric == exp.metric else (
             c.metric not in LOWER_IS_BETTER)
+        main = not c.metric or c.metric == exp.metric
         v = verdict(_claim_values(exp, arms.get(c.better, {}), c.metric),
-                    _claim_values(exp, arms.get(c.worse, {}), c.metric), higher)
+                    _claim_values(exp, arms.get(c.worse, {}), c.metric), higher,
+                    exp.chance if main else None)
         text = _claim_text(c.better, c.worse, c.metric)
         verdicts.append((text, c.source, v))
         lines.append(f"| {text} | {c.source} | **{v}** |")

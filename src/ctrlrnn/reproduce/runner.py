@@ -6,7 +6,9 @@ Layout (``mode`` is ``quick`` or ``full``)::
     RUNS/<mode>/<experiment>/<arm>-seed<k>/   each run's checkpoint, logs and report
 
 A run whose ``result.json`` exists is not run again; a run interrupted part-way (a checkpoint
-but no result) is resumed; an experiment whose results file is complete is skipped whole.
+but no result) is resumed; an experiment whose results file is complete is skipped whole. An
+arm or seed added to an experiment after its results file was written runs alone: the
+file's finished (arm, seed) results are kept as they are, even without their run directories.
 """
 
 from __future__ import annotations
@@ -98,7 +100,12 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run every arm and seed of ``exp`` not yet done; write and return its results."""
     cached = load_results(results_dir, mode, exp)
-    if cached and cached.get("complete"):
+    done: dict[str, dict[str, Any]] = {
+        label: dict(arm.get("seeds", {})) for label, arm in (cached or {}).get("arms", {}).items()
+    }
+    if cached and cached.get("complete") and all(
+        str(seed) in done.get(arm.label, {}) for arm in exp.arms for seed in exp.seeds(mode)
+    ):
         log(f"[reproduce] {exp.id}: cached ({results_path(results_dir, mode, exp)})")
         return cached
     from ctrlrnn.tasks import TASKS
@@ -118,6 +125,9 @@ def run_experiment(
     for arm in exp.arms:
         seeds: dict[str, Any] = {}
         for seed in exp.seeds(mode):
+            if str(seed) in done.get(arm.label, {}):
+                seeds[str(seed)] = done[arm.label][str(seed)]
+                continue
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
             try:
                 result = run_one(exp, arm, seed, mode, runs_dir, show_progress)
@@ -128,7 +138,7 @@ def run_experiment(
                 continue
             seeds[str(seed)] = _summarise(result, exp)
         data["arms"][arm.label] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
-    data["seconds"] = time.perf_counter() - started
+    data["seconds"] = float((cached or {}).get("seconds", 0.0)) + time.perf_counter() - started
     data["complete"] = not data["errors"]
     _write_json(results_path(results_dir, mode, exp), data)
     return data
