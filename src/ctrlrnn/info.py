@@ -17,10 +17,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"ctrlrnn {__version__}  torch {info['torch']}  threads {info['threads']}")
     print(f"extension cache: {info['cache']}")
+    print(f"C++ compiler: {info['compiler']}")
     for family, st in info["families"].items():
-        print(f"  {family:9s} cpu: {st['cpu']:9s} ({st['reason'][:300]})")
+        print(f"  {family:9s} cpu: {st['cpu']:9s} ({st['reason']})")
         if st["path"]:
             print(f"            {st['path']}  parallel threads: {st['parallel_threads']}")
+        elif st["log"] and not st["log"].startswith("cached"):
+            print(f"            build log: {st['log']}")
         print(f"            cuda: {st['cuda']}")
     return 0
 

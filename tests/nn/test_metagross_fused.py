@@ -17,7 +17,7 @@ from ctrlrnn.ops import metagross_level
 @pytest.fixture
 def compiled_gates(monkeypatch):
     # the composition path, as on CUDA: no compiled level kernel
-    monkeypatch.setattr(metagross_level, "kernel_for", lambda family, device: None)
+    monkeypatch.setattr(metagross_level, "has_kernel", lambda family, device: False)
     metagross_gates.set_gate_backend("compiled")
     yield
     metagross_gates.set_gate_backend("auto")

@@ -1,33 +1,65 @@
 """Building, caching and loading the compiled CPU extensions.
 
 Each family of ops (``scan`` for the linear scan and QRNN pooling, ``cells`` for the fused gated
-cells) is one C++ extension compiled against the installed PyTorch with
-:func:`torch.utils.cpp_extension.load`. The build happens once per machine, PyTorch version and
-source hash, into ``$CTRLRNN_CACHE/ext`` (default ``~/.cache/ctrlrnn/ext``), and is reused after.
+cells, ``metagross`` for the METAGROSS level) is one C++ extension compiled against the running
+PyTorch.
 
-Policy (never silently slow):
+**Cache.** A build lives in ``$CTRLRNN_CACHE/ext/<name>-<key>`` (default
+``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources
+and headers, the flags, torch's version, git revision and C++ ABI, the Python version and
+extension suffix, the compiler (``$CXX`` or ``c++``: its path and ``--version``) and the CPU
+(the kernels use ``-march=native``). A finished build is recorded in ``build.json`` beside the
+library; later processes import that library directly, without asking ninja or the compiler
+anything, so neither PATH, an activated virtual environment nor another ninja can trigger a
+rebuild.
 
-* ``CTRLRNN_BACKEND=reference`` forces the readable reference implementations (for debugging).
-* When a build fails, one :class:`RuntimeWarning` names the extension and the compiler error,
-  and :func:`ctrlrnn.backend_info` reports the reason; with ``CTRLRNN_REQUIRE_COMPILED=1`` the
-  failure is an error instead (the test suite sets it).
+**Building.** The compile runs in a child process (``_build_worker.py``) through
+:func:`torch.utils.cpp_extension.load`, with the C++ standard torch itself asks for (ctrlrnn
+adds no ``-std``), and with the ninja that belongs to the running interpreter put first on the
+child's PATH (the ``ninja`` package's, else the one beside the interpreter, else PATH's). Its
+whole output goes to ``build.log`` in the build folder; nothing is printed. A file lock makes
+concurrent processes build once.
+
+**Failures** (never silently slow). A failed compile is remembered in ``failed.json`` for that
+key, so later processes do not retry it (``ctrlrnn build --force`` does); one
+:class:`KernelBuildWarning` for the whole package, raised at the user's call site, names the
+first compiler error line and what to do. ``CTRLRNN_REQUIRE_COMPILED=1`` makes it an error (the
+test suite sets it); ``CTRLRNN_BACKEND=reference`` selects the reference implementations without
+building or warning (read at every call, so it can be switched at run time).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
-import platform
+import re
+import shlex
+import shutil
+import subprocess
 import sys
+import sysconfig
 import threading
+import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
+try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux/macOS
+    fcntl = None  # type: ignore[assignment]
+
 CSRC = Path(__file__).resolve().parent / "csrc"
+WORKER = Path(__file__).resolve().parent / "_build_worker.py"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 #: The extensions ctrlrnn ships: name -> C++ source files under ``ops/csrc``.
 EXTENSIONS: dict[str, list[str]] = {
@@ -36,21 +68,45 @@ EXTENSIONS: dict[str, list[str]] = {
     "metagross": ["metagross.cpp"],
 }
 
+#: Optimisation flags. No ``-std=``: torch's own build flags carry the standard its headers
+#: need (C++17 up to torch 2.12, C++20 after).
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
+          "-fno-trapping-math"]
+LDFLAGS = ["-fopenmp"]
+
+BUILD_RECORD = "build.json"
+FAILURE_RECORD = "failed.json"
+BUILD_LOG = "build.log"
+BUILD_TIMEOUT_S = 3600
+
+
+class KernelBuildWarning(RuntimeWarning):
+    """The compiled kernels could not be built; ctrlrnn runs its reference implementations."""
+
 
 @dataclass
 class ExtensionStatus:
-    """What happened when an extension was asked for."""
+    """What happened when an extension was asked for.
+
+    ``origin`` is ``"cached"`` (imported from an earlier build), ``"compiled"`` (built by this
+    process), ``"failed"`` (the build failed now), ``"failed earlier"`` (a remembered failure),
+    ``"reference"`` (``CTRLRNN_BACKEND=reference``) or ``""`` (not asked for yet).
+    """
 
     name: str
     loaded: bool = False
     reason: str = "not built yet"
+    origin: str = ""
     path: str | None = None
+    log: str | None = None
+    seconds: float | None = None
     threads: int | None = None
     module: ModuleType | None = field(default=None, repr=False)
 
 
 _STATUS: dict[str, ExtensionStatus] = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
+_WARNED = False
 
 
 def cache_dir() -> Path:
@@ -68,104 +124,392 @@ def forced_reference() -> bool:
     return os.environ.get("CTRLRNN_BACKEND", "").lower() in {"reference", "ref", "python"}
 
 
+def require_compiled() -> bool:
+    """True when ``CTRLRNN_REQUIRE_COMPILED`` makes a failed build an error."""
+    return os.environ.get("CTRLRNN_REQUIRE_COMPILED", "") not in {"", "0"}
+
+
+# ------------------------------------------------------------------ what goes into the key
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """The C++ compiler torch's build would call (``$CXX``, default ``c++``)."""
+
+    command: str
+    path: str | None
+    version: str
+    error: str | None
+
+
+@lru_cache(maxsize=8)
+def _probe_compiler(command: str, search_path: str) -> Compiler:
+    argv = shlex.split(command) or ["c++"]
+    path = shutil.which(argv[0], path=search_path)
+    if path is None:
+        return Compiler(command, None, "", f"no C++ compiler: {argv[0]!r} (from "
+                        f"{'$CXX' if 'CXX' in os.environ else 'the default c++'}) is not on PATH")
+    try:
+        proc = subprocess.run([path, *argv[1:], "--version"], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Compiler(command, path, "", f"the C++ compiler {command!r} does not run ({exc})")
+    lines = [ln.strip() for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()]
+    if proc.returncode != 0:
+        why = lines[0] if lines else f"exit status {proc.returncode}"
+        return Compiler(command, path, "", f"the C++ compiler {command!r} does not run "
+                        f"(`{command} --version`: {why})")
+    return Compiler(command, path, lines[0] if lines else "", None)
+
+
+def compiler() -> Compiler:
+    """The compiler a build would use now (probed once per ``$CXX`` and PATH)."""
+    return _probe_compiler(os.environ.get("CXX", "c++"), os.environ.get("PATH", os.defpath))
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def ninja_dir() -> str | None:
+    """The folder of the ninja that belongs to the running interpreter, whatever PATH holds:
+    the ``ninja`` package's, else the one beside the interpreter, else the first on PATH."""
+    candidates: list[Path] = []
+    try:
+        import ninja  # the PyPI package ctrlrnn depends on
+
+        bin_dir = getattr(ninja, "BIN_DIR", None)
+        if bin_dir:
+            candidates.append(Path(bin_dir))
+    except ImportError:
+        pass
+    candidates += [Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
+    for folder in candidates:
+        if _is_executable(folder / "ninja"):
+            return str(folder)
+    found = shutil.which("ninja")
+    return str(Path(found).parent) if found else None
+
+
+@lru_cache(maxsize=1)
 def _cpu_signature() -> str:
-    model = platform.processor() or ""
+    """The CPU's model and feature flags (the kernels are built with ``-march=native``)."""
+    seen: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith(("model name", "flags")):
-                    model += line
+                key = line.split(":", 1)[0].strip()
+                if key in ("model name", "flags", "Features", "CPU part") and key not in seen:
+                    seen[key] = line.strip()
     except OSError:
         pass
-    return model
+    import platform
+
+    return platform.machine() + platform.processor() + "".join(seen.values())
 
 
-CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
-          "-fno-trapping-math", "-std=c++17"]
+def build_inputs(name: str) -> dict[str, str]:
+    """Everything (but the source bytes) that determines the binary of extension ``name``."""
+    cxx = compiler()
+    return {
+        "extension": name,
+        "cflags": " ".join(CFLAGS),
+        "ldflags": " ".join(LDFLAGS),
+        "torch": torch.__version__,
+        "torch_git": str(getattr(torch.version, "git_version", "")),
+        "cxx11_abi": str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", "")),
+        "python": sys.version,
+        "ext_suffix": str(sysconfig.get_config_var("EXT_SUFFIX") or ""),
+        "compiler": cxx.command,
+        "compiler_path": str(cxx.path),
+        "compiler_version": cxx.version,
+        "cpu": hashlib.sha256(_cpu_signature().encode()).hexdigest()[:16],
+    }
 
 
-def _build_key(name: str) -> str:
-    h = hashlib.sha256()
-    h.update(" ".join(CFLAGS).encode())
+def build_key(name: str) -> str:
+    """The cache key of extension ``name`` (module docstring)."""
+    h = hashlib.sha256(json.dumps(build_inputs(name), sort_keys=True).encode())
     for src in EXTENSIONS[name]:
         h.update((CSRC / src).read_bytes())
-    for extra in sorted(CSRC.glob("*.h")):
-        h.update(extra.read_bytes())
-    h.update(torch.__version__.encode())
-    h.update(sys.version.encode())
-    h.update(_cpu_signature().encode())
+    for header in sorted(CSRC.glob("*.h")):
+        h.update(header.name.encode())
+        h.update(header.read_bytes())
     return h.hexdigest()[:16]
 
 
-def _build(name: str, verbose: bool) -> ModuleType:
-    from torch.utils import cpp_extension
+def build_dir(name: str) -> Path:
+    """The cache folder of extension ``name`` for the running torch, Python and compiler."""
+    return cache_dir() / "ext" / f"{name}-{build_key(name)}"
 
-    build_dir = cache_dir() / "ext" / f"{name}-{_build_key(name)}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
-        name=f"ctrlrnn_{name}",
-        sources=[str(CSRC / s) for s in EXTENSIONS[name]],
-        extra_cflags=CFLAGS,
-        extra_ldflags=["-fopenmp"],
-        build_directory=str(build_dir),
-        verbose=verbose,
+
+# ------------------------------------------------------------------ records on disk
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write-to-temp + rename, so a record is never half-written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def cached_state(name: str) -> str:
+    """``"cached"`` (a finished build exists), ``"failed"`` (a remembered failure) or
+    ``"missing"`` for extension ``name`` under the running configuration."""
+    folder = build_dir(name)
+    record = _read_json(folder / BUILD_RECORD)
+    if record and (folder / str(record.get("library", ""))).is_file():
+        return "cached"
+    return "failed" if (folder / FAILURE_RECORD).is_file() else "missing"
+
+
+@contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` across processes (one builder at a time)."""
+    if fcntl is None:
+        yield
+        return
+    with open(folder / ".lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------ compiling
+
+
+_ERROR_LINE = re.compile(
+    r"(#error|\berror:|fatal error|undefined reference|cannot find -l|No such file or directory"
+    r"|Ninja is required|command not found|not found|Error building extension)",
+    re.IGNORECASE,
+)
+
+
+def first_error_line(log: str) -> str:
+    """The first line of a build log that says what went wrong (else its last line)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for ln in lines:
+        if _ERROR_LINE.search(ln) and not ln.startswith(("[", "FAILED:", "c++ ", "g++ ")):
+            return ln[:400]
+    for ln in lines:
+        if _ERROR_LINE.search(ln):
+            return ln[:400]
+    return lines[-1][:400] if lines else "no output"
+
+
+def _advice(cause: str) -> str:
+    if cause.startswith(("no C++ compiler", "the C++ compiler")):
+        return "install a C++ compiler (e.g. `apt install g++`) or point $CXX at one"
+    if "ninja" in cause.lower():
+        return "install ninja into this environment (`pip install ninja`)"
+    return "see the build log"
+
+
+def _compile(name: str, folder: Path) -> tuple[Path | None, str, float]:
+    """Compile ``name`` into ``folder`` in a child process: ``(library or None, cause, s)``."""
+    ninja = ninja_dir()
+    if ninja is None:
+        return None, "ninja not found (it is installed with ctrlrnn: `pip install ninja`)", 0.0
+    env = dict(os.environ)
+    env["PATH"] = ninja + os.pathsep + env.get("PATH", "")
+    spec = {
+        "module": f"ctrlrnn_{name}",
+        "sources": [str(CSRC / s) for s in EXTENSIONS[name]],
+        "cflags": CFLAGS,
+        "ldflags": LDFLAGS,
+        "build_dir": str(folder),
+    }
+    log_path = folder / BUILD_LOG
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"ctrlrnn build of {name!r}\n{json.dumps(build_inputs(name), indent=2)}\n"
+                  f"PATH={env['PATH']}\n\n")
+        log.flush()
+        try:
+            proc = subprocess.run([sys.executable, str(WORKER), json.dumps(spec)], stdout=log,
+                                  stderr=subprocess.STDOUT, env=env, timeout=BUILD_TIMEOUT_S,
+                                  check=False)
+            rc: int | str = proc.returncode
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            rc = f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    marker = re.findall(r"^CTRLRNN_LIBRARY=(.+)$", text, flags=re.MULTILINE)
+    if rc == 0 and marker and Path(marker[-1]).is_file():
+        return Path(marker[-1]), "", seconds
+    cause = first_error_line(text) if rc == 0 or isinstance(rc, int) else str(rc)
+    return None, cause, seconds
+
+
+def _import_library(name: str, path: Path) -> ModuleType:
+    modname = f"ctrlrnn_{name}"
+    current = sys.modules.get(modname)
+    if current is not None and getattr(current, "__file__", None) == str(path):
+        return current
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules[modname] = mod
+    return mod
+
+
+def _loaded_status(st: ExtensionStatus, mod: ModuleType, path: Path) -> ExtensionStatus:
+    st.loaded, st.module, st.path = True, mod, str(path)
+    threads = getattr(mod, "num_threads", None)
+    st.threads = int(threads()) if callable(threads) else None
+    return st
+
+
+def _obtain(name: str, force: bool) -> ExtensionStatus:
+    """Import the cached build of ``name``, or build it (or recall that it failed)."""
+    st = ExtensionStatus(name)
+    cxx = compiler()
+    folder = build_dir(name)
+    if cxx.error is not None and cached_state(name) != "cached":
+        st.origin, st.reason = "failed", cxx.error
+        return st
+    folder.mkdir(parents=True, exist_ok=True)
+    with _folder_lock(folder):
+        if force:
+            for rec in (BUILD_RECORD, FAILURE_RECORD):
+                (folder / rec).unlink(missing_ok=True)
+        record = _read_json(folder / BUILD_RECORD)
+        if record and (folder / str(record.get("library", ""))).is_file():
+            lib = folder / str(record["library"])
+            try:
+                _loaded_status(st, _import_library(name, lib), lib)
+                st.origin, st.reason = "cached", "compiled C++ extension (cached)"
+                st.seconds = record.get("seconds")
+                return st
+            except ImportError as exc:  # a damaged library: build it again
+                (folder / BUILD_RECORD).unlink(missing_ok=True)
+                st.log = f"cached library did not import: {exc}"
+        failure = _read_json(folder / FAILURE_RECORD)
+        if failure is not None:
+            st.origin, st.log = "failed earlier", failure.get("log")
+            st.reason = (f"{failure.get('cause', 'build failed')} (a failed build remembered "
+                         f"from {failure.get('when', 'earlier')}; `ctrlrnn build --force` "
+                         f"retries)")
+            return st
+        lib, cause, seconds = _compile(name, folder)
+        st.seconds, st.log = seconds, str(folder / BUILD_LOG)
+        if lib is not None:
+            try:
+                _loaded_status(st, _import_library(name, lib), lib)
+            except ImportError as exc:
+                lib, cause = None, f"the built library does not import: {exc}"
+        if lib is None:
+            st.origin, st.reason = "failed", cause
+            _write_json(folder / FAILURE_RECORD, {
+                "cause": cause, "log": st.log, "seconds": round(seconds, 1),
+                "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
+            return st
+        _write_json(folder / BUILD_RECORD, {
+            "library": lib.name, "seconds": round(seconds, 1),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
+        st.origin, st.reason = "compiled", f"compiled C++ extension (built in {seconds:.0f} s)"
+        return st
+
+
+# ------------------------------------------------------------------ reporting a failure
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised by the caller of this function at the
+    first frame outside ctrlrnn and torch (the user's call site)."""
+    skip = (str(PACKAGE_DIR), str(Path(torch.__file__).resolve().parent), "<frozen ")
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_back is not None:
+        if not frame.f_code.co_filename.startswith(skip):
+            break
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def failure_message(st: ExtensionStatus) -> str:
+    """The one-paragraph explanation of a failed build, with what to do."""
+    cause = st.reason
+    log = f" Build log: {st.log}." if st.log and not st.log.startswith("cached") else ""
+    return (
+        f"ctrlrnn: the compiled CPU kernels are unavailable (extension {st.name!r}: {cause}); "
+        f"the reference implementations run instead (correct, several times slower). To fix: "
+        f"{_advice(cause)}, then run `ctrlrnn build --force`. To use the reference path "
+        f"without this warning, set CTRLRNN_BACKEND=reference.{log}"
     )
 
 
-def load(name: str, *, verbose: bool = False) -> ModuleType | None:
-    """Return the compiled extension ``name``, building it on first use; None if unavailable.
+def _report_failure(st: ExtensionStatus) -> None:
+    global _WARNED
+    if require_compiled():
+        raise RuntimeError(failure_message(st) + "\n(CTRLRNN_REQUIRE_COMPILED is set.)")
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn(failure_message(st), KernelBuildWarning, stacklevel=_user_stacklevel())
 
-    A failure warns once (or raises under ``CTRLRNN_REQUIRE_COMPILED=1``); the reason is kept for
-    :func:`ctrlrnn.backend_info`.
-    """
+
+# ------------------------------------------------------------------ public entry points
+
+
+def ensure(name: str, force: bool = False) -> ExtensionStatus:
     if name not in EXTENSIONS:
         raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
     st = _STATUS.get(name)
-    if st is not None and (st.loaded or st.reason != "not built yet"):
-        return st.module
-    with _LOCK:
-        st = _STATUS.get(name)
-        if st is not None and (st.loaded or st.reason != "not built yet"):
-            return st.module
-        st = ExtensionStatus(name)
-        if forced_reference():
-            st.reason = "CTRLRNN_BACKEND=reference set"
-            _STATUS[name] = st
-            return None
-        try:
-            mod = _build(name, verbose)
-        except Exception as exc:  # noqa: BLE001 - any build failure is reported, not hidden
-            st.reason = f"build failed: {type(exc).__name__}: {str(exc).strip()[-2000:]}"
-            _STATUS[name] = st
-            if os.environ.get("CTRLRNN_REQUIRE_COMPILED", "") not in {"", "0"}:
-                raise RuntimeError(
-                    f"ctrlrnn: the compiled extension {name!r} could not be built and "
-                    f"CTRLRNN_REQUIRE_COMPILED is set.\n{st.reason}"
-                ) from exc
-            warnings.warn(
-                f"ctrlrnn: compiled CPU extension {name!r} unavailable, using the slow reference "
-                f"implementation. {st.reason[:500]}  (Needs a C++ compiler and ninja; "
-                f"`ctrlrnn info` shows details.)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return None
-        st.loaded = True
-        st.module = mod
-        st.path = getattr(mod, "__file__", None)
-        st.reason = "compiled C++ extension"
-        threads = getattr(mod, "num_threads", None)
-        st.threads = int(threads()) if callable(threads) else None
-        _STATUS[name] = st
-        return mod
+    if st is None or force:
+        with _LOCK:
+            st = _STATUS.get(name)
+            if st is None or force:
+                st = _obtain(name, force)
+                _STATUS[name] = st
+    return st
+
+
+def load(name: str) -> ModuleType | None:
+    """Return the compiled extension ``name`` (imported from the cache, or built on first use);
+    None when the reference implementations must run.
+
+    A failure warns once for the whole package, at the user's call site (or raises under
+    ``CTRLRNN_REQUIRE_COMPILED=1``).
+    """
+    if forced_reference():
+        if name not in EXTENSIONS:
+            raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
+        return None
+    st = ensure(name)
+    if not st.loaded:
+        _report_failure(st)
+    return st.module
 
 
 def status(name: str) -> ExtensionStatus:
-    """The status of extension ``name`` (building it if it has not been asked for yet)."""
-    load(name)
-    return _STATUS[name]
+    """The status of extension ``name`` (importing or building it if not asked for yet),
+    without warning."""
+    if forced_reference():
+        return ExtensionStatus(name, reason="CTRLRNN_BACKEND=reference set", origin="reference")
+    return ensure(name)
 
 
-def build_all(verbose: bool = True) -> dict[str, ExtensionStatus]:
-    """Build every extension now (used by the installer and ``ctrlrnn build``)."""
-    return {name: status(name) for name in EXTENSIONS if (load(name, verbose=verbose) or True)}
+def loaded_modules() -> dict[str, ModuleType]:
+    """The extensions imported so far in this process."""
+    return {n: st.module for n, st in list(_STATUS.items()) if st.loaded and st.module}
+
+
+def build_all(*, force: bool = False) -> dict[str, ExtensionStatus]:
+    """Build (or import from the cache) every extension now; used by ``ctrlrnn build``."""
+    return {name: ensure(name, force) for name in EXTENSIONS}

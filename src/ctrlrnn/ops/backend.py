@@ -8,7 +8,6 @@ otherwise the reference implementations after one warning.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +32,28 @@ def kernel_for(family: str, device: torch.device) -> ModuleType | None:
     if family in _GPU_MIRRORS_CPU:
         return gpu_kernels(family, device)
     return None
+
+
+def _constant_under_compile(fn: Any) -> Any:
+    mark = getattr(torch.compiler, "assume_constant_result", None)
+    return mark(fn) if mark is not None else fn
+
+
+@_constant_under_compile
+def _has_kernel(family: str, device_type: str) -> bool:
+    return kernel_for(family, torch.device(device_type)) is not None
+
+
+def has_kernel(family: str, device: torch.device) -> bool:
+    """Whether :func:`kernel_for` has a compiled implementation for tensors on ``device``: the
+    question every public op asks before choosing its custom op (compiled) or its readable
+    reference (plain differentiable torch code).
+
+    Under ``torch.compile`` and ``torch.export`` the answer is computed once, eagerly, while
+    tracing (``torch.compiler.assume_constant_result``) and enters the graph as a constant, so
+    the extension loader (its locks, files and a possible first build) is never traced.
+    """
+    return _has_kernel(family, device.type)
 
 
 def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
@@ -68,6 +89,11 @@ def _cuda_status(family: str) -> str:
     return f"{triton} kernels{where}"
 
 
+def _compiler_line() -> str:
+    cxx = _extension.compiler()
+    return cxx.error or f"{cxx.command} ({cxx.path}): {cxx.version}"
+
+
 def backend_info() -> dict[str, Any]:
     """Which backend each op family uses on CPU (and CUDA), and why.
 
@@ -78,7 +104,8 @@ def backend_info() -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cache": str(_extension.cache_dir()),
         "forced_reference": _extension.forced_reference(),
-        "require_compiled": os.environ.get("CTRLRNN_REQUIRE_COMPILED", "") not in {"", "0"},
+        "require_compiled": _extension.require_compiled(),
+        "compiler": _compiler_line(),
         "families": {},
         "cuda": {
             "available": torch.cuda.is_available(),
@@ -91,7 +118,9 @@ def backend_info() -> dict[str, Any]:
         info["families"][family] = {
             "cpu": "compiled" if st.loaded else "reference",
             "reason": st.reason,
+            "origin": st.origin,
             "path": st.path,
+            "log": st.log,
             "parallel_threads": st.module.parallel_threads() if st.loaded and hasattr(
                 st.module, "parallel_threads") else st.threads,
             "cuda": _cuda_status(family),

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.backend import has_kernel, kernel_for
 
 __all__ = ["cached_linear"]
 
@@ -53,14 +53,9 @@ _cached_linear_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _uses_cache(x: Tensor) -> bool:
-    """CPU tensors with the compiled extension built take the custom op; under
-    ``torch.compile`` every CPU tensor does (tracing the extension's loader would break the
-    graph; the op falls back to ``F.linear`` by itself where the extension is unavailable)."""
-    if x.device.type != "cpu" or not x.is_contiguous():
-        return False
-    if torch.compiler.is_compiling():
-        return True
-    return kernel_for("scan", x.device) is not None
+    """Contiguous CPU tensors with the compiled extension built take the custom op (a constant
+    decision under ``torch.compile``, see :func:`ctrlrnn.ops.backend.has_kernel`)."""
+    return x.device.type == "cpu" and x.is_contiguous() and has_kernel("scan", x.device)
 
 
 def cached_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

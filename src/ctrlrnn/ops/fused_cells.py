@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops import cells_ref
-from ctrlrnn.ops.backend import gpu_kernels, kernel_for
+from ctrlrnn.ops.backend import gpu_kernels, has_kernel, kernel_for
 from ctrlrnn.ops.validation import check_lengths
 
 __all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
@@ -53,13 +53,17 @@ def _use_compiled(x: Tensor) -> bool:
     or raises under ``CTRLRNN_REQUIRE_COMPILED=1``). CUDA: no fused GPU kernel yet, so the
     reference runs; a GPU implementation plugs in here.
     """
-    return kernel_for("cells", x.device) is not None
+    return has_kernel("cells", x.device)
 
 
 def _ext() -> Any:
     ext = kernel_for("cells", torch.device("cpu"))
     if ext is None:
-        raise RuntimeError("ctrlrnn: the compiled 'cells' extension is not available")
+        raise RuntimeError(
+            "ctrlrnn: the compiled 'cells' extension is not available, but this call was traced "
+            "(torch.compile / torch.export) while it was; after changing CTRLRNN_BACKEND, call "
+            "torch._dynamo.reset() (or trace again)"
+        )
     return ext
 
 

@@ -1,8 +1,10 @@
 """The diagonal linear scan ``h_t = a_t * h_{t-1} + b_t`` (DESIGN.md, primitive 1).
 
-Public entry point :func:`linear_scan`. The work is done by the custom op
-``ctrlrnn::linear_scan`` (registered with :mod:`torch.library`, so it traces under
-``torch.compile``), whose backward is the single reverse pass
+Public entry point :func:`linear_scan`. Where a compiled kernel exists (CPU extension, Triton on
+CUDA) the work is done by the custom op ``ctrlrnn::linear_scan`` (registered with
+:mod:`torch.library`, so it traces under ``torch.compile``); elsewhere the reference
+:func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref` runs, differentiated by autograd. The op's
+backward is the single reverse pass
 
     d = g_t + carry;  db_t = d;  da_t = d * h_{t-1};  carry = d * a_t
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
 from ctrlrnn.ops.padding import reverse_padded
 from ctrlrnn.ops.validation import check_lengths, check_same
@@ -167,5 +169,8 @@ def linear_scan(
         lengths = check_lengths(lengths, batch, steps, allow_zero=True)
         if a.device.type != "cpu":
             lengths = lengths.to(a.device)
-    out, last = _linear_scan_op(a.contiguous(), b.contiguous(), h0, lengths, reverse)
+    if has_kernel("scan", a.device):
+        out, last = _linear_scan_op(a.contiguous(), b.contiguous(), h0, lengths, reverse)
+    else:  # the readable reference, differentiated by autograd
+        out, last = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths, return_last=True)
     return (out, last) if return_last else out

@@ -23,8 +23,8 @@ recomputes ``f, o, z`` and runs the scan's reverse recurrence together with the 
 in one reverse pass. CUDA tensors, ``CTRLRNN_BACKEND=reference`` and machines where the
 extension cannot be built run :func:`metagross_level_reference`, the composition of
 :func:`ctrlrnn.nn.metagross_gates.level_gates` and :func:`ctrlrnn.ops.linear_scan.linear_scan`
-(under ``torch.compile`` CPU tensors always take the custom ops, which fall back to that
-composition by themselves).
+(the custom ops also fall back to that composition by themselves, forward and backward, where
+a graph traced with the extension runs without it).
 
 A level's base pre-activations ``W x + b`` (section 2.2) are computed by
 :func:`ctrlrnn.ops.cached_linear.cached_linear`, into a block of the output cache, so that the
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
@@ -155,26 +155,20 @@ def _reference_backward(
             if grad_out is not None
             else P.new_zeros(B, T, 1, H)
         )
-    empty = P.new_empty(0)
-    return (
-        dP,
-        empty if dchild is None else dchild,
-        empty if dalpha is None else dalpha,
-        empty if dbeta is None else dbeta,
-        empty if dres is None else dres,
-        ds0,
-    )
+    def given(x: Tensor | None) -> Tensor:  # a fresh empty tensor each: returns never alias
+        return P.new_empty(0) if x is None else x
+
+    return dP, given(dchild), given(dalpha), given(dbeta), given(dres), ds0
 
 
 @_level_backward_op.register_fake
 def _(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res):
     B, T, _, k, H = P.shape
-    empty = P.new_empty(0)
     return (
         P.new_empty(B, T, 3, k, H),
-        empty if child is None else P.new_empty(child.shape),
-        empty if alpha is None else P.new_empty(alpha.shape),
-        empty if beta is None else P.new_empty(beta.shape),
+        P.new_empty(0) if child is None else P.new_empty(child.shape),
+        P.new_empty(0) if alpha is None else P.new_empty(alpha.shape),
+        P.new_empty(0) if beta is None else P.new_empty(beta.shape),
         P.new_empty(B, T, 1, H) if has_res else P.new_empty(0),
         P.new_empty(B, k * H),
     )
@@ -221,17 +215,9 @@ _level_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _compiled_on(device: torch.device) -> bool:
-    """Whether tensors on ``device`` go through the custom ops (CPU with the extension built).
-
-    Under ``torch.compile`` every CPU tensor does, without asking: tracing the extension's
-    loader would break the graph (its build lock), and the ops fall back to the composition by
-    themselves where the extension is unavailable.
-    """
-    if device.type != "cpu":
-        return False
-    if torch.compiler.is_compiling():
-        return True
-    return kernel_for("metagross", device) is not None
+    """Whether tensors on ``device`` go through the custom ops (CPU with the extension built;
+    a constant under ``torch.compile``, see :func:`ctrlrnn.ops.backend.has_kernel`)."""
+    return device.type == "cpu" and has_kernel("metagross", device)
 
 
 # ------------------------------------------------------------------ public entry point

@@ -24,9 +24,9 @@ __all__ = ["empty_cache", "output_cache_info", "set_output_cache_limit"]
 def _loaded() -> dict[str, Any]:
     """The loaded compiled extensions that keep an output cache."""
     return {
-        name: st.module
-        for name, st in list(_extension._STATUS.items())
-        if st.loaded and st.module is not None and hasattr(st.module, "output_cache_stats")
+        name: mod
+        for name, mod in _extension.loaded_modules().items()
+        if hasattr(mod, "output_cache_stats")
     }
 
 

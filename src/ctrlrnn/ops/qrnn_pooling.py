@@ -16,6 +16,8 @@ reverse, which ctrlrnn does not follow.
 
 The compiled kernel reads the pre-activations once and writes ``h`` and ``c``; its backward
 recomputes the activations and returns the gradient of the pre-activations in one reverse pass.
+Where no compiled kernel exists, :func:`qrnn_pooling` runs :func:`qrnn_pooling_ref` through
+autograd instead.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.backend import has_kernel, kernel_for
+from ctrlrnn.ops.linear_scan import _reference_backward as _scan_reference_backward
 
 POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
 GATES_PER_MODE: dict[str, int] = {"f": 2, "fo": 3, "ifo": 4}
@@ -126,25 +129,60 @@ def _qrnn_pooling_backward_op(
             grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode
         )
         return dgates, dc0
-    # Reference backward: autograd through the reference forward.
-    pooling = list(POOLING_MODES)[mode]
-    with torch.enable_grad():
-        g_ = gates.detach().requires_grad_(True)
-        B, H = gates.shape[0], c_seq.shape[2]
-        c0_ = (c0 if c0 is not None else gates.new_zeros(B, H)).detach().requires_grad_(True)
-        outs = qrnn_pooling_ref(
-            g_, c0_, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
-        )
-        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_c, grad_last)) if g is not None]
-        if not pairs:
-            return torch.zeros_like(gates), gates.new_zeros(B, H)
-        dg, dc0 = torch.autograd.grad(
-            [p[0] for p in pairs], [g_, c0_], [p[1] for p in pairs], allow_unused=True
-        )
-    return (
-        dg if dg is not None else torch.zeros_like(gates),
-        dc0 if dc0 is not None else gates.new_zeros(B, H),
+    return _reference_backward(
+        grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode
     )
+
+
+def _reference_backward(
+    grad_h: Tensor | None,
+    grad_c: Tensor | None,
+    grad_last: Tensor | None,
+    gates: Tensor,
+    c_seq: Tensor,
+    c0: Tensor | None,
+    keep: Tensor | None,
+    keep_scale: float,
+    lengths: Tensor | None,
+    mode: int,
+) -> tuple[Tensor, Tensor]:
+    """The gradients of :func:`qrnn_pooling_ref`, written out (a custom op's body runs below
+    autograd, so it cannot differentiate the reference): eq 3-5 are the scan
+    ``c_t = a_t c_{t-1} + b_t`` with ``a = 1 - s (1 - f)`` (``s`` the zoneout factor of eq 6),
+    ``b = s (1 - f) z`` (eq 3-4) or ``i z`` (eq 5); the scan's reverse pass gives ``da, db``,
+    then the chain rule through eq 1-2 and ``h = o c``."""
+    pooling = list(POOLING_MODES)[mode]
+    dtype = gates.dtype
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    g = gates.to(acc)
+    H = c_seq.shape[2]
+    z = torch.tanh(g[..., :H])  # eq 1
+    f = torch.sigmoid(g[..., H : 2 * H])  # eq 2
+    o = torch.sigmoid(g[..., 2 * H : 3 * H]) if pooling in ("fo", "ifo") else None
+    i = torch.sigmoid(g[..., 3 * H :]) if pooling == "ifo" else None
+    s = keep.to(acc) * keep_scale if keep is not None else torch.full_like(f, keep_scale)
+    a = 1 - s * (1 - f)  # eq 6: 1 - f is dropped (zoneout) without rescaling
+    c = c_seq.to(acc)
+    g_c = grad_c.to(acc) if grad_c is not None else torch.zeros_like(c)
+    if grad_h is not None:
+        g_c = g_c + (grad_h.to(acc) * o if o is not None else grad_h.to(acc))
+    last = grad_last.to(acc) if grad_last is not None else None
+    c_init = c0.to(acc) if c0 is not None else None
+    da, db, dc0 = _scan_reference_backward(g_c, last, a, c, c_init, lengths, False)
+    if i is None:  # b = s (1 - f) z
+        d_f = (da - db * z) * s
+        d_z = db * s * (1 - f)
+    else:  # b = i z
+        d_f = da * s
+        d_z = db * i
+    parts = [d_z * (1 - z * z), d_f * f * (1 - f)]
+    if o is not None:
+        d_o = grad_h.to(acc) * c if grad_h is not None else torch.zeros_like(c)
+        parts.append(d_o * o * (1 - o))
+    if i is not None:
+        parts.append(db * z * i * (1 - i))
+    dc0 = dc0 if c0 is not None else torch.zeros_like(dc0)
+    return torch.cat(parts, -1).to(dtype), dc0.to(dtype)
 
 
 @_qrnn_pooling_backward_op.register_fake
@@ -214,6 +252,10 @@ def qrnn_pooling(
         if keep.shape != (B, T, H):
             raise ValueError(f"keep: expected shape {(B, T, H)}, got {tuple(keep.shape)}")
         keep = keep.to(gates.dtype).contiguous()
+    if not has_kernel("scan", gates.device):  # the readable reference, through autograd
+        return qrnn_pooling_ref(
+            gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
+        )
     return _qrnn_pooling_op(
         gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling]
     )
