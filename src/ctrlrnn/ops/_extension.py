@@ -137,7 +137,7 @@ class Compiler:
     """The C++ compiler torch's build would call (``$CXX``, default ``c++``)."""
 
     command: str
-    path: str | None
+    path: str | None  # with symlinks resolved: the binary that runs
     version: str
     error: str | None
 
@@ -145,7 +145,8 @@ class Compiler:
 @lru_cache(maxsize=8)
 def _probe_compiler(command: str, search_path: str) -> Compiler:
     argv = shlex.split(command) or ["c++"]
-    path = shutil.which(argv[0], path=search_path)
+    found = shutil.which(argv[0], path=search_path)
+    path = os.path.realpath(found) if found else None  # c++ -> /etc/alternatives -> g++-12
     if path is None:
         return Compiler(command, None, "", f"no C++ compiler: {argv[0]!r} (from "
                         f"{'$CXX' if 'CXX' in os.environ else 'the default c++'}) is not on PATH")
@@ -156,9 +157,8 @@ def _probe_compiler(command: str, search_path: str) -> Compiler:
         return Compiler(command, path, "", f"the C++ compiler {command!r} does not run ({exc})")
     lines = [ln.strip() for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()]
     if proc.returncode != 0:
-        why = lines[0] if lines else f"exit status {proc.returncode}"
         return Compiler(command, path, "", f"the C++ compiler {command!r} does not run "
-                        f"(`{command} --version`: {why})")
+                        f"(`{command} --version` exited with status {proc.returncode})")
     return Compiler(command, path, lines[0] if lines else "", None)
 
 

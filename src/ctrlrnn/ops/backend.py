@@ -35,8 +35,11 @@ def kernel_for(family: str, device: torch.device) -> ModuleType | None:
 
 
 def _constant_under_compile(fn: Any) -> Any:
-    mark = getattr(torch.compiler, "assume_constant_result", None)
-    return mark(fn) if mark is not None else fn
+    """``torch.compiler.assume_constant_result(fn)``, without its import of ``torch._dynamo``
+    (2 s at ``import ctrlrnn``): the decorator only sets this attribute, which dynamo reads
+    when it meets ``fn`` (tests/ops/test_backend_choice.py checks the two agree)."""
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 @_constant_under_compile

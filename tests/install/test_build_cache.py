@@ -1,0 +1,187 @@
+"""The extension build cache: built once, whatever PATH and ninja hold; failures remembered,
+reported once at the user's call site; the reference path trains every layer without a compiler.
+
+Each case runs in a fresh Python process (the loader keeps per-process state). The builds here
+compile a tiny pybind11 module, not the real kernels, so each takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from install_helpers import TRAIN_EVERY_LAYER, fresh_env, line_of, run_python
+
+TINY_CPP = """
+#include <pybind11/pybind11.h>
+long twice(long x) { return 2 * x; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+"""
+
+# Point the loader at the tiny extension, then report what happened to it.
+TINY_PRELUDE = """
+import json, sys
+from pathlib import Path
+from ctrlrnn.ops import _extension as e
+e.CSRC = Path(sys.argv[1])
+e.EXTENSIONS = {"tiny": ["tiny.cpp"]}
+"""
+
+
+def _path_without_ninja(tmp_path: Path) -> str:
+    """A PATH that has every program of the system's but no ninja."""
+    folder = tmp_path / "bin-no-ninja"
+    folder.mkdir(exist_ok=True)
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry or not os.path.isdir(entry) or entry.startswith(sys.prefix):
+            continue
+        for prog in os.listdir(entry):
+            target = folder / prog
+            if prog != "ninja" and not target.exists():
+                target.symlink_to(os.path.join(entry, prog))
+    return str(folder)
+
+
+def _fake_tool(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    tool = folder / name
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(0o755)
+    return tool
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    src = tmp_path / "csrc"
+    src.mkdir()
+    (src / "tiny.cpp").write_text(TINY_CPP)
+    return src
+
+
+def test_built_once_whatever_path_and_ninja(tmp_path: Path, tiny: Path) -> None:
+    report = TINY_PRELUDE + """
+st = e.ensure("tiny")
+print(json.dumps({"origin": st.origin, "path": st.path, "reason": st.reason,
+                  "twice": st.module.twice(21) if st.module else None}))
+"""
+    # first build: no ninja anywhere on PATH (the interpreter's own is found)
+    no_ninja = _path_without_ninja(tmp_path)
+    first = run_python(report, fresh_env(tmp_path, PATH=no_ninja), str(tiny))
+    assert first.returncode == 0, first.stderr
+    built = json.loads(first.stdout)
+    assert built["origin"] == "compiled", built["reason"]
+    assert built["twice"] == 42
+    lib = Path(built["path"])
+    mtime = lib.stat().st_mtime_ns
+
+    # then: another ninja first on PATH (one that must never run), the venv "activated" or not
+    ninja_log = tmp_path / "ninja-calls"
+    fake = _fake_tool(tmp_path / "other-ninja", "ninja", f'echo "$@" >> {ninja_log}\nexit 1\n')
+    system_path = os.environ.get("PATH", "")
+    venv_bin = str(Path(sys.executable).parent)
+    for path in (f"{fake.parent}{os.pathsep}{system_path}",
+                 f"{venv_bin}{os.pathsep}{system_path}", system_path, no_ninja):
+        again = run_python(report, fresh_env(tmp_path, PATH=path), str(tiny))
+        assert again.returncode == 0, again.stderr
+        got = json.loads(again.stdout)
+        assert got["origin"] == "cached", (path, got["reason"])
+        assert got["path"] == str(lib) and got["twice"] == 42
+    assert lib.stat().st_mtime_ns == mtime
+    assert not ninja_log.exists()
+    assert len(list((tmp_path / "cache" / "ext").iterdir())) == 1
+
+
+def test_failed_build_remembered_reported_once_and_forced(tmp_path: Path, tiny: Path) -> None:
+    calls = tmp_path / "compiler-calls"
+    fake_cxx = _fake_tool(tmp_path / "fake-cc", "fake-c++", textwrap.dedent(f"""\
+        case "$1" in
+          --version|-v|-dumpversion|-dumpfullversion) echo "fake-c++ 12.2.0"; exit 0;;
+        esac
+        echo call >> {calls}
+        echo "tiny.cpp:3:1: error: boom (a planted compile error)" >&2
+        exit 1
+        """))
+    env = fresh_env(tmp_path, CXX=str(fake_cxx))
+    run = TINY_PRELUDE + """
+import warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    for _ in range(3):
+        e.load("tiny")  # call site
+print(json.dumps({"warnings": [[str(w.message), w.filename, w.lineno] for w in caught],
+                  "reason": e.status("tiny").reason}))
+"""
+    first = run_python(run, env, str(tiny))
+    assert first.returncode == 0, first.stderr
+    got = json.loads(first.stdout)
+    assert len(got["warnings"]) == 1
+    message, filename, lineno = got["warnings"][0]
+    assert "error: boom" in message and "ctrlrnn build --force" in message
+    assert (filename, lineno) == ("<string>", line_of(run, "# call site"))
+    assert calls.read_text().count("call") == 1
+
+    second = run_python(run, env, str(tiny))  # a new process: remembered, not retried
+    got = json.loads(second.stdout)
+    assert "error: boom" in got["reason"] and "remembered" in got["reason"]
+    assert len(got["warnings"]) == 1
+    assert calls.read_text().count("call") == 1
+
+    forced = run_python(TINY_PRELUDE + """
+from ctrlrnn.cli import main
+raise SystemExit(main(["build", "--force"]))
+""", env, str(tiny))
+    assert forced.returncode == 1
+    assert "error: boom" in forced.stdout + forced.stderr
+    assert calls.read_text().count("call") == 2
+
+
+
+
+@pytest.mark.parametrize("missing", ["CXX=/bin/false", "no c++ on PATH"])
+def test_no_compiler_one_warning_at_call_site_and_every_layer_trains(
+    tmp_path: Path, missing: str
+) -> None:
+    if missing == "CXX=/bin/false":
+        env, named = fresh_env(tmp_path, CXX="/bin/false"), "/bin/false"
+    else:
+        (tmp_path / "empty").mkdir()
+        env, named = fresh_env(tmp_path, CXX=None, PATH=str(tmp_path / "empty")), "'c++'"
+    code = TRAIN_EVERY_LAYER
+    proc = run_python(code, env)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["backend"] == "reference"
+    assert len(got["warnings"]) == 1, got["warnings"]
+    message, filename, lineno = got["warnings"][0]
+    assert (filename, lineno) == ("<string>", line_of(code, "# call site"))
+    assert named in message and "install a C++ compiler" in message
+    assert "CTRLRNN_BACKEND=reference" in message
+    assert proc.stderr.strip() == "", proc.stderr  # no build banners, nothing else printed
+
+
+def test_require_compiled_turns_the_failure_into_an_error(tmp_path: Path) -> None:
+    proc = run_python("import torch, ctrlrnn\nctrlrnn.linear_scan(torch.rand(1, 2, 3), "
+                   "torch.rand(1, 2, 3))", fresh_env(tmp_path, CXX="/bin/false",
+                                                 CTRLRNN_REQUIRE_COMPILED="1"))
+    assert proc.returncode != 0
+    assert "CTRLRNN_REQUIRE_COMPILED" in proc.stderr and "/bin/false" in proc.stderr
+
+
+def test_first_error_line_finds_the_compiler_error() -> None:
+    from ctrlrnn.ops._extension import first_error_line
+
+    log = textwrap.dedent("""\
+        [1/2] c++ -MMD -MF scan.o.d -DTORCH_EXTENSION_NAME=ctrlrnn_scan -c scan.cpp
+        FAILED: scan.o
+        c++ -MMD -c scan.cpp -o scan.o
+        In file included from /torch/include/c10/macros/Macros.h:3,
+        /torch/include/c10/util/C++17.h:13:2: error: #error C++20 or later compatible compiler is required
+        ninja: build stopped: subcommand failed.
+        RuntimeError: Error building extension 'ctrlrnn_scan'
+        """)  # noqa: E501
+    assert first_error_line(log).startswith("/torch/include/c10/util/C++17.h:13:2: error: #error")
+    assert first_error_line("") == "no output"

@@ -1,0 +1,71 @@
+"""A layer user's install: ``pip install ctrlrnn`` with no extras pulls torch, numpy and ninja
+only; ``import ctrlrnn`` and every layer work without the extras' packages, and the command line
+says which extra to install when a command needs one.
+
+The extras' packages are made unimportable in a fresh process (``sys.modules[name] = None``,
+which is how Python marks a module as absent), so this runs in the normal test environment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+from install_helpers import TRAIN_EVERY_LAYER, fresh_env, run_python
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTRAS_PACKAGES = ["rich", "safetensors", "matplotlib", "sacrebleu", "music21", "pysword",
+                   "pyarrow", "triton", "tqdm", "pytest"]
+WITHOUT_EXTRAS = f"""
+import sys
+BLOCKED = {EXTRAS_PACKAGES!r}
+for name in BLOCKED:
+    sys.modules[name] = None
+"""
+
+
+def test_core_dependencies_are_torch_numpy_and_ninja() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {dep.split(">")[0].split("=")[0].split(";")[0].strip()
+             for dep in project["dependencies"]}
+    assert names == {"torch", "numpy", "ninja", "tomli"}  # tomli only on Python < 3.11
+    train = " ".join(project["optional-dependencies"]["train"])
+    for package in ("rich", "safetensors", "matplotlib"):
+        assert package in train
+
+
+def test_every_layer_trains_without_the_extras(tmp_path: Path) -> None:
+    code = WITHOUT_EXTRAS + TRAIN_EVERY_LAYER + """
+print(json.dumps({"loaded": [n for n in BLOCKED if sys.modules.get(n) is not None]}))
+"""
+    proc = run_python(code, fresh_env(tmp_path, CTRLRNN_CACHE=None))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert json.loads(lines[-2])["warnings"] == []
+    assert json.loads(lines[-1])["loaded"] == []
+
+
+def test_commands_name_the_missing_extra(tmp_path: Path) -> None:
+    code = WITHOUT_EXTRAS + """
+from ctrlrnn.cli import main
+codes = {}
+for argv in (["train", "--task", "copy", "--model", "qrnn", "--out", sys.argv[1]],
+             ["data", "list"], ["reproduce", "--quick", "--only", "qrnn-copy"], ["info"]):
+    codes[argv[0]] = main(argv)
+print(codes)
+"""
+    proc = run_python(code, fresh_env(tmp_path, CTRLRNN_CACHE=None), str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "{'train': 2, 'data': 2, 'reproduce': 2, 'info': 0}")
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 3, proc.stderr
+    for line, command in zip(errors, ("train", "data", "reproduce")):
+        assert line.startswith(f"ctrlrnn {command}: needs the optional package ")
+        assert "pip install 'ctrlrnn[train]'" in line
