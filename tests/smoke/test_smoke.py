@@ -3,7 +3,8 @@ it in one virtual environment per torch version; CI runs it too).
 
 Every layer forward and backward on the compiled kernels equal to the reference path; gradcheck
 of the linear scan; ``torch.compile`` (full graph) and ``torch.export`` of a QRNN; a
-``torch.compile`` that is the first call of a fresh process.
+``torch.compile`` that is the first call of a fresh process. Under ``CTRLRNN_BACKEND=reference``
+the last four check the reference path.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ import pytest
 import torch
 
 import ctrlrnn
+from ctrlrnn.ops._extension import forced_reference
 from ctrlrnn.ops.backend import has_kernel
 
 D64 = torch.float64
+
+#: the tests that compare the compiled kernels with the reference cannot run when
+#: ``CTRLRNN_BACKEND=reference`` forces the reference path (the compatibility check runs the
+#: suite both ways; the rest of it then checks the reference path alone)
+needs_compiled = pytest.mark.skipif(forced_reference(), reason="CTRLRNN_BACKEND=reference")
 
 LAYERS: dict[str, Callable[[], torch.nn.Module]] = {
     "qrnn": lambda: ctrlrnn.QRNN(4, 5, num_layers=2, bidirectional=True, window=2,
@@ -51,11 +58,13 @@ def _run(model: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, ctx: to
     return out.detach(), [torch.zeros_like(p) if g is None else g for g, p in zip(grads, leaves)]
 
 
+@needs_compiled
 def test_compiled_kernels_are_in_use() -> None:
     cpu = torch.device("cpu")
     assert all(has_kernel(family, cpu) for family in ("scan", "cells", "metagross"))
 
 
+@needs_compiled
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_layer_compiled_equals_reference(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)

@@ -96,7 +96,11 @@ class RecurrentBase(nn.Module):
         return self.direction_output_size() * self.num_directions
 
     def _param_ref(self) -> Tensor | None:
-        return next(iter(self.parameters()), None)
+        """The first parameter (its dtype and device are the module's), or None. A plain loop:
+        torch 2.5's dynamo cannot trace ``next(iter(...), default)``."""
+        for param in self.parameters():
+            return param
+        return None
 
     # ------------------------------------------------------------------ input handling
     def _prepare_input(

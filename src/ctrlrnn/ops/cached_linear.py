@@ -7,7 +7,8 @@ every step (measured at ~7 GB/s against ~35-40 GB/s into mapped memory here); th
 does not. The GEMMs, forward and backward, are torch's own: only where the output lives changes.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
+# functions it registers as written, and cannot parse them as strings.
 
 from typing import Any
 

@@ -24,7 +24,8 @@ for CUDA tensors for now, the readable references of :mod:`ctrlrnn.ops.cells_ref
 float16/bfloat16 inputs are computed in float32 and the outputs cast back.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
+# functions it registers as written, and cannot parse them as strings.
 
 from collections.abc import Sequence
 from typing import Any

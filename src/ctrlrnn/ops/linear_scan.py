@@ -11,7 +11,8 @@ backward is the single reverse pass
 started from the gradient of the final state, with ``carry`` at the end being ``dh_0``.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
+# functions it registers as written, and cannot parse them as strings.
 
 import torch
 from torch import Tensor

@@ -31,7 +31,8 @@ A level's base pre-activations ``W x + b`` (section 2.2) are computed by
 largest tensor of a step does not page-fault afresh every step.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
+# functions it registers as written, and cannot parse them as strings.
 
 from typing import Any
 
@@ -155,7 +156,7 @@ def _reference_backward(
             if grad_out is not None
             else P.new_zeros(B, T, 1, H)
         )
-    def given(x: Tensor | None) -> Tensor:  # a fresh empty tensor each: returns never alias
+    def given(x):  # a fresh empty tensor each, so that no two returns alias
         return P.new_empty(0) if x is None else x
 
     return dP, given(dchild), given(dalpha), given(dbeta), given(dres), ds0
@@ -243,6 +244,10 @@ def _packed_rows(P: Tensor) -> Tensor:
     return P if ok else P.contiguous()
 
 
+def _contiguous(x: Tensor | None) -> Tensor | None:
+    return None if x is None else x.contiguous()
+
+
 def metagross_level(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
@@ -283,12 +288,8 @@ def metagross_level(
         return out, last
     if lengths is not None:
         lengths = check_lengths(lengths, B, T, allow_zero=True)
-
-    def packed(x: Tensor | None) -> Tensor | None:
-        return None if x is None else x.contiguous()
-
     out, _c, last = _level_op(
-        _packed_rows(P), packed(child), packed(alpha), packed(beta), packed(res), packed(s0),
-        lengths, bool(h_form),
+        _packed_rows(P), _contiguous(child), _contiguous(alpha), _contiguous(beta),
+        _contiguous(res), _contiguous(s0), lengths, bool(h_form),
     )  # fmt: skip
     return out, last

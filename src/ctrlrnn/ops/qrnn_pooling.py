@@ -20,7 +20,8 @@ Where no compiled kernel exists, :func:`qrnn_pooling` runs :func:`qrnn_pooling_r
 autograd instead.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
+# functions it registers as written, and cannot parse them as strings.
 
 import torch
 from torch import Tensor

@@ -22,7 +22,8 @@ its outputs are zero; gradients do not depend on the padding. fp16/bf16 inputs a
 fp32 and the outputs cast back (as :mod:`ctrlrnn.ops.fused_cells` does).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
+# functions it registers as written, and cannot parse them as strings.
 
 from typing import Any
 
