@@ -30,6 +30,7 @@ from ctrlrnn.ops import (
     output_cache_info,
     set_output_cache_limit,
 )
+from ctrlrnn.ops._extension import KernelBuildWarning
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "CASLSTM",
     "ContextualCARNNLM",
     "HistorySummary",
+    "KernelBuildWarning",
     "Metagross",
     "MetagrossCell",
     "MetagrossFFN",
