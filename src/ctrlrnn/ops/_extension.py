@@ -318,11 +318,14 @@ def _advice(cause: str) -> str:
     return "see the build log"
 
 
-def _compile(name: str, folder: Path) -> tuple[Path | None, str, float]:
-    """Compile ``name`` into ``folder`` in a child process: ``(library or None, cause, s)``."""
+def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
+    """Compile ``name`` into ``folder`` in a child process: ``(library or None, cause, seconds,
+    whether a failure is worth remembering)``. A compile killed by a signal or stopped by the
+    timeout is not remembered: the next process tries again."""
     ninja = ninja_dir()
     if ninja is None:
-        return None, "ninja not found (it is installed with ctrlrnn: `pip install ninja`)", 0.0
+        return (None, "ninja not found (it is installed with ctrlrnn: `pip install ninja`)", 0.0,
+                False)
     env = dict(os.environ)
     env["PATH"] = ninja + os.pathsep + env.get("PATH", "")
     spec = {
@@ -349,9 +352,10 @@ def _compile(name: str, folder: Path) -> tuple[Path | None, str, float]:
     text = log_path.read_text(encoding="utf-8", errors="replace")
     marker = re.findall(r"^CTRLRNN_LIBRARY=(.+)$", text, flags=re.MULTILINE)
     if rc == 0 and marker and Path(marker[-1]).is_file():
-        return Path(marker[-1]), "", seconds
-    cause = first_error_line(text) if rc == 0 or isinstance(rc, int) else str(rc)
-    return None, cause, seconds
+        return Path(marker[-1]), "", seconds, False
+    if isinstance(rc, str) or rc < 0:
+        return None, f"the compile was stopped ({rc})", seconds, False
+    return None, first_error_line(text), seconds, True
 
 
 def _import_library(name: str, path: Path) -> ModuleType:
@@ -380,7 +384,7 @@ def _obtain(name: str, force: bool) -> ExtensionStatus:
     st = ExtensionStatus(name)
     cxx = compiler()
     folder = build_dir(name)
-    if cxx.error is not None and cached_state(name) != "cached":
+    if cxx.error is not None:  # (no build can exist under a key without a compiler)
         st.origin, st.reason = "failed", cxx.error
         return st
     folder.mkdir(parents=True, exist_ok=True)
@@ -406,18 +410,19 @@ def _obtain(name: str, force: bool) -> ExtensionStatus:
                          f"from {failure.get('when', 'earlier')}; `ctrlrnn build --force` "
                          f"retries)")
             return st
-        lib, cause, seconds = _compile(name, folder)
+        lib, cause, seconds, remember = _compile(name, folder)
         st.seconds, st.log = seconds, str(folder / BUILD_LOG)
         if lib is not None:
             try:
                 _loaded_status(st, _import_library(name, lib), lib)
             except ImportError as exc:
-                lib, cause = None, f"the built library does not import: {exc}"
+                lib, cause, remember = None, f"the built library does not import: {exc}", True
         if lib is None:
             st.origin, st.reason = "failed", cause
-            _write_json(folder / FAILURE_RECORD, {
-                "cause": cause, "log": st.log, "seconds": round(seconds, 1),
-                "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
+            if remember:
+                _write_json(folder / FAILURE_RECORD, {
+                    "cause": cause, "log": st.log, "seconds": round(seconds, 1),
+                    "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
             return st
         _write_json(folder / BUILD_RECORD, {
             "library": lib.name, "seconds": round(seconds, 1),
