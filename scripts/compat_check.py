@@ -50,13 +50,16 @@ DEFAULT_MATRIX = ["2.4.1@3.10", "2.5.1@3.11", "2.11.0@3.12", "2.13.0@3.11", "2.1
 
 
 def find_python(version: str) -> str | None:
-    """An interpreter for Python ``version`` (``3.12``): on PATH, or under pyenv."""
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
+    """An interpreter for Python ``version`` (``3.12``) that runs: under pyenv, or on PATH
+    (pyenv's shims are on PATH too, but answer only for the selected versions)."""
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for cand in sorted(glob.glob(str(pyenv / f"{version}.*" / "bin" / "python")), reverse=True):
-        return cand
+    candidates = sorted(glob.glob(str(pyenv / f"{version}.*" / "bin" / "python")), reverse=True)
+    on_path = shutil.which(f"python{version}")
+    for cand in [*candidates, *([on_path] if on_path else [])]:
+        probe = subprocess.run([cand, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return cand
     return None
 
 
