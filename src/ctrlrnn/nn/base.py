@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ctrlrnn.ops.padding import reverse_padded
+from ctrlrnn.ops.padding import reverse_padded, zero_padding
 from ctrlrnn.ops.validation import check_lengths
 
 State = list[Tensor]  # one tensor per state variable of the unit
@@ -152,6 +152,7 @@ class RecurrentBase(nn.Module):
             if unbatched:
                 raise ValueError("lengths: not supported with unbatched (2-D) input")
             lengths = check_lengths(lengths, x.shape[0], x.shape[1])
+            x = zero_padding(x, lengths)  # the padding's content reaches no gradient
         return x, lengths, packed, unbatched
 
     def _prepare_hx(self, hx: Tensor | tuple[Tensor, ...] | None, x: Tensor, unbatched: bool):

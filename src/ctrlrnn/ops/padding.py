@@ -12,6 +12,20 @@ def length_mask(lengths: Tensor, max_len: int) -> Tensor:
     return steps.unsqueeze(0) < lengths.unsqueeze(1)
 
 
+def zero_padding(x: Tensor, lengths: Tensor | None) -> Tensor:
+    """``x`` (``(B, T, ...)``) with every position past its sequence's length set to 0.
+
+    Whatever the padding held (NaN and Inf included) then never reaches a weight gradient: a
+    gate GEMM's weight gradient sums ``x_t * grad_t`` over all steps, and ``0 * NaN`` is NaN even
+    where ``grad_t`` is 0. The gradient w.r.t. the padded positions is 0.
+    """
+    if lengths is None:
+        return x
+    mask = length_mask(lengths.to(x.device), x.shape[1])
+    mask = mask.view(*mask.shape, *([1] * (x.dim() - 2)))
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def reverse_index(lengths: Tensor, max_len: int) -> Tensor:
     """Index ``(B, T)`` that reverses each sequence within its own length.
 
