@@ -27,16 +27,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
 from ctrlrnn.ops.validation import check_lengths
 
 State = list[Tensor]  # one tensor per state variable of the unit
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return value
 
 
 class RecurrentBase(nn.Module):
@@ -56,17 +51,13 @@ class RecurrentBase(nn.Module):
         bidirectional: bool = False,
     ) -> None:
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.num_layers = _check_positive_int("num_layers", num_layers)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-            raise ValueError(f"dropout: expected a number in [0, 1], got {dropout!r}")
-        if not 0.0 <= float(dropout) <= 1.0:
-            raise ValueError(f"dropout: expected a number in [0, 1], got {dropout}")
-        self.dropout = float(dropout)
-        self.bias = bool(bias)
-        self.batch_first = bool(batch_first)
-        self.bidirectional = bool(bidirectional)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.dropout = check_rate("dropout", dropout)
+        self.bias = check_flag("bias", bias)
+        self.batch_first = check_flag("batch_first", batch_first)
+        self.bidirectional = check_flag("bidirectional", bidirectional)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -158,6 +149,9 @@ class RecurrentBase(nn.Module):
     def _prepare_hx(self, hx: Tensor | tuple[Tensor, ...] | None, x: Tensor, unbatched: bool):
         if hx is None:
             return None
+        if not isinstance(hx, (Tensor, tuple, list)):
+            raise ValueError(f"hx: expected a Tensor or a tuple of Tensors "
+                             f"({', '.join(self.state_names)}), got {type(hx).__name__}")
         states = [hx] if isinstance(hx, Tensor) else list(hx)
         if len(states) != self.num_states:
             want = "a Tensor" if self.num_states == 1 else f"a tuple of {self.num_states} Tensors"

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.nn.arguments import check_choice, check_positive_int
+from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.fused_cells import ncarnn_sequence
 from ctrlrnn.ops.linear_scan import linear_scan
 
@@ -36,15 +37,13 @@ VARIANTS = ("n", "i", "s")
 
 
 def _check_variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant: expected one of 'n', 'i', 's', got {variant!r}")
-    return variant
+    return check_choice("variant", variant, tuple(VARIANTS))
 
 
 def _check_context_size(context_size: int | None) -> int | None:
     if context_size is None:
         return None
-    return _check_positive_int("context_size", context_size)
+    return check_positive_int("context_size", context_size)
 
 
 def _check_scarnn_sizes(variant: str, input_size: int, hidden_size: int) -> None:
@@ -78,8 +77,8 @@ class CARNNCell(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.context_size = _check_context_size(context_size)
         self.variant = _check_variant(variant)
         _check_scarnn_sizes(variant, input_size, hidden_size)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ctrlrnn.nn.base import _check_positive_int
+from ctrlrnn.nn.arguments import check_positive_int
 from ctrlrnn.nn.carnn import CARNN
 
 
@@ -49,7 +49,7 @@ class ContextualCARNNLM(nn.Module):
         alpha: float = 0.5,
     ) -> None:
         super().__init__()
-        _check_positive_int("vocab_size", vocab_size)
+        check_positive_int("vocab_size", vocab_size)
         if not 0.0 <= float(alpha) <= 1.0:
             raise ValueError(f"alpha: expected a weight in [0, 1], got {alpha}")
         self.alpha = float(alpha)

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.nn.arguments import check_flag, check_positive_int
+from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.fused_cells import cas_lstm_sequence, lstm_sequence
 from ctrlrnn.ops.padding import reverse_padded
 
@@ -40,9 +41,9 @@ LambdaArg = float | Sequence[float] | Tensor | str | None
 def _check_hidden_size(hidden_size: Any, num_layers: int) -> int:
     """One width for all layers: layers ``l > 1`` need ``d_l = d_{l-1}`` (section 3.2)."""
     if isinstance(hidden_size, int) and not isinstance(hidden_size, bool):
-        return _check_positive_int("hidden_size", hidden_size)
+        return check_positive_int("hidden_size", hidden_size)
     if isinstance(hidden_size, Sequence) and not isinstance(hidden_size, str):
-        sizes = [_check_positive_int("hidden_size", h) for h in hidden_size]
+        sizes = [check_positive_int("hidden_size", h) for h in hidden_size]
         if len(sizes) != num_layers:
             raise ValueError(
                 f"hidden_size: expected an int or {num_layers} per-layer widths "
@@ -149,10 +150,10 @@ class CASLSTM(RecurrentBase):
         lambda_: LambdaArg = "auto",
         peephole: bool = False,
     ) -> None:
-        layers = _check_positive_int("num_layers", num_layers)
+        layers = check_positive_int("num_layers", num_layers)
         width = _check_hidden_size(hidden_size, layers)
         super().__init__(input_size, width, layers, bias, batch_first, dropout, bidirectional)
-        self.peephole = bool(peephole)
+        self.peephole = check_flag("peephole", peephole)
         trainable = False
         const: Tensor | None = None
         if isinstance(lambda_, str):

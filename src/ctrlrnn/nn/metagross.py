@@ -51,7 +51,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
+from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
 from ctrlrnn.ops.metagross_level import metagross_level
@@ -60,12 +61,6 @@ from ctrlrnn.ops.padding import length_mask, reverse_padded
 BASES = ("linear", "lstm", "gru")
 DEPTH_GATES = ("token", "static", "scalar")
 RECURRENCES = ("h", "c")
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
-    return value
 
 
 def tree_nodes(depth: int) -> int:
@@ -122,13 +117,13 @@ class MetagrossUnit(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.depth = _check_positive_int("depth", depth)
-        self.base = _check_choice("base", base, BASES)
-        self.depth_gate = _check_choice("depth_gate", depth_gate, DEPTH_GATES)
-        self.recurrence = _check_choice("recurrence", recurrence, RECURRENCES)
-        self.residual = bool(residual)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.depth = check_positive_int("depth", depth)
+        self.base = check_choice("base", base, BASES)
+        self.depth_gate = check_choice("depth_gate", depth_gate, DEPTH_GATES)
+        self.recurrence = check_choice("recurrence", recurrence, RECURRENCES)
+        self.residual = check_flag("residual", residual)
         D, H = input_size, hidden_size
         N = self.num_nodes = tree_nodes(depth)
         I = self.num_internal = tree_nodes(depth - 1)
@@ -449,11 +444,11 @@ class Metagross(RecurrentBase):
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
-        self.depth = _check_positive_int("depth", depth)
-        self.base = _check_choice("base", base, BASES)
-        self.depth_gate = _check_choice("depth_gate", depth_gate, DEPTH_GATES)
-        self.recurrence = _check_choice("recurrence", recurrence, RECURRENCES)
-        self.residual = bool(residual)
+        self.depth = check_positive_int("depth", depth)
+        self.base = check_choice("base", base, BASES)
+        self.depth_gate = check_choice("depth_gate", depth_gate, DEPTH_GATES)
+        self.recurrence = check_choice("recurrence", recurrence, RECURRENCES)
+        self.residual = check_flag("residual", residual)
         if causal is not None and not isinstance(causal, bool):
             raise ValueError(f"causal: expected True, False or None, got {causal!r}")
         if causal and bidirectional:
@@ -500,6 +495,7 @@ class Metagross(RecurrentBase):
         return_gates: bool = False,
     ) -> Any:
         """Run the stack; see the class docstring for ``return_gates``."""
+        return_gates = check_flag("return_gates", return_gates)
         record: list[tuple[Tensor, Tensor]] | None = [] if return_gates else None
         out, h_n = super().forward(input, hx, lengths, gate_record=record)
         if record is None:

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ctrlrnn.nn.base import _check_positive_int
-from ctrlrnn.nn.metagross import _check_choice, level_slice, tree_nodes
+from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
+from ctrlrnn.nn.metagross import level_slice, tree_nodes
 
 FFN_DEPTH_GATES = ("token", "scalar")
 
@@ -61,13 +61,12 @@ class MetagrossFFN(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        self.depth = _check_positive_int("depth", depth)
-        self.depth_gate = _check_choice("depth_gate", depth_gate, FFN_DEPTH_GATES)
-        self.residual = bool(residual)
-        if not 0.0 <= float(dropout) <= 1.0:
-            raise ValueError(f"dropout: expected a number in [0, 1], got {dropout}")
-        self.dropout = float(dropout)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.depth = check_positive_int("depth", depth)
+        self.depth_gate = check_choice("depth_gate", depth_gate, FFN_DEPTH_GATES)
+        self.residual = check_flag("residual", residual)
+        self.dropout = check_rate("dropout", dropout)
+        bias = check_flag("bias", bias)
         N = self.num_nodes = tree_nodes(depth)
         I = self.num_internal = tree_nodes(depth - 1)
         rows = 3 * N * d_model + (2 * I if depth_gate == "token" else 0)
@@ -87,6 +86,7 @@ class MetagrossFFN(nn.Module):
         self, x: Tensor, return_gates: bool = False
     ) -> Tensor | tuple[Tensor, Tensor, Tensor]:
         """``(..., d_model) -> (..., d_model)``; ``return_gates`` adds alpha, beta ``(..., I)``."""
+        return_gates = check_flag("return_gates", return_gates)
         if not isinstance(x, Tensor) or x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected a (..., d_model={self.d_model}) tensor, got "

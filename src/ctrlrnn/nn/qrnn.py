@@ -30,23 +30,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
+from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
 
 
 def _check_pooling(pooling: str) -> str:
-    if pooling not in GATES_PER_MODE:
-        raise ValueError(f"pooling: expected one of 'f', 'fo', 'ifo', got {pooling!r}")
-    return pooling
+    return check_choice("pooling", pooling, tuple(GATES_PER_MODE))
 
 
 def _check_zoneout(zoneout: float) -> float:
-    if isinstance(zoneout, bool) or not isinstance(zoneout, (int, float)):
-        raise ValueError(f"zoneout: expected a probability in [0, 1), got {zoneout!r}")
-    if not 0.0 <= float(zoneout) < 1.0:
-        raise ValueError(f"zoneout: expected a probability in [0, 1), got {zoneout}")
-    return float(zoneout)
+    return check_rate("zoneout", zoneout, upper_open=True)
 
 
 def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Tensor:
@@ -70,9 +65,7 @@ ZONEOUT_EVAL = ("expectation", "identity")
 
 
 def _check_zoneout_eval(mode: str) -> str:
-    if mode not in ZONEOUT_EVAL:
-        raise ValueError(f"zoneout_eval: expected one of {ZONEOUT_EVAL}, got {mode!r}")
-    return mode
+    return check_choice("zoneout_eval", mode, ZONEOUT_EVAL)
 
 
 def zoneout_keep(
@@ -130,9 +123,9 @@ class QRNNCell(nn.Module):
     ) -> None:
         super().__init__()
         self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.window = _check_positive_int("window", window)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.window = check_positive_int("window", window)
         self.pooling = _check_pooling(pooling)
         self.zoneout = _check_zoneout(zoneout)
         self.num_gates = GATES_PER_MODE[pooling]
@@ -141,7 +134,7 @@ class QRNNCell(nn.Module):
         self.weight = nn.Parameter(torch.empty(gh, window * input_size))
         self.bias = nn.Parameter(torch.empty(gh)) if bias else None
         if encoder_state_size is not None:
-            _check_positive_int("encoder_state_size", encoder_state_size)
+            check_positive_int("encoder_state_size", encoder_state_size)
             self.encoder_weight: nn.Parameter | None = nn.Parameter(
                 torch.empty(gh, encoder_state_size)
             )
@@ -291,11 +284,11 @@ class QRNN(RecurrentBase):
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
-        self.window = _check_positive_int("window", window)
+        self.window = check_positive_int("window", window)
         self.pooling = _check_pooling(pooling)
         self.zoneout = _check_zoneout(zoneout)
         self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
-        self.dense = bool(dense)
+        self.dense = check_flag("dense", dense)
         self.encoder_state_size = encoder_state_size
         self.cells = nn.ModuleList(
             QRNNCell(

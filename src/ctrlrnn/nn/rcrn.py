@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ctrlrnn.nn.base import RecurrentBase, State, _check_positive_int
+from ctrlrnn.nn.arguments import check_choice, check_positive_int
+from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -38,12 +39,6 @@ from ctrlrnn.ops.padding import reverse_padded
 CELLS = ("lstm", "gru")
 OUTPUT_GATES = ("sigmoid", "identity")
 LISTENERS = ("per_direction", "concat_forward")
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
-    return value
 
 
 def rcrn_state_names(cell: str) -> tuple[str, ...]:
@@ -63,7 +58,7 @@ class GatedRNN(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, cell: str, bias: bool) -> None:
         super().__init__()
-        self.cell = _check_choice("cell", cell, CELLS)
+        self.cell = check_choice("cell", cell, CELLS)
         self.input_size = input_size
         self.hidden_size = hidden_size
         gh = (4 if cell == "lstm" else 3) * hidden_size
@@ -165,10 +160,10 @@ class RCRNCell(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.cell = _check_choice("cell", cell, CELLS)
-        self.output_gate = _check_choice("output_gate", output_gate, OUTPUT_GATES)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.cell = check_choice("cell", cell, CELLS)
+        self.output_gate = check_choice("output_gate", output_gate, OUTPUT_GATES)
         self.state_names = rcrn_state_names(cell)
         self.controller1 = GatedRNN(input_size, hidden_size, cell, bias)
         self.controller2 = GatedRNN(input_size, hidden_size, cell, bias)
@@ -278,9 +273,9 @@ class RCRN(RecurrentBase):
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
-        self.cell_type = _check_choice("cell", cell, CELLS)
-        self.output_gate = _check_choice("output_gate", output_gate, OUTPUT_GATES)
-        self.listener = _check_choice("listener", listener, LISTENERS)
+        self.cell_type = check_choice("cell", cell, CELLS)
+        self.output_gate = check_choice("output_gate", output_gate, OUTPUT_GATES)
+        self.listener = check_choice("listener", listener, LISTENERS)
         self.state_names = rcrn_state_names(cell)
         self.cells = nn.ModuleList(
             RCRNCell(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -39,12 +40,21 @@ def check_lengths(
     if isinstance(lengths, Tensor):
         if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
             raise ValueError(f"{name}: expected an integer tensor, got {lengths.dtype}")
+        if lengths.device.type == "meta":
+            raise ValueError(f"{name}: a tensor on the meta device holds no values; give the "
+                             f"lengths on the CPU")
         lens = lengths.detach().to("cpu", torch.int64).contiguous()
     else:
         try:
-            lens = torch.as_tensor(list(lengths), dtype=torch.int64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name}: expected a sequence of integers ({exc})") from exc
+            values = list(lengths)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise ValueError(f"{name}: expected a tensor or a sequence of integers, got "
+                             f"{type(lengths).__name__}") from exc
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
+        if bad:
+            raise ValueError(f"{name}: expected integers, got {bad[0]!r} "
+                             f"({type(bad[0]).__name__})")
+        lens = torch.as_tensor([int(v) for v in values], dtype=torch.int64)
     if lens.dim() != 1:
         raise ValueError(
             f"{name}: expected a 1-D tensor of shape ({batch},), got {tuple(lens.shape)}"
