@@ -86,6 +86,11 @@ class RecurrentBase(nn.Module):
     def output_size(self) -> int:
         return self.direction_output_size() * self.num_directions
 
+    def flatten_parameters(self) -> None:
+        """A no-op, for code written for :class:`torch.nn.LSTM` (which calls it after moving the
+        module, e.g. under ``DataParallel``): ctrlrnn's kernels read the weights where they are,
+        so there is nothing to flatten."""
+
     def _param_ref(self) -> Tensor | None:
         """The first parameter (its dtype and device are the module's), or None. A plain loop:
         torch 2.5's dynamo cannot trace ``next(iter(...), default)``."""
@@ -155,7 +160,11 @@ class RecurrentBase(nn.Module):
         states = [hx] if isinstance(hx, Tensor) else list(hx)
         if len(states) != self.num_states:
             want = "a Tensor" if self.num_states == 1 else f"a tuple of {self.num_states} Tensors"
-            raise ValueError(f"hx: expected {want} ({', '.join(self.state_names)})")
+            lstm = (" (not nn.LSTM's (h0, c0): see docs/from-nn-lstm.md)"
+                    if len(states) == 2 else "")
+            raise ValueError(f"hx: {type(self).__name__} carries {self.num_states} state(s), "
+                             f"expected {want} ({', '.join(self.state_names)}), got "
+                             f"{len(states)}{lstm}")
         out = []
         ld = self.num_layers * self.num_directions
         for k, s in enumerate(states):

@@ -164,6 +164,13 @@ def _check_context(context_size: int | None, context: Any, batch: int, x: Tensor
         )
     if not isinstance(context, Tensor):
         raise ValueError(f"context: expected a Tensor, got {type(context).__name__}")
+    if context.dim() == 3:
+        raise ValueError(
+            f"context: got a 3-D tensor {tuple(context.shape)}, the shape of an initial state; "
+            f"CARNN's second argument is the context, one vector per sequence "
+            f"({batch}, {context_size}) (eq 3-6): call carnn(x, context, hx=h0) "
+            f"or carnn(x, context=c, hx=h0)"
+        )
     if tuple(context.shape) != (batch, context_size):
         raise ValueError(
             f"context: expected shape {(batch, context_size)} (batch, context_size), "
