@@ -37,7 +37,10 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Activations. float: a vectorisable exp (Cephes expf polynomial, ~1 ulp) so the pointwise loops
-// compile to AVX2/AVX-512 code without -ffast-math; double: libm (used for gradcheck).
+// compile to AVX2/AVX-512 code without -ffast-math; double: libm (used for gradcheck). Both give
+// the special values of torch.sigmoid / torch.tanh: sigmoid(+Inf) = 1, sigmoid(-Inf) = 0,
+// tanh(+-Inf) = +-1, NaN -> NaN (the compiled cells must put NaN and Inf exactly where the
+// references of cells_ref.py do).
 // ---------------------------------------------------------------------------------------------
 
 template <typename T>
@@ -51,12 +54,17 @@ struct Act<double> {
 
 template <>
 struct Act<float> {
+  // exp(x) for x in [-87, 88] by the polynomial; beyond, std::exp's values: +Inf above
+  // ln(FLT_MAX) (+Inf included), 0 below the smallest normal's logarithm (-Inf included;
+  // subnormal results flushed), NaN for NaN. The clamp keeps the polynomial's arithmetic finite
+  // (NaN clamps to -87: no float-to-int conversion of NaN); the special cases are a final
+  // select (a blend in vector code), so the function stays branch-free.
   static inline float exp(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
+    float xc = x > -87.0f ? x : -87.0f;  // NaN -> -87
+    xc = xc < 88.0f ? xc : 88.0f;
     // n = round(x / ln 2) by the 1.5 * 2^23 trick (std::floor blocks gcc's vectoriser).
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -68,11 +76,15 @@ struct Act<float> {
     const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
     float scale;
     std::memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
+    float y = p * scale;
+    y = x < -87.3365447504f ? 0.0f : y;                                    // below FLT_MIN
+    y = x > 88.7228391117f ? std::numeric_limits<float>::infinity() : y;  // above FLT_MAX
+    return x != x ? x : y;                                                 // NaN stays NaN
   }
   static inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
   static inline float tanh(float x) {
-    // 1 - 2 / (exp(2x) + 1) loses relative accuracy near 0; use the odd series there.
+    // 1 - 2 / (exp(2x) + 1) loses relative accuracy near 0; use the odd series there. (+-Inf:
+    // exactly +-1 by the first form; NaN fails the comparison and takes that form, NaN too.)
     const float big = 1.0f - 2.0f / (exp(2.0f * x) + 1.0f);
     const float x2 = x * x;
     const float small =

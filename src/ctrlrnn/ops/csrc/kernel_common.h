@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <unistd.h>
@@ -29,9 +30,10 @@ namespace ctrlrnn::kernels {
 // Channels per work item. Whole rows when the batch alone gives every thread several items
 // (each thread then streams contiguous memory), otherwise rows split into enough blocks of a
 // multiple of 16 channels.
+// An empty batch (B <= 0) has no work items; it gets whole rows too (and no division by B).
 inline int64_t block_size(int64_t B, int64_t C) {
   const int64_t want = 4 * std::max<int64_t>(1, at::get_num_threads());
-  if (B >= want) return std::max<int64_t>(C, 1);
+  if (B <= 0 || B >= want) return std::max<int64_t>(C, 1);
   const int64_t parts = (want + B - 1) / B;
   const int64_t blk = (C + parts - 1) / parts;
   return std::max<int64_t>(16, (blk + 15) / 16 * 16);
@@ -62,10 +64,18 @@ inline int64_t openmp_threads_in_region() {
 
 // exp for float without branches so that the compiler vectorises the loops that call it.
 // Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp on [-87, 88].
+// Special values as std::exp (so that NaN and +-Inf reach the kernels' outputs exactly where
+// the reference's torch.exp/sigmoid/tanh put them): NaN -> NaN, above kExpHi (+Inf included)
+// -> +Inf, below kExpLo (-Inf included) -> 0 (the subnormal results are flushed to zero). The
+// clamp only keeps the polynomial's arithmetic finite (it maps NaN to kExpLo); the special
+// cases are applied by a final select, a blend in vector code, so the function stays
+// branch-free.
 inline float fast_exp(float x) {
-  x = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
+  constexpr float kExpHi = 88.3762626647949f;  // exp(kExpHi) rounds to +Inf (2^128)
+  constexpr float kExpLo = -87.3365447504f;    // exp(kExpLo) = FLT_MIN, the smallest normal
+  const float xc = std::min(kExpHi, std::max(kExpLo, x));
+  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -77,17 +87,23 @@ inline float fast_exp(float x) {
   int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
+  float y = p * scale;
+  y = x < kExpLo ? 0.0f : y;
+  y = x > kExpHi ? std::numeric_limits<float>::infinity() : y;
+  return x != x ? x : y;  // NaN stays NaN
 }
 inline double fast_exp(double x) { return std::exp(x); }
 
+// sigmoid(x) = 1 / (1 + exp(-x)): with fast_exp's special values, sigmoid(+Inf) = 1,
+// sigmoid(-Inf) = 0 and sigmoid(NaN) = NaN, as torch.sigmoid.
 template <typename T>
 inline T sigmoid(T x) {
   return T(1) / (T(1) + fast_exp(-x));
 }
 template <typename T>
 inline T tanh_(T x) {
-  // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly at both ends.
+  // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly at both ends (tanh(+-Inf) = +-1,
+  // exactly) and keeps NaN.
   return T(1) - T(2) / (fast_exp(T(2) * x) + T(1));
 }
 inline double tanh_(double x) { return std::tanh(x); }

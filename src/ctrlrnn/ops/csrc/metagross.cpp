@@ -320,8 +320,11 @@ inline void backward_row(const BackRow<scalar_t>& r, const BackOut<acc_t>& out,
     const acc_t gso = go * o * (acc_t(1) - o);  // eq 2-2
     dpz[j] = gz * (acc_t(1) - z * z);  // eq 2-3
     if constexpr (CHILD) {
-      dpf[j] = gsf * (acc_t(1) - al);
-      dpo[j] = gso * (acc_t(1) - be);
+      // d/dp of p + w (c - p) (eq 2-1, 2-2 as the forward computes them) summed as the
+      // reference's autograd sums it, g - g w: equal to g (1 - w) for finite g, and NaN (not
+      // +-Inf) for an infinite g, as in the reference
+      dpf[j] = gsf - gsf * al;
+      dpo[j] = gso - gso * be;
       dcf[j] = gsf * al;
       dco[j] = gso * be;
       ta[j] = gsf * (acc_t(cf[j]) - acc_t(pf[j]));

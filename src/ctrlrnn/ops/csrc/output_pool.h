@@ -197,9 +197,12 @@ inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& 
               "cached_linear: expected x (..., D) and weight (N, D) of one dtype on CPU");
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
+  // rows counted explicitly: a -1 in view/reshape is ambiguous for empty tensors (N or D = 0)
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) rows *= sizes[i];
   auto out = pooled_empty(sizes, x.options());
-  auto out2 = out.view({-1, weight.size(0)});
-  const auto x2 = x.reshape({-1, x.size(-1)});
+  auto out2 = out.view({rows, weight.size(0)});
+  const auto x2 = x.reshape({rows, x.size(-1)});
   if (bias.has_value()) {
     at::addmm_out(out2, *bias, x2, weight.t());
   } else {

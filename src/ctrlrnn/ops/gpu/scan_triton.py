@@ -31,6 +31,18 @@ Two ways to run each direction:
   (``carry_{s-1} = a_s (g_s + carry_s)``), chunked the same way.
 
 :func:`ctrlrnn.ops.gpu._common.chunk_length` picks the variant.
+
+Non-finite values (issue 14): the sequential variant computes exactly the reference's
+``a_t * h + b_t`` step by step (past the length ``a = 1, b = 0`` keep even an infinite or NaN
+state unchanged), so NaN and +-Inf land where the reference puts them, forward and backward.
+The chunked variant is exact for finite values and for NaN anywhere, but its combination
+``P_k h_in(k) + S_k`` of a chunk started from zero is not IEEE-exact when the chunk's product
+``P_k`` is infinite (an infinite decay ``a``: ``inf * 0`` of the zero start, or the sign of
+``inf * h`` differing between the two terms) or underflows to 0 under an infinite state: the
+state entering later chunks can then be NaN where the sequential recurrence gives +-Inf. The
+decays of the layers (sigmoid gates, ``[0, 1]``) never are infinite; the launchers' ``chunk=0``
+forces the sequential variant. (QRNN pooling's chunked variant, :mod:`.qrnn_triton`, has
+decays in ``[0, 1]``: only the underflow case applies to it.)
 """
 
 from __future__ import annotations
