@@ -22,6 +22,7 @@ from ctrlrnn.nn import (
     RCRNCell,
     RecurrentBase,
 )
+from ctrlrnn.onnx_export import export_onnx
 from ctrlrnn.ops import (
     backend_info,
     empty_cache,
@@ -53,6 +54,7 @@ __all__ = [
     "RecurrentBase",
     "backend_info",
     "empty_cache",
+    "export_onnx",
     "linear_scan",
     "linear_scan_ref",
     "output_cache_info",

@@ -21,7 +21,7 @@ from install_helpers import TRAIN_EVERY_LAYER, fresh_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS_PACKAGES = ["rich", "safetensors", "matplotlib", "sacrebleu", "music21", "pysword",
-                   "pyarrow", "triton", "tqdm", "pytest"]
+                   "pyarrow", "triton", "tqdm", "pytest", "onnx", "onnxscript", "onnxruntime"]
 WITHOUT_EXTRAS = f"""
 import sys
 BLOCKED = {EXTRAS_PACKAGES!r}

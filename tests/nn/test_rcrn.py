@@ -341,7 +341,8 @@ def test_bad_constructor_arguments(kwargs, match):
         (lambda m: m(torch.randn(2, 5, 3, dtype=D64)), "input: expected dtype"),
         (lambda m: m(torch.randn(2, 5, 3), lengths=torch.tensor([0, 1])), "lengths"),
         (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(2, 2, 4),) * 2),
-         r"hx: expected a tuple of 7 Tensors \(h1, c1, h2, c2, h3, c3, c4\)"),
+         r"hx: RCRN carries 7 state\(s\), expected a tuple of 7 Tensors \(h1, c1, h2, c2, h3, c3, "
+         r"c4\)"),
         (lambda m: m(torch.randn(2, 5, 3), (torch.zeros(2, 2, 4),) * 6 + (torch.zeros(2, 2, 8),)),
          r"hx\[6\] \(c4\): expected shape \(2, 2, 4\)"),
         (lambda m: m(torch.randn(2, 0, 3)), "input: expected at least one time step"),

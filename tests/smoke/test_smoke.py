@@ -3,8 +3,9 @@ it in one virtual environment per torch version; CI runs it too).
 
 Every layer forward and backward on the compiled kernels equal to the reference path; gradcheck
 of the linear scan; ``torch.compile`` (full graph) and ``torch.export`` of a QRNN; a
-``torch.compile`` that is the first call of a fresh process. Under ``CTRLRNN_BACKEND=reference``
-the last four check the reference path.
+``torch.compile`` that is the first call of a fresh process; every layer under bfloat16
+autocast; ``torch.func.grad``. Under ``CTRLRNN_BACKEND=reference`` all but the first two check
+the reference path.
 """
 
 from __future__ import annotations
@@ -146,3 +147,33 @@ def test_torch_compile_as_the_first_call_of_a_process() -> None:
     proc = subprocess.run([sys.executable, "-c", FIRST_CALL_COMPILED], env=dict(os.environ),
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layer_under_bfloat16_autocast(name: str) -> None:
+    torch.manual_seed(4)
+    model = LAYERS[name]()
+    x = torch.randn(6, 3, 4)
+    lengths, ctx = torch.tensor([6, 4, 1]), torch.randn(3, 3)
+    want, _ = _run(model, x.clone().requires_grad_(), lengths, ctx, train=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = _run(model, x.clone().requires_grad_(), lengths, ctx, train=False)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - want).abs().max() <= 3e-2 * want.abs().max().clamp(min=1e-3)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_torch_func_grad() -> None:
+    torch.manual_seed(6)
+    for model in (LAYERS["qrnn"](), LAYERS["cas-lstm"](), LAYERS["metagross"]()):
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        x = torch.randn(5, 2, 4)
+
+        def loss(p: dict[str, torch.Tensor], model: torch.nn.Module = model,
+                 x: torch.Tensor = x) -> torch.Tensor:
+            return torch.func.functional_call(model, p, (x,))[0].square().sum()
+
+        got = torch.func.grad(loss)(params)
+        want = torch.autograd.grad(model(x)[0].square().sum(), list(model.parameters()))
+        for k, w in zip(params, want):
+            torch.testing.assert_close(got[k], w, rtol=1e-4, atol=1e-5)

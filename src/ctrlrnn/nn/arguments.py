@@ -9,19 +9,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ctrlrnn.ops.validation import check_flag
+
+__all__ = ["check_choice", "check_flag", "check_positive_int", "check_rate"]
+
 
 def check_positive_int(name: str, value: Any) -> int:
     """An ``int`` >= 1 (``bool`` is refused: ``True`` is not a size)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     return value
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """A ``bool`` (or the integers 0 and 1, as ``nn.LSTM`` code sometimes passes)."""
-    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
-        return bool(value)
-    raise ValueError(f"{name}: expected True or False, got {value!r}")
 
 
 def check_rate(name: str, value: Any, *, upper_open: bool = False) -> float:

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
+from ctrlrnn.ops.autocast import accepts_dtype, autocast_dtype
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
 from ctrlrnn.ops.validation import check_lengths
 
@@ -135,7 +136,7 @@ class RecurrentBase(nn.Module):
         if not x.is_floating_point():
             raise ValueError(f"input: expected a floating dtype, got {x.dtype}")
         if ref is not None:
-            if x.dtype != ref.dtype:
+            if not accepts_dtype(x.dtype, ref.dtype, x.device):
                 raise ValueError(
                     f"input: expected dtype {ref.dtype} (the parameters'), got {x.dtype}; "
                     f"convert the input or the module with .to()"
@@ -167,6 +168,10 @@ class RecurrentBase(nn.Module):
                              f"{len(states)}{lstm}")
         out = []
         ld = self.num_layers * self.num_directions
+        allowed = {x.dtype}  # under autocast, also the parameters' and the autocast dtype
+        cast, ref = autocast_dtype(x.device), self._param_ref()
+        if cast is not None and ref is not None:
+            allowed |= {cast, ref.dtype}
         for k, s in enumerate(states):
             name = "hx" if self.num_states == 1 else f"hx[{k}] ({self.state_names[k]})"
             if not isinstance(s, Tensor):
@@ -176,7 +181,7 @@ class RecurrentBase(nn.Module):
             want = (ld, x.shape[0], self.state_size(k))
             if tuple(s.shape) != want:
                 raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
-            if s.dtype != x.dtype or s.device != x.device:
+            if s.dtype not in allowed or s.device != x.device:
                 raise ValueError(
                     f"{name}: expected dtype {x.dtype} on {x.device} (the input's), "
                     f"got {s.dtype} on {s.device}"

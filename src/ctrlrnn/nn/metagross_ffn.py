@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.metagross import level_slice, tree_nodes
+from ctrlrnn.ops.autocast import accepts_dtype
 
 FFN_DEPTH_GATES = ("token", "scalar")
 
@@ -92,7 +93,8 @@ class MetagrossFFN(nn.Module):
                 f"x: expected a (..., d_model={self.d_model}) tensor, got "
                 f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}"
             )
-        if x.dtype != self.weight.dtype or x.device != self.weight.device:
+        if (not accepts_dtype(x.dtype, self.weight.dtype, x.device)
+                or x.device != self.weight.device):
             raise ValueError(
                 f"x: expected dtype {self.weight.dtype} on {self.weight.device}, "
                 f"got {x.dtype} on {x.device}"
@@ -101,6 +103,7 @@ class MetagrossFFN(nn.Module):
         d, N, I = self.d_model, self.num_nodes, self.num_internal
         x2 = x.reshape(-1, d)
         proj = F.linear(x2, self.weight, self.bias)
+        x2 = x2.to(proj.dtype)  # under autocast the GEMM's dtype (bfloat16) for everything
         P = proj[:, : 3 * N * d].view(-1, 3, N, d)
         if self.depth_gate == "token":
             g = torch.sigmoid(proj[:, 3 * N * d :])
@@ -109,7 +112,7 @@ class MetagrossFFN(nn.Module):
             g = torch.sigmoid(self.depth_logit).expand(x2.shape[0], 2 * I)
         else:
             g = x2.new_zeros(x2.shape[0], 0)
-        alpha, beta = g[:, :I], g[:, I:]
+        alpha, beta = g[:, :I].to(proj.dtype), g[:, I:].to(proj.dtype)
         xe = x2.unsqueeze(1)
         child: Tensor | None = None
         for level in range(self.depth, 0, -1):

@@ -30,6 +30,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ctrlrnn.ops._extension import forced_reference
+from ctrlrnn.ops.backend import functorch_active
+
 __all__ = ["gate_backend", "level_gates", "set_gate_backend"]
 
 #: Smallest number of elements of ``P`` for which ``"auto"`` uses the compiled functions.
@@ -89,7 +92,9 @@ def _backward_math(
     if P is not None and child is not None and alpha is not None and beta is not None:
         pf, po, _ = P.unbind(2)
         cf, co = child.unbind(3)
-        dP = torch.stack([g_sf * (1 - alpha), g_so * (1 - beta), g_pz], 2)
+        # g - g alpha, not g (1 - alpha): the same for finite g, and Inf (not NaN) for an
+        # infinite g, as autograd differentiates pf + alpha (cf - pf) and as the kernels do
+        dP = torch.stack([g_sf - g_sf * alpha, g_so - g_so * beta, g_pz], 2)
         dchild = torch.stack([g_sf * alpha, g_so * beta], 3)
         dalpha = (g_sf * (cf - pf)).sum(-1, keepdim=True)
         dbeta = (g_so * (co - po)).sum(-1, keepdim=True)
@@ -207,5 +212,9 @@ def level_gates(
     ``P`` (B, T, 3, k, H); ``child`` (B, T, k, 2, H) or None at the leaves; ``alpha``,
     ``beta`` (B, T, k, 1) or None; ``res`` (B, T, 1, H) or None.
     """
+    if functorch_active() or forced_reference():
+        # the reference path: plain autograd, so torch.func transforms and higher derivatives
+        # go through (_LevelGates recomputes in backward to save memory, once differentiable)
+        return _forward_lean(P, child, alpha, beta, res, h_form)
     out = _LevelGates.apply(P, child, alpha, beta, res, h_form)
     return out[0], out[1], out[2]

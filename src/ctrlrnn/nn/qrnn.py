@@ -376,7 +376,9 @@ class QRNN(RecurrentBase):
         if not isinstance(enc, Tensor):
             raise ValueError(f"encoder_state: expected a Tensor, got {type(enc).__name__}")
         B, E = x.shape[0], self.encoder_state_size
-        if tuple(enc.shape) not in {(B, E), (self.num_layers, B, E)}:
+        # rank first: B may be symbolic (export), and comparing it with num_layers adds a guard
+        per_layer = enc.dim() == 3 and tuple(enc.shape) == (self.num_layers, B, E)
+        if not per_layer and not (enc.dim() == 2 and tuple(enc.shape) == (B, E)):
             raise ValueError(
                 f"encoder_state: expected shape {(self.num_layers, B, E)} or {(B, E)}, "
                 f"got {tuple(enc.shape)}"

@@ -47,6 +47,11 @@ def _has_kernel(family: str, device_type: str) -> bool:
     return kernel_for(family, torch.device(device_type)) is not None
 
 
+def functorch_active() -> bool:
+    """True inside ``torch.func`` transforms (``grad``, ``vjp``, ``vmap``, ``jacrev``, ...)."""
+    return bool(torch._C._are_functorch_transforms_active())
+
+
 def has_kernel(family: str, device: torch.device) -> bool:
     """Whether :func:`kernel_for` has a compiled implementation for tensors on ``device``: the
     question every public op asks before choosing its custom op (compiled) or its readable
@@ -54,9 +59,11 @@ def has_kernel(family: str, device: torch.device) -> bool:
 
     Under ``torch.compile`` and ``torch.export`` the answer is computed once, eagerly, while
     tracing (``torch.compiler.assume_constant_result``) and enters the graph as a constant, so
-    the extension loader (its locks, files and a possible first build) is never traced.
+    the extension loader (its locks, files and a possible first build) is never traced. Inside
+    ``torch.func`` transforms the answer is False: the reference path is plain torch code, which
+    every transform (and any order of derivative) goes through; the compiled ops are not.
     """
-    return _has_kernel(family, device.type)
+    return not functorch_active() and _has_kernel(family, device.type)
 
 
 def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 
 __all__ = ["cached_linear"]
@@ -42,10 +44,11 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
     x, weight = ctx.saved_tensors
-    g2 = grad.reshape(-1, weight.shape[0])
+    rows = x.shape[:-1].numel()  # not -1 in reshape: ambiguous for empty tensors (N or D = 0)
+    g2 = grad.reshape(rows, weight.shape[0])
     need_x, need_w, need_b = ctx.needs_input_grad
     dx = (g2 @ weight).view(x.shape) if need_x else None
-    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need_w else None
+    dw = g2.t() @ x.reshape(rows, x.shape[-1]) if need_w else None
     db = g2.sum(0) if (ctx.has_bias and need_b) else None
     return dx, dw, db
 
@@ -56,7 +59,9 @@ _cached_linear_op.register_autograd(_backward, setup_context=_setup_context)
 def _uses_cache(x: Tensor) -> bool:
     """Contiguous CPU tensors with the compiled extension built take the custom op (a constant
     decision under ``torch.compile``, see :func:`ctrlrnn.ops.backend.has_kernel`)."""
-    return x.device.type == "cpu" and x.is_contiguous() and has_kernel("scan", x.device)
+    cached = x.device.type == "cpu" and x.is_contiguous() and has_kernel("scan", x.device)
+    cached = cached and autocast_dtype(x.device) is None  # autocast: F.linear in its dtype
+    return cached and not scan_export.active()  # ONNX export: a plain F.linear
 
 
 def cached_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -33,8 +33,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops import cells_ref
-from ctrlrnn.ops.backend import gpu_kernels, has_kernel, kernel_for
+from ctrlrnn.ops import cells_ref, scan_export
+from ctrlrnn.ops.backend import functorch_active, gpu_kernels, has_kernel, kernel_for
+from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.validation import check_lengths
 
 __all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
@@ -45,6 +46,12 @@ _HALF = (torch.float16, torch.bfloat16)
 # ------------------------------------------------------------------------------------------------
 # Dispatch and argument checks
 # ------------------------------------------------------------------------------------------------
+
+
+def _gpu_cells(x: Tensor) -> Any:
+    """The Triton cells for CUDA tensors, or None (reference; also inside ``torch.func``
+    transforms, which the custom ops do not support)."""
+    return None if functorch_active() else gpu_kernels("cells", x.device)
 
 
 def _use_compiled(x: Tensor) -> bool:
@@ -221,6 +228,8 @@ def _lstm_backward(ctx: Any, gh: Tensor | None, gc: Tensor | None, ghl: Tensor |
 
 
 _lstm_fwd.register_autograd(_lstm_backward, setup_context=_lstm_setup)
+forbid_double_backward(_lstm_bwd, "lstm_cell_fwd", "RCRN, CASLSTM (layer 1), METAGROSS's "
+                       "LSTM base")
 
 
 def lstm_sequence(
@@ -250,9 +259,11 @@ def lstm_sequence(
     lengths = _check_lengths(lengths, batch, steps, x_proj)
     dtype = _compute_dtype(x_proj)
     xp, w, h, c = _cast((x_proj, weight_hh, h0, c0), dtype)
-    if _use_compiled(x_proj):
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        out = scan_export.lstm_sequence(xp, w, h, c, lengths)
+    elif _use_compiled(x_proj):
         out = _lstm_fwd(xp, w, h, c, lengths, _needs_grad(xp, w, h, c))[:4]
-    elif (gpu := gpu_kernels("cells", x_proj.device)) is not None:
+    elif (gpu := _gpu_cells(x_proj)) is not None:
         out = gpu.lstm_sequence(xp, w, h, c, lengths)
     else:
         out = cells_ref.lstm_sequence_ref(xp, w, h, c, lengths)
@@ -334,6 +345,7 @@ def _gru_backward(
 
 
 _gru_fwd.register_autograd(_gru_backward, setup_context=_gru_setup)
+forbid_double_backward(_gru_bwd, "gru_cell_fwd", "RCRN(cell='gru'), METAGROSS's GRU base")
 
 
 def gru_sequence(
@@ -369,9 +381,11 @@ def gru_sequence(
     lengths = _check_lengths(lengths, batch, steps, x_proj)
     dtype = _compute_dtype(x_proj)
     xp, w, b, h = _cast((x_proj, weight_hh, bias_hh, h0), dtype)
-    if _use_compiled(x_proj):
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        out = scan_export.gru_sequence(xp, w, b, h, lengths)
+    elif _use_compiled(x_proj):
         out = _gru_fwd(xp, w, b, h, lengths, _needs_grad(xp, w, b, h))[:2]
-    elif (gpu := gpu_kernels("cells", x_proj.device)) is not None:
+    elif (gpu := _gpu_cells(x_proj)) is not None:
         out = gpu.gru_sequence(xp, w, b, h, lengths)
     else:
         out = cells_ref.gru_sequence_ref(xp, w, b, h, lengths)
@@ -486,6 +500,7 @@ def _cas_backward(ctx: Any, gh: Tensor | None, gc: Tensor | None, ghl: Tensor | 
 
 
 _cas_fwd.register_autograd(_cas_backward, setup_context=_cas_setup)
+forbid_double_backward(_cas_bwd, "cas_lstm_cell_fwd", "CASLSTM")
 
 
 def cas_lstm_sequence(
@@ -551,7 +566,9 @@ def cas_lstm_sequence(
         _check_tensor("peephole", pp, (2, hidden), x_proj)
 
     xp, w, low, p, h, c = _cast((x_proj, weight_hh, lower_c, pp, h0, c0), dtype)
-    if _use_compiled(x_proj):
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        out = scan_export.cas_lstm_sequence(xp, w, low, h, c, scale_f, scale_g, p, lengths)
+    elif _use_compiled(x_proj):
         save = _needs_grad(xp, w, low, scale_f, scale_g, p, h, c)
         out = _cas_fwd(xp, w, low, scale_f, scale_g, p, h, c, lengths, save)[:4]
     else:
@@ -634,6 +651,7 @@ def _ncarnn_backward(
 
 
 _ncarnn_fwd.register_autograd(_ncarnn_backward, setup_context=_ncarnn_setup)
+forbid_double_backward(_ncarnn_bwd, "ncarnn_cell_fwd", "CARNN(variant='n')")
 
 
 def ncarnn_sequence(
@@ -667,7 +685,9 @@ def ncarnn_sequence(
     lengths = _check_lengths(lengths, batch, steps, x_proj)
     dtype = _compute_dtype(x_proj)
     xp, w, ctx, h = _cast((x_proj, weight_hh, context_proj, h0), dtype)
-    if _use_compiled(x_proj):
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        out = scan_export.ncarnn_sequence(xp, w, ctx, h, lengths)
+    elif _use_compiled(x_proj):
         out = _ncarnn_fwd(xp, w, ctx, h, lengths, _needs_grad(xp, w, ctx, h))[:2]
     else:
         out = cells_ref.ncarnn_sequence_ref(xp, w, ctx, h, lengths)

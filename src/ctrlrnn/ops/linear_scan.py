@@ -17,10 +17,13 @@ started from the gradient of the final state, with ``carry`` at the end being ``
 import torch
 from torch import Tensor
 
+from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
+from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
 from ctrlrnn.ops.padding import reverse_padded
-from ctrlrnn.ops.validation import check_lengths, check_same
+from ctrlrnn.ops.validation import check_flag, check_lengths, check_same
 
 
 def _reference_forward(
@@ -126,6 +129,8 @@ def _backward(ctx, grad_out: Tensor | None, grad_last: Tensor | None):
 
 
 _linear_scan_op.register_autograd(_backward, setup_context=_setup_context)
+forbid_double_backward(_linear_scan_backward_op, "linear_scan",
+                       "RCRN, CARNN (i, s) and METAGROSS on CUDA")
 
 
 def linear_scan(
@@ -152,13 +157,20 @@ def linear_scan(
     Returns:
         ``h`` of shape ``(B, T, C)``, or ``(h, h_last)`` when ``return_last``.
     """
+    if isinstance(a, Tensor):
+        a, b, h0 = autocast_inputs(a.device, a, b, h0)
     check_same("a", a, "b", b)
+    check_flag("reverse", reverse)
+    check_flag("return_last", return_last)
     if a.dim() != 3:
         raise ValueError(f"a: expected a (B, T, C) tensor, got shape {tuple(a.shape)}")
     if not a.is_floating_point():
         raise ValueError(f"a: expected a floating dtype, got {a.dtype}")
     batch, steps, channels = a.shape
     if h0 is not None:
+        if not isinstance(h0, Tensor):
+            raise ValueError(f"h0: expected a tensor of shape {(batch, channels)}, got "
+                             f"{type(h0).__name__}")
         if h0.shape != (batch, channels):
             raise ValueError(f"h0: expected shape {(batch, channels)}, got {tuple(h0.shape)}")
         if h0.dtype != a.dtype or h0.device != a.device:
@@ -170,7 +182,9 @@ def linear_scan(
         lengths = check_lengths(lengths, batch, steps, allow_zero=True)
         if a.device.type != "cpu":
             lengths = lengths.to(a.device)
-    if has_kernel("scan", a.device):
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        out, last = scan_export.linear_scan(a, b, h0, lengths, reverse)
+    elif has_kernel("scan", a.device):
         out, last = _linear_scan_op(a.contiguous(), b.contiguous(), h0, lengths, reverse)
     else:  # the readable reference, differentiated by autograd
         out, last = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths, return_last=True)

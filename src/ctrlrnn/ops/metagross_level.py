@@ -39,7 +39,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
+from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
@@ -210,6 +213,7 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
 
 
 _level_op.register_autograd(_backward, setup_context=_setup_context)
+forbid_double_backward(_level_backward_op, "metagross_level", "Metagross")
 
 
 # ------------------------------------------------------------------ dispatch
@@ -271,6 +275,8 @@ def metagross_level(
         final carried states ``(B, k*H)`` (``s0`` for an empty sequence). Differentiable
         w.r.t. every tensor argument but ``lengths``.
     """
+    if isinstance(P, Tensor):
+        P, child, alpha, beta, res, s0 = autocast_inputs(P.device, P, child, alpha, beta, res, s0)
     if not isinstance(P, Tensor) or P.dim() != 5 or P.shape[2] != 3:
         raise ValueError("P: expected a (B, T, 3, k, H) tensor")
     if not P.is_floating_point():
@@ -283,7 +289,9 @@ def metagross_level(
     _check_shape("beta", beta, (B, T, k, 1), P)
     _check_shape("res", res, (B, T, 1, H), P)
     _check_shape("s0", s0, (B, k * H), P)
-    if not _compiled_on(P.device):
+    # ONNX export (ops/scan_export.py) runs the reference composition: its scan is one of
+    # symbolic length there
+    if scan_export.active() or not _compiled_on(P.device):
         out, _s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
         return out, last
     if lengths is not None:

@@ -26,7 +26,10 @@ autograd instead.
 import torch
 from torch import Tensor
 
+from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
+from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.linear_scan import _reference_backward as _scan_reference_backward
 
 POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
@@ -210,6 +213,7 @@ def _backward(ctx, grad_h, grad_c, grad_last):
 
 
 _qrnn_pooling_op.register_autograd(_backward, setup_context=_setup_context)
+forbid_double_backward(_qrnn_pooling_backward_op, "qrnn_pooling", "QRNN")
 
 
 def qrnn_pooling(
@@ -234,7 +238,9 @@ def qrnn_pooling(
     Returns:
         ``(h, c, c_last)``: ``(B, T, H)``, ``(B, T, H)`` and ``(B, H)``.
     """
-    if pooling not in POOLING_MODES:
+    if isinstance(gates, Tensor):
+        gates, c0 = autocast_inputs(gates.device, gates, c0)
+    if not isinstance(pooling, str) or pooling not in POOLING_MODES:
         raise ValueError(f"pooling: expected one of {sorted(POOLING_MODES)}, got {pooling!r}")
     G = GATES_PER_MODE[pooling]
     if gates.dim() != 3 or gates.shape[2] % G:
@@ -253,6 +259,8 @@ def qrnn_pooling(
         if keep.shape != (B, T, H):
             raise ValueError(f"keep: expected shape {(B, T, H)}, got {tuple(keep.shape)}")
         keep = keep.to(gates.dtype).contiguous()
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        return scan_export.qrnn_pooling(gates, c0, pooling, keep, keep_scale, lengths)
     if not has_kernel("scan", gates.device):  # the readable reference, through autograd
         return qrnn_pooling_ref(
             gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths

@@ -9,6 +9,13 @@ import torch
 from torch import Tensor
 
 
+def check_flag(name: str, value: object) -> bool:
+    """A ``bool`` (or the integers 0 and 1, as ``nn.LSTM`` code sometimes passes)."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(f"{name}: expected True or False, got {value!r}")
+
+
 def check_same(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
     """``a`` and ``b`` must be tensors of one shape, dtype and device."""
     for name, x in ((name_a, a), (name_b, b)):

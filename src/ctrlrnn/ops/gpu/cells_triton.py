@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.gpu._common import acc_dtype, sigmoid, tanh
 
 __all__ = ["gru_sequence", "lstm_sequence"]
@@ -297,6 +298,7 @@ def _lstm_backward(ctx: Any, gh: Tensor | None, gc: Tensor | None, ghl: Tensor |
 
 
 _lstm_fwd.register_autograd(_lstm_backward, setup_context=_lstm_setup)
+forbid_double_backward(_lstm_bwd, "gpu_lstm_fwd", "RCRN, CASLSTM (layer 1) on CUDA")
 
 
 def _compute(x: Tensor) -> torch.dtype:
@@ -540,6 +542,7 @@ def _gru_backward(
 
 
 _gru_fwd.register_autograd(_gru_backward, setup_context=_gru_setup)
+forbid_double_backward(_gru_bwd, "gpu_gru_fwd", "RCRN(cell='gru') on CUDA")
 
 
 def gru_sequence(

@@ -1,0 +1,320 @@
+"""The export-time path of the recurrent ops: every loop over time as one ``torch`` scan.
+
+Why this path exists. The compiled ops are ``torch.library`` custom ops (``ctrlrnn::linear_scan``,
+``ctrlrnn::lstm_cell_fwd``, ...) that no exporter can translate, and the readable references are
+Python loops over time, which any tracer unrolls into a graph of fixed length. For ONNX export
+(:mod:`ctrlrnn.onnx_export`, ``docs/onnx.md``) each public op therefore switches, while an export
+is traced, to the functions below: the same equations as the references, with the loop over time
+written as torch's higher-order scan operator (``torch._higher_order_ops.scan``). ``torch.export``
+captures that operator with a symbolic length, and the dynamo ONNX exporter of torch (2.13:
+``torch/onnx/_internal/exporter/_torchlib/ops/hop.py``) translates it to one ONNX ``Scan`` whose
+body is the step: the graph runs for any batch size and any sequence length. A METAGROSS level
+runs its reference composition (gates for all steps, then :func:`linear_scan` below).
+
+Why not the alternatives. Translating each custom op into hand-written ONNX (an onnxscript
+function per op given as ``custom_translation_table``) would need eight ONNX implementations
+kept equal to the references by hand, would only work when the user passes that table, and
+would not cover ``CTRLRNN_BACKEND=reference`` (whose ops are plain loops, not custom ops). The
+scan path reuses the step functions of :mod:`ctrlrnn.ops.cells_ref` as they are, works with a
+plain ``torch.onnx.export(..., dynamo=True)``, and is the same whichever backend is active.
+
+When it runs (:func:`active`): while the dynamo ONNX exporter of torch runs
+(``torch.onnx.export(..., dynamo=True)``, the default from torch 2.9), or inside
+:func:`scan_mode` (which :func:`ctrlrnn.export_onnx` enters, and which tests use to run this path
+eagerly against the references). ``torch.compile`` and a plain ``torch.export`` keep the custom
+ops. The TorchScript exporter (``dynamo=False``) would trace the custom ops (unsupported) or
+unroll the reference loops into a fixed length, so :func:`active` refuses it with an error
+naming the exporter to use.
+
+Variable lengths follow the references exactly: a step ``t >= lengths[b]`` keeps row ``b``'s
+state and outputs zeros (the mask is a second scanned input). float16/bfloat16 inputs of the
+linear scan and QRNN pooling are accumulated in float32, as in the references.
+
+The path is forward only: the scan's inputs are detached, so no gradient flows through it.
+An exported graph is for inference, and torch's scan operator differentiated while the exporter
+re-runs the graph (torch 2.13) saves the symbolic sizes of its body's runtime shape checks for
+backward and fails; detached, the operator has no autograd to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from ctrlrnn.ops import cells_ref
+from ctrlrnn.ops.backend import _constant_under_compile
+from ctrlrnn.ops.padding import length_mask, reverse_padded
+
+__all__ = [
+    "active",
+    "cas_lstm_sequence",
+    "gru_sequence",
+    "linear_scan",
+    "lstm_sequence",
+    "ncarnn_sequence",
+    "qrnn_pooling",
+    "scan_mode",
+]
+
+_HALF = (torch.float16, torch.bfloat16)
+_forced = 0  # depth of nested scan_mode() contexts
+
+#: The modules whose flags say an ONNX export is running: torch's dynamo exporter, then the
+#: TorchScript exporter's globals (module path of torch >= 2.6, then of older torch).
+_DYNAMO_FLAGS = "torch.onnx._internal.exporter._flags"
+_LEGACY_GLOBALS = ("torch.onnx._internal.torchscript_exporter._globals", "torch.onnx._globals")
+
+LEGACY_EXPORTER_ERROR = (
+    "ctrlrnn: the TorchScript ONNX exporter (torch.onnx.export(..., dynamo=False)) cannot export "
+    "ctrlrnn layers: it would unroll the loop over time into a graph of one fixed sequence "
+    "length. Use torch.onnx.export(..., dynamo=True) with dynamic_shapes, or "
+    "ctrlrnn.export_onnx(model, args, path), which set them (docs/onnx.md)."
+)
+
+
+def _onnx_exporter_running() -> tuple[bool, bool]:
+    """``(dynamo, torchscript)``: whether torch's dynamo or TorchScript ONNX exporter is running.
+
+    Read from the exporters' own flags in ``sys.modules``: an exporter module that was never
+    imported is not running, and this check must cost nothing on every op call.
+    """
+    flags = sys.modules.get(_DYNAMO_FLAGS)
+    dynamo = bool(getattr(flags, "_is_onnx_exporting", False))
+    legacy = False
+    for name in _LEGACY_GLOBALS:
+        module = sys.modules.get(name)
+        if module is not None:
+            legacy = legacy or bool(getattr(module.GLOBALS, "in_onnx_export", False))
+    return dynamo, legacy
+
+
+@_constant_under_compile
+def active() -> bool:
+    """Whether the ops take this module's scan path (module docstring): inside
+    :func:`scan_mode`, or while torch's dynamo ONNX exporter runs.
+
+    Raises:
+        RuntimeError: while the TorchScript ONNX exporter runs (it cannot export a loop of
+            symbolic length from these ops).
+    """
+    if _forced:
+        return True
+    dynamo, legacy = _onnx_exporter_running()
+    if dynamo:
+        return True
+    if legacy:
+        raise RuntimeError(LEGACY_EXPORTER_ERROR)
+    return False
+
+
+@contextlib.contextmanager
+def scan_mode() -> Iterator[None]:
+    """Run every ctrlrnn op on the scan path inside the ``with`` block, whatever the backend:
+    for ``torch.export.export`` of a program to be converted to ONNX later, and for checking the
+    path eagerly against the references."""
+    global _forced
+    _forced += 1
+    try:
+        yield
+    finally:
+        _forced -= 1
+
+
+# ------------------------------------------------------------------------------------------------
+# The loop over time
+# ------------------------------------------------------------------------------------------------
+
+Step = Callable[[Sequence[Tensor], Sequence[Tensor], Sequence[Tensor]], Sequence[Tensor]]
+
+
+def _scan(
+    step: Step,
+    states: Sequence[Tensor],
+    xs: Sequence[Tensor],
+    consts: Sequence[Tensor],
+    lengths: Tensor | None,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """``states = step(xs[:, t], states, consts)`` for every ``t``, as one scan over time.
+
+    ``states``: ``(B, S)`` tensors; ``xs``: batch-first ``(B, T, ...)`` tensors; ``consts``: the
+    tensors every step reads (weights), passed to the scan explicitly rather than captured. With
+    ``lengths``, a step ``t >= lengths[b]`` keeps row ``b``'s states and outputs zeros (the rule
+    of :func:`ctrlrnn.ops.cells_ref._run`). Returns the per-state output sequences ``(B, T, S)``
+    and the final states.
+
+    The scan is the operator ``scan_op`` itself, not the ``scan`` wrapper of
+    :mod:`torch._higher_order_ops.scan`: the wrapper first compiles every call with dynamo (to
+    find the tensors the step captures), which costs seconds per scan; here they are ``consts``.
+    Its inputs are detached (module docstring: forward only).
+    """
+    from torch._higher_order_ops.scan import scan_op
+
+    unique: list[Tensor] = []  # each tensor once: the scan's inputs must not alias
+    where: list[int] = []
+    for c in consts:
+        at = next((k for k, u in enumerate(unique) if u is c), len(unique))
+        if at == len(unique):
+            unique.append(c)
+        where.append(at)
+    scanned = [x.movedim(1, 0) for x in xs]  # the operator scans dim 0
+    if lengths is not None:
+        valid = length_mask(lengths.to(scanned[0].device), scanned[0].shape[0])
+        scanned.append(valid.t().unsqueeze(-1))  # (T, B, 1)
+    n_states, n_xs = len(states), len(xs)
+
+    def body(*args: Tensor) -> list[Tensor]:
+        carry = args[:n_states]
+        x_t = args[n_states : n_states + n_xs]
+        given = args[n_states + len(scanned) :]
+        new = list(step(x_t, carry, [given[k] for k in where]))
+        if lengths is None:
+            return [*new, *(n.clone() for n in new)]  # outputs must not alias the carry
+        valid_t = args[n_states + n_xs]
+        kept = [torch.where(valid_t, n, s) for n, s in zip(new, carry, strict=True)]
+        return [*kept, *(torch.where(valid_t, n, torch.zeros_like(n)) for n in new)]
+
+    out = scan_op(
+        body,
+        [s.detach() for s in states],
+        [x.detach() for x in scanned],
+        tuple(c.detach() for c in unique),
+    )
+    return [y.movedim(0, 1) for y in out[n_states:]], list(out[:n_states])
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in _HALF else dtype
+
+
+# ------------------------------------------------------------------------------------------------
+# The ops (same arguments as the references, already validated by the public functions)
+# ------------------------------------------------------------------------------------------------
+
+
+def linear_scan(
+    a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool
+) -> tuple[Tensor, Tensor]:
+    """``h_t = a_t h_{t-1} + b_t`` (:func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref`)
+    -> ``(h, h_last)``."""
+    out_dtype = a.dtype
+    acc = _acc_dtype(a.dtype)
+    a, b = a.to(acc), b.to(acc)
+    if reverse:
+        a, b = reverse_padded(a, lengths), reverse_padded(b, lengths)
+    h = a.new_zeros(a.shape[0], a.shape[2]) if h0 is None else h0.to(acc)
+    (out,), (last,) = _scan(lambda x, s, _: (x[0] * s[0] + x[1],), [h], [a, b], [], lengths)
+    if reverse:
+        out = reverse_padded(out, lengths)
+    return out.to(out_dtype), last.to(out_dtype)
+
+
+def qrnn_pooling(
+    gates: Tensor,
+    c0: Tensor | None,
+    pooling: str,
+    keep: Tensor | None,
+    keep_scale: float,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """QRNN pooling, qrnn.txt eq 1-6 (:func:`ctrlrnn.ops.qrnn_pooling.qrnn_pooling_ref`)
+    -> ``(h, c, c_last)``.
+
+    The gates are computed for all steps at once; eq 3-5 is then the linear scan
+    ``c_t = (1 - s (1 - f_t)) c_{t-1} + b_t`` with ``b = s (1 - f) z`` (eq 3-4) or ``i z``
+    (eq 5), ``s`` the zoneout factor of eq 6, and ``h = o c`` (zero past a length, as ``c``).
+    """
+    width = {"f": 2, "fo": 3, "ifo": 4}[pooling]
+    out_dtype = gates.dtype
+    acc = _acc_dtype(gates.dtype)
+    g = gates.to(acc)
+    hidden = g.shape[2] // width
+    z = torch.tanh(g[..., :hidden])  # eq 1
+    f = torch.sigmoid(g[..., hidden : 2 * hidden])  # eq 2
+    one_minus_f = 1 - f
+    if keep is not None:
+        one_minus_f = keep.to(acc) * keep_scale * one_minus_f  # eq 6, no rescaling
+    elif keep_scale != 1.0:
+        one_minus_f = keep_scale * one_minus_f  # eq 6 in evaluation: its expectation
+    if pooling == "ifo":
+        b = torch.sigmoid(g[..., 3 * hidden :]) * z  # eq 5: i z
+    else:
+        b = one_minus_f * z  # eq 3-4: (1 - f) z
+    c = g.new_zeros(g.shape[0], hidden) if c0 is None else c0.to(acc)
+    c_seq, c_last = linear_scan(1 - one_minus_f, b, c, lengths, False)
+    h = c_seq
+    if pooling in ("fo", "ifo"):
+        h = torch.sigmoid(g[..., 2 * hidden : 3 * hidden]) * c_seq  # eq 4-5: h = o c
+    return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)
+
+
+def lstm_sequence(
+    x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`ctrlrnn.ops.cells_ref.lstm_sequence_ref` -> ``(h_seq, c_seq, h_last, c_last)``."""
+    (h_seq, c_seq), (h, c) = _scan(
+        lambda x, s, w: cells_ref.lstm_step(x[0], w[0], s[0], s[1]),
+        [h0, c0],
+        [x_proj],
+        [weight_hh],
+        lengths,
+    )
+    return h_seq, c_seq, h, c
+
+
+def gru_sequence(
+    x_proj: Tensor, weight_hh: Tensor, bias_hh: Tensor, h0: Tensor, lengths: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`ctrlrnn.ops.cells_ref.gru_sequence_ref` -> ``(h_seq, h_last)``."""
+    (h_seq,), (h,) = _scan(
+        lambda x, s, w: (cells_ref.gru_step(x[0], w[0], w[1], s[0]),),
+        [h0],
+        [x_proj],
+        [weight_hh, bias_hh],
+        lengths,
+    )
+    return h_seq, h
+
+
+def cas_lstm_sequence(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    lower_c: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    scale_f: Tensor,
+    scale_g: Tensor,
+    peephole: Tensor | None,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`ctrlrnn.ops.cells_ref.cas_lstm_sequence_ref` -> ``(h_seq, c_seq, h_last,
+    c_last)``; the lower layer's cells ``lower_c`` are scanned with the projections."""
+    consts = [weight_hh, scale_f, scale_g] + ([] if peephole is None else [peephole])
+    (h_seq, c_seq), (h, c) = _scan(
+        lambda x, s, w: cells_ref.cas_lstm_step(
+            x[0], w[0], x[1], s[0], s[1], w[1], w[2], w[3] if len(w) > 3 else None
+        ),
+        [h0, c0],
+        [x_proj, lower_c],
+        consts,
+        lengths,
+    )
+    return h_seq, c_seq, h, c
+
+
+def ncarnn_sequence(
+    x_proj: Tensor, weight_hh: Tensor, context_proj: Tensor, h0: Tensor, lengths: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`ctrlrnn.ops.cells_ref.ncarnn_sequence_ref` -> ``(h_seq, h_last)``; the context
+    projection is read by every step."""
+    (h_seq,), (h,) = _scan(
+        lambda x, s, w: (cells_ref.ncarnn_step(x[0], w[0], w[1], s[0]),),
+        [h0],
+        [x_proj],
+        [weight_hh, context_proj],
+        lengths,
+    )
+    return h_seq, h
