@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import onnxruntime as ort  # the test extra installs onnx, onnxscript, onnxruntime
+import onnxscript  # noqa: F401 - torch's exporter needs it: missing, these tests fail
 import pytest
 import torch
 from torch import Tensor, nn
@@ -21,9 +23,6 @@ from ctrlrnn.ops import cells_ref, scan_export
 from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
 from ctrlrnn.ops.metagross_level import metagross_level, metagross_level_reference
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling_ref
-
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
 
 ATOL = 1e-5  # fp32, absolute
 D, H = 4, 6  # input and hidden sizes of the layers below
