@@ -36,6 +36,25 @@ POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
 GATES_PER_MODE: dict[str, int] = {"f": 2, "fo": 3, "ifo": 4}
 
 
+def zoneout_factor(f: Tensor, keep: Tensor | None, keep_scale: float) -> Tensor | float:
+    """``s`` of eq 6 as the pooling applies it, ``F = 1 - s (1 - f)``: the 0/1 keep mask times
+    ``keep_scale`` in training, ``keep_scale`` (``1 - p``, the expectation) in evaluation."""
+    return keep.to(f.dtype) * keep_scale if keep is not None else keep_scale
+
+
+def gate_activations(
+    g: Tensor, pooling: str
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """``z`` (eq 1), ``f`` (eq 2), ``o`` and ``i`` (None where the pooling has none) from the
+    pre-activations ``g`` ``(B, T, G*H)`` laid out ``[Z | F | O | I]``."""
+    H = g.shape[2] // GATES_PER_MODE[pooling]
+    z = torch.tanh(g[..., :H])  # eq 1
+    f = torch.sigmoid(g[..., H : 2 * H])  # eq 2
+    o = torch.sigmoid(g[..., 2 * H : 3 * H]) if pooling in ("fo", "ifo") else None
+    i = torch.sigmoid(g[..., 3 * H :]) if pooling == "ifo" else None
+    return z, f, o, i
+
+
 def qrnn_pooling_ref(
     gates: Tensor,
     c0: Tensor | None = None,
@@ -50,21 +69,13 @@ def qrnn_pooling_ref(
     Returns ``(h, c, c_last)``: hidden outputs and memory cells ``(B, T, H)`` (zero past each
     sequence's length) and the last valid cell ``(B, H)``.
     """
-    G = GATES_PER_MODE[pooling]
     out_dtype = gates.dtype
     acc = torch.float32 if gates.dtype in (torch.float16, torch.bfloat16) else gates.dtype
     g = gates.to(acc)
     B, T, GH = g.shape
-    H = GH // G
-    z = torch.tanh(g[..., :H])  # eq 1
-    f = torch.sigmoid(g[..., H : 2 * H])  # eq 2
-    one_minus_f = 1 - f
-    if keep is not None:
-        one_minus_f = keep.to(acc) * keep_scale * one_minus_f  # eq 6, no rescaling
-    elif keep_scale != 1.0:
-        one_minus_f = keep_scale * one_minus_f  # eq 6 in evaluation: its expectation
-    o = torch.sigmoid(g[..., 2 * H : 3 * H]) if pooling in ("fo", "ifo") else None
-    i = torch.sigmoid(g[..., 3 * H :]) if pooling == "ifo" else None
+    H = GH // GATES_PER_MODE[pooling]
+    z, f, o, i = gate_activations(g, pooling)
+    one_minus_f = zoneout_factor(f, keep, keep_scale) * (1 - f)  # eq 6, no rescaling
     c = g.new_zeros(B, H) if c0 is None else c0.to(acc)
     hs, cs = [], []
     for t in range(T):
@@ -159,12 +170,8 @@ def _reference_backward(
     dtype = gates.dtype
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     g = gates.to(acc)
-    H = c_seq.shape[2]
-    z = torch.tanh(g[..., :H])  # eq 1
-    f = torch.sigmoid(g[..., H : 2 * H])  # eq 2
-    o = torch.sigmoid(g[..., 2 * H : 3 * H]) if pooling in ("fo", "ifo") else None
-    i = torch.sigmoid(g[..., 3 * H :]) if pooling == "ifo" else None
-    s = keep.to(acc) * keep_scale if keep is not None else torch.full_like(f, keep_scale)
+    z, f, o, i = gate_activations(g, pooling)
+    s = zoneout_factor(f, keep, keep_scale)
     a = 1 - s * (1 - f)  # eq 6: 1 - f is dropped (zoneout) without rescaling
     c = c_seq.to(acc)
     g_c = grad_c.to(acc) if grad_c is not None else torch.zeros_like(c)

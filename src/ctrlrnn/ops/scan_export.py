@@ -227,27 +227,16 @@ def qrnn_pooling(
     ``c_t = (1 - s (1 - f_t)) c_{t-1} + b_t`` with ``b = s (1 - f) z`` (eq 3-4) or ``i z``
     (eq 5), ``s`` the zoneout factor of eq 6, and ``h = o c`` (zero past a length, as ``c``).
     """
-    width = {"f": 2, "fo": 3, "ifo": 4}[pooling]
+    from ctrlrnn.ops.qrnn_pooling import gate_activations, zoneout_factor  # (imports this)
+
     out_dtype = gates.dtype
-    acc = _acc_dtype(gates.dtype)
-    g = gates.to(acc)
-    hidden = g.shape[2] // width
-    z = torch.tanh(g[..., :hidden])  # eq 1
-    f = torch.sigmoid(g[..., hidden : 2 * hidden])  # eq 2
-    one_minus_f = 1 - f
-    if keep is not None:
-        one_minus_f = keep.to(acc) * keep_scale * one_minus_f  # eq 6, no rescaling
-    elif keep_scale != 1.0:
-        one_minus_f = keep_scale * one_minus_f  # eq 6 in evaluation: its expectation
-    if pooling == "ifo":
-        b = torch.sigmoid(g[..., 3 * hidden :]) * z  # eq 5: i z
-    else:
-        b = one_minus_f * z  # eq 3-4: (1 - f) z
-    c = g.new_zeros(g.shape[0], hidden) if c0 is None else c0.to(acc)
+    g = gates.to(_acc_dtype(gates.dtype))
+    z, f, o, i = gate_activations(g, pooling)
+    one_minus_f = zoneout_factor(f, keep, keep_scale) * (1 - f)  # eq 6, no rescaling
+    b = i * z if i is not None else one_minus_f * z  # eq 5: i z; eq 3-4: (1 - f) z
+    c = g.new_zeros(g.shape[0], z.shape[2]) if c0 is None else c0.to(g.dtype)
     c_seq, c_last = linear_scan(1 - one_minus_f, b, c, lengths, False)
-    h = c_seq
-    if pooling in ("fo", "ifo"):
-        h = torch.sigmoid(g[..., 2 * hidden : 3 * hidden]) * c_seq  # eq 4-5: h = o c
+    h = c_seq if o is None else o * c_seq  # eq 4-5: h = o c
     return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)
 
 
