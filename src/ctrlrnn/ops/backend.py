@@ -48,7 +48,13 @@ def _has_kernel(family: str, device_type: str) -> bool:
 
 
 def functorch_active() -> bool:
-    """True inside ``torch.func`` transforms (``grad``, ``vjp``, ``vmap``, ``jacrev``, ...)."""
+    """True inside ``torch.func`` transforms (``grad``, ``vjp``, ``vmap``, ``jacrev``, ...).
+
+    False while dynamo traces (``torch.compile``, ``torch.export``): torch 2.4's dynamo cannot
+    trace the query, and a traced graph keeps the compiled ops.
+    """
+    if torch.compiler.is_compiling():
+        return False
     return bool(torch._C._are_functorch_transforms_active())
 
 
