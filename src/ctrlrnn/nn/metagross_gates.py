@@ -30,8 +30,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ctrlrnn.ops._extension import forced_reference
-from ctrlrnn.ops.backend import functorch_active
+from ctrlrnn.ops.backend import functorch_active, reference_forced
 
 __all__ = ["gate_backend", "level_gates", "set_gate_backend"]
 
@@ -212,7 +211,7 @@ def level_gates(
     ``P`` (B, T, 3, k, H); ``child`` (B, T, k, 2, H) or None at the leaves; ``alpha``,
     ``beta`` (B, T, k, 1) or None; ``res`` (B, T, 1, H) or None.
     """
-    if functorch_active() or forced_reference():
+    if functorch_active() or reference_forced():
         # the reference path: plain autograd, so torch.func transforms and higher derivatives
         # go through (_LevelGates recomputes in backward to save memory, once differentiable)
         return _forward_lean(P, child, alpha, beta, res, h_form)

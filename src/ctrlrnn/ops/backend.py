@@ -47,6 +47,13 @@ def _has_kernel(family: str, device_type: str) -> bool:
     return kernel_for(family, torch.device(device_type)) is not None
 
 
+@_constant_under_compile
+def reference_forced() -> bool:
+    """``CTRLRNN_BACKEND=reference`` (read once while tracing, like :func:`has_kernel`: torch
+    2.4's dynamo cannot trace ``os.environ``)."""
+    return _extension.forced_reference()
+
+
 def functorch_active() -> bool:
     """True inside ``torch.func`` transforms (``grad``, ``vjp``, ``vmap``, ``jacrev``, ...).
 
