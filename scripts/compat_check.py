@@ -109,8 +109,11 @@ def check_pair(torch_version: str, py_version: str, work: Path, keep: bool) -> d
     tag = f"torch-{torch_version}-py{py_version}"
     venv, log = work / tag, work / f"{tag}.log"
     cache = work / f"{tag}-cache"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True, check=False).stdout.strip() or "?"
     result: dict = {"torch": torch_version, "python": py_version, "date": time.strftime("%Y-%m-%d"),
-                    "machine": f"{platform.machine()} {platform.system()}", "log": str(log)}
+                    "commit": commit, "machine": f"{platform.machine()} {platform.system()}",
+                    "log": str(log)}
     python = find_python(py_version)
     if python is None:
         result["status"] = f"Python {py_version} not found"
@@ -193,7 +196,7 @@ def write_page(records: list[dict]) -> str:
 
         rows.append(f"| {r['torch']} | {r.get('python_full', r['python'])} | {b} | "
                     f"{cell('compiled')} | {cell('reference')} | {r.get('status', '?')} | "
-                    f"{r['date']} |")
+                    f"{r['date']}, {r.get('commit', '?')} |")
     failures = []
     for r in records:
         for backend in ("compiled", "reference"):
@@ -221,13 +224,16 @@ def write_page(records: list[dict]) -> str:
         "kernels required (`CTRLRNN_REQUIRE_COMPILED=1`) and on the reference path "
         "(`CTRLRNN_BACKEND=reference`). The smoke suite runs every layer forward and backward "
         "on the compiled kernels against the reference (float64), gradcheck of "
-        "`linear_scan`, `torch.compile(fullgraph=True)` and `torch.export` of a QRNN, and "
-        "`torch.compile` as the first call of a fresh process. torch builds other than 2.13.0 "
-        "come from the registry as CUDA builds; they run on the CPU here.",
+        "`linear_scan`, `torch.compile(fullgraph=True)` and `torch.export` of a QRNN, "
+        "`torch.compile` as the first call of a fresh process, every layer under bfloat16 "
+        "autocast, and `torch.func.grad`. torch builds other than 2.13.0 come from the "
+        "registry as CUDA builds; they run on the CPU here. Build times are wall times on a "
+        "2-core machine and vary with its load.",
         "",
         f"Passed: torch {span}. `pyproject.toml` declares the range that passed.",
         "",
-        "| torch | Python | kernels | smoke, compiled | smoke, reference | result | checked |",
+        "| torch | Python | kernels | smoke, compiled | smoke, reference | result | "
+        "checked (date, commit) |",
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
