@@ -1,4 +1,4 @@
-"""CARNN against step-by-step loops from carnn.txt eq 3, 5, 6, 8, 11-13, and its contract."""
+"""CARNN against step-by-step loops from the CARNN paper eq 3, 5, 6, 8, 11-13, and its contract."""
 
 from __future__ import annotations
 

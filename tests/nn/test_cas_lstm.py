@@ -12,7 +12,8 @@ D64 = torch.float64
 
 
 def paper_cas_stack(x, layers, lam, peephole, h0=None, c0=None):
-    """One CAS-LSTM stack, time-major over a (time, layer) grid, from cas-lstm.txt (independent).
+    """One CAS-LSTM stack, time-major over a (time, layer) grid, from the CAS-LSTM paper
+    (independent).
 
     ``layers``: per layer ``(W, U, b, p)`` with W's rows in the gate order (i, f, c~, o[, g]);
     ``lam``: per layer ``l > 1`` the lambda of eq 12 (a number or vector), or None for the plain

@@ -1,4 +1,4 @@
-"""METAGROSS against a recursive step-by-step loop written from metagross.txt section 2."""
+"""METAGROSS against a recursive step-by-step loop written from the METAGROSS paper section 2."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ D64 = torch.float64
 
 def paper_qrnn_direction(x, weight, bias, pooling, window, c0=None, keep=None, keep_scale=1.0,
                          enc=None, enc_weight=None):
-    """One QRNN layer direction, one step at a time, from qrnn.txt eq 1-7 (independent code).
+    """One QRNN layer direction, one step at a time, from the QRNN paper eq 1-7 (independent code).
 
     The convolution of eq 1 is written as the sum over the window of W_j x_{t-k+1+j}.
     """

@@ -44,7 +44,7 @@ def paper_gru(x, rnn, h):
 
 
 def paper_rcrn_layer(x, cells, cell, output_gate, listener, state=None):
-    """One RCRN layer from rcrn.txt eq 1-16, all in forward time (independent of the layer).
+    """One RCRN layer from the RCRN paper eq 1-16, all in forward time (independent of the layer).
 
     ``cells``: one RCRNCell per direction; ``state``: list of (D, B, H) tensors in the order
     (h1, c1, h2, c2, h3, c3, c4) / (h1, h2, h3, c4). Returns (h4, final states).

@@ -1,4 +1,4 @@
-"""metagross_level: the compiled METAGROSS level (gates + scan, metagross.txt eq 2-1..2-6) against
+"""metagross_level: the compiled METAGROSS level (gates + scan, METAGROSS paper eq 2-1..2-6) against
 the reference composition level_gates + linear_scan, gradients, lengths, dtypes, torch.compile."""
 
 from __future__ import annotations

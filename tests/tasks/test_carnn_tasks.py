@@ -1,4 +1,4 @@
-"""CARNN tasks: the contextual LM (carnn.txt 4.2) and the dialog model (4.1), at tiny sizes,
+"""CARNN tasks: the contextual LM (CARNN paper 4.2) and the dialog model (4.1), at tiny sizes,
 with in-memory data or tiny files written by the tests (no real data)."""
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def test_missing_sacrebleu_names_the_extra(monkeypatch):
 @pytest.mark.parametrize("encoder", ["qrnn", "lstm"])
 def test_translate_char_trains_end_to_end(tmp_path, encoder):
     task = _task("translate-char", beam=2, eval_batch_size=6)
-    assert task.src_vocab is task.vocab  # one unified character vocabulary (qrnn.txt 3.3)
+    assert task.src_vocab is task.vocab  # one unified character vocabulary (QRNN paper 3.3)
     # the source is fed reversed
     assert task.encoded["train"][0][0] == task.vocab.encode(task.splits["train"][0].source[::-1])
     model = task.build_model(encoder, encoder_options(encoder, {"hidden_size": 16}))

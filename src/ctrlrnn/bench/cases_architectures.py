@@ -1,7 +1,7 @@
 """Benchmark rows for the fused cells and the controlled architectures, beside the papers'
 baselines: the fused LSTM/GRU against ``nn.LSTM``/``nn.GRU``, CAS-LSTM (2 layers) against a
-2-layer ``nn.LSTM`` (cas-lstm.txt), RCRN against a 3-layer bidirectional ``nn.LSTM``
-(rcrn.txt table 10), CARNN and METAGROSS against ``nn.LSTM``.
+2-layer ``nn.LSTM`` (CAS-LSTM paper), RCRN against a 3-layer bidirectional ``nn.LSTM``
+(RCRN paper table 10), CARNN and METAGROSS against ``nn.LSTM``.
 
 Elementwise byte counts are the values a fused implementation must move per (batch, step,
 unit), forward and backward, estimated from each unit's equations (inputs read, outputs and
@@ -31,7 +31,7 @@ from ctrlrnn.bench.cases import (
     per_unit_bytes,
 )
 
-#: RCRN's benchmark of rcrn.txt table 10: dimension 200, batch 32.
+#: RCRN's benchmark of the RCRN paper table 10: dimension 200, batch 32.
 RCRN_QUICK = (Point(32, 256, 200),)
 RCRN_FULL = tuple(Point(32, t, 200) for t in (16, 32, 64, 128, 256))
 #: The CAS-LSTM and METAGROSS targets are at (32, 256, 256).
@@ -164,6 +164,6 @@ def metagross(p: Point, dtype: torch.dtype) -> Workload:
     m = _require("Metagross")(H, H, depth=2, base="linear", batch_first=True).to(dtype)
     n_units, internal = 3, 1
     flops = gemm_cost(p.batch * p.length, H, 3 * n_units * H + 2 * internal)
-    # depth 2 (metagross.txt sec 2): 14 values per unit forward (56H bytes in fp32), 28 backward
+    # depth 2 (METAGROSS paper sec 2): 14 values per unit forward (56H bytes in fp32), 28 backward
     nbytes = per_unit_bytes(p, H, dtype, fwd=14, bwd=28)
     return _module_workload(m, _input(p, dtype), flops, nbytes)

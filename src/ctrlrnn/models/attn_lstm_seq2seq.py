@@ -1,12 +1,12 @@
-"""The attentional LSTM encoder-decoder of cas-lstm.txt section 4.4, with CAS-LSTM cells.
+"""The attentional LSTM encoder-decoder of the CAS-LSTM paper section 4.4, with CAS-LSTM cells.
 
-cas-lstm.txt 4.4 translates IWSLT'14 with "a 2-layer 256D sequence-to-sequence LSTM model with
+CAS-LSTM paper 4.4 translates IWSLT'14 with "a 2-layer 256D sequence-to-sequence LSTM model with
 the attentional decoder" (as Wiseman and Rush, 2016, run with fairseq) and replaces "the encoder
 and the decoder network" with CAS-LSTM stacks; decoding is beam search with ``B = 10``.
 
 The decoder is the Luong-style attentional decoder of that baseline:
 
-* ``h_t`` — top-layer output of a stacked LSTM or CAS-LSTM (cas-lstm.txt eq 7-13) whose input
+* ``h_t`` — top-layer output of a stacked LSTM or CAS-LSTM (CAS-LSTM paper eq 7-13) whose input
   at step ``t`` is the target embedding ``y_t`` and, with *input feeding* (Luong et al., 2015;
   Wiseman and Rush, 2016; fairseq's LSTM decoder), the previous attentional output
   ``h~_{t-1}``;
@@ -19,7 +19,7 @@ learned bridge ``tanh(W_b h^enc_final)``, so any encoder (uni- or bidirectional,
 be used. Without input feeding the decoder runs over the whole target in one call; with it,
 step by step.
 
-Greedy decoding and the length-normalised beam search (qrnn.txt eq 9) are shared with
+Greedy decoding and the length-normalised beam search (QRNN paper eq 9) are shared with
 :class:`~ctrlrnn.models.seq2seq.Seq2Seq` through the same incremental protocol
 (``encode`` / ``init_state`` / ``step`` / ``_select``).
 """
@@ -55,7 +55,7 @@ def decoder_stack(
 
 
 class AttnLSTMSeq2Seq(IncrementalDecoding, nn.Module):
-    """Attentional encoder-decoder of cas-lstm.txt 4.4 (see the module docstring).
+    """Attentional encoder-decoder of the CAS-LSTM paper 4.4 (see the module docstring).
 
     Args:
         src_vocab, tgt_vocab: vocabulary sizes.

@@ -1,4 +1,4 @@
-"""CARNN task models: the end-to-end dialog model (carnn.txt 4.1) and the contextual LM (4.2).
+"""CARNN task models: the end-to-end dialog model (CARNN paper 4.1) and the contextual LM (4.2).
 
 **Dialog** (section 4.1, Figure 2). Every utterance is a bag of word embeddings with positions,
 encoded by the Position Encoder (Sukhbaatar et al., 2015); the dialog history
@@ -36,7 +36,7 @@ from ctrlrnn.nn.position_encoder import PositionEncoder
 
 
 class CARNNDialog(nn.Module):
-    """Response selection from a dialog history (carnn.txt 4.1, eq 8-10).
+    """Response selection from a dialog history (CARNN paper 4.1, eq 8-10).
 
     Args:
         vocab_size, embedding_dim: the word embeddings (shared by utterances and candidates).
@@ -119,7 +119,7 @@ class CARNNDialog(nn.Module):
 
 
 class ContextualLM(nn.Module):
-    """The contextual LM of carnn.txt 4.2 (eq 11) in the task interface.
+    """The contextual LM of the CARNN paper 4.2 (eq 11) in the task interface.
 
     Wraps :class:`~ctrlrnn.nn.carnn_lm.ContextualCARNNLM`: ``forward(tokens, prev_tokens,
     lengths, prev_lengths) -> logits (B, T, V)``.
@@ -146,7 +146,7 @@ class SentenceLM(nn.Module):
     """Baseline sentence LM without context: embeddings, any encoder by name, softmax.
 
     ``forward(tokens, prev_tokens, lengths, prev_lengths)`` ignores the previous sentence (the
-    RNNLM row of carnn.txt table 2 with ``encoder="lstm"``).
+    RNNLM row of the CARNN paper table 2 with ``encoder="lstm"``).
     """
 
     def __init__(

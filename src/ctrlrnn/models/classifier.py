@@ -1,14 +1,14 @@
-"""Sentence classifier (rcrn.txt section 4.2 "Classification Model"; cas-lstm.txt section 3.3).
+"""Sentence classifier (RCRN paper section 4.2 "Classification Model"; CAS-LSTM paper section 3.3).
 
 Pipeline: word embeddings (optionally pre-trained GloVe rows, optionally frozen) -> any
 encoder of :mod:`ctrlrnn.models.encoders` -> pooling over time -> ReLU MLP -> softmax layer.
 
-* rcrn.txt 4.2: "we take the concatenation of the max, mean and min pooling of all hidden
+* RCRN paper 4.2: "we take the concatenation of the max, mean and min pooling of all hidden
   states to form the final feature vector. This feature vector is passed into a single dense
   layer with ReLU activations of 200d dimensions. The output of this layer is then passed into
   a softmax layer"; embeddings are not updated (``pooling="max+mean+min"``, ``mlp_layers=1``,
   ``mlp_hidden=200``, ``freeze_embeddings=True``).
-* cas-lstm.txt 3.3 and eq 14: the sentence vector is the max-pooling of the top layer's
+* CAS-LSTM paper 3.3 and eq 14: the sentence vector is the max-pooling of the top layer's
   states over time (of both directions, concatenated, for the bidirectional encoder); the
   classifier is ``softmax(W_c MLP(phi))`` with a ReLU MLP of one or two hidden layers and
   dropout on the word embeddings and the MLP layers (``pooling="max"``).
@@ -93,7 +93,7 @@ class Highway(nn.Module):
 
 class HighwayNetwork(nn.Module):
     """``layers`` highway layers of width ``size``, after a linear projection when the input
-    width differs (rcrn.txt 4.2: "a two layer highway network of 300 hidden dimensions")."""
+    width differs (RCRN paper 4.2: "a two layer highway network of 300 hidden dimensions")."""
 
     def __init__(self, input_size: int, size: int, layers: int) -> None:
         super().__init__()
@@ -110,8 +110,8 @@ class HighwayNetwork(nn.Module):
 def mlp_head(
     input_size: int, hidden: int, layers: int, num_classes: int, dropout: float = 0.0
 ) -> nn.Sequential:
-    """``W_c MLP(x)`` of cas-lstm.txt eq 14: ``layers`` ReLU layers of width ``hidden`` (dropout
-    before each), then the linear map to the class logits (``layers=0``: linear only)."""
+    """``W_c MLP(x)`` of the CAS-LSTM paper eq 14: ``layers`` ReLU layers of width ``hidden``
+    (dropout before each), then the linear map to the class logits (``layers=0``: linear only)."""
     if layers < 0 or (layers and hidden < 1):
         raise ValueError(f"mlp: expected layers >= 0 and hidden >= 1, got {layers}, {hidden}")
     modules: list[nn.Module] = []
@@ -187,7 +187,7 @@ class SentenceEncoder(nn.Module):
 
 
 class SentenceClassifier(nn.Module):
-    """Sentence classifier of rcrn.txt 4.2 / cas-lstm.txt 3.3 + eq 14 (module docstring).
+    """Sentence classifier of the RCRN paper 4.2 / CAS-LSTM paper 3.3 + eq 14 (module docstring).
 
     ``forward(tokens (B, T), lengths (B,)) -> logits (B, num_classes)``.
     """

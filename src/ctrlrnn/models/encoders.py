@@ -51,33 +51,33 @@ ENCODERS: dict[str, EncoderSpec] = {
             "ctrlrnn.nn.qrnn:QRNN",
             {"window": (int, 2), "pooling": (str, "fo"), "zoneout": (float, 0.0),
              "dense": (bool, False)},
-            "Quasi-recurrent network (qrnn.txt)",
+            "Quasi-recurrent network (QRNN paper)",
         ),
         EncoderSpec(
             "rcrn",
             "ctrlrnn.nn.rcrn:RCRN",
             {"cell": (str, "lstm"), "output_gate": (str, "sigmoid"),
              "listener": (str, "per_direction")},
-            "Recurrently controlled recurrent network (rcrn.txt)",
+            "Recurrently controlled recurrent network (RCRN paper)",
         ),
         EncoderSpec(
             "caslstm",
             "ctrlrnn.nn.cas_lstm:CASLSTM",
             {"lambda_": (float | str | None, "auto"), "peephole": (bool, False)},
-            "Cell-aware stacked LSTM (cas-lstm.txt)",
+            "Cell-aware stacked LSTM (CAS-LSTM paper)",
         ),
         EncoderSpec(
             "carnn",
             "ctrlrnn.nn.carnn:CARNN",
             {"variant": (str, "n"), "context_size": (int | None, None)},
-            "Context-dependent additive RNN (carnn.txt); the task model supplies the context",
+            "Context-dependent additive RNN (CARNN paper); the task model supplies the context",
         ),
         EncoderSpec(
             "metagross",
             "ctrlrnn.nn.metagross:Metagross",
             {"depth": (int, 2), "base": (str, "linear"), "depth_gate": (str, "token"),
              "residual": (bool, True), "recurrence": (str, "h")},
-            "METAGROSS recursive controlled unit (metagross.txt)",
+            "METAGROSS recursive controlled unit (METAGROSS paper)",
         ),
     ]
 }

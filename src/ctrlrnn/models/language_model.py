@@ -1,11 +1,11 @@
-"""Word- or character-level language model with tied embeddings (qrnn.txt section 3.2).
+"""Word- or character-level language model with tied embeddings (QRNN paper section 3.2).
 
 ``tokens (B, T)`` -> embedding -> dropout -> encoder -> dropout -> [projection] -> decoder.
 
 * Tied weights (Press & Wolf, 2017; Inan et al., 2017): the decoder's weight matrix *is* the
   input embedding matrix. When the encoder's width differs from the embedding size, a linear
   projection maps the encoder output to the embedding size first.
-* Regularisation of qrnn.txt 3.2 / table 2: "dropout of 0.5 on embeddings and between layers"
+* Regularisation of the QRNN paper 3.2 / table 2: "dropout of 0.5 on embeddings and between layers"
   (``embedding_dropout`` here, the encoder's own ``dropout`` option between its layers, and
   ``output_dropout`` on the top layer's output) and zoneout on the QRNN forget gates through
   the encoder option ``zoneout`` (eq 6, no rescaling).

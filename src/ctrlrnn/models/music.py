@@ -1,4 +1,4 @@
-"""Polyphonic music model (metagross.txt section 3.5, table 7; Boulanger-Lewandowski et al.,
+"""Polyphonic music model (METAGROSS paper section 3.5, table 7; Boulanger-Lewandowski et al.,
 2012): 88-key multi-label next-frame prediction.
 
 A piece is a binary piano roll ``(T, 88)``. The model reads frames ``x_1 .. x_{T-1}`` and

@@ -2,13 +2,13 @@
 
 ``features`` selects the model:
 
-* ``"rcrn"`` — rcrn.txt 4.2 "Entailment Model": the embeddings pass through a two-layer
+* ``"rcrn"`` — RCRN paper 4.2 "Entailment Model": the embeddings pass through a two-layer
   highway network (300 dims) before the encoder; each sentence is the concatenation of the max
   and mean pooling of the encoder outputs; ``[s1, s2, s1 * s2, s1 - s2]`` passes through a
   two-layer highway network and then a softmax layer.
-* ``"eq15"`` — cas-lstm.txt eq 15 (NLI): each sentence is max-pooled (section 3.3),
+* ``"eq15"`` — CAS-LSTM paper eq 15 (NLI): each sentence is max-pooled (section 3.3),
   ``phi = [s1; s2; |s1 - s2|; s1 * s2]``, then the ReLU MLP and ``W_c`` of eq 14.
-* ``"eq16"`` — cas-lstm.txt eq 16 (paraphrase identification): ``phi = [|s1 - s2|; s1 * s2]``
+* ``"eq16"`` — CAS-LSTM paper eq 16 (paraphrase identification): ``phi = [|s1 - s2|; s1 * s2]``
   (symmetric in the two sentences), then eq 14.
 
 ``pooling`` overrides the per-model default (``"max+mean"`` for rcrn, ``"max"`` otherwise).

@@ -1,8 +1,8 @@
-"""Pixel-by-pixel sequential image classifier (metagross.txt section 3.2, table 3).
+"""Pixel-by-pixel sequential image classifier (METAGROSS paper section 3.2, table 3).
 
 A 28x28 image is read as a sequence of 784 steps of one pixel each (in [0, 1]); in the
 permuted variant the steps follow one fixed random permutation of the pixel positions (see
-:class:`ctrlrnn.data.pixels.PixelSequences`). The encoder (metagross.txt: "3 layered
+:class:`ctrlrnn.data.pixels.PixelSequences`). The encoder (METAGROSS paper: "3 layered
 METAGROSS of 128 hidden units each", with recurrent base units of depth 2 per table 9) reads
 the whole sequence; its final state (``pooling="last"``, the protocol of the sequential MNIST
 literature) or a pooling of all its outputs feeds a linear softmax layer.

@@ -1,6 +1,6 @@
-"""Answer-selection ranker (rcrn.txt 4.2 "Ranking Model", encoder-only setting) and its metrics.
+"""Answer-selection ranker (RCRN paper 4.2 "Ranking Model", encoder-only setting) and its metrics.
 
-rcrn.txt 4.2 swaps the encoder of AP-BiLSTM (dos Santos et al., 2016) for RCRN; "the
+RCRN paper 4.2 swaps the encoder of AP-BiLSTM (dos Santos et al., 2016) for RCRN; "the
 similarity scoring function is the cosine similarity and the objective function is the
 pairwise hinge loss with a margin of 0.1. We use negative sampling of n = 6". Table 8 also
 reports the setting without attention, which is what :class:`Ranker` implements: question and

@@ -1,4 +1,4 @@
-"""Attentional encoder-decoder (qrnn.txt section 2.1, eq 7-8) with length-normalised beam search.
+"""Attentional encoder-decoder (QRNN paper section 2.1, eq 7-8) with length-normalised beam search.
 
 The encoder is any :class:`~ctrlrnn.models.encoders.SequenceEncoder`. Two decoders:
 

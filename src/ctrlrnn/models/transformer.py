@@ -1,6 +1,6 @@
 """A small Transformer encoder-decoder whose feed-forward blocks can be METAGROSS.
 
-metagross.txt section 3.4 equips the Transformer (Vaswani et al., 2017; the Tensor2Tensor
+METAGROSS paper section 3.4 equips the Transformer (Vaswani et al., 2017; the Tensor2Tensor
 small/base settings) with "a parallel non-autoregressive adaptation of METAGROSS" (section 2.3),
 "the base models are all linear layers", max depth tuned in ``{1, 2, 3}``, beam 8/4 and length
 penalty 0.6. The text says the METAGROSS layer replaces "the multi-head aggregation layer";
@@ -17,7 +17,7 @@ output projection (``tie_embeddings``).
 
 Decoding uses the same incremental protocol as :class:`~ctrlrnn.models.seq2seq.Seq2Seq`
 (``encode`` / ``init_state`` / ``step`` / ``_select``), so greedy decoding and the
-length-normalised beam search of qrnn.txt eq 9 are shared with it. The decoder state is the
+length-normalised beam search of the QRNN paper eq 9 are shared with it. The decoder state is the
 self-attention key/value cache of every layer; the cross-attention keys and values of the encoder
 output are computed once per sentence.
 """
@@ -174,7 +174,7 @@ class TransformerSeq2Seq(IncrementalDecoding, nn.Module):
         src_vocab, tgt_vocab: vocabulary sizes.
         d_model, heads, layers: model width, attention heads, layers of each stack.
         ffn_size: inner width of the ReLU feed-forward blocks (default ``4 * d_model``).
-        ffn: ``"relu"`` or ``"metagross"`` (metagross.txt 2.3 / 3.4).
+        ffn: ``"relu"`` or ``"metagross"`` (METAGROSS paper 2.3 / 3.4).
         ffn_depth, ffn_depth_gate: METAGROSS maximum depth (``{1, 2, 3}`` in the paper) and its
             depth gate (``"token"`` or ``"scalar"``).
         norm: ``"post"`` (Vaswani et al.) or ``"pre"`` layer normalisation.

@@ -1,4 +1,4 @@
-"""Context-dependent Additive Recurrent Neural Net (Tran et al., carnn.txt): ``CARNN``, its cell.
+"""Context-dependent Additive Recurrent Neural Net (Tran et al., 2018): ``CARNN``, its cell.
 
 One context vector ``c`` per sequence controls the two gates of every step (section 3):
 

@@ -1,4 +1,4 @@
-"""CARNN's contextual language model (carnn.txt section 4.2, eq 11-13).
+"""CARNN's contextual language model (CARNN paper section 4.2, eq 11-13).
 
     c^{t-1} <- nCARNN(e^{t-1}_1 .. e^{t-1}_{M^{t-1}})        (context-free nCARNN, final h)  (11)
     h^t_1 .. h^t_{M^t} = CARNN(e^t_1 .. e^t_{M^t}, c^{t-1})

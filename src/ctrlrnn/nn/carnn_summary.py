@@ -1,4 +1,4 @@
-"""The residual-plus-attention history summary of CARNN's dialog model (carnn.txt eq 8).
+"""The residual-plus-attention history summary of CARNN's dialog model (CARNN paper eq 8).
 
     h_1 .. h_{M-1} = CARNN(e_1 .. e_{M-1}, c)
     h~_m = h_m + e_m                                   (residual to the input)

@@ -1,4 +1,4 @@
-"""Cell-aware Stacked LSTMs (Choi, Kim & Lee, cas-lstm.txt): ``CASLSTM``.
+"""Cell-aware Stacked LSTMs (Choi, Kim & Lee, 2019): ``CASLSTM``.
 
 Layer 1 is a plain LSTM (eq 1-6). Every layer ``l > 1`` reads the lower layer's hidden *and*
 cell states and adds a vertical forget gate ``g`` (eq 7-13)::
@@ -52,7 +52,7 @@ def _check_hidden_size(hidden_size: Any, num_layers: int) -> int:
         if len(set(sizes)) != 1:
             raise ValueError(
                 f"hidden_size: CAS-LSTM layers l > 1 read the lower layer's cell state, so they "
-                f"need d_l = d_(l-1) (cas-lstm.txt eq 7-13): all layers must have one width, got "
+                f"need d_l = d_(l-1) (CAS-LSTM paper eq 7-13): all layers must have one width, got "
                 f"{sizes}"
             )
         return sizes[0]
@@ -282,7 +282,7 @@ class CASLSTM(RecurrentBase):
     @torch.no_grad()
     def vertical_gates(self, input: Tensor, lengths: Tensor | None = None) -> list[Tensor]:
         """The vertical forget gate ``g`` (eq 9; eq 17 with peepholes) of every layer above the
-        first, for cas-lstm.txt figure 4: one ``(D, B, T, H)`` tensor per layer ``l > 1``
+        first, for the CAS-LSTM paper figure 4: one ``(D, B, T, H)`` tensor per layer ``l > 1``
         (batch-first, forward direction first), zero past each length.
 
         Recomputed from each layer's own inputs and outputs, so the layer runs as usual.

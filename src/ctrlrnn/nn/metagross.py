@@ -1,4 +1,4 @@
-"""Meta Gated Recursive Controller units (METAGROSS, metagross.txt section 2): ``Metagross``.
+"""Meta Gated Recursive Controller units (METAGROSS paper section 2): ``Metagross``.
 
 The unit of level ``n`` (section 2; ``sig`` the sigmoid, ``tanh`` the paper's sigma_r)::
 

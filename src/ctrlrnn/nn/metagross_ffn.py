@@ -1,4 +1,4 @@
-"""The parallel non-autoregressive METAGROSS (metagross.txt section 2.3): ``MetagrossFFN``.
+"""The parallel non-autoregressive METAGROSS (METAGROSS paper section 2.3): ``MetagrossFFN``.
 
 A position-wise layer, a drop-in replacement for a Transformer's feed-forward block: it maps
 ``(..., d_model)`` to ``(..., d_model)`` with no dependence between positions::

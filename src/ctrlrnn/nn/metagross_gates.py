@@ -1,4 +1,4 @@
-"""The elementwise part of one METAGROSS level (metagross.txt eq 2-1..2-6), fused.
+"""The elementwise part of one METAGROSS level (METAGROSS paper eq 2-1..2-6), fused.
 
 For the ``k`` units of one level, from their base pre-activations ``P = (F^F, F^O, F^Z)``, the
 outputs of their children ``(m^F, m^O)``, the depth gates ``alpha``, ``beta`` and the residual::

@@ -1,6 +1,6 @@
 """The Position Encoder of end-to-end memory networks (Sukhbaatar et al. 2015, section 4.1).
 
-CARNN's dialog and question-answering models (carnn.txt section 4.1, eq 9, and section 4.3)
+CARNN's dialog and question-answering models (CARNN paper section 4.1, eq 9, and section 4.3)
 encode each utterance ``x_1 .. x_J`` (word embeddings of width ``d``) into one vector
 
     m = sum_j l_j * x_j,    l_{kj} = (1 - j/J) - (k/d) (1 - 2j/J)

@@ -1,4 +1,4 @@
-"""Quasi-Recurrent Neural Network (Bradbury et al., qrnn.txt): ``QRNN`` and ``QRNNCell``.
+"""Quasi-Recurrent Neural Network (Bradbury et al., 2017): ``QRNN`` and ``QRNNCell``.
 
 Each layer computes its gates for all time steps at once with a causal (left-padded)
 convolution of width ``window`` over the input (eq 1-2), then runs a cheap elementwise

@@ -1,4 +1,4 @@
-"""Recurrently Controlled Recurrent Networks (Tay, Tuan & Hui, rcrn.txt): ``RCRN``, ``RCRNCell``.
+"""Recurrently Controlled Recurrent Networks (Tay, Tuan & Hui, 2018): ``RCRN``, ``RCRNCell``.
 
 Three gated RNNs read the same input ``x``: two *controllers* (eq 1-6, bidirectional by eq 7-9)
 give ``h^1`` and ``h^2``; the listener's *base* RNN (eq 10-14) gives ``h^3``. The listener then

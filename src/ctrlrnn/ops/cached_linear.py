@@ -1,7 +1,7 @@
 """``x W^T + b`` into a block of the compiled kernels' output cache (``ops/csrc/output_pool.h``).
 
-The input projection of a recurrent layer — a QRNN's gates (qrnn.txt eq 1-2), a METAGROSS
-level's base pre-activations (metagross.txt section 2.2) — is often the largest tensor of a
+The input projection of a recurrent layer — a QRNN's gates (QRNN paper eq 1-2), a METAGROSS
+level's base pre-activations (METAGROSS paper section 2.2) — is often the largest tensor of a
 step. Above glibc's mmap threshold a fresh tensor of that size page-faults on every first write,
 every step (measured at ~7 GB/s against ~35-40 GB/s into mapped memory here); the cached block
 does not. The GEMMs, forward and backward, are torch's own: only where the output lives changes.

@@ -1,4 +1,4 @@
-"""Fused gated cells: LSTM, GRU, CAS-LSTM (layers l > 1) and nCARNN (DESIGN.md, primitive 2).
+"""Fused gated cells: LSTM, GRU, CAS-LSTM (layers l > 1) and nCARNN.
 
 Haste's recipe: the caller computes everything that does not depend on the recurrent state for
 all time steps at once (the input projections ``x_proj = x @ W_ih^T + b``, the nCARNN context

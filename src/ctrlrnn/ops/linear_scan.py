@@ -1,4 +1,4 @@
-"""The diagonal linear scan ``h_t = a_t * h_{t-1} + b_t`` (DESIGN.md, primitive 1).
+"""The diagonal linear scan ``h_t = a_t * h_{t-1} + b_t``.
 
 Public entry point :func:`linear_scan`. Where a compiled kernel exists (CPU extension, Triton on
 CUDA) the work is done by the custom op ``ctrlrnn::linear_scan`` (registered with

@@ -1,4 +1,4 @@
-"""Reference linear scan, written straight from its definition (DESIGN.md, primitive 1).
+"""Reference linear scan, written straight from its definition.
 
 ``h_t = a_t * h_{t-1} + b_t`` elementwise, one Python step per time step, differentiated by
 autograd. It is the oracle the compiled kernels are tested against, and the fallback where no

@@ -1,4 +1,4 @@
-"""One METAGROSS tree level, gates and scan fused (metagross.txt eq 2-1..2-6).
+"""One METAGROSS tree level, gates and scan fused (METAGROSS paper eq 2-1..2-6).
 
 For the ``k`` units of one level, from their base pre-activations ``P = (F^F, F^O, F^Z)``
 ``(B, T, 3, k, H)``, the outputs of their children ``(M^F, M^O)`` ``(B, T, k, 2, H)``, the depth

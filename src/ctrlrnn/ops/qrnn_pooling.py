@@ -1,4 +1,4 @@
-"""QRNN pooling (qrnn.txt eq 3-5) fused with the gate activations (eq 1-2) and zoneout (eq 6).
+"""QRNN pooling (QRNN paper eq 3-5) fused with the gate activations (eq 1-2) and zoneout (eq 6).
 
 Input: the raw pre-activations of the convolution, ``gates`` of shape ``(B, T, G*H)`` laid out
 ``[Z | F | O | I]`` (``G`` = 2 for f-, 3 for fo-, 4 for ifo-pooling). With

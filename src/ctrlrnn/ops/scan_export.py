@@ -220,7 +220,7 @@ def qrnn_pooling(
     keep_scale: float,
     lengths: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """QRNN pooling, qrnn.txt eq 1-6 (:func:`ctrlrnn.ops.qrnn_pooling.qrnn_pooling_ref`)
+    """QRNN pooling, QRNN paper eq 1-6 (:func:`ctrlrnn.ops.qrnn_pooling.qrnn_pooling_ref`)
     -> ``(h, c, c_last)``.
 
     The gates are computed for all steps at once; eq 3-5 is then the linear scan

@@ -69,7 +69,7 @@ PAGES: dict[str, str] = {
 }
 
 _SMALL = {"hidden_size": 64}
-#: metagross.txt table 1 and section 3.1 ("S-BiLSTMs are always better than LSTMs on this task")
+#: METAGROSS paper table 1 and section 3.1 ("S-BiLSTMs are always better than LSTMs on this task")
 _MG_RNN = "METAGROSS (LSTM base)"
 _TABLE1_CLAIMS = (
     Claim("METAGROSS", "BiLSTM", "table 1"),
@@ -105,7 +105,7 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
 def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float],
             ppl: tuple[float, float, float], task_args: dict[str, Any],
             setting: str) -> Experiment:
-    """A metagross.txt table 1 task: BiLSTM, S-BiLSTM and METAGROSS (linear and LSTM base),
+    """A METAGROSS paper table 1 task: BiLSTM, S-BiLSTM and METAGROSS (linear and LSTM base),
     with the paper's exact match and perplexity of BiLSTM, S-BiLSTM and METAGROSS."""
     bi = {**_SMALL, "bidirectional": True}
     arms = (
@@ -308,12 +308,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         id="translation-char-qrnn",
         paper="translation",
-        title="Character-level En-Es verses: QRNN vs LSTM encoder-decoder (qrnn.txt table 3)",
+        title="Character-level En-Es verses: QRNN vs LSTM encoder-decoder (QRNN paper, table 3)",
         task="translate-char",
         metric="bleu",
         higher_is_better=True,
         arms=(Arm("LSTM", "lstm", {"num_layers": 2}), Arm("QRNN", "qrnn", {"num_layers": 2})),
-        claims=(Claim("QRNN", "LSTM", "qrnn.txt table 3"),),
+        claims=(Claim("QRNN", "LSTM", "QRNN paper, table 3"),),
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2,
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
@@ -334,7 +334,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             Arm("Transformer + METAGROSS", "lstm", {},
                 {"arch": "transformer", "ffn": "metagross"}, paper=35.15),
         ),
-        claims=(Claim("Transformer + METAGROSS", "Transformer", "metagross.txt table 5"),),
+        claims=(Claim("Transformer + METAGROSS", "Transformer", "METAGROSS paper, table 5"),),
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2,
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
@@ -354,7 +354,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             Arm("LSTM", "lstm", {"num_layers": 2}, {"arch": "cas"}, paper=28.1),
             Arm("CAS-LSTM", "caslstm", {"num_layers": 2}, {"arch": "cas"}, paper=28.8),
         ),
-        claims=(Claim("CAS-LSTM", "LSTM", "cas-lstm.txt table 5"),),
+        claims=(Claim("CAS-LSTM", "LSTM", "CAS-LSTM paper, table 5"),),
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2,
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},

@@ -68,10 +68,10 @@ def _carnn_args(model_args: dict[str, Any]) -> tuple[str, int, int, float]:
 
 # ---------------------------------------------------------------------------- language model
 class CarnnLmTask(Task):
-    """``carnn-lm``: sentence LM with the previous sentence as context (carnn.txt 4.2)."""
+    """``carnn-lm``: sentence LM with the previous sentence as context (CARNN paper 4.2)."""
 
     name = "carnn-lm"
-    description = ("PTB sentence LM, previous sentence as CARNN context (carnn.txt 4.2, eq 11); "
+    description = ("PTB sentence LM, previous sentence as CARNN context (CARNN paper 4.2, eq 11); "
                    "--model lstm: no context")
     metric: ClassVar[str] = "perplexity"
     higher_is_better: ClassVar[bool] = False
@@ -221,7 +221,7 @@ def make_dialog(rng: random.Random, update_prob: float = 0.5) -> Dialog:
     question); then ``api_call CUISINE LOCATION PARTY PRICE``. Task 2 (updating API calls),
     with probability ``update_prob``: the user changes one or two slots, the bot asks whether
     anything else should change, then issues the updated call. The dialog ends with thanks.
-    The API call needs values stated many turns earlier: the long-range memory that carnn.txt
+    The API call needs values stated many turns earlier: the long-range memory that the CARNN paper
     5.1 (Figure 5) credits CARNN with.
     """
     goal = {s: rng.choice(VALUES[s]) for s in SLOTS}
@@ -304,7 +304,7 @@ class CarnnDialogTask(Task):
 
     name = "carnn-dialog"
     description = ("dialog response selection, CARNN over Position-Encoded utterances + eq 8 "
-                   "(carnn.txt 4.1); synthetic bAbI-like dialogs or task.path=bAbI files")
+                   "(CARNN paper 4.1); synthetic bAbI-like dialogs or task.path=bAbI files")
     metric: ClassVar[str] = "accuracy"
     higher_is_better: ClassVar[bool] = True
     options = {

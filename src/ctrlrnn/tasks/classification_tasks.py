@@ -1,10 +1,10 @@
 """Sentence classification on :class:`~ctrlrnn.models.classifier.SentenceClassifier`.
 
 * ``mr`` — MR-like binary sentiment (Rotten Tomatoes fresh/rotten snippets, see docs/data.md);
-* ``sst5`` — SST-5-like five-class sentiment (rcrn.txt table 2 / cas-lstm.txt table 4 style).
+* ``sst5`` — SST-5-like five-class sentiment (RCRN paper table 2 / CAS-LSTM paper table 4 style).
 
-The model follows rcrn.txt 4.2 by default (max+mean+min pooling, one 200-d ReLU layer); the
-cas-lstm.txt 3.3 sentence encoder is ``task.pooling=max`` (with ``task.mlp_layers``,
+The model follows RCRN paper 4.2 by default (max+mean+min pooling, one 200-d ReLU layer); the
+CAS-LSTM paper 3.3 sentence encoder is ``task.pooling=max`` (with ``task.mlp_layers``,
 ``task.mlp_hidden`` and ``task.dropout`` of eq 14). Pre-trained GloVe vectors come with
 ``task.glove=cache`` (the prepared ``glove`` source) or a directory in its prepared form, frozen
 unless ``task.freeze_embeddings=false``.
@@ -135,7 +135,8 @@ class SentenceClassificationTask(Task):
 
 class MrTask(SentenceClassificationTask):
     name = "mr"
-    description = "MR-like binary sentence sentiment (rcrn.txt 4.2 classifier; cas-lstm.txt 3.3)"
+    description = ("MR-like binary sentence sentiment (RCRN paper 4.2 classifier; "
+                   "CAS-LSTM paper 3.3)")
     num_classes = 2
 
     def load_prepared(self) -> dict[str, list[Example]]:
@@ -146,7 +147,7 @@ class MrTask(SentenceClassificationTask):
 
 class Sst5Task(SentenceClassificationTask):
     name = "sst5"
-    description = "SST-5-like five-class sentence sentiment (rcrn.txt 4.2; cas-lstm.txt 3.3)"
+    description = "SST-5-like five-class sentence sentiment (RCRN paper 4.2; CAS-LSTM paper 3.3)"
     num_classes = 5
 
     def load_prepared(self) -> dict[str, list[Example]]:

@@ -1,4 +1,4 @@
-r"""Language modelling on :class:`~ctrlrnn.models.language_model.LanguageModel` (qrnn.txt 3.2).
+r"""Language modelling on :class:`~ctrlrnn.models.language_model.LanguageModel` (QRNN paper 3.2).
 
 * ``ptb-lm`` — Penn Treebank, Mikolov's split, word level (10k vocabulary);
 * ``ptb-char`` — the same text as characters (``_`` between words); metric bits per character;
@@ -23,7 +23,7 @@ The defaults (batch 20, BPTT 35, Adam at 2e-3, gradient norm clipped to 0.25, va
     ctrlrnn train --task ptb-lm --model lstm --max-steps 300 model.hidden_size=256 \
         model.num_layers=2
 
-qrnn.txt 3.2's full setting is ``model.hidden_size=640 model.num_layers=2 model.zoneout=0.1
+QRNN paper 3.2's full setting is ``model.hidden_size=640 model.num_layers=2 model.zoneout=0.1
 task.embedding_dropout=0.5 model.dropout=0.5 task.output_dropout=0.5 optimizer=sgd lr=1
 lr_decay=0.95 lr_decay_start=6 epochs=72 weight_decay=2e-4 clip_norm=10 task.bptt=105``
 (the paper does not tie the embeddings: add ``task.tie_weights=false`` for its model).
@@ -199,7 +199,7 @@ class LanguageModelTask(Task):
 
 class PtbLmTask(LanguageModelTask):
     name = "ptb-lm"
-    description = "Penn Treebank word-level language model, tied embeddings (qrnn.txt 3.2)"
+    description = "Penn Treebank word-level language model, tied embeddings (QRNN paper 3.2)"
 
     def load_prepared(self) -> dict[str, list[list[str]]]:
         from ctrlrnn.data.sources.ptb import load_ptb

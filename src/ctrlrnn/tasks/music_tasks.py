@@ -1,4 +1,4 @@
-"""Polyphonic music modelling (metagross.txt 3.5, table 7) on
+"""Polyphonic music modelling (METAGROSS paper 3.5, table 7) on
 :class:`~ctrlrnn.models.music.MusicModel`.
 
 ``chorales`` — Bach chorales of the music21 corpus as 88-key piano rolls, one frame per
@@ -44,7 +44,7 @@ def read_roll_dir(directory: Path) -> dict[str, list[np.ndarray]]:
 
 class ChoralesTask(Task):
     name = "chorales"
-    description = "Bach chorales 88-key next-frame prediction, NLL per frame (metagross.txt 3.5)"
+    description = "Bach chorales 88-key next-frame prediction, NLL per frame (METAGROSS paper 3.5)"
     metric: ClassVar[str] = "nll"
     higher_is_better: ClassVar[bool] = False
     options: ClassVar[dict[str, tuple[Any, Any]]] = {

@@ -1,6 +1,6 @@
 """Sentence-pair classification on :class:`~ctrlrnn.models.pair_classifier.PairClassifier`.
 
-``logic`` — the logical-inference pairs of Bowman et al. (2014) as used in metagross.txt 3.1
+``logic`` — the logical-inference pairs of Bowman et al. (2014) as used in the METAGROSS paper 3.1
 (table 2): two bracketed formulas over six variables, one of seven relations. Train and valid
 pairs have 1..``task.max_train_operators`` (6) operators; ``evaluate(model, "test")`` reports
 the accuracy for each operator count 7..12 (``accuracy_ops7`` ... ``accuracy_ops12``) and over
@@ -33,7 +33,7 @@ Encoded = tuple[list[int], list[int], int, int]  # left ids, right ids, relation
 class LogicTask(Task):
     name = "logic"
     description = ("logical inference pairs, train <= 6 operators, test accuracy per count "
-                   "7-12 (metagross.txt 3.1)")
+                   "7-12 (METAGROSS paper 3.1)")
     metric: ClassVar[str] = "accuracy"
     higher_is_better: ClassVar[bool] = True
     options: ClassVar[dict[str, tuple[Any, Any]]] = {

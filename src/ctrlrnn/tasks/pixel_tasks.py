@@ -1,4 +1,4 @@
-"""Pixel-by-pixel image classification (metagross.txt 3.2, table 3) on
+"""Pixel-by-pixel image classification (METAGROSS paper 3.2, table 3) on
 :class:`~ctrlrnn.models.pixel_classifier.PixelClassifier`.
 
 * ``mnist-5k`` — the 5,000-image MNIST subset (400/50/50 per digit);
@@ -8,7 +8,7 @@ Each image is a sequence of 784 one-pixel steps in [0, 1]; ``task.permuted=true`
 pixels in the fixed order of :func:`ctrlrnn.data.pixels.pixel_permutation` with
 ``task.permutation_seed`` (pMNIST protocol). The table-3 model is
 ``--model metagross model.num_layers=3 model.hidden_size=128 model.base=lstm model.depth=2``
-(a recurrent base unit of depth 2, metagross.txt table 9).
+(a recurrent base unit of depth 2, METAGROSS paper table 9).
 
 ``task.source=DIR`` reads ``DIR/{split}_images.npy`` (uint8, N x P) and
 ``DIR/{split}_labels.npy`` (int64), the prepared format, instead of the prepared data set;

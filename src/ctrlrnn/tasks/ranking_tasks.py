@@ -1,4 +1,4 @@
-"""Answer selection (rcrn.txt 4.2 "Ranking Model", table 8) on :class:`~ctrlrnn.models.ranker.
+"""Answer selection (RCRN paper 4.2 "Ranking Model", table 8) on :class:`~ctrlrnn.models.ranker.
 Ranker`: WikiQA or TrecQA files supplied by the user.
 
 ``task.path=DIR`` holds ``WikiQA-{train,dev,test}.tsv`` (``task.format=wikiqa``, read with
@@ -62,7 +62,7 @@ def split_files(path: str, fmt: str) -> dict[str, Path]:
 
 class RankingTask(Task):
     name = "ranking"
-    description = "answer selection on user-supplied WikiQA/TrecQA tsv (rcrn.txt 4.2, MAP/MRR)"
+    description = "answer selection on user-supplied WikiQA/TrecQA tsv (RCRN paper 4.2, MAP/MRR)"
     metric: ClassVar[str] = "map"
     higher_is_better: ClassVar[bool] = True
     options: ClassVar[dict[str, tuple[Any, Any]]] = {

@@ -1,11 +1,11 @@
 """Sequence-to-sequence tasks on the attentional encoder-decoder of :mod:`ctrlrnn.models.seq2seq`.
 
-* ``copy`` and ``addition`` of variable-length decimal numbers (qrnn.txt appendix);
+* ``copy`` and ``addition`` of variable-length decimal numbers (QRNN paper appendix);
 * ``sort`` of integer sequences and ``tree-traversal`` (inorder + preorder -> postorder) from
-  metagross.txt section 3.1.
+  METAGROSS paper section 3.1.
 
 Metrics: teacher-forced loss and perplexity and token accuracy, and exact match of greedily
-decoded outputs (beam search with ``task.beam > 1``, ranked as in qrnn.txt eq 9).
+decoded outputs (beam search with ``task.beam > 1``, ranked as in the QRNN paper eq 9).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class Seq2SeqTask(Task):
 
 class CopyTask(Seq2SeqTask):
     name = "copy"
-    description = "copy a variable-length decimal number (qrnn.txt appendix)"
+    description = "copy a variable-length decimal number (QRNN paper appendix)"
     options = {**Seq2SeqTask.common_options, "digits": (int, 5)}
     defaults = {"batch_size": 64, "lr": 3e-3}
 
@@ -151,7 +151,7 @@ class CopyTask(Seq2SeqTask):
 
 class AdditionTask(Seq2SeqTask):
     name = "addition"
-    description = "add two variable-length decimal numbers, e.g. 73952+9462 -> 83414 (qrnn.txt)"
+    description = "add two variable-length decimal numbers, e.g. 73952+9462 -> 83414 (QRNN paper)"
     options = {**Seq2SeqTask.common_options, "digits": (int, 5)}
     defaults = {"batch_size": 64, "lr": 3e-3}
 
@@ -163,7 +163,7 @@ class AdditionTask(Seq2SeqTask):
 
 class SortTask(Seq2SeqTask):
     name = "sort"
-    description = "sort a sequence of integers (metagross.txt 3.1)"
+    description = "sort a sequence of integers (METAGROSS paper 3.1)"
     options = {**Seq2SeqTask.common_options, "max_length": (int, 10), "max_value": (int, 100)}
     defaults = {"batch_size": 64, "lr": 3e-3}
 
@@ -176,7 +176,7 @@ class SortTask(Seq2SeqTask):
 
 class TreeTraversalTask(Seq2SeqTask):
     name = "tree-traversal"
-    description = "inorder + preorder -> postorder of a random tree (metagross.txt 3.1)"
+    description = "inorder + preorder -> postorder of a random tree (METAGROSS paper 3.1)"
     options = {**Seq2SeqTask.common_options, "max_depth": (int, 5), "p": (float, 0.7)}
     defaults = {"batch_size": 64, "lr": 3e-3}
 

@@ -1,6 +1,6 @@
 """Translation tasks on the ``verses-en-es`` pairs: BLEU with beam search, train time per epoch.
 
-* ``translate-char`` — character-level translation with the QRNN encoder-decoder of qrnn.txt
+* ``translate-char`` — character-level translation with the QRNN encoder-decoder of the QRNN paper
   section 3.3 / table 3: any encoder by ``--model``; the decoder is the QRNN decoder of eq 7-8
   when the encoder is ``qrnn``, else the attentional LSTM decoder (``task.decoder=`` overrides);
   a unified character vocabulary for both languages; training pairs with a side longer than
@@ -13,12 +13,12 @@
 
   - ``rnn``: the attentional encoder-decoder of :mod:`ctrlrnn.models.seq2seq` with any encoder;
   - ``transformer``: the Transformer of :mod:`ctrlrnn.models.transformer` whose feed-forward
-    blocks are ``task.ffn=relu`` or ``metagross`` (metagross.txt 3.4; the default picks
+    blocks are ``task.ffn=relu`` or ``metagross`` (METAGROSS paper 3.4; the default picks
     METAGROSS when ``--model metagross``, whose ``model.depth`` / ``model.depth_gate`` then set
     the unit; else ``task.ffn_depth``). ``model.hidden_size``, ``model.num_layers`` and
     ``model.dropout`` set the width, the layers per stack and the dropout; ``--model`` chooses
     nothing else;
-  - ``cas``: the 2-layer attentional LSTM seq2seq of cas-lstm.txt 4.4
+  - ``cas``: the 2-layer attentional LSTM seq2seq of the CAS-LSTM paper 4.4
     (:mod:`ctrlrnn.models.attn_lstm_seq2seq`) — ``--model caslstm model.num_layers=2`` gives
     CAS-LSTM encoder and decoder, ``--model lstm model.num_layers=2`` the paper's baseline;
     the paper decodes with beam 10.
@@ -33,7 +33,7 @@ corpus level, 13a tokenisation, on detokenised text: characters joined with ``_`
 spaces, words joined by spaces) and ``exact_match`` of the beam-search translations
 (``task.beam=1``: greedy); ``epoch_seconds``, the training wall time per epoch (mean time of a
 training step, measured between consecutive training steps, times the steps of an epoch — the
-"train time" column of qrnn.txt table 3), once steps have run.
+"train time" column of the QRNN paper table 3), once steps have run.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class TranslationTask(Seq2SeqTask):
         self.splits = self.make_splits(sizes)
         train = self.splits["train"]
         limit = self.opts["vocab_size"] or None
-        if self.level == "char":  # one unified vocabulary (qrnn.txt 3.3)
+        if self.level == "char":  # one unified vocabulary (QRNN paper 3.3)
             self.src_vocab = Vocab.build([t for e in train for t in (e.source, e.target)],
                                          self.opts["min_count"], limit)
             self.vocab = self.src_vocab
@@ -312,7 +312,7 @@ class TranslationTask(Seq2SeqTask):
 class CharTranslationTask(TranslationTask):
     name = "translate-char"
     description = ("character-level en-es verse translation, QRNN encoder-decoder protocol "
-                   "(qrnn.txt 3.3, table 3); BLEU with beam search")
+                   "(QRNN paper 3.3, table 3); BLEU with beam search")
     level = "char"
     options = {**TranslationTask.base_options, "max_length": (int, 300),
                "reverse_source": (bool, True)}

@@ -17,8 +17,8 @@ def build_optimizer(
     weight_decay: float = 0.0,
     momentum: float = 0.0,
 ) -> torch.optim.Optimizer:
-    """``adam`` / ``adamw`` / ``rmsprop`` (alpha 0.9, eps 1e-8 as qrnn.txt 3.1) / ``sgd`` /
-    ``adadelta``."""
+    """``adam`` / ``adamw`` / ``rmsprop`` (alpha 0.9, eps 1e-8 as the QRNN paper, section
+    3.1) / ``sgd`` / ``adadelta``."""
     params = list(params)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
@@ -38,7 +38,7 @@ def build_optimizer(
 def epoch_decay_factor(epoch: int, decay: float, start_epoch: int) -> float:
     """Multiplicative LR factor for ``epoch`` (0-based): 1 until ``start_epoch``, then
     ``decay ** (epoch - start_epoch + 1)`` (the "lr 1 for six epochs, then x0.95 per epoch"
-    schedule of qrnn.txt 3.2 is ``decay=0.95, start_epoch=6``)."""
+    schedule of the QRNN paper, section 3.2 is ``decay=0.95, start_epoch=6``)."""
     if decay == 1.0 or epoch < start_epoch:
         return 1.0
     return decay ** (epoch - start_epoch + 1)

@@ -1,6 +1,6 @@
 // ctrlrnn compiled CPU kernels: one METAGROSS tree level, gates and scan in one pass.
 //
-// For the k units of one level (metagross.txt section 2) and every (batch, step, unit, channel):
+// For the k units of one level (METAGROSS paper section 2) and every (batch, step, unit, channel):
 //
 //   f = sig(pf + alpha (cf - pf))      eq 2-1: alpha M^F + (1 - alpha) F^F  (f = sig(pf) at leaves)
 //   o = sig(po + beta  (co - po))      eq 2-2: beta  M^O + (1 - beta)  F^O  (o = sig(po) at leaves)
@@ -8,7 +8,7 @@
 //   "h" form (as printed, eq 2-4..2-6):  s_t = o (1 - f) s_{t-1} + o f z (+ x_t),  out_t = s_t
 //   "c" form (c_{t-1} carried):          s_t = (1 - f) s_{t-1} + f z,  out_t = o s_t (+ x_t)
 //
-// i.e. the diagonal linear scan s_t = a_t s_{t-1} + b_t (DESIGN.md, primitive 1) with a, b made
+// i.e. the diagonal linear scan s_t = a_t s_{t-1} + b_t with a, b made
 // from the gates on the fly: a, b, o, f, z never reach memory. Forward writes out (the "h" form's
 // out is its state), the "c" form's state sequence c (saved for backward) and the final state.
 // Backward is one reverse pass over time that recomputes f, o, z from the inputs and runs the

@@ -1,7 +1,7 @@
 // ctrlrnn compiled CPU kernels: the diagonal linear scan and QRNN pooling.
 //
-// linear_scan:   h_t = a_t * h_{t-1} + b_t                      (DESIGN.md, primitive 1)
-// qrnn_pooling:  f-, fo- and ifo-pooling of the QRNN paper (qrnn.txt eq 3-5) with zoneout
+// linear_scan:   h_t = a_t * h_{t-1} + b_t
+// qrnn_pooling:  f-, fo- and ifo-pooling of the QRNN paper (eq 3-5) with zoneout
 //                (eq 6) fused with the gate activations of eq 1-2, reading raw pre-activations.
 //
 // Layout: batch-first contiguous (B, T, C). Work is split over (batch, block of channels) with

@@ -6,7 +6,7 @@ kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.cells_triton`) 
 at their own import, which happens only when a CUDA tensor first asks for a kernel (through
 :func:`ctrlrnn.ops.backend.kernel_for`) or when the tests load them under the Triton interpreter.
 
-Selection (DESIGN.md, "never a silent fallback to a slow path"): a CUDA tensor runs the Triton
+Selection (never a silent fallback to a slow path): a CUDA tensor runs the Triton
 kernels when Triton imports; otherwise the reference implementation runs after one
 :class:`RuntimeWarning` per op family, and :func:`ctrlrnn.backend_info` says why. The decision
 itself is the pure function :func:`choose_backend`, tested without a GPU.

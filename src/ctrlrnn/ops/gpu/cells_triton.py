@@ -1,4 +1,4 @@
-"""GPU fused gated cells: LSTM and GRU (DESIGN.md, primitive 2), Haste's recipe on Triton.
+"""GPU fused gated cells: LSTM and GRU, Haste's recipe on Triton.
 
 Per time step: one GEMM ``h_{t-1} @ U^T`` through torch (cuBLAS on CUDA), then one Triton kernel
 for all the pointwise work of the step (gate activations, cell update, length masking, saving

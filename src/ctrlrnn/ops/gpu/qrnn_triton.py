@@ -1,4 +1,4 @@
-"""Triton kernels for QRNN pooling fused with the gate activations and zoneout (qrnn.txt eq 1-6).
+"""Triton kernels for QRNN pooling fused with the gate activations and zoneout (QRNN paper eq 1-6).
 
 The launchers :func:`qrnn_pooling_forward` and :func:`qrnn_pooling_backward` take the arguments
 of the CPU extension's functions of the same name (``csrc/scan.cpp``) and return the same

@@ -1,4 +1,4 @@
-"""Triton kernels for the diagonal linear scan ``h_t = a_t h_{t-1} + b_t`` (DESIGN.md, primitive 1).
+"""Triton kernels for the diagonal linear scan ``h_t = a_t h_{t-1} + b_t``.
 
 The launchers :func:`linear_scan_forward` and :func:`linear_scan_backward` take the arguments of
 the CPU extension's functions of the same name (``csrc/scan.cpp``) and return the same outputs,
@@ -9,7 +9,7 @@ kernels and :func:`ctrlrnn.linear_scan_ref`):
   fp64 inputs), outputs in the input dtype;
 * ``lengths``: steps ``t >= lengths[b]`` leave the state unchanged and output zero; ``reverse``
   runs each sequence from its own last valid step down to step 0;
-* backward, one reverse pass from the final-state gradient (DESIGN.md):
+* backward, one reverse pass from the final-state gradient:
   ``d = g_t + carry; db_t = d; da_t = d * h_{t-1}; carry = d * a_t``; ``carry`` at the end is
   ``dh0``. ``h_{t-1}`` is read back from the forward output (``h0`` at the first step).
 
