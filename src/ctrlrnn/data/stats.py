@@ -49,16 +49,18 @@ def split_stats(name: str, sequences: Iterable[Sized]) -> SplitStats:
     return SplitStats(name, count, total)
 
 
-def render_stats(stats: DatasetStats) -> Any:
-    """A :class:`rich.table.Table` of ``stats``."""
-    from rich.table import Table
+def render_stats(stats: DatasetStats, width: int | None = None) -> Any:
+    """A :class:`rich.table.Table` of ``stats``, fitted to a console ``width`` columns wide
+    (numbers are never cut; see :func:`ctrlrnn.tables.fit_table`)."""
+    from ctrlrnn.tables import Col, fit_table
 
     title = f"{stats.name}: vocabulary {stats.vocab_size if stats.vocab_size is not None else '-'}"
-    table = Table(title=title)
-    table.add_column("split")
-    table.add_column("examples", justify="right")
-    table.add_column(f"{stats.unit} (total)", justify="right")
-    table.add_column(f"mean length ({stats.unit})", justify="right")
-    for s in stats.splits:
-        table.add_row(s.name, f"{s.examples:,}", f"{s.total_length:,}", f"{s.mean_length:.2f}")
-    return table
+    cols = [
+        Col("split"),
+        Col("examples", justify="right"),
+        Col(f"{stats.unit} (total)", justify="right", drop=1),
+        Col(f"mean length ({stats.unit})", justify="right"),
+    ]
+    rows = [[s.name, f"{s.examples:,}", f"{s.total_length:,}", f"{s.mean_length:.2f}"]
+            for s in stats.splits]
+    return fit_table(width or 1000, cols, rows).table(rows, title=title)

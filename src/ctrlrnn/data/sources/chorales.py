@@ -20,13 +20,13 @@ import math
 from pathlib import Path
 
 import numpy as np
-from rich.progress import track
 
 from ctrlrnn.data.errors import MissingSourceError
 from ctrlrnn.data.loaders.jsb_pickle import LOWEST_PITCH, N_KEYS
 from ctrlrnn.data.source import CacheDir, PreparedSource
 from ctrlrnn.data.sources.common import SPLITS, hash_split
 from ctrlrnn.data.stats import DatasetStats, SplitStats
+from ctrlrnn.progress import track
 
 FRAME_QUARTERS = 1.0
 INSTALL = "pip install music21"

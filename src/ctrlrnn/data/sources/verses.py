@@ -21,14 +21,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rich.progress import track
-
 from ctrlrnn.data.errors import DataFormatError, MissingSourceError
 from ctrlrnn.data.fetch import DebPackage, deb_files
 from ctrlrnn.data.source import CacheDir, PreparedSource
 from ctrlrnn.data.sources.common import SPLITS, hash_split
 from ctrlrnn.data.stats import DatasetStats, split_stats
 from ctrlrnn.data.tokenize import char_tokenize, word_tokenize
+from ctrlrnn.progress import track
 
 SWORD = "/usr/share/sword"
 MODULES = {
