@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 
 #: sub-command name -> module that registers it
 COMMANDS: dict[str, str] = {
@@ -74,14 +78,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: what Ctrl-C outside a training loop prints: a command may set a better line (``train``
+#: names its checkpoint and the command that resumes it)
+_interrupt_line: list[Callable[[], str]] = []
+
+
+def set_interrupt_line(line: Callable[[], str]) -> None:
+    """Make Ctrl-C (outside a training loop, which stops at a step boundary on its own)
+    print ``line()`` instead of ``ctrlrnn COMMAND: interrupted``."""
+    _interrupt_line[:] = [line]
+
+
+def _install_interrupt_exit(command: str) -> None:
+    """Ctrl-C ends the command at once with one line and exit status 130.
+
+    Raising ``KeyboardInterrupt`` at an arbitrary point (inside an import, a write, a
+    library's ``except`` clause) can leave half-initialised modules and show their
+    tracebacks; nothing the commands hold outside a training loop needs unwinding (files
+    are written to a temporary name and renamed). The training loop installs its own
+    handler (:class:`ctrlrnn.train.trainer.TrainingInterrupted`) and restores this one."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        try:
+            line = _interrupt_line[0]() if _interrupt_line else f"ctrlrnn {command}: interrupted"
+        except Exception:  # noqa: BLE001 - the line is best effort; the exit is not
+            line = f"ctrlrnn {command}: interrupted"
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        os.write(2, (line + "\n").encode())
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    args.argv = list(argv if argv is not None else sys.argv[1:])  # to say how to resume
+    if argv is None:  # the command line itself, not a call from Python code
+        _install_interrupt_exit(args.command)
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"ctrlrnn {args.command}: interrupted", file=sys.stderr)
+        return 130
     except ImportError as exc:
         missing = missing_extra(exc)
         if missing is None:

@@ -56,7 +56,9 @@ def test_commands_name_the_missing_extra(tmp_path: Path) -> None:
 from ctrlrnn.cli import main
 codes = {}
 for argv in (["train", "--task", "copy", "--model", "qrnn", "--out", sys.argv[1]],
-             ["data", "list"], ["reproduce", "--quick", "--only", "qrnn-copy"], ["info"]):
+             ["data", "list"],
+             ["reproduce", "--quick", "--only", "qrnn-copy", "--results", sys.argv[1] + "-r",
+              "--runs", sys.argv[1] + "-runs", "--docs", sys.argv[1] + "-docs"], ["info"]):
     codes[argv[0]] = main(argv)
 print(codes)
 """

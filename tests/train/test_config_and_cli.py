@@ -65,6 +65,12 @@ def test_check_options():
         (["--task", "copy", "--model", "qrnn", "task.digits=many"], "task.digits: expected"),
         (["--task", "copy", "--model", "qrnn", "lr=abc"], "lr: expected a value of type float"),
         (["--task", "copy", "--model", "qrnn", "nonsense"], "nonsense: expected key=value"),
+        (["--task", "copy", "--model", "qrnn", "hidden_size=64"],
+         "hidden_size: unknown configuration key; did you mean model.hidden_size?"),
+        (["--task", "copy", "--model", "qrnn", "digits=3"],
+         "digits: unknown configuration key; did you mean task.digits?"),
+        (["--task", "copy", "--model", "qrnn", "lr_decy=0.9"], "did you mean lr_decay?"),
+        (["--task", "copy", "--model", "qrnn", "model.windw=3"], "did you mean model.window?"),
     ],
 )
 def test_cli_refuses_bad_configuration_before_work(argv, match, tmp_path, capsys):
@@ -81,7 +87,7 @@ def test_help_lists_tasks_and_models():
         assert word in proc.stdout
 
 
-def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path):
+def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["train", "--task", "copy", "--model", "qrnn", "--max-steps", "30", "--epochs", "5",
                  "--out", str(out), "--no-progress", "model.hidden_size=16",
@@ -97,5 +103,14 @@ def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path):
     report = (out / "report.md").read_text()
     assert "exact_match" in report and "curves.png" in report
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    result = json.loads((out / "result.json").read_text())  # fractions, for programs
+    shown = f"{100 * result['test']['exact_match']:.2f}%"  # percent, for people
+    assert f"exact_match {shown}" in printed and shown in report
+    assert printed.startswith("step 30 (best validation exact_match at step ")
     code = main(["eval", "--checkpoint", str(out / "best.safetensors"), "--split", "valid"])
     assert code == 0
+    assert f"exact_match {100 * result['valid']['exact_match']:.2f}%" in capsys.readouterr().out
+    assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--split", "valid",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exact_match"] == result["valid"]["exact_match"]

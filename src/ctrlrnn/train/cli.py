@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,28 +32,38 @@ from ctrlrnn.train.config import (
     load_config,
     parse_overrides,
 )
+from ctrlrnn.units import format_metrics
 
 
 def _epilog() -> str:
-    from ctrlrnn.models.encoders import ENCODERS
+    """The tasks, models and configuration keys, wrapped to the terminal's width."""
+    import shutil
+    import textwrap
+
+    from ctrlrnn.models.encoders import COMMON, ENCODERS
     from ctrlrnn.tasks import TASKS, task_class
+
+    width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 120) - 1)
+
+    def entry(name: str, text: str, pad: int) -> list[str]:
+        lead = f"  {name:{pad}s} "
+        return textwrap.wrap(text, width, initial_indent=lead,
+                             subsequent_indent=" " * len(lead), break_on_hyphens=False)
 
     lines = ["tasks:"]
     for name in sorted(TASKS):
         cls = task_class(name)
         opts = ", ".join(f"task.{k}={d!r}" for k, (_t, d) in cls.options.items())
-        lines.append(f"  {name:16s} {cls.description}")
-        lines.append(f"  {'':16s} options: {opts}")
+        lines += entry(name, cls.description, 16)
+        lines += entry("", f"options: {opts}", 16)
     lines.append("models (encoders):")
-    from ctrlrnn.models.encoders import COMMON
-
     for name, spec in ENCODERS.items():
         opts = ", ".join(f"model.{k}={d!r}" for k, (_t, d) in {**COMMON, **spec.options}.items())
-        lines.append(f"  {name:10s} {spec.description}")
-        lines.append(f"  {'':10s} options: {opts}")
+        lines += entry(name, spec.description, 10)
+        lines += entry("", f"options: {opts}", 10)
     lines.append("configuration keys (key=value):")
     for key, text in HELP.items():
-        lines.append(f"  {key:17s} {text}")
+        lines += entry(key, text, 17)
     return "\n".join(lines)
 
 
@@ -119,6 +130,7 @@ def train_run(
     Used by ``ctrlrnn train`` and ``ctrlrnn reproduce``. Raises :class:`ConfigError` when the
     output directory holds a run and ``resume`` is false.
     """
+    from ctrlrnn.data.errors import DataError
     from ctrlrnn.train.distributed import init_distributed, shutdown
     from ctrlrnn.train.report import write_report
     from ctrlrnn.train.trainer import Trainer
@@ -132,8 +144,9 @@ def train_run(
         try:
             task.setup()
             model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
-        except (ValueError, FileNotFoundError) as exc:
-            # missing data, a bad task.path, an option the model refuses: say it, no traceback
+        except (ValueError, FileNotFoundError, DataError) as exc:
+            # missing data or an optional package, a bad task.path, an option the model
+            # refuses: say it, no traceback
             raise ConfigError(str(exc)) from exc
         if not cfg.out:
             cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
@@ -154,26 +167,60 @@ def train_run(
             rows=trainer.log.rows() if trainer.log else [],
         )
         if verbose:
-            summary = {k: result[k] for k in ("step", "train_seconds")}
-            print(json.dumps({**summary, "valid": result["valid"], "test": result["test"]},
-                             indent=1))
-            print(f"report: {report}")
+            print(f"step {result['step']} (best validation {result['metric']} at step "
+                  f"{result['best_step']}; {result['train_seconds']:.1f} s of training)")
+            print(f"valid  {format_metrics(result['valid'])}")
+            print(f"test   {format_metrics(result['test'])}")
+            print(f"report: {report} (numbers for programs: {out / 'result.json'})")
         return result
     finally:
         shutdown(ctx)
 
 
+#: exit status after Ctrl-C, as shells report a process ended by SIGINT
+EXIT_INTERRUPTED = 130
+
+
+def resume_command(argv: list[str], out: str) -> str:
+    """The ``ctrlrnn train`` command line that continues the run of ``argv`` in ``out``."""
+    args = [a for a in argv if a != "--resume"]
+    if "--out" not in args and not any(a.startswith("--out=") for a in args):
+        args += ["--out", out]
+    return shlex.join(["ctrlrnn", *args, "--resume"])
+
+
 def run_train(args: argparse.Namespace) -> int:
+    from ctrlrnn.train.trainer import LATEST, TrainingInterrupted
+
     try:
         cfg, cls = build_run(args)
     except (ConfigError, ValueError) as exc:
         print(f"ctrlrnn train: {exc}", file=sys.stderr)
         return 2
+    from ctrlrnn.cli import set_interrupt_line
+
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+
+    def interrupted() -> str:
+        latest = Path(cfg.out) / LATEST if cfg.out else None
+        if latest is not None and latest.exists():
+            return (f"ctrlrnn train: interrupted; the last checkpoint is {latest}; resume "
+                    f"with: {resume_command(argv, str(cfg.out))}")
+        return "ctrlrnn train: interrupted before the first checkpoint; nothing to resume"
+
+    set_interrupt_line(interrupted)
     try:
         train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress)
     except ConfigError as exc:
         print(f"ctrlrnn train: {exc}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as stop:
+        print(f"ctrlrnn train: interrupted at step {stop.step}; checkpoint {stop.checkpoint}; "
+              f"resume with: {resume_command(argv, str(cfg.out))}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print(interrupted(), file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -187,8 +234,11 @@ def run_eval(args: argparse.Namespace) -> int:
     model.eval()
     with torch.no_grad():
         metrics = task.evaluate(model, args.split, 0)
-    print(json.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
-                     indent=1))
+    if args.json:
+        print(json.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
+                         indent=1))
+    else:
+        print(f"{args.split}  {format_metrics(metrics)}  ({args.checkpoint})")
     return 0
 
 
@@ -215,5 +265,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("eval", help="evaluate a checkpoint on a split")
     e.add_argument("--checkpoint", required=True, help="a .safetensors checkpoint of a run")
     e.add_argument("--split", default="test", choices=["valid", "test"])
+    e.add_argument("--json", action="store_true",
+                   help="print the metrics as JSON (accuracies as fractions in [0, 1])")
     e.set_defaults(func=run_eval)
 

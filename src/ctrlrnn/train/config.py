@@ -9,6 +9,7 @@ the encoder and task registries.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 import types
 import typing
@@ -172,11 +173,30 @@ def load_config(
     for key, value in values.items():
         if key not in fields:
             known = ", ".join(sorted(fields))
-            raise ConfigError(f"{key}: unknown configuration key (known: {known})")
+            raise ConfigError(f"{key}: unknown configuration key{_suggestion(key, fields)} "
+                              f"(known: {known}; the model's and task's options are written "
+                              "model.KEY and task.KEY)")
         checked[key] = coerce(key, value, hints[key])
     cfg = TrainConfig(**checked, model_args=model_args, task_args=task_args)
     _check_ranges(cfg)
     return cfg
+
+
+def _suggestion(key: str, fields: set[str]) -> str:
+    """``; did you mean model.hidden_size?`` for a model or task option given without its
+    prefix, or a close configuration key; empty when nothing is close."""
+    from ctrlrnn.models.encoders import COMMON, ENCODERS
+    from ctrlrnn.tasks import TASKS, task_class
+
+    model_keys = {*COMMON, *(k for spec in ENCODERS.values() for k in spec.options)}
+    task_keys = {k for name in TASKS for k in task_class(name).options}
+    if key in model_keys:
+        return f"; did you mean model.{key}?"
+    if key in task_keys:
+        return f"; did you mean task.{key}?"
+    candidates = {*fields, *(f"model.{k}" for k in model_keys), *(f"task.{k}" for k in task_keys)}
+    close = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _check_ranges(cfg: TrainConfig) -> None:
@@ -207,6 +227,9 @@ def check_options(
     for key, value in given.items():
         if key not in declared:
             known = ", ".join(f"{kind}.{k}" for k in sorted(declared)) or "none"
-            raise ConfigError(f"{kind}.{key}: unknown option for {kind} {name!r} (known: {known})")
+            close = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=0.75)
+            hint = f"; did you mean {kind}.{close[0]}?" if close else ""
+            raise ConfigError(f"{kind}.{key}: unknown option for {kind} {name!r}{hint} "
+                              f"(known: {known})")
         out[key] = coerce(f"{kind}.{key}", value, declared[key][0])
     return out

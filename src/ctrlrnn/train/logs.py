@@ -47,9 +47,11 @@ class RunLog:
         with open(self.jsonl, encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]
 
-    def truncate_after(self, step: int) -> None:
-        """Drop rows logged after ``step`` (a resumed run re-does those steps)."""
-        rows = [r for r in self.rows() if int(r.get("step", 0)) <= step]
+    def truncate_after(self, step: int, *, keep_final: bool = True) -> None:
+        """Drop rows logged after ``step`` (a resumed run re-does those steps); with
+        ``keep_final=False`` also the ``final`` rows (a finished run continued further)."""
+        rows = [r for r in self.rows() if int(r.get("step", 0)) <= step
+                and (keep_final or r.get("split") != "final")]
         with open(self.jsonl, "w", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(json.dumps(r) + "\n")

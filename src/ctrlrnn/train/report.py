@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from ctrlrnn.units import PERCENT, format_metric, scale
+
 
 def plot_curves(rows: list[dict[str, Any]], path: Path, metric: str) -> Path | None:
     """Training loss and the validation metric against the step, side by side."""
@@ -20,8 +22,8 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, metric: str) -> Path | N
     train = [(r["step"], r["loss"]) for r in rows if r.get("split") == "train" and r.get("loss")
              is not None]
     key = f"valid_{metric}"
-    valid = [(r["step"], r[key]) for r in rows if r.get("split") == "valid" and r.get(key)
-             is not None]
+    valid = [(r["step"], scale(metric) * r[key]) for r in rows
+             if r.get("split") == "valid" and r.get(key) is not None]
     if not train and not valid:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -34,8 +36,9 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, metric: str) -> Path | N
     if valid:
         axes[1].plot(*zip(*valid), marker="o", lw=1.2)
     axes[1].set_xlabel("step")
-    axes[1].set_ylabel(metric)
-    axes[1].set_title(f"validation {metric}")
+    unit = " (%)" if metric in PERCENT else ""
+    axes[1].set_ylabel(metric + unit)
+    axes[1].set_title(f"validation {metric}{unit}")
     axes[1].grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -73,10 +76,10 @@ def write_report(
         "",
         "| split | " + " | ".join(sorted(result["valid"])) + " |",
         "|---|" + "---|" * len(result["valid"]),
-        "| valid | " + " | ".join(_fmt(result["valid"][k]) for k in sorted(result["valid"]))
-        + " |",
-        "| test | " + " | ".join(_fmt(result["test"].get(k, "")) for k in sorted(result["valid"]))
-        + " |",
+        "| valid | " + " | ".join(format_metric(k, result["valid"][k])
+                                  for k in sorted(result["valid"])) + " |",
+        "| test | " + " | ".join(format_metric(k, result["test"].get(k, ""))
+                                 for k in sorted(result["valid"])) + " |",
         "",
         "## Model",
         "",

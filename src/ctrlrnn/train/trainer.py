@@ -10,12 +10,20 @@ A run writes into its output directory:
 
 Resuming (``resume=True``) restores the latest checkpoint, drops log rows after its step and
 continues with the same batches (the order is a function of seed and epoch) and the same RNG
-stream, so a killed run ends with the same weights and metrics as an uninterrupted one.
+stream, so a killed run ends with the same weights and metrics as an uninterrupted one. A
+finished run resumed with a larger ``max_steps`` (or more ``epochs``) continues to the new
+limit; one stopped by early stopping stays finished.
+
+Ctrl-C (SIGINT) during :meth:`Trainer.fit` finishes the optimizer step under way, writes the
+checkpoint and raises :class:`TrainingInterrupted` (a second Ctrl-C stops at once).
 """
 
 from __future__ import annotations
 
 import math
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ctrlrnn.progress import TrainingProgressBar as _ProgressBar
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.checkpoint import Checkpoint, save_checkpoint
 from ctrlrnn.train.config import ConfigError, TrainConfig
@@ -37,6 +46,43 @@ from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
 
 LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped training at a step boundary, after the checkpoint was written.
+
+    A ``KeyboardInterrupt``, so that ``except Exception`` (one failed run among several)
+    never swallows it."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        super().__init__(f"interrupted at step {step}")
+        self.step = step
+        self.checkpoint = checkpoint
+
+
+class _InterruptFlag:
+    """SIGINT sets a flag the loop reads between steps (main thread only; elsewhere Ctrl-C
+    keeps its default behaviour). A second SIGINT raises ``KeyboardInterrupt`` at once."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.raised:
+            raise KeyboardInterrupt
+        self.raised = True
+
+    def __enter__(self) -> _InterruptFlag:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def training_step(
@@ -102,6 +148,7 @@ class Trainer:
             "done": False,
             "train_seconds": 0.0,
             "last_eval_step": -1,
+            "stop_reason": None,
         }
         self.last_metrics: dict[str, float] = {}
 
@@ -128,9 +175,45 @@ class Trainer:
         ckpt.restore(self.model, self.optimizer)
         self.task.restore_state(*ckpt.task_state())
         self.progress.update(ckpt.progress)
+        extend = bool(self.progress.get("done")) and self._can_continue()
+        if extend:
+            self.progress["done"] = False
+            self.progress["stop_reason"] = None
         if self.log is not None:
-            self.log.truncate_after(int(self.progress["step"]))
+            self.log.truncate_after(int(self.progress["step"]), keep_final=not extend)
+        self._say(self._resume_line(extend))
         return True
+
+    def _can_continue(self) -> bool:
+        """Whether a finished run has steps left under this configuration's limits (a run
+        stopped by early stopping has none)."""
+        p, cfg = self.progress, self.cfg
+        if p.get("stop_reason") == "patience" or (
+            p.get("stop_reason") is None and self._should_stop_early()
+        ):
+            return False
+        if cfg.max_steps and int(p["step"]) >= cfg.max_steps:
+            return False
+        return int(p["epoch"]) < cfg.epochs
+
+    def _resume_line(self, extend: bool) -> str:
+        p, cfg = self.progress, self.cfg
+        step = int(p["step"])
+        if p.get("done"):
+            why = {"patience": "by early stopping"}.get(str(p.get("stop_reason")), "")
+            limit = (f"max_steps {cfg.max_steps}" if cfg.max_steps and step >= cfg.max_steps
+                     else f"epochs {cfg.epochs}")
+            return (f"resume: {self.out} finished at step {step}"
+                    f"{' ' + why if why else ''}; nothing left to train under {limit} "
+                    "(raise --max-steps or --epochs to continue it)")
+        target = f"step {cfg.max_steps}" if cfg.max_steps else f"epoch {cfg.epochs}"
+        verb = "continuing the finished run" if extend else "resuming"
+        return (f"resume: {verb} {self.out} from step {step} (epoch {int(p['epoch']) + 1}), "
+                f"to {target}")
+
+    def _say(self, line: str) -> None:
+        if self.ctx.is_main:
+            print(line, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self) -> dict[str, float]:
@@ -170,6 +253,8 @@ class Trainer:
                 f"out: {self.out} already holds a run (checkpoint.safetensors); "
                 "pass --resume to continue it or choose another --out"
             )
+        if resume and not has_ckpt:
+            self._say(f"resume: {self.out} holds no checkpoint yet; starting at step 0")
         if resume and self._restore() and self.progress.get("done"):
             return self._finish(already_done=True)
         cfg = self.cfg
@@ -179,7 +264,9 @@ class Trainer:
         t_start = time.perf_counter()
         seconds_before = float(self.progress["train_seconds"])
         examples = 0
+        interrupt = _InterruptFlag()
         try:
+            interrupt.__enter__()
             while self.progress["epoch"] < cfg.epochs and not stop:
                 epoch = int(self.progress["epoch"])
                 lr = cfg.lr * epoch_decay_factor(epoch, cfg.lr_decay, cfg.lr_decay_start)
@@ -211,7 +298,11 @@ class Trainer:
                         cfg.eval_every and step % cfg.eval_every == 0
                     ):
                         self._save()
+                    if self._interrupted(interrupt):
+                        self._save()
+                        raise TrainingInterrupted(step, self.out / LATEST)
                     if stop or (cfg.max_steps and step >= cfg.max_steps):
+                        self.progress["stop_reason"] = "patience" if stop else "max_steps"
                         stop = True
                         break
                 if self.progress["batch"] >= len(batches):
@@ -221,11 +312,21 @@ class Trainer:
                         self._evaluate()
                         if self._should_stop_early():
                             stop = True
+                            self.progress["stop_reason"] = "patience"
                     self._save()
+            if not stop:
+                self.progress["stop_reason"] = "epochs"
         finally:
+            interrupt.__exit__()
             bar.close()
         self.progress["done"] = True
         return self._finish(already_done=False)
+
+    def _interrupted(self, flag: _InterruptFlag) -> bool:
+        """Whether Ctrl-C was pressed (in any process: they stop at the same step)."""
+        if self.ctx.world_size > 1:
+            return mean_over_processes(1.0 if flag.raised else 0.0, self.ctx) > 0
+        return flag.raised
 
     def _planned_steps(self) -> int:
         per_epoch = len(self.task.train_batches(0, self.cfg.batch_size))
@@ -269,48 +370,3 @@ def _batch_size(batch: dict[str, Any]) -> int:
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             return int(value.shape[0])
     return 0
-
-
-class _ProgressBar:
-    """A rich progress bar with loss, the validation metric and speed (main process only)."""
-
-    def __init__(self, total: int, start: int, *, enabled: bool) -> None:
-        self.enabled = enabled
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            transient=False,
-        )
-        self.progress.start()
-        self.task_id = self.progress.add_task("train", total=total, completed=start, info="")
-        self.t0 = time.perf_counter()
-        self.start = start
-
-    def update(self, step: int, loss: float, metric: float | None, metric_name: str) -> None:
-        if not self.enabled:
-            return
-        rate = (step - self.start) / max(time.perf_counter() - self.t0, 1e-9)
-        info = f"loss {loss:.4f}"
-        if metric is not None:
-            info += f"  {metric_name} {metric:.4f}"
-        info += f"  {rate:.1f} steps/s"
-        self.progress.update(self.task_id, completed=step, info=info)
-
-    def close(self) -> None:
-        if self.enabled:
-            self.progress.stop()

@@ -1,0 +1,35 @@
+"""The units metrics are shown in: accuracies in percent everywhere a person reads them (the
+command line, ``report.md``, the results pages), like the papers' tables.
+
+Files meant for programs (``result.json``, ``log.jsonl``, the results data) keep fractions in
+[0, 1]."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: metrics stored as fractions and shown in percent
+PERCENT = frozenset({"accuracy", "exact_match", "token_accuracy", "dialog_accuracy"})
+
+
+def scale(metric: str) -> float:
+    """The factor from a metric's stored value to the value shown (100 for percentages)."""
+    return 100.0 if metric in PERCENT else 1.0
+
+
+def format_metric(metric: str, value: Any) -> str:
+    """``value`` of ``metric`` as shown to a person: ``86.7%`` for an accuracy, 4 significant
+    digits otherwise; anything that is not a finite number as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if metric in PERCENT:
+        return f"{100.0 * value:.2f}%"
+    return f"{value:.4g}"
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """``name value`` pairs of a split's metrics, in name order."""
+    return "  ".join(f"{k} {format_metric(k, v)}" for k, v in sorted(metrics.items()))
