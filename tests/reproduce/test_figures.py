@@ -1,6 +1,11 @@
-"""The METAGROSS depth-gate figures are drawn from a run's checkpoint (or say it is missing)."""
+"""The gate figures: recorded into the results file when the seed-0 run is trained, then
+drawn from the results file alone (no checkpoint needed), or a note where none is recorded."""
 
 from __future__ import annotations
+
+import json
+import random
+import shutil
 
 import numpy as np
 
@@ -19,7 +24,11 @@ def _pixels(root, sizes):
     return root
 
 
-def test_depth_gate_section(tmp_path, monkeypatch):
+def _quiet(_line):
+    return None
+
+
+def test_depth_gates_recorded_then_drawn_without_runs(tmp_path, monkeypatch):
     data = _pixels(tmp_path / "px", {"train": 64, "valid": 16, "test": 16})
     exp = Experiment(
         id="tiny-pixels", paper="metagross", title="tiny", task="mnist-5k", metric="accuracy",
@@ -27,20 +36,27 @@ def test_depth_gate_section(tmp_path, monkeypatch):
         claims=(), quick={"max_steps": 2, "epochs": 1, "batch_size": 32},
         full={}, task_args={"source": str(data)}, seeds_quick=1,
     )
-    runs, docs = tmp_path / "runs", tmp_path / "docs"
+    runs, results, docs = tmp_path / "runs", tmp_path / "results", tmp_path / "docs"
     docs.mkdir()
-    runner.run_one(exp, exp.arms[0], 0, "quick", runs, show_progress=False)
-    monkeypatch.setattr(figures, "DEPTH_GATE_EXPERIMENTS",
-                        {"tiny-pixels": "METAGROSS", "never-run": "METAGROSS"})
-    lines = "\n".join(figures.depth_gate_section("quick", runs, docs))
-    assert "`tiny-pixels`: mean alpha" in lines
-    assert (docs / "metagross-depth-gates-tiny-pixels-quick.png").read_bytes()[:4] == b"\x89PNG"
-    assert "`never-run`: no trained METAGROSS run" in lines
+    monkeypatch.setattr(figures, "FIGURE_ARMS", {"tiny-pixels": ("depth_gates", "METAGROSS"),
+                                                 "never-run": ("depth_gates", "METAGROSS")})
+    runner.run_experiment(exp, "quick", runs, results, show_progress=False, log=_quiet)
+    stored = json.loads((results / "quick" / "tiny-pixels.json").read_text())["figures"]
+    assert stored["kind"] == "depth_gates" and len(stored["alpha_sequence"]) == 16
+    assert all(0.0 <= v <= 1.0 for v in stored["mean"].values())
+    shutil.rmtree(runs)  # the page needs the results file only
+    lines = "\n".join(figures.depth_gate_section("quick", results, docs))
+    assert f"mean alpha {stored['mean']['alpha_init']:.3f}" in lines
+    png = docs / "metagross-depth-gates-tiny-pixels-quick.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    first = png.read_bytes()
+    again = "\n".join(figures.depth_gate_section("quick", results, docs))
+    assert again == lines and png.read_bytes() == first  # the same page and picture each time
+    assert "`never-run`: its results file records no depth-gate statistics" in lines
+    assert "--rerun never-run" in lines
 
 
-def test_cas_gate_section(tmp_path, monkeypatch):
-    import random
-
+def test_vertical_gate_recorded_then_drawn_without_runs(tmp_path, monkeypatch):
     rng = random.Random(0)
     data = tmp_path / "sst"
     data.mkdir()
@@ -55,11 +71,17 @@ def test_cas_gate_section(tmp_path, monkeypatch):
         claims=(), quick={"max_steps": 2, "epochs": 1, "batch_size": 32},
         full={}, task_args={"source": str(data)}, seeds_quick=1,
     )
-    runs, docs = tmp_path / "runs", tmp_path / "docs"
+    runs, results, docs = tmp_path / "runs", tmp_path / "results", tmp_path / "docs"
     docs.mkdir()
-    monkeypatch.setattr(figures, "CAS_GATE_EXPERIMENT", ("tiny-sst", "2-layer CAS-LSTM"))
-    assert "No trained CAS-LSTM run" in "\n".join(figures.cas_gate_section("quick", runs, docs))
-    runner.run_one(exp, exp.arms[0], 0, "quick", runs, show_progress=False)
-    lines = "\n".join(figures.cas_gate_section("quick", runs, docs))
-    assert "Values of `g` at every valid step" in lines
+    monkeypatch.setattr(figures, "FIGURE_ARMS",
+                        {"tiny-sst": ("vertical_gate", "2-layer CAS-LSTM")})
+    lines = "\n".join(figures.cas_gate_section("quick", results, docs))
+    assert "`tiny-sst`: its results file records no vertical-gate statistics" in lines
+    runner.run_experiment(exp, "quick", runs, results, show_progress=False, log=_quiet)
+    stored = json.loads((results / "quick" / "tiny-sst.json").read_text())["figures"]
+    assert len(stored["histogram"]) == figures.HISTOGRAM_BINS
+    assert sum(stored["histogram"]) == stored["values"] > 0
+    shutil.rmtree(runs)
+    lines = "\n".join(figures.cas_gate_section("quick", results, docs))
+    assert f"mean {stored['mean']:.3f}" in lines
     assert (docs / "cas-lstm-vertical-gate-quick.png").read_bytes()[:4] == b"\x89PNG"

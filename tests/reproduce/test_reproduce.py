@@ -165,3 +165,36 @@ def test_added_arm_runs_alone(tmp_path, monkeypatch):
     trained.clear()
     runner.run_experiment(grown, "quick", runs, results, show_progress=False, log=lambda s: None)
     assert trained == []
+
+
+def test_cli_writes_pages_only_when_something_was_trained(tmp_path, monkeypatch, capsys):
+    from ctrlrnn import cli
+    from ctrlrnn.reproduce import experiments
+
+    monkeypatch.setattr(experiments, "EXPERIMENTS", (TINY,))
+    monkeypatch.setattr(pages, "EXPERIMENTS", (TINY,))
+    paths = ["--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"),
+             "--docs", str(tmp_path / "docs"), "--quick", "--no-speed", "--no-progress"]
+    assert cli.main(["reproduce", *paths]) == 0
+    page = tmp_path / "docs" / "qrnn.md"
+    first = page.read_text()
+    assert "tiny copy" in first
+    page.write_text("untouched")  # a second run must not rewrite it
+    assert cli.main(["reproduce", *paths]) == 0
+    assert "nothing trained, pages left as they are" in capsys.readouterr().out
+    assert page.read_text() == "untouched"
+    assert cli.main(["reproduce", *paths, "--pages-only"]) == 0
+    assert page.read_text() == first  # rewritten from the results files, identically
+
+    trained = []
+    real_run_one = runner.run_one
+
+    def counting(exp, arm, seed, mode, runs_dir, show_progress):
+        trained.append((arm.label, seed))
+        return real_run_one(exp, arm, seed, mode, runs_dir, show_progress)
+
+    monkeypatch.setattr(runner, "run_one", counting)
+    assert cli.main(["reproduce", *paths, "--rerun", "tiny-copy"]) == 0
+    assert sorted(trained) == [("LSTM", 0), ("LSTM", 1), ("QRNN", 0), ("QRNN", 1)]
+    assert (tmp_path / "runs" / "quick" / "tiny-copy.previous").is_dir()
+    assert "earlier runs moved to" in capsys.readouterr().out

@@ -1,78 +1,156 @@
 """``ctrlrnn reproduce``: run the papers' experiments and write ``docs/results/``.
 
-    ctrlrnn reproduce --quick          # about 10 minutes, small models: docs/results/quick
+    ctrlrnn reproduce --quick          # small models: docs/results/quick
     ctrlrnn reproduce                  # the full mode: hours; resumable, finished work cached
     ctrlrnn reproduce --only rcrn-     # experiments whose id contains a pattern
+    ctrlrnn reproduce --rerun rcrn-mr  # train an experiment again (``all``: every one)
     ctrlrnn reproduce --pages-only     # rewrite the pages from the results files
+
+Finished experiments are cached in the results files (``docs/results/data``); the pages are
+rewritten only when something was trained or measured anew, or with ``--pages-only``, and
+they are written from the results files alone (the figures too), so a checkout whose results
+are all cached is left as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
 from pathlib import Path
 
+#: the ``--rerun`` name of the speed measurements
+SPEED = "speed"
+
+
+def _rerun_set(names: list[str] | None, known: list[str]) -> set[str] | str:
+    """The experiments (and ``speed``) to run again; an error message for an unknown name."""
+    if not names:
+        return set()
+    if "all" in names:
+        return {*known, SPEED}
+    unknown = [n for n in names if n not in known and n != SPEED]
+    if unknown:
+        return (f"--rerun: unknown experiment {', '.join(map(repr, unknown))} (known: all, "
+                f"{SPEED}, {', '.join(known)})")
+    return set(names)
+
+
+def _without_rerun(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--rerun`` options (a continued run must not start over)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--rerun":
+            skip = True
+        elif not arg.startswith("--rerun="):
+            out.append(arg)
+    return out
+
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        command = shlex.join(["ctrlrnn", *_without_rerun(getattr(args, "argv", None) or [])])
+        print("ctrlrnn reproduce: interrupted; finished runs are cached and the interrupted "
+              f"one resumes from its checkpoint: {command}", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     from ctrlrnn.reproduce.experiments import EXPERIMENTS
-    from ctrlrnn.reproduce.pages import write_pages
-    from ctrlrnn.reproduce.runner import run_experiment
+    from ctrlrnn.reproduce.runner import forget, is_cached, run_experiment
+    from ctrlrnn.reproduce.speed import missing_speed_parts
 
     mode = "quick" if args.quick else "full"
     default_docs = "docs/results/quick" if mode == "quick" else "docs/results"
     results, runs = Path(args.results), Path(args.runs)
     docs = Path(args.docs if args.docs is not None else default_docs)
-    docs.mkdir(parents=True, exist_ok=True)
-    chosen = [e for e in EXPERIMENTS if not args.only or any(p in e.id for p in args.only)]
+    rerun = _rerun_set(args.rerun, [e.id for e in EXPERIMENTS])
+    if isinstance(rerun, str):
+        print(f"ctrlrnn reproduce: {rerun}")
+        return 2
+    chosen = [e for e in EXPERIMENTS  # --rerun names an experiment: it is chosen too
+              if not args.only or any(p in e.id for p in args.only) or e.id in rerun]
     if args.only and not chosen:
         known = ", ".join(e.id for e in EXPERIMENTS)
         print(f"ctrlrnn reproduce: --only matches no experiment (known: {known})")
         return 2
+    if args.pages_only and rerun:
+        print("ctrlrnn reproduce: --pages-only trains nothing; drop --rerun or --pages-only")
+        return 2
     started = time.perf_counter()
+    changed = bool(args.pages_only)
     if not args.pages_only:
+        for exp in chosen:
+            if exp.id in rerun:
+                forget(exp, mode, runs, results)
         for i, exp in enumerate(chosen, 1):
             print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
+            if not is_cached(results, mode, exp):
+                changed = True
             run_experiment(exp, mode, runs, results, show_progress=not args.no_progress)
-    speed_sections = {}
     if not args.pages_only and not args.no_speed:
-        from ctrlrnn.reproduce.speed import run_speed
+        from ctrlrnn.reproduce.speed import forget_speed, run_speed
 
-        speed_sections = run_speed(mode, results, docs)
-    else:
-        from ctrlrnn.reproduce.speed import speed_sections_from_results
-
-        speed_sections = speed_sections_from_results(mode, results, docs)
-    from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
-
-    if not args.only or any("metagross" in e.id for e in chosen):
-        speed_sections = dict(speed_sections)
-        speed_sections["metagross"] = [*speed_sections.get("metagross", []),
-                                       *depth_gate_section(mode, runs, docs)]
-    if not args.only or any("cas-" in e.id for e in chosen):
-        speed_sections = dict(speed_sections)
-        speed_sections["cas-lstm"] = [*speed_sections.get("cas-lstm", []),
-                                      *cas_gate_section(mode, runs, docs)]
-    from ctrlrnn.reproduce.speed import speed_claims
-
-    pages = write_pages(results, docs, mode, speed_sections,
-                        tuple(chosen) if args.only else None, speed_claims(mode, results))
+        if SPEED in rerun:
+            forget_speed(mode, results)
+        if missing_speed_parts(mode, results):
+            changed = True
+            run_speed(mode, results, docs)
+    if not changed:
+        print(f"[reproduce] {mode} mode: every experiment is cached in {results / mode}; "
+              "nothing trained, pages left as they are (--rerun EXPERIMENT|all trains again, "
+              "--pages-only rewrites the pages)")
+        return 0
+    pages = write_all_pages(mode, results, docs, tuple(chosen) if args.only else None)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return 0
 
 
+def write_all_pages(mode: str, results: Path, docs: Path,
+                    chosen: tuple | None = None) -> list[Path]:
+    """Write the pages of ``mode`` (all of them, or ``chosen`` experiments' papers) from the
+    results files: the experiments' tables, the speed sections and the gate figures."""
+    from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
+    from ctrlrnn.reproduce.pages import write_pages
+    from ctrlrnn.reproduce.speed import speed_claims, speed_sections_from_results
+
+    docs.mkdir(parents=True, exist_ok=True)
+    sections = dict(speed_sections_from_results(mode, results, docs))
+    ids = [e.id for e in chosen] if chosen else None
+    if ids is None or any("metagross" in i for i in ids):
+        sections["metagross"] = [*sections.get("metagross", []),
+                                 *depth_gate_section(mode, results, docs)]
+    if ids is None or any("cas-" in i for i in ids):
+        sections["cas-lstm"] = [*sections.get("cas-lstm", []),
+                                *cas_gate_section(mode, results, docs)]
+    return write_pages(results, docs, mode, sections, chosen, speed_claims(mode, results))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="run the papers' experiments and write docs/results")
-    p.add_argument("--quick", action="store_true", help="the quick mode (about 10 minutes)")
+    p.add_argument("--quick", action="store_true",
+                   help="the quick mode (small models; see the README for its time)")
     p.add_argument("--only", action="append", metavar="PATTERN",
                    help="only experiments whose id contains PATTERN (repeatable)")
+    p.add_argument("--rerun", action="append", metavar="EXPERIMENT",
+                   help="train EXPERIMENT again from scratch, its cached results and runs set "
+                        f"aside ('{SPEED}': measure the speed sections again; 'all': "
+                        "everything; repeatable)")
     p.add_argument("--runs", default="runs/reproduce", help="where the training runs go")
     p.add_argument("--results", default="docs/results/data",
                    help="where the results files go (the pages are written from them)")
     p.add_argument("--docs", default=None,
                    help="where the pages go (default: docs/results for the full mode, "
                         "docs/results/quick for the quick mode)")
-    p.add_argument("--pages-only", action="store_true", help="only rewrite the pages")
+    p.add_argument("--pages-only", action="store_true",
+                   help="only rewrite the pages from the results files")
     p.add_argument("--no-speed", action="store_true", help="skip the speed measurements")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)

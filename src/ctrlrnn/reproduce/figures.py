@@ -1,29 +1,38 @@
-"""Analysis figures of the papers, drawn from the reproduction runs' checkpoints.
+"""Analysis figures of the papers, recorded from the reproduction runs and drawn on the pages.
 
-* cas-lstm.txt figure 4: the distribution of the vertical forget gate ``g`` of CAS-LSTM's
+* CAS-LSTM paper figure 4: the distribution of the vertical forget gate ``g`` of CAS-LSTM's
   upper layer on sentences, after training (SST-5-like run);
-* metagross.txt figures 2-9: the soft depth gates alpha_t and beta_t of METAGROSS — their mean
-  at initialisation and after training (figures 2-6), and along the time steps of one test
+* METAGROSS paper figures 2-9: the soft depth gates alpha_t and beta_t of METAGROSS — their
+  mean at initialisation and after training (figures 2-6), and along the time steps of one
   sequence (the dynamic recursion of figures 7-9) — for the pixel-by-pixel experiments.
 
-A figure needs the experiment's METAGROSS run of seed 0 to exist under the runs directory; when
-it does not, the section says so instead of drawing anything.
+Two steps, so that the pages never need a checkpoint: :func:`record` measures the gates from
+the best checkpoint of an experiment's seed-0 run right after it is trained, and the runner
+stores what it returns under ``"figures"`` in the experiment's results file (committed with
+the other results). :func:`depth_gate_section` and :func:`cas_gate_section` draw the figures
+and write their text from the results files alone, so the pages come out the same on any
+machine.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ctrlrnn.reproduce.runner import slug
-
-#: (experiment id, its CAS-LSTM arm label) for figure 4
-CAS_GATE_EXPERIMENT = ("cas-sst5", "2-layer CAS-LSTM")
-#: experiment id -> its METAGROSS arm label
-DEPTH_GATE_EXPERIMENTS = {"metagross-mnist": "METAGROSS", "metagross-fashion": "METAGROSS"}
+#: experiment id -> (the figure it records, the arm whose seed-0 run it is measured on)
+FIGURE_ARMS: dict[str, tuple[str, str]] = {
+    "metagross-mnist": ("depth_gates", "METAGROSS"),
+    "metagross-fashion": ("depth_gates", "METAGROSS"),
+    "cas-sst5": ("vertical_gate", "2-layer CAS-LSTM"),
+}
+#: bins of the vertical-gate histogram over [0, 1]
+HISTOGRAM_BINS = 50
+#: decimals kept of the recorded gate values (the figures need no more)
+DECIMALS = 5
 
 
 def _model_and_batch(run_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | None:
@@ -40,6 +49,10 @@ def _model_and_batch(run_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | No
     return task, initial.eval(), trained.eval(), task.train_batches(0, 64)[0]
 
 
+def _rounded(values: torch.Tensor) -> list[float]:
+    return [round(float(v), DECIMALS) for v in values.flatten()]
+
+
 def _gates(model: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """alpha, beta of the first METAGROSS layer: ``(B, T)`` for the first internal unit."""
     rnn = model.encoder.rnn
@@ -48,73 +61,38 @@ def _gates(model: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return alpha[0, ..., 0], beta[0, ..., 0]
 
 
-def depth_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
-    """Markdown (and PNGs) for the depth-gate figures; a note where a run is missing."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lines = ["### Depth gates (figures 2-9)", "",
-             "Mean soft depth gates alpha and beta (section 2.1) of the first METAGROSS layer "
-             "over a batch of 64 training sequences, at initialisation (the run's own seed) "
-             "and after training, and along the time steps of one sequence (the dynamic "
-             "recursion of figures 7-9).", ""]
-    for exp_id, arm in DEPTH_GATE_EXPERIMENTS.items():
-        run = runs_dir / mode / exp_id / f"{slug(arm)}-seed0"
-        built = _model_and_batch(run)
-        if built is None:
-            lines += [f"- `{exp_id}`: no trained METAGROSS run at `{run}`.", ""]
-            continue
-        _task, initial, trained, batch = built
-        pixels = batch["pixels"]
-        a0, b0 = _gates(initial, pixels)
-        a1, b1 = _gates(trained, pixels)
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-        names = ["alpha (init)", "beta (init)", "alpha (trained)", "beta (trained)"]
-        means = [float(v.mean()) for v in (a0, b0, a1, b1)]
-        axes[0].bar(names, means, color=["#c6d7ea", "#f2d0a9", "#3b6ea5", "#d9822b"])
-        axes[0].set_ylim(0, 1)
-        axes[0].set_title(f"{exp_id}: mean depth gates")
-        axes[0].tick_params(axis="x", labelrotation=15)
-        steps = torch.arange(a1.shape[1])
-        axes[1].plot(steps, a1[0], lw=0.8, label="alpha (trained)")
-        axes[1].plot(steps, b1[0], lw=0.8, label="beta (trained)")
-        axes[1].set_ylim(0, 1)
-        axes[1].set_xlabel("time step (pixel)")
-        axes[1].set_title("dynamic recursion along one sequence")
-        axes[1].legend(fontsize=8)
-        fig.tight_layout()
-        png = docs_dir / f"metagross-depth-gates-{exp_id}-{mode}.png"
-        fig.savefig(png, dpi=100)
-        plt.close(fig)
-        spread = float(a1[0].std())
-        lines += [f"`{exp_id}`: mean alpha {means[0]:.3f} -> {means[2]:.3f}, mean beta "
-                  f"{means[1]:.3f} -> {means[3]:.3f} (init -> trained); alpha's standard "
-                  f"deviation along the sequence after training: {spread:.4f}.", "",
-                  f"![depth gates {exp_id}]({png.name})", ""]
-    return lines
+def record_depth_gates(run_dir: Path) -> dict[str, Any] | None:
+    """The depth-gate statistics of a METAGROSS pixel run (``None`` without a checkpoint)."""
+    built = _model_and_batch(run_dir)
+    if built is None:
+        return None
+    _task, initial, trained, batch = built
+    pixels = batch["pixels"]
+    a0, b0 = _gates(initial, pixels)
+    a1, b1 = _gates(trained, pixels)
+    return {
+        "kind": "depth_gates",
+        "sequences": int(pixels.shape[0]),
+        "mean": {"alpha_init": float(a0.mean()), "beta_init": float(b0.mean()),
+                 "alpha_trained": float(a1.mean()), "beta_trained": float(b1.mean())},
+        "alpha_sequence": _rounded(a1[0]),
+        "beta_sequence": _rounded(b1[0]),
+        "alpha_sequence_std": float(a1[0].std()),
+    }
 
 
-def cas_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
-    """Markdown (and a PNG) for the vertical forget-gate histogram of cas-lstm.txt figure 4."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def record_vertical_gate(run_dir: Path) -> dict[str, Any] | None:
+    """The vertical forget gate ``g`` of layer 2 of a CAS-LSTM run: its histogram, mean and
+    quantiles over every valid step and unit of a batch (``None`` without a checkpoint)."""
     from ctrlrnn.nn.cas_lstm import CASLSTM
 
-    exp_id, arm = CAS_GATE_EXPERIMENT
-    lines = ["### Vertical forget gate (figure 4)", ""]
-    run = runs_dir / mode / exp_id / f"{slug(arm)}-seed0"
-    built = _model_and_batch(run)
+    built = _model_and_batch(run_dir)
     if built is None:
-        return lines + [f"No trained CAS-LSTM run at `{run}`.", ""]
+        return None
     task, _initial, trained, batch = built
     cas = next((m for m in trained.modules() if isinstance(m, CASLSTM)), None)
     if cas is None or cas.num_layers < 2:
-        return lines + [f"The run at `{run}` has no CAS-LSTM with two layers.", ""]
+        return None
     seen: dict[str, Any] = {}
 
     def capture(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -130,20 +108,119 @@ def cas_gate_section(mode: str, runs_dir: Path, docs_dir: Path) -> list[str]:
     lengths = seen["lengths"]
     if lengths is not None:
         valid = torch.arange(g.shape[2]).unsqueeze(0) < lengths.cpu().unsqueeze(1)
-        values = g[:, valid].flatten()
+        values = g[:, valid].flatten().float()
     else:
-        values = g.flatten()
+        values = g.flatten().float()
+    counts = torch.histc(values, bins=HISTOGRAM_BINS, min=0.0, max=1.0)
+    q = torch.quantile(values, torch.tensor([0.1, 0.5, 0.9])).tolist()
+    return {
+        "kind": "vertical_gate",
+        "values": int(values.numel()),
+        "mean": float(values.mean()),
+        "quantiles": {"0.1": q[0], "0.5": q[1], "0.9": q[2]},
+        "histogram": [int(c) for c in counts],
+    }
+
+
+def record(exp_id: str, run_dir: Path) -> dict[str, Any] | None:
+    """What experiment ``exp_id``'s figure needs, measured on its seed-0 run in ``run_dir``
+    (``None`` if the experiment has no figure or the run has no checkpoint)."""
+    kind = FIGURE_ARMS.get(exp_id, ("", ""))[0]
+    if kind == "depth_gates":
+        return record_depth_gates(run_dir)
+    if kind == "vertical_gate":
+        return record_vertical_gate(run_dir)
+    return None
+
+
+def _stored(results_dir: Path, mode: str, exp_id: str) -> dict[str, Any] | None:
+    """The figure statistics in experiment ``exp_id``'s results file, if any."""
+    path = results_dir / mode / f"{exp_id}.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("figures")
+
+
+def _missing(exp_id: str, what: str) -> str:
+    return (f"`{exp_id}`: its results file records no {what} (they are recorded when the "
+            f"experiment's seed-0 run is trained; `ctrlrnn reproduce --rerun {exp_id}` "
+            "records them).")
+
+
+def depth_gate_section(mode: str, results_dir: Path, docs_dir: Path) -> list[str]:
+    """Markdown (and PNGs) for the depth-gate figures, from the results files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = ["### Depth gates (figures 2-9)", "",
+             "Mean soft depth gates alpha and beta (section 2.1) of the first METAGROSS layer "
+             "over a batch of 64 training sequences, at initialisation (the run's own seed) "
+             "and after training, and along the time steps of one sequence (the dynamic "
+             "recursion of figures 7-9); seed 0.", ""]
+    for exp_id, (kind, _arm) in FIGURE_ARMS.items():
+        if kind != "depth_gates":
+            continue
+        fig_data = _stored(results_dir, mode, exp_id)
+        if not fig_data:
+            lines += [_missing(exp_id, "depth-gate statistics"), ""]
+            continue
+        m = fig_data["mean"]
+        means = [m["alpha_init"], m["beta_init"], m["alpha_trained"], m["beta_trained"]]
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+        names = ["alpha (init)", "beta (init)", "alpha (trained)", "beta (trained)"]
+        axes[0].bar(names, means, color=["#c6d7ea", "#f2d0a9", "#3b6ea5", "#d9822b"])
+        axes[0].set_ylim(0, 1)
+        axes[0].set_title(f"{exp_id}: mean depth gates")
+        axes[0].tick_params(axis="x", labelrotation=15)
+        alpha, beta = fig_data["alpha_sequence"], fig_data["beta_sequence"]
+        axes[1].plot(range(len(alpha)), alpha, lw=0.8, label="alpha (trained)")
+        axes[1].plot(range(len(beta)), beta, lw=0.8, label="beta (trained)")
+        axes[1].set_ylim(0, 1)
+        axes[1].set_xlabel("time step (pixel)")
+        axes[1].set_title("dynamic recursion along one sequence")
+        axes[1].legend(fontsize=8)
+        fig.tight_layout()
+        png = docs_dir / f"metagross-depth-gates-{exp_id}-{mode}.png"
+        fig.savefig(png, dpi=100, metadata={"Software": None})
+        plt.close(fig)
+        lines += [f"`{exp_id}`: mean alpha {means[0]:.3f} -> {means[2]:.3f}, mean beta "
+                  f"{means[1]:.3f} -> {means[3]:.3f} (init -> trained); alpha's standard "
+                  f"deviation along the sequence after training: "
+                  f"{fig_data['alpha_sequence_std']:.4f}.", "",
+                  f"![depth gates {exp_id}]({png.name})", ""]
+    return lines
+
+
+def cas_gate_section(mode: str, results_dir: Path, docs_dir: Path) -> list[str]:
+    """Markdown (and a PNG) for the vertical forget-gate histogram of the CAS-LSTM paper's
+    figure 4, from the results file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    exp_id = next(e for e, (kind, _arm) in FIGURE_ARMS.items() if kind == "vertical_gate")
+    lines = ["### Vertical forget gate (figure 4)", ""]
+    fig_data = _stored(results_dir, mode, exp_id)
+    if not fig_data:
+        return lines + [_missing(exp_id, "vertical-gate statistics"), ""]
+    counts = fig_data["histogram"]
+    width = 1.0 / len(counts)
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    ax.hist(values.numpy(), bins=50, range=(0, 1), color="#3b6ea5")
+    ax.bar([i * width for i in range(len(counts))], counts, width=width, align="edge",
+           color="#3b6ea5")
+    ax.set_xlim(0, 1)
     ax.set_xlabel("vertical forget gate g (layer 2)")
     ax.set_ylabel("count")
     ax.set_title(f"{exp_id}: g over a batch of 64 training sentences", fontsize=9)
     fig.tight_layout()
     png = docs_dir / f"cas-lstm-vertical-gate-{mode}.png"
-    fig.savefig(png, dpi=100)
+    fig.savefig(png, dpi=100, metadata={"Software": None})
     plt.close(fig)
-    q = torch.quantile(values.float(), torch.tensor([0.1, 0.5, 0.9])).tolist()
+    q = fig_data["quantiles"]
     return lines + [
         f"Values of `g` at every valid step and unit of layer 2 (`{exp_id}`, seed 0): mean "
-        f"{float(values.mean()):.3f}, 10/50/90% quantiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}.",
-        "", f"![vertical forget gate]({png.name})", ""]
+        f"{fig_data['mean']:.3f}, 10/50/90% quantiles {q['0.1']:.3f} / {q['0.5']:.3f} / "
+        f"{q['0.9']:.3f}.", "", f"![vertical forget gate]({png.name})", ""]

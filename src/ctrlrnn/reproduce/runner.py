@@ -9,12 +9,19 @@ A run whose ``result.json`` exists is not run again; a run interrupted part-way 
 but no result) is resumed; an experiment whose results file is complete is skipped whole. An
 arm or seed added to an experiment after its results file was written runs alone: the
 file's finished (arm, seed) results are kept as they are, even without their run directories.
+
+After an experiment's seed-0 run of the arm named in :data:`figures.FIGURE_ARMS` is trained,
+the statistics its figure needs are measured on the run's checkpoint and stored under
+``"figures"`` in the results file, so the pages never need the run directories.
+:func:`forget` drops an experiment's results and runs, for ``ctrlrnn reproduce --rerun``.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -38,6 +45,37 @@ def load_results(results_dir: Path, mode: str, exp: Experiment) -> dict[str, Any
     if not path.exists():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
+    """Whether ``exp``'s results file is complete: every arm and seed done, nothing to train."""
+    cached = load_results(results_dir, mode, exp)
+    if not cached or not cached.get("complete"):
+        return False
+    done = cached.get("arms", {})
+    return all(str(seed) in done.get(arm.label, {}).get("seeds", {})
+               for arm in exp.arms for seed in exp.seeds(mode))
+
+
+def run_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str, seed: int) -> Path:
+    """Where one (arm, seed) of ``exp`` trains."""
+    return runs_dir / mode / exp.id / f"{slug(arm_label)}-seed{seed}"
+
+
+def forget(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
+           log: Callable[[str], None] = print) -> None:
+    """Drop ``exp``'s results file and move its runs aside (to ``<id>.previous``, replacing
+    an older one), so that it trains again from scratch."""
+    path = results_path(results_dir, mode, exp)
+    if path.exists():
+        path.unlink()
+    runs = runs_dir / mode / exp.id
+    if runs.exists():
+        previous = runs.with_name(f"{exp.id}.previous")
+        if previous.exists():
+            shutil.rmtree(previous)
+        runs.rename(previous)
+        log(f"[reproduce] {exp.id}: earlier runs moved to {previous}")
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -64,7 +102,7 @@ def run_one(exp: Experiment, arm: Arm, seed: int, mode: str, runs_dir: Path,
     """Train one (arm, seed) of ``exp`` (or read its finished result)."""
     from ctrlrnn.train.cli import train_run
 
-    out = runs_dir / mode / exp.id / f"{slug(arm.label)}-seed{seed}"
+    out = run_dir(runs_dir, mode, exp, arm.label, seed)
     done = out / "result.json"
     if done.exists():
         return json.loads(done.read_text(encoding="utf-8"))
@@ -103,9 +141,7 @@ def run_experiment(
     done: dict[str, dict[str, Any]] = {
         label: dict(arm.get("seeds", {})) for label, arm in (cached or {}).get("arms", {}).items()
     }
-    if cached and cached.get("complete") and all(
-        str(seed) in done.get(arm.label, {}) for arm in exp.arms for seed in exp.seeds(mode)
-    ):
+    if cached is not None and is_cached(results_dir, mode, exp):
         log(f"[reproduce] {exp.id}: cached ({results_path(results_dir, mode, exp)})")
         return cached
     from ctrlrnn.tasks import TASKS
@@ -115,6 +151,8 @@ def run_experiment(
         "metric": exp.metric, "higher_is_better": exp.higher_is_better,
         "definition": asdict(exp), "arms": {}, "errors": {},
     }
+    if cached and cached.get("figures"):
+        data["figures"] = cached["figures"]
     if exp.task not in TASKS:
         data["errors"]["*"] = f"task {exp.task!r} is not available in this version"
         data["complete"] = False
@@ -137,8 +175,26 @@ def run_experiment(
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")
                 continue
             seeds[str(seed)] = _summarise(result, exp)
+            if seed == 0:
+                _record_figure(exp, arm, mode, runs_dir, data, log)
         data["arms"][arm.label] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
     data["seconds"] = float((cached or {}).get("seconds", 0.0)) + time.perf_counter() - started
     data["complete"] = not data["errors"]
+    data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     _write_json(results_path(results_dir, mode, exp), data)
     return data
+
+
+def _record_figure(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, data: dict[str, Any],
+                   log: Callable[[str], None]) -> None:
+    """Store the figure statistics of ``exp`` (if it has a figure on ``arm``) measured on the
+    seed-0 run just trained."""
+    from ctrlrnn.reproduce import figures
+
+    if figures.FIGURE_ARMS.get(exp.id, ("", ""))[1] != arm.label:
+        return
+    recorded = figures.record(exp.id, run_dir(runs_dir, mode, exp, arm.label, 0))
+    if recorded is None:
+        log(f"[reproduce] {exp.id}: no checkpoint to record the figure from")
+        return
+    data["figures"] = recorded

@@ -1,10 +1,10 @@
 """Speed experiments of the papers, measured here with the bench's timing harness.
 
-* qrnn.txt figure 4 (right): inference speed advantage of a 320-unit QRNN layer over an
+* QRNN paper, figure 4 (right): inference speed advantage of a 320-unit QRNN layer over an
   equal-sized ``torch.nn.LSTM`` layer across batch sizes and sequence lengths;
-* rcrn.txt table 10: training and inference time of RCRN against a 3-layer bidirectional
+* RCRN paper, table 10: training and inference time of RCRN against a 3-layer bidirectional
   ``nn.LSTM`` (dimension 200, batch 32) across sequence lengths 16-256;
-* qrnn.txt table 3 (hours per epoch) and figure 4 (left, PTB LM training speed): the time of
+* QRNN paper, table 3 (hours per epoch) and figure 4 (left, PTB LM training speed): the time of
   one training epoch of the experiments' own models (``qrnn-ptb-lm``,
   ``translation-char-qrnn``), from whole optimizer steps on batches sampled across the epoch.
 
@@ -38,7 +38,7 @@ REPEATS = {"quick": 3, "full": 5}
 EPOCH_TIME: dict[str, tuple[str, str, str]] = {
     "qrnn-ptb-lm": ("qrnn", "figure 4 (left)", "the training time of this 2-layer PTB LM, "
                     "where the QRNN's recurrent part costs a fraction of the cuDNN LSTM's"),
-    "translation-char-qrnn": ("translation", "qrnn.txt table 3", "4.2 hours per epoch for the "
+    "translation-char-qrnn": ("translation", "QRNN paper, table 3", "4.2 hours per epoch for the "
                               "4-layer LSTM, 1.0 for the QRNN (4.2x)"),
 }
 SAMPLED_BATCHES = {"quick": 3, "full": 8}
@@ -176,7 +176,7 @@ def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str,
              f"{rows[base_label]['batch_size']}; each arm ran whole optimizer steps on the same "
              f"{r['sampled_batches']} batches spread over it, interleaved, median of "
              f"{r['repeats']} repeats, measured in one run on {machine}. "
-             f"The paper ({where}): {said}.",
+             f"The QRNN paper ({where.removeprefix('QRNN paper, ')}): {said}.",
              "",
              f"| arm | s per step | s per epoch | {base_label} time / arm time |",
              "|---|---|---|---|"]
@@ -200,14 +200,34 @@ def _machine() -> str:
             f"torch {torch.__version__}")
 
 
+#: the parts of ``speed.json``, each measured by its function of the mode
+SPEED_PARTS = ("qrnn", "rcrn", "epoch_time")
+
+
+def _measures() -> dict[str, Callable[[str], dict[str, Any]]]:
+    return {"qrnn": qrnn_figure4, "rcrn": rcrn_table10, "epoch_time": epoch_times}
+
+
+def missing_speed_parts(mode: str, results_dir: Path) -> list[str]:
+    """The parts of the speed results not yet measured in ``mode``."""
+    path = results_dir / mode / "speed.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return [key for key in SPEED_PARTS if key not in data]
+
+
+def forget_speed(mode: str, results_dir: Path) -> None:
+    """Drop the stored speed results of ``mode``, so that they are measured again."""
+    path = results_dir / mode / "speed.json"
+    if path.exists():
+        path.unlink()
+
+
 def run_speed(mode: str, results_dir: Path, docs_dir: Path) -> dict[str, list[str]]:
     """Measure (or read cached) speed results and return the page sections."""
     path = results_dir / mode / "speed.json"
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     data.setdefault("machine", _machine())
-    measures: dict[str, Callable[[str], dict[str, Any]]] = {
-        "qrnn": qrnn_figure4, "rcrn": rcrn_table10, "epoch_time": epoch_times}
-    for key, measure in measures.items():  # a part already measured is kept, not re-measured
+    for key, measure in _measures().items():  # a part already measured is kept
         if key not in data:
             data[key] = measure(mode)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,68 @@
+"""``ctrlrnn reproduce`` on a checkout whose results are all cached trains nothing and changes
+no tracked file (both modes); ``--pages-only`` rewrites the committed pages identically, from
+the results files alone (no runs directory, no checkpoint)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(ROOT / "docs" / "results", repo / "docs" / "results")
+    (repo / ".gitignore").write_text("runs/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "results")
+    return repo
+
+
+def _reproduce(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "ctrlrnn", "reproduce", "--no-progress", *args],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("mode", [[], ["--quick"]], ids=["full", "quick"])
+def test_cached_reproduce_changes_nothing(checkout, mode):
+    run = _reproduce(checkout, *mode)
+    assert run.returncode == 0, run.stderr
+    assert "nothing trained, pages left as they are" in run.stdout
+    assert _git(checkout, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+@pytest.mark.parametrize("mode", [[], ["--quick"]], ids=["full", "quick"])
+def test_pages_regenerate_identically(checkout, mode):
+    run = _reproduce(checkout, *mode, "--pages-only")
+    assert run.returncode == 0, run.stderr
+    assert not (checkout / "runs").exists()
+    changed = _git(checkout, "status", "--porcelain", "--untracked-files=all", "--", "*.md")
+    assert changed == "", f"pages differ from the committed ones:\n{changed}" + _git(
+        checkout, "diff", "--", "*.md")[:3000]
+    # the figures are drawn again too (their bytes depend on the matplotlib version)
+    assert "depth-gates" in (checkout / "docs" / "results" / ("quick" if mode else "") /
+                             "metagross.md").read_text()
+    _git(checkout, "checkout", "-q", "--", ".")
+
+
+def test_rerun_names_are_checked(checkout):
+    run = _reproduce(checkout, "--rerun", "no-such-experiment")
+    assert run.returncode == 2
+    assert "--rerun: unknown experiment 'no-such-experiment'" in run.stdout
+    assert _git(checkout, "status", "--porcelain", "--untracked-files=all") == ""
