@@ -117,7 +117,16 @@ def _install_interrupt_exit(command: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # key=value overrides after options (``train ... --resume lr=0.01``): argparse only
+        # takes positionals before the options that follow them
+        if isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in item and not item.startswith("-") for item in extra
+        ):
+            args.overrides += extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -70,15 +70,16 @@ def test_empty_cache_and_limit(scan_ext):
     out = linear_scan(a, a)
     del out
     info = ctrlrnn.output_cache_info()
-    assert info["scan"]["limit_bytes"] == DEFAULT_MB << 20
-    assert info["scan"]["held_bytes"] >= 4 * 256 * 512 * 4
+    assert "scan" in info["extensions"]
+    assert info["limit_bytes"] == info["pools"] * (DEFAULT_MB << 20)
+    assert info["held_bytes"] >= 4 * 256 * 512 * 4
     assert ctrlrnn.empty_cache() >= 4 * 256 * 512 * 4
-    assert ctrlrnn.output_cache_info()["scan"]["held_bytes"] == 0
+    assert ctrlrnn.output_cache_info()["held_bytes"] == 0
     try:
         ctrlrnn.set_output_cache_limit(0)  # disabled: freed outputs go back to the system
         out = linear_scan(a, a)
         del out
-        assert ctrlrnn.output_cache_info()["scan"]["held_bytes"] == 0
+        assert ctrlrnn.output_cache_info()["held_bytes"] == 0
     finally:
         ctrlrnn.set_output_cache_limit(DEFAULT_MB)
 
@@ -92,10 +93,33 @@ def test_cache_limit_evicts_oldest(scan_ext):
         out1, out2 = linear_scan(x, x), linear_scan(y, y)
         del out1
         del out2
-        held = ctrlrnn.output_cache_info()["scan"]["held_bytes"]
+        held = ctrlrnn.output_cache_info()["held_bytes"]
         assert 0 < held <= 3 << 20
     finally:
         ctrlrnn.set_output_cache_limit(DEFAULT_MB)
+
+
+def test_one_pool_shared_and_reported_once(scan_ext):
+    exts = {name: cpu_extension(name) for name in ("scan", "cells", "metagross")}
+    assert all(ext is not None for ext in exts.values())
+    info = ctrlrnn.output_cache_info()
+    assert info["extensions"] == ["cells", "metagross", "scan"]
+    assert set(info) == {"held_bytes", "limit_bytes", "fresh_allocations", "reuses",
+                         "extensions", "pools"}
+    try:
+        exts["scan"].output_cache_set_limit(5 << 20)  # through one extension only
+        limits = {name: ext.output_cache_stats()[1] for name, ext in exts.items()}
+    finally:
+        ctrlrnn.set_output_cache_limit(DEFAULT_MB)
+    shared = all(limit == 5 << 20 for limit in limits.values())
+    # what output_cache_info() reports agrees with what the libraries do
+    assert info["pools"] == (1 if shared else 3)
+    if shared:  # the usual build (GCC): one pool, one limit, counted once
+        assert info["limit_bytes"] == DEFAULT_MB << 20
+        held, limit, fresh, reused = exts["cells"].output_cache_stats()
+        now = ctrlrnn.output_cache_info()
+        assert (now["held_bytes"], now["limit_bytes"]) == (held, limit)
+        assert (now["fresh_allocations"], now["reuses"]) == (fresh, reused)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, "8"])

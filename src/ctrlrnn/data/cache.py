@@ -5,6 +5,14 @@ environment variable ``CTRLRNN_DATA``, ``$XDG_CACHE_HOME/ctrlrnn/data``, and
 ``~/.cache/ctrlrnn/data``. Each source is prepared into its own sub-directory holding the
 prepared files and ``manifest.json`` (format version, sha256 and size of every file, and the
 statistics printed by ``ctrlrnn data prepare``).
+
+A preparation builds in two places that it removes when it ends: a staging folder beside the
+prepared ones, ``<cache>/.<name>.partial-<pid>.<host>``, renamed into place once complete, and a
+work folder for the raw files in the system's temporary directory,
+``ctrlrnn-<name>.<pid>.<host>.<random>``. A preparation that is killed leaves them behind;
+:func:`remove_stale_partials`, run at the start of every preparation, deletes those whose
+process is gone (never one of a live process, nor one written on another host: its PID means
+nothing here).
 """
 
 from __future__ import annotations
@@ -12,6 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
+import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +102,83 @@ def verify_manifest(directory: Path) -> dict[str, Any]:
                 "run `ctrlrnn data prepare --force` for this source"
             )
     return manifest
+
+
+def host_tag() -> str:
+    """This machine's name as it appears in staging and work folder names (``[A-Za-z0-9-]``)."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", platform.node()) or "host"
+
+
+def staging_dir(cache_dir: Path, name: str) -> Path:
+    """The staging folder this process prepares source ``name`` into."""
+    return Path(cache_dir) / f".{name}.partial-{os.getpid()}.{host_tag()}"
+
+
+def work_dir_prefix(name: str) -> str:
+    """Prefix of this process's temporary work folder for source ``name``."""
+    return f"ctrlrnn-{name}.{os.getpid()}.{host_tag()}."
+
+
+#: ``.<name>.partial-<pid>[.<host>]`` (folders written before the host was added have none)
+_STAGING = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>[0-9]+)(?:\.(?P<host>[A-Za-z0-9-]+))?$")
+#: ``ctrlrnn-<name>.<pid>.<host>.<random>``
+_WORK = re.compile(r"^ctrlrnn-(?P<name>[^.]+)\.(?P<pid>[0-9]+)\.(?P<host>[A-Za-z0-9-]+)\.[^.]+$")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists on this machine (``os.kill(pid, 0)``)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def _stale(match: re.Match[str] | None) -> bool:
+    if match is None:
+        return False
+    host = match["host"]
+    if host is not None and host != host_tag():
+        return False  # another machine's: its PID cannot be checked from here
+    return not pid_alive(int(match["pid"]))
+
+
+def remove_stale_partials(
+    cache_dir: str | os.PathLike[str] | None = None,
+    temp_dir: str | os.PathLike[str] | None = None,
+) -> list[Path]:
+    """Delete the staging folders (in ``cache_dir``) and work folders (in ``temp_dir``, default
+    the system's temporary directory) that killed preparations left behind.
+
+    Only folders named as :func:`staging_dir` and :func:`work_dir_prefix` name them are looked
+    at, and only those whose process is gone from this machine are removed: one of a live
+    process (this one included) or of another host is kept. Returns the folders removed;
+    folders that cannot be removed are left, silently.
+    """
+    places = [
+        (resolve_cache_dir(cache_dir), _STAGING),
+        (Path(temp_dir) if temp_dir is not None else Path(tempfile.gettempdir()), _WORK),
+    ]
+    removed: list[Path] = []
+    for directory, pattern in places:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir(follow_symlinks=False) or not _stale(pattern.match(entry.name)):
+                    continue
+            except OSError:
+                continue
+            path = Path(entry.path)
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                removed.append(path)
+    return removed

@@ -17,8 +17,11 @@ from pathlib import Path
 from ctrlrnn.data.cache import (
     manifest_complete,
     read_manifest,
+    remove_stale_partials,
     resolve_cache_dir,
+    staging_dir,
     verify_manifest,
+    work_dir_prefix,
     write_manifest,
 )
 from ctrlrnn.data.errors import MissingSourceError
@@ -68,17 +71,21 @@ class PreparedSource(Entry):
         )
 
     def prepare(self, cache_dir: CacheDir = None, force: bool = False) -> DatasetStats:
-        """Fetch and prepare unless already prepared (checksums verified); return the stats."""
+        """Fetch and prepare unless already prepared (checksums verified); return the stats.
+
+        First removes what killed preparations left behind (see
+        :func:`~ctrlrnn.data.cache.remove_stale_partials`)."""
         directory = self.directory(cache_dir)
+        remove_stale_partials(directory.parent)
         if not force and self.is_ready(cache_dir):
             manifest = verify_manifest(directory)
             return DatasetStats.from_dict(manifest["stats"])
         directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = directory.parent / f".{self.name}.partial-{os.getpid()}"
+        staging = staging_dir(directory.parent, self.name)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         try:
-            with tempfile.TemporaryDirectory(prefix=f"ctrlrnn-{self.name}-") as work:
+            with tempfile.TemporaryDirectory(prefix=work_dir_prefix(self.name)) as work:
                 self.build(Path(work), staging)
             stats = self.compute_stats(staging)
             files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())

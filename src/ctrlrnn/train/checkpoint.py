@@ -9,18 +9,34 @@ One file holds everything a run needs to continue exactly where it stopped:
   scheduler's scalars, the Python and NumPy RNG states, the trainer's progress (step, epoch,
   position in the epoch, best metric...) and the run configuration.
 
-Writing goes to a temporary file in the same directory, is flushed to disk, then renamed over
-the target (``os.replace``), so a crash leaves either the old checkpoint or the new one, never
-half a file. Loading uses :func:`safetensors.torch.load_file` and :func:`json.loads` only: no
-pickle, so loading a checkpoint never runs code.
+Writing goes to a temporary file in the same directory (``.<name>.<pid>.<random>.tmp``), is
+flushed to disk, then renamed over the target (``os.replace``), so a crash leaves either the old
+checkpoint or the new one, never half a file. With ``keep_previous=True`` the checkpoint it
+replaces is kept as ``<stem>.previous<suffix>``, and :func:`load_newest_intact` falls back to it
+when the newest one is damaged. A writer killed before its rename leaves its temporary file
+behind; :func:`remove_stale_temporaries` deletes those whose writer is gone.
+
+**Integrity** (format ``ctrlrnn-checkpoint/2``). The metadata records a sha256 of every tensor
+(its name, dtype, shape and raw bytes) and a sha256 of the rest of the metadata, serialised
+canonically; :class:`Checkpoint` checks all of them on load, so a flipped bit or a NaN written
+into the file is an error (:class:`CheckpointError`, naming the file and the tensor), not a
+silently different model. Files of format ``ctrlrnn-checkpoint/1`` carry no checksums: they
+still load, unverified (``Checkpoint.verified`` is then ``False``).
+
+Loading uses :func:`safetensors.safe_open` and :func:`json.loads` only: no pickle, so loading
+a checkpoint never runs code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
+import re
+import secrets
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +45,46 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-FORMAT = "ctrlrnn-checkpoint/1"
+FORMAT = "ctrlrnn-checkpoint/2"
+#: the format before checksums: still loaded, without verification
+FORMAT_V1 = "ctrlrnn-checkpoint/1"
+#: the metadata field holding the checksums (not itself covered by the metadata checksum)
+CHECKSUMS = "checksums"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unreadable, corrupt or of an unknown format.
+
+    ``str(error)`` is one line, ``checkpoint: <path>: <what failed>``; ``path`` and ``reason``
+    hold the two parts.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        self.reason = _one_line(reason)
+        super().__init__(f"checkpoint: {self.path}: {self.reason}")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def tensor_digest(name: str, tensor: torch.Tensor) -> str:
+    """Hex sha256 of a tensor's name, dtype, shape and raw (native-order) bytes."""
+    t = tensor.detach().cpu().contiguous()
+    digest = hashlib.sha256()
+    digest.update(f"{name}\0{str(t.dtype).removeprefix('torch.')}\0{list(t.shape)}\0".encode())
+    if t.numel():
+        digest.update(t.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def metadata_digest(meta: dict[str, Any]) -> str:
+    """Hex sha256 of the metadata without its checksums field, as canonical JSON."""
+    body = {k: v for k, v in meta.items() if k != CHECKSUMS}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _to_jsonable(obj: Any) -> Any:
@@ -109,10 +164,16 @@ def save_checkpoint(
     progress: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
     task_state: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None,
+    keep_previous: bool = False,
 ) -> Path:
     """Write a checkpoint atomically (temporary file, fsync, rename). Returns its path.
 
     ``task_state``: what :meth:`ctrlrnn.tasks.base.Task.checkpoint_state` returned.
+    ``keep_previous``: keep the checkpoint being replaced, as ``<stem>.previous<suffix>``
+    (:func:`previous_path`). The new file is complete and on disk before anything is renamed, and
+    ``path`` never goes missing (the old file is hard-linked to the previous name, then the new
+    one renamed over ``path``; where hard links are not supported, the old file is renamed), so
+    at every instant an intact checkpoint exists under one of the two names.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,18 +201,23 @@ def save_checkpoint(
         if ptr in seen and ptr != -1:
             tensors[name] = t.clone()
         seen[ptr] = name
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # Checksums: over the metadata as it will read back (a JSON round trip), and every tensor.
+    meta = json.loads(json.dumps(meta))
+    meta[CHECKSUMS] = {
+        "algorithm": "sha256",
+        "metadata": metadata_digest(meta),
+        "tensors": {name: tensor_digest(name, tensors[name]) for name in sorted(tensors)},
+    }
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata={"ctrlrnn": json.dumps(meta)})
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        if keep_previous and path.is_file():
+            _keep_as_previous(path)
         os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -159,28 +225,182 @@ def save_checkpoint(
     return path
 
 
+def previous_path(path: str | os.PathLike[str]) -> Path:
+    """Where ``save_checkpoint(path, keep_previous=True)`` keeps the checkpoint it replaced:
+    ``checkpoint.safetensors`` -> ``checkpoint.previous.safetensors``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.previous{path.suffix}")
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}."
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _keep_as_previous(path: Path) -> None:
+    """Make ``previous_path(path)`` hold the current content of ``path``, keeping ``path``."""
+    previous = previous_path(path)
+    link = path.parent / f"{_temporary_prefix(previous)}{secrets.token_hex(4)}.tmp"
+    try:
+        os.link(path, link)
+    except OSError:  # no hard links here: rename (``path`` is briefly absent, ``previous`` not)
+        os.replace(path, previous)
+        _fsync_dir(path.parent)
+        return
+    try:
+        os.replace(link, previous)
+    except BaseException:
+        if os.path.lexists(link):
+            os.unlink(link)
+        raise
+    _fsync_dir(path.parent)
+
+
+#: ``.<target>.<pid>.<random>.tmp``: a temporary file of :func:`save_checkpoint`
+_TEMP_WITH_PID = re.compile(r"^\.(?P<target>.+\.safetensors)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp$")
+#: ``.<target>.<random>.tmp``: one written before temporary names carried the writer's PID
+_TEMP_LEGACY = re.compile(r"^\.(?P<target>.+\.safetensors)\.[A-Za-z0-9_]+\.tmp$")
+#: a legacy temporary file (no PID) older than this is taken as abandoned
+LEGACY_TEMP_MAX_AGE_S = 600.0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists on this machine (``os.kill(pid, 0)``)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that killed checkpoint writers left in ``directory``.
+
+    A temporary file named ``.<name>.safetensors.<pid>.<random>.tmp`` is removed when no process
+    ``<pid>`` is alive on this machine (one of a live process, ours included, is kept: it may be
+    being written). One without a PID (``.<name>.safetensors.<random>.tmp``, written by an older
+    version) is removed when it is empty or older than :data:`LEGACY_TEMP_MAX_AGE_S`. Only
+    this directory is looked at, not its sub-directories; a file that vanishes meanwhile is
+    skipped. Returns the paths removed. (PIDs are this machine's: do not share one directory
+    between writers on several machines.)
+    """
+    directory = Path(directory)
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    now = time.time()
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".tmp"):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            match = _TEMP_WITH_PID.match(name)
+            if match is not None and int(match["pid"]) > 0:
+                stale = not pid_alive(int(match["pid"]))
+            elif _TEMP_LEGACY.match(name) is not None:
+                st = entry.stat(follow_symlinks=False)
+                stale = st.st_size == 0 or now - st.st_mtime > LEGACY_TEMP_MAX_AGE_S
+            else:
+                continue
+            if stale:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except FileNotFoundError:
+            continue
+    return removed
+
+
 class Checkpoint:
-    """A loaded checkpoint: tensors and metadata, read without unpickling."""
+    """A loaded checkpoint: tensors and metadata, read without unpickling, verified.
+
+    Raises :class:`FileNotFoundError` when ``path`` is not a file, and :class:`CheckpointError`
+    (a :class:`ValueError`) when it is empty, not safetensors, holds no ctrlrnn metadata or
+    invalid JSON, is of an unknown format, or does not match its checksums (format ``/2``;
+    ``/1`` files have none and load unverified: ``verified`` is ``False``).
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"checkpoint: no such file {self.path}")
         try:
+            size = self.path.stat().st_size
+        except OSError as exc:
+            raise CheckpointError(self.path, f"cannot be read ({exc.strerror or exc})") from None
+        if size == 0:
+            raise CheckpointError(self.path, "empty file")
+        try:
             with safe_open(str(self.path), framework="pt") as fh:
                 header = fh.metadata() or {}
                 self.tensors = {k: fh.get_tensor(k) for k in fh.keys()}
         except Exception as exc:  # noqa: BLE001 - report which file is bad
-            raise ValueError(
-                f"checkpoint: {self.path} is not a readable safetensors file: {exc}"
-            ) from exc
+            raise CheckpointError(
+                self.path, f"not a readable safetensors file ({_one_line(exc)})"
+            ) from None
         if "ctrlrnn" not in header:
-            raise ValueError(f"checkpoint: {self.path} has no ctrlrnn metadata")
-        self.meta: dict[str, Any] = json.loads(header["ctrlrnn"])
-        if self.meta.get("format") != FORMAT:
-            raise ValueError(
-                f"checkpoint: {self.path} has format {self.meta.get('format')!r}, "
-                f"expected {FORMAT!r}"
+            raise CheckpointError(self.path, "no ctrlrnn metadata")
+        try:
+            meta = json.loads(header["ctrlrnn"])
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(
+                self.path, f"the metadata is not valid JSON ({exc}); the file is corrupt"
+            ) from None
+        if not isinstance(meta, dict):
+            raise CheckpointError(self.path, "the metadata is not a JSON object")
+        self.meta: dict[str, Any] = meta
+        fmt = meta.get("format")
+        if fmt == FORMAT_V1:
+            self.verified = False
+        elif fmt == FORMAT:
+            self._verify()
+            self.verified = True
+        else:
+            raise CheckpointError(
+                self.path, f"has format {fmt!r}, expected {FORMAT!r} (or {FORMAT_V1!r})"
+            )
+
+    def _verify(self) -> None:
+        sums = self.meta.get(CHECKSUMS)
+        if (
+            not isinstance(sums, dict)
+            or sums.get("algorithm") != "sha256"
+            or not isinstance(sums.get("metadata"), str)
+            or not isinstance(sums.get("tensors"), dict)
+        ):
+            raise CheckpointError(self.path, "the metadata holds no valid checksums (corrupt file)")
+        if metadata_digest(self.meta) != sums["metadata"]:
+            raise CheckpointError(
+                self.path, "metadata does not match its checksum (the file is corrupt)"
+            )
+        expected: dict[str, Any] = sums["tensors"]
+        missing = sorted(set(expected) - set(self.tensors))
+        extra = sorted(set(self.tensors) - set(expected))
+        if missing or extra:
+            what = f"tensor {missing[0]} is missing" if missing else f"unexpected tensor {extra[0]}"
+            raise CheckpointError(self.path, f"{what} (the file is corrupt)")
+        bad = [n for n in sorted(expected) if tensor_digest(n, self.tensors[n]) != expected[n]]
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise CheckpointError(
+                self.path,
+                f"tensor {bad[0]}{more} does not match its checksum (the file is corrupt)",
             )
 
     @property
@@ -222,3 +442,30 @@ class Checkpoint:
             scheduler.load_state_dict(_join_state(self.meta["scheduler"], self.tensors))
         if rng:
             restore_rng(self.meta["rng"], self.tensors)
+
+
+def load_newest_intact(path: str | os.PathLike[str]) -> tuple[Checkpoint, list[str]]:
+    """The checkpoint at ``path`` if it loads and verifies, else its :func:`previous_path`.
+
+    Returns the checkpoint and one line per file skipped, saying why. Raises
+    :class:`FileNotFoundError` when neither file exists, and :class:`CheckpointError` naming
+    both files and what failed in each when neither loads.
+    """
+    path = Path(path)
+    previous = previous_path(path)
+    skipped: list[str] = []
+    failures: list[tuple[Path, str]] = []
+    for candidate in (path, previous):
+        if not candidate.is_file():
+            skipped.append(f"checkpoint: no such file {candidate}")
+            failures.append((candidate, "no such file"))
+            continue
+        try:
+            return Checkpoint(candidate), skipped
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+            failures.append((candidate, exc.reason))
+    if not path.is_file() and not previous.is_file():
+        raise FileNotFoundError(f"checkpoint: no such file {path} (nor {previous})")
+    (_, first), (_, second) = failures
+    raise CheckpointError(path, f"{first}; and {previous}: {second}; no intact checkpoint left")

@@ -84,8 +84,12 @@ def validated_config(
 
 
 def build_run(cfg_args: argparse.Namespace) -> tuple[TrainConfig, type[Task]]:
-    """Validate the whole configuration of ``ctrlrnn train``; returns (config, task class)."""
-    overrides: dict[str, Any] = parse_overrides(cfg_args.overrides)
+    """Validate the whole configuration of ``ctrlrnn train``; returns (config, task class).
+
+    ``--override KEY=VALUE`` options count as ``key=value`` overrides (and, on ``--resume``,
+    as accepted changes to the stored configuration)."""
+    overrides: dict[str, Any] = parse_overrides(
+        [*cfg_args.overrides, *(getattr(cfg_args, "override", None) or [])])
     for key in ("max_steps", "epochs", "out", "seed"):
         value = getattr(cfg_args, key, None)
         if value is not None:
@@ -124,21 +128,39 @@ def train_run(
     resume: bool = False,
     show_progress: bool = True,
     verbose: bool = True,
+    accept: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
     """Train ``cfg`` (already validated) to the end; returns the result on the main process.
 
-    Used by ``ctrlrnn train`` and ``ctrlrnn reproduce``. Raises :class:`ConfigError` when the
-    output directory holds a run and ``resume`` is false.
+    Used by ``ctrlrnn train`` and ``ctrlrnn reproduce``. The main process holds the run
+    directory's lock (:class:`~ctrlrnn.train.run_lock.RunLock`) from before the task is set up
+    until the report is written. Raises :class:`ConfigError` when the output directory holds
+    a run and ``resume`` is false, when another process holds it, when it cannot be written,
+    and when resuming with a configuration that differs from the stored one in keys other
+    than those meant to change and ``accept`` (flattened names: ``lr``, ``model.hidden_size``).
     """
     from ctrlrnn.data.errors import DataError
     from ctrlrnn.train.distributed import init_distributed, shutdown
     from ctrlrnn.train.report import write_report
+    from ctrlrnn.train.run_lock import RunLock, RunLocked
     from ctrlrnn.train.trainer import Trainer
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     ctx = init_distributed()
+    if not cfg.out:
+        cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
+    out = Path(cfg.out)
+    lock = RunLock(out) if ctx.is_main else None
     try:
+        if lock is not None:
+            try:
+                lock.acquire()
+            except RunLocked as exc:
+                raise ConfigError(str(exc)) from exc
+            except OSError as exc:
+                raise ConfigError(f"out: cannot write to {out}: "
+                                  f"{exc.strerror or exc}") from exc
         seed_everything(cfg.seed)
         task = task_cls(cfg.task_args, cfg.seed)
         try:
@@ -148,10 +170,8 @@ def train_run(
             # missing data or an optional package, a bad task.path, an option the model
             # refuses: say it, no traceback
             raise ConfigError(str(exc)) from exc
-        if not cfg.out:
-            cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
-        out = Path(cfg.out)
-        trainer = Trainer(cfg, task, model, out, ctx, show_progress=show_progress)
+        trainer = Trainer(cfg, task, model, out, ctx, show_progress=show_progress,
+                          accept=accept)
         result = trainer.fit(resume=resume)
         if not ctx.is_main:
             return None
@@ -174,6 +194,8 @@ def train_run(
             print(f"report: {report} (numbers for programs: {out / 'result.json'})")
         return result
     finally:
+        if lock is not None:
+            lock.release()
         shutdown(ctx)
 
 
@@ -209,8 +231,10 @@ def run_train(args: argparse.Namespace) -> int:
         return "ctrlrnn train: interrupted before the first checkpoint; nothing to resume"
 
     set_interrupt_line(interrupted)
+    accept = frozenset(parse_overrides(args.override or []))
     try:
-        train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress)
+        train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress,
+                  accept=accept)
     except ConfigError as exc:
         print(f"ctrlrnn train: {exc}", file=sys.stderr)
         return 2
@@ -258,6 +282,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--out", help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--override", action="append", metavar="KEY=VALUE",
+                   help="with --resume: continue the run with KEY changed to VALUE (the "
+                        "stored configuration must otherwise match; repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
     p.set_defaults(func=run_train)

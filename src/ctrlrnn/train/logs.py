@@ -1,12 +1,48 @@
-"""Run logs: one JSON object per line (``log.jsonl``) and the same rows as CSV (``log.csv``)."""
+"""Run logs: one JSON object per line (``log.jsonl``) and the same rows as CSV (``log.csv``).
+
+Nothing in them can be lost to a kill: rows are appended (and flushed) one at a time, and a
+file is only ever replaced whole — written under a temporary name unique to the writer,
+fsynced, then renamed over the old one — so at every instant the complete old or the complete
+new file is on disk. Truncating for a resume streams the rows to keep from the old file into
+the new one, never holding the only copy in memory.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+
+def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
+                       newline: str | None = None) -> None:
+    """Write ``path`` whole through ``write(fh)``: a temporary file in the same directory
+    (named after this process), fsync, rename over ``path``, fsync the directory."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory handles
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 class RunLog:
@@ -27,32 +63,47 @@ class RunLog:
 
     def export_csv(self) -> None:
         """Rewrite ``log.csv`` from the JSONL (columns: the union of all keys, in order)."""
-        rows = self.rows()
         fields: list[str] = []
-        for r in rows:
+        for r in self._iter_rows():
             for k in r:
                 if k not in fields:
                     fields.append(k)
-        tmp = self.csv.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+
+        def write(fh: TextIO) -> None:
             w = csv.DictWriter(fh, fieldnames=fields)
             w.writeheader()
-            for r in rows:
+            for r in self._iter_rows():
                 w.writerow(r)
-        tmp.replace(self.csv)
+
+        replace_atomically(self.csv, write, newline="")
+
+    def _iter_rows(self) -> Iterator[dict[str, Any]]:
+        if not self.jsonl.exists():
+            return
+        with open(self.jsonl, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a row cut by a kill mid-append: the only row that can be partial
 
     def rows(self) -> list[dict[str, Any]]:
-        if not self.jsonl.exists():
-            return []
-        with open(self.jsonl, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        return list(self._iter_rows())
 
     def truncate_after(self, step: int, *, keep_final: bool = True) -> None:
         """Drop rows logged after ``step`` (a resumed run re-does those steps); with
-        ``keep_final=False`` also the ``final`` rows (a finished run continued further)."""
-        rows = [r for r in self.rows() if int(r.get("step", 0)) <= step
-                and (keep_final or r.get("split") != "final")]
-        with open(self.jsonl, "w", encoding="utf-8") as fh:
-            for r in rows:
-                fh.write(json.dumps(r) + "\n")
+        ``keep_final=False`` also the ``final`` rows (a finished run continued further).
+
+        The kept rows are streamed into a new file that replaces the old one atomically: a
+        kill at any point leaves the old log or the truncated one, whole."""
+        if self.jsonl.exists():
+            def write(fh: TextIO) -> None:
+                for r in self._iter_rows():
+                    if int(r.get("step", 0)) <= step and (keep_final
+                                                          or r.get("split") != "final"):
+                        fh.write(json.dumps(r) + "\n")
+
+            replace_atomically(self.jsonl, write)
         self.export_csv()

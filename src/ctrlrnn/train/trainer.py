@@ -33,7 +33,13 @@ from torch import nn
 
 from ctrlrnn.progress import TrainingProgressBar as _ProgressBar
 from ctrlrnn.tasks.base import Task
-from ctrlrnn.train.checkpoint import Checkpoint, save_checkpoint
+from ctrlrnn.train.checkpoint import (
+    Checkpoint,
+    load_newest_intact,
+    previous_path,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
 from ctrlrnn.train.config import ConfigError, TrainConfig
 from ctrlrnn.train.distributed import (
     DistContext,
@@ -58,6 +64,45 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted at step {step}")
         self.step = step
         self.checkpoint = checkpoint
+
+
+#: configuration keys a resumed run may change without ``--override``: limits, where the run
+#: is, and how often it logs and checkpoints (none changes what a step computes)
+RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "out", "threads", "log_every",
+                               "checkpoint_every"})
+
+
+def _flat(config: dict[str, Any]) -> dict[str, Any]:
+    """``{"lr": ..., "model.hidden_size": ..., "task.digits": ...}`` of a stored config."""
+    out = {k: v for k, v in config.items() if k not in ("model_args", "task_args")}
+    out.update({f"model.{k}": v for k, v in (config.get("model_args") or {}).items()})
+    out.update({f"task.{k}": v for k, v in (config.get("task_args") or {}).items()})
+    return out
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) and value else repr(value)
+
+
+def config_differences(stored: dict[str, Any], requested: dict[str, Any],
+                       accept: frozenset[str] = frozenset()) -> dict[str, tuple[Any, Any]]:
+    """Keys whose stored and requested values differ (flattened names, in order), less
+    :data:`RESUMABLE_CHANGES` and ``accept``. A key the stored config lacks (written by an
+    older version) is not compared."""
+    a, b = _flat(stored), _flat(requested)
+    differ: dict[str, tuple[Any, Any]] = {}
+    for key in b:
+        if key in RESUMABLE_CHANGES or key in accept or key not in a:
+            continue
+        old, new = a[key], b[key]
+        if isinstance(old, list) and isinstance(new, tuple):
+            new = list(new)
+        if old != new:
+            differ[key] = (old, b[key])
+    for key in a:
+        if key not in b and key not in accept and key.startswith(("model.", "task.")):
+            differ[key] = (a[key], None)
+    return differ
 
 
 class _InterruptFlag:
@@ -122,8 +167,10 @@ class Trainer:
         ctx: DistContext | None = None,
         *,
         show_progress: bool = True,
+        accept: frozenset[str] = frozenset(),
     ) -> None:
         self.cfg = cfg
+        self.accept = accept
         self.task = task
         self.model = model
         self.out = Path(out_dir)
@@ -162,6 +209,7 @@ class Trainer:
                 progress=self.progress,
                 config=self.cfg.to_dict(),
                 task_state=self.task.checkpoint_state() if name == LATEST else None,
+                keep_previous=name == LATEST,
             )
             if self.log is not None:
                 self.log.export_csv()
@@ -169,10 +217,23 @@ class Trainer:
 
     def _restore(self) -> bool:
         path = self.out / LATEST
-        if not path.exists():
+        if not path.exists() and not previous_path(path).exists():
             return False
-        ckpt = Checkpoint(path)
-        ckpt.restore(self.model, self.optimizer)
+        try:
+            ckpt, skipped = load_newest_intact(path)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ConfigError(f"resume: {exc}") from exc
+        for reason in skipped:
+            self._say(f"resume: {reason}; using {ckpt.path} (step "
+                      f"{int(ckpt.progress.get('step', 0))}) instead")
+        path = ckpt.path
+        self._check_same_run(ckpt.config, path)
+        try:
+            ckpt.restore(self.model, self.optimizer)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"resume: the checkpoint {path} does not fit this model or "
+                              f"optimizer ({first}); train into a new --out") from exc
         self.task.restore_state(*ckpt.task_state())
         self.progress.update(ckpt.progress)
         extend = bool(self.progress.get("done")) and self._can_continue()
@@ -183,6 +244,18 @@ class Trainer:
             self.log.truncate_after(int(self.progress["step"]), keep_final=not extend)
         self._say(self._resume_line(extend))
         return True
+
+    def _check_same_run(self, stored: dict[str, Any], path: Path) -> None:
+        """Refuse to resume with a configuration other than the stored one, but for the keys
+        meant to change and those the user accepted (``--override``)."""
+        differ = config_differences(stored, self.cfg.to_dict(), self.accept)
+        if not differ:
+            return
+        changes = ", ".join(f"{k} {_show(a)} -> {_show(b)}" for k, (a, b) in differ.items())
+        accept = " ".join(f"--override {k}={_show(b)}" for k, (_a, b) in differ.items())
+        raise ConfigError(
+            f"resume: the run in {self.out} was started with another configuration ({changes}); "
+            f"to continue it with the new values add {accept}, or train into a new --out")
 
     def _can_continue(self) -> bool:
         """Whether a finished run has steps left under this configuration's limits (a run
@@ -247,7 +320,12 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def fit(self, *, resume: bool = False) -> dict[str, Any]:
         """Train until the epochs, ``max_steps`` or early stopping end the run."""
-        has_ckpt = (self.out / LATEST).exists()
+        has_ckpt = (self.out / LATEST).exists() or previous_path(self.out / LATEST).exists()
+        if self.ctx.is_main and self.out.is_dir():
+            removed = remove_stale_temporaries(self.out)
+            if removed:
+                self._say(f"removed {len(removed)} temporary file(s) left in {self.out} by "
+                          "processes that are gone")
         if has_ckpt and not resume:
             raise ConfigError(
                 f"out: {self.out} already holds a run (checkpoint.safetensors); "
@@ -341,7 +419,12 @@ class Trainer:
             self._save()
         best_path = self.out / BEST
         if best_path.exists():
-            Checkpoint(best_path).restore(self.model, rng=False)
+            try:
+                best = Checkpoint(best_path)
+            except ValueError as exc:
+                raise ConfigError(f"{exc}; the final evaluation needs it: delete it and "
+                                  "resume to evaluate the latest weights instead") from exc
+            best.restore(self.model, rng=False)
         self.model.eval()
         limit = self.cfg.eval_batches  # 0: the whole splits
         with torch.no_grad():

@@ -15,8 +15,10 @@
 // bounded: CTRLRNN_OUTPUT_CACHE_MB (default 512; 0 disables the cache) caps the bytes held
 // while unused, evicting the oldest first. `ctrlrnn.ops.empty_cache()` frees them all.
 //
-// Each extension module that includes this header has its own cache (Python loads extensions
-// with RTLD_LOCAL); the Python side asks every loaded extension.
+// The extensions that include this header share one cache: GCC exports the function-local
+// static of OutputPool::instance() as a unique symbol, which the dynamic loader binds to one
+// instance across the libraries despite RTLD_LOCAL. ctrlrnn/ops/output_cache.py finds out
+// which extensions share a pool and reports each pool once.
 
 #pragma once
 
