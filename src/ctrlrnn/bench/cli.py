@@ -2,7 +2,7 @@
 
 Examples::
 
-    ctrlrnn bench                       # quick grid, about a minute
+    ctrlrnn bench                       # quick grid, about 1.5 min on an idle 2-core machine
     ctrlrnn bench --full                # the full grid of batch x length x width
     ctrlrnn bench --only qrnn --only scan --repeats 9
     ctrlrnn bench --markdown BENCHMARKS.md
@@ -45,7 +45,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
         dest="grid",
         action="store_const",
         const="quick",
-        help="the quick grid (default; about a minute)",
+        help="the quick grid (default; about 1.5 min on an idle 2-core machine)",
     )
     grid.add_argument(
         "--full",
