@@ -173,7 +173,7 @@ def _flip_a_tensor_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_corrupt_checkpoint_is_named_and_resume_falls_back(tmp_path):
+def test_corrupt_checkpoint_is_named_resume_falls_back_and_litter_goes(tmp_path):
     out = tmp_path / "run"
     assert _train(out, "--max-steps", "4").returncode == 0
     latest = out / "checkpoint.safetensors"
@@ -188,8 +188,17 @@ def test_corrupt_checkpoint_is_named_and_resume_falls_back(tmp_path):
     assert line.startswith(f"ctrlrnn eval: checkpoint: {latest}: tensor ")
     assert "does not match its checksum" in line
 
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a writer that is gone
+    gone.wait()
+    stale = out / f".checkpoint.safetensors.{gone.pid}.abc123.tmp"
+    stale.write_bytes(b"")
+    live = out / f".checkpoint.safetensors.{os.getpid()}.abc123.tmp"  # a live writer's
+    live.write_bytes(b"x")
+
     resumed = _train(out, "--max-steps", "6", "--resume")
     assert resumed.returncode == 0, resumed.stderr
+    assert not stale.exists() and live.exists()
+    assert "removed 1 temporary file(s)" in resumed.stderr
     assert f"resume: checkpoint: {latest}: tensor " in resumed.stderr
     assert f"using {out / 'checkpoint.previous.safetensors'} (step 4) instead" in resumed.stderr
     assert json.loads((out / "result.json").read_text())["step"] == 6
@@ -200,18 +209,3 @@ def test_corrupt_checkpoint_is_named_and_resume_falls_back(tmp_path):
     assert broken.returncode == 2
     line = _one_line(broken.stderr)
     assert "empty file" in line and "no intact checkpoint left" in line
-
-
-def test_stale_temporaries_are_removed_on_start(tmp_path):
-    out = tmp_path / "run"
-    assert _train(out, "--max-steps", "2").returncode == 0
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    stale = out / f".checkpoint.safetensors.{gone.pid}.abc123.tmp"
-    stale.write_bytes(b"")
-    mine = out / f".checkpoint.safetensors.{os.getpid()}.abc123.tmp"  # a live writer's
-    mine.write_bytes(b"x")
-    resumed = _train(out, "--max-steps", "3", "--resume")
-    assert resumed.returncode == 0, resumed.stderr
-    assert not stale.exists() and mine.exists()
-    assert "removed 1 temporary file(s)" in resumed.stderr
