@@ -51,6 +51,11 @@ class Experiment:
     note: str = ""
     also: tuple[str, ...] = ()  # further test metrics the paper reports, shown beside the main
     chance: float | None = None  # the main metric's chance level, as stored (0.1: 10 classes)
+    #: the main metric's usefulness level, as stored (default: from ``chance``, or BLEU 1)
+    useful: float | None = None
+    #: whether our setting is the paper's (task and size), so the paper's baseline numbers are
+    #: a level the baseline must reach for a verdict (:mod:`ctrlrnn.reproduce.verdicts`)
+    paper_comparable: bool = False
 
     def seeds(self, mode: str) -> list[int]:
         return list(range(self.seeds_quick if mode == "quick" else self.seeds_full))
@@ -89,11 +94,13 @@ _TABLE9_NOTE = ("Both METAGROSS arms have depth N = 2. `METAGROSS` uses the line
 def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
              claims: tuple[Claim, ...], task_args: dict[str, Any], paper_metric: str,
              metric: str = "exact_match", page: str = "metagross",
-             also: tuple[str, ...] = (), note: str = "") -> Experiment:
+             also: tuple[str, ...] = (), note: str = "",
+             paper_comparable: bool = False) -> Experiment:
     return Experiment(
         id=exp_id, paper=page, title=title, task=task, metric=metric,
         higher_is_better=metric != "perplexity", arms=arms, claims=claims,
         task_args=task_args, paper_metric=paper_metric, also=also, note=note,
+        paper_comparable=paper_comparable,
         quick={"max_steps": 150, "epochs": 20, "batch_size": 64, "eval_every": 75,
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"epochs": 20, "batch_size": 64, "patience": 5,
@@ -121,7 +128,7 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
               Claim(_MG_RNN, "BiLSTM", where, "perplexity"))
     return _seq2seq(task, exp_id, title, arms, claims, task_args,
                     f"exact match (%) and perplexity on {setting}", also=("perplexity",),
-                    note=_TABLE9_NOTE)
+                    note=_TABLE9_NOTE, paper_comparable=True)
 
 EXPERIMENTS: tuple[Experiment, ...] = (
     # ------------------------------------------------------------------ QRNN

@@ -1,19 +1,12 @@
 """Results pages: ``docs/results/<paper>.md`` written from the results files, never by hand.
 
 For each experiment: a table with the paper's number (on the paper's data, for reference),
-our mean and spread over seeds on the test split, the validation score, the optimizer steps
-and training seconds (mean over seeds; evaluation excluded) and the parameter count; a bar
-chart with the seed spread; and a verdict for each ordering the paper claims:
-
-* **reproduced** — our means are ordered as the paper says and further apart than the sum of
-  the two standard deviations over seeds;
-* **same direction, within spread** — ordered as claimed, but the seed spreads overlap;
-* **same direction, one seed** — ordered as claimed, with no spread to judge the gap by;
-* **not reproduced** — ordered the other way (or equal);
-* **no signal, both at chance** — both arms' means are within ``CHANCE_MARGIN`` (relative) of
-  the experiment's chance level (e.g. 10% on 10 balanced classes): the runs learned nothing
-  the claim could be judged by;
-* **not run** — an arm is missing (a failed run or an unavailable task), with the reason.
+our mean and spread over seeds on the test split, the validation score, the optimizer steps,
+whether the runs converged (stopped by their patience rather than the step cap) and the
+training seconds (mean over seeds, only for runs that had the machine to themselves) and the
+parameter count; a bar chart from zero with the seed spread and the paper's numbers; and a
+verdict for each ordering the paper claims, by the one rule of :mod:`.verdicts`, stated on
+the summary page.
 """
 
 from __future__ import annotations
@@ -23,8 +16,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.reproduce import verdicts
 from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
 from ctrlrnn.reproduce.runner import load_results, slug
+from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
 from ctrlrnn.units import scale
 
 #: metrics where lower is better (for an experiment's ``also`` metrics and their claims)
@@ -60,38 +55,10 @@ def _ordered_arms(exp: Experiment, data: dict[str, Any]) -> list[tuple[str, dict
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+    return mean_std(values)
 
 
-#: how far above (below, where lower is better) the chance level a mean must be to count,
-#: relative to that level (0.2: beyond 12% accuracy where chance is 10%)
-CHANCE_MARGIN = 0.2
-
-
-def verdict(better: list[float], worse: list[float], higher_is_better: bool,
-            chance: float | None = None) -> str:
-    """Compare the seed results of the arm claimed better with the arm claimed worse.
-
-    ``chance``: the metric's chance level in the values' units, if it has one."""
-    if not better or not worse:
-        return "not run"
-    mb, sb = _mean_std(better)
-    mw, sw = _mean_std(worse)
-    if chance is not None:
-        margin = CHANCE_MARGIN * abs(chance)
-        if all((m <= chance + margin) if higher_is_better else (m >= chance - margin)
-               for m in (mb, mw)):
-            return "no signal, both at chance"
-    gap = (mb - mw) if higher_is_better else (mw - mb)
-    if gap > 0 and min(len(better), len(worse)) < 2:
-        return "same direction, one seed"  # no spread to judge the gap by
-    if gap > 0 and gap > sb + sw:
-        return "reproduced"
-    if gap > 0:
-        return "same direction, within spread"
-    return "not reproduced"
+verdict = verdicts.verdict
 
 
 def _fmt(v: float | None, digits: int = 4) -> str:
@@ -106,7 +73,8 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, means, stds, points = [], [], [], []
+    labels, means, stds, points, papers = [], [], [], [], []
+    paper_of = {a.label: a.paper for a in exp.arms}
     for label, arm in _ordered_arms(exp, data):
         vals = _values(arm, scale)
         if not vals:
@@ -116,21 +84,29 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0)
         means.append(m)
         stds.append(s)
         points.append(vals)
+        papers.append(paper_of.get(label))
     if not labels:
         return False
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(labels), 3.2))
     xs = range(len(labels))
     ax.bar(xs, means, yerr=stds, capsize=4, color="#8fb3d9", edgecolor="#33608c")
     for x, vals in zip(xs, points):
-        ax.scatter([x] * len(vals), vals, color="#1b3a5c", s=12, zorder=3)
+        ax.scatter([x] * len(vals), vals, color="#1b3a5c", s=12, zorder=3,
+                   label="seeds" if x == 0 else None)
+    marked = [(x, v) for x, v in zip(xs, papers) if v is not None]
+    if marked:
+        ax.scatter([x for x, _v in marked], [v for _x, v in marked], marker="_", s=400,
+                   linewidths=2, color="#c0392b", zorder=4, label="paper")
+    ax.legend(fontsize=7, loc="best")
     ax.set_xticks(list(xs), labels, rotation=15, ha="right")
     ax.set_ylabel(f"test {exp.metric}{' (%)' if scale != 1.0 else ''}")
     ax.set_title(exp.title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    lo = min(min(v) for v in points)
-    hi = max(max(v) for v in points)
-    pad = (hi - lo) * 0.3 or abs(hi) * 0.05 or 1.0
-    ax.set_ylim(lo - pad, hi + pad)
+    # from zero, so that the bars' heights compare (a cut axis exaggerates gaps)
+    hi = max([max(v) for v in points] + [m + s for m, s in zip(means, stds)]
+             + [v for v in papers if v is not None])
+    lo = min([min(v) for v in points] + [0.0])
+    ax.set_ylim(lo, hi * 1.08 if hi > 0 else 1.0)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -153,15 +129,19 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if limit:
         lines += ["", f"In this mode every evaluation, the final test included, reads only the "
                   f"first {limit} evaluation batches of its split."]
-    verdicts: list[tuple[str, str, str]] = []
+    if not exp.paper_comparable:
+        lines += ["", "The paper's numbers are on other data or at another scale: they are shown "
+                  "for reference, and the baseline check of the verdict rule does not apply."]
+    judged: list[tuple[str, str, str]] = []
     if data is None:
         lines += ["", "Not run yet in this mode.", ""]
         for c in exp.claims:
-            verdicts.append((_claim_text(c.better, c.worse, c.metric), c.source, "not run"))
-        return lines, verdicts
+            judged.append((_claim_text(c.better, c.worse, c.metric), c.source,
+                           verdicts.NOT_RUN))
+        return lines, judged
     also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
-    lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid | steps | "
-              "train s | parameters |", "|---" * (7 + len(exp.also)) + "|"]
+    lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid | steps "
+              "(best) | converged | train s | parameters |", "|---" * (8 + len(exp.also)) + "|"]
     paper_also = {a.label: a.paper_also for a in exp.arms}
     for label, arm in _ordered_arms(exp, data):
         vals = _values(arm, scale)
@@ -173,13 +153,12 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                            f"({_fmt(paper_also.get(label, {}).get(metric))}) |")
         seeds = list(arm.get("seeds", {}).values())
         valid = [scale * x["valid"] for x in seeds if x.get("valid") is not None]
-        secs = [x["train_seconds"] for x in seeds if x.get("train_seconds")]
-        steps = seeds[0].get("steps") if seeds else None
         params = seeds[0].get("parameters") if seeds else None
         lines.append(
             f"| {label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) |"
-            f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | {steps or '–'} | "
-            f"{_fmt(statistics.fmean(secs) if secs else None, 3)} | {params or '–'} |"
+            f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | "
+            f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | {_seconds_cell(seeds)} | "
+            f"{params or '–'} |"
         )
     if data.get("errors"):
         lines += ["", "Runs that did not finish:", ""]
@@ -187,20 +166,82 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     png = out_dir / f"{exp.paper}-{slug(exp.id)}-{mode}.png"
     if _plot(exp, data, png, scale):
         lines += ["", f"![{exp.title}]({png.name})"]
-    lines += ["", "| claim (paper) | where | at our scale |", "|---|---|---|"]
+    lines += ["", "| claim (paper) | where | baseline: ours / paper | at our scale |",
+              "|---|---|---|---|"]
     arms = data.get("arms", {})
+    paper_of = {a.label: a for a in exp.arms}
     for c in exp.claims:
-        higher = exp.higher_is_better if not c.metric or c.metric == exp.metric else (
-            c.metric not in LOWER_IS_BETTER)
         main = not c.metric or c.metric == exp.metric
-        v = verdict(_claim_values(exp, arms.get(c.better, {}), c.metric),
-                    _claim_values(exp, arms.get(c.worse, {}), c.metric), higher,
-                    exp.chance if main else None)
+        metric = exp.metric if main else c.metric
+        higher = exp.higher_is_better if main else metric not in LOWER_IS_BETTER
+        unit_scale = scale if main else 1.0
+        worse_arm = paper_of.get(c.worse)
+        paper = None
+        if worse_arm is not None:
+            paper = worse_arm.paper if main else worse_arm.paper_also.get(metric)
+        worse_values = [v * unit_scale for v in
+                        _claim_values(exp, arms.get(c.worse, {}), c.metric)]
+        better_values = [v * unit_scale for v in
+                         _claim_values(exp, arms.get(c.better, {}), c.metric)]
+        level = useful_level(exp.chance if main else None, metric,
+                             exp.useful if main else None)
+        v = verdict(better_values, worse_values, higher,
+                    useful=level * unit_scale if level is not None else None,
+                    baseline_paper=paper if exp.paper_comparable else None)
         text = _claim_text(c.better, c.worse, c.metric)
-        verdicts.append((text, c.source, v))
-        lines.append(f"| {text} | {c.source} | **{v}** |")
+        judged.append((text, c.source, v))
+        lines.append(f"| {text} | {c.source} | {_baseline_cell(worse_values, paper, higher)} "
+                     f"| **{v}** |")
     lines.append("")
-    return lines, verdicts
+    return lines, judged
+
+
+#: a run had the machine to itself when it got at least this share of its threads' CPU time
+#: and the load average when it started was at most its threads plus this
+OWN_MACHINE_SHARE = 0.85
+OWN_MACHINE_EXTRA_LOAD = 0.5
+
+
+def _steps_cell(seeds: list[dict[str, Any]]) -> str:
+    if not seeds:
+        return "–"
+    steps = [s.get("steps") for s in seeds]
+    best = [s.get("best_step") for s in seeds]
+    text = "/".join(str(x) for x in steps if x is not None) or "–"
+    if any(b is not None for b in best):
+        text += " (" + "/".join(str(b) if b is not None else "–" for b in best) + ")"
+    return text
+
+
+def _converged_cell(seeds: list[dict[str, Any]]) -> str:
+    """``yes`` when every seed stopped by its patience, ``not converged`` when one hit the
+    step or epoch cap, ``not recorded`` for results written before the stop was recorded."""
+    reasons = [s.get("stop_reason") for s in seeds]
+    if not reasons or any(r is None for r in reasons):
+        return "not recorded"
+    capped = sum(r != "patience" for r in reasons)
+    return "yes" if not capped else f"**not converged** ({capped} of {len(reasons)} capped)"
+
+
+def _seconds_cell(seeds: list[dict[str, Any]]) -> str:
+    """Mean training seconds, only when every seed had the machine to itself."""
+    secs = [x["train_seconds"] for x in seeds if x.get("train_seconds")]
+    if not secs:
+        return "–"
+    for x in seeds:
+        share, load, threads = x.get("cpu_share"), x.get("load_start"), x.get("threads")
+        if share is None or load is None or threads is None:
+            return "not recorded"
+        if share < OWN_MACHINE_SHARE or load > threads + OWN_MACHINE_EXTRA_LOAD:
+            return "shared machine"
+    return _fmt(statistics.fmean(secs), 3)
+
+
+def _baseline_cell(values: list[float], paper: float | None, higher: bool) -> str:
+    if paper is None or not values:
+        return "–"
+    m = statistics.fmean(values)
+    return f"{_fmt(m)} / {_fmt(paper)} ({paper_level(m, paper, higher):.0%})"
 
 
 def results_stamp(results_dir: Path, mode: str, experiments: tuple[Experiment, ...]) -> str:
@@ -226,7 +267,7 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
     stamp = results_stamp(results_dir, mode, chosen)
     written: list[Path] = []
     summary: list[str] = [
-        "# Reproduction results", "",
+        "# Reproduction results", "", *verdicts.RULE, "",
         f"Generated by `ctrlrnn reproduce{' --quick' if mode == 'quick' else ''}` from the "
         f"results files in `{results_dir / mode}` (newest result: {stamp}); do not edit by "
         "hand.", "",
@@ -244,9 +285,9 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
             data = load_results(results_dir, mode, exp)
             if data:
                 total_seconds += float(data.get("seconds", 0.0))
-            section, verdicts = experiment_section(exp, data, out_dir, mode)
+            section, claim_verdicts = experiment_section(exp, data, out_dir, mode)
             lines += section
-            for claim, source, v in verdicts:
+            for claim, source, v in claim_verdicts:
                 summary.append(
                     f"| [{paper}]({paper}.md) | {exp.title} | {claim} | {source} | {v} |")
         lines += (extra_sections or {}).get(paper, [])

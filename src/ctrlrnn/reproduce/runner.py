@@ -121,7 +121,12 @@ def _summarise(result: dict[str, Any], exp: Experiment) -> dict[str, Any]:
         "valid": valid.get(exp.metric),
         "test_metrics": test,
         "steps": result.get("step"),
+        "best_step": result.get("best_step"),
+        "stop_reason": result.get("stop_reason"),
         "train_seconds": result.get("train_seconds"),
+        "cpu_share": result.get("cpu_share"),
+        "load_start": result.get("load_start"),
+        "threads": result.get("threads"),
         "seconds_per_epoch": (result.get("train_seconds") or 0.0) / epochs,
         "parameters": result.get("parameters"),
     }

@@ -21,6 +21,7 @@ checkpoint and raises :class:`TrainingInterrupted` (a second Ctrl-C stops at onc
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
 import threading
@@ -196,6 +197,8 @@ class Trainer:
             "train_seconds": 0.0,
             "last_eval_step": -1,
             "stop_reason": None,
+            "cpu_seconds": 0.0,
+            "load_start": None,
         }
         self.last_metrics: dict[str, float] = {}
 
@@ -340,6 +343,11 @@ class Trainer:
         bar = _ProgressBar(total_steps, self.progress["step"], enabled=self.show_progress)
         stop = False
         t_start = time.perf_counter()
+        cpu_start = time.process_time()
+        cpu_before = float(self.progress.get("cpu_seconds") or 0.0)
+        load = _load_average()
+        if load is not None:  # the busiest start of the run (a resume may start on a busier one)
+            self.progress["load_start"] = max(load, self.progress.get("load_start") or 0.0)
         seconds_before = float(self.progress["train_seconds"])
         examples = 0
         interrupt = _InterruptFlag()
@@ -363,6 +371,7 @@ class Trainer:
                     examples += _batch_size(batches[index])
                     elapsed = seconds_before + time.perf_counter() - t_start
                     self.progress["train_seconds"] = elapsed
+                    self.progress["cpu_seconds"] = cpu_before + time.process_time() - cpu_start
                     if step % cfg.log_every == 0 and self.log is not None:
                         self.log.write({"step": step, "epoch": epoch, "split": "train",
                                         "loss": loss_value, "lr": lr, "seconds": elapsed})
@@ -430,11 +439,20 @@ class Trainer:
         with torch.no_grad():
             valid = self.task.evaluate(self.model, "valid", limit)
             test = self.task.evaluate(self.model, "test", limit)
+        seconds = float(self.progress["train_seconds"])
+        threads = torch.get_num_threads()
+        cpu = float(self.progress.get("cpu_seconds") or 0.0)
         result = {
             "step": step,
             "epochs_completed": int(self.progress["epoch"]),
-            "train_seconds": float(self.progress["train_seconds"]),
+            "train_seconds": seconds,
             "best_step": self.progress["best_step"],
+            "stop_reason": self.progress.get("stop_reason"),
+            # whether the run had the machine to itself: the share of its threads' CPU time it
+            # got while training, and the 1-minute load average when it started
+            "cpu_share": cpu / (seconds * threads) if seconds > 0 and cpu > 0 else None,
+            "load_start": self.progress.get("load_start"),
+            "threads": threads,
             "metric": self.task.metric,
             "eval_batches": limit,
             "valid": valid,
@@ -446,6 +464,13 @@ class Trainer:
                             **{f"test_{k}": v for k, v in test.items()}})
             self.log.export_csv()
         return result
+
+
+def _load_average() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return None
 
 
 def _batch_size(batch: dict[str, Any]) -> int:
