@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.data.errors import ChecksumError
+from ctrlrnn.processes import pid_alive
 
 ENV_VAR = "CTRLRNN_DATA"
 MANIFEST = "manifest.json"
@@ -123,21 +124,6 @@ def work_dir_prefix(name: str) -> str:
 _STAGING = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>[0-9]+)(?:\.(?P<host>[A-Za-z0-9-]+))?$")
 #: ``ctrlrnn-<name>.<pid>.<host>.<random>``
 _WORK = re.compile(r"^ctrlrnn-(?P<name>[^.]+)\.(?P<pid>[0-9]+)\.(?P<host>[A-Za-z0-9-]+)\.[^.]+$")
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this PID exists on this machine (``os.kill(pid, 0)``)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OverflowError:
-        return False
-    return True
 
 
 def _stale(match: re.Match[str] | None) -> bool:

@@ -45,6 +45,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ctrlrnn.processes import pid_alive
+
 FORMAT = "ctrlrnn-checkpoint/2"
 #: the format before checksums: still loaded, without verification
 FORMAT_V1 = "ctrlrnn-checkpoint/1"
@@ -269,21 +271,6 @@ _TEMP_WITH_PID = re.compile(r"^\.(?P<target>.+\.safetensors)\.(?P<pid>[0-9]+)\.[
 _TEMP_LEGACY = re.compile(r"^\.(?P<target>.+\.safetensors)\.[A-Za-z0-9_]+\.tmp$")
 #: a legacy temporary file (no PID) older than this is taken as abandoned
 LEGACY_TEMP_MAX_AGE_S = 600.0
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this PID exists on this machine (``os.kill(pid, 0)``)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OverflowError:
-        return False
-    return True
 
 
 def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[Path]:

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.processes import pid_alive
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -29,21 +31,6 @@ LOCK_NAME = ".lock"
 
 class RunLocked(RuntimeError):
     """Another process holds the run directory."""
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` runs on this machine."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def _holder_text(info: dict[str, Any]) -> str:
