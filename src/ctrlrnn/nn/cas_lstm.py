@@ -312,7 +312,8 @@ class CASLSTM(RecurrentBase):
                         pre = pre + w.peephole[0] * c_prev + w.peephole[1] * lower_c
                     g = torch.sigmoid(pre)
                     if lens is not None:
-                        mask = torch.arange(x.shape[1]).unsqueeze(0) < lens.unsqueeze(1)
+                        mask = (torch.arange(x.shape[1]).unsqueeze(0)
+                                < lens.unsqueeze(1)).to(g.device)
                         g = g * mask.unsqueeze(-1).to(g.dtype)
                     gates[layer - 1].append(g if d == 0 else reverse_padded(g, lens))
                 lower_c, h_in = c_seq, h_seq

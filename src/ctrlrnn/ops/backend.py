@@ -3,7 +3,8 @@
 CPU tensors use the compiled C++ extensions when they can be built (see :mod:`._extension`),
 otherwise the reference implementations after one warning. CUDA tensors use the Triton kernels
 of :mod:`ctrlrnn.ops.gpu` when Triton imports (it is imported lazily, on the first CUDA call),
-otherwise the reference implementations after one warning.
+otherwise the reference implementations after one warning. Every op family has Triton kernels
+(:data:`ctrlrnn.ops.gpu.FAMILIES`): with Triton installed nothing runs the reference on CUDA.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import torch
 
 from ctrlrnn.ops import _extension, gpu
 
-#: Families whose GPU module has the CPU extension's API, so :func:`kernel_for` returns it.
-_GPU_MIRRORS_CPU = frozenset({"scan"})
+#: Families whose GPU module has the CPU extension's API, so :func:`kernel_for` returns it
+#: (``cells`` is reached by :func:`gpu_kernels`: its GPU module has the reference's signatures).
+_GPU_MIRRORS_CPU = frozenset({"scan", "metagross"})
 
 
 def cpu_extension(family: str) -> ModuleType | None:
@@ -82,9 +84,10 @@ def has_kernel(family: str, device: torch.device) -> bool:
 def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
     """The Triton module of an op family for CUDA tensors, or None (reference, warned once).
 
-    ``"scan"`` mirrors the CPU extension (also returned by :func:`kernel_for`); ``"cells"``
-    exposes ``lstm_sequence`` and ``gru_sequence`` with the signatures of
-    :mod:`ctrlrnn.ops.cells_ref` (CAS-LSTM and nCARNN run the reference on CUDA for now).
+    ``"scan"`` and ``"metagross"`` mirror the CPU extensions (also returned by
+    :func:`kernel_for`); ``"cells"`` exposes ``lstm_sequence``, ``gru_sequence``,
+    ``cas_lstm_sequence`` and ``ncarnn_sequence`` with the signatures of
+    :mod:`ctrlrnn.ops.cells_ref` (:data:`ctrlrnn.ops.gpu.CELL_FUNCTIONS`).
     """
     if device.type != "cuda":
         return None
@@ -93,8 +96,6 @@ def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
 
 def _cuda_status(family: str) -> str:
     """One line: what a CUDA tensor of ``family`` runs on this machine, and why."""
-    if family == "metagross":  # ops/metagross_level.py: the reference composition on CUDA
-        return f"level gates + linear scan (scan: {_cuda_status('scan')})"
     if family not in gpu.FAMILIES:
         return "reference (no GPU kernels for this family)"
     if _extension.forced_reference():
@@ -102,14 +103,21 @@ def _cuda_status(family: str) -> str:
     ok, triton = gpu.triton_status()
     if not ok:
         return f"reference: {triton}"
-    if family == "cells":
-        from ctrlrnn.ops import fused_cells
-
-        # The fused cells dispatch to the GPU module through gpu_kernels (issue 8).
-        if not hasattr(fused_cells, "gpu_kernels"):
-            return f"reference ({triton} installed; ops/fused_cells.py does not dispatch yet)"
+    try:
+        missing = gpu.missing_functions(family)
+    except Exception as exc:  # noqa: BLE001 - a kernel module that fails to import
+        return f"reference ({triton} installed, but {gpu.FAMILIES[family]} does not import: " \
+            f"{type(exc).__name__}: {exc})"
     where = "" if torch.cuda.is_available() else " (no CUDA device here)"
-    return f"{triton} kernels{where}"
+    what = {
+        "scan": "linear scan, QRNN f/fo/ifo pooling",
+        "cells": "LSTM, GRU, CAS-LSTM and nCARNN cells",
+        "metagross": "fused METAGROSS level (gates + linear scan)",
+    }.get(family, family)
+    if missing:
+        return (f"{triton} kernels{where}; reference for {', '.join(missing)} (not in "
+                f"{gpu.FAMILIES[family]})")
+    return f"{triton} kernels: {what}{where}"
 
 
 def _compiler_line() -> str:

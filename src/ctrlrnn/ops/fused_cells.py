@@ -17,11 +17,13 @@ Variable lengths: ``lengths`` (B,) integer; for ``t >= lengths[b]`` row ``b`` ke
 and its outputs are zero, so the final states are those at each row's last valid step and
 nothing (values or gradients) depends on the padding.
 
-Dispatch (:func:`_use_compiled`, the one place to plug in a GPU kernel): CPU tensors run the
-compiled extension ``cells`` through ``torch.library`` custom ops ``ctrlrnn::*_cell_fwd`` /
-``*_cell_bwd`` (so they trace under ``torch.compile``); when the extension cannot be built, and
-for CUDA tensors for now, the readable references of :mod:`ctrlrnn.ops.cells_ref` run instead.
-float16/bfloat16 inputs are computed in float32 and the outputs cast back.
+Dispatch: CPU tensors run the compiled extension ``cells`` (:func:`_use_compiled`) through
+``torch.library`` custom ops ``ctrlrnn::*_cell_fwd`` / ``*_cell_bwd`` (so they trace under
+``torch.compile``); CUDA tensors run the Triton kernels of :mod:`ctrlrnn.ops.gpu.cells_triton`
+(:func:`_gpu_cells`; all four cells, forward and backward, custom ops ``ctrlrnn::gpu_*``). The
+readable references of :mod:`ctrlrnn.ops.cells_ref` run when the extension cannot be built, on
+CUDA without Triton (warned once), under ``CTRLRNN_BACKEND=reference`` and inside ``torch.func``
+transforms. float16/bfloat16 inputs are computed in float32 and the outputs cast back.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -58,8 +60,8 @@ def _use_compiled(x: Tensor) -> bool:
     """True when the compiled CPU kernels run for tensors like ``x``; the single dispatch point.
 
     CPU: the ``cells`` extension (built on first use; if the build fails the loader warns once,
-    or raises under ``CTRLRNN_REQUIRE_COMPILED=1``). CUDA: no fused GPU kernel yet, so the
-    reference runs; a GPU implementation plugs in here.
+    or raises under ``CTRLRNN_REQUIRE_COMPILED=1``). CUDA tensors are answered False here and
+    take the Triton kernels through :func:`_gpu_cells` instead.
     """
     return has_kernel("cells", x.device)
 
@@ -571,6 +573,8 @@ def cas_lstm_sequence(
     elif _use_compiled(x_proj):
         save = _needs_grad(xp, w, low, scale_f, scale_g, p, h, c)
         out = _cas_fwd(xp, w, low, scale_f, scale_g, p, h, c, lengths, save)[:4]
+    elif (gpu := _gpu_cells(x_proj)) is not None:
+        out = gpu.cas_lstm_sequence(xp, w, low, h, c, scale_f, scale_g, p, lengths)
     else:
         out = cells_ref.cas_lstm_sequence_ref(xp, w, low, h, c, scale_f, scale_g, p, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]
@@ -689,6 +693,8 @@ def ncarnn_sequence(
         out = scan_export.ncarnn_sequence(xp, w, ctx, h, lengths)
     elif _use_compiled(x_proj):
         out = _ncarnn_fwd(xp, w, ctx, h, lengths, _needs_grad(xp, w, ctx, h))[:2]
+    elif (gpu := _gpu_cells(x_proj)) is not None:
+        out = gpu.ncarnn_sequence(xp, w, ctx, h, lengths)
     else:
         out = cells_ref.ncarnn_sequence_ref(xp, w, ctx, h, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]

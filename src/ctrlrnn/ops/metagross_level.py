@@ -20,8 +20,11 @@ On CPU the work is the custom op ``ctrlrnn::metagross_level`` (registered with
 ``ops/csrc/metagross.cpp``: one pass over time per (batch, channel block) that never writes
 ``a``, ``b`` or the gates to memory, and a backward ``ctrlrnn::metagross_level_backward`` that
 recomputes ``f, o, z`` and runs the scan's reverse recurrence together with the gate gradients
-in one reverse pass. CUDA tensors, ``CTRLRNN_BACKEND=reference`` and machines where the
-extension cannot be built run :func:`metagross_level_reference`, the composition of
+in one reverse pass. CUDA tensors run the same two custom ops on the Triton kernels of
+:mod:`ctrlrnn.ops.gpu.metagross_triton` (same arguments, same fusion; selected by
+:func:`ctrlrnn.ops.backend.kernel_for`). ``CTRLRNN_BACKEND=reference``, CUDA without Triton and
+machines where the extension cannot be built run :func:`metagross_level_reference`, the
+composition of
 :func:`ctrlrnn.nn.metagross_gates.level_gates` and :func:`ctrlrnn.ops.linear_scan.linear_scan`
 (the custom ops also fall back to that composition by themselves, forward and backward, where
 a graph traced with the extension runs without it).
@@ -220,9 +223,10 @@ forbid_double_backward(_level_backward_op, "metagross_level", "Metagross")
 
 
 def _compiled_on(device: torch.device) -> bool:
-    """Whether tensors on ``device`` go through the custom ops (CPU with the extension built;
-    a constant under ``torch.compile``, see :func:`ctrlrnn.ops.backend.has_kernel`)."""
-    return device.type == "cpu" and has_kernel("metagross", device)
+    """Whether tensors on ``device`` go through the custom ops (CPU with the extension built,
+    CUDA with Triton; a constant under ``torch.compile``, see
+    :func:`ctrlrnn.ops.backend.has_kernel`)."""
+    return device.type in ("cpu", "cuda") and has_kernel("metagross", device)
 
 
 # ------------------------------------------------------------------ public entry point

@@ -1,8 +1,10 @@
-"""The GPU path: Triton kernels for the linear scan, QRNN pooling and the fused gated cells.
+"""The GPU path: Triton kernels for the linear scan, QRNN pooling, the fused gated cells and the
+fused METAGROSS level.
 
 Triton is an optional dependency (``pip install ctrlrnn[gpu]``) and is imported lazily: nothing
 here imports it at ``import ctrlrnn``, so a CPU-only install without Triton keeps working. The
-kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.cells_triton`) import Triton
+kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.cells_triton`,
+:mod:`.metagross_triton`) import Triton
 at their own import, which happens only when a CUDA tensor first asks for a kernel (through
 :func:`ctrlrnn.ops.backend.kernel_for`) or when the tests load them under the Triton interpreter.
 
@@ -21,21 +23,36 @@ import warnings
 from types import ModuleType
 
 __all__ = [
+    "CELL_FUNCTIONS",
     "FAMILIES",
+    "FAMILY_FUNCTIONS",
     "choose_backend",
     "family_module",
     "interpreting",
+    "missing_functions",
     "triton_status",
 ]
 
 #: Op families with a GPU implementation -> the module exposing it. ``scan`` mirrors the CPU
 #: extension of the same name (``linear_scan_forward`` / ``_backward``, ``qrnn_pooling_forward``
-#: / ``_backward``, same signatures); ``cells`` exposes sequence functions with the signatures of
-#: :mod:`ctrlrnn.ops.cells_ref` (``lstm_sequence``, ``gru_sequence``, ...).
+#: / ``_backward``, same signatures) and so does ``metagross`` (``forward`` / ``backward`` of one
+#: METAGROSS level); ``cells`` exposes sequence functions with the signatures of
+#: :mod:`ctrlrnn.ops.cells_ref` (:data:`CELL_FUNCTIONS`).
 FAMILIES: dict[str, str] = {
     "scan": "ctrlrnn.ops.gpu.scan_family",
     "cells": "ctrlrnn.ops.gpu.cells_triton",
+    "metagross": "ctrlrnn.ops.gpu.metagross_triton",
 }
+
+#: The functions each family's GPU module must expose (the dispatch test and ``ctrlrnn info``
+#: check them): every cell of :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM and nCARNN.
+FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "scan": ("linear_scan_forward", "linear_scan_backward", "qrnn_pooling_forward",
+             "qrnn_pooling_backward"),
+    "cells": ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence"),
+    "metagross": ("forward", "backward"),
+}
+CELL_FUNCTIONS = FAMILY_FUNCTIONS["cells"]
 
 _LOCK = threading.Lock()
 _TRITON: tuple[bool, str] | None = None
@@ -107,3 +124,13 @@ def family_module(family: str, device_type: str = "cuda") -> ModuleType | None:
             stacklevel=3,
         )
     return None
+
+
+def missing_functions(family: str) -> list[str]:
+    """The functions of :data:`FAMILY_FUNCTIONS` that the GPU module of ``family`` lacks.
+
+    Imports the module (and so Triton): call it only when :func:`triton_status` is ok.
+    """
+    module = importlib.import_module(FAMILIES[family])
+    return [name for name in FAMILY_FUNCTIONS.get(family, ()) if not callable(
+        getattr(module, name, None))]

@@ -1,4 +1,4 @@
-"""GPU fused gated cells: LSTM and GRU, Haste's recipe on Triton.
+"""GPU fused gated cells: LSTM, GRU, CAS-LSTM and nCARNN, Haste's recipe on Triton.
 
 Per time step: one GEMM ``h_{t-1} @ U^T`` through torch (cuBLAS on CUDA), then one Triton kernel
 for all the pointwise work of the step (gate activations, cell update, length masking, saving
@@ -15,7 +15,17 @@ registered autograd, so they stay opaque under ``torch.compile``):
 
 * :func:`lstm_sequence` - CAS-LSTM paper eq 1-6, torch.nn.LSTM's cell (gate order i, f, c~, o);
 * :func:`gru_sequence` - torch.nn.GRU's formulation (gate order r, z, n, ``b_hn`` inside the
-  reset product).
+  reset product);
+* :func:`cas_lstm_sequence` - CAS-LSTM paper eq 7-13 for layers l > 1 (gate order i, f, c~, o, g;
+  the vertical forget gate g on the lower layer's cell, ``lambda`` as the factors
+  ``scale_f = 1 - lambda`` and ``scale_g = lambda``), and variant (iii) with peepholes, eq 17-18;
+* :func:`ncarnn_sequence` - CARNN paper eq 3 (context-projected gates; the context projection is
+  one ``(B, 2H)`` tensor shared by all steps, and its gradient is summed over time in the
+  backward kernel).
+
+Per-channel parameters shared by the batch (CAS-LSTM's ``scale_f``, ``scale_g`` and peepholes)
+get their gradients as per-row sums accumulated by the backward kernels (each program owns one
+row, so no atomics) and one reduction over the batch at the end: deterministic.
 
 Variable lengths follow the references: for ``t >= lengths[b]`` row ``b`` keeps its state and
 its outputs are zero; gradients do not depend on the padding. fp16/bf16 inputs are computed in
@@ -35,7 +45,7 @@ from torch import Tensor
 from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.gpu._common import acc_dtype, sigmoid, tanh
 
-__all__ = ["gru_sequence", "lstm_sequence"]
+__all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -566,4 +576,660 @@ def gru_sequence(
     dtype = _compute(x_proj)
     xp, w, b, h = (t.to(dtype) for t in (x_proj, weight_hh, bias_hh, h0))
     out = _gru_fwd(xp, w, b, h, lengths)[:2]
+    return tuple(o.to(x_proj.dtype) for o in out)  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------
+# CAS-LSTM, layers l > 1 (CAS-LSTM paper eq 7-13; variant (iii) with peepholes, eq 17-18)
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["t"])
+def _cas_step_fwd_kernel(
+    x_ptr,
+    rec_ptr,
+    low_ptr,
+    sf_ptr,
+    sg_ptr,
+    pp_ptr,
+    h_ptr,
+    c_ptr,
+    len_ptr,
+    hseq_ptr,
+    cseq_ptr,
+    acts_ptr,
+    t,
+    T,
+    H,
+    PEEP: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One CAS-LSTM step (eq 7-13, or eq 17 for g with ``PEEP``); grid ``(B, cdiv(H, BLOCK))``.
+
+    ``x`` ``(B, T, 5H)`` holds the input projections of (i, f, c~, o, g); ``rec`` is
+    ``h_{t-1} U^T``, ``(B, 5H)`` (``(B, 4H)`` with ``PEEP``: no ``U_g``); ``low`` ``(B, T, H)`` is
+    the lower layer's cell ``c^{l-1}``; ``sf``, ``sg`` ``(H,)`` are ``1 - lambda`` and ``lambda``;
+    ``pp`` ``(2, H)`` the peepholes ``(p_g1, p_g2)``. The state ``h``, ``c`` is updated in place;
+    the activated gates (i, f, c~, o, g) are saved into ``acts`` ``(B, T, 5H)``.
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    if PEEP:
+        rw = 4 * H
+    else:
+        rw = 5 * H
+    xrow = (pid_b * T + t) * (5 * H) + cols
+    rrow = pid_b * rw + cols
+    srow = pid_b * H + cols
+    orow = (pid_b * T + t) * H + cols
+    gi = tl.load(x_ptr + xrow, mask=cmask, other=0.0).to(ACC)
+    gf = tl.load(x_ptr + xrow + H, mask=cmask, other=0.0).to(ACC)
+    gc = tl.load(x_ptr + xrow + 2 * H, mask=cmask, other=0.0).to(ACC)
+    go = tl.load(x_ptr + xrow + 3 * H, mask=cmask, other=0.0).to(ACC)
+    gg = tl.load(x_ptr + xrow + 4 * H, mask=cmask, other=0.0).to(ACC)
+    gi += tl.load(rec_ptr + rrow, mask=cmask, other=0.0).to(ACC)
+    gf += tl.load(rec_ptr + rrow + H, mask=cmask, other=0.0).to(ACC)
+    gc += tl.load(rec_ptr + rrow + 2 * H, mask=cmask, other=0.0).to(ACC)
+    go += tl.load(rec_ptr + rrow + 3 * H, mask=cmask, other=0.0).to(ACC)
+    h_prev = tl.load(h_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    c_prev = tl.load(c_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    low = tl.load(low_ptr + orow, mask=cmask, other=0.0).to(ACC)
+    if PEEP:  # eq 17: g = sig(W_g h^{l-1} + p_g1 c_{t-1} + p_g2 c^{l-1}_t + b_g)
+        p1 = tl.load(pp_ptr + cols, mask=cmask, other=0.0).to(ACC)
+        p2 = tl.load(pp_ptr + H + cols, mask=cmask, other=0.0).to(ACC)
+        gg = gg + p1 * c_prev + p2 * low
+    else:  # eq 9
+        gg += tl.load(rec_ptr + rrow + 4 * H, mask=cmask, other=0.0).to(ACC)
+    sf = tl.load(sf_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    sg = tl.load(sg_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    i = sigmoid(gi)  # eq 7
+    f = sigmoid(gf)  # eq 8
+    g = sigmoid(gg)  # eq 9 (17)
+    ct = tanh(gc)  # eq 10
+    o = sigmoid(go)  # eq 11
+    c_new = i * ct + sf * f * c_prev + sg * g * low  # eq 12
+    h_new = o * tanh(c_new)  # eq 13
+    tl.store(c_ptr + srow, tl.where(valid, c_new, c_prev).to(c_ptr.dtype.element_ty), mask=cmask)
+    tl.store(h_ptr + srow, tl.where(valid, h_new, h_prev).to(h_ptr.dtype.element_ty), mask=cmask)
+    tl.store(cseq_ptr + orow, tl.where(valid, c_new, 0.0).to(cseq_ptr.dtype.element_ty), mask=cmask)
+    tl.store(hseq_ptr + orow, tl.where(valid, h_new, 0.0).to(hseq_ptr.dtype.element_ty), mask=cmask)
+    ty = acts_ptr.dtype.element_ty
+    tl.store(acts_ptr + xrow, i.to(ty), mask=cmask)
+    tl.store(acts_ptr + xrow + H, f.to(ty), mask=cmask)
+    tl.store(acts_ptr + xrow + 2 * H, ct.to(ty), mask=cmask)
+    tl.store(acts_ptr + xrow + 3 * H, o.to(ty), mask=cmask)
+    tl.store(acts_ptr + xrow + 4 * H, g.to(ty), mask=cmask)
+
+
+@triton.jit(do_not_specialize=["t"])
+def _cas_step_bwd_kernel(
+    gh_ptr,
+    gc_ptr,
+    acts_ptr,
+    cseq_ptr,
+    c0_ptr,
+    low_ptr,
+    sf_ptr,
+    sg_ptr,
+    pp_ptr,
+    len_ptr,
+    dh_ptr,
+    dc_ptr,
+    dg_ptr,
+    dlow_ptr,
+    dpar_ptr,
+    t,
+    T,
+    H,
+    PEEP: tl.constexpr,
+    HAS_GH: tl.constexpr,
+    HAS_GC: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Backward of one CAS-LSTM step (eq 7-13, 17); grid ``(B, cdiv(H, BLOCK))``.
+
+    In: the running state gradients ``dh``, ``dc`` ``(B, H)``. Out: ``dgates[b, t]`` ``(5H)``
+    (gradient of the pre-activations = of ``x_proj``; zero past the length), ``dlow[b, t]`` (the
+    lower cell), ``dc <- dc_{t-1}``, ``dh <-`` the non-recurrent part of ``dh_{t-1}`` (the GEMM
+    ``dgates_t U`` adds the rest), and the per-row sums ``dpar[b]`` ``(4, H)`` of the gradients
+    of ``1 - lambda``, ``lambda``, ``p_g1``, ``p_g2`` (accumulated; each program owns its row).
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    srow = pid_b * H + cols
+    orow = (pid_b * T + t) * H + cols
+    arow = (pid_b * T + t) * (5 * H) + cols
+    prow = pid_b * (4 * H) + cols
+    dh_in = tl.load(dh_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    dc_in = tl.load(dc_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    dh = dh_in
+    dc = dc_in
+    if HAS_GH:
+        dh += tl.load(gh_ptr + orow, mask=valid, other=0.0).to(ACC)
+    if HAS_GC:
+        dc += tl.load(gc_ptr + orow, mask=valid, other=0.0).to(ACC)
+    i = tl.load(acts_ptr + arow, mask=valid, other=0.0).to(ACC)
+    f = tl.load(acts_ptr + arow + H, mask=valid, other=0.0).to(ACC)
+    ct = tl.load(acts_ptr + arow + 2 * H, mask=valid, other=0.0).to(ACC)
+    o = tl.load(acts_ptr + arow + 3 * H, mask=valid, other=0.0).to(ACC)
+    g = tl.load(acts_ptr + arow + 4 * H, mask=valid, other=0.0).to(ACC)
+    c = tl.load(cseq_ptr + orow, mask=valid, other=0.0).to(ACC)
+    c_prev = tl.load(cseq_ptr + orow - H, mask=valid & ((zero + t) > 0), other=0.0).to(ACC)
+    c0 = tl.load(c0_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    c_prev = tl.where((zero + t) > 0, c_prev, c0)
+    low = tl.load(low_ptr + orow, mask=valid, other=0.0).to(ACC)
+    sf = tl.load(sf_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    sg = tl.load(sg_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    tc = tanh(c)
+    d_o = dh * tc  # eq 13
+    dc = dc + dh * o * (1.0 - tc * tc)  # total gradient of c_t
+    # eq 12: c_t = i c~ + sf f c_{t-1} + sg g c^{l-1}_t
+    dgi = dc * ct * i * (1.0 - i)
+    dgf = dc * sf * c_prev * f * (1.0 - f)
+    dgc = dc * i * (1.0 - ct * ct)
+    dgo = d_o * o * (1.0 - o)
+    dgg = dc * sg * low * g * (1.0 - g)
+    dlow = dc * sg * g
+    dcp = dc * sf * f
+    if PEEP:  # eq 17: g also reads c_{t-1} and c^{l-1}_t through the peepholes
+        p1 = tl.load(pp_ptr + cols, mask=cmask, other=0.0).to(ACC)
+        p2 = tl.load(pp_ptr + H + cols, mask=cmask, other=0.0).to(ACC)
+        dlow += dgg * p2
+        dcp += dgg * p1
+    ty = dg_ptr.dtype.element_ty
+    tl.store(dg_ptr + arow, tl.where(valid, dgi, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + H, tl.where(valid, dgf, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + 2 * H, tl.where(valid, dgc, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + 3 * H, tl.where(valid, dgo, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + 4 * H, tl.where(valid, dgg, 0.0).to(ty), mask=cmask)
+    tl.store(dlow_ptr + orow, tl.where(valid, dlow, 0.0).to(dlow_ptr.dtype.element_ty), mask=cmask)
+    pty = dpar_ptr.dtype.element_ty
+    dsf = tl.load(dpar_ptr + prow, mask=cmask, other=0.0).to(ACC)
+    dsg = tl.load(dpar_ptr + prow + H, mask=cmask, other=0.0).to(ACC)
+    tl.store(dpar_ptr + prow, tl.where(valid, dsf + dc * f * c_prev, dsf).to(pty), mask=cmask)
+    tl.store(dpar_ptr + prow + H, tl.where(valid, dsg + dc * g * low, dsg).to(pty), mask=cmask)
+    if PEEP:
+        dp1 = tl.load(dpar_ptr + prow + 2 * H, mask=cmask, other=0.0).to(ACC)
+        dp2 = tl.load(dpar_ptr + prow + 3 * H, mask=cmask, other=0.0).to(ACC)
+        tl.store(dpar_ptr + prow + 2 * H, tl.where(valid, dp1 + dgg * c_prev, dp1).to(pty),
+                 mask=cmask)  # fmt: skip
+        tl.store(dpar_ptr + prow + 3 * H, tl.where(valid, dp2 + dgg * low, dp2).to(pty),
+                 mask=cmask)  # fmt: skip
+    tl.store(dc_ptr + srow, tl.where(valid, dcp, dc_in).to(dc_ptr.dtype.element_ty), mask=cmask)
+    tl.store(dh_ptr + srow, tl.where(valid, 0.0, dh_in).to(dh_ptr.dtype.element_ty), mask=cmask)
+
+
+@torch.library.custom_op("ctrlrnn::gpu_cas_lstm_fwd", mutates_args=())
+def _cas_fwd(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    lower_c: Tensor,
+    scale_f: Tensor,
+    scale_g: Tensor,
+    peephole: Tensor | None,
+    h0: Tensor,
+    c0: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """CAS-LSTM forward -> (h_seq, c_seq, h_last, c_last, saved gates i, f, c~, o, g)."""
+    batch, steps, width = x_proj.shape
+    hidden = weight_hh.shape[1]
+    x = x_proj.contiguous()
+    h = h0.clone().contiguous()
+    c = c0.clone().contiguous()
+    h_seq = x.new_empty(batch, steps, hidden)
+    c_seq = x.new_empty(batch, steps, hidden)
+    acts = x.new_empty(batch, steps, width)
+    if batch == 0 or hidden == 0:
+        return h_seq, c_seq, h, c, acts
+    lens = _lengths(lengths, x)
+    low = lower_c.contiguous()
+    sf, sg = scale_f.contiguous(), scale_g.contiguous()
+    pp = peephole.contiguous() if peephole is not None else None
+    w_t = weight_hh.t()
+    rec = x.new_empty(batch, weight_hh.shape[0])
+    blk, warps = _block(hidden)
+    grid = (batch, triton.cdiv(hidden, blk))
+    for t in range(steps):
+        torch.mm(h, w_t, out=rec)
+        _cas_step_fwd_kernel[grid](
+            x, rec, low, sf, sg, pp if pp is not None else sf, h, c,
+            lens if lens is not None else x, h_seq, c_seq, acts, t, steps, hidden,
+            PEEP=pp is not None, HAS_LEN=lens is not None, ACC=acc_dtype(x.dtype), BLOCK=blk,
+            num_warps=warps,
+        )  # fmt: skip
+    return h_seq, c_seq, h, c, acts
+
+
+@_cas_fwd.register_fake
+def _(x_proj, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths):
+    batch, steps, width = x_proj.shape
+    hidden = weight_hh.shape[1]
+    return (
+        x_proj.new_empty(batch, steps, hidden),
+        x_proj.new_empty(batch, steps, hidden),
+        h0.new_empty(batch, hidden),
+        c0.new_empty(batch, hidden),
+        x_proj.new_empty(batch, steps, width),
+    )
+
+
+@torch.library.custom_op("ctrlrnn::gpu_cas_lstm_bwd", mutates_args=())
+def _cas_bwd(
+    grad_h_seq: Tensor | None,
+    grad_c_seq: Tensor | None,
+    grad_h_last: Tensor | None,
+    grad_c_last: Tensor | None,
+    weight_hh: Tensor,
+    lower_c: Tensor,
+    scale_f: Tensor,
+    scale_g: Tensor,
+    peephole: Tensor | None,
+    h0: Tensor,
+    c0: Tensor,
+    h_seq: Tensor,
+    c_seq: Tensor,
+    acts: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """CAS-LSTM backward through time.
+
+    Returns (dx_proj, dweight_hh, dlower_c, dscale_f, dscale_g, dpeephole, dh0, dc0) as the CPU
+    op ``ctrlrnn::cas_lstm_cell_bwd``; dpeephole is (2, H) zeros without peepholes.
+    """
+    batch, steps, hidden = h_seq.shape
+    dh = grad_h_last.clone().contiguous() if grad_h_last is not None else h0.new_zeros(h0.shape)
+    dc = grad_c_last.clone().contiguous() if grad_c_last is not None else c0.new_zeros(c0.shape)
+    dgates = torch.empty_like(acts)
+    dlow = torch.empty_like(h_seq)
+    dpar = acts.new_zeros(batch, 4, hidden)
+    rows = weight_hh.shape[0]
+    if batch == 0 or hidden == 0 or steps == 0:
+        return (
+            dgates.zero_(), weight_hh.new_zeros(weight_hh.shape), dlow.zero_(),
+            scale_f.new_zeros(scale_f.shape), scale_g.new_zeros(scale_g.shape),
+            h_seq.new_zeros(2, hidden), dh, dc,
+        )  # fmt: skip
+    lens = _lengths(lengths, acts)
+    gh = grad_h_seq.contiguous() if grad_h_seq is not None else None
+    gc = grad_c_seq.contiguous() if grad_c_seq is not None else None
+    low = lower_c.contiguous()
+    sf, sg = scale_f.contiguous(), scale_g.contiguous()
+    pp = peephole.contiguous() if peephole is not None else None
+    blk, warps = _block(hidden)
+    grid = (batch, triton.cdiv(hidden, blk))
+    c0c = c0.contiguous()
+    for t in range(steps - 1, -1, -1):
+        _cas_step_bwd_kernel[grid](
+            gh if gh is not None else acts, gc if gc is not None else acts, acts, c_seq, c0c, low,
+            sf, sg, pp if pp is not None else sf, lens if lens is not None else acts,
+            dh, dc, dgates, dlow, dpar, t, steps, hidden,
+            PEEP=pp is not None, HAS_GH=gh is not None, HAS_GC=gc is not None,
+            HAS_LEN=lens is not None, ACC=acc_dtype(acts.dtype), BLOCK=blk, num_warps=warps,
+        )  # fmt: skip
+        dh.addmm_(dgates[:, t, :rows], weight_hh)
+    dw = dgates[..., :rows].reshape(-1, rows).t() @ _prev_states(h0, h_seq).reshape(-1, hidden)
+    sums = dpar.sum(0)
+    dpp = sums[2:].clone() if pp is not None else h_seq.new_zeros(2, hidden)
+    return dgates, dw, dlow, sums[0].clone(), sums[1].clone(), dpp, dh, dc
+
+
+@_cas_bwd.register_fake
+def _(grad_h_seq, grad_c_seq, grad_h_last, grad_c_last, weight_hh, lower_c, scale_f, scale_g,
+      peephole, h0, c0, h_seq, c_seq, acts, lengths):  # fmt: skip
+    hidden = h_seq.shape[2]
+    return (
+        acts.new_empty(acts.shape),
+        weight_hh.new_empty(weight_hh.shape),
+        lower_c.new_empty(lower_c.shape),
+        scale_f.new_empty(scale_f.shape),
+        scale_g.new_empty(scale_g.shape),
+        h_seq.new_empty(2, hidden),
+        h0.new_empty(h0.shape),
+        c0.new_empty(c0.shape),
+    )
+
+
+def _cas_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    _, weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, lengths = inputs
+    h_seq, c_seq, _, _, acts = output
+    ctx.save_for_backward(
+        weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, h_seq, c_seq, acts, lengths
+    )
+    ctx.set_materialize_grads(False)
+
+
+def _cas_backward(ctx: Any, gh: Tensor | None, gc: Tensor | None, ghl: Tensor | None,
+                  gcl: Tensor | None, _gacts: Tensor | None) -> tuple[Any, ...]:  # fmt: skip
+    weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, h_seq, c_seq, acts, lengths = (
+        ctx.saved_tensors
+    )
+    dx, dw, dlow, dsf, dsg, dpp, dh0, dc0 = _cas_bwd(
+        gh, gc, ghl, gcl,
+        weight_hh, lower_c, scale_f, scale_g, peephole, h0, c0, h_seq, c_seq, acts, lengths,
+    )  # fmt: skip
+    dpp = dpp if peephole is not None else None
+    return dx, dw, dlow, dsf, dsg, dpp, dh0, dc0, None
+
+
+_cas_fwd.register_autograd(_cas_backward, setup_context=_cas_setup)
+forbid_double_backward(_cas_bwd, "gpu_cas_lstm_fwd", "CASLSTM (layers l > 1) on CUDA")
+
+
+def cas_lstm_sequence(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    lower_c: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    scale_f: Tensor,
+    scale_g: Tensor,
+    peephole: Tensor | None = None,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """CAS-LSTM layer l > 1 over a batch-first sequence (CAS-LSTM paper eq 7-13; eq 17-18 with
+    peepholes), as :func:`ctrlrnn.ops.cells_ref.cas_lstm_sequence_ref`.
+
+    ``c_t = i c~ + scale_f f c_{t-1} + scale_g g c^{l-1}_t`` (eq 12 with ``scale_f = 1 - lambda``,
+    ``scale_g = lambda``; both ones for the plain sum), ``h_t = o tanh(c_t)`` (eq 13), with the
+    vertical forget gate ``g = sig(x_g + U_g h_{t-1})`` (eq 9) or, with peepholes,
+    ``g = sig(x_g + p_g1 c_{t-1} + p_g2 c^{l-1}_t)`` (eq 17).
+
+    Args:
+        x_proj: ``(B, T, 5H)`` input projections ``h^{l-1}_t W^T + b`` (gates i, f, c~, o, g).
+        weight_hh: ``(5H, H)`` recurrent matrix ``(U_i; U_f; U_c; U_o; U_g)``; ``(4H, H)`` with
+            peepholes (no ``U_g``).
+        lower_c: ``(B, T, H)`` the lower layer's cell sequence ``c^{l-1}``.
+        h0, c0: ``(B, H)`` initial states.
+        scale_f, scale_g: ``(H,)`` the factors ``1 - lambda`` and ``lambda`` of eq 12
+            (differentiable: the trainable-lambda variant gets its gradient through them).
+        peephole: optional ``(2, H)`` ``(p_g1, p_g2)`` of eq 17.
+        lengths: optional ``(B,)`` integer lengths in ``[0, T]``.
+
+    Returns:
+        ``(h_seq, c_seq, h_last, c_last)``.
+    """
+    dtype = _compute(x_proj)
+    xp, w, low, h, c, sf, sg = (
+        t.to(dtype) for t in (x_proj, weight_hh, lower_c, h0, c0, scale_f, scale_g)
+    )
+    pp = peephole.to(dtype) if peephole is not None else None
+    out = _cas_fwd(xp, w, low, sf, sg, pp, h, c, lengths)[:4]
+    return tuple(o.to(x_proj.dtype) for o in out)  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------
+# nCARNN (CARNN paper eq 3)
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["t"])
+def _ncarnn_step_fwd_kernel(
+    x_ptr,
+    rec_ptr,
+    ctx_ptr,
+    h_ptr,
+    len_ptr,
+    hseq_ptr,
+    acts_ptr,
+    t,
+    T,
+    H,
+    HAS_LEN: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One nCARNN step (CARNN eq 3); grid ``(B, cdiv(H, BLOCK))``.
+
+    ``x`` ``(B, T, 3H)`` holds ``(W^e_u e_m + b_u, W^e_f e_m + b_f, ebar_m)``; ``rec`` ``(B, 2H)``
+    is ``h_{m-1} (W^h_u; W^h_f)^T``; ``ctx`` ``(B, 2H)`` is ``(W^c_u c, W^c_f c)``, the same for
+    every step. ``h`` is updated in place; the gates ``(g^u, g^f)`` are saved into ``acts``
+    ``(B, T, 2H)``.
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    xrow = (pid_b * T + t) * (3 * H) + cols
+    rrow = pid_b * (2 * H) + cols
+    srow = pid_b * H + cols
+    # g^u = sig(W^c_u c + W^h_u h_{m-1} + W^e_u e_m + b_u), likewise g^f
+    pre_u = tl.load(ctx_ptr + rrow, mask=cmask, other=0.0).to(ACC)
+    pre_u += tl.load(rec_ptr + rrow, mask=cmask, other=0.0).to(ACC)
+    pre_u += tl.load(x_ptr + xrow, mask=cmask, other=0.0).to(ACC)
+    pre_f = tl.load(ctx_ptr + rrow + H, mask=cmask, other=0.0).to(ACC)
+    pre_f += tl.load(rec_ptr + rrow + H, mask=cmask, other=0.0).to(ACC)
+    pre_f += tl.load(x_ptr + xrow + H, mask=cmask, other=0.0).to(ACC)
+    gu = sigmoid(pre_u)
+    gf = sigmoid(pre_f)
+    e_bar = tl.load(x_ptr + xrow + 2 * H, mask=cmask, other=0.0).to(ACC)
+    h_prev = tl.load(h_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    h_new = gu * (gf * e_bar) + (1.0 - gu) * h_prev  # eq 3
+    tl.store(h_ptr + srow, tl.where(valid, h_new, h_prev).to(h_ptr.dtype.element_ty), mask=cmask)
+    orow = (pid_b * T + t) * H + cols
+    tl.store(hseq_ptr + orow, tl.where(valid, h_new, 0.0).to(hseq_ptr.dtype.element_ty), mask=cmask)
+    arow = (pid_b * T + t) * (2 * H) + cols
+    ty = acts_ptr.dtype.element_ty
+    tl.store(acts_ptr + arow, gu.to(ty), mask=cmask)
+    tl.store(acts_ptr + arow + H, gf.to(ty), mask=cmask)
+
+
+@triton.jit(do_not_specialize=["t"])
+def _ncarnn_step_bwd_kernel(
+    gh_ptr,
+    x_ptr,
+    acts_ptr,
+    hseq_ptr,
+    h0_ptr,
+    len_ptr,
+    dh_ptr,
+    dx_ptr,
+    dctx_ptr,
+    t,
+    T,
+    H,
+    HAS_GH: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Backward of one nCARNN step (CARNN eq 3); grid ``(B, cdiv(H, BLOCK))``.
+
+    Out: ``dx[b, t]`` ``(3H)`` (zero past the length; its first 2H are also the gradient of the
+    recurrent term, multiplied by ``U`` in a GEMM afterwards), ``dctx[b] +=`` the gate part
+    (the context projection is shared by all steps), and ``dh <-`` the direct part
+    ``(1 - g^u) dh`` of ``dh_{m-1}`` (the incoming gradient itself past the length).
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    srow = pid_b * H + cols
+    orow = (pid_b * T + t) * H + cols
+    xrow = (pid_b * T + t) * (3 * H) + cols
+    arow = (pid_b * T + t) * (2 * H) + cols
+    crow = pid_b * (2 * H) + cols
+    dh_in = tl.load(dh_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    dh = dh_in
+    if HAS_GH:
+        dh += tl.load(gh_ptr + orow, mask=valid, other=0.0).to(ACC)
+    gu = tl.load(acts_ptr + arow, mask=valid, other=0.0).to(ACC)
+    gf = tl.load(acts_ptr + arow + H, mask=valid, other=0.0).to(ACC)
+    e_bar = tl.load(x_ptr + xrow + 2 * H, mask=valid, other=0.0).to(ACC)
+    h_prev = tl.load(hseq_ptr + orow - H, mask=valid & ((zero + t) > 0), other=0.0).to(ACC)
+    h0 = tl.load(h0_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    h_prev = tl.where((zero + t) > 0, h_prev, h0)
+    # h_m = g^u (g^f ebar) + (1 - g^u) h_{m-1}
+    dgu = (dh * (gf * e_bar) - dh * h_prev) * gu * (1.0 - gu)
+    dgf = dh * gu * e_bar * gf * (1.0 - gf)
+    de = dh * gu * gf
+    ty = dx_ptr.dtype.element_ty
+    tl.store(dx_ptr + xrow, tl.where(valid, dgu, 0.0).to(ty), mask=cmask)
+    tl.store(dx_ptr + xrow + H, tl.where(valid, dgf, 0.0).to(ty), mask=cmask)
+    tl.store(dx_ptr + xrow + 2 * H, tl.where(valid, de, 0.0).to(ty), mask=cmask)
+    cty = dctx_ptr.dtype.element_ty
+    du = tl.load(dctx_ptr + crow, mask=cmask, other=0.0).to(ACC)
+    df = tl.load(dctx_ptr + crow + H, mask=cmask, other=0.0).to(ACC)
+    tl.store(dctx_ptr + crow, tl.where(valid, du + dgu, du).to(cty), mask=cmask)
+    tl.store(dctx_ptr + crow + H, tl.where(valid, df + dgf, df).to(cty), mask=cmask)
+    tl.store(dh_ptr + srow, tl.where(valid, dh * (1.0 - gu), dh_in).to(dh_ptr.dtype.element_ty),
+             mask=cmask)  # fmt: skip
+
+
+@torch.library.custom_op("ctrlrnn::gpu_ncarnn_fwd", mutates_args=())
+def _ncarnn_fwd(
+    x_proj: Tensor, weight_hh: Tensor, context_proj: Tensor, h0: Tensor, lengths: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """nCARNN forward -> (h_seq, h_last, saved gates g^u, g^f)."""
+    batch, steps, _ = x_proj.shape
+    hidden = weight_hh.shape[1]
+    x = x_proj.contiguous()
+    h = h0.clone().contiguous()
+    h_seq = x.new_empty(batch, steps, hidden)
+    acts = x.new_empty(batch, steps, 2 * hidden)
+    if batch == 0 or hidden == 0:
+        return h_seq, h, acts
+    lens = _lengths(lengths, x)
+    ctx = context_proj.contiguous()
+    w_t = weight_hh.t()
+    rec = x.new_empty(batch, 2 * hidden)
+    blk, warps = _block(hidden)
+    grid = (batch, triton.cdiv(hidden, blk))
+    for t in range(steps):
+        torch.mm(h, w_t, out=rec)
+        _ncarnn_step_fwd_kernel[grid](
+            x, rec, ctx, h, lens if lens is not None else x, h_seq, acts, t, steps, hidden,
+            HAS_LEN=lens is not None, ACC=acc_dtype(x.dtype), BLOCK=blk, num_warps=warps,
+        )  # fmt: skip
+    return h_seq, h, acts
+
+
+@_ncarnn_fwd.register_fake
+def _(x_proj, weight_hh, context_proj, h0, lengths):
+    batch, steps, _ = x_proj.shape
+    hidden = weight_hh.shape[1]
+    return (
+        x_proj.new_empty(batch, steps, hidden),
+        h0.new_empty(batch, hidden),
+        x_proj.new_empty(batch, steps, 2 * hidden),
+    )
+
+
+@torch.library.custom_op("ctrlrnn::gpu_ncarnn_bwd", mutates_args=())
+def _ncarnn_bwd(
+    grad_h_seq: Tensor | None,
+    grad_h_last: Tensor | None,
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    h0: Tensor,
+    h_seq: Tensor,
+    acts: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """nCARNN backward through time -> (dx_proj, dweight_hh, dcontext_proj, dh0)."""
+    batch, steps, hidden = h_seq.shape
+    dh = grad_h_last.clone().contiguous() if grad_h_last is not None else h0.new_zeros(h0.shape)
+    dx = torch.empty_like(x_proj, memory_format=torch.contiguous_format)
+    dctx = h_seq.new_zeros(batch, 2 * hidden)
+    if batch == 0 or hidden == 0 or steps == 0:
+        return dx.zero_(), weight_hh.new_zeros(weight_hh.shape), dctx, dh
+    lens = _lengths(lengths, acts)
+    gh = grad_h_seq.contiguous() if grad_h_seq is not None else None
+    x = x_proj.contiguous()
+    blk, warps = _block(hidden)
+    grid = (batch, triton.cdiv(hidden, blk))
+    h0c = h0.contiguous()
+    for t in range(steps - 1, -1, -1):
+        _ncarnn_step_bwd_kernel[grid](
+            gh if gh is not None else acts, x, acts, h_seq, h0c,
+            lens if lens is not None else acts, dh, dx, dctx, t, steps, hidden,
+            HAS_GH=gh is not None, HAS_LEN=lens is not None, ACC=acc_dtype(acts.dtype),
+            BLOCK=blk, num_warps=warps,
+        )  # fmt: skip
+        dh.addmm_(dx[:, t, : 2 * hidden], weight_hh)
+    drec = dx[..., : 2 * hidden].reshape(-1, 2 * hidden)
+    dw = drec.t() @ _prev_states(h0, h_seq).reshape(-1, hidden)
+    return dx, dw, dctx, dh
+
+
+@_ncarnn_bwd.register_fake
+def _(grad_h_seq, grad_h_last, x_proj, weight_hh, h0, h_seq, acts, lengths):
+    batch, _, hidden = h_seq.shape
+    return (
+        x_proj.new_empty(x_proj.shape),
+        weight_hh.new_empty(weight_hh.shape),
+        h0.new_empty(batch, 2 * hidden),
+        h0.new_empty(h0.shape),
+    )
+
+
+def _ncarnn_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    x_proj, weight_hh, _, h0, lengths = inputs
+    h_seq, _, acts = output
+    ctx.save_for_backward(x_proj, weight_hh, h0, h_seq, acts, lengths)
+    ctx.set_materialize_grads(False)
+
+
+def _ncarnn_backward(
+    ctx: Any, gh: Tensor | None, ghl: Tensor | None, _gacts: Tensor | None
+) -> tuple[Any, ...]:
+    x_proj, weight_hh, h0, h_seq, acts, lengths = ctx.saved_tensors
+    dx, dw, dctx, dh0 = _ncarnn_bwd(gh, ghl, x_proj, weight_hh, h0, h_seq, acts, lengths)
+    return dx, dw, dctx, dh0, None
+
+
+_ncarnn_fwd.register_autograd(_ncarnn_backward, setup_context=_ncarnn_setup)
+forbid_double_backward(_ncarnn_bwd, "gpu_ncarnn_fwd", "CARNN(variant='n') on CUDA")
+
+
+def ncarnn_sequence(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    context_proj: Tensor,
+    h0: Tensor,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """nCARNN over a batch-first sequence (CARNN paper eq 3), as
+    :func:`ctrlrnn.ops.cells_ref.ncarnn_sequence_ref`.
+
+    ``g^u = sig(W^c_u c + W^h_u h_{m-1} + W^e_u e_m + b_u)``, likewise ``g^f``;
+    ``h_m = g^u (g^f ebar_m) + (1 - g^u) h_{m-1}`` with ``ebar_m = W_e e_m + b_e``.
+
+    Args:
+        x_proj: ``(B, T, 3H)`` ``(W^e_u e_m + b_u, W^e_f e_m + b_f, W_e e_m + b_e)``.
+        weight_hh: ``(2H, H)`` ``(W^h_u; W^h_f)``.
+        context_proj: ``(B, 2H)`` ``(W^c_u c, W^c_f c)``, once per sequence.
+        h0: ``(B, H)`` initial state.
+        lengths: optional ``(B,)`` integer lengths in ``[0, T]``.
+
+    Returns:
+        ``(h_seq, h_last)``.
+    """
+    dtype = _compute(x_proj)
+    xp, w, ctx, h = (t.to(dtype) for t in (x_proj, weight_hh, context_proj, h0))
+    out = _ncarnn_fwd(xp, w, ctx, h, lengths)[:2]
     return tuple(o.to(x_proj.dtype) for o in out)  # type: ignore[return-value]

@@ -1,0 +1,132 @@
+"""Every layer on CUDA (the Triton kernels, natively) against the CPU reference.
+
+Skipped without a CUDA device, and under ``TRITON_INTERPRET=1`` (``tests/gpu/conftest.py`` sets
+it unless ``CTRLRNN_TRITON_NATIVE=1``; ``scripts/gpu-check`` runs this file natively). Each
+layer is built on CPU in fp32, copied to CUDA (fp32, then bf16), and run forward and backward on
+the same padded input with ``lengths`` and as a ``PackedSequence``; outputs, final states and
+the gradients of the input and of every parameter are compared with the CPU layer run on the
+reference implementations (the CPU extensions are switched off here: they are tested elsewhere,
+and building them would cost the GPU check its time budget). The CUDA side must not warn (a
+warning would mean a reference fallback).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+from ctrlrnn.ops import backend
+from ctrlrnn.ops.gpu import interpreting
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or interpreting(),
+    reason="needs a CUDA device and native Triton (scripts/gpu-check runs these)",
+)
+
+B, T, D, H = 3, 9, 8, 16
+LENGTHS = [9, 5, 1]
+
+
+def _layers() -> dict[str, Callable[[], torch.nn.Module]]:
+    import ctrlrnn
+
+    kw = dict(batch_first=True)
+    return {
+        "qrnn_fo": lambda: ctrlrnn.QRNN(D, H, num_layers=2, **kw),
+        "qrnn_ifo_bi": lambda: ctrlrnn.QRNN(D, H, bidirectional=True, pooling="ifo", **kw),
+        "rcrn_bi": lambda: ctrlrnn.RCRN(D, H, bidirectional=True, **kw),
+        "rcrn_gru": lambda: ctrlrnn.RCRN(D, H, cell="gru", **kw),
+        "caslstm_bi": lambda: ctrlrnn.CASLSTM(D, H, num_layers=2, bidirectional=True, **kw),
+        "caslstm_peephole": lambda: ctrlrnn.CASLSTM(D, H, num_layers=3, peephole=True,
+                                                    lambda_=None, **kw),  # fmt: skip
+        "carnn_n": lambda: ctrlrnn.CARNN(D, H, 5, variant="n", **kw),
+        "carnn_i": lambda: ctrlrnn.CARNN(D, H, 5, variant="i", bidirectional=True, **kw),
+        "carnn_s": lambda: ctrlrnn.CARNN(D, D, 5, variant="s", **kw),
+        "metagross_h": lambda: ctrlrnn.Metagross(D, H, depth=3, **kw),
+        "metagross_c_bi": lambda: ctrlrnn.Metagross(D, H, depth=2, recurrence="c",
+                                                    bidirectional=True, **kw),  # fmt: skip
+    }
+
+
+NAMES = sorted(_layers())
+
+
+@pytest.fixture
+def cpu_reference(monkeypatch):
+    """CPU tensors take the reference implementations (no extension build)."""
+    monkeypatch.setattr(backend, "cpu_extension", lambda family: None)
+
+
+def _run(layer: torch.nn.Module, name: str, x: torch.Tensor, lengths: torch.Tensor,
+         packed: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+    """Output (padded, zero past the lengths) and final states of ``layer`` on ``x``."""
+    extra = []
+    if name.startswith("carnn"):
+        g = torch.Generator().manual_seed(3)
+        extra = [torch.randn(B, 5, generator=g).to(x.device, x.dtype)]
+    if packed:
+        inp = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, hn = layer(inp, *extra)
+        assert isinstance(out, PackedSequence)
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
+    else:
+        out, hn = layer(x, *extra, lengths=lengths)
+    states = list(hn) if isinstance(hn, tuple) else [hn]
+    return out, states
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["lengths", "packed"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", NAMES)
+def test_layer_cuda_matches_cpu_reference(name, dtype, packed, cpu_reference):
+    torch.manual_seed(0)
+    cpu = _layers()[name]()
+    gpu = copy.deepcopy(cpu).to("cuda", dtype)
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor(LENGTHS)
+    xc = x.clone().requires_grad_()
+    xg = x.to("cuda", dtype).requires_grad_()
+
+    out_c, st_c = _run(cpu, name, xc, lengths, packed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a reference fallback warns
+        out_g, st_g = _run(gpu, name, xg, lengths, packed)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(out_g.float().cpu(), out_c, **tol)
+    for a, b in zip(st_g, st_c):
+        torch.testing.assert_close(a.float().cpu(), b, **tol)
+
+    g = torch.Generator().manual_seed(2)
+    w_out = torch.randn(out_c.shape, generator=g)
+    w_st = [torch.randn(s.shape, generator=g) for s in st_c]
+
+    def loss(out, states, dev, dt):
+        total = (out.float() * w_out.to(dev)).sum()
+        return total + sum((s.float() * w.to(dev)).sum() for s, w in zip(states, w_st))
+
+    params_c = [p for p in cpu.parameters() if p.requires_grad]
+    params_g = [p for p in gpu.parameters() if p.requires_grad]
+    grads_c = torch.autograd.grad(loss(out_c, st_c, "cpu", torch.float32), [xc, *params_c])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        grads_g = torch.autograd.grad(loss(out_g, st_g, "cuda", dtype), [xg, *params_g])
+    names = ["input"] + [n for n, p in gpu.named_parameters() if p.requires_grad]
+    # bf16 gradients of weights sum over B*T products rounded to 8 bits: compare by norm
+    for n, a, b in zip(names, grads_g, grads_c):
+        a = a.float().cpu()
+        if dtype == torch.float32:
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3, msg=lambda m, n=n: f"{n}: {m}")
+        else:
+            err = (a - b).norm() / b.norm().clamp_min(1e-3)
+            assert err < 0.08, f"{n}: relative error {err:.3f}"
+
+
+def test_every_family_runs_triton_on_this_device():
+    for family in ("scan", "cells", "metagross"):
+        line = backend._cuda_status(family)
+        assert "reference" not in line and "kernels" in line, line

@@ -1,0 +1,360 @@
+"""The Triton CAS-LSTM and nCARNN cells against the references, in Triton's CPU interpreter.
+
+As ``test_triton_interpret.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``, the launchers of
+:mod:`ctrlrnn.ops.gpu.cells_triton` run on CPU tensors and are compared with
+:mod:`ctrlrnn.ops.cells_ref` in float64 differentiated by autograd: forward outputs, final
+states and the gradients of every input. The layer tests force the dispatch of
+:mod:`ctrlrnn.ops.fused_cells` to the GPU module (what a CUDA tensor gets) and check that the
+CASLSTM and CARNN layers reach the kernels and equal the reference path. Shapes are tiny
+(B = 3, T = 5, H = 8 or 5: a partial block of 16 under the interpreter) because the
+interpreter is slow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
+
+from ctrlrnn.nn.carnn import CARNN  # noqa: E402
+from ctrlrnn.nn.cas_lstm import CASLSTM  # noqa: E402
+from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
+from ctrlrnn.ops.gpu import cells_triton  # noqa: E402
+
+B, T, H = 3, 5, 8
+NAN, INF = float("nan"), float("inf")
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    if dtype in (torch.float16, torch.bfloat16):
+        return dict(rtol=3e-2, atol=3e-2)
+    if dtype == torch.float64:
+        return dict(rtol=1e-10, atol=1e-10)
+    return dict(rtol=1e-5, atol=1e-5)
+
+
+def _close(actual: Tensor, expected: Tensor, dtype: torch.dtype, name: str = "") -> None:
+    assert actual.dtype == dtype, name
+    torch.testing.assert_close(actual.double(), expected.double(), msg=name, **_tol(dtype))
+
+
+def _compare(
+    fn: Callable[..., Sequence[Tensor]],
+    ref_fn: Callable[..., Sequence[Tensor]],
+    args: Sequence[Tensor | None],
+    lengths: Tensor | None,
+    dtype: torch.dtype,
+    seed: int,
+) -> tuple[list[Tensor], list[Tensor | None]]:
+    """Run both on ``args`` (``dtype`` vs float64 copies), compare outputs and all gradients."""
+    leaves = [a.to(dtype).requires_grad_() if a is not None else None for a in args]
+    leaves64 = [a.double().requires_grad_() if a is not None else None for a in args]
+    outs = fn(*leaves, lengths=lengths)
+    ref = ref_fn(*leaves64, lengths=lengths)
+    for k, (x, y) in enumerate(zip(outs, ref, strict=True)):
+        _close(x, y, dtype, f"output {k}")
+    g = torch.Generator().manual_seed(seed)
+    ws = [torch.randn(x.shape, generator=g) for x in outs]
+    inputs = [a for a in leaves if a is not None]
+    got = torch.autograd.grad(outs, inputs, [w.to(dtype) for w in ws])
+    want = torch.autograd.grad(ref, [a for a in leaves64 if a is not None],
+                               [w.double() for w in ws])  # fmt: skip
+    for k, (x, y) in enumerate(zip(got, want, strict=True)):
+        _close(x, y, dtype, f"gradient {k}")
+    return list(outs), list(got)
+
+
+# ------------------------------------------------------------------------------------------------
+# CAS-LSTM (eq 7-13; peepholes eq 17-18)
+# ------------------------------------------------------------------------------------------------
+
+
+def _cas_args(lam: str, peephole: bool, seed: int, hidden: int = H) -> list[Tensor | None]:
+    """(x_proj, weight_hh, lower_c, h0, c0, scale_f, scale_g, peephole) as the reference takes
+    them; ``lam``: "const" (0.5), "vector" (a per-channel lambda in (0, 1)) or "none" (plain sum,
+    ones)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, 5 * hidden, generator=g)
+    w = 0.4 * torch.randn((4 if peephole else 5) * hidden, hidden, generator=g)
+    low = torch.randn(B, T, hidden, generator=g)
+    h0, c0 = torch.randn(B, hidden, generator=g), torch.randn(B, hidden, generator=g)
+    if lam == "const":
+        sg = torch.full((hidden,), 0.5)
+    elif lam == "vector":
+        sg = torch.rand(hidden, generator=g)
+    else:
+        sg = torch.ones(hidden)
+    sf = torch.ones(hidden) if lam == "none" else 1 - sg
+    pp = 0.5 * torch.randn(2, hidden, generator=g) if peephole else None
+    return [x, w, low, h0, c0, sf, sg, pp]
+
+
+CAS_PARAMS = [
+    pytest.param(torch.float32, None, "const", False, id="fp32-const"),
+    pytest.param(torch.float32, [5, 0, 2], "vector", False, id="fp32-lengths-vector"),
+    pytest.param(torch.float32, [3, 5, 1], "none", True, id="fp32-lengths-plain-peephole"),
+    pytest.param(torch.bfloat16, [5, 0, 2], "vector", True, id="bf16-lengths-vector-peephole"),
+]
+
+
+@pytest.mark.parametrize(("dtype", "lengths", "lam", "peephole"), CAS_PARAMS)
+def test_cas_lstm_forward_backward(dtype, lengths, lam, peephole):
+    lens = torch.tensor(lengths) if lengths is not None else None
+    args = _cas_args(lam, peephole, seed=1)
+    outs, grads = _compare(cells_triton.cas_lstm_sequence, cells_ref.cas_lstm_sequence_ref, args,
+                           lens, dtype, seed=2)  # fmt: skip
+    if lens is not None:  # padded steps: zero outputs, zero gradients of x_proj and lower_c
+        pad = torch.arange(T)[None, :] >= lens[:, None]
+        assert not outs[0][pad].any() and not outs[1][pad].any()
+        assert not grads[0][pad].any() and not grads[2][pad].any()
+
+
+def test_cas_lstm_gradcheck_float64():
+    g = torch.Generator().manual_seed(3)
+    hid = 2
+    x = torch.randn(2, 3, 5 * hid, generator=g, dtype=torch.float64)
+    w = 0.5 * torch.randn(4 * hid, hid, generator=g, dtype=torch.float64)
+    low = torch.randn(2, 3, hid, generator=g, dtype=torch.float64)
+    h0, c0 = (torch.randn(2, hid, generator=g, dtype=torch.float64) for _ in range(2))
+    lam = torch.rand(hid, generator=g, dtype=torch.float64)
+    pp = torch.randn(2, hid, generator=g, dtype=torch.float64)
+    args = [a.requires_grad_() for a in (x, w, low, h0, c0, 1 - lam, lam, pp)]
+    lens = torch.tensor([3, 2])
+    assert torch.autograd.gradcheck(
+        lambda *a: cells_triton.cas_lstm_sequence(*a, lengths=lens), args, fast_mode=True
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# nCARNN (CARNN eq 3)
+# ------------------------------------------------------------------------------------------------
+
+
+def _ncarnn_args(seed: int, hidden: int = H) -> list[Tensor | None]:
+    """(x_proj, weight_hh, context_proj, h0) as the reference takes them."""
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(B, T, 3 * hidden, generator=g),
+        0.4 * torch.randn(2 * hidden, hidden, generator=g),
+        torch.randn(B, 2 * hidden, generator=g),
+        torch.randn(B, hidden, generator=g),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "lengths"),
+    [(torch.float32, None), (torch.float32, [5, 0, 2]), (torch.bfloat16, [2, 5, 4])],
+    ids=["fp32", "fp32-lengths", "bf16-lengths"],
+)
+def test_ncarnn_forward_backward(dtype, lengths):
+    lens = torch.tensor(lengths) if lengths is not None else None
+    outs, grads = _compare(cells_triton.ncarnn_sequence, cells_ref.ncarnn_sequence_ref,
+                           _ncarnn_args(seed=4), lens, dtype, seed=5)  # fmt: skip
+    if lens is not None:
+        pad = torch.arange(T)[None, :] >= lens[:, None]
+        assert not outs[0][pad].any() and not grads[0][pad].any()
+
+
+def test_ncarnn_gradcheck_float64():
+    g = torch.Generator().manual_seed(6)
+    hid = 2
+    args = [
+        torch.randn(2, 3, 3 * hid, generator=g, dtype=torch.float64),
+        0.5 * torch.randn(2 * hid, hid, generator=g, dtype=torch.float64),
+        torch.randn(2, 2 * hid, generator=g, dtype=torch.float64),
+        torch.randn(2, hid, generator=g, dtype=torch.float64),
+    ]
+    lens = torch.tensor([3, 1])
+    assert torch.autograd.gradcheck(
+        lambda *a: cells_triton.ncarnn_sequence(*a, lengths=lens),
+        [a.requires_grad_() for a in args],
+        fast_mode=True,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# NaN / +-Inf parity (as tests/gpu/test_triton_nonfinite.py) and empty shapes
+# ------------------------------------------------------------------------------------------------
+
+
+def _parity(got: Tensor, want: Tensor, name: str) -> None:
+    """Equal NaN, +Inf and -Inf masks, close finite values (float32)."""
+    assert got.shape == want.shape and got.dtype == want.dtype, name
+    for label, mask in (("NaN", torch.isnan), ("+Inf", lambda t: t == INF),
+                        ("-Inf", lambda t: t == -INF)):  # fmt: skip
+        mg, mw = mask(got), mask(want)
+        assert torch.equal(mg, mw), f"{name}: {label} masks differ at {(mg != mw).nonzero()[:4]}"
+    fin = torch.isfinite(want)
+    scale = max(1.0, want[fin].abs().max().item()) if fin.any() else 1.0
+    torch.testing.assert_close(got[fin], want[fin], rtol=1e-4, atol=1e-5 * scale, msg=name)
+
+
+def _poke(x: Tensor | None, pokes: Sequence[tuple[tuple[int, ...], float]]) -> Tensor | None:
+    if x is None:
+        return None
+    x = x.clone()
+    for idx, value in pokes:
+        x[idx] = value
+    return x
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("kind", ["cas", "cas-peephole", "ncarnn"])
+def test_nonfinite(kind):
+    h = 5
+    if kind == "ncarnn":
+        args = _ncarnn_args(seed=7, hidden=h)
+        fn, ref_fn = cells_triton.ncarnn_sequence, cells_ref.ncarnn_sequence_ref
+        x_pokes = [((0, 4, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
+                   ((2, 0, 3), 1e4), ((2, 3, 2 * h), -1e4)]  # fmt: skip
+        args[2] = _poke(args[2], [((2, 1), -INF)])  # the context projection
+    else:
+        args = _cas_args("vector", kind == "cas-peephole", seed=7, hidden=h)
+        fn, ref_fn = cells_triton.cas_lstm_sequence, cells_ref.cas_lstm_sequence_ref
+        x_pokes = [((0, 4, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
+                   ((2, 0, 4 * h + 3), 1e4), ((2, 3, 4 * h), -1e4)]  # fmt: skip
+        args[2] = _poke(args[2], [((0, 2, 2), INF), ((2, 4, 0), NAN)])  # lower_c
+        args[4] = _poke(args[4], [((1, 1), INF)])  # c0
+    args[0] = _poke(args[0], x_pokes)
+    args[3] = _poke(args[3], [((2, 3), -INF)])  # h0
+    leaves = [a.clone().requires_grad_() if a is not None else None for a in args]
+    ref_leaves = [a.clone().requires_grad_() if a is not None else None for a in args]
+    outs, ref = fn(*leaves), ref_fn(*ref_leaves)
+    for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
+        _parity(o.detach(), r.detach(), f"output {k}")
+    g = torch.Generator().manual_seed(8)
+    ws = [torch.randn(o.shape, generator=g) for o in outs]
+    got = torch.autograd.grad(outs, [a for a in leaves if a is not None], ws)
+    want = torch.autograd.grad(ref, [a for a in ref_leaves if a is not None], ws)
+    for k, (x, y) in enumerate(zip(got, want, strict=True)):
+        _parity(x, y, f"gradient {k}")
+    assert torch.isnan(outs[0]).any() and torch.isfinite(outs[0]).any()
+
+
+@pytest.mark.parametrize(("batch", "steps"), [(0, 4), (2, 0)], ids=["B0", "T0"])
+def test_empty_shapes(batch, steps):
+    g = torch.Generator().manual_seed(9)
+    h0, c0 = torch.randn(batch, H, generator=g), torch.randn(batch, H, generator=g)
+    x = torch.randn(batch, steps, 5 * H, generator=g).requires_grad_()
+    w = torch.randn(5 * H, H, generator=g).requires_grad_()
+    low = torch.randn(batch, steps, H, generator=g).requires_grad_()
+    sg = torch.full((H,), 0.5).requires_grad_()
+    h_seq, c_seq, h_n, c_n = cells_triton.cas_lstm_sequence(x, w, low, h0, c0, 1 - sg, sg)
+    assert h_seq.shape == c_seq.shape == (batch, steps, H) and h_n.shape == (batch, H)
+    assert steps > 0 or (torch.equal(h_n, h0) and torch.equal(c_n, c0))
+    (h_seq.sum() + h_n.sum() + c_n.sum()).backward()
+    assert x.grad.shape == x.shape and low.grad.shape == low.shape and not w.grad.any()
+    assert sg.grad is not None and not sg.grad.any()
+
+    xn = torch.randn(batch, steps, 3 * H, generator=g).requires_grad_()
+    wn = torch.randn(2 * H, H, generator=g).requires_grad_()
+    ctx = torch.randn(batch, 2 * H, generator=g).requires_grad_()
+    hn_seq, hn_last = cells_triton.ncarnn_sequence(xn, wn, ctx, h0)
+    assert hn_seq.shape == (batch, steps, H) and (steps > 0 or torch.equal(hn_last, h0))
+    (hn_seq.sum() + hn_last.sum()).backward()
+    assert xn.grad.shape == xn.shape and ctx.grad.shape == ctx.shape and not ctx.grad.any()
+
+
+# ------------------------------------------------------------------------------------------------
+# the public ops and the layers reach the kernels (the dispatch a CUDA tensor gets)
+# ------------------------------------------------------------------------------------------------
+
+
+class _Spy:
+    """Stands for the GPU module of the ``cells`` family and counts the calls of each function."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(cells_triton, name)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+
+def _force(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> _Spy:
+    """Route fused_cells as for CUDA tensors: the GPU module (``gpu``) or the reference."""
+    spy = _Spy()
+    monkeypatch.setattr(fused_cells, "_use_compiled", lambda x: False)
+    monkeypatch.setattr(fused_cells, "gpu_kernels", lambda family, device: spy if gpu else None)
+    return spy
+
+
+def _layer_run(model: torch.nn.Module, call: Callable[[], Tensor]) -> list[Tensor]:
+    """The output and the gradients of every parameter for a fixed random weighting."""
+    model.zero_grad()
+    out = call()
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(10))
+    (out * w).sum().backward()
+    return [out.detach()] + [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("peephole", [False, True], ids=["trainable-lambda", "peephole"])
+def test_caslstm_layer_runs_the_kernels(monkeypatch, peephole):
+    torch.manual_seed(11)
+    lam = None if peephole else "trainable"
+    model = CASLSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True, lambda_=lam,
+                    peephole=peephole)  # fmt: skip
+    x = torch.randn(B, T, 4)
+    lengths = torch.tensor([5, 2, 3])
+
+    def call() -> Tensor:
+        out, (h_n, c_n) = model(x, lengths=lengths)
+        return torch.cat([out.flatten(), h_n.flatten(), c_n.flatten()])
+
+    spy = _force(monkeypatch, gpu=True)
+    got = _layer_run(model, call)
+    # layer 1 of each direction on the LSTM kernel, layer 2 on the CAS-LSTM kernel
+    assert spy.calls == {"lstm_sequence": 2, "cas_lstm_sequence": 2}
+    _force(monkeypatch, gpu=False)
+    want = _layer_run(model, call)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        _close(a, b, torch.float32, f"tensor {k}")
+
+
+def test_carnn_layer_runs_the_kernels(monkeypatch):
+    torch.manual_seed(12)
+    model = CARNN(4, 6, context_size=3, variant="n", num_layers=2, batch_first=True)
+    x, context = torch.randn(B, T, 4), torch.randn(B, 3)
+    lengths = torch.tensor([5, 2, 3])
+
+    def call() -> Tensor:
+        out, h_n = model(x, context, lengths=lengths)
+        return torch.cat([out.flatten(), h_n.flatten()])
+
+    spy = _force(monkeypatch, gpu=True)
+    got = _layer_run(model, call)
+    assert spy.calls == {"ncarnn_sequence": 2}
+    _force(monkeypatch, gpu=False)
+    want = _layer_run(model, call)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        _close(a, b, torch.float32, f"tensor {k}")
+
+
+def test_public_op_scalar_lambda_half(monkeypatch):
+    """``fused_cells.cas_lstm_sequence`` with a 0-d trainable lambda (expanded to (H,) before
+    the kernel) and fp16 inputs: outputs in fp16, the gradient reaches lambda."""
+    spy = _force(monkeypatch, gpu=True)
+    x, w, low, h0, c0, _, _, _ = _cas_args("const", False, seed=13)
+    lam = torch.tensor(0.3, requires_grad=True)
+    xh, lowh = x.half().requires_grad_(), low.half()
+    outs = fused_cells.cas_lstm_sequence(xh, w.half(), lowh, h0.half(), c0.half(), lambda_=lam)
+    assert spy.calls == {"cas_lstm_sequence": 1} and all(o.dtype == torch.float16 for o in outs)
+    got = torch.autograd.grad(outs[0].float().sum(), (xh, lam))
+    ref = cells_ref.cas_lstm_sequence_ref(
+        xh.detach().double(), w.half().double(), lowh.double(), h0.half().double(),
+        c0.half().double(), 1 - lam.double().expand(H), lam.double().expand(H),
+    )  # fmt: skip
+    _close(outs[0], ref[0], torch.float16)
+    want = torch.autograd.grad(ref[0].sum(), lam)[0]
+    torch.testing.assert_close(got[1], want, rtol=3e-2, atol=3e-2)
