@@ -117,7 +117,7 @@ def test_added_arm_runs_alone(tmp_path, monkeypatch):
     shutil.rmtree(runs)  # the finished results must come from the results file alone
     trained = []
 
-    def fake_run(exp, arm, seed, mode, runs_dir, show_progress):
+    def fake_run(exp, arm, seed, mode, runs_dir, show_progress, params=None):
         trained.append((arm.label, seed))
         return {"test": {"token_accuracy": 0.5}, "valid": {"token_accuracy": 0.5}, "step": 3,
                 "train_seconds": 1.0, "epochs_completed": 1, "parameters": 1}
@@ -157,9 +157,9 @@ def test_cli_writes_pages_only_when_something_was_trained(tmp_path, monkeypatch,
     trained = []
     real_run_one = runner.run_one
 
-    def counting(exp, arm, seed, mode, runs_dir, show_progress):
+    def counting(exp, arm, seed, mode, runs_dir, show_progress, params=None):
         trained.append((arm.label, seed))
-        return real_run_one(exp, arm, seed, mode, runs_dir, show_progress)
+        return real_run_one(exp, arm, seed, mode, runs_dir, show_progress, params)
 
     monkeypatch.setattr(runner, "run_one", counting)
     assert cli.main(["reproduce", *paths, "--rerun", "tiny-copy"]) == 0

@@ -74,8 +74,11 @@ def _run(args: argparse.Namespace) -> int:
     if isinstance(rerun, str):
         print(f"ctrlrnn reproduce: {rerun}")
         return 2
+    ids = {e.id for e in EXPERIMENTS}
+    # a pattern that is an experiment's id names that one alone (metagross-sort, not -sort5)
     chosen = [e for e in EXPERIMENTS  # --rerun names an experiment: it is chosen too
-              if not args.only or any(p in e.id for p in args.only) or e.id in rerun]
+              if not args.only or e.id in rerun or any(
+                  e.id == p if p in ids else p in e.id for p in args.only)]
     if args.only and not chosen:
         known = ", ".join(e.id for e in EXPERIMENTS)
         print(f"ctrlrnn reproduce: --only matches no experiment (known: {known})")
@@ -138,7 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the quick mode (small models; see the README for its time)")
     p.add_argument("--only", action="append", metavar="PATTERN",
-                   help="only experiments whose id contains PATTERN (repeatable)")
+                   help="only the experiment PATTERN, or those whose id contains PATTERN "
+                   "(repeatable)")
     p.add_argument("--rerun", action="append", metavar="EXPERIMENT",
                    help="train EXPERIMENT again from scratch, its cached results and runs set "
                         f"aside ('{SPEED}': measure the speed sections again; 'all': "

@@ -132,6 +132,23 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if not exp.paper_comparable:
         lines += ["", "The paper's numbers are on other data or at another scale: they are shown "
                   "for reference, and the baseline check of the verdict rule does not apply."]
+    # how the stored runs stopped: the definition they ran under (stored with them)
+    ran = ((data or {}).get("definition") or {}).get(mode) or exp.overrides(mode)
+    lines += ["", _stopping_line(ran)]
+    tuning = exp.tuning(mode)
+    tuned = data is not None and tuning is not None and all(
+        arm.get("tuning") for _, arm in _ordered_arms(exp, data)) and bool(data.get("arms"))
+    stale = data is not None and tuning is not None and not tuned
+    if tuning is None:
+        lines += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
+    elif tuned:
+        lines += ["", f"Tuning, the same for every arm on the validation split: "
+                  f"{tuning.describe()}. The final seeds train at each arm's best trial."]
+    else:
+        lines += ["", f"**Untuned results.** These runs predate the equal tuning this experiment "
+                  f"now defines ({tuning.describe()}): every arm trained at the same learning "
+                  f"rate, and their verdicts are marked *untuned*. `ctrlrnn reproduce --only "
+                  f"{exp.id}` replaces them."]
     judged: list[tuple[str, str, str]] = []
     if data is None:
         lines += ["", "Not run yet in this mode.", ""]
@@ -141,7 +158,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         return lines, judged
     also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
     lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid | steps "
-              "(best) | converged | train s | parameters |", "|---" * (8 + len(exp.also)) + "|"]
+              "(best) | converged | tuned (trials) | train s | parameters |",
+              "|---" * (9 + len(exp.also)) + "|"]
     paper_also = {a.label: a.paper_also for a in exp.arms}
     for label, arm in _ordered_arms(exp, data):
         vals = _values(arm, scale)
@@ -157,9 +175,11 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         lines.append(
             f"| {label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) |"
             f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | "
-            f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | {_seconds_cell(seeds)} | "
-            f"{params or '–'} |"
+            f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | "
+            f"{_tuned_cell(arm.get('tuning'))} | {_seconds_cell(seeds)} | {params or '–'} |"
         )
+    if tuned:
+        lines += _trial_tables(exp, data, scale)
     if data.get("errors"):
         lines += ["", "Runs that did not finish:", ""]
         lines += [f"- {k}: `{v[:300]}`" for k, v in data["errors"].items()]
@@ -189,9 +209,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                     useful=level * unit_scale if level is not None else None,
                     baseline_paper=paper if exp.paper_comparable else None)
         text = _claim_text(c.better, c.worse, c.metric)
-        judged.append((text, c.source, v))
+        shown = f"**{v}**" + (" (untuned)" if stale else "")
+        judged.append((text, c.source, v + (" (untuned)" if stale else "")))
         lines.append(f"| {text} | {c.source} | {_baseline_cell(worse_values, paper, higher)} "
-                     f"| **{v}** |")
+                     f"| {shown} |")
     lines.append("")
     return lines, judged
 
@@ -200,6 +221,57 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
 #: and the load average when it started was at most its threads plus this
 OWN_MACHINE_SHARE = 0.85
 OWN_MACHINE_EXTRA_LOAD = 0.5
+
+
+def _stopping_line(overrides: dict[str, Any]) -> str:
+    """How the runs of this mode stop: patience (evaluations) or a cap."""
+    caps = []
+    if overrides.get("max_steps"):
+        caps.append(f"{overrides['max_steps']} steps")
+    caps.append(f"{overrides.get('epochs', 1)} epochs")
+    every = (f"every {overrides['eval_every']} steps" if overrides.get("eval_every")
+             else "at the end of each epoch")
+    cap = " or ".join(caps)
+    if overrides.get("patience"):
+        return (f"Stopping: evaluated {every}; a run stops when the validation metric has not "
+                f"improved for {overrides['patience']} evaluations, or at the cap of {cap} "
+                "(then it is marked *not converged*); the test split is scored at the best "
+                "validation checkpoint.")
+    return (f"Stopping: evaluated {every}; no patience in this mode, every run trains to the "
+            f"cap of {cap}; the test split is scored at the best validation checkpoint.")
+
+
+def _short_key(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def _tuned_cell(tuning: dict[str, Any] | None) -> str:
+    if not tuning:
+        return "–"
+    chosen = tuning.get("chosen") or {}
+    if not chosen:
+        return f"every trial diverged ({len(tuning.get('trials', []))})"
+    values = ", ".join(f"{_short_key(k)} {v:.3g}" for k, v in sorted(chosen.items()))
+    return f"{values} ({len(tuning.get('trials', []))})"
+
+
+def _trial_tables(exp: Experiment, data: dict[str, Any], scale: float) -> list[str]:
+    """Every arm's trial table: proposed values, validation score, steps and how it stopped."""
+    lines = ["", "<details><summary>Tuning trials (validation split)</summary>", "",
+             "| arm | trial | values | valid | steps (best) | stopped by |",
+             "|---|---|---|---|---|---|"]
+    for label, arm in _ordered_arms(exp, data):
+        table = arm.get("tuning") or {}
+        for row in table.get("trials", []):
+            values = ", ".join(f"{_short_key(k)} {v:.3g}"
+                               for k, v in sorted(row.get("params", {}).items()))
+            best = " **(chosen)**" if row.get("trial") == table.get("best_trial") else ""
+            valid = row.get("valid")
+            lines.append(
+                f"| {label} | {row.get('trial')}{best} | {values} | "
+                f"{_fmt(valid * scale if isinstance(valid, (int, float)) else None)} | "
+                f"{row.get('steps')} ({row.get('best_step')}) | {row.get('stop_reason')} |")
+    return [*lines, "", "</details>"]
 
 
 def _steps_cell(seeds: list[dict[str, Any]]) -> str:

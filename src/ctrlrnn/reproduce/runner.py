@@ -53,13 +53,31 @@ def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
     if not cached or not cached.get("complete"):
         return False
     done = cached.get("arms", {})
+    tuning = exp.tuning(mode)
+    if tuning is not None and any(
+            len(done.get(arm.label, {}).get("tuning", {}).get("trials", [])) != tuning.trials
+            for arm in exp.arms):
+        return False
     return all(str(seed) in done.get(arm.label, {}).get("seeds", {})
                for arm in exp.arms for seed in exp.seeds(mode))
 
 
-def run_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str, seed: int) -> Path:
-    """Where one (arm, seed) of ``exp`` trains."""
-    return runs_dir / mode / exp.id / f"{slug(arm_label)}-seed{seed}"
+def params_tag(params: dict[str, float] | None) -> str:
+    """A run directory suffix naming tuned values (``lr=0.00123`` -> ``-lr0.00123``)."""
+    if not params:
+        return ""
+    return "-" + "-".join(f"{slug(k.split('.')[-1])}{v:.3g}" for k, v in sorted(params.items()))
+
+
+def run_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str, seed: int,
+            params: dict[str, float] | None = None) -> Path:
+    """Where one (arm, seed) of ``exp`` trains (at the tuned ``params``, if any)."""
+    return runs_dir / mode / exp.id / f"{slug(arm_label)}-seed{seed}{params_tag(params)}"
+
+
+def tuning_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str) -> Path:
+    """Where the trials of ``exp``'s arm train (:mod:`ctrlrnn.reproduce.tuning`)."""
+    return runs_dir / mode / exp.id / f"{slug(arm_label)}-tuning"
 
 
 def forget(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
@@ -85,8 +103,10 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path) -> tuple[Any, Any]:
-    """The validated (config, task class) of one (arm, seed) of ``exp`` in ``mode``."""
+def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path,
+               extra: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """The validated (config, task class) of one (arm, seed) of ``exp`` in ``mode``; ``extra``
+    overrides last (a tuning trial's budget and values, or an arm's tuned values)."""
     from ctrlrnn.train.cli import validated_config
 
     overrides: dict[str, Any] = {"seed": seed, "out": str(out), **exp.overrides(mode)}
@@ -94,29 +114,67 @@ def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path) -> tu
         overrides[f"task.{key}"] = value
     for key, value in arm.model_args.items():
         overrides[f"model.{key}"] = value
+    overrides.update(extra or {})
     return validated_config(exp.task, arm.model, overrides)
 
 
-def run_one(exp: Experiment, arm: Arm, seed: int, mode: str, runs_dir: Path,
-            show_progress: bool) -> dict[str, Any]:
-    """Train one (arm, seed) of ``exp`` (or read its finished result)."""
+def train_in(out: Path, exp: Experiment, arm: Arm, seed: int, mode: str,
+             extra: dict[str, Any] | None, show_progress: bool) -> dict[str, Any]:
+    """Train one run of ``exp``'s ``arm`` in ``out`` (resuming it, or reading its result)."""
     from ctrlrnn.train.cli import train_run
 
-    out = run_dir(runs_dir, mode, exp, arm.label, seed)
     done = out / "result.json"
     if done.exists():
         return json.loads(done.read_text(encoding="utf-8"))
-    cfg, cls = config_for(exp, arm, seed, mode, out)
+    cfg, cls = config_for(exp, arm, seed, mode, out, extra)
     resume = (out / "checkpoint.safetensors").exists()
     result = train_run(cfg, cls, resume=resume, show_progress=show_progress, verbose=False)
     assert result is not None
     return result
 
 
-def _summarise(result: dict[str, Any], exp: Experiment) -> dict[str, Any]:
+def run_one(exp: Experiment, arm: Arm, seed: int, mode: str, runs_dir: Path,
+            show_progress: bool, params: dict[str, float] | None = None) -> dict[str, Any]:
+    """Train one (arm, seed) of ``exp`` at the tuned ``params`` (or read its finished result)."""
+    out = run_dir(runs_dir, mode, exp, arm.label, seed, params)
+    return train_in(out, exp, arm, seed, mode, params, show_progress)
+
+
+def run_trial(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bool,
+              number: int, overrides: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Train one tuning trial of ``exp``'s ``arm`` (its overrides: budget and proposed values)."""
+    tuning = exp.tuning(mode)
+    seed = tuning.train_seed if tuning is not None else 0
+    return train_in(out, exp, arm, seed, mode, overrides, show_progress)
+
+
+def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bool,
+         cached: dict[str, Any] | None, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """The tuning of ``exp``'s ``arm`` in ``mode``: read from ``cached`` (the arm's entry of the
+    results file) when it holds every planned trial, else run or finish it. None: no tuning."""
+    from ctrlrnn.reproduce.tuning import tune_arm
+
+    tuning = exp.tuning(mode)
+    if tuning is None:
+        return None
+    done = (cached or {}).get("tuning")
+    if done and len(done.get("trials", [])) == tuning.trials:
+        return dict(done)
+    log(f"[reproduce] {exp.id}: tuning {arm.label} ({tuning.trials} trials)")
+
+    def trial(number: int, overrides: dict[str, Any], out: Path) -> dict[str, Any]:
+        return run_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out)
+
+    return tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.metric,
+                    exp.higher_is_better, trial, log)
+
+
+def _summarise(result: dict[str, Any], exp: Experiment,
+               params: dict[str, float] | None = None) -> dict[str, Any]:
     test, valid = result.get("test", {}), result.get("valid", {})
     epochs = max(int(result.get("epochs_completed", 0)), 1)
     return {
+        "params": dict(params or {}),
         "test": test.get(exp.metric),
         "valid": valid.get(exp.metric),
         "test_metrics": test,
@@ -165,24 +223,41 @@ def run_experiment(
         log(f"[reproduce] {exp.id}: skipped, task {exp.task!r} not available")
         return data
     started = time.perf_counter()
+    cached_arms = (cached or {}).get("arms", {})
     for arm in exp.arms:
         seeds: dict[str, Any] = {}
+        entry: dict[str, Any] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
+        data["arms"][arm.label] = entry
+        try:
+            tuned = tune(exp, arm, mode, runs_dir, show_progress,
+                         cached_arms.get(arm.label), log)
+        except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
+            data["errors"][f"{arm.label}/tuning"] = "".join(
+                traceback.format_exception_only(type(exc), exc)).strip()
+            log(f"[reproduce] {exp.id}: tuning {arm.label} failed: {exc}")
+            continue
+        params: dict[str, float] = {}
+        if tuned is not None:
+            entry["tuning"] = tuned
+            params = dict(tuned["chosen"])
+            _write_json(results_path(results_dir, mode, exp), {**data, "complete": False})
         for seed in exp.seeds(mode):
-            if str(seed) in done.get(arm.label, {}):
-                seeds[str(seed)] = done[arm.label][str(seed)]
+            earlier = done.get(arm.label, {}).get(str(seed))
+            # a seed trained at other values (before tuning, or another search) trains again
+            if earlier is not None and (tuned is None or earlier.get("params") == params):
+                seeds[str(seed)] = earlier
                 continue
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
             try:
-                result = run_one(exp, arm, seed, mode, runs_dir, show_progress)
+                result = run_one(exp, arm, seed, mode, runs_dir, show_progress, params or None)
             except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
                 data["errors"][f"{arm.label}/seed{seed}"] = "".join(
                     traceback.format_exception_only(type(exc), exc)).strip()
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")
                 continue
-            seeds[str(seed)] = _summarise(result, exp)
+            seeds[str(seed)] = _summarise(result, exp, params)
             if seed == 0:
-                _record_figure(exp, arm, mode, runs_dir, data, log)
-        data["arms"][arm.label] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
+                _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
     data["seconds"] = float((cached or {}).get("seconds", 0.0)) + time.perf_counter() - started
     data["complete"] = not data["errors"]
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -191,14 +266,14 @@ def run_experiment(
 
 
 def _record_figure(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, data: dict[str, Any],
-                   log: Callable[[str], None]) -> None:
+                   log: Callable[[str], None], params: dict[str, float] | None = None) -> None:
     """Store the figure statistics of ``exp`` (if it has a figure on ``arm``) measured on the
     seed-0 run just trained."""
     from ctrlrnn.reproduce import figures
 
     if figures.FIGURE_ARMS.get(exp.id, ("", ""))[1] != arm.label:
         return
-    recorded = figures.record(exp.id, run_dir(runs_dir, mode, exp, arm.label, 0))
+    recorded = figures.record(exp.id, run_dir(runs_dir, mode, exp, arm.label, 0, params))
     if recorded is None:
         log(f"[reproduce] {exp.id}: no checkpoint to record the figure from")
         return

@@ -1,0 +1,191 @@
+"""Equal hyperparameter tuning of every arm of an experiment, on the validation split.
+
+Each arm of an experiment gets the same search: the same :class:`Tuning` (the parameters and
+their ranges, the number of trials, the per-trial training budget, the sampler's seed). The
+search is Optuna's TPE sampler with a fixed seed; its first ``startup`` trials are drawn at
+random, the rest are proposed from the trials before. A trial is one training run of the arm
+(training seed :attr:`Tuning.train_seed`) at the proposed values, scored by the validation
+split's main metric at its best checkpoint; the test split is never looked at. The arm's final
+seeds then train at the values of its best trial.
+
+Tuning is resumable: each trial trains in its own run directory
+``RUNS/<mode>/<experiment>/<arm>-tuning/trial<k>/``, its proposed values are written there
+(``params.json``) before it trains, and a finished trial's result is read back instead of
+training again. Trial ``k``'s values depend only on the trials before it and the seeds (a
+fresh study of the finished trials, a sampler seeded for ``k``), so a search resumed after an
+interruption is the one an uninterrupted run would have made; an interrupted trial resumes
+with the values it was proposed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: the name of the sampler, as stored with each arm's trial table
+SAMPLER = "optuna TPE"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tuned configuration key (``lr``, ``model.dropout``, ``task.dropout``) and its range."""
+
+    key: str
+    low: float
+    high: float
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The search every arm of an experiment gets (the same for all of them)."""
+
+    trials: int
+    params: tuple[Param, ...]
+    #: configuration overrides of each trial run (a training budget; the same for every arm)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0  # the sampler's seed
+    train_seed: int = 0  # the training seed of every trial
+    #: how many first trials are drawn at random before TPE proposes (at most ``trials``)
+    startup: int = 3
+
+    def describe(self) -> str:
+        """One line for the pages: the search space and budget."""
+        space = ", ".join(
+            f"{p.key} in [{p.low:g}, {p.high:g}]{' (log)' if p.log else ''}" for p in self.params)
+        budget = ", ".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+        if self.startup >= self.trials:
+            how = f"all drawn at random by {SAMPLER}'s start-up, sampler seed {self.seed}"
+        else:
+            how = (f"{SAMPLER}, sampler seed {self.seed}, the first {self.startup} drawn at "
+                   "random")
+        return (f"{self.trials} trials per arm ({how}) over {space}"
+                + (f"; each trial: {budget}" if budget else ""))
+
+
+def lr_and_dropout(dropout_key: str | None, *, trials: int = 6, lr: tuple[float, float] = (
+        3e-4, 1e-2), dropout: tuple[float, float] = (0.0, 0.4),
+        overrides: dict[str, Any] | None = None) -> Tuning:
+    """The usual search: the learning rate (log scale), and dropout where the model has it."""
+    params = [Param("lr", lr[0], lr[1], log=True)]
+    if dropout_key:
+        params.append(Param(dropout_key, dropout[0], dropout[1]))
+    return Tuning(trials=trials, params=tuple(params), overrides=dict(overrides or {}))
+
+
+#: trains one trial: (trial number, its configuration overrides, run directory) -> result
+TrialRunner = Callable[[int, dict[str, Any], Path], dict[str, Any]]
+
+
+def _distributions(tuning: Tuning) -> dict[str, Any]:
+    import optuna
+
+    return {p.key: optuna.distributions.FloatDistribution(p.low, p.high, log=p.log)
+            for p in tuning.params}
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _trial_row(number: int, params: dict[str, float], result: dict[str, Any],
+               metric: str) -> dict[str, Any]:
+    value = (result.get("valid") or {}).get(metric)
+    return {
+        "trial": number,
+        "params": params,
+        "valid": value,
+        "steps": result.get("step"),
+        "best_step": result.get("best_step"),
+        "stop_reason": result.get("stop_reason"),
+        "train_seconds": result.get("train_seconds"),
+    }
+
+
+def _score(value: Any, higher_is_better: bool) -> float:
+    """A trial's value for the study; a diverged trial (NaN or missing) is the worst."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return -math.inf if higher_is_better else math.inf
+    return float(value)
+
+
+def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bool,
+             run_trial: TrialRunner, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or finish) the search of one arm; returns its trial table and chosen values.
+
+    ``run_trial(k, overrides, out)`` trains trial ``k`` with ``overrides`` (the tuned keys at
+    their proposed values) in the run directory ``out`` and returns the run's result (as
+    :func:`ctrlrnn.train.cli.train_run` does).
+    """
+    dists = _distributions(tuning)
+    rows: list[dict[str, Any]] = []
+    for k in range(tuning.trials):
+        out = tuning_dir / f"trial{k}"
+        stored = _read(out / "params.json")
+        if stored is None:
+            params = _propose(tuning, dists, rows, k, higher_is_better)
+            _write(out / "params.json", params)
+        else:  # proposed before an interruption: keep those values
+            params = {key: float(v) for key, v in stored.items()}
+        result = _read(out / "result.json")
+        if result is None:
+            log(f"[tune] trial {k + 1}/{tuning.trials}: " + ", ".join(
+                f"{key}={v:.3g}" for key, v in params.items()))
+            result = run_trial(k, {**tuning.overrides, **params}, out)
+        rows.append(_trial_row(k, params, result, metric))
+    best = _best(rows, higher_is_better)
+    return {
+        "sampler": SAMPLER,
+        "sampler_seed": tuning.seed,
+        "startup_trials": min(tuning.startup, tuning.trials),
+        "train_seed": tuning.train_seed,
+        "trials_planned": tuning.trials,
+        "space": [{"key": p.key, "low": p.low, "high": p.high, "log": p.log}
+                  for p in tuning.params],
+        "trial_overrides": dict(tuning.overrides),
+        "trials": rows,
+        "best_trial": best["trial"] if best else None,
+        "chosen": dict(best["params"]) if best else {},
+    }
+
+
+def _propose(tuning: Tuning, dists: dict[str, Any], rows: list[dict[str, Any]], k: int,
+             higher_is_better: bool) -> dict[str, float]:
+    """Trial ``k``'s values: a function of the finished trials and the seeds alone.
+
+    A fresh study holds the finished trials and a sampler seeded for trial ``k``, so a search
+    resumed after an interruption proposes what the uninterrupted one would have.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=tuning.seed * 10_007 + k,
+                                         n_startup_trials=min(tuning.startup, tuning.trials))
+    study = optuna.create_study(direction="maximize" if higher_is_better else "minimize",
+                                sampler=sampler)
+    for row in rows:
+        study.add_trial(optuna.trial.create_trial(
+            params=row["params"], distributions=dists,
+            value=_score(row["valid"], higher_is_better)))
+    trial = study.ask(dists)
+    return {key: float(v) for key, v in trial.params.items()}
+
+
+def _best(rows: list[dict[str, Any]], higher_is_better: bool) -> dict[str, Any] | None:
+    """The trial with the best validation value (the first one on a tie); None if all diverged."""
+    scored = [r for r in rows if math.isfinite(_score(r["valid"], higher_is_better))]
+    if not scored:
+        return None
+    sign = 1.0 if higher_is_better else -1.0
+    return max(scored, key=lambda r: (sign * float(r["valid"]), -int(r["trial"])))

@@ -1,0 +1,194 @@
+"""Equal tuning of every arm: same trial count, chosen values used by the final seeds,
+resumable search, diverged trials never chosen."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from ctrlrnn.reproduce import runner
+from ctrlrnn.reproduce.experiments import Arm, Claim, Experiment
+from ctrlrnn.reproduce.tuning import Param, Tuning, tune_arm
+
+SEARCH = Tuning(trials=4, params=(Param("lr", 1e-4, 1e-1, log=True),
+                                  Param("model.dropout", 0.0, 0.5)),
+                overrides={"max_steps": 2}, startup=2)
+
+TINY = Experiment(
+    id="tiny-tuned", paper="qrnn", title="tiny tuned copy", task="copy",
+    metric="token_accuracy", higher_is_better=True,
+    arms=(Arm("LSTM", "lstm", {"hidden_size": 8}), Arm("QRNN", "qrnn", {"hidden_size": 8}),
+          Arm("GRU", "gru", {"hidden_size": 8})),
+    claims=(Claim("QRNN", "LSTM", "nowhere"),),
+    quick={"max_steps": 3, "epochs": 1, "batch_size": 16, "task.train_size": 64,
+           "task.valid_size": 16, "task.test_size": 16},
+    full={}, task_args={"digits": 3}, seeds_quick=2, tuning_quick=SEARCH,
+)
+
+
+def _fake_result(valid: float) -> dict:
+    return {"test": {"token_accuracy": valid}, "valid": {"token_accuracy": valid}, "step": 2,
+            "best_step": 2, "stop_reason": "max_steps", "train_seconds": 0.1,
+            "epochs_completed": 1, "parameters": 1}
+
+
+def _score(overrides: dict) -> float:
+    """A validation curve over the search space, best near lr = 1e-2 (made up, smooth)."""
+    return 1.0 - abs(math.log10(overrides["lr"]) + 2.0) / 3.0 - 0.1 * overrides["model.dropout"]
+
+
+def test_every_arm_gets_the_same_trials_and_its_seeds_use_the_chosen_values(tmp_path,
+                                                                              monkeypatch):
+    trials: dict[str, list[dict]] = {}
+    seeds: list[tuple[str, int, dict]] = []
+
+    def fake_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out):
+        assert overrides["max_steps"] == 2  # the trial budget, the same for every arm
+        trials.setdefault(arm.label, []).append(overrides)
+        out.mkdir(parents=True, exist_ok=True)
+        result = _fake_result(_score(overrides))
+        (out / "result.json").write_text(json.dumps(result))
+        return result
+
+    def fake_run_one(exp, arm, seed, mode, runs_dir, show_progress, params=None):
+        seeds.append((arm.label, seed, dict(params or {})))
+        return _fake_result(0.5)
+
+    monkeypatch.setattr(runner, "run_trial", fake_trial)
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    data = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert data["complete"]
+    assert {label: len(t) for label, t in trials.items()} == {"LSTM": 4, "QRNN": 4, "GRU": 4}
+    for label, arm in data["arms"].items():
+        table = arm["tuning"]
+        assert [r["trial"] for r in table["trials"]] == [0, 1, 2, 3]
+        assert table["sampler"] == "optuna TPE" and table["trials_planned"] == 4
+        best = max(table["trials"], key=lambda r: r["valid"])
+        assert table["chosen"] == best["params"] and table["best_trial"] == best["trial"]
+        for lr_dropout in (r["params"] for r in table["trials"]):
+            assert 1e-4 <= lr_dropout["lr"] <= 1e-1 and 0 <= lr_dropout["model.dropout"] <= 0.5
+        used = [p for name, _, p in seeds if name == label]
+        assert used == [table["chosen"]] * 2
+        assert all(s["params"] == table["chosen"] for s in arm["seeds"].values())
+    # the same sampler seed and the same (made-up) curve: every arm is proposed the same values
+    assert trials["LSTM"] == trials["QRNN"] == trials["GRU"]
+    assert runner.is_cached(results, "quick", TINY)
+
+    # cached: nothing is tuned or trained again
+    trials.clear()
+    seeds.clear()
+    runner.run_experiment(TINY, "quick", runs, results, show_progress=False, log=lambda s: None)
+    assert trials == {} and seeds == []
+
+    # a search with more trials is not the cached one: the arms tune again, from their trials
+    more = dataclasses.replace(TINY, tuning_quick=dataclasses.replace(SEARCH, trials=5))
+    assert not runner.is_cached(results, "quick", more)
+
+
+def test_untuned_seeds_train_again_once_the_experiment_is_tuned(tmp_path, monkeypatch):
+    seeds: list[tuple[str, int, dict]] = []
+
+    def fake_run_one(exp, arm, seed, mode, runs_dir, show_progress, params=None):
+        seeds.append((arm.label, seed, dict(params or {})))
+        return _fake_result(0.5)
+
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    untuned = dataclasses.replace(TINY, tuning_quick=None)
+    runner.run_experiment(untuned, "quick", runs, results, show_progress=False,
+                          log=lambda s: None)
+    assert len(seeds) == 6 and all(p == {} for _, _, p in seeds)
+    seeds.clear()
+    monkeypatch.setattr(runner, "run_trial", lambda exp, arm, mode, runs_dir, show, number,
+                        overrides, out: _fake_result(_score(overrides)))
+    runner.run_experiment(TINY, "quick", runs, results, show_progress=False, log=lambda s: None)
+    assert len(seeds) == 6 and all(p for _, _, p in seeds)
+
+
+def test_an_interrupted_search_resumes_to_the_same_trials(tmp_path):
+    def run(into, stop_at=None):
+        def trial(number, overrides, out):
+            if number == stop_at:
+                raise KeyboardInterrupt
+            out.mkdir(parents=True, exist_ok=True)
+            result = _fake_result(_score(overrides))
+            (out / "result.json").write_text(json.dumps(result))
+            return result
+        return tune_arm(SEARCH, into, "token_accuracy", True, trial, log=lambda s: None)
+
+    whole = run(tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", stop_at=3)
+    assert (tmp_path / "cut" / "trial3" / "params.json").exists()  # proposed before it trained
+    resumed = run(tmp_path / "cut")
+    assert resumed["trials"] == whole["trials"] and resumed["chosen"] == whole["chosen"]
+
+
+@pytest.mark.parametrize("higher", [True, False])
+def test_a_diverged_trial_is_never_chosen(tmp_path, higher):
+    values = iter([math.nan, 0.3, 0.7, math.nan])
+
+    def trial(number, overrides, out):
+        return _fake_result(next(values))
+
+    table = tune_arm(SEARCH, tmp_path, "token_accuracy", higher, trial, log=lambda s: None)
+    assert table["best_trial"] == (2 if higher else 1)
+    assert len(table["trials"]) == 4
+
+    def diverged(number, overrides, out):
+        return _fake_result(math.nan)
+
+    table = tune_arm(SEARCH, tmp_path / "all", "token_accuracy", higher, diverged,
+                     log=lambda s: None)
+    assert table["best_trial"] is None and table["chosen"] == {}
+
+
+def test_a_real_tiny_search_trains_its_trials_and_seeds(tmp_path):
+    small = dataclasses.replace(
+        TINY, arms=TINY.arms[:1],
+        tuning_quick=dataclasses.replace(SEARCH, trials=2, overrides={"max_steps": 1}))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    data = runner.run_experiment(small, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert data["complete"], data["errors"]
+    table = data["arms"]["LSTM"]["tuning"]
+    assert [r["steps"] for r in table["trials"]] == [1, 1]
+    chosen = table["chosen"]
+    out = runner.run_dir(runs, "quick", small, "LSTM", 0, chosen)
+    from ctrlrnn.train.checkpoint import Checkpoint
+
+    config = Checkpoint(out / "checkpoint.safetensors").config
+    assert config["lr"] == pytest.approx(chosen["lr"])
+    assert config["model_args"]["dropout"] == pytest.approx(chosen["model.dropout"])
+    assert data["arms"]["LSTM"]["seeds"]["0"]["steps"] == 3
+
+
+def test_pages_show_the_search_and_mark_untuned_results(tmp_path, monkeypatch):
+    from ctrlrnn.reproduce import pages
+
+    monkeypatch.setattr(runner, "run_trial", lambda exp, arm, mode, runs_dir, show, number,
+                        overrides, out: _fake_result(_score(overrides)))
+    monkeypatch.setattr(runner, "run_one", lambda exp, arm, seed, mode, runs_dir, show,
+                        params=None: _fake_result(0.5 + 0.1 * (arm.label == "QRNN")))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    data = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    lines, judged = pages.experiment_section(TINY, data, tmp_path, "quick")
+    page = "\n".join(lines)
+    assert "Tuning, the same for every arm" in page and "4 trials per arm" in page
+    assert page.count("**(chosen)**") == 3  # one per arm
+    chosen = data["arms"]["QRNN"]["tuning"]["chosen"]
+    assert f"lr {chosen['lr']:.3g}, dropout {chosen['model.dropout']:.3g} (4)" in page
+    assert "untuned" not in page and judged[0][2] == "reproduced"
+
+    untuned = {**data, "arms": {k: {**v, "tuning": None} for k, v in data["arms"].items()}}
+    lines, judged = pages.experiment_section(TINY, untuned, tmp_path, "quick")
+    page = "\n".join(lines)
+    assert "**Untuned results.**" in page and "(untuned)" in page
+    assert judged[0][2] == "reproduced (untuned)"
+    assert "no patience in this mode, every run trains to the cap of 3 steps or 1 epochs" in page
