@@ -192,3 +192,54 @@ def test_pages_show_the_search_and_mark_untuned_results(tmp_path, monkeypatch):
     assert "**Untuned results.**" in page and "(untuned)" in page
     assert judged[0][2] == "reproduced (untuned)"
     assert "no patience in this mode, every run trains to the cap of 3 steps or 1 epochs" in page
+
+
+class _Stop(BaseException):
+    """An interruption the runner does not catch (as Ctrl-C)."""
+
+
+def test_finished_runs_reach_the_results_file_at_once_and_continue_from_it(tmp_path,
+                                                                             monkeypatch):
+    import shutil
+
+    from ctrlrnn.reproduce import pages
+
+    trained: list[tuple[str, int]] = []
+    stopped: list[bool] = []
+
+    def fake_run_one(exp, arm, seed, mode, runs_dir, show_progress, params=None):
+        if arm.label == "QRNN" and seed == 1 and not stopped:
+            stopped.append(True)
+            raise _Stop
+        trained.append((arm.label, seed))
+        return _fake_result(0.5)
+
+    monkeypatch.setattr(runner, "run_trial", lambda exp, arm, mode, runs_dir, show, number,
+                        overrides, out: _fake_result(_score(overrides)))
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    with pytest.raises(_Stop):
+        runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                              log=lambda s: None)
+    saved = runner.load_results(results, "quick", TINY)
+    assert saved is not None and not saved["complete"]
+    assert set(saved["arms"]["LSTM"]["seeds"]) == {"0", "1"}
+    assert set(saved["arms"]["QRNN"]["seeds"]) == {"0"}
+    lines, judged = pages.experiment_section(TINY, saved, tmp_path, "quick")
+    assert "**In progress**: 3 of the 6 final runs" in "\n".join(lines)
+    assert judged[0][2].endswith("(partial)")
+
+    shutil.rmtree(runs)  # what was finished comes from the results file alone
+    trained.clear()
+    tuned_again: list[str] = []
+
+    def trial(exp, arm, mode, runs_dir, show, number, overrides, out):
+        tuned_again.append(arm.label)
+        return _fake_result(_score(overrides))
+
+    monkeypatch.setattr(runner, "run_trial", trial)
+    data = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert data["complete"]
+    assert trained == [("QRNN", 1), ("GRU", 0), ("GRU", 1)]
+    assert tuned_again == ["GRU"] * 4  # the arm never reached; the others' searches are kept

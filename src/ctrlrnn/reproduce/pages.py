@@ -136,12 +136,14 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     ran = ((data or {}).get("definition") or {}).get(mode) or exp.overrides(mode)
     lines += ["", _stopping_line(ran)]
     tuning = exp.tuning(mode)
-    tuned = data is not None and tuning is not None and all(
-        arm.get("tuning") for _, arm in _ordered_arms(exp, data)) and bool(data.get("arms"))
-    stale = data is not None and tuning is not None and not tuned
+    trained = [arm for _, arm in _ordered_arms(exp, data or {}) if arm.get("seeds")]
+    # results trained before the experiment defined its tuning (an arm with seeds, no search)
+    stale = tuning is not None and any(not arm.get("tuning") for arm in trained)
+    tuned = tuning is not None and not stale and data is not None and any(
+        arm.get("tuning") for _, arm in _ordered_arms(exp, data))
     if tuning is None:
         lines += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
-    elif tuned:
+    elif not stale:
         lines += ["", f"Tuning, the same for every arm on the validation split: "
                   f"{tuning.describe()}. The final seeds train at each arm's best trial."]
     else:
@@ -156,6 +158,13 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
             judged.append((_claim_text(c.better, c.worse, c.metric), c.source,
                            verdicts.NOT_RUN))
         return lines, judged
+    planned = len(exp.arms) * len(exp.seeds(mode))
+    finished = sum(len(arm.get("seeds", {})) for _, arm in _ordered_arms(exp, data))
+    partial = not data.get("complete") and finished < planned
+    if partial:
+        lines += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
+                  f"(their verdicts are marked *partial*); `ctrlrnn reproduce --only {exp.id}` "
+                  "continues from the results file."]
     also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
     lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid | steps "
               "(best) | converged | tuned (trials) | train s | parameters |",
@@ -209,8 +218,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                     useful=level * unit_scale if level is not None else None,
                     baseline_paper=paper if exp.paper_comparable else None)
         text = _claim_text(c.better, c.worse, c.metric)
-        shown = f"**{v}**" + (" (untuned)" if stale else "")
-        judged.append((text, c.source, v + (" (untuned)" if stale else "")))
+        marks = [m for m, on in (("untuned", stale), ("partial", partial)) if on]
+        mark = f" ({', '.join(marks)})" if marks and v != verdicts.NOT_RUN else ""
+        shown = f"**{v}**{mark}"
+        judged.append((text, c.source, v + mark))
         lines.append(f"| {text} | {c.source} | {_baseline_cell(worse_values, paper, higher)} "
                      f"| {shown} |")
     lines.append("")

@@ -240,7 +240,7 @@ def run_experiment(
         if tuned is not None:
             entry["tuning"] = tuned
             params = dict(tuned["chosen"])
-            _write_json(results_path(results_dir, mode, exp), {**data, "complete": False})
+            _write_json(results_path(results_dir, mode, exp), _partial(data, cached_arms))
         for seed in exp.seeds(mode):
             earlier = done.get(arm.label, {}).get(str(seed))
             # a seed trained at other values (before tuning, or another search) trains again
@@ -258,11 +258,21 @@ def run_experiment(
             seeds[str(seed)] = _summarise(result, exp, params)
             if seed == 0:
                 _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
+            # finished runs are in the results file at once (a partial file can be committed
+            # and continued elsewhere, without the run directories)
+            _write_json(results_path(results_dir, mode, exp), _partial(data, cached_arms))
     data["seconds"] = float((cached or {}).get("seconds", 0.0)) + time.perf_counter() - started
     data["complete"] = not data["errors"]
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     _write_json(results_path(results_dir, mode, exp), data)
     return data
+
+
+def _partial(data: dict[str, Any], cached_arms: dict[str, Any]) -> dict[str, Any]:
+    """The results so far, as a file marked incomplete: the arms not reached yet in this run
+    keep what the results file held for them."""
+    arms = {label: arm for label, arm in cached_arms.items() if label not in data["arms"]}
+    return {**data, "arms": {**data["arms"], **arms}, "complete": False}
 
 
 def _record_figure(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, data: dict[str, Any],
