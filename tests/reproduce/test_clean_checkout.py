@@ -53,7 +53,7 @@ def _cached(repo: Path, mode: list[str]) -> list[str]:
 @pytest.mark.parametrize("mode", [[], ["--quick"]], ids=["full", "quick"])
 def test_cached_reproduce_changes_nothing(checkout, mode):
     cached = _cached(checkout, mode)
-    assert len(cached) >= 10, cached
+    assert len(cached) >= (10 if mode else 1), cached
     only = [arg for name in cached for arg in ("--only", name)]
     run = _reproduce(checkout, *mode, *only)
     assert run.returncode == 0, run.stderr

@@ -19,6 +19,20 @@ def test_every_experiment_is_well_formed():
             assert c.better in labels and c.worse in labels, (e.id, c)
 
 
+def test_every_arm_configuration_validates_at_its_tuning_values(tmp_path):
+    """Each arm's run (and its trials: budget plus searched keys) is a valid configuration."""
+    for e in EXPERIMENTS:
+        for mode in ("quick", "full"):
+            tuning = e.tuning(mode)
+            extras = [None]
+            if tuning is not None:
+                extras += [{**tuning.overrides, **{p.key: p.low for p in tuning.params}},
+                           {p.key: p.high for p in tuning.params}]
+            for arm in e.arms:
+                for extra in extras:
+                    runner.config_for(e, arm, 0, mode, tmp_path, extra)
+
+
 TINY = Experiment(
     id="tiny-copy", paper="qrnn", title="tiny copy", task="copy", metric="token_accuracy",
     higher_is_better=True,

@@ -82,6 +82,9 @@ PAGES: dict[str, str] = {
 }
 
 _SMALL = {"hidden_size": 64}
+#: the classifiers' search: the learning rate and the classifier's dropout (eq 14 of RCRN's
+#: MLP, the pair classifier's), 6 trials of 2 epochs per arm
+_CLASSIFIER_TUNING = lr_and_dropout("task.dropout", overrides={"epochs": 2, "patience": 1})
 #: METAGROSS paper table 1 and section 3.1 ("S-BiLSTMs are always better than LSTMs on this task")
 _MG_RNN = "METAGROSS (LSTM base)"
 _TABLE1_CLAIMS = (
@@ -173,7 +176,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                 Claim("QRNN + zoneout 0.1", "LSTM", "table 2"),
                 Claim("QRNN + zoneout 0.1", "QRNN", "table 2: 78.3 vs 79.9")),
         quick={"max_steps": 200, "epochs": 1, "model.hidden_size": 128, "eval_batches": 20},
-        full={"max_steps": 800, "epochs": 1, "model.hidden_size": 256, "eval_every": 200},
+        full={"max_steps": 8000, "epochs": 20, "model.hidden_size": 256, "eval_every": 250,
+              "patience": 4},
+        tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 500}),
         paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
     ),
     _seq2seq(
@@ -203,7 +208,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         claims=(Claim("RCRN", "BiLSTM", "tables 1-5"), Claim("RCRN", "3L-BiLSTM", "tables 1-5")),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
-        full={"epochs": 3, "model.hidden_size": 150, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
+        tuning_full=_CLASSIFIER_TUNING,
         paper_metric="accuracy on 16 Amazon review sets, SST, IMDb, TREC (not available here)",
     ),
     Experiment(
@@ -220,7 +226,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         claims=(Claim("RCRN", "BiLSTM", "table 2"), Claim("RCRN", "3L-BiLSTM", "table 2")),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
-        full={"epochs": 3, "model.hidden_size": 150, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
+        tuning_full=_CLASSIFIER_TUNING,
         paper_metric="SST-5 test accuracy (%)",
     ),
     # ------------------------------------------------------------------ CAS-LSTM
@@ -237,7 +244,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         claims=(Claim("2-layer CAS-LSTM", "2-layer LSTM", "table 4"),),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
-        full={"epochs": 5, "model.hidden_size": 150, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
+        tuning_full=_CLASSIFIER_TUNING,
         paper_metric="SST-5 test accuracy (%)",
     ),
     Experiment(
@@ -254,7 +262,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         claims=(Claim("2-layer CAS-LSTM", "2-layer LSTM", "tables 1-3 (NLI)"),),
         quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
                "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
-        full={"epochs": 5, "model.hidden_size": 128, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 128, "patience": 3},
+        tuning_full=_CLASSIFIER_TUNING,
         paper_metric="SNLI / MultiNLI accuracy (not available here)",
     ),
     # ------------------------------------------------------------------ METAGROSS
@@ -277,13 +286,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         arms=(
             Arm("LSTM", "lstm", {}, paper=69.0),
             Arm("METAGROSS", "metagross", {"depth": 2}, paper=88.0),
+            Arm("METAGROSS (depth 3, LSTM base)", "metagross", {"depth": 3, "base": "lstm"},
+                paper=88.0),
         ),
-        claims=(Claim("METAGROSS", "LSTM", "table 2"),),
-        note=("METAGROSS here has depth 2 and the linear base; table 9 reports depth 3 with a "
-              "recurrent base as best for this task, which was not run at this budget."),
+        claims=(Claim("METAGROSS", "LSTM", "table 2"),
+                Claim("METAGROSS (depth 3, LSTM base)", "LSTM", "table 2 with table 9's unit")),
+        note=("`METAGROSS` has depth 2 and the linear base; `METAGROSS (depth 3, LSTM base)` "
+              "is the unit table 9 reports best for this task."),
         quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
                "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
-        full={"epochs": 5, "model.hidden_size": 128, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 128, "patience": 3},
+        tuning_full=_CLASSIFIER_TUNING,
         paper_metric="accuracy (%) at 12 operators",
     ),
     Experiment(
@@ -302,6 +315,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         note="METAGROSS here has depth 2 and the linear base (table 9: depth 3, linear base).",
         quick={"max_steps": 150, "epochs": 10, "model.hidden_size": 64},
         full={"epochs": 60, "model.hidden_size": 128, "patience": 8},
+        tuning_full=lr_and_dropout("task.dropout", trials=4,
+                                   overrides={"epochs": 10, "patience": 3}),
         paper_metric="JSB Chorales test NLL",
     ),
     Experiment(
@@ -318,7 +333,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         claims=(Claim("METAGROSS", "LSTM", "table 3 (against published recurrent models)"),),
         quick={"max_steps": 60, "epochs": 1, "model.hidden_size": 32, "batch_size": 64,
                "eval_batches": 4},
-        full={"epochs": 4, "model.hidden_size": 128, "batch_size": 64},
+        full={"epochs": 12, "model.hidden_size": 128, "batch_size": 64, "patience": 3},
+        tuning_full=lr_and_dropout("task.dropout", trials=4, overrides={"epochs": 1}),
         paper_metric="pixel MNIST test accuracy (%)",
         note=_PIXEL_NOTE,
         chance=0.1,
@@ -334,8 +350,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         claims=(Claim("METAGROSS", "LSTM", "table 3 (on MNIST/CIFAR)"),),
         quick={"max_steps": 60, "epochs": 1, "model.hidden_size": 32, "batch_size": 64,
                "eval_batches": 4},
-        full={"max_steps": 300, "epochs": 1, "model.hidden_size": 128, "batch_size": 64,
-              "eval_every": 100, "eval_batches": 10},
+        full={"epochs": 12, "model.hidden_size": 128, "batch_size": 64, "eval_every": 250,
+              "patience": 4},
+        tuning_full=lr_and_dropout("task.dropout", trials=4, overrides={"max_steps": 500}),
         paper_metric="no Fashion-MNIST result in the paper",
         note=_PIXEL_NOTE,
         chance=0.1,
@@ -353,8 +370,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2,
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
-        full={"max_steps": 500, "epochs": 1, "model.hidden_size": 128,
+        full={"epochs": 30, "model.hidden_size": 128, "eval_every": 250, "patience": 4,
               "task.valid_size": 100, "task.test_size": 300, "task.beam": 4},
+        tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 500}),
         paper_metric="IWSLT De-En character-level BLEU (not available here)",
         seeds_quick=1,
     ),
@@ -374,8 +392,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2,
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
-        full={"max_steps": 500, "epochs": 1, "model.hidden_size": 128,
+        full={"epochs": 30, "model.hidden_size": 128, "eval_every": 250, "patience": 4,
               "task.valid_size": 100, "task.test_size": 300, "task.beam": 4},
+        tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 500}),
         paper_metric="IWSLT14 De-En BLEU, Transformer small",
         seeds_quick=1,
     ),
@@ -394,8 +413,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 64, "eval_batches": 2,
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
-        full={"max_steps": 500, "epochs": 1, "model.hidden_size": 128,
+        full={"epochs": 30, "model.hidden_size": 128, "eval_every": 250, "patience": 4,
               "task.valid_size": 100, "task.test_size": 300, "task.beam": 4},
+        tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 500}),
         paper_metric="IWSLT14 De-En BLEU, 256D",
         seeds_quick=1,
     ),
@@ -421,8 +441,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                 Claim("iCARNN", "nCARNN", "table 2: 94.72 vs 96.95 on PDTB")),
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 128, "eval_batches": 10,
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
-        full={"max_steps": 500, "epochs": 1, "model.hidden_size": 128, "eval_every": 125,
+        full={"epochs": 20, "model.hidden_size": 128, "eval_every": 250, "patience": 4,
               "task.valid_size": 200, "task.test_size": 400},
+        tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 500}),
         paper_metric="Penn Discourse Treebank test perplexity (w/o latent)",
     ),
 )
