@@ -96,3 +96,13 @@ def test_a_run_still_improving_at_the_cap_is_not_converged(tmp_path):
     assert result["stop_reason"] == "max_steps"
     assert result["best_step"] == 8 and result["step"] == 8
     assert 0.0 < result["cpu_share"] and result["threads"] >= 1
+
+
+def test_a_baseline_below_paper_level_says_whether_it_converged():
+    from ctrlrnn.reproduce.pages import _ceiling_why
+
+    converged = [{"stop_reason": "patience"}] * 3
+    assert "measured ceiling" in _ceiling_why(converged)
+    capped = [{"stop_reason": "patience"}, {"stop_reason": "epochs"}]
+    assert "not converged" in _ceiling_why(capped)
+    assert "did not record" in _ceiling_why([{}])

@@ -222,7 +222,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         mark = f" ({', '.join(marks)})" if marks and v != verdicts.NOT_RUN else ""
         shown = f"**{v}**{mark}"
         judged.append((text, c.source, v + mark))
-        lines.append(f"| {text} | {c.source} | {_baseline_cell(worse_values, paper, higher)} "
+        baseline = _baseline_cell(worse_values, paper, higher)
+        if v == verdicts.BASELINE_LOW:
+            baseline += " " + _ceiling_why(list(arms.get(c.worse, {}).get("seeds", {}).values()))
+        lines.append(f"| {text} | {c.source} | {baseline} "
                      f"| {shown} |")
     lines.append("")
     return lines, judged
@@ -232,6 +235,16 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
 #: and the load average when it started was at most its threads plus this
 OWN_MACHINE_SHARE = 0.85
 OWN_MACHINE_EXTRA_LOAD = 0.5
+
+
+def _ceiling_why(seeds: list[dict[str, Any]]) -> str:
+    """Why a baseline stayed below the paper's level, as its runs recorded it."""
+    reasons = [x.get("stop_reason") for x in seeds]
+    if reasons and all(r == "patience" for r in reasons):
+        return "— its measured ceiling here: every seed converged (stopped by patience)"
+    if any(r in ("max_steps", "epochs") for r in reasons):
+        return "— stopped at the cap, not converged: more training than this budget"
+    return "— its runs did not record how they stopped"
 
 
 def _stopping_line(overrides: dict[str, Any]) -> str:
