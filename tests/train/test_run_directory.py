@@ -33,6 +33,19 @@ def _train(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
                            *extra], env=_env(), capture_output=True, text=True, timeout=600)
 
 
+def _train_here(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``ctrlrnn train`` in this process (no interpreter start-up), stderr captured."""
+    import contextlib
+    import io
+
+    from ctrlrnn import cli
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["train", *ARGS, "--out", str(out), *extra])
+    return subprocess.CompletedProcess([], code, "", err.getvalue())
+
+
 def _one_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
@@ -94,7 +107,7 @@ def test_unwritable_out_is_one_line(tmp_path):
         locked.mkdir()
         locked.chmod(0o500)
         target = locked / "run"
-    run = _train(target, "--max-steps", "2")
+    run = _train_here(target, "--max-steps", "2")
     assert run.returncode == 2
     assert _one_line(run.stderr).startswith(f"ctrlrnn train: out: cannot write to {target}: ")
 
@@ -113,8 +126,8 @@ def test_config_differences_ignore_limits_and_accepted_keys():
 
 def test_resume_with_another_configuration(tmp_path):
     out = tmp_path / "run"
-    assert _train(out, "--max-steps", "4").returncode == 0
-    refused = _train(out, "--max-steps", "8", "--resume", "lr=0.01", "seed=3")
+    assert _train_here(out, "--max-steps", "4").returncode == 0
+    refused = _train_here(out, "--max-steps", "8", "--resume", "lr=0.01", "seed=3")
     assert refused.returncode == 2
     line = _one_line(refused.stderr)
     assert "was started with another configuration (seed 0 -> 3, lr 0.003 -> 0.01)" in line
@@ -122,13 +135,13 @@ def test_resume_with_another_configuration(tmp_path):
     stored = json.loads((out / "result.json").read_text())
     assert stored["step"] == 4  # nothing ran
 
-    accepted = _train(out, "--max-steps", "6", "--resume", "--override", "lr=0.01")
+    accepted = _train_here(out, "--max-steps", "6", "--resume", "--override", "lr=0.01")
     assert accepted.returncode == 0, accepted.stderr
     assert "continuing the finished run" in accepted.stderr
-    again = _train(out, "--max-steps", "6", "--resume", "lr=0.01")  # now the stored value
+    again = _train_here(out, "--max-steps", "6", "--resume", "lr=0.01")  # now the stored value
     assert again.returncode == 0, again.stderr
 
-    shape = _train(out, "--max-steps", "8", "--resume", "lr=0.01", "--override",
+    shape = _train_here(out, "--max-steps", "8", "--resume", "lr=0.01", "--override",
                    "model.hidden_size=16")
     assert shape.returncode == 2
     assert "does not fit this model or optimizer" in _one_line(shape.stderr)
@@ -175,7 +188,7 @@ def _flip_a_tensor_byte(path: Path) -> None:
 
 def test_corrupt_checkpoint_is_named_resume_falls_back_and_litter_goes(tmp_path):
     out = tmp_path / "run"
-    assert _train(out, "--max-steps", "4").returncode == 0
+    assert _train_here(out, "--max-steps", "4").returncode == 0
     latest = out / "checkpoint.safetensors"
     assert (out / "checkpoint.previous.safetensors").is_file()
     _flip_a_tensor_byte(latest)
@@ -195,7 +208,7 @@ def test_corrupt_checkpoint_is_named_resume_falls_back_and_litter_goes(tmp_path)
     live = out / f".checkpoint.safetensors.{os.getpid()}.abc123.tmp"  # a live writer's
     live.write_bytes(b"x")
 
-    resumed = _train(out, "--max-steps", "6", "--resume")
+    resumed = _train_here(out, "--max-steps", "6", "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert not stale.exists() and live.exists()
     assert "removed 1 temporary file(s)" in resumed.stderr
@@ -205,7 +218,7 @@ def test_corrupt_checkpoint_is_named_resume_falls_back_and_litter_goes(tmp_path)
 
     for name in ("checkpoint.safetensors", "checkpoint.previous.safetensors"):
         (out / name).write_bytes(b"")  # both gone bad: a clear line, no traceback
-    broken = _train(out, "--max-steps", "8", "--resume")
+    broken = _train_here(out, "--max-steps", "8", "--resume")
     assert broken.returncode == 2
     line = _one_line(broken.stderr)
     assert "empty file" in line and "no intact checkpoint left" in line
