@@ -146,6 +146,11 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     elif not stale:
         lines += ["", f"Tuning, the same for every arm on the validation split: "
                   f"{tuning.describe()}. The final seeds train at each arm's best trial."]
+    elif any(arm.get("tuning") for arm in trained):
+        lines += ["", f"**Partly untuned results.** The arms without a search in the table "
+                  f"ran before this experiment defined its equal tuning ({tuning.describe()}), "
+                  "all at one learning rate; the verdicts are marked *untuned* until "
+                  f"`ctrlrnn reproduce --only {exp.id}` has trained every arm again."]
     else:
         lines += ["", f"**Untuned results.** These runs predate the equal tuning this experiment "
                   f"now defines ({tuning.describe()}): every arm trained at the same learning "
@@ -159,7 +164,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                            verdicts.NOT_RUN))
         return lines, judged
     planned = len(exp.arms) * len(exp.seeds(mode))
-    finished = sum(len(arm.get("seeds", {})) for _, arm in _ordered_arms(exp, data))
+    finished = sum(_current_runs(arm, tuning is not None) for _, arm in _ordered_arms(exp, data))
     partial = not data.get("complete") and finished < planned
     if partial:
         lines += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
@@ -235,6 +240,18 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
 #: and the load average when it started was at most its threads plus this
 OWN_MACHINE_SHARE = 0.85
 OWN_MACHINE_EXTRA_LOAD = 0.5
+
+
+def _current_runs(arm: dict[str, Any], tuned: bool) -> int:
+    """How many of an arm's seeds ran under the current definition (at its tuned values when
+    the experiment tunes; earlier untuned seeds do not count)."""
+    seeds = list(arm.get("seeds", {}).values())
+    if not tuned:
+        return len(seeds)
+    if not arm.get("tuning"):
+        return 0
+    chosen = arm["tuning"].get("chosen") or {}
+    return sum(s.get("params") == chosen for s in seeds)
 
 
 def _ceiling_why(seeds: list[dict[str, Any]]) -> str:
