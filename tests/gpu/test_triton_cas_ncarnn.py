@@ -21,6 +21,8 @@ from torch import Tensor
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+from triton_tolerances import close  # noqa: E402
+
 from ctrlrnn.nn.carnn import CARNN  # noqa: E402
 from ctrlrnn.nn.cas_lstm import CASLSTM  # noqa: E402
 from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
@@ -30,17 +32,6 @@ B, T, H = 3, 5, 8
 NAN, INF = float("nan"), float("inf")
 
 
-def _tol(dtype: torch.dtype) -> dict[str, float]:
-    if dtype in (torch.float16, torch.bfloat16):
-        return dict(rtol=3e-2, atol=3e-2)
-    if dtype == torch.float64:
-        return dict(rtol=1e-10, atol=1e-10)
-    return dict(rtol=1e-5, atol=1e-5)
-
-
-def _close(actual: Tensor, expected: Tensor, dtype: torch.dtype, name: str = "") -> None:
-    assert actual.dtype == dtype, name
-    torch.testing.assert_close(actual.double(), expected.double(), msg=name, **_tol(dtype))
 
 
 def _compare(
@@ -57,7 +48,7 @@ def _compare(
     outs = fn(*leaves, lengths=lengths)
     ref = ref_fn(*leaves64, lengths=lengths)
     for k, (x, y) in enumerate(zip(outs, ref, strict=True)):
-        _close(x, y, dtype, f"output {k}")
+        close(x, y, dtype, f"output {k}")
     g = torch.Generator().manual_seed(seed)
     ws = [torch.randn(x.shape, generator=g) for x in outs]
     inputs = [a for a in leaves if a is not None]
@@ -65,7 +56,7 @@ def _compare(
     want = torch.autograd.grad(ref, [a for a in leaves64 if a is not None],
                                [w.double() for w in ws])  # fmt: skip
     for k, (x, y) in enumerate(zip(got, want, strict=True)):
-        _close(x, y, dtype, f"gradient {k}")
+        close(x, y, dtype, f"gradient {k}")
     return list(outs), list(got)
 
 
@@ -319,7 +310,7 @@ def test_caslstm_layer_runs_the_kernels(monkeypatch, peephole):
     _force(monkeypatch, gpu=False)
     want = _layer_run(model, call)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        _close(a, b, torch.float32, f"tensor {k}")
+        close(a, b, torch.float32, f"tensor {k}")
 
 
 def test_carnn_layer_runs_the_kernels(monkeypatch):
@@ -338,7 +329,7 @@ def test_carnn_layer_runs_the_kernels(monkeypatch):
     _force(monkeypatch, gpu=False)
     want = _layer_run(model, call)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        _close(a, b, torch.float32, f"tensor {k}")
+        close(a, b, torch.float32, f"tensor {k}")
 
 
 def test_public_op_scalar_lambda_half(monkeypatch):
@@ -355,6 +346,6 @@ def test_public_op_scalar_lambda_half(monkeypatch):
         xh.detach().double(), w.half().double(), lowh.double(), h0.half().double(),
         c0.half().double(), 1 - lam.double().expand(H), lam.double().expand(H),
     )  # fmt: skip
-    _close(outs[0], ref[0], torch.float16)
+    close(outs[0], ref[0], torch.float16)
     want = torch.autograd.grad(ref[0].sum(), lam)[0]
     torch.testing.assert_close(got[1], want, rtol=3e-2, atol=3e-2)

@@ -15,6 +15,8 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+from triton_tolerances import close  # noqa: E402
+
 from ctrlrnn import linear_scan_ref  # noqa: E402
 from ctrlrnn.ops import cells_ref  # noqa: E402
 from ctrlrnn.ops.gpu import _common, cells_triton, scan_family  # noqa: E402
@@ -29,17 +31,6 @@ qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")
 B, T = 3, 7
 
 
-def _tol(dtype: torch.dtype) -> dict[str, float]:
-    if dtype in (torch.float16, torch.bfloat16):
-        return dict(rtol=3e-2, atol=3e-2)
-    if dtype == torch.float64:
-        return dict(rtol=1e-10, atol=1e-10)
-    return dict(rtol=1e-5, atol=1e-5)
-
-
-def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
-    assert actual.dtype == dtype
-    torch.testing.assert_close(actual.double(), expected.double(), **_tol(dtype))
 
 
 def test_interpreter_is_active():
@@ -84,18 +75,18 @@ def test_scan_forward_backward(case, dtype, chunk):
     a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
     h64 = h0.double().requires_grad_() if h0 is not None else None
     ref, ref_last = linear_scan_ref(a64, b64, h64, reverse=rev, lengths=lengths, return_last=True)
-    _close(out, ref, dtype)
-    _close(last, ref_last, dtype)
+    close(out, ref, dtype)
+    close(last, ref_last, dtype)
 
     go = torch.randn(B, T, C, generator=g).to(dtype)
     gl = torch.randn(B, C, generator=g).to(dtype)
     da, db, dh0 = linear_scan_backward(go, gl, a, out, h0, lengths, rev, chunk=chunk)
     params = [p for p in (a64, b64, h64) if p is not None]
     grads = torch.autograd.grad((ref * go.double()).sum() + (ref_last * gl.double()).sum(), params)
-    _close(da, grads[0], dtype)
-    _close(db, grads[1], dtype)
+    close(da, grads[0], dtype)
+    close(db, grads[1], dtype)
     if h0 is not None:
-        _close(dh0, grads[2], dtype)
+        close(dh0, grads[2], dtype)
     if lengths is not None:  # padded steps: zero outputs and zero gradients
         pad = torch.arange(T)[None, :] >= lengths[:, None]
         assert not out[pad].any() and not da[pad].any() and not db[pad].any()
@@ -116,7 +107,7 @@ def test_scan_backward_with_one_gradient(which):
     ref, last = linear_scan_ref(a64, b64, h64, return_last=True)
     loss = (ref * go.double()).sum() if go is not None else (last * gl.double()).sum()
     for got, want in zip((da, db, dh0), torch.autograd.grad(loss, (a64, b64, h64))):
-        _close(got, want, torch.float32)
+        close(got, want, torch.float32)
 
 
 def test_scan_float64_and_empty_time():
@@ -126,8 +117,8 @@ def test_scan_float64_and_empty_time():
     out, last = linear_scan_forward(a, b, None, torch.tensor([5, 2]), True)
     ref, ref_last = linear_scan_ref(a, b, reverse=True, lengths=torch.tensor([5, 2]),
                                     return_last=True)  # fmt: skip
-    _close(out, ref, torch.float64)
-    _close(last, ref_last, torch.float64)
+    close(out, ref, torch.float64)
+    close(last, ref_last, torch.float64)
     h0 = torch.randn(2, 3, dtype=torch.float64)
     out, last = linear_scan_forward(a[:, :0], b[:, :0], h0, None, False)
     assert out.shape == (2, 0, 3) and torch.equal(last, h0)
@@ -145,13 +136,13 @@ def test_scan_through_the_public_op(monkeypatch):
     out, last = linear_scan_mod.linear_scan(a, b, h0, reverse=True, lengths=lengths,
                                             return_last=True)  # fmt: skip
     ref, ref_last = linear_scan_ref(a, b, h0, reverse=True, lengths=lengths, return_last=True)
-    _close(out, ref, torch.float32)
-    _close(last, ref_last, torch.float32)
+    close(out, ref, torch.float32)
+    close(last, ref_last, torch.float32)
     go, gl = torch.randn_like(out), torch.randn_like(last)
     got = torch.autograd.grad((out * go).sum() + (last * gl).sum(), (a, b, h0))
     want = torch.autograd.grad((ref * go).sum() + (ref_last * gl).sum(), (a, b, h0))
     for x, y in zip(got, want):
-        _close(x, y, torch.float32)
+        close(x, y, torch.float32)
 
 
 def test_chunk_heuristic():
@@ -207,7 +198,7 @@ def test_qrnn_forward_backward(case):
     ref = qrnn_pooling_ref(g64, c64, pooling=pooling, keep=keep64, keep_scale=keep_scale,
                            lengths=lengths)  # fmt: skip
     for got, want in zip((h, c, last), ref):
-        _close(got, want, dtype)
+        close(got, want, dtype)
 
     grads = [torch.randn(B, T, H, generator=g), torch.randn(B, T, H, generator=g),
              torch.randn(B, H, generator=g)]  # fmt: skip
@@ -215,8 +206,8 @@ def test_qrnn_forward_backward(case):
     dgates, dc0 = qrnn_pooling_backward(*grads, gates, c, c0, keep, keep_scale, lengths, mode,
                                         chunk=case["chunk"])  # fmt: skip
     want = torch.autograd.grad(ref, (g64, c64), [x.double() for x in grads])
-    _close(dgates, want[0], dtype)
-    _close(dc0, want[1], dtype)
+    close(dgates, want[0], dtype)
+    close(dc0, want[1], dtype)
 
 
 def test_qrnn_only_last_cell_gradient():
@@ -229,8 +220,8 @@ def test_qrnn_only_last_cell_gradient():
     g64, c64 = gates.double().requires_grad_(), c0.double().requires_grad_()
     _, _, ref_last = qrnn_pooling_ref(g64, c64, pooling="fo")
     want = torch.autograd.grad(ref_last, (g64, c64), gl.double())
-    _close(dgates, want[0], torch.float32)
-    _close(dc0, want[1], torch.float32)
+    close(dgates, want[0], torch.float32)
+    close(dc0, want[1], torch.float32)
 
 
 def test_qrnn_through_the_public_op(monkeypatch):
@@ -244,12 +235,12 @@ def test_qrnn_through_the_public_op(monkeypatch):
     outs = qrnn_pooling(gates, c0, **kw)
     ref = qrnn_pooling_ref(gates, c0, **kw)
     for x, y in zip(outs, ref):
-        _close(x, y, torch.float32)
+        close(x, y, torch.float32)
     ws = [torch.randn_like(x) for x in outs]
     got = torch.autograd.grad(outs, (gates, c0), ws)
     want = torch.autograd.grad(ref, (gates, c0), ws)
     for x, y in zip(got, want):
-        _close(x, y, torch.float32)
+        close(x, y, torch.float32)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -290,12 +281,12 @@ def test_cells_forward_backward(kind, dtype, lengths):
     args64 = [a.detach().double().requires_grad_() for a in args]
     ref = ref_fn(*args64, lens)
     for x, y in zip(outs, ref):
-        _close(x, y, dtype)
+        close(x, y, dtype)
     ws = [torch.randn(x.shape, generator=torch.Generator().manual_seed(9)) for x in outs]
     got = torch.autograd.grad(outs, args, [w.to(dtype) for w in ws])
     want = torch.autograd.grad(ref, args64, [w.double() for w in ws])
     for x, y in zip(got, want):
-        _close(x, y, dtype)
+        close(x, y, dtype)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
