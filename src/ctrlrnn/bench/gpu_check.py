@@ -503,11 +503,12 @@ def _git_commit(repo: Path) -> str | None:
 
 def write_results(results: dict[str, Any], out: Path) -> Path:
     """``out/results.json`` (written whole, then renamed: never a half-written file)."""
+    from ctrlrnn.train.logs import replace_atomically
+
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    replace_atomically(path, lambda fh: fh.write(
+        json.dumps(results, indent=1, sort_keys=True, default=str) + "\n"))
     return path
 
 

@@ -97,10 +97,10 @@ def forget(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from ctrlrnn.train.logs import replace_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    replace_atomically(path, lambda fh: json.dump(data, fh, indent=1, sort_keys=True))
 
 
 def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path,

@@ -93,10 +93,10 @@ def _read(path: Path) -> Any:
 
 
 def _write(path: Path, data: Any) -> None:
+    from ctrlrnn.train.logs import replace_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    replace_atomically(path, lambda fh: json.dump(data, fh, indent=1, sort_keys=True))
 
 
 def _trial_row(number: int, params: dict[str, float], result: dict[str, Any],
