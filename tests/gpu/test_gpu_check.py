@@ -197,3 +197,18 @@ def test_render_before_any_run_and_from_a_file(tmp_path):
 def test_render_missing_or_failed_benchmarks(bench):
     page = gc.render_page({"bench": bench, "tests": None})
     assert "## Benchmarks" in page and gc.HOWTO in page
+
+
+def test_render_page_scan_kernels_alone_and_uncommitted_changes():
+    res = _sample()
+    res["changed"] = ["src/ctrlrnn/ops/gpu/scan_triton.py"]
+    scan = res["bench"]["scan"]
+    scan.update(fraction=0.4, kernels={"median_ms": 5.0, "pairs": 10, "pair_ms": 0.5},
+                kernels_gbps=2200.0, kernels_fraction=0.82)  # fmt: skip
+    page = gc.render_page(res)
+    assert "with uncommitted changes to `src/ctrlrnn/ops/gpu/scan_triton.py`" in page
+    assert "**40%** of it through the autograd op, which is below the goal" in page
+    assert "**82%** of the copy bandwidth, which meets the goal" in page
+    # a results file from before the kernels-alone measurement renders without that line
+    assert "kernels alone" not in gc.render_page(_sample())
+    assert "uncommitted" not in gc.render_page(_sample())

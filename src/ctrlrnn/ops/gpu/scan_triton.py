@@ -66,6 +66,13 @@ __all__ = ["linear_scan_backward", "linear_scan_forward"]
 
 
 @triton.jit
+def _step_of(tile, steps, j: tl.constexpr):
+    """Row ``j`` of a ``(STEPS, BLOCK)`` tile, exactly: the other rows are ``-0.0`` and
+    ``x + (-0.0) == x`` for every ``x`` (signed zeros, infinities and NaN included)."""
+    return tl.sum(tl.where(steps[:, None] == j, tile, -0.0), axis=0)
+
+
+@triton.jit
 def _scan_fwd_kernel(
     a_ptr,
     b_ptr,
@@ -86,6 +93,7 @@ def _scan_fwd_kernel(
     SUMMARY: tl.constexpr,
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,
+    STEPS: tl.constexpr,
 ):
     """Forward scan of one chunk (processing steps ``[k*CHUNK, (k+1)*CHUNK)``) per program.
 
@@ -109,23 +117,34 @@ def _scan_fwd_kernel(
     else:
         h = tl.zeros([BLOCK], ACC)
     p = tl.full([BLOCK], 1.0, ACC)
-    for j in range(0, CHUNK):
-        s = zero + (k * CHUNK + j)  # processing index, as a vector
-        inside = cmask & (s < T)
+    steps = tl.arange(0, STEPS)
+    # a tile of STEPS time steps is loaded at once (many loads in flight per thread: the loop is
+    # bound by memory latency otherwise), then walked step by step in registers with the
+    # reference's arithmetic a_t * h + b_t
+    for j0 in range(0, CHUNK, STEPS):
+        s = k * CHUNK + j0 + steps  # processing indices of the tile
+        inside = (s < T) & ((j0 + steps) < CHUNK)
         valid = inside & (s < L)
         if REVERSE:
             t = tl.where(s < L, L - 1 - s, s)
         else:
             t = s
-        off = row + t * C + cols
-        a = tl.load(a_ptr + off, mask=valid, other=1.0).to(ACC)
-        b = tl.load(b_ptr + off, mask=valid, other=0.0).to(ACC)
-        h = a * h + b  # a = 1, b = 0 past the length: the state is kept exactly
-        if SUMMARY:
-            p = p * a
-        else:
-            out = tl.where(valid, h, 0.0)
-            tl.store(out_ptr + off, out.to(out_ptr.dtype.element_ty), mask=inside)
+        off = row + t[:, None] * C + cols[None, :]
+        m_inside = inside[:, None] & cmask[None, :]
+        m_valid = valid[:, None] & cmask[None, :]
+        a_tile = tl.load(a_ptr + off, mask=m_valid, other=1.0).to(ACC)
+        b_tile = tl.load(b_ptr + off, mask=m_valid, other=0.0).to(ACC)
+        out = tl.zeros([STEPS, BLOCK], ACC)
+        for j in tl.static_range(STEPS):
+            a = _step_of(a_tile, steps, j)
+            h = a * h + _step_of(b_tile, steps, j)  # a = 1, b = 0 past the length: h is kept
+            if SUMMARY:
+                p = p * a
+            else:
+                out = tl.where(steps[:, None] == j, h[None, :], out)
+        if not SUMMARY:
+            out = tl.where(m_valid, out, 0.0)
+            tl.store(out_ptr + off, out.to(out_ptr.dtype.element_ty), mask=m_inside)
     if SUMMARY:
         soff = (pid_b * n_chunks + k) * C + cols
         tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
@@ -161,6 +180,7 @@ def _scan_bwd_kernel(
     SUMMARY: tl.constexpr,
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,
+    STEPS: tl.constexpr,
 ):
     """Backward pass of one chunk, processing steps from the chunk's last down to its first.
 
@@ -189,9 +209,11 @@ def _scan_bwd_kernel(
     else:
         h0 = tl.zeros([BLOCK], ACC)
     p = tl.full([BLOCK], 1.0, ACC)
-    for j in range(0, CHUNK):
-        s = zero + (k * CHUNK + CHUNK - 1 - j)
-        inside = cmask & (s < T)
+    steps = tl.arange(0, STEPS)
+    # tiles of STEPS time steps, loaded at once and walked in registers, as in the forward
+    for j0 in range(0, CHUNK, STEPS):
+        s = k * CHUNK + CHUNK - 1 - (j0 + steps)  # processing indices, last first
+        inside = ((j0 + steps) < CHUNK) & (s < T)
         valid = inside & (s < L)
         if REVERSE:
             t = tl.where(s < L, L - 1 - s, s)
@@ -199,21 +221,37 @@ def _scan_bwd_kernel(
         else:
             t = s
             t_prev = t - 1
-        off = row + t * C + cols
-        a = tl.load(a_ptr + off, mask=valid, other=1.0).to(ACC)
+        off = row + t[:, None] * C + cols[None, :]
+        m_inside = inside[:, None] & cmask[None, :]
+        m_valid = valid[:, None] & cmask[None, :]
+        a_tile = tl.load(a_ptr + off, mask=m_valid, other=1.0).to(ACC)
         if HAS_G:
-            d = tl.load(g_ptr + off, mask=valid, other=0.0).to(ACC) + carry
-        else:
-            d = carry
-        if SUMMARY:
-            p = p * a
-        else:
-            prev = tl.load(out_ptr + row + t_prev * C + cols, mask=valid & (s > 0), other=0.0)
-            prev = tl.where(s > 0, prev.to(ACC), h0)
-            tl.store(db_ptr + off, tl.where(valid, d, 0.0).to(db_ptr.dtype.element_ty), mask=inside)
-            da = tl.where(valid, d * prev, 0.0)
-            tl.store(da_ptr + off, da.to(da_ptr.dtype.element_ty), mask=inside)
-        carry = d * a  # past the length g = 0 and a = 1: the carry passes through exactly
+            g_tile = tl.load(g_ptr + off, mask=m_valid, other=0.0).to(ACC)
+        if not SUMMARY:
+            has_prev = (s > 0)[:, None]
+            prev_off = row + t_prev[:, None] * C + cols[None, :]
+            prev = tl.load(out_ptr + prev_off, mask=m_valid & has_prev, other=0.0).to(ACC)
+            prev = tl.where(has_prev, prev, h0[None, :])  # h_{t-1}: h0 at the first step
+            da_tile = tl.zeros([STEPS, BLOCK], ACC)
+            db_tile = tl.zeros([STEPS, BLOCK], ACC)
+        for j in tl.static_range(STEPS):
+            a = _step_of(a_tile, steps, j)
+            if HAS_G:
+                d = _step_of(g_tile, steps, j) + carry
+            else:
+                d = carry
+            if SUMMARY:
+                p = p * a
+            else:
+                here = steps[:, None] == j
+                db_tile = tl.where(here, d[None, :], db_tile)
+                da_tile = tl.where(here, (d * _step_of(prev, steps, j))[None, :], da_tile)
+            carry = d * a  # past the length g = 0 and a = 1: the carry passes through exactly
+        if not SUMMARY:
+            db_tile = tl.where(m_valid, db_tile, 0.0)
+            da_tile = tl.where(m_valid, da_tile, 0.0)
+            tl.store(db_ptr + off, db_tile.to(db_ptr.dtype.element_ty), mask=m_inside)
+            tl.store(da_ptr + off, da_tile.to(da_ptr.dtype.element_ty), mask=m_inside)
     if SUMMARY:
         soff = (pid_b * n_chunks + k) * C + cols
         tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
@@ -229,6 +267,9 @@ _scan_bwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan
 #: Channel block of the chunked passes (their grid is already large; no autotuning, so that the
 #: in-place carry pass is never re-run by a benchmark).
 _CHUNK_BLOCK = 16 if interpreting() else 64
+
+#: Time steps loaded per tile by both kernels.
+_STEPS = 4 if interpreting() else 16
 
 
 def _check(a: Tensor, name: str) -> None:
@@ -283,7 +324,7 @@ def linear_scan_forward(
         return [out, last]
     lens = _lengths(lengths, batch, a.device)
     acc = acc_dtype(a.dtype)
-    flags = dict(HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc)
+    flags = dict(HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc, STEPS=_STEPS)
     lp = lens if lens is not None else a
     length, n_chunks = _pick_chunk(batch, channels, steps, a.device, chunk)
     if n_chunks == 1:
@@ -346,6 +387,7 @@ def linear_scan_backward(
         HAS_LEN=lens is not None,
         REVERSE=bool(reverse),
         ACC=acc_dtype(a.dtype),
+        STEPS=_STEPS,
     )
     g = grad_out if grad_out is not None else a
     hp = h0 if h0 is not None else a
