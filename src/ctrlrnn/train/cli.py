@@ -147,7 +147,10 @@ def train_run(
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    ctx = init_distributed()
+    try:
+        ctx = init_distributed(cfg.device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if not cfg.out:
         cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
     out = Path(cfg.out)

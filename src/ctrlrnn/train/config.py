@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import sys
 import types
 import typing
@@ -21,6 +22,10 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+
+#: the values of the ``device`` key
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 class ConfigError(ValueError):
@@ -51,6 +56,7 @@ class TrainConfig:
     log_every: int = 10
     patience: int = 0
     threads: int = 0
+    device: str = "auto"
     model_args: dict[str, Any] = field(default_factory=dict)
     task_args: dict[str, Any] = field(default_factory=dict)
 
@@ -79,6 +85,7 @@ HELP: dict[str, str] = {
     "log_every": "log training loss every N steps",
     "patience": "early stopping: epochs without improvement of the validation metric (0: off)",
     "threads": "torch intra-op threads (0: default)",
+    "device": "auto, cpu, cuda or cuda:N (auto: $CTRLRNN_DEVICE if set, else cuda when available)",
 }
 
 
@@ -214,6 +221,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
             raise ConfigError(f"{key}: expected a number >= 0, got {getattr(cfg, key)}")
     if not 0 < cfg.lr_decay <= 1:
         raise ConfigError(f"lr_decay: expected a number in (0, 1], got {cfg.lr_decay}")
+    if not DEVICE_PATTERN.fullmatch(cfg.device):
+        raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {cfg.device!r}")
 
 
 def check_options(

@@ -33,22 +33,52 @@ class DistContext:
         return self.rank == 0
 
 
-def init_distributed() -> DistContext:
-    """Join the process group described by torchrun's environment, or run alone."""
+#: environment variable that ``device = "auto"`` follows when set (cpu, cuda or cuda:N)
+DEVICE_ENV = "CTRLRNN_DEVICE"
+
+
+def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
+    """The device of this process: ``device`` as configured (``auto``: ``$CTRLRNN_DEVICE`` when
+    set, else CUDA when available, else CPU). Under torchrun a bare ``cuda`` means the GPU of
+    this process's ``LOCAL_RANK``. Raises ValueError, naming ``device``, for a GPU that is not
+    there."""
+    name = device
+    if name == "auto":
+        name = os.environ.get(DEVICE_ENV, "") or ("cuda" if torch.cuda.is_available() else "cpu")
+        source = f" (from ${DEVICE_ENV})" if os.environ.get(DEVICE_ENV) else ""
+    else:
+        source = ""
+    if name == "cpu":
+        return torch.device("cpu")
+    if not name.startswith("cuda"):
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {name!r}{source}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device: {name}{source} was asked for, but torch sees no CUDA device "
+                         f"(torch {torch.__version__}); use device=cpu")  # fmt: skip
+    index = int(name.split(":", 1)[1]) if ":" in name else local_rank
+    count = torch.cuda.device_count()
+    if index >= count:
+        why = f"LOCAL_RANK {local_rank}" if ":" not in name else name
+        raise ValueError(f"device: {why} needs GPU {index}, but {count} visible; run at most "
+                         f"{count} process(es) per node, or set device=cpu")  # fmt: skip
+    return torch.device("cuda", index)
+
+
+def init_distributed(device: str = "auto") -> DistContext:
+    """Join the process group described by torchrun's environment, or run alone, on the device
+    :func:`resolve_device` picks (NCCL between GPUs, gloo between CPU processes)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        return DistContext(device=device)
+        return DistContext(device=resolve_device(device))
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available()
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
     timeout = datetime.timedelta(seconds=float(os.environ.get("CTRLRNN_DIST_TIMEOUT", "120")))
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
-    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    return DistContext(rank=rank, world_size=world, local_rank=local_rank, device=device)
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timeout)
+    return DistContext(rank=rank, world_size=world, local_rank=local_rank, device=dev)
 
 
 def average_gradients(params: list[torch.nn.Parameter], ctx: DistContext) -> None:

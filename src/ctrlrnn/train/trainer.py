@@ -69,7 +69,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 #: configuration keys a resumed run may change without ``--override``: limits, where the run
 #: is, and how often it logs and checkpoints (none changes what a step computes)
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "out", "threads", "log_every",
+RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "out", "threads", "device", "log_every",
                                "checkpoint_every"})
 
 
