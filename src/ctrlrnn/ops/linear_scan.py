@@ -2,7 +2,8 @@
 
 Public entry point :func:`linear_scan`. Where a compiled kernel exists (CPU extension, Triton on
 CUDA) the work is done by the custom op ``ctrlrnn::linear_scan`` (registered with
-:mod:`torch.library`, so it traces under ``torch.compile``); elsewhere the reference
+:mod:`torch.library`, so it traces under ``torch.compile``; in eager mode its implementation and
+autograd formula run through :mod:`ctrlrnn.ops.eager`, with less dispatch); elsewhere the reference
 :func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref` runs, differentiated by autograd. The op's
 backward is the single reverse pass
 
@@ -21,6 +22,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.double_backward import forbid_double_backward
+from ctrlrnn.ops.eager import autograd_function, backward_of, eager_ok
 from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
 from ctrlrnn.ops.padding import reverse_padded
 from ctrlrnn.ops.validation import check_flag, check_lengths, check_same
@@ -34,8 +36,7 @@ def _reference_forward(
     return out.contiguous(), last.contiguous()
 
 
-@torch.library.custom_op("ctrlrnn::linear_scan", mutates_args=())
-def _linear_scan_op(
+def _linear_scan_impl(
     a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool
 ) -> tuple[Tensor, Tensor]:
     ext = kernel_for("scan", a.device)
@@ -45,13 +46,17 @@ def _linear_scan_op(
     return out, last
 
 
+_linear_scan_op = torch.library.custom_op("ctrlrnn::linear_scan", mutates_args=())(
+    _linear_scan_impl
+)
+
+
 @_linear_scan_op.register_fake
 def _(a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool):
     return torch.empty_like(a), a.new_empty(a.shape[0], a.shape[2])
 
 
-@torch.library.custom_op("ctrlrnn::linear_scan_backward", mutates_args=())
-def _linear_scan_backward_op(
+def _linear_scan_backward_impl(
     grad_out: Tensor | None,
     grad_last: Tensor | None,
     a: Tensor,
@@ -65,6 +70,11 @@ def _linear_scan_backward_op(
         da, db, dh0 = ext.linear_scan_backward(grad_out, grad_last, a, out, h0, lengths, reverse)
         return da, db, dh0
     return _reference_backward(grad_out, grad_last, a, out, h0, lengths, reverse)
+
+
+_linear_scan_backward_op = torch.library.custom_op(
+    "ctrlrnn::linear_scan_backward", mutates_args=()
+)(_linear_scan_backward_impl)
 
 
 def _reference_backward(
@@ -124,13 +134,16 @@ def _backward(ctx, grad_out: Tensor | None, grad_last: Tensor | None):
         grad_out = grad_out.contiguous()
     if grad_last is not None:
         grad_last = grad_last.contiguous()
-    da, db, dh0 = _linear_scan_backward_op(grad_out, grad_last, a, out, h0, lengths, ctx.reverse)
+    bwd = backward_of(_linear_scan_backward_op, _linear_scan_backward_impl, grad_out, grad_last, a)
+    da, db, dh0 = bwd(grad_out, grad_last, a, out, h0, lengths, ctx.reverse)
     return da, db, (dh0 if ctx.has_h0 else None), None, None
 
 
 _linear_scan_op.register_autograd(_backward, setup_context=_setup_context)
-forbid_double_backward(_linear_scan_backward_op, "linear_scan",
-                       "RCRN, CARNN (i, s) and METAGROSS on CUDA")
+_linear_scan_eager = autograd_function("linear_scan", _linear_scan_impl, _setup_context, _backward)
+forbid_double_backward(
+    _linear_scan_backward_op, "linear_scan", "RCRN, CARNN (i, s) and METAGROSS on CUDA"
+)
 
 
 def linear_scan(
@@ -169,8 +182,9 @@ def linear_scan(
     batch, steps, channels = a.shape
     if h0 is not None:
         if not isinstance(h0, Tensor):
-            raise ValueError(f"h0: expected a tensor of shape {(batch, channels)}, got "
-                             f"{type(h0).__name__}")
+            raise ValueError(
+                f"h0: expected a tensor of shape {(batch, channels)}, got {type(h0).__name__}"
+            )
         if h0.shape != (batch, channels):
             raise ValueError(f"h0: expected shape {(batch, channels)}, got {tuple(h0.shape)}")
         if h0.dtype != a.dtype or h0.device != a.device:
@@ -185,7 +199,9 @@ def linear_scan(
     if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
         out, last = scan_export.linear_scan(a, b, h0, lengths, reverse)
     elif has_kernel("scan", a.device):
-        out, last = _linear_scan_op(a.contiguous(), b.contiguous(), h0, lengths, reverse)
+        args = (a.contiguous(), b.contiguous(), h0, lengths, reverse)
+        op = _linear_scan_eager if eager_ok(*args) else _linear_scan_op
+        out, last = op(*args)
     else:  # the readable reference, differentiated by autograd
         out, last = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths, return_last=True)
     return (out, last) if return_last else out

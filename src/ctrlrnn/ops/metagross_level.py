@@ -46,6 +46,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.double_backward import forbid_double_backward
+from ctrlrnn.ops.eager import autograd_function, backward_of, eager_ok
 from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
@@ -83,8 +84,7 @@ def metagross_level_reference(
 # ------------------------------------------------------------------ the compiled op
 
 
-@torch.library.custom_op("ctrlrnn::metagross_level", mutates_args=())
-def _level_op(
+def _level_impl(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
@@ -100,6 +100,9 @@ def _level_op(
     return out.contiguous(), c, last.contiguous()
 
 
+_level_op = torch.library.custom_op("ctrlrnn::metagross_level", mutates_args=())(_level_impl)
+
+
 @_level_op.register_fake
 def _(P, child, alpha, beta, res, s0, lengths, h_form):
     B, T, _, k, H = P.shape
@@ -107,8 +110,7 @@ def _(P, child, alpha, beta, res, s0, lengths, h_form):
     return P.new_empty(B, T, k * H), c, P.new_empty(B, k * H)
 
 
-@torch.library.custom_op("ctrlrnn::metagross_level_backward", mutates_args=())
-def _level_backward_op(
+def _level_backward_impl(
     grad_out: Tensor | None, grad_last: Tensor | None, P: Tensor, child: Tensor | None,
     alpha: Tensor | None, beta: Tensor | None, s0: Tensor | None, lengths: Tensor | None,
     saved: Tensor, h_form: bool, has_res: bool,
@@ -162,10 +164,16 @@ def _reference_backward(
             if grad_out is not None
             else P.new_zeros(B, T, 1, H)
         )
+
     def given(x):  # a fresh empty tensor each, so that no two returns alias
         return P.new_empty(0) if x is None else x
 
     return dP, given(dchild), given(dalpha), given(dbeta), given(dres), ds0
+
+
+_level_backward_op = torch.library.custom_op("ctrlrnn::metagross_level_backward", mutates_args=())(
+    _level_backward_impl
+)
 
 
 @_level_backward_op.register_fake
@@ -200,7 +208,8 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
         grad_out = grad_out.contiguous()
     if grad_last is not None:
         grad_last = grad_last.contiguous()
-    dP, dchild, dalpha, dbeta, dres, ds0 = _level_backward_op(
+    bwd = backward_of(_level_backward_op, _level_backward_impl, grad_out, grad_last, P)
+    dP, dchild, dalpha, dbeta, dres, ds0 = bwd(
         grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, ctx.h_form, ctx.has_res
     )  # fmt: skip
     return (
@@ -216,6 +225,7 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
 
 
 _level_op.register_autograd(_backward, setup_context=_setup_context)
+_level_eager = autograd_function("metagross_level", _level_impl, _setup_context, _backward)
 forbid_double_backward(_level_backward_op, "metagross_level", "Metagross")
 
 
@@ -300,8 +310,7 @@ def metagross_level(
         return out, last
     if lengths is not None:
         lengths = check_lengths(lengths, B, T, allow_zero=True)
-    out, _c, last = _level_op(
-        _packed_rows(P), _contiguous(child), _contiguous(alpha), _contiguous(beta),
-        _contiguous(res), _contiguous(s0), lengths, bool(h_form),
-    )  # fmt: skip
+    args = (_packed_rows(P), _contiguous(child), _contiguous(alpha), _contiguous(beta),
+            _contiguous(res), _contiguous(s0), lengths, bool(h_form))  # fmt: skip
+    out, _c, last = (_level_eager if eager_ok(*args) else _level_op)(*args)
     return out, last

@@ -30,6 +30,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.double_backward import forbid_double_backward
+from ctrlrnn.ops.eager import autograd_function, backward_of, eager_ok
 from ctrlrnn.ops.linear_scan import _reference_backward as _scan_reference_backward
 
 POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
@@ -96,8 +97,7 @@ def qrnn_pooling_ref(
     return h_seq.to(out_dtype), c_seq.to(out_dtype), c.to(out_dtype)
 
 
-@torch.library.custom_op("ctrlrnn::qrnn_pooling", mutates_args=())
-def _qrnn_pooling_op(
+def _qrnn_pooling_impl(
     gates: Tensor,
     c0: Tensor | None,
     keep: Tensor | None,
@@ -117,6 +117,11 @@ def _qrnn_pooling_op(
     return h, c, last
 
 
+_qrnn_pooling_op = torch.library.custom_op("ctrlrnn::qrnn_pooling", mutates_args=())(
+    _qrnn_pooling_impl
+)
+
+
 @_qrnn_pooling_op.register_fake
 def _(gates, c0, keep, keep_scale, lengths, mode):
     G = (2, 3, 4)[mode]
@@ -125,8 +130,7 @@ def _(gates, c0, keep, keep_scale, lengths, mode):
     return gates.new_empty(B, T, H), gates.new_empty(B, T, H), gates.new_empty(B, H)
 
 
-@torch.library.custom_op("ctrlrnn::qrnn_pooling_backward", mutates_args=())
-def _qrnn_pooling_backward_op(
+def _qrnn_pooling_backward_impl(
     grad_h: Tensor | None,
     grad_c: Tensor | None,
     grad_last: Tensor | None,
@@ -196,6 +200,11 @@ def _reference_backward(
     return torch.cat(parts, -1).to(dtype), dc0.to(dtype)
 
 
+_qrnn_pooling_backward_op = torch.library.custom_op(
+    "ctrlrnn::qrnn_pooling_backward", mutates_args=()
+)(_qrnn_pooling_backward_impl)
+
+
 @_qrnn_pooling_backward_op.register_fake
 def _(grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode):
     return torch.empty_like(gates), gates.new_empty(gates.shape[0], c_seq.shape[2])
@@ -213,13 +222,15 @@ def _setup_context(ctx, inputs, output) -> None:
 def _backward(ctx, grad_h, grad_c, grad_last):
     gates, c_seq, c0, keep, lengths = ctx.saved_tensors
     grads = [g.contiguous() if g is not None else None for g in (grad_h, grad_c, grad_last)]
-    dgates, dc0 = _qrnn_pooling_backward_op(
-        *grads, gates, c_seq, c0, keep, ctx.keep_scale, lengths, ctx.mode
-    )
+    bwd = backward_of(_qrnn_pooling_backward_op, _qrnn_pooling_backward_impl, *grads, gates)
+    dgates, dc0 = bwd(*grads, gates, c_seq, c0, keep, ctx.keep_scale, lengths, ctx.mode)
     return dgates, (dc0 if ctx.has_c0 else None), None, None, None, None
 
 
 _qrnn_pooling_op.register_autograd(_backward, setup_context=_setup_context)
+_qrnn_pooling_eager = autograd_function(
+    "qrnn_pooling", _qrnn_pooling_impl, _setup_context, _backward
+)
 forbid_double_backward(_qrnn_pooling_backward_op, "qrnn_pooling", "QRNN")
 
 
@@ -272,6 +283,5 @@ def qrnn_pooling(
         return qrnn_pooling_ref(
             gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
         )
-    return _qrnn_pooling_op(
-        gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling]
-    )
+    args = (gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling])
+    return (_qrnn_pooling_eager if eager_ok(*args) else _qrnn_pooling_op)(*args)

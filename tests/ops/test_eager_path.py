@@ -1,0 +1,93 @@
+"""The eager path of the compiled ops (ops/eager.py): outside tracing the public ops run the
+custom op's implementation and autograd formula through a plain autograd.Function; they give
+bit-for-bit the custom op's values and gradients, and tracing or tensor subclasses keep the
+custom op."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from ctrlrnn.ops import eager
+
+scan_mod = importlib.import_module("ctrlrnn.ops.linear_scan")
+qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_eager_ok_only_for_plain_tensors_outside_tracing(monkeypatch):
+    x = torch.zeros(2)
+    assert eager.eager_ok(x, None, 3, torch.nn.Parameter(torch.zeros(1)))
+    assert not eager.eager_ok(x, x.as_subclass(_Sub))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not eager.eager_ok(x)
+
+
+def _spy(monkeypatch, module, name):
+    calls = []
+    op = getattr(module, name)
+
+    def counted(*args):
+        calls.append(1)
+        return op(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def _scan_grads(lengths):
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(3, 6, 4, dtype=torch.float64, generator=g).requires_grad_()
+    b = torch.randn(3, 6, 4, dtype=torch.float64, generator=g).requires_grad_()
+    h0 = torch.randn(3, 4, dtype=torch.float64, generator=g).requires_grad_()
+    out, last = scan_mod.linear_scan(a, b, h0, reverse=True, lengths=lengths, return_last=True)
+    (out.sin().sum() + last.cos().sum()).backward()
+    return out, last, a.grad, b.grad, h0.grad
+
+
+@pytest.mark.parametrize("lengths", [None, torch.tensor([6, 0, 3])])
+def test_scan_eager_path_equals_the_custom_op(monkeypatch, lengths):
+    calls = _spy(monkeypatch, scan_mod, "_linear_scan_op")
+    eager_run = _scan_grads(lengths)
+    assert calls == []  # eager: the custom op was not called
+    monkeypatch.setattr(scan_mod, "eager_ok", lambda *args: False)
+    op_run = _scan_grads(lengths)
+    assert calls == [1]
+    for x, y in zip(eager_run, op_run):
+        assert torch.equal(x, y)
+
+
+def _pool_grads():
+    g = torch.Generator().manual_seed(1)
+    gates = torch.randn(2, 5, 4 * 4, dtype=torch.float64, generator=g).requires_grad_()
+    c0 = torch.randn(2, 4, dtype=torch.float64, generator=g).requires_grad_()
+    h, c, last = qrnn_mod.qrnn_pooling(gates, c0, pooling="ifo", lengths=torch.tensor([5, 2]))
+    (h.sum() + c.square().sum() + last.sum()).backward()
+    return h, c, last, gates.grad, c0.grad
+
+
+def test_qrnn_pooling_eager_path_equals_the_custom_op(monkeypatch):
+    calls = _spy(monkeypatch, qrnn_mod, "_qrnn_pooling_op")
+    eager_run = _pool_grads()
+    assert calls == []
+    monkeypatch.setattr(qrnn_mod, "eager_ok", lambda *args: False)
+    op_run = _pool_grads()
+    assert calls == [1]
+    for x, y in zip(eager_run, op_run):
+        assert torch.equal(x, y)
+
+
+def test_eager_path_gradcheck_and_double_backward_error():
+    g = torch.Generator().manual_seed(2)
+    a = torch.rand(2, 4, 3, dtype=torch.float64, generator=g).requires_grad_()
+    b = torch.randn(2, 4, 3, dtype=torch.float64, generator=g).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: scan_mod.linear_scan(a, b), (a, b))
+    (ga,) = torch.autograd.grad(scan_mod.linear_scan(a, b).sum(), a, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"double backward through the compiled op "
+                                           r"ctrlrnn::linear_scan"):  # fmt: skip
+        ga.sum().backward()
