@@ -14,6 +14,9 @@ from ctrlrnn.train.distributed import resolve_device
 def test_auto_follows_the_environment_then_cuda_availability(monkeypatch):
     monkeypatch.setenv("CTRLRNN_DEVICE", "cpu")
     assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setenv("CTRLRNN_DEVICE", "auto")  # the same as unset
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
     monkeypatch.delenv("CTRLRNN_DEVICE")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu")
@@ -33,9 +36,13 @@ def test_a_missing_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CTRLRNN_DEVICE", "cuda:0")
     with pytest.raises(ValueError, match=r"device: cuda:0 \(from \$CTRLRNN_DEVICE\)"):
         resolve_device("auto")
-    monkeypatch.setenv("CTRLRNN_DEVICE", "tpu")
-    with pytest.raises(ValueError, match=r"device: expected auto, cpu, cuda or cuda:N, got 'tpu'"):
-        resolve_device("auto")
+    for bad in ("tpu", "cudafoo", "cuda:x", "cuda:"):
+        monkeypatch.setenv("CTRLRNN_DEVICE", bad)
+        why = rf"device: expected auto, cpu, cuda or cuda:N, got '{bad}' \(from \$CTRLRNN_DEVICE\)"
+        with pytest.raises(ValueError, match=why):
+            resolve_device("auto")
+    with pytest.raises(ValueError, match=r"device: expected auto, cpu, cuda or cuda:N, got 'gpu'$"):
+        resolve_device("gpu")
     # two processes per node on a one-GPU machine: the second rank has no GPU of its own
     monkeypatch.delenv("CTRLRNN_DEVICE")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ctrlrnn.train.config import DEVICE_PATTERN
+
 
 @dataclass
 class DistContext:
@@ -42,16 +44,16 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
     set, else CUDA when available, else CPU). Under torchrun a bare ``cuda`` means the GPU of
     this process's ``LOCAL_RANK``. Raises ValueError, naming ``device``, for a GPU that is not
     there."""
-    name = device
+    env = os.environ.get(DEVICE_ENV, "")
+    name, source = device, ""
+    if name == "auto" and env not in ("", "auto"):
+        name, source = env, f" (from ${DEVICE_ENV})"
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {name!r}{source}")
     if name == "auto":
-        name = os.environ.get(DEVICE_ENV, "") or ("cuda" if torch.cuda.is_available() else "cpu")
-        source = f" (from ${DEVICE_ENV})" if os.environ.get(DEVICE_ENV) else ""
-    else:
-        source = ""
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cpu":
         return torch.device("cpu")
-    if not name.startswith("cuda"):
-        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {name!r}{source}")
     if not torch.cuda.is_available():
         raise ValueError(f"device: {name}{source} was asked for, but torch sees no CUDA device "
                          f"(torch {torch.__version__}); use device=cpu")  # fmt: skip
