@@ -28,15 +28,15 @@ def test_eager_ok_only_for_plain_tensors_outside_tracing(monkeypatch):
     assert not eager.eager_ok(x)
 
 
-def _spy(monkeypatch, module, name):
+def _spy(monkeypatch, owner, name):
     calls = []
-    op = getattr(module, name)
+    op = getattr(owner, name)
 
     def counted(*args):
         calls.append(1)
         return op(*args)
 
-    monkeypatch.setattr(module, name, counted)
+    monkeypatch.setattr(owner, name, counted)
     return calls
 
 
@@ -52,10 +52,10 @@ def _scan_grads(lengths):
 
 @pytest.mark.parametrize("lengths", [None, torch.tensor([6, 0, 3])])
 def test_scan_eager_path_equals_the_custom_op(monkeypatch, lengths):
-    calls = _spy(monkeypatch, scan_mod, "_linear_scan_op")
+    calls = _spy(monkeypatch, scan_mod._linear_scan, "op")
     eager_run = _scan_grads(lengths)
     assert calls == []  # eager: the custom op was not called
-    monkeypatch.setattr(scan_mod, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
     op_run = _scan_grads(lengths)
     assert calls == [1]
     for x, y in zip(eager_run, op_run):
@@ -72,10 +72,10 @@ def _pool_grads():
 
 
 def test_qrnn_pooling_eager_path_equals_the_custom_op(monkeypatch):
-    calls = _spy(monkeypatch, qrnn_mod, "_qrnn_pooling_op")
+    calls = _spy(monkeypatch, qrnn_mod._qrnn_pooling, "op")
     eager_run = _pool_grads()
     assert calls == []
-    monkeypatch.setattr(qrnn_mod, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
     op_run = _pool_grads()
     assert calls == [1]
     for x, y in zip(eager_run, op_run):

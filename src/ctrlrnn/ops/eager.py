@@ -10,9 +10,10 @@ ops, 145 us through this module's path, 12 us for the kernels alone. On an H100 
 forward+backward scan call of 32 x 1024 x 1024 took 0.92 ms of wall time for 0.49 ms of kernels:
 per-call CPU time matters on a GPU.
 
-So when nothing traces (:func:`eager_ok`), the public ops call :func:`autograd_function`'s
-function instead: it runs the op's own implementation, ``setup_context`` and backward, the
-functions registered with the custom op, so both paths compute the same thing. The backward
+So each op registers its autograd formula through :class:`CompiledOp`, which also builds the
+op's eager twin from the same functions (:func:`autograd_function`: the op's own
+implementation, ``setup_context`` and backward, so both paths compute the same thing) and picks
+one of the two per call: the twin when nothing traces (:func:`eager_ok`). The backward
 calls the backward kernel's implementation directly (:func:`backward_of`) unless a graph of the
 backward is being built (``create_graph=True``): then it goes through the backward custom op,
 whose double-backward error (:mod:`ctrlrnn.ops.double_backward`) therefore stays. Under
@@ -66,6 +67,26 @@ def autograd_function(
     }
     fn = type(name, (torch.autograd.Function,), body)
     return fn.apply
+
+
+class CompiledOp:
+    """A custom op with its autograd formula, callable: the eager twin when :func:`eager_ok`
+    holds for the call's arguments, the custom op ``op`` otherwise.
+
+    Registers ``backward`` / ``setup_context`` on ``op`` (``register_autograd``; ``op`` is
+    ``ctrlrnn::<name>``) and builds the twin from ``impl`` (the function ``op`` was made from)
+    and the same two functions.
+    """
+
+    def __init__(self, name: str, op: Any, impl: Callable[..., Any],
+                 setup_context: Callable[[Any, tuple[Any, ...], Any], None],
+                 backward: Callable[..., Any]) -> None:  # fmt: skip
+        op.register_autograd(backward, setup_context=setup_context)
+        self.op = op
+        self.eager = autograd_function(name, impl, setup_context, backward)
+
+    def __call__(self, *args: Any) -> Any:
+        return (self.eager if eager_ok(*args) else self.op)(*args)
 
 
 def backward_of(op: Callable[..., Any], impl: Callable[..., Any], *args: Any) -> Callable[..., Any]:

@@ -22,7 +22,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.double_backward import forbid_double_backward
-from ctrlrnn.ops.eager import autograd_function, backward_of, eager_ok
+from ctrlrnn.ops.eager import CompiledOp, backward_of
 from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
 from ctrlrnn.ops.padding import reverse_padded
 from ctrlrnn.ops.validation import check_flag, check_lengths, check_same
@@ -139,8 +139,9 @@ def _backward(ctx, grad_out: Tensor | None, grad_last: Tensor | None):
     return da, db, (dh0 if ctx.has_h0 else None), None, None
 
 
-_linear_scan_op.register_autograd(_backward, setup_context=_setup_context)
-_linear_scan_eager = autograd_function("linear_scan", _linear_scan_impl, _setup_context, _backward)
+_linear_scan = CompiledOp(
+    "linear_scan", _linear_scan_op, _linear_scan_impl, _setup_context, _backward
+)
 forbid_double_backward(
     _linear_scan_backward_op, "linear_scan", "RCRN, CARNN (i, s) and METAGROSS on CUDA"
 )
@@ -199,9 +200,7 @@ def linear_scan(
     if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
         out, last = scan_export.linear_scan(a, b, h0, lengths, reverse)
     elif has_kernel("scan", a.device):
-        args = (a.contiguous(), b.contiguous(), h0, lengths, reverse)
-        op = _linear_scan_eager if eager_ok(*args) else _linear_scan_op
-        out, last = op(*args)
+        out, last = _linear_scan(a.contiguous(), b.contiguous(), h0, lengths, reverse)
     else:  # the readable reference, differentiated by autograd
         out, last = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths, return_last=True)
     return (out, last) if return_last else out

@@ -46,7 +46,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.double_backward import forbid_double_backward
-from ctrlrnn.ops.eager import autograd_function, backward_of, eager_ok
+from ctrlrnn.ops.eager import CompiledOp, backward_of
 from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
@@ -224,8 +224,7 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
     )
 
 
-_level_op.register_autograd(_backward, setup_context=_setup_context)
-_level_eager = autograd_function("metagross_level", _level_impl, _setup_context, _backward)
+_level = CompiledOp("metagross_level", _level_op, _level_impl, _setup_context, _backward)
 forbid_double_backward(_level_backward_op, "metagross_level", "Metagross")
 
 
@@ -310,7 +309,8 @@ def metagross_level(
         return out, last
     if lengths is not None:
         lengths = check_lengths(lengths, B, T, allow_zero=True)
-    args = (_packed_rows(P), _contiguous(child), _contiguous(alpha), _contiguous(beta),
-            _contiguous(res), _contiguous(s0), lengths, bool(h_form))  # fmt: skip
-    out, _c, last = (_level_eager if eager_ok(*args) else _level_op)(*args)
+    out, _c, last = _level(
+        _packed_rows(P), _contiguous(child), _contiguous(alpha), _contiguous(beta),
+        _contiguous(res), _contiguous(s0), lengths, bool(h_form),
+    )  # fmt: skip
     return out, last

@@ -30,7 +30,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 from ctrlrnn.ops.double_backward import forbid_double_backward
-from ctrlrnn.ops.eager import autograd_function, backward_of, eager_ok
+from ctrlrnn.ops.eager import CompiledOp, backward_of
 from ctrlrnn.ops.linear_scan import _reference_backward as _scan_reference_backward
 
 POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
@@ -227,9 +227,8 @@ def _backward(ctx, grad_h, grad_c, grad_last):
     return dgates, (dc0 if ctx.has_c0 else None), None, None, None, None
 
 
-_qrnn_pooling_op.register_autograd(_backward, setup_context=_setup_context)
-_qrnn_pooling_eager = autograd_function(
-    "qrnn_pooling", _qrnn_pooling_impl, _setup_context, _backward
+_qrnn_pooling = CompiledOp(
+    "qrnn_pooling", _qrnn_pooling_op, _qrnn_pooling_impl, _setup_context, _backward
 )
 forbid_double_backward(_qrnn_pooling_backward_op, "qrnn_pooling", "QRNN")
 
@@ -283,5 +282,6 @@ def qrnn_pooling(
         return qrnn_pooling_ref(
             gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
         )
-    args = (gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling])
-    return (_qrnn_pooling_eager if eager_ok(*args) else _qrnn_pooling_op)(*args)
+    return _qrnn_pooling(
+        gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling]
+    )
