@@ -18,7 +18,9 @@ def test_missing_music21_is_one_line(tmp_path, argv):
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "music21.py").write_text('raise ImportError("not installed", name="music21")\n')
-    env = {**os.environ, "PYTHONPATH": str(shim), "CTRLRNN_DATA": str(tmp_path / "data")}
+    # the shim goes first on the path the process already has (ctrlrnn may be found through it)
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "CTRLRNN_DATA": str(tmp_path / "data")}
     if argv[0] == "train":
         argv = [*argv, "--out", str(tmp_path / "run")]
     proc = subprocess.run([sys.executable, "-m", "ctrlrnn", *argv], cwd=tmp_path, env=env,

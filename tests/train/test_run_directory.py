@@ -79,8 +79,10 @@ def test_lock_of_a_killed_process_is_taken_over(tmp_path, capsys):
 
 def test_two_trainings_into_one_directory(tmp_path):
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "ctrlrnn", "train", *ARGS, "--max-steps",
-                              "100000", "--out", str(out)], env=_env(),
+    # a first run that cannot finish on its own (ARGS' 50 epochs take under a second on a fast
+    # machine, which let it end before the second run started)
+    first = subprocess.Popen([sys.executable, "-m", "ctrlrnn", "train", *ARGS, "--epochs",
+                              "1000000", "--max-steps", "100000000", "--out", str(out)], env=_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 300

@@ -35,6 +35,38 @@ from ctrlrnn.ops.validation import check_lengths
 State = list[Tensor]  # one tensor per state variable of the unit
 
 
+def _pad(input: PackedSequence) -> tuple[Tensor, Tensor]:
+    return pad_packed_sequence(input, batch_first=True)
+
+
+def _pack_padded(out: Tensor, lengths: Tensor) -> PackedSequence:
+    return pack_padded_sequence(out, lengths, batch_first=True, enforce_sorted=False)
+
+
+_OUTSIDE_COMPILE: dict[str, Any] = {}
+
+
+def _outside_compile(fn: Any) -> Any:
+    """``fn`` wrapped by ``torch.compiler.disable``, made on first use: the wrapper imports
+    torch._dynamo (and with it Triton), which ``import ctrlrnn`` must not."""
+    wrapped = _OUTSIDE_COMPILE.get(fn.__name__)
+    if wrapped is None:
+        wrapped = _OUTSIDE_COMPILE[fn.__name__] = torch.compiler.disable(fn)
+    return wrapped
+
+
+def _unpack(input: PackedSequence) -> tuple[Tensor, Tensor]:
+    """``pad_packed_sequence`` run outside any ``torch.compile`` graph. torch 2.13's dynamo skips
+    it (a graph break); torch 2.11's tries to trace it and fails on fake tensors ("data is not
+    allocated yet"). Disabling it here gives every version the same graph break."""
+    return _outside_compile(_pad)(input)
+
+
+def _pack(out: Tensor, lengths: Tensor) -> PackedSequence:
+    """``pack_padded_sequence`` outside any ``torch.compile`` graph, as in :func:`_unpack`."""
+    return _outside_compile(_pack_padded)(out, lengths)
+
+
 class RecurrentBase(nn.Module):
     """Base class with the ``torch.nn.LSTM`` interface (see the module docstring)."""
 
@@ -109,7 +141,7 @@ class RecurrentBase(nn.Module):
         if packed:
             if lengths is not None:
                 raise ValueError("lengths: must not be given with a PackedSequence input")
-            x, lengths = pad_packed_sequence(input, batch_first=True)
+            x, lengths = _unpack(input)
         else:
             if not isinstance(input, Tensor):
                 raise ValueError(
@@ -208,7 +240,7 @@ class RecurrentBase(nn.Module):
         h_n = finals[0] if self.num_states == 1 else tuple(finals)
         if packed:
             assert lens is not None
-            return pack_padded_sequence(out, lens, batch_first=True, enforce_sorted=False), h_n
+            return _pack(out, lens), h_n
         if not self.batch_first and not unbatched:
             out = out.transpose(0, 1)
         return out, h_n
