@@ -212,3 +212,18 @@ def test_render_page_scan_kernels_alone_and_uncommitted_changes():
     # a results file from before the kernels-alone measurement renders without that line
     assert "kernels alone" not in gc.render_page(_sample())
     assert "uncommitted" not in gc.render_page(_sample())
+
+
+def test_render_page_scan_called_back_to_back():
+    res = _sample()
+    scan = res["bench"]["scan"]
+    scan.update(fraction=0.3, kernels={"median_ms": 5.0, "pairs": 10, "pair_ms": 0.5},
+                kernels_gbps=2000.0, kernels_fraction=0.76,
+                steady={"median_ms": 5.4, "calls": 10, "call_ms": 0.54},
+                steady_gbps=1900.0, steady_fraction=0.72)  # fmt: skip
+    page = gc.render_page(res)
+    assert "10 forward+backward calls per timed sample" in page
+    assert "0.54 ms per call" in page
+    assert "**72%** of the copy bandwidth, which is below the goal" in page
+    # results from before the back-to-back measurement render without that line
+    assert "back to back, as a training loop" not in gc.render_page(_sample())
