@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.stopping import Action, run_action, seed_holds, stopping_budget
 
 
 def slug(text: str) -> str:
@@ -58,8 +59,11 @@ def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
             len(done.get(arm.label, {}).get("tuning", {}).get("trials", [])) != tuning.trials
             for arm in exp.arms):
         return False
-    return all(str(seed) in done.get(arm.label, {}).get("seeds", {})
-               for arm in exp.arms for seed in exp.seeds(mode))
+    budget, trained_under = stopping_budget(exp.overrides(mode)), _stored_budget(cached, mode)
+    return all(
+        str(seed) in done.get(arm.label, {}).get("seeds", {})
+        and seed_holds(done[arm.label]["seeds"][str(seed)], budget, trained_under)
+        for arm in exp.arms for seed in exp.seeds(mode))
 
 
 def params_tag(params: dict[str, float] | None) -> str:
@@ -124,13 +128,34 @@ def train_in(out: Path, exp: Experiment, arm: Arm, seed: int, mode: str,
     from ctrlrnn.train.cli import train_run
 
     done = out / "result.json"
-    if done.exists():
-        return json.loads(done.read_text(encoding="utf-8"))
     cfg, cls = config_for(exp, arm, seed, mode, out, extra)
+    if done.exists():
+        result = json.loads(done.read_text(encoding="utf-8"))
+        action = _finished_run_action(out, result, cfg)
+        if action == "done":
+            return result
+        if action == "restart":  # the runner's own directory: what it held answers nothing now
+            shutil.rmtree(out)
+        # "continue": the trainer extends the finished run from its checkpoint to the new cap
     resume = (out / "checkpoint.safetensors").exists()
     result = train_run(cfg, cls, resume=resume, show_progress=show_progress, verbose=False)
     assert result is not None
     return result
+
+
+def _finished_run_action(out: Path, result: dict[str, Any], cfg: Any) -> Action:
+    """:func:`~ctrlrnn.reproduce.stopping.run_action` of the finished run in ``out`` under
+    ``cfg``, from its checkpoint's stored configuration (a run without a readable checkpoint
+    cannot be continued or checked: its result stands)."""
+    from ctrlrnn.train.checkpoint import Checkpoint
+    from ctrlrnn.train.trainer import config_differences
+
+    try:
+        stored = Checkpoint(out / "checkpoint.safetensors").config
+    except (OSError, ValueError):
+        return "done"
+    differences = config_differences(stored, cfg.to_dict(), ())
+    return run_action(result, differences, int(cfg.epochs), int(cfg.max_steps or 0))
 
 
 def run_one(exp: Experiment, arm: Arm, seed: int, mode: str, runs_dir: Path,
@@ -169,7 +194,7 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
                     exp.higher_is_better, trial, log)
 
 
-def _summarise(result: dict[str, Any], exp: Experiment,
+def _summarise(result: dict[str, Any], exp: Experiment, mode: str,
                params: dict[str, float] | None = None) -> dict[str, Any]:
     test, valid = result.get("test", {}), result.get("valid", {})
     epochs = max(int(result.get("epochs_completed", 0)), 1)
@@ -179,6 +204,8 @@ def _summarise(result: dict[str, Any], exp: Experiment,
         "valid": valid.get(exp.metric),
         "test_metrics": test,
         "steps": result.get("step"),
+        "epochs": result.get("epochs_completed"),
+        "budget": stopping_budget(exp.overrides(mode)),
         "best_step": result.get("best_step"),
         "stop_reason": result.get("stop_reason"),
         "train_seconds": result.get("train_seconds"),
@@ -201,6 +228,13 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run every arm and seed of ``exp`` not yet done; write and return its results."""
     cached = load_results(results_dir, mode, exp)
+    trained_under = _stored_budget(cached, mode)
+    for arm_entry in (cached or {}).get("arms", {}).values():
+        # seeds from before summaries recorded their budget: the file's definition's, kept with
+        # them when they are carried into a file written under a new definition
+        for summary in arm_entry.get("seeds", {}).values():
+            if trained_under is not None:
+                summary.setdefault("budget", trained_under)
     done: dict[str, dict[str, Any]] = {
         label: dict(arm.get("seeds", {})) for label, arm in (cached or {}).get("arms", {}).items()
     }
@@ -224,6 +258,7 @@ def run_experiment(
         return data
     started = time.perf_counter()
     cached_arms = (cached or {}).get("arms", {})
+    budget = stopping_budget(exp.overrides(mode))
     for arm in exp.arms:
         seeds: dict[str, Any] = {}
         entry: dict[str, Any] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
@@ -243,8 +278,10 @@ def run_experiment(
             _write_json(results_path(results_dir, mode, exp), _partial(data, cached_arms))
         for seed in exp.seeds(mode):
             earlier = done.get(arm.label, {}).get(str(seed))
-            # a seed trained at other values (before tuning, or another search) trains again
-            if earlier is not None and (tuned is None or earlier.get("params") == params):
+            # a seed trained at other values (before tuning, or another search) trains again,
+            # and one that stopped at a cap since raised continues (module stopping)
+            if earlier is not None and (tuned is None or earlier.get("params") == params) \
+                    and seed_holds(earlier, budget, trained_under):
                 seeds[str(seed)] = earlier
                 continue
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
@@ -255,7 +292,7 @@ def run_experiment(
                     traceback.format_exception_only(type(exc), exc)).strip()
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")
                 continue
-            seeds[str(seed)] = _summarise(result, exp, params)
+            seeds[str(seed)] = _summarise(result, exp, mode, params)
             if seed == 0:
                 _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
             # finished runs are in the results file at once (a partial file can be committed
@@ -266,6 +303,13 @@ def run_experiment(
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     _write_json(results_path(results_dir, mode, exp), data)
     return data
+
+
+def _stored_budget(cached: dict[str, Any] | None, mode: str) -> dict[str, Any] | None:
+    """The stopping budget of a results file's stored definition (what its seeds that record
+    none were trained under), or None."""
+    overrides = ((cached or {}).get("definition") or {}).get(mode)
+    return stopping_budget(overrides) if isinstance(overrides, dict) else None
 
 
 def _partial(data: dict[str, Any], cached_arms: dict[str, Any]) -> dict[str, Any]:
