@@ -347,7 +347,8 @@ def _seconds_cell(seeds: list[dict[str, Any]]) -> str:
             return "not recorded"
         if share < OWN_MACHINE_SHARE or load > threads + OWN_MACHINE_EXTRA_LOAD:
             return "shared machine"
-    return _fmt(statistics.fmean(secs), 3)
+    mean = statistics.fmean(secs)
+    return f"{mean:.0f}" if mean >= 100 else _fmt(mean, 3)  # 1040, not 1.04e+03
 
 
 def _baseline_cell(values: list[float], paper: float | None, higher: bool) -> str:
