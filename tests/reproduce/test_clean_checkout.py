@@ -80,3 +80,31 @@ def test_rerun_names_are_checked(checkout):
     assert run.returncode == 2
     assert "--rerun: unknown experiment 'no-such-experiment'" in run.stdout
     assert _git(checkout, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_only_rewrites_every_page(checkout, monkeypatch):
+    """``--only`` trains the chosen experiment, but the pages it writes still show every
+    experiment's results (they once kept the chosen experiments alone)."""
+    import argparse
+
+    from ctrlrnn.reproduce import cli, runner
+
+    trained: list[str] = []
+    monkeypatch.setattr(runner, "is_cached", lambda results, mode, exp: False)
+    monkeypatch.setattr(runner, "run_experiment",
+                        lambda exp, mode, runs, results, show_progress: trained.append(exp.id))
+    monkeypatch.chdir(checkout)
+    args = argparse.Namespace(quick=True, only=["qrnn-copy"], rerun=None, runs="runs/reproduce",
+                              results="docs/results/data", docs=None, pages_only=False,
+                              no_speed=True, no_progress=True)
+    try:
+        assert cli.run(args) == 0
+        assert trained == ["qrnn-copy"]
+        summary = (checkout / "docs" / "results" / "quick" / "README.md").read_text()
+        for page in ("qrnn", "rcrn", "cas-lstm", "metagross", "carnn", "translation"):
+            assert f"[{page}]({page}.md)" in summary, page
+        changed = _git(checkout, "status", "--porcelain", "--untracked-files=all", "--",
+                       "*.md")
+        assert changed == "", f"pages differ from the committed ones:\n{changed}"
+    finally:
+        _git(checkout, "checkout", "-q", "--", ".")

@@ -9,7 +9,8 @@
 Finished experiments are cached in the results files (``docs/results/data``); the pages are
 rewritten only when something was trained or measured anew, or with ``--pages-only``, and
 they are written from the results files alone (the figures too), so a checkout whose results
-are all cached is left as it is.
+are all cached is left as it is. ``--only`` limits what is trained, not what the pages show:
+they are always written whole, from every results file.
 """
 
 from __future__ import annotations
@@ -110,30 +111,27 @@ def _run(args: argparse.Namespace) -> int:
               "nothing trained, pages left as they are (--rerun EXPERIMENT|all trains again, "
               "--pages-only rewrites the pages)")
         return 0
-    pages = write_all_pages(mode, results, docs, tuple(chosen) if args.only else None)
+    # every page, from every results file: ``--only`` limits what is trained, never what the
+    # pages show (a page written from the chosen experiments alone would drop the others')
+    pages = write_all_pages(mode, results, docs)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return 0
 
 
-def write_all_pages(mode: str, results: Path, docs: Path,
-                    chosen: tuple | None = None) -> list[Path]:
-    """Write the pages of ``mode`` (all of them, or ``chosen`` experiments' papers) from the
-    results files: the experiments' tables, the speed sections and the gate figures."""
+def write_all_pages(mode: str, results: Path, docs: Path) -> list[Path]:
+    """Write every page of ``mode`` from the results files: the experiments' tables, the speed
+    sections and the gate figures."""
     from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
     from ctrlrnn.reproduce.pages import write_pages
     from ctrlrnn.reproduce.speed import speed_claims, speed_sections_from_results
 
     docs.mkdir(parents=True, exist_ok=True)
     sections = dict(speed_sections_from_results(mode, results, docs))
-    ids = [e.id for e in chosen] if chosen else None
-    if ids is None or any("metagross" in i for i in ids):
-        sections["metagross"] = [*sections.get("metagross", []),
-                                 *depth_gate_section(mode, results, docs)]
-    if ids is None or any("cas-" in i for i in ids):
-        sections["cas-lstm"] = [*sections.get("cas-lstm", []),
-                                *cas_gate_section(mode, results, docs)]
-    return write_pages(results, docs, mode, sections, chosen, speed_claims(mode, results))
+    sections["metagross"] = [*sections.get("metagross", []),
+                             *depth_gate_section(mode, results, docs)]
+    sections["cas-lstm"] = [*sections.get("cas-lstm", []), *cas_gate_section(mode, results, docs)]
+    return write_pages(results, docs, mode, sections, extra_claims=speed_claims(mode, results))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
