@@ -126,6 +126,9 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(a, out, h0, lengths)
     ctx.reverse = reverse
     ctx.has_h0 = h0 is not None
+    # an unused output's gradient reaches the backward as None, never as a tensor of zeros
+    # made for it (an allocation and a fill per call; the kernels take None)
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_out: Tensor | None, grad_last: Tensor | None):

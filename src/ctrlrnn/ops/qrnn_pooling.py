@@ -217,6 +217,8 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.keep_scale = keep_scale
     ctx.mode = mode
     ctx.has_c0 = c0 is not None
+    # unused outputs' gradients stay None (the kernels take None), never zeros made per call
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_h, grad_c, grad_last):
