@@ -101,6 +101,15 @@ _TABLE9_NOTE = ("Both METAGROSS arms have depth N = 2. `METAGROSS` uses the line
                 "functions (section 2.2); `METAGROSS (LSTM base)` uses a recurrent base, the "
                 "unit table 9 reports best for this task.")
 
+#: why the tree traversal n = 4 baselines stay below the paper's level here
+_TREE4_NOTE = ("The paper states neither its hidden size nor its training-set size. This "
+               "setting (64 hidden units, 10,000 training trees, a cap of 100 epochs) is the "
+               "one at which the baselines reach the paper's level on sorting n = 5 and 10 "
+               "and on tree traversal n = 3; at n = 4 they stop improving (by patience) well "
+               "below it, so their level here is the measured ceiling of this setting, and a "
+               "larger model or training set, which this machine's budget did not allow for "
+               "all four arms, is what the gap points to.")
+
 
 #: the seq2seq tasks' search: the learning rate and the encoder-decoder's dropout, 3 trials of
 #: at most 6 epochs (patience 2 evaluations) per arm: what this machine's budget allows
@@ -133,11 +142,13 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
 
 def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float],
             ppl: tuple[float, float, float], task_args: dict[str, Any],
-            setting: str, lstm_base: bool = True, ordered: bool = True) -> Experiment:
+            setting: str, lstm_base: bool = True, ordered: bool = True,
+            setting_note: str = "") -> Experiment:
     """A METAGROSS paper table 1 task: BiLSTM, S-BiLSTM and METAGROSS (linear, and with
     ``lstm_base`` the recurrent base too), with the paper's exact match and perplexity of
     BiLSTM, S-BiLSTM and METAGROSS. ``ordered=False``: the paper's numbers tie (every model
-    solves the task), so no ordering is claimed and the table shows each arm's level."""
+    solves the task), so no ordering is claimed and the table shows each arm's level.
+    ``setting_note`` is appended to the page's note (what is known of the setting's limits)."""
     bi = {**_SMALL, "bidirectional": True}
     arms = (
         Arm("BiLSTM", "lstm", bi, paper=exact[0], paper_also={"perplexity": ppl[0]}),
@@ -160,6 +171,8 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
         claims = ()
         note += (" The paper reports every model at the same level here (section 3.1: \"All "
                  "models solve the task with n = 3\"), so no ordering is claimed.")
+    if setting_note:
+        note += " " + setting_note
     return _seq2seq(task, exp_id, title, arms, claims, task_args,
                     f"exact match (%) and perplexity on {setting}", also=("perplexity",),
                     note=note, paper_comparable=True)
@@ -282,7 +295,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             (100.0, 100.0, 100.0), (1.0, 1.0, 1.0), {"max_depth": 3},
             "tree traversal, n = 3", lstm_base=False, ordered=False),
     _table1("tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
-            (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4"),
+            (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
+            setting_note=_TREE4_NOTE),
     Experiment(
         id="metagross-logic",
         paper="metagross",
