@@ -180,3 +180,65 @@ def test_cli_writes_pages_only_when_something_was_trained(tmp_path, monkeypatch,
     assert sorted(trained) == [("LSTM", 0), ("LSTM", 1), ("QRNN", 0), ("QRNN", 1)]
     assert (tmp_path / "runs" / "quick" / "tiny-copy.previous").is_dir()
     assert "earlier runs moved to" in capsys.readouterr().out
+
+
+def _fake_result(seconds: float) -> dict:
+    return {"test": {"token_accuracy": 0.5}, "valid": {"token_accuracy": 0.5}, "step": 3,
+            "train_seconds": seconds, "epochs_completed": 1, "parameters": 1,
+            "stop_reason": "patience"}
+
+
+def test_an_interrupted_experiment_keeps_its_time(tmp_path, monkeypatch):
+    """Each finished run's partial file records the wall time so far, so an experiment killed
+    and continued adds its parts up (they were lost: only the last invocation counted)."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    clock = iter(float(t) for t in range(0, 10_000, 100))  # each perf_counter call: +100 s
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
+    calls = []
+
+    def killed_after_two(exp, arm, seed, mode, runs_dir, show_progress, params=None):
+        calls.append((arm.label, seed))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return _fake_result(7.0)
+
+    monkeypatch.setattr(runner, "run_one", killed_after_two)
+    try:
+        runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                              log=lambda s: None)
+    except KeyboardInterrupt:
+        pass
+    partial = json.loads((results / "quick" / "tiny-copy.json").read_text())
+    assert not partial["complete"] and partial["seconds"] > 0
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: _fake_result(7.0))
+    done = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert done["complete"]
+    assert done["seconds"] > partial["seconds"]  # the first part is counted, not dropped
+
+
+def test_a_superseded_results_file_adds_no_time(tmp_path, monkeypatch):
+    """A finished file whose runs all train again (another definition) gives none of its wall
+    time to the new results."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    path = results / "quick" / "tiny-copy.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"complete": True, "seconds": 1e6, "arms": {},
+                                "definition": {"quick": {"epochs": 99}}}))
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: _fake_result(7.0))
+    done = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert done["complete"] and done["seconds"] < 1e5
+
+
+def test_training_time_sums_every_run_and_trial():
+    data = {"seconds": 5.0, "arms": {
+        "A": {"seeds": {"0": {"train_seconds": 60.0}, "1": {"train_seconds": 120.0}},
+              "tuning": {"trials": [{"train_seconds": 30.0}, {"train_seconds": 30.0}]}},
+        "B": {"seeds": {"0": {"train_seconds": 60.0}}}}}
+    assert pages.training_seconds(data) == 300.0  # not the file's wall seconds
+    assert pages._training_time_line(data) == [
+        "", "Training time: 5.0 minutes on this machine (4.0 for the 3 final runs, 1.0 for the "
+        "2 tuning trials; each run's own training clock, whatever else the machine ran)."]
+    legacy = {"seconds": 90.0, "arms": {"A": {"seeds": {"0": {"test": 0.5}}}}}
+    assert pages.training_seconds(legacy) == 90.0 and pages._training_time_line(legacy) == []

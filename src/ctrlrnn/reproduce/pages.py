@@ -192,6 +192,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
             f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | "
             f"{_tuned_cell(arm.get('tuning'))} | {_seconds_cell(seeds)} | {params or '–'} |"
         )
+    lines += _training_time_line(data)
     if tuned:
         lines += _trial_tables(exp, data, scale)
     if data.get("errors"):
@@ -336,6 +337,37 @@ def _converged_cell(seeds: list[dict[str, Any]]) -> str:
     return "yes" if not capped else f"**not converged** ({capped} of {len(reasons)} capped)"
 
 
+def _run_seconds(data: dict[str, Any], part: str) -> list[float]:
+    """The recorded training seconds of the final runs (``part="seeds"``) or of the tuning
+    trials (``"trials"``) of a results file."""
+    arms = data.get("arms", {}).values()
+    runs = ([run for arm in arms for run in (arm.get("seeds") or {}).values()]
+            if part == "seeds"
+            else [run for arm in arms for run in (arm.get("tuning") or {}).get("trials", [])])
+    return [float(run["train_seconds"]) for run in runs if run.get("train_seconds")]
+
+
+def _training_time_line(data: dict[str, Any]) -> list[str]:
+    """The experiment's training time, tuning and final runs apart (when its runs record it)."""
+    final, trials = _run_seconds(data, "seeds"), _run_seconds(data, "trials")
+    if not final and not trials:
+        return []
+    text = (f"Training time: {math.fsum(final + trials) / 60:.1f} minutes on this machine "
+            f"({math.fsum(final) / 60:.1f} for the {len(final)} final runs")
+    if trials:
+        text += f", {math.fsum(trials) / 60:.1f} for the {len(trials)} tuning trials"
+    return ["", text + "; each run's own training clock, whatever else the machine ran)."]
+
+
+def training_seconds(data: dict[str, Any]) -> float:
+    """The training time a results file holds: the recorded training seconds of every final
+    run and every tuning trial it reports (each run's own clock, summed over its resumes, so
+    an interrupted experiment counts all of its work and a superseded one none); the file's
+    wall ``seconds`` when its runs record none (files written before they did)."""
+    recorded = _run_seconds(data, "seeds") + _run_seconds(data, "trials")
+    return math.fsum(recorded) if recorded else float(data.get("seconds", 0.0))
+
+
 def _seconds_cell(seeds: list[dict[str, Any]]) -> str:
     """Mean training seconds, only when every seed had the machine to itself."""
     secs = [x["train_seconds"] for x in seeds if x.get("train_seconds")]
@@ -398,7 +430,7 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
         for exp in exps:
             data = load_results(results_dir, mode, exp)
             if data:
-                total_seconds += float(data.get("seconds", 0.0))
+                total_seconds += training_seconds(data)
             section, claim_verdicts = experiment_section(exp, data, out_dir, mode)
             lines += section
             for claim, source, v in claim_verdicts:
@@ -412,7 +444,9 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)
     summary += ["", f"Training time of the experiments in these files: "
-                f"{total_seconds / 60:.1f} minutes on this machine.", ""]
+                f"{total_seconds / 60:.1f} minutes on this machine (every final run's and "
+                "tuning trial's own training clock, summed; the wall time of files whose runs "
+                "record none).", ""]
     readme = out_dir / "README.md"
     readme.write_text("\n".join(summary) + "\n", encoding="utf-8")
     written.append(readme)

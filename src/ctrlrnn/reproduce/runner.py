@@ -259,6 +259,14 @@ def run_experiment(
     started = time.perf_counter()
     cached_arms = (cached or {}).get("arms", {})
     budget = stopping_budget(exp.overrides(mode))
+    # the wall time of the work the file holds: an interrupted run's (its partial file records
+    # it) and, when this run carries a finished file's tuning or seeds over, that file's
+    carried = cached is not None and not cached.get("complete")
+
+    def spent() -> float:
+        return (float(cached.get("seconds", 0.0)) if carried and cached else 0.0) + (
+            time.perf_counter() - started)
+
     for arm in exp.arms:
         seeds: dict[str, Any] = {}
         entry: dict[str, Any] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
@@ -273,9 +281,11 @@ def run_experiment(
             continue
         params: dict[str, float] = {}
         if tuned is not None:
+            carried = carried or tuned == cached_arms.get(arm.label, {}).get("tuning")
             entry["tuning"] = tuned
             params = dict(tuned["chosen"])
-            _write_json(results_path(results_dir, mode, exp), _partial(data, cached_arms))
+            _write_json(results_path(results_dir, mode, exp),
+                        _partial(data, cached_arms, spent()))
         for seed in exp.seeds(mode):
             earlier = done.get(arm.label, {}).get(str(seed))
             # a seed trained at other values (before tuning, or another search) trains again,
@@ -283,6 +293,7 @@ def run_experiment(
             if earlier is not None and (tuned is None or earlier.get("params") == params) \
                     and seed_holds(earlier, budget, trained_under):
                 seeds[str(seed)] = earlier
+                carried = True
                 continue
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
             try:
@@ -297,8 +308,9 @@ def run_experiment(
                 _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
             # finished runs are in the results file at once (a partial file can be committed
             # and continued elsewhere, without the run directories)
-            _write_json(results_path(results_dir, mode, exp), _partial(data, cached_arms))
-    data["seconds"] = float((cached or {}).get("seconds", 0.0)) + time.perf_counter() - started
+            _write_json(results_path(results_dir, mode, exp),
+                        _partial(data, cached_arms, spent()))
+    data["seconds"] = spent()
     data["complete"] = not data["errors"]
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     _write_json(results_path(results_dir, mode, exp), data)
@@ -312,11 +324,13 @@ def _stored_budget(cached: dict[str, Any] | None, mode: str) -> dict[str, Any] |
     return stopping_budget(overrides) if isinstance(overrides, dict) else None
 
 
-def _partial(data: dict[str, Any], cached_arms: dict[str, Any]) -> dict[str, Any]:
-    """The results so far, as a file marked incomplete: the arms not reached yet in this run
+def _partial(data: dict[str, Any], cached_arms: dict[str, Any],
+             seconds: float) -> dict[str, Any]:
+    """The results so far, as a file marked incomplete, with the wall ``seconds`` spent so far
+    (a run continued after an interruption adds to them): the arms not reached yet in this run
     keep what the results file held for them."""
     arms = {label: arm for label, arm in cached_arms.items() if label not in data["arms"]}
-    return {**data, "arms": {**data["arms"], **arms}, "complete": False}
+    return {**data, "arms": {**data["arms"], **arms}, "complete": False, "seconds": seconds}
 
 
 def _record_figure(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, data: dict[str, Any],
