@@ -92,7 +92,8 @@ def test_only_rewrites_every_page(checkout, monkeypatch):
     trained: list[str] = []
     monkeypatch.setattr(runner, "is_cached", lambda results, mode, exp: False)
     monkeypatch.setattr(runner, "run_experiment",
-                        lambda exp, mode, runs, results, show_progress: trained.append(exp.id))
+                        lambda exp, mode, runs, results, show_progress:
+                        trained.append(exp.id) or {"errors": {}})
     monkeypatch.chdir(checkout)
     args = argparse.Namespace(quick=True, only=["qrnn-copy"], rerun=None, runs="runs/reproduce",
                               results="docs/results/data", docs=None, pages_only=False,

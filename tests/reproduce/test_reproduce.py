@@ -242,3 +242,86 @@ def test_training_time_sums_every_run_and_trial():
         "2 tuning trials; each run's own training clock, whatever else the machine ran)."]
     legacy = {"seconds": 90.0, "arms": {"A": {"seeds": {"0": {"test": 0.5}}}}}
     assert pages.training_seconds(legacy) == 90.0 and pages._training_time_line(legacy) == []
+
+
+def _capped_result(*args, **kwargs):
+    return {**_fake_result(7.0), "stop_reason": "cap"}
+
+
+def test_a_failing_rerun_leaves_finished_results_alone(tmp_path, monkeypatch):
+    """When every part fails (a missing dependency, say), the finished results file is left as
+    it was and the failures are returned; it was overwritten by an errors-only file."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    monkeypatch.setattr(runner, "run_one", _capped_result)
+    first = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                  log=lambda s: None)
+    assert first["complete"]
+    path = results / "quick" / "tiny-copy.json"
+    before = path.read_bytes()
+
+    def missing_dependency(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'music21'")
+
+    monkeypatch.setattr(runner, "run_one", missing_dependency)
+    raised = dataclasses.replace(TINY, quick={**TINY.quick, "max_steps": 30})  # seeds continue
+    data = runner.run_experiment(raised, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert path.read_bytes() == before
+    assert not data["complete"] and len(data["errors"]) == 4
+    assert data["arms"] == first["arms"]
+
+
+def test_a_failed_part_keeps_its_earlier_results(tmp_path, monkeypatch):
+    """A failed seed keeps the summary it had at the same values; a failed tuning keeps the
+    arm's earlier entry. The file records the failures and is marked incomplete."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    monkeypatch.setattr(runner, "run_one", _capped_result)
+    first = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                  log=lambda s: None)
+
+    def seed1_fails(exp, arm, seed, mode, runs_dir, show_progress, params=None):
+        if seed == 1:
+            raise RuntimeError("out of memory")
+        return {**_fake_result(9.0), "test": {"token_accuracy": 0.75}}
+
+    real_tune = runner.tune
+
+    def qrnn_tuning_fails(exp, arm, *args, **kwargs):
+        if arm.label == "QRNN":
+            raise RuntimeError("optuna is broken")
+        return real_tune(exp, arm, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_one", seed1_fails)
+    monkeypatch.setattr(runner, "tune", qrnn_tuning_fails)
+    raised = dataclasses.replace(TINY, quick={**TINY.quick, "max_steps": 30})
+    data = runner.run_experiment(raised, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    stored = json.loads((results / "quick" / "tiny-copy.json").read_text())
+    assert not stored["complete"]
+    assert set(stored["errors"]) == {"LSTM/seed1", "QRNN/tuning"}
+    assert stored["arms"]["LSTM"]["seeds"]["0"]["test"] == 0.75  # newly trained
+    assert stored["arms"]["LSTM"]["seeds"]["1"] == first["arms"]["LSTM"]["seeds"]["1"]
+    assert stored["arms"]["QRNN"] == first["arms"]["QRNN"]
+    assert data["arms"] == stored["arms"]
+
+
+def test_cli_exits_nonzero_and_names_the_failed_parts(tmp_path, monkeypatch, capsys):
+    from ctrlrnn import cli
+    from ctrlrnn.reproduce import experiments
+
+    monkeypatch.setattr(experiments, "EXPERIMENTS", (TINY,))
+    monkeypatch.setattr(pages, "EXPERIMENTS", (TINY,))
+
+    def qrnn_fails(exp, arm, seed, mode, runs_dir, show_progress, params=None):
+        if arm.label == "QRNN":
+            raise ModuleNotFoundError("No module named 'music21'")
+        return _fake_result(1.0)
+
+    monkeypatch.setattr(runner, "run_one", qrnn_fails)
+    paths = ["--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"),
+             "--docs", str(tmp_path / "docs"), "--quick", "--no-speed", "--no-progress"]
+    assert cli.main(["reproduce", *paths]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED tiny-copy QRNN/seed0: ModuleNotFoundError: No module named 'music21'" in out
+    assert "1 experiment(s) had failures" in out
+    assert (tmp_path / "docs" / "qrnn.md").is_file()  # the pages are still written

@@ -89,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     started = time.perf_counter()
     changed = bool(args.pages_only)
+    failed: dict[str, dict[str, str]] = {}
     if not args.pages_only:
         for exp in chosen:
             if exp.id in rerun:
@@ -97,7 +98,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
             if not is_cached(results, mode, exp):
                 changed = True
-            run_experiment(exp, mode, runs, results, show_progress=not args.no_progress)
+            data = run_experiment(exp, mode, runs, results, show_progress=not args.no_progress)
+            if data.get("errors"):
+                failed[exp.id] = data["errors"]
     if not args.pages_only and not args.no_speed:
         from ctrlrnn.reproduce.speed import forget_speed, run_speed
 
@@ -116,7 +119,18 @@ def _run(args: argparse.Namespace) -> int:
     pages = write_all_pages(mode, results, docs)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
-    return 0
+    return _report_failures(failed)
+
+
+def _report_failures(failed: dict[str, dict[str, str]]) -> int:
+    """Print every failed part of the experiments and give the exit status: 1 when any failed
+    (their earlier results are kept; a later run retries them), else 0."""
+    for exp_id, errors in failed.items():
+        for part, error in errors.items():
+            print(f"[reproduce] FAILED {exp_id} {part}: {error.splitlines()[-1][:300]}")
+    if failed:
+        print(f"[reproduce] {len(failed)} experiment(s) had failures; run again to retry them")
+    return 1 if failed else 0
 
 
 def write_all_pages(mode: str, results: Path, docs: Path) -> list[Path]:

@@ -278,6 +278,8 @@ def run_experiment(
             data["errors"][f"{arm.label}/tuning"] = "".join(
                 traceback.format_exception_only(type(exc), exc)).strip()
             log(f"[reproduce] {exp.id}: tuning {arm.label} failed: {exc}")
+            if arm.label in cached_arms:  # the arm's earlier results stay in the file
+                data["arms"][arm.label] = cached_arms[arm.label]
             continue
         params: dict[str, float] = {}
         if tuned is not None:
@@ -302,6 +304,8 @@ def run_experiment(
                 data["errors"][f"{arm.label}/seed{seed}"] = "".join(
                     traceback.format_exception_only(type(exc), exc)).strip()
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")
+                if earlier is not None and (tuned is None or earlier.get("params") == params):
+                    seeds[str(seed)] = earlier  # trained at these values: kept, not lost
                 continue
             seeds[str(seed)] = _summarise(result, exp, mode, params)
             if seed == 0:
@@ -310,6 +314,13 @@ def run_experiment(
             # and continued elsewhere, without the run directories)
             _write_json(results_path(results_dir, mode, exp),
                         _partial(data, cached_arms, spent()))
+    if data["errors"] and cached is not None and cached.get("complete") \
+            and data["arms"] == cached_arms:
+        # nothing new came of this run (e.g. the task's dependency is missing here): the
+        # finished results file is left as it was, and the failures are returned and logged
+        log(f"[reproduce] {exp.id}: every failed part kept its earlier results; "
+            f"{results_path(results_dir, mode, exp)} left unchanged")
+        return {**cached, "errors": data["errors"], "complete": False}
     data["seconds"] = spent()
     data["complete"] = not data["errors"]
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
