@@ -243,3 +243,78 @@ def test_finished_runs_reach_the_results_file_at_once_and_continue_from_it(tmp_p
     assert data["complete"]
     assert trained == [("QRNN", 1), ("GRU", 0), ("GRU", 1)]
     assert tuned_again == ["GRU"] * 4  # the arm never reached; the others' searches are kept
+
+
+def test_a_changed_search_tunes_again_and_never_reads_back_the_old_trials(tmp_path,
+                                                                          monkeypatch):
+    """Another trial budget (or range, or seed) is another search: the stored tuning no longer
+    holds, and the trials run again in their own directories. The finished trials of the old
+    search were read back as the new one's (they sat in the same directory)."""
+    budgets: list[int] = []
+
+    def fake_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out):
+        budgets.append(overrides["max_steps"])
+        out.mkdir(parents=True, exist_ok=True)
+        result = _fake_result(_score(overrides))
+        (out / "result.json").write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr(runner, "run_trial", fake_trial)
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: _fake_result(0.5))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    runner.run_experiment(TINY, "quick", runs, results, show_progress=False, log=lambda s: None)
+    assert budgets == [2] * 12
+    longer = dataclasses.replace(
+        TINY, tuning_quick=dataclasses.replace(SEARCH, overrides={"max_steps": 5}))
+    assert not runner.is_cached(results, "quick", longer)
+    assert runner.tuning_dir(runs, "quick", longer, "LSTM") != runner.tuning_dir(
+        runs, "quick", TINY, "LSTM")
+    budgets.clear()
+    data = runner.run_experiment(longer, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert budgets == [5] * 12
+    assert all(arm["tuning"]["trial_overrides"] == {"max_steps": 5}
+               for arm in data["arms"].values())
+    assert runner.is_cached(results, "quick", longer)
+
+
+def test_a_search_record_holds_only_for_its_own_search():
+    from ctrlrnn.reproduce.tuning import record_holds
+
+    record = {"sampler": "optuna TPE", "sampler_seed": 0, "startup_trials": 2,
+              "train_seed": 0, "trials_planned": 4,
+              "space": [{"key": "lr", "low": 1e-4, "high": 1e-1, "log": True},
+                        {"key": "model.dropout", "low": 0.0, "high": 0.5, "log": False}],
+              "trial_overrides": {"max_steps": 2}, "trials": [{}] * 4}
+    assert Tuning.from_record(record) == SEARCH and record_holds(record, SEARCH)
+    assert not record_holds({**record, "trials": [{}] * 3}, SEARCH)  # unfinished
+    assert not record_holds(record, dataclasses.replace(SEARCH, trials=5))
+    assert not record_holds(record, dataclasses.replace(SEARCH, seed=1))
+    assert not record_holds(record, dataclasses.replace(
+        SEARCH, params=(Param("lr", 1e-3, 1e-1, log=True), SEARCH.params[1])))
+    assert not record_holds({**record, "space": "garbled"}, SEARCH)
+    assert not record_holds(None, SEARCH)
+    # the directory key ignores the trial count: a grown search keeps its finished trials
+    assert dataclasses.replace(SEARCH, trials=9).key() == SEARCH.key()
+    assert dataclasses.replace(SEARCH, overrides={"max_steps": 3}).key() != SEARCH.key()
+
+
+def test_the_page_names_the_search_the_runs_ran_and_a_changed_definition(tmp_path,
+                                                                         monkeypatch):
+    from ctrlrnn.reproduce import pages
+
+    monkeypatch.setattr(runner, "run_trial", lambda exp, arm, mode, runs_dir, show, number,
+                        overrides, out: _fake_result(_score(overrides)))
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: _fake_result(0.5))
+    data = runner.run_experiment(TINY, "quick", tmp_path / "runs", tmp_path / "results",
+                                 show_progress=False, log=lambda s: None)
+    longer = dataclasses.replace(
+        TINY, tuning_quick=dataclasses.replace(SEARCH, overrides={"max_steps": 5}))
+    page = "\n".join(pages.experiment_section(longer, data, tmp_path, "quick")[0])
+    assert "each trial: max_steps=2. The final seeds" in page  # what the runs ran
+    assert "now defines another search" in page and "max_steps=5" in page
+    mixed = {**data, "arms": {**data["arms"], "GRU": {
+        **data["arms"]["GRU"], "tuning": {**data["arms"]["GRU"]["tuning"],
+                                          "trial_overrides": {"max_steps": 5}}}}}
+    page = "\n".join(pages.experiment_section(TINY, mixed, tmp_path, "quick")[0])
+    assert "**Unequal tuning**" in page

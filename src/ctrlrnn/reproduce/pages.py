@@ -19,6 +19,7 @@ from typing import Any
 from ctrlrnn.reproduce import verdicts
 from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
 from ctrlrnn.reproduce.runner import load_results, slug
+from ctrlrnn.reproduce.tuning import Tuning
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
 from ctrlrnn.units import scale
 
@@ -144,8 +145,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if tuning is None:
         lines += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
     elif not stale:
-        lines += ["", f"Tuning, the same for every arm on the validation split: "
-                  f"{tuning.describe()}. The final seeds train at each arm's best trial."]
+        lines += ["", _tuning_line(exp, tuning, trained)]
     elif any(arm.get("tuning") for arm in trained):
         lines += ["", f"**Partly untuned results.** The arms without a search in the table "
                   f"ran before this experiment defined its equal tuning ({tuning.describe()}), "
@@ -281,6 +281,31 @@ def _stopping_line(overrides: dict[str, Any]) -> str:
                 "validation checkpoint.")
     return (f"Stopping: evaluated {every}; no patience in this mode, every run trains to the "
             f"cap of {cap}; the test split is scored at the best validation checkpoint.")
+
+
+def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]]) -> str:
+    """The search the stored runs ran (from their tuning records), and the definition's when
+    it has changed since."""
+    ran: list[Tuning] = []
+    for arm in trained:
+        try:
+            searched = Tuning.from_record(arm["tuning"]) if arm.get("tuning") else None
+        except (KeyError, TypeError, ValueError):
+            searched = None
+        if searched is not None and searched not in ran:
+            ran.append(searched)
+    if len(ran) > 1:
+        return ("**Unequal tuning**: the arms' stored searches differ ("
+                + "; ".join(t.describe() for t in ran)
+                + f"). `ctrlrnn reproduce --only {exp.id}` searches every arm again with "
+                f"{tuning.describe()}.")
+    line = ("Tuning, the same for every arm on the validation split: "
+            f"{(ran[0] if ran else tuning).describe()}. The final seeds train at each arm's "
+            "best trial.")
+    if ran and ran[0] != tuning:
+        line += (f" This experiment now defines another search ({tuning.describe()}): "
+                 f"`ctrlrnn reproduce --only {exp.id}` trains it again.")
+    return line
 
 
 def _short_key(key: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ctrlrnn.reproduce.experiments import Arm, Experiment
 from ctrlrnn.reproduce.stopping import Action, run_action, seed_holds, stopping_budget
+from ctrlrnn.reproduce.tuning import record_holds
 
 
 def slug(text: str) -> str:
@@ -55,9 +56,8 @@ def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
         return False
     done = cached.get("arms", {})
     tuning = exp.tuning(mode)
-    if tuning is not None and any(
-            len(done.get(arm.label, {}).get("tuning", {}).get("trials", [])) != tuning.trials
-            for arm in exp.arms):
+    if tuning is not None and not all(
+            record_holds(done.get(arm.label, {}).get("tuning"), tuning) for arm in exp.arms):
         return False
     budget, trained_under = stopping_budget(exp.overrides(mode)), _stored_budget(cached, mode)
     return all(
@@ -80,8 +80,12 @@ def run_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str, seed: in
 
 
 def tuning_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str) -> Path:
-    """Where the trials of ``exp``'s arm train (:mod:`ctrlrnn.reproduce.tuning`)."""
-    return runs_dir / mode / exp.id / f"{slug(arm_label)}-tuning"
+    """Where the trials of ``exp``'s arm train (:mod:`ctrlrnn.reproduce.tuning`): one directory
+    per search (its :meth:`~ctrlrnn.reproduce.tuning.Tuning.key`), so that the finished trials
+    of an earlier search are never read back as this one's."""
+    tuning = exp.tuning(mode)
+    tag = f"-{tuning.key()}" if tuning is not None else ""
+    return runs_dir / mode / exp.id / f"{slug(arm_label)}-tuning{tag}"
 
 
 def forget(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
@@ -183,7 +187,7 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
     if tuning is None:
         return None
     done = (cached or {}).get("tuning")
-    if done and len(done.get("trials", [])) == tuning.trials:
+    if record_holds(done, tuning):
         return dict(done)
     log(f"[reproduce] {exp.id}: tuning {arm.label} ({tuning.trials} trials)")
 

@@ -19,6 +19,7 @@ with the values it was proposed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -53,6 +54,27 @@ class Tuning:
     #: how many first trials are drawn at random before TPE proposes (at most ``trials``)
     startup: int = 3
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Tuning:
+        """The search an arm's stored tuning record (:func:`tune_arm`'s result) ran."""
+        return cls(trials=int(record["trials_planned"]),
+                   params=tuple(Param(p["key"], float(p["low"]), float(p["high"]),
+                                      bool(p["log"])) for p in record["space"]),
+                   overrides=dict(record.get("trial_overrides", {})),
+                   seed=int(record.get("sampler_seed", 0)),
+                   train_seed=int(record.get("train_seed", 0)),
+                   startup=int(record.get("startup_trials", 3)))
+
+    def key(self) -> str:
+        """A short digest of the search with its trial count left out: a search grown by more
+        trials keeps its earlier trials (each depends only on those before it), any other
+        change (a range, the trial budget, a seed) is another search."""
+        record = {"params": [[p.key, p.low, p.high, p.log] for p in self.params],
+                  "overrides": self.overrides, "seed": self.seed,
+                  "train_seed": self.train_seed, "startup": self.startup}
+        text = json.dumps(record, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+
     def describe(self) -> str:
         """One line for the pages: the search space and budget."""
         space = ", ".join(
@@ -75,6 +97,18 @@ def lr_and_dropout(dropout_key: str | None, *, trials: int = 6, lr: tuple[float,
     if dropout_key:
         params.append(Param(dropout_key, dropout[0], dropout[1]))
     return Tuning(trials=trials, params=tuple(params), overrides=dict(overrides or {}))
+
+
+def record_holds(record: dict[str, Any] | None, tuning: Tuning) -> bool:
+    """Whether a stored tuning ``record`` is a finished run of the search ``tuning`` (every
+    planned trial, under the same ranges, trial budget and seeds)."""
+    if not record:
+        return False
+    try:
+        ran = Tuning.from_record(record)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return ran == tuning and len(record.get("trials", [])) == tuning.trials
 
 
 #: trains one trial: (trial number, its configuration overrides, run directory) -> result
