@@ -244,6 +244,28 @@ def test_training_time_sums_every_run_and_trial():
     assert pages.training_seconds(legacy) == 90.0 and pages._training_time_line(legacy) == []
 
 
+def test_runs_on_a_gpu_are_named_and_timed_as_such():
+    gpu = "cuda:0 (NVIDIA H100 80GB HBM3)"
+    # the launching thread's CPU share on a GPU is no sign of a shared machine
+    seeds = [{"train_seconds": 12.0, "cpu_share": 0.05, "load_start": 0.1, "threads": 16,
+              "device": gpu}]
+    assert pages._seconds_cell(seeds) == "12"
+    data = {"arms": {"A": {"seeds": {"0": seeds[0]}}}}
+    assert pages._training_time_line(data)[1].startswith(f"Training time: 0.2 minutes on {gpu} (")
+    data["arms"]["B"] = {"seeds": {"0": {"train_seconds": 12.0, "device": "cpu"}}}
+    assert f"on this machine's CPU and {gpu} (" in pages._training_time_line(data)[1]
+    cpu = [{"train_seconds": 12.0, "cpu_share": 0.05, "load_start": 0.1, "threads": 2,
+            "device": "cpu"}]
+    assert pages._seconds_cell(cpu) == "shared machine"
+
+
+def test_a_run_result_names_its_device(tmp_path):
+    result = runner.run_one(TINY, TINY.arms[0], 0, "quick", tmp_path / "runs",
+                            show_progress=False)
+    assert result["device"] == "cpu"
+    assert runner._summarise(result, TINY, "quick")["device"] == "cpu"
+
+
 def _capped_result(*args, **kwargs):
     return {**_fake_result(7.0), "stop_reason": "cap"}
 

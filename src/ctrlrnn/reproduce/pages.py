@@ -379,11 +379,26 @@ def _training_time_line(data: dict[str, Any]) -> list[str]:
     final, trials = _run_seconds(data)
     if not final and not trials:
         return []
-    text = (f"Training time: {math.fsum(final + trials) / 60:.1f} minutes on this machine "
+    text = (f"Training time: {math.fsum(final + trials) / 60:.1f} minutes {_where(data)} "
             f"({math.fsum(final) / 60:.1f} for the {len(final)} final runs")
     if trials:
         text += f", {math.fsum(trials) / 60:.1f} for the {len(trials)} tuning trials"
     return ["", text + "; each run's own training clock, whatever else the machine ran)."]
+
+
+def _where(data: dict[str, Any]) -> str:
+    """Where the experiment's runs trained: "on this machine" (its CPU; runs from before the
+    device was recorded trained there too), or the GPUs they name."""
+    runs = [seed for arm in data.get("arms", {}).values()
+            for seed in arm.get("seeds", {}).values()]
+    runs += [trial for arm in data.get("arms", {}).values()
+             for trial in (arm.get("tuning") or {}).get("trials", [])]
+    gpus = sorted({str(r["device"]) for r in runs if r.get("device") not in (None, "cpu")})
+    if not gpus:
+        return "on this machine"
+    if len(gpus) == len({str(r.get("device") or "cpu") for r in runs}):
+        return f"on {', '.join(gpus)}"
+    return f"on this machine's CPU and {', '.join(gpus)}"
 
 
 def training_seconds(data: dict[str, Any]) -> float:
@@ -402,6 +417,8 @@ def _seconds_cell(seeds: list[dict[str, Any]]) -> str:
     if not secs:
         return "–"
     for x in seeds:
+        if str(x.get("device") or "cpu").startswith("cuda"):
+            continue  # GPU time: the CPU share of the launching thread says nothing of it
         share, load, threads = x.get("cpu_share"), x.get("load_start"), x.get("threads")
         if share is None or load is None or threads is None:
             return "not recorded"

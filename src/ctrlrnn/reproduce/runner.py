@@ -216,6 +216,7 @@ def _summarise(result: dict[str, Any], exp: Experiment, mode: str,
         "cpu_share": result.get("cpu_share"),
         "load_start": result.get("load_start"),
         "threads": result.get("threads"),
+        "device": result.get("device"),
         "seconds_per_epoch": (result.get("train_seconds") or 0.0) / epochs,
         "parameters": result.get("parameters"),
     }

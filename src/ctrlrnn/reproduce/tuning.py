@@ -144,6 +144,7 @@ def _trial_row(number: int, params: dict[str, float], result: dict[str, Any],
         "best_step": result.get("best_step"),
         "stop_reason": result.get("stop_reason"),
         "train_seconds": result.get("train_seconds"),
+        "device": result.get("device"),
     }
 
 

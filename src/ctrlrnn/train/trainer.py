@@ -453,6 +453,7 @@ class Trainer:
             "cpu_share": cpu / (seconds * threads) if seconds > 0 and cpu > 0 else None,
             "load_start": self.progress.get("load_start"),
             "threads": threads,
+            "device": _device_name(self.ctx.device),
             "metric": self.task.metric,
             "eval_batches": limit,
             "valid": valid,
@@ -464,6 +465,14 @@ class Trainer:
                             **{f"test_{k}": v for k, v in test.items()}})
             self.log.export_csv()
         return result
+
+
+def _device_name(device: torch.device) -> str:
+    """What the run trained on, for its result: ``cpu``, or the GPU's index and model."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return device.type
 
 
 def _load_average() -> float | None:
