@@ -294,6 +294,11 @@ def test_a_search_record_holds_only_for_its_own_search():
         SEARCH, params=(Param("lr", 1e-3, 1e-1, log=True), SEARCH.params[1])))
     assert not record_holds({**record, "space": "garbled"}, SEARCH)
     assert not record_holds(None, SEARCH)
+    # fewer trials than start-up draws: the record stores the start-up actually used (all of
+    # them random), and it is still this search's
+    short = dataclasses.replace(SEARCH, trials=1, startup=3)
+    assert record_holds({**record, "trials_planned": 1, "startup_trials": 1,
+                         "trials": [{}]}, short)
     # the directory key ignores the trial count: a grown search keeps its finished trials
     assert dataclasses.replace(SEARCH, trials=9).key() == SEARCH.key()
     assert dataclasses.replace(SEARCH, overrides={"max_steps": 3}).key() != SEARCH.key()

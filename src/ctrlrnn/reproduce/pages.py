@@ -19,7 +19,7 @@ from typing import Any
 from ctrlrnn.reproduce import verdicts
 from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
 from ctrlrnn.reproduce.runner import load_results, slug
-from ctrlrnn.reproduce.tuning import Tuning
+from ctrlrnn.reproduce.tuning import Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
 from ctrlrnn.units import scale
 
@@ -288,10 +288,7 @@ def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]])
     it has changed since."""
     ran: list[Tuning] = []
     for arm in trained:
-        try:
-            searched = Tuning.from_record(arm["tuning"]) if arm.get("tuning") else None
-        except (KeyError, TypeError, ValueError):
-            searched = None
+        searched = search_of(arm.get("tuning"))
         if searched is not None and searched not in ran:
             ran.append(searched)
     if len(ran) > 1:
@@ -362,15 +359,21 @@ def _converged_cell(seeds: list[dict[str, Any]]) -> str:
     return "yes" if not capped else f"**not converged** ({capped} of {len(reasons)} capped)"
 
 
-def _run_seconds(data: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """The recorded training seconds of a results file's final runs and of its tuning trials."""
+def _runs(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A results file's final runs and its tuning trials (their summaries and rows)."""
     arms = list(data.get("arms", {}).values())
     final = [run for arm in arms for run in (arm.get("seeds") or {}).values()]
     trials = [run for arm in arms for run in (arm.get("tuning") or {}).get("trials", [])]
+    return final, trials
+
+
+def _run_seconds(data: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """The recorded training seconds of a results file's final runs and of its tuning trials."""
 
     def recorded(runs: list[dict[str, Any]]) -> list[float]:
         return [float(run["train_seconds"]) for run in runs if run.get("train_seconds")]
 
+    final, trials = _runs(data)
     return recorded(final), recorded(trials)
 
 
@@ -389,10 +392,8 @@ def _training_time_line(data: dict[str, Any]) -> list[str]:
 def _where(data: dict[str, Any]) -> str:
     """Where the experiment's runs trained: "on this machine" (its CPU; runs from before the
     device was recorded trained there too), or the GPUs they name."""
-    runs = [seed for arm in data.get("arms", {}).values()
-            for seed in arm.get("seeds", {}).values()]
-    runs += [trial for arm in data.get("arms", {}).values()
-             for trial in (arm.get("tuning") or {}).get("trials", [])]
+    final, trials = _runs(data)
+    runs = final + trials
     gpus = sorted({str(r["device"]) for r in runs if r.get("device") not in (None, "cpu")})
     if not gpus:
         return "on this machine"

@@ -54,6 +54,11 @@ class Tuning:
     #: how many first trials are drawn at random before TPE proposes (at most ``trials``)
     startup: int = 3
 
+    def __post_init__(self) -> None:
+        # the start-up draws a search makes (all its trials when it has fewer): what a stored
+        # record names, so a search equals the one its record describes
+        object.__setattr__(self, "startup", min(self.startup, self.trials))
+
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Tuning:
         """The search an arm's stored tuning record (:func:`tune_arm`'s result) ran."""
@@ -99,16 +104,20 @@ def lr_and_dropout(dropout_key: str | None, *, trials: int = 6, lr: tuple[float,
     return Tuning(trials=trials, params=tuple(params), overrides=dict(overrides or {}))
 
 
+def search_of(record: dict[str, Any] | None) -> Tuning | None:
+    """The search a stored tuning ``record`` ran, or None (no record, or not a readable one)."""
+    if not record:
+        return None
+    try:
+        return Tuning.from_record(record)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def record_holds(record: dict[str, Any] | None, tuning: Tuning) -> bool:
     """Whether a stored tuning ``record`` is a finished run of the search ``tuning`` (every
     planned trial, under the same ranges, trial budget and seeds)."""
-    if not record:
-        return False
-    try:
-        ran = Tuning.from_record(record)
-    except (KeyError, TypeError, ValueError):
-        return False
-    return ran == tuning and len(record.get("trials", [])) == tuning.trials
+    return search_of(record) == tuning and len((record or {}).get("trials", [])) == tuning.trials
 
 
 #: trains one trial: (trial number, its configuration overrides, run directory) -> result
@@ -183,7 +192,7 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     return {
         "sampler": SAMPLER,
         "sampler_seed": tuning.seed,
-        "startup_trials": min(tuning.startup, tuning.trials),
+        "startup_trials": tuning.startup,
         "train_seed": tuning.train_seed,
         "trials_planned": tuning.trials,
         "space": [{"key": p.key, "low": p.low, "high": p.high, "log": p.log}
@@ -206,7 +215,7 @@ def _propose(tuning: Tuning, dists: dict[str, Any], rows: list[dict[str, Any]], 
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=tuning.seed * 10_007 + k,
-                                         n_startup_trials=min(tuning.startup, tuning.trials))
+                                         n_startup_trials=tuning.startup)
     study = optuna.create_study(direction="maximize" if higher_is_better else "minimize",
                                 sampler=sampler)
     for row in rows:
