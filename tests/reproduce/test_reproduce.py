@@ -263,7 +263,7 @@ def test_a_run_result_names_its_device(tmp_path):
     result = runner.run_one(TINY, TINY.arms[0], 0, "quick", tmp_path / "runs",
                             show_progress=False)
     assert result["device"] == "cpu"
-    assert runner._summarise(result, TINY, "quick")["device"] == "cpu"
+    assert runner._summarise(result, TINY, TINY.arms[0], "quick")["device"] == "cpu"
 
 
 def _capped_result(*args, **kwargs):

@@ -132,3 +132,12 @@ def test_legacy_seeds_carried_into_a_new_file_keep_their_budget(tmp_path):
     assert not runner.is_cached(tmp_path / "results", "quick", raised)
     again = _run(raised, tmp_path)["arms"]["LSTM"]["seeds"]["0"]
     assert again["epochs"] == 3 and again["budget"]["epochs"] == 3
+
+
+def test_a_run_stopped_at_a_cap_left_as_it_was_holds_when_another_is_raised():
+    steps = {**OLD, "max_steps": 500}
+    assert seed_holds(_seed("max_steps", budget=steps), {**steps, "epochs": 100}, None)
+    assert seed_holds(_seed("epochs", budget=steps), {**steps, "max_steps": 900}, None)
+    assert not seed_holds(_seed("max_steps", budget=steps), {**steps, "max_steps": 900}, None)
+    # stopped at a cap that was unset: not a run this record can describe
+    assert not seed_holds(_seed("max_steps", budget=OLD), {**OLD, "epochs": 100}, None)

@@ -19,6 +19,7 @@ the statistics its figure needs are measured on the run's checkpoint and stored 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import re
 import shutil
@@ -30,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.reproduce.experiments import Arm, Experiment
-from ctrlrnn.reproduce.stopping import Action, run_action, seed_holds, stopping_budget
-from ctrlrnn.reproduce.tuning import record_holds
+from ctrlrnn.reproduce.holding import Standing
+from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
 
 
 def slug(text: str) -> str:
@@ -54,16 +55,17 @@ def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
     cached = load_results(results_dir, mode, exp)
     if not cached or not cached.get("complete"):
         return False
-    done = cached.get("arms", {})
-    tuning = exp.tuning(mode)
-    if tuning is not None and not all(
-            record_holds(done.get(arm.label, {}).get("tuning"), tuning) for arm in exp.arms):
-        return False
-    budget, trained_under = stopping_budget(exp.overrides(mode)), _stored_budget(cached, mode)
-    return all(
-        str(seed) in done.get(arm.label, {}).get("seeds", {})
-        and seed_holds(done[arm.label]["seeds"][str(seed)], budget, trained_under)
-        for arm in exp.arms for seed in exp.seeds(mode))
+    done, standing = cached.get("arms", {}), Standing(exp, mode, cached)
+    tuned = exp.tuning(mode) is not None
+    for arm in exp.arms:
+        entry = done.get(arm.label, {})
+        if tuned and not standing.tuning(arm, entry.get("tuning")):
+            return False
+        params = dict(entry["tuning"]["chosen"]) if tuned else None
+        if not all(standing.seed(arm, entry.get("seeds", {}).get(str(seed)), params)
+                   for seed in exp.seeds(mode)):
+            return False
+    return True
 
 
 def params_tag(params: dict[str, float] | None) -> str:
@@ -81,10 +83,16 @@ def run_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str, seed: in
 
 def tuning_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str) -> Path:
     """Where the trials of ``exp``'s arm train (:mod:`ctrlrnn.reproduce.tuning`): one directory
-    per search (its :meth:`~ctrlrnn.reproduce.tuning.Tuning.key`), so that the finished trials
-    of an earlier search are never read back as this one's."""
+    per search (its :meth:`~ctrlrnn.reproduce.tuning.Tuning.key`) and setting (a digest of
+    :meth:`~ctrlrnn.reproduce.holding.Standing.setting`), so that the finished trials of an
+    earlier search, or of the same search at another model or data size, are never read back
+    as this one's."""
     tuning = exp.tuning(mode)
     tag = f"-{tuning.key()}" if tuning is not None else ""
+    arm = next((a for a in exp.arms if a.label == arm_label), None)
+    if arm is not None:
+        text = json.dumps(Standing(exp, mode, None).setting(arm), sort_keys=True)
+        tag += "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
     return runs_dir / mode / exp.id / f"{slug(arm_label)}-tuning{tag}"
 
 
@@ -178,27 +186,31 @@ def run_trial(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progres
 
 
 def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bool,
-         cached: dict[str, Any] | None, log: Callable[[str], None]) -> dict[str, Any] | None:
+         cached: dict[str, Any] | None, log: Callable[[str], None],
+         standing: Standing | None = None) -> dict[str, Any] | None:
     """The tuning of ``exp``'s ``arm`` in ``mode``: read from ``cached`` (the arm's entry of the
-    results file) when it holds every planned trial, else run or finish it. None: no tuning."""
+    results file) when it stands (:meth:`Standing.tuning`: every planned trial of the same
+    search, in the same setting), else run or finish it. None: no tuning."""
     from ctrlrnn.reproduce.tuning import tune_arm
 
     tuning = exp.tuning(mode)
     if tuning is None:
         return None
+    standing = standing or Standing(exp, mode, None)
     done = (cached or {}).get("tuning")
-    if record_holds(done, tuning):
-        return dict(done)
+    if standing.tuning(arm, done):
+        return dict(done or {})
     log(f"[reproduce] {exp.id}: tuning {arm.label} ({tuning.trials} trials)")
 
     def trial(number: int, overrides: dict[str, Any], out: Path) -> dict[str, Any]:
         return run_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out)
 
-    return tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.metric,
-                    exp.higher_is_better, trial, log)
+    record = tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.metric,
+                      exp.higher_is_better, trial, log)
+    return standing.stamp_tuning(arm, record)
 
 
-def _summarise(result: dict[str, Any], exp: Experiment, mode: str,
+def _summarise(result: dict[str, Any], exp: Experiment, arm: Arm, mode: str,
                params: dict[str, float] | None = None) -> dict[str, Any]:
     test, valid = result.get("test", {}), result.get("valid", {})
     epochs = max(int(result.get("epochs_completed", 0)), 1)
@@ -210,6 +222,7 @@ def _summarise(result: dict[str, Any], exp: Experiment, mode: str,
         "steps": result.get("step"),
         "epochs": result.get("epochs_completed"),
         "budget": stopping_budget(exp.overrides(mode)),
+        "setting": Standing(exp, mode, None).setting(arm),
         "best_step": result.get("best_step"),
         "stop_reason": result.get("stop_reason"),
         "train_seconds": result.get("train_seconds"),
@@ -233,13 +246,8 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run every arm and seed of ``exp`` not yet done; write and return its results."""
     cached = load_results(results_dir, mode, exp)
-    trained_under = _stored_budget(cached, mode)
-    for arm_entry in (cached or {}).get("arms", {}).values():
-        # seeds from before summaries recorded their budget: the file's definition's, kept with
-        # them when they are carried into a file written under a new definition
-        for summary in arm_entry.get("seeds", {}).values():
-            if trained_under is not None:
-                summary.setdefault("budget", trained_under)
+    standing = Standing(exp, mode, cached)
+    standing.date_entries(cached)
     done: dict[str, dict[str, Any]] = {
         label: dict(arm.get("seeds", {})) for label, arm in (cached or {}).get("arms", {}).items()
     }
@@ -263,7 +271,6 @@ def run_experiment(
         return data
     started = time.perf_counter()
     cached_arms = (cached or {}).get("arms", {})
-    budget = stopping_budget(exp.overrides(mode))
     # the wall time of the work the file holds: an interrupted run's (its partial file records
     # it) and, when this run carries a finished file's tuning or seeds over, that file's
     carried = cached is not None and not cached.get("complete")
@@ -278,7 +285,7 @@ def run_experiment(
         data["arms"][arm.label] = entry
         try:
             tuned = tune(exp, arm, mode, runs_dir, show_progress,
-                         cached_arms.get(arm.label), log)
+                         cached_arms.get(arm.label), log, standing)
         except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
             data["errors"][f"{arm.label}/tuning"] = "".join(
                 traceback.format_exception_only(type(exc), exc)).strip()
@@ -297,8 +304,7 @@ def run_experiment(
             earlier = done.get(arm.label, {}).get(str(seed))
             # a seed trained at other values (before tuning, or another search) trains again,
             # and one that stopped at a cap since raised continues (module stopping)
-            if earlier is not None and (tuned is None or earlier.get("params") == params) \
-                    and seed_holds(earlier, budget, trained_under):
+            if standing.seed(arm, earlier, params if tuned is not None else None):
                 seeds[str(seed)] = earlier
                 carried = True
                 continue
@@ -309,10 +315,11 @@ def run_experiment(
                 data["errors"][f"{arm.label}/seed{seed}"] = "".join(
                     traceback.format_exception_only(type(exc), exc)).strip()
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")
-                if earlier is not None and (tuned is None or earlier.get("params") == params):
-                    seeds[str(seed)] = earlier  # trained at these values: kept, not lost
+                if earlier is not None and (tuned is None or earlier.get("params") == params) \
+                        and standing.same_setting(arm, earlier):
+                    seeds[str(seed)] = earlier  # trained here at these values: kept, not lost
                 continue
-            seeds[str(seed)] = _summarise(result, exp, mode, params)
+            seeds[str(seed)] = _summarise(result, exp, arm, mode, params)
             if seed == 0:
                 _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
             # finished runs are in the results file at once (a partial file can be committed

@@ -2,9 +2,10 @@
 
 An experiment's runs stop by patience (the validation metric stopped improving) or at a cap
 (``epochs``, ``max_steps``). When an experiment's caps are raised, a run that stopped by
-patience stands as it is (it stopped before either cap), while a run that stopped at a cap has
-more to train: it continues from its checkpoint. A run that went past a lowered cap, or one
-trained under another patience rule or another configuration, trains again from scratch.
+patience stands as it is (it stopped before either cap), and so does one that stopped at a cap
+left as it was; a run that stopped at a raised cap has more to train: it continues from its
+checkpoint. A run that went past a lowered cap, or one trained under another patience rule or
+another configuration (:mod:`ctrlrnn.reproduce.holding`), trains again from scratch.
 
 Two places decide it: :func:`seed_holds` reads a seed's summary in the committed results file
 (so a clone without the run directories knows what is left), :func:`run_action` reads a run
@@ -41,25 +42,36 @@ def _at_least(key: str, new: Any, old: Any) -> bool:
     return bool(new >= old)
 
 
-def seed_holds(summary: dict[str, Any], budget: dict[str, Any],
-               trained_under: dict[str, Any] | None) -> bool:
-    """Whether a seed's ``summary`` (its entry in a results file) stands under ``budget``.
-
-    ``trained_under`` is the budget it was trained under when the summary does not record one
-    (results written before it did: the budget of the file's stored definition), or None when
-    unknown. Same budget: it holds. Otherwise it holds only when it stopped by patience, under
-    the same patience rule, and no cap was lowered.
-    """
-    then = summary.get("budget", trained_under)
-    if then is None:
-        return False
+def run_holds(stop_reason: str | None, then: dict[str, Any], budget: dict[str, Any]) -> bool:
+    """Whether a finished run trained under the budget ``then``, stopped for ``stop_reason``,
+    is the run ``budget`` would train: the same budget; or the same patience rule, no cap
+    lowered, and the run stopped by patience or at a cap that is set and unchanged (it never
+    reached any cap that was raised)."""
     if all(then.get(key) == budget.get(key) for key in (*CAPS, *RULE)):
         return True
     if any(then.get(key) != budget.get(key) for key in RULE):
         return False
-    if summary.get("stop_reason") != "patience":
+    if not all(_at_least(key, budget.get(key), then.get(key)) for key in CAPS):
         return False
-    return all(_at_least(key, budget.get(key), then.get(key)) for key in CAPS)
+    if stop_reason == "patience":
+        return True
+    cap = then.get(stop_reason) if stop_reason in CAPS else None
+    return bool(cap) and cap == budget.get(stop_reason)
+
+
+def seed_holds(summary: dict[str, Any], budget: dict[str, Any],
+               trained_under: dict[str, Any] | None) -> bool:
+    """Whether a seed's ``summary`` (its entry in a results file) stands under ``budget``
+    (:func:`run_holds`).
+
+    ``trained_under`` is the budget it was trained under when the summary does not record one
+    (results written before it did: the budget of the file's stored definition), or None when
+    unknown.
+    """
+    then = summary.get("budget", trained_under)
+    if then is None:
+        return False
+    return run_holds(summary.get("stop_reason"), then, budget)
 
 
 Action = Literal["done", "continue", "restart"]

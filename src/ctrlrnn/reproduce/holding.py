@@ -1,0 +1,134 @@
+"""Whether a results file's stored seeds and tunings still answer the experiment as defined now.
+
+A results file is committed without its run directories, so what it holds must say what it was
+trained under. A seed's summary, or an arm's tuning record, stands for the definition now only
+when it was trained
+
+* in the same **setting**: the mode's overrides other than the stopping budget (model and data
+  sizes, batch, ...), the experiment's and the arm's task arguments, the arm's model and model
+  arguments (:func:`setting`); and
+* under a stopping **budget** that trains the same run (:func:`~ctrlrnn.reproduce.stopping.
+  run_holds`): for a tuning, the budget of its trials, the mode's overrides under the search's
+  own, every trial judged by how it stopped.
+
+Entries record both; entries written before they did take them from their file's stored
+definition. A tuning record must also be a finished run of the same search
+(:func:`~ctrlrnn.reproduce.tuning.record_holds`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.stopping import CAPS, RULE, run_holds, seed_holds, stopping_budget
+from ctrlrnn.reproduce.tuning import Tuning, record_holds, search_of
+
+
+def setting(overrides: dict[str, Any], task_args: dict[str, Any],
+            arm: dict[str, Any]) -> dict[str, Any]:
+    """The setting of an arm's runs (as JSON stores it): the mode's ``overrides`` without the
+    stopping keys, the experiment's ``task_args`` under the arm's, the arm's model and
+    arguments (``arm`` as a definition stores it)."""
+    record = {
+        "overrides": {k: v for k, v in overrides.items() if k not in (*CAPS, *RULE)},
+        "task_args": {**task_args, **(arm.get("task_args") or {})},
+        "model": arm.get("model"),
+        "model_args": dict(arm.get("model_args") or {}),
+    }
+    return json.loads(json.dumps(record, sort_keys=True, default=str))
+
+
+def trial_budget(overrides: dict[str, Any], tuning: Tuning) -> dict[str, Any]:
+    """The stopping budget of a search's trials: the mode's, under the search's overrides."""
+    return stopping_budget({**overrides, **tuning.overrides})
+
+
+class Standing:
+    """What ``exp``'s results file (``cached``, or None) holds that still stands in ``mode``."""
+
+    def __init__(self, exp: Experiment, mode: str, cached: dict[str, Any] | None) -> None:
+        self.exp, self.mode = exp, mode
+        definition = (cached or {}).get("definition") or {}
+        stored = definition.get(mode)
+        #: the stored definition's mode overrides (what entries without a record trained under)
+        self.stored_overrides: dict[str, Any] | None = stored if isinstance(stored, dict) else None
+        self.stored_arms = {a.get("label"): a for a in definition.get("arms", [])
+                            if isinstance(a, dict)}
+        self.stored_task_args = dict(definition.get("task_args") or {})
+        self.budget = stopping_budget(exp.overrides(mode))
+
+    def setting(self, arm: Arm) -> dict[str, Any]:
+        """The setting ``arm``'s runs train in now."""
+        return setting(self.exp.overrides(self.mode), self.exp.task_args, asdict(arm))
+
+    def stored_setting(self, label: str) -> dict[str, Any] | None:
+        """The setting of the file's stored definition for the arm ``label``, or None."""
+        arm = self.stored_arms.get(label)
+        if self.stored_overrides is None or arm is None:
+            return None
+        return setting(self.stored_overrides, self.stored_task_args, arm)
+
+    def same_setting(self, arm: Arm, entry: dict[str, Any]) -> bool:
+        """Whether a stored ``entry`` (a seed's summary, a tuning record) of ``arm`` was trained
+        in the setting now."""
+        then = entry.get("setting") or self.stored_setting(arm.label)
+        return then is not None and then == self.setting(arm)
+
+    def seed(self, arm: Arm, summary: dict[str, Any] | None,
+             params: dict[str, float] | None) -> bool:
+        """Whether a seed's stored ``summary`` stands for ``arm`` trained at ``params`` (the
+        arm's tuned values; None: the arm is not tuned)."""
+        if not summary:
+            return False
+        if params is not None and summary.get("params") != params:
+            return False  # trained at other values (before tuning, or another search's)
+        trained_under = (stopping_budget(self.stored_overrides)
+                         if self.stored_overrides is not None else None)
+        return self.same_setting(arm, summary) and seed_holds(summary, self.budget,
+                                                              trained_under)
+
+    def tuning(self, arm: Arm, record: dict[str, Any] | None) -> bool:
+        """Whether an arm's stored tuning ``record`` is a finished run of the search now, in
+        the setting now, and every trial is the run the budget now trains."""
+        search = self.exp.tuning(self.mode)
+        if search is None or not record or not record_holds(record, search):
+            return False
+        if not self.same_setting(arm, record):
+            return False
+        then = record.get("budget")
+        if then is None:
+            if self.stored_overrides is None:
+                return False
+            then = trial_budget(self.stored_overrides, search)
+        now = trial_budget(self.exp.overrides(self.mode), search)
+        return all(run_holds(row.get("stop_reason"), then, now) for row in record["trials"])
+
+    def stamp_tuning(self, arm: Arm, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with the setting and trial budget it was trained under now."""
+        search = self.exp.tuning(self.mode)
+        assert search is not None
+        return {**record, "setting": self.setting(arm),
+                "budget": trial_budget(self.exp.overrides(self.mode), search)}
+
+    def date_entries(self, cached: dict[str, Any] | None) -> None:
+        """Write into ``cached``'s entries that record no budget or setting those of the file's
+        stored definition (in place), so that they keep them when a file written under a new
+        definition carries them (a failed part keeps its earlier entry)."""
+        trained_under = (stopping_budget(self.stored_overrides)
+                         if self.stored_overrides is not None else None)
+        for label, entry in (cached or {}).get("arms", {}).items():
+            stored = self.stored_setting(label)
+            records = list(entry.get("seeds", {}).values())
+            record = entry.get("tuning")
+            search = search_of(record)
+            if record and search is not None and self.stored_overrides is not None:
+                record.setdefault("budget", trial_budget(self.stored_overrides, search))
+                records.append(record)
+            for item in records:
+                if trained_under is not None:
+                    item.setdefault("budget", trained_under)
+                if stored is not None:
+                    item.setdefault("setting", stored)
