@@ -5,6 +5,7 @@
     ctrlrnn reproduce --only rcrn-     # experiments whose id contains a pattern
     ctrlrnn reproduce --rerun rcrn-mr  # train an experiment again (``all``: every one)
     ctrlrnn reproduce --pages-only     # rewrite the pages from the results files
+    ctrlrnn reproduce --estimate 50 --only carnn-lm   # time 50 steps an arm: the cost here
 
 Finished experiments are cached in the results files (``docs/results/data``); the pages are
 rewritten only when something was trained or measured anew, or with ``--pages-only``, and
@@ -84,6 +85,18 @@ def _run(args: argparse.Namespace) -> int:
         known = ", ".join(e.id for e in EXPERIMENTS)
         print(f"ctrlrnn reproduce: --only matches no experiment (known: {known})")
         return 2
+    if args.estimate is not None:
+        if args.pages_only or rerun:
+            print("ctrlrnn reproduce: --estimate only measures; drop --pages-only and --rerun")
+            return 2
+        from ctrlrnn.reproduce.estimate import estimate
+
+        try:
+            estimate(chosen, mode, runs, args.estimate, show_progress=not args.no_progress)
+        except ValueError as exc:
+            print(f"ctrlrnn reproduce: {exc}")
+            return 2
+        return 0
     if args.pages_only and rerun:
         print("ctrlrnn reproduce: --pages-only trains nothing; drop --rerun or --pages-only")
         return 2
@@ -167,6 +180,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "docs/results/quick for the quick mode)")
     p.add_argument("--pages-only", action="store_true",
                    help="only rewrite the pages from the results files")
+    p.add_argument("--estimate", type=int, default=None, metavar="STEPS",
+                   help="train nothing to keep: time STEPS steps of every arm of the chosen "
+                        "experiments and print what their search and seeds would cost here "
+                        "at most (every run to its cap)")
     p.add_argument("--no-speed", action="store_true", help="skip the speed measurements")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)

@@ -186,6 +186,7 @@ class Trainer:
             momentum=cfg.momentum,
         )
         self.log = RunLog(self.out) if self.ctx.is_main else None
+        self._per_epoch: int | None = None
         self.progress: dict[str, Any] = {
             "step": 0,
             "epoch": 0,
@@ -415,8 +416,14 @@ class Trainer:
             return mean_over_processes(1.0 if flag.raised else 0.0, self.ctx) > 0
         return flag.raised
 
+    def _steps_per_epoch(self) -> int:
+        """How many optimizer steps an epoch takes (epoch 0's batches; counted once)."""
+        if self._per_epoch is None:
+            self._per_epoch = len(self.task.train_batches(0, self.cfg.batch_size))
+        return self._per_epoch
+
     def _planned_steps(self) -> int:
-        per_epoch = len(self.task.train_batches(0, self.cfg.batch_size))
+        per_epoch = self._steps_per_epoch()
         total = per_epoch * self.cfg.epochs
         return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
 
@@ -445,6 +452,7 @@ class Trainer:
         result = {
             "step": step,
             "epochs_completed": int(self.progress["epoch"]),
+            "steps_per_epoch": self._steps_per_epoch(),
             "train_seconds": seconds,
             "best_step": self.progress["best_step"],
             "stop_reason": self.progress.get("stop_reason"),

@@ -1,0 +1,167 @@
+"""``ctrlrnn reproduce --estimate N``: what an experiment would cost on this machine, measured.
+
+For each arm of each chosen experiment, seed 0 trains ``N`` steps past a short warm-up in a
+scratch run directory (``RUNS/estimate/<mode>/<experiment>/<arm>``, replaced each time), in
+the mode's configuration. Its seconds per step are the median of the per-step times the run
+logs after the warm-up (the first steps build caches; an evaluation or checkpoint in the
+middle is one slow step, which the median ignores). With the steps an epoch takes and the
+caps of the mode, each part is bounded from above:
+
+* the search: ``trials`` runs, each to the trial budget's cap (:mod:`ctrlrnn.reproduce.tuning`);
+* the seeds: ``seeds`` runs, each to the mode's cap.
+
+Runs that stop by patience take less; evaluation is not counted. The measurement is only as
+good as the machine is quiet: the load average at each measurement's start and the share of
+the CPU its threads got are printed with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctrlrnn.reproduce.experiments import Arm, Experiment
+
+#: steps trained before the timed ones (kernel caches, first allocations)
+WARMUP = 3
+
+
+@dataclass(frozen=True)
+class ArmCost:
+    """One arm's measured step time and the bounds it gives."""
+
+    experiment: str
+    arm: str
+    seconds_per_step: float
+    steps_per_epoch: int
+    trials: int
+    trial_steps: int  # the cap of one search trial, in steps
+    seeds: int
+    seed_steps: int  # the cap of one seed's run, in steps
+    load: float | None
+    cpu_share: float | None
+
+    @property
+    def search_seconds(self) -> float:
+        return self.trials * self.trial_steps * self.seconds_per_step
+
+    @property
+    def seeds_seconds(self) -> float:
+        return self.seeds * self.seed_steps * self.seconds_per_step
+
+    @property
+    def total_seconds(self) -> float:
+        return self.search_seconds + self.seeds_seconds
+
+
+def cap_steps(epochs: int, max_steps: int, steps_per_epoch: int) -> int:
+    """The steps a run takes at most: its epoch cap, or ``max_steps`` when that is lower."""
+    total = epochs * steps_per_epoch
+    return min(total, max_steps) if max_steps else total
+
+
+def step_seconds(rows: list[dict[str, Any]], warmup: int = WARMUP) -> float:
+    """The median time of one training step in a run's log ``rows`` (logged every step),
+    after the first ``warmup`` steps."""
+    times = [(int(r["step"]), float(r["seconds"])) for r in rows
+             if r.get("split") == "train" and "seconds" in r]
+    times.sort()
+    gaps = [b[1] - a[1] for a, b in zip(times, times[1:], strict=False)
+            if a[0] >= warmup and b[0] == a[0] + 1]
+    if not gaps:
+        raise ValueError("the measurement logged no consecutive steps after the warm-up")
+    return statistics.median(gaps)
+
+
+def _read_rows(run: Path) -> list[dict[str, Any]]:
+    path = run / "log.jsonl"
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def measure_arm(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, steps: int,
+                show_progress: bool = False) -> ArmCost:
+    """Train ``steps`` timed steps of ``exp``'s ``arm`` and bound its parts' cost in ``mode``."""
+    from ctrlrnn.reproduce.runner import config_for, slug
+    from ctrlrnn.train.cli import train_run
+
+    if steps < 2:
+        raise ValueError(f"--estimate: expected at least 2 steps, got {steps}")
+    out = runs_dir / "estimate" / mode / exp.id / slug(arm.label)
+    if out.exists():
+        shutil.rmtree(out)
+    measure = {"max_steps": WARMUP + steps, "epochs": 10**6, "eval_every": 0,
+               "eval_batches": 1, "log_every": 1, "checkpoint_every": 10**6, "patience": 0}
+    cfg, cls = config_for(exp, arm, 0, mode, out, measure)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    result = train_run(cfg, cls, show_progress=show_progress, verbose=False)
+    assert result is not None
+    per_epoch = int(result["steps_per_epoch"])
+    seed_cfg, _ = config_for(exp, arm, 0, mode, out)
+    tuning = exp.tuning(mode)
+    trial_steps = 0
+    if tuning is not None:
+        trial_cfg, _ = config_for(exp, arm, 0, mode, out, dict(tuning.overrides))
+        trial_steps = cap_steps(int(trial_cfg.epochs), int(trial_cfg.max_steps or 0),
+                                per_epoch)
+    return ArmCost(
+        experiment=exp.id, arm=arm.label,
+        seconds_per_step=step_seconds(_read_rows(out)),
+        steps_per_epoch=per_epoch,
+        trials=tuning.trials if tuning is not None else 0, trial_steps=trial_steps,
+        seeds=len(exp.seeds(mode)),
+        seed_steps=cap_steps(int(seed_cfg.epochs), int(seed_cfg.max_steps or 0), per_epoch),
+        load=load, cpu_share=result.get("cpu_share"),
+    )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def table(costs: list[ArmCost]) -> list[str]:
+    """The costs as a Markdown table, one row per arm, then a line per experiment."""
+    lines = ["| experiment | arm | s/step | steps/epoch | search (at most) | seeds (at most) "
+             "| load at start | CPU share |", "|---|---|---|---|---|---|---|---|"]
+    by_exp: dict[str, list[ArmCost]] = {}
+    for c in costs:
+        by_exp.setdefault(c.experiment, []).append(c)
+        load = f"{c.load:.2f}" if c.load is not None else "-"
+        share = f"{c.cpu_share:.2f}" if c.cpu_share is not None else "-"
+        search = (f"{c.trials} x {c.trial_steps} steps = {_hours(c.search_seconds)}"
+                  if c.trials else "no search")
+        lines.append(f"| {c.experiment} | {c.arm} | {c.seconds_per_step:.3f} | "
+                     f"{c.steps_per_epoch} | {search} | {c.seeds} x {c.seed_steps} steps = "
+                     f"{_hours(c.seeds_seconds)} | {load} | {share} |")
+    lines.append("")
+    for exp_id, rows in by_exp.items():
+        search = sum(c.search_seconds for c in rows)
+        seeds = sum(c.seeds_seconds for c in rows)
+        lines.append(f"{exp_id}: at most {_hours(search + seeds)} (search {_hours(search)}, "
+                     f"seeds {_hours(seeds)})")
+    return lines
+
+
+def estimate(experiments: list[Experiment], mode: str, runs_dir: Path, steps: int,
+             show_progress: bool = False, log: Any = print) -> list[ArmCost]:
+    """Measure every arm of ``experiments`` and print the table of what they would cost."""
+    costs = []
+    for exp in experiments:
+        for arm in exp.arms:
+            log(f"[estimate] {exp.id}: {arm.label}, {steps} steps")
+            costs.append(measure_arm(exp, arm, mode, runs_dir, steps, show_progress))
+    for line in table(costs):
+        log(line)
+    log("[estimate] upper bounds: every run to its cap, evaluation not counted; runs that "
+        "stop by patience take less")
+    return costs
