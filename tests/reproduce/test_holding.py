@@ -183,3 +183,45 @@ def test_an_old_entry_kept_after_a_failure_keeps_its_own_setting(tmp_path, monke
     standing = Standing(bigger, "quick", kept)
     assert not standing.tuning(bigger.arms[0], old["tuning"])
     assert not runner.is_cached(tmp_path / "results", "quick", bigger)
+
+
+def test_seeds_that_stand_are_in_the_file_while_another_trains(tmp_path, monkeypatch):
+    """A run that trains seed 1 again must not drop the standing seed 0 from the results file
+    while it trains (killed then, the next run would train seed 0 again)."""
+    fake = Recorder(monkeypatch)
+    fake.run(TINY, tmp_path)
+    path, data = _results(tmp_path)
+    for arm in data["arms"].values():
+        del arm["seeds"]["1"]
+    path.write_text(json.dumps(data))
+    on_disk: list[dict] = []
+
+    def seed(exp, arm, seed, *args, **kwargs):
+        on_disk.append(json.loads(path.read_text())["arms"][arm.label]["seeds"])
+        return fake.seed(exp, arm, seed, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_one", seed)
+    fake.run(TINY, tmp_path)
+    assert [sorted(s) for s in on_disk] == [["0"], ["0"]]
+    assert all(sorted(a["seeds"]) == ["0", "1"] for a in _results(tmp_path)[1]["arms"].values())
+
+
+def test_a_page_marks_runs_of_an_earlier_setting(tmp_path, monkeypatch):
+    """Stored runs whose setting the definition no longer has are shown as such, and the
+    verdicts reading them say so, until they are trained again."""
+    from ctrlrnn.reproduce.pages import experiment_section
+
+    fake = Recorder(monkeypatch)
+    data = fake.run(TINY, tmp_path)
+    lines, judged = experiment_section(TINY, data, tmp_path, "quick")
+    assert not any("earlier setting" in line for line in lines)
+    wider = dataclasses.replace(TINY, arms=(TINY.arms[0],
+                                            Arm("QRNN", "qrnn", {"hidden_size": 16})))
+    lines, judged = experiment_section(wider, data, tmp_path, "quick")
+    text = "\n".join(lines)
+    assert "| QRNN (earlier setting) |" in text and "| LSTM |" in text
+    assert "**Earlier setting.** Stored runs of QRNN" in text
+    assert all("earlier setting" in verdict for _, _, verdict in judged)
+    # an unfinished file counts only the runs in the setting now as done
+    lines, _ = experiment_section(wider, {**data, "complete": False}, tmp_path, "quick")
+    assert "**In progress**: 2 of the 4 final runs" in "\n".join(lines)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ctrlrnn.reproduce import verdicts
 from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
+from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.runner import load_results, slug
 from ctrlrnn.reproduce.tuning import Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
@@ -163,8 +165,18 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
             judged.append((_claim_text(c.better, c.worse, c.metric), c.source,
                            verdicts.NOT_RUN))
         return lines, judged
+    standing, defined = Standing(exp, mode, data), {a.label: a for a in exp.arms}
+    earlier = _earlier_setting(exp, data, standing)
+    if earlier:
+        lines += ["", f"**Earlier setting.** Stored runs of {', '.join(earlier)} trained in a "
+                  "setting this experiment no longer defines (another model or data size, "
+                  "batch or arm argument); they and the verdicts that read them are marked "
+                  f"*earlier setting* until `ctrlrnn reproduce --only {exp.id}` has trained "
+                  "them again."]
     planned = len(exp.arms) * len(exp.seeds(mode))
-    finished = sum(_current_runs(arm, tuning is not None) for _, arm in _ordered_arms(exp, data))
+    finished = sum(_current_runs(arm, tuning is not None, lambda s, label=label: standing
+                                 .same_setting(defined[label], s))
+                   for label, arm in _ordered_arms(exp, data))
     partial = not data.get("complete") and finished < planned
     if partial:
         lines += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
@@ -186,8 +198,9 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         seeds = list(arm.get("seeds", {}).values())
         valid = [scale * x["valid"] for x in seeds if x.get("valid") is not None]
         params = seeds[0].get("parameters") if seeds else None
+        shown_label = f"{label} (earlier setting)" if label in earlier else label
         lines.append(
-            f"| {label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) |"
+            f"| {shown_label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) |"
             f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | "
             f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | "
             f"{_tuned_cell(arm.get('tuning'))} | {_seconds_cell(seeds)} | {params or '–'} |"
@@ -224,7 +237,9 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                     useful=level * unit_scale if level is not None else None,
                     baseline_paper=paper if exp.paper_comparable else None)
         text = _claim_text(c.better, c.worse, c.metric)
-        marks = [m for m, on in (("untuned", stale), ("partial", partial)) if on]
+        marks = [m for m, on in (("untuned", stale), ("partial", partial),
+                                 ("earlier setting", c.better in earlier or c.worse in earlier))
+                 if on]
         mark = f" ({', '.join(marks)})" if marks and v != verdicts.NOT_RUN else ""
         shown = f"**{v}**{mark}"
         judged.append((text, c.source, v + mark))
@@ -243,10 +258,21 @@ OWN_MACHINE_SHARE = 0.85
 OWN_MACHINE_EXTRA_LOAD = 0.5
 
 
-def _current_runs(arm: dict[str, Any], tuned: bool) -> int:
-    """How many of an arm's seeds ran under the current definition (at its tuned values when
-    the experiment tunes; earlier untuned seeds do not count)."""
-    seeds = list(arm.get("seeds", {}).values())
+def _earlier_setting(exp: Experiment, data: dict[str, Any], standing: Standing) -> list[str]:
+    """The arms (labels, in the experiment's order) with a stored seed trained in another
+    setting than the one defined now (:meth:`Standing.same_setting`)."""
+    defined = {a.label: a for a in exp.arms}
+    return [label for label, entry in _ordered_arms(exp, data)
+            if any(not standing.same_setting(defined[label], s)
+                   for s in entry.get("seeds", {}).values())]
+
+
+def _current_runs(arm: dict[str, Any], tuned: bool,
+                  in_setting: Callable[[dict[str, Any]], bool] = lambda s: True) -> int:
+    """How many of an arm's seeds ran under the current definition: in its setting
+    (``in_setting``) and, when the experiment tunes, at its tuned values (earlier untuned seeds
+    do not count)."""
+    seeds = [s for s in arm.get("seeds", {}).values() if in_setting(s)]
     if not tuned:
         return len(seeds)
     if not arm.get("tuning"):

@@ -300,6 +300,7 @@ def run_experiment(
             params = dict(tuned["chosen"])
             _write_json(results_path(results_dir, mode, exp),
                         _partial(data, cached_arms, spent()))
+        todo = []
         for seed in exp.seeds(mode):
             earlier = done.get(arm.label, {}).get(str(seed))
             # a seed trained at other values (before tuning, or another search) trains again,
@@ -307,7 +308,14 @@ def run_experiment(
             if standing.seed(arm, earlier, params if tuned is not None else None):
                 seeds[str(seed)] = earlier
                 carried = True
-                continue
+            else:
+                todo.append(seed)
+        if todo:  # the seeds that stand are in the file before the others train (a run
+            # killed meanwhile must not lose them)
+            _write_json(results_path(results_dir, mode, exp),
+                        _partial(data, cached_arms, spent()))
+        for seed in todo:
+            earlier = done.get(arm.label, {}).get(str(seed))
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
             try:
                 result = run_one(exp, arm, seed, mode, runs_dir, show_progress, params or None)
