@@ -77,6 +77,13 @@ class Standing:
         then = entry.get("setting") or self.stored_setting(arm.label)
         return then is not None and then == self.setting(arm)
 
+    def other_setting(self, arm: Arm, entry: dict[str, Any]) -> bool:
+        """Whether a stored ``entry`` of ``arm`` is known to have trained in another setting
+        than the one now (an entry whose setting is unknown, with no stored definition to
+        take it from, is not)."""
+        then = entry.get("setting") or self.stored_setting(arm.label)
+        return then is not None and then != self.setting(arm)
+
     def seed(self, arm: Arm, summary: dict[str, Any] | None,
              params: dict[str, float] | None) -> bool:
         """Whether a seed's stored ``summary`` stands for ``arm`` trained at ``params`` (the

@@ -174,8 +174,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                   f"*earlier setting* until `ctrlrnn reproduce --only {exp.id}` has trained "
                   "them again."]
     planned = len(exp.arms) * len(exp.seeds(mode))
-    finished = sum(_current_runs(arm, tuning is not None, lambda s, label=label: standing
-                                 .same_setting(defined[label], s))
+    finished = sum(_current_runs(arm, tuning is not None, lambda s, label=label: not standing
+                                 .other_setting(defined[label], s))
                    for label, arm in _ordered_arms(exp, data))
     partial = not data.get("complete") and finished < planned
     if partial:
@@ -259,11 +259,11 @@ OWN_MACHINE_EXTRA_LOAD = 0.5
 
 
 def _earlier_setting(exp: Experiment, data: dict[str, Any], standing: Standing) -> list[str]:
-    """The arms (labels, in the experiment's order) with a stored seed trained in another
-    setting than the one defined now (:meth:`Standing.same_setting`)."""
+    """The arms (labels, in the experiment's order) with a stored seed known to have trained
+    in another setting than the one defined now (:meth:`Standing.other_setting`)."""
     defined = {a.label: a for a in exp.arms}
     return [label for label, entry in _ordered_arms(exp, data)
-            if any(not standing.same_setting(defined[label], s)
+            if any(standing.other_setting(defined[label], s)
                    for s in entry.get("seeds", {}).values())]
 
 

@@ -298,8 +298,6 @@ def run_experiment(
             carried = carried or tuned == cached_arms.get(arm.label, {}).get("tuning")
             entry["tuning"] = tuned
             params = dict(tuned["chosen"])
-            _write_json(results_path(results_dir, mode, exp),
-                        _partial(data, cached_arms, spent()))
         todo = []
         for seed in exp.seeds(mode):
             earlier = done.get(arm.label, {}).get(str(seed))
@@ -310,8 +308,8 @@ def run_experiment(
                 carried = True
             else:
                 todo.append(seed)
-        if todo:  # the seeds that stand are in the file before the others train (a run
-            # killed meanwhile must not lose them)
+        if tuned is not None:  # the search, with the seeds that stand, is in the file before
+            # the others train (a run killed meanwhile must lose neither)
             _write_json(results_path(results_dir, mode, exp),
                         _partial(data, cached_arms, spent()))
         for seed in todo:
