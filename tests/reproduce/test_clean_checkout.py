@@ -97,7 +97,7 @@ def test_only_rewrites_every_page(checkout, monkeypatch):
     monkeypatch.chdir(checkout)
     args = argparse.Namespace(quick=True, only=["qrnn-copy"], rerun=None, runs="runs/reproduce",
                               results="docs/results/data", docs=None, pages_only=False,
-                              no_speed=True, no_progress=True)
+                              no_speed=True, no_progress=True, estimate=None)
     try:
         assert cli.run(args) == 0
         assert trained == ["qrnn-copy"]
