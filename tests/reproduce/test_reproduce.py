@@ -347,3 +347,26 @@ def test_cli_exits_nonzero_and_names_the_failed_parts(tmp_path, monkeypatch, cap
     assert "FAILED tiny-copy QRNN/seed0: ModuleNotFoundError: No module named 'music21'" in out
     assert "1 experiment(s) had failures" in out
     assert (tmp_path / "docs" / "qrnn.md").is_file()  # the pages are still written
+
+
+def test_a_page_states_the_evaluation_limit_its_runs_had(tmp_path):
+    """The limit line reads the stored runs' definition, and the task's own default where the
+    mode set none (the PTB LM evaluates 40 batches unless told otherwise)."""
+    exp = Experiment(
+        id="lm-limit", paper="qrnn", title="lm", task="ptb-lm", metric="perplexity",
+        higher_is_better=False, arms=(Arm("LSTM", "lstm"), Arm("QRNN", "qrnn")),
+        claims=(Claim("QRNN", "LSTM", "t"),), quick={}, full={"eval_batches": 0},
+    )
+    seeds = {"0": {"test": 100.0, "valid": 110.0}}
+    data = {"arms": {"LSTM": {"seeds": seeds}, "QRNN": {"seeds": seeds}}}
+
+    def limit_line(definition):
+        lines, _ = pages.experiment_section(exp, {**data, "definition": definition},
+                                            tmp_path, "full")
+        return [line for line in lines if "evaluation batches" in line]
+
+    assert limit_line({"full": {"epochs": 1}}) == [
+        "In this mode every evaluation, the final test included, reads only the first 40 "
+        "evaluation batches of its split."]
+    assert limit_line({"full": {"eval_batches": 0}}) == []
+    assert "first 7 evaluation" in limit_line({"full": {"eval_batches": 7}})[0]

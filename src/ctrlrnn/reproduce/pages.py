@@ -128,15 +128,15 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         lines[-1] += f" Chance level: {_fmt(exp.chance * scale)}{unit.strip(' ()')}."
     if exp.note:
         lines += ["", exp.note]
-    limit = exp.overrides(mode).get("eval_batches")
+    # how the stored runs evaluated and stopped: the definition they ran under (stored with them)
+    ran = ((data or {}).get("definition") or {}).get(mode) or exp.overrides(mode)
+    limit = _eval_limit(exp.task, ran)
     if limit:
         lines += ["", f"In this mode every evaluation, the final test included, reads only the "
                   f"first {limit} evaluation batches of its split."]
     if not exp.paper_comparable:
         lines += ["", "The paper's numbers are on other data or at another scale: they are shown "
                   "for reference, and the baseline check of the verdict rule does not apply."]
-    # how the stored runs stopped: the definition they ran under (stored with them)
-    ran = ((data or {}).get("definition") or {}).get(mode) or exp.overrides(mode)
     lines += ["", _stopping_line(ran)]
     tuning = exp.tuning(mode)
     trained = [arm for _, arm in _ordered_arms(exp, data or {}) if arm.get("seeds")]
@@ -256,6 +256,19 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
 #: and the load average when it started was at most its threads plus this
 OWN_MACHINE_SHARE = 0.85
 OWN_MACHINE_EXTRA_LOAD = 0.5
+
+
+def _eval_limit(task: str, overrides: dict[str, Any]) -> int:
+    """How many batches each evaluation of runs trained under ``overrides`` read (0: the whole
+    split): the overrides' ``eval_batches``, else the task's own default (the language models
+    limit theirs)."""
+    if "eval_batches" in overrides:
+        return int(overrides["eval_batches"] or 0)
+    from ctrlrnn.tasks import TASKS, task_class
+
+    if task not in TASKS:
+        return 0
+    return int(task_class(task).defaults.get("eval_batches", 0) or 0)
 
 
 def _earlier_setting(exp: Experiment, data: dict[str, Any], standing: Standing) -> list[str]:
