@@ -127,3 +127,29 @@ def test_chorales(tmp_path, encoder):
     assert_trained(run, out)
     # 88 keys at p = 1/2 would cost 88 ln 2 per frame; the tiny model does far better
     assert run["result"]["test"]["nll"] < 88 * math.log(2)
+
+
+def test_pixel_train_size_keeps_a_fixed_sample(tmp_path):
+    """``task.train_size`` trains on the same random sample of the train split in every run;
+    a size beyond the split, or below zero, is refused naming the option."""
+    from ctrlrnn.tasks.pixel_tasks import FashionMnistTask
+
+    data = write_pixel_dir(tmp_path / "px", {"train": 50, "valid": 10, "test": 10})
+
+    def task(**options):
+        opts = {key: default for key, (_, default) in FashionMnistTask.options.items()}
+        made = FashionMnistTask({**opts, "source": str(data), **options}, seed=0)
+        made.setup()
+        return made
+
+    full, cut, again = task(), task(train_size=20), task(train_size=20)
+    assert len(full.data["train"]) == 50 and len(cut.data["train"]) == 20
+    assert torch.equal(cut.data["train"].images, again.data["train"].images)
+    rows = {tuple(r.tolist()) for r in full.data["train"].images}
+    assert all(tuple(r.tolist()) in rows for r in cut.data["train"].images)
+    assert len(cut.data["valid"]) == 10  # the evaluation splits are whole
+    permuted = task(train_size=20, permuted=True)
+    assert permuted.data["train"].permutation is not None
+    for bad in (51, -1):
+        with pytest.raises(ValueError, match="task.train_size"):
+            task(train_size=bad)

@@ -12,7 +12,9 @@ pixels in the fixed order of :func:`ctrlrnn.data.pixels.pixel_permutation` with
 
 ``task.source=DIR`` reads ``DIR/{split}_images.npy`` (uint8, N x P) and
 ``DIR/{split}_labels.npy`` (int64), the prepared format, instead of the prepared data set;
-any P works (e.g. tiny images in tests). Metric: accuracy.
+any P works (e.g. tiny images in tests). ``task.train_size=N`` trains on N images of the
+train split, the first of a fixed random order (the same sample for every run; 0: all).
+Metric: accuracy.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class PixelTask(Task):
         "permutation_seed": (int, 0),
         "pooling": (str, "last"),
         "dropout": (float, 0.0),
+        "train_size": (int, 0),
         "eval_batch_size": (int, 200),
     }
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 50, "lr": 1e-3, "epochs": 10,
@@ -75,7 +78,11 @@ class PixelTask(Task):
         if self.opts["eval_batch_size"] < 1:
             raise ValueError("task.eval_batch_size: expected a positive integer, got "
                              f"{self.opts['eval_batch_size']}")
+        if self.opts["train_size"] < 0:
+            raise ValueError("task.train_size: expected an integer >= 0 (0: all), got "
+                             f"{self.opts['train_size']}")
         self.data = self.load()
+        self.data["train"] = self._cut(self.data["train"], self.opts["train_size"])
         for split, ds in self.data.items():
             if len(ds) == 0:
                 raise ValueError(f"task {self.name}: the {split} split is empty")
@@ -86,6 +93,20 @@ class PixelTask(Task):
         generator = torch.Generator().manual_seed(0)
         self.eval_order = {s: torch.randperm(len(d), generator=generator)
                            for s, d in self.data.items()}
+
+    @staticmethod
+    def _cut(train: PixelSequences, size: int) -> PixelSequences:
+        """The first ``size`` images of a fixed random order of ``train`` (seed 0, the same
+        for every run and seed; 0: all of them)."""
+        if not size:
+            return train
+        if size > len(train):
+            raise ValueError(f"task.train_size: {size} is more than the {len(train)} images "
+                             "of the train split")
+        keep = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[:size]
+        cut = PixelSequences(train.images[keep], train.labels[keep])
+        cut.permutation = train.permutation
+        return cut
 
     def data_summary(self) -> dict[str, Any]:
         return {**{f"{s} images": len(d) for s, d in self.data.items()},
