@@ -169,8 +169,9 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     earlier = _earlier_setting(exp, data, standing)
     if earlier:
         lines += ["", f"**Earlier setting.** Stored runs of {', '.join(earlier)} trained in a "
-                  "setting this experiment no longer defines (another model or data size, "
-                  "batch or arm argument); they and the verdicts that read them are marked "
+                  "setting this experiment no longer defines (a model or data size, the "
+                  "batch, the evaluation limit or an arm's argument has changed since); they "
+                  "and the verdicts that read them are marked "
                   f"*earlier setting* until `ctrlrnn reproduce --only {exp.id}` has trained "
                   "them again."]
     planned = len(exp.arms) * len(exp.seeds(mode))
