@@ -58,6 +58,10 @@ class Standing:
         self.stored_arms = {a.get("label"): a for a in definition.get("arms", [])
                             if isinstance(a, dict)}
         self.stored_task_args = dict(definition.get("task_args") or {})
+        #: the stopping budget of the stored definition (what entries without a record of
+        #: theirs were trained under), or None
+        self.trained_under = (stopping_budget(self.stored_overrides)
+                              if self.stored_overrides is not None else None)
         self.budget = stopping_budget(exp.overrides(mode))
 
     def setting(self, arm: Arm) -> dict[str, Any]:
@@ -92,10 +96,8 @@ class Standing:
             return False
         if params is not None and summary.get("params") != params:
             return False  # trained at other values (before tuning, or another search's)
-        trained_under = (stopping_budget(self.stored_overrides)
-                         if self.stored_overrides is not None else None)
         return self.same_setting(arm, summary) and seed_holds(summary, self.budget,
-                                                              trained_under)
+                                                              self.trained_under)
 
     def tuning(self, arm: Arm, record: dict[str, Any] | None) -> bool:
         """Whether an arm's stored tuning ``record`` is a finished run of the search now, in
@@ -124,8 +126,6 @@ class Standing:
         """Write into ``cached``'s entries that record no budget or setting those of the file's
         stored definition (in place), so that they keep them when a file written under a new
         definition carries them (a failed part keeps its earlier entry)."""
-        trained_under = (stopping_budget(self.stored_overrides)
-                         if self.stored_overrides is not None else None)
         for label, entry in (cached or {}).get("arms", {}).items():
             stored = self.stored_setting(label)
             records = list(entry.get("seeds", {}).values())
@@ -135,7 +135,7 @@ class Standing:
                 record.setdefault("budget", trial_budget(self.stored_overrides, search))
                 records.append(record)
             for item in records:
-                if trained_under is not None:
-                    item.setdefault("budget", trained_under)
+                if self.trained_under is not None:
+                    item.setdefault("budget", self.trained_under)
                 if stored is not None:
                     item.setdefault("setting", stored)

@@ -346,13 +346,6 @@ def run_experiment(
     return data
 
 
-def _stored_budget(cached: dict[str, Any] | None, mode: str) -> dict[str, Any] | None:
-    """The stopping budget of a results file's stored definition (what its seeds that record
-    none were trained under), or None."""
-    overrides = ((cached or {}).get("definition") or {}).get(mode)
-    return stopping_budget(overrides) if isinstance(overrides, dict) else None
-
-
 def _partial(data: dict[str, Any], cached_arms: dict[str, Any],
              seconds: float) -> dict[str, Any]:
     """The results so far, as a file marked incomplete, with the wall ``seconds`` spent so far
