@@ -153,7 +153,7 @@ _CARNN_LM_NOTE = ("In full mode the models train on the first 10,000 training se
                   "first part of these curves, so the ordering is this data size's, with a "
                   "search that cannot tell early learners from good ones.")
 _PTB_LM_NOTE = ("In full mode: 2 layers of 256 units, batch 20, BPTT 35 (1,328 steps an "
-                "epoch; 0.12-0.13 s a step for every arm, measured here with `ctrlrnn "
+                "epoch; 0.12-0.14 s a step for every arm, measured here with `ctrlrnn "
                 "reproduce --estimate`), evaluated on the whole validation split 4 times an "
                 "epoch and stopped after 1.5 epochs without improvement, at 12 epochs at most; "
                 "each search trial trains one epoch. The paper trains 640-unit layers for 72 "
