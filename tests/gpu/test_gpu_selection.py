@@ -82,8 +82,10 @@ def test_cpu_install_without_triton_keeps_working():
         "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
         "import torch, ctrlrnn\n"
         "from ctrlrnn.ops import backend\n"
-        "a = torch.rand(2, 5, 3); b = torch.randn(2, 5, 3)\n"
-        "assert torch.allclose(ctrlrnn.linear_scan(a, b), ctrlrnn.linear_scan_ref(a, b))\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "a = torch.rand(2, 5, 3, generator=g); b = torch.randn(2, 5, 3, generator=g)\n"
+        # float32 tolerances: the compiled scan and the reference round differently near zero
+        "torch.testing.assert_close(ctrlrnn.linear_scan(a, b), ctrlrnn.linear_scan_ref(a, b))\n"
         "info = backend.backend_info()\n"
         "assert 'not importable' in info['cuda']['triton'], info['cuda']\n"
         "assert info['families']['scan']['cuda'].startswith('reference'), info\n"
