@@ -4,6 +4,7 @@ blocks, the CAS-LSTM attentional seq2seq, beam search and BLEU — at tiny sizes
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import sys
@@ -81,6 +82,18 @@ def test_bleu_of_identical_text_is_100_and_lower_otherwise():
     assert corpus_bleu(["el gato come pan", "el perro ve"], text) < 100.0
     with pytest.raises(ValueError, match="hypotheses"):
         corpus_bleu(text[:1], text)
+
+
+def test_bleu_of_tokenised_words_is_sacrebleus_score_without_its_warning(caplog):
+    sacrebleu = pytest.importorskip("sacrebleu")
+    # sacreBLEU warns once 100 hypotheses end in " ." (as tokenised validation sets do)
+    refs = ["el perro come pan .", "ve el gato al perro grande ."] * 60
+    hyps = ["el gato come pan .", "ve el perro al gato ."] * 60
+    with caplog.at_level(logging.WARNING):
+        score = corpus_bleu(hyps, refs)
+    assert not [r for r in caplog.records if "tokenized period" in r.getMessage()]
+    assert score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert 0.0 < score < 100.0
 
 
 def test_missing_sacrebleu_names_the_extra(monkeypatch):
