@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,8 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0)
         papers.append(paper_of.get(label))
     if not labels:
         return False
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(labels), 3.2))
+    width = 2.4 + 1.3 * len(labels)  # inches, the legend's column to the right included
+    fig, ax = plt.subplots(figsize=(width, 3.2))
     xs = range(len(labels))
     ax.bar(xs, means, yerr=stds, capsize=4, color="#8fb3d9", edgecolor="#33608c")
     for x, vals in zip(xs, points):
@@ -100,10 +102,12 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0)
     if marked:
         ax.scatter([x for x, _v in marked], [v for _x, v in marked], marker="_", s=400,
                    linewidths=2, color="#c0392b", zorder=4, label="paper")
-    ax.legend(fontsize=7, loc="best")
+    # outside the axes: inside, it can cover a seed or a paper marker
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_xticks(list(xs), labels, rotation=15, ha="right")
     ax.set_ylabel(f"test {exp.metric}{' (%)' if scale != 1.0 else ''}")
-    ax.set_title(exp.title, fontsize=9)
+    # wrapped to the axes (about 12 characters an inch at 9 points), never cut off
+    ax.set_title(textwrap.fill(exp.title, int((width - 1.0) * 12)), fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     # from zero, so that the bars' heights compare (a cut axis exaggerates gaps)
     hi = max([max(v) for v in points] + [m + s for m, s in zip(means, stds)]
