@@ -23,7 +23,7 @@ from ctrlrnn.tasks.translation_tasks import corpus_bleu
 from ctrlrnn.train.config import TrainConfig, check_options
 from ctrlrnn.train.trainer import Trainer
 
-pytest.importorskip("sacrebleu")
+sacrebleu = pytest.importorskip("sacrebleu")
 
 LEXICON = {"the": "el", "dog": "perro", "cat": "gato", "eats": "come", "sees": "ve",
            "big": "grande", "small": "chico", "bread": "pan"}
@@ -85,7 +85,6 @@ def test_bleu_of_identical_text_is_100_and_lower_otherwise():
 
 
 def test_bleu_of_tokenised_words_is_sacrebleus_score_without_its_warning(caplog):
-    sacrebleu = pytest.importorskip("sacrebleu")
     # sacreBLEU warns once 100 hypotheses end in " ." (as tokenised validation sets do)
     refs = ["el perro come pan .", "ve el gato al perro grande ."] * 60
     hyps = ["el gato come pan .", "ve el perro al gato ."] * 60
