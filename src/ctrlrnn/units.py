@@ -12,6 +12,14 @@ from typing import Any
 #: metrics stored as fractions and shown in percent
 PERCENT = frozenset({"accuracy", "exact_match", "token_accuracy", "dialog_accuracy"})
 
+#: metrics where a lower value is better (every other metric: higher is better)
+LOWER_IS_BETTER = frozenset({"loss", "perplexity", "nll", "bits_per_char"})
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a higher value of ``metric`` is better (a loss or perplexity: lower is)."""
+    return metric not in LOWER_IS_BETTER
+
 
 def scale(metric: str) -> float:
     """The factor from a metric's stored value to the value shown (100 for percentages)."""

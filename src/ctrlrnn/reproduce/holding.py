@@ -55,6 +55,9 @@ class Standing:
         stored = definition.get(mode)
         #: the stored definition's mode overrides (what entries without a record trained under)
         self.stored_overrides: dict[str, Any] | None = stored if isinstance(stored, dict) else None
+        if self.stored_overrides is not None and definition.get("select"):
+            # as Experiment.overrides: the stored definition's selecting metric
+            self.stored_overrides = {**self.stored_overrides, "monitor": definition["select"]}
         self.stored_arms = {a.get("label"): a for a in definition.get("arms", [])
                             if isinstance(a, dict)}
         self.stored_task_args = dict(definition.get("task_args") or {})

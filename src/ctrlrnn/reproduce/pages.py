@@ -24,10 +24,7 @@ from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.runner import load_results, slug
 from ctrlrnn.reproduce.tuning import Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
-from ctrlrnn.units import scale
-
-#: metrics where lower is better (for an experiment's ``also`` metrics and their claims)
-LOWER_IS_BETTER = {"perplexity", "loss", "nll", "bits_per_char"}
+from ctrlrnn.units import higher_is_better, scale
 
 
 def _scale(metric: str) -> float:
@@ -141,7 +138,9 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if not exp.paper_comparable:
         lines += ["", "The paper's numbers are on other data or at another scale: they are shown "
                   "for reference, and the baseline check of the verdict rule does not apply."]
-    lines += ["", _stopping_line(ran)]
+    definition = (data or {}).get("definition") or {}
+    selected = (definition.get("select") or exp.metric) if definition else exp.selected
+    lines += ["", _stopping_line(ran, selected)]
     tuning = exp.tuning(mode)
     trained = [arm for _, arm in _ordered_arms(exp, data or {}) if arm.get("seeds")]
     # results trained before the experiment defined its tuning (an arm with seeds, no search)
@@ -151,7 +150,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if tuning is None:
         lines += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
     elif not stale:
-        lines += ["", _tuning_line(exp, tuning, trained)]
+        lines += ["", _tuning_line(exp, tuning, trained, selected)]
     elif any(arm.get("tuning") for arm in trained):
         lines += ["", f"**Partly untuned results.** The arms without a search in the table "
                   f"ran before this experiment defined its equal tuning ({tuning.describe()}), "
@@ -174,7 +173,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if earlier:
         lines += ["", f"**Earlier setting.** Stored runs of {', '.join(earlier)} trained in a "
                   "setting this experiment no longer defines (a model or data size, the "
-                  "batch, the evaluation limit or an arm's argument has changed since); they "
+                  "batch, the evaluation limit, the selecting metric or an arm's argument has "
+                  "changed since); they "
                   "and the verdicts that read them are marked "
                   f"*earlier setting* until `ctrlrnn reproduce --only {exp.id}` has trained "
                   "them again."]
@@ -188,7 +188,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                   f"(their verdicts are marked *partial*); `ctrlrnn reproduce --only {exp.id}` "
                   "continues from the results file."]
     also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
-    lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid | steps "
+    lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid {exp.metric} "
+              "| steps "
               "(best) | converged | tuned (trials) | train s | parameters |",
               "|---" * (9 + len(exp.also)) + "|"]
     paper_also = {a.label: a.paper_also for a in exp.arms}
@@ -212,7 +213,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         )
     lines += _training_time_line(data)
     if tuned:
-        lines += _trial_tables(exp, data, scale)
+        lines += _trial_tables(exp, data)
     if data.get("errors"):
         lines += ["", "Runs that did not finish:", ""]
         lines += [f"- {k}: `{v[:300]}`" for k, v in data["errors"].items()]
@@ -226,7 +227,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     for c in exp.claims:
         main = not c.metric or c.metric == exp.metric
         metric = exp.metric if main else c.metric
-        higher = exp.higher_is_better if main else metric not in LOWER_IS_BETTER
+        higher = exp.higher_is_better if main else higher_is_better(metric)
         unit_scale = scale if main else 1.0
         worse_arm = paper_of.get(c.worse)
         paper = None
@@ -309,8 +310,9 @@ def _ceiling_why(seeds: list[dict[str, Any]]) -> str:
     return "— its runs did not record how they stopped"
 
 
-def _stopping_line(overrides: dict[str, Any]) -> str:
-    """How the runs of this mode stop: patience (evaluations) or a cap."""
+def _stopping_line(overrides: dict[str, Any], selected: str) -> str:
+    """How the runs of this mode stop: patience (evaluations) or a cap, on the validation
+    metric ``selected``, which also picks the checkpoint the test split is scored at."""
     caps = []
     if overrides.get("max_steps"):
         caps.append(f"{overrides['max_steps']} steps")
@@ -319,15 +321,17 @@ def _stopping_line(overrides: dict[str, Any]) -> str:
              else "at the end of each epoch")
     cap = " or ".join(caps)
     if overrides.get("patience"):
-        return (f"Stopping: evaluated {every}; a run stops when the validation metric has not "
-                f"improved for {overrides['patience']} evaluations, or at the cap of {cap} "
-                "(then it is marked *not converged*); the test split is scored at the best "
-                "validation checkpoint.")
+        return (f"Stopping: evaluated {every}; a run stops when the validation {selected} has "
+                f"not improved for {overrides['patience']} evaluations, or at the cap of {cap} "
+                "(then it is marked *not converged*); the test split is scored at the "
+                f"checkpoint with the best validation {selected}.")
     return (f"Stopping: evaluated {every}; no patience in this mode, every run trains to the "
-            f"cap of {cap}; the test split is scored at the best validation checkpoint.")
+            f"cap of {cap}; the test split is scored at the checkpoint with the best "
+            f"validation {selected}.")
 
 
-def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]]) -> str:
+def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]],
+                 selected: str) -> str:
     """The search the stored runs ran (from their tuning records), and the definition's when
     it has changed since."""
     ran: list[Tuning] = []
@@ -342,7 +346,7 @@ def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]])
                 f"{tuning.describe()}.")
     line = ("Tuning, the same for every arm on the validation split: "
             f"{(ran[0] if ran else tuning).describe()}. The final seeds train at each arm's "
-            "best trial.")
+            f"best trial by validation {selected}.")
     if ran and ran[0] != tuning:
         line += (f" This experiment now defines another search ({tuning.describe()}): "
                  f"`ctrlrnn reproduce --only {exp.id}` trains it again.")
@@ -363,13 +367,20 @@ def _tuned_cell(tuning: dict[str, Any] | None) -> str:
     return f"{values} ({len(tuning.get('trials', []))})"
 
 
-def _trial_tables(exp: Experiment, data: dict[str, Any], scale: float) -> list[str]:
-    """Every arm's trial table: proposed values, validation score, steps and how it stopped."""
+def _trial_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
+    """Every arm's trial table: proposed values, validation score (of the metric the search
+    selected by), steps and how it stopped."""
+    arms = _ordered_arms(exp, data)
+    # records from before searches stored their metric were scored by the main one
+    scored_by = {str((arm.get("tuning") or {}).get("metric") or exp.metric) for _, arm in arms
+                 if arm.get("tuning")}
+    heading = "valid " + (" / ".join(sorted(scored_by)) or exp.metric)
     lines = ["", "<details><summary>Tuning trials (validation split)</summary>", "",
-             "| arm | trial | values | valid | steps (best) | stopped by |",
+             f"| arm | trial | values | {heading} | steps (best) | stopped by |",
              "|---|---|---|---|---|---|"]
-    for label, arm in _ordered_arms(exp, data):
+    for label, arm in arms:
         table = arm.get("tuning") or {}
+        scale = _scale(str(table.get("metric") or exp.metric))
         for row in table.get("trials", []):
             values = ", ".join(f"{_short_key(k)} {v:.3g}"
                                for k, v in sorted(row.get("params", {}).items()))

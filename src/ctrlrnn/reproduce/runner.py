@@ -205,8 +205,8 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
     def trial(number: int, overrides: dict[str, Any], out: Path) -> dict[str, Any]:
         return run_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out)
 
-    record = tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.metric,
-                      exp.higher_is_better, trial, log)
+    record = tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.selected,
+                      exp.selected_higher_is_better, trial, log)
     return standing.stamp_tuning(arm, record)
 
 
@@ -218,6 +218,8 @@ def _summarise(result: dict[str, Any], exp: Experiment, arm: Arm, mode: str,
         "params": dict(params or {}),
         "test": test.get(exp.metric),
         "valid": valid.get(exp.metric),
+        "selected_by": exp.selected,  # the validation metric that chose the checkpoint
+        "valid_selected": valid.get(exp.selected),
         "test_metrics": test,
         "steps": result.get("step"),
         "epochs": result.get("epochs_completed"),
@@ -259,7 +261,7 @@ def run_experiment(
     data: dict[str, Any] = {
         "experiment": exp.id, "mode": mode, "title": exp.title, "task": exp.task,
         "metric": exp.metric, "higher_is_better": exp.higher_is_better,
-        "definition": asdict(exp), "arms": {}, "errors": {},
+        "selected_by": exp.selected, "definition": asdict(exp), "arms": {}, "errors": {},
     }
     if cached and cached.get("figures"):
         data["figures"] = cached["figures"]

@@ -5,7 +5,8 @@ their ranges, the number of trials, the per-trial training budget, the sampler's
 search is Optuna's TPE sampler with a fixed seed; its first ``startup`` trials are drawn at
 random, the rest are proposed from the trials before. A trial is one training run of the arm
 (training seed :attr:`Tuning.train_seed`) at the proposed values, scored by the validation
-split's main metric at its best checkpoint; the test split is never looked at. The arm's final
+split's selecting metric (the experiment's ``select``, by default its main metric) at its best
+checkpoint; the test split is never looked at. The arm's final
 seeds then train at the values of its best trial.
 
 Tuning is resumable: each trial trains in its own run directory
@@ -198,6 +199,8 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
         "space": [{"key": p.key, "low": p.low, "high": p.high, "log": p.log}
                   for p in tuning.params],
         "trial_overrides": dict(tuning.overrides),
+        "metric": metric,  # the validation metric each trial is scored by
+        "higher_is_better": higher_is_better,
         "trials": rows,
         "best_trial": best["trial"] if best else None,
         "chosen": dict(best["params"]) if best else {},

@@ -26,6 +26,8 @@ else:  # pragma: no cover - Python 3.10
 
 #: the values of the ``device`` key
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+#: a validation metric's name, as the tasks report them (``loss``, ``token_accuracy``)
+METRIC_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class ConfigError(ValueError):
@@ -55,6 +57,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     log_every: int = 10
     patience: int = 0
+    monitor: str = ""
     threads: int = 0
     device: str = "auto"
     model_args: dict[str, Any] = field(default_factory=dict)
@@ -84,6 +87,8 @@ HELP: dict[str, str] = {
     "checkpoint_every": "write a checkpoint every N steps (and at each evaluation)",
     "log_every": "log training loss every N steps",
     "patience": "early stopping: epochs without improvement of the validation metric (0: off)",
+    "monitor": "the validation metric that drives early stopping and the best checkpoint, e.g. "
+               "loss ('': the task's metric; loss and perplexity: lower is better)",
     "threads": "torch intra-op threads (0: default)",
     "device": "auto, cpu, cuda or cuda:N (auto: $CTRLRNN_DEVICE if set, else cuda when available)",
 }
@@ -221,6 +226,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
             raise ConfigError(f"{key}: expected a number >= 0, got {getattr(cfg, key)}")
     if not 0 < cfg.lr_decay <= 1:
         raise ConfigError(f"lr_decay: expected a number in (0, 1], got {cfg.lr_decay}")
+    if cfg.monitor and not METRIC_PATTERN.fullmatch(cfg.monitor):
+        raise ConfigError(f"monitor: expected a metric name such as loss, got {cfg.monitor!r}")
     if not DEVICE_PATTERN.fullmatch(cfg.device):
         raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {cfg.device!r}")
 

@@ -4,7 +4,8 @@ A run writes into its output directory:
 
 * ``checkpoint.safetensors`` — the latest state (model, optimizer, RNG, progress), written
   atomically every ``checkpoint_every`` steps, at each evaluation and at the end;
-* ``best.safetensors`` — the state with the best validation metric so far;
+* ``best.safetensors`` — the state with the best validation metric so far (the task's
+  metric, or the one the ``monitor`` key names);
 * ``log.jsonl`` / ``log.csv`` — training and evaluation rows;
 * ``report.md`` and ``curves.png`` — written at the end (see :mod:`ctrlrnn.train.report`).
 
@@ -50,6 +51,7 @@ from ctrlrnn.train.distributed import (
 )
 from ctrlrnn.train.logs import RunLog
 from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
+from ctrlrnn.units import higher_is_better
 
 LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"
@@ -85,12 +87,17 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) and value else repr(value)
 
 
+#: configuration keys added after runs were first stored, with the value a run stored without
+#: the key trained under (so a stored run compares as what it was, not as "unknown")
+IMPLIED_WHEN_ABSENT: dict[str, Any] = {"monitor": ""}
+
+
 def config_differences(stored: dict[str, Any], requested: dict[str, Any],
                        accept: frozenset[str] = frozenset()) -> dict[str, tuple[Any, Any]]:
     """Keys whose stored and requested values differ (flattened names, in order), less
     :data:`RESUMABLE_CHANGES` and ``accept``. A key the stored config lacks (written by an
-    older version) is not compared."""
-    a, b = _flat(stored), _flat(requested)
+    older version) is not compared, unless :data:`IMPLIED_WHEN_ABSENT` says what it was."""
+    a, b = {**IMPLIED_WHEN_ABSENT, **_flat(stored)}, _flat(requested)
     differ: dict[str, tuple[Any, Any]] = {}
     for key in b:
         if key in RESUMABLE_CHANGES or key in accept or key not in a:
@@ -186,6 +193,10 @@ class Trainer:
             momentum=cfg.momentum,
         )
         self.log = RunLog(self.out) if self.ctx.is_main else None
+        #: the validation metric that drives early stopping and the best checkpoint
+        self.monitor = cfg.monitor or task.metric
+        self.monitor_higher_is_better = (task.higher_is_better if self.monitor == task.metric
+                                         else higher_is_better(self.monitor))
         self._per_epoch: int | None = None
         self.progress: dict[str, Any] = {
             "step": 0,
@@ -300,10 +311,10 @@ class Trainer:
         self.model.train()
         step = int(self.progress["step"])
         self.progress["last_eval_step"] = step
-        value = metrics[self.task.metric]
+        value = self._monitored(metrics)
         best = self.progress["best"]
         improved = best is None or (
-            value > best if self.task.higher_is_better else value < best
+            value > best if self.monitor_higher_is_better else value < best
         )
         if improved and math.isfinite(value):
             self.progress["best"] = value
@@ -317,6 +328,27 @@ class Trainer:
             self.log.write({"step": step, "epoch": self.progress["epoch"], "split": "valid",
                             **{f"valid_{k}": v for k, v in metrics.items()}})
         return metrics
+
+    def _monitored(self, metrics: dict[str, float]) -> float:
+        """The monitored metric's value in ``metrics`` (a clear error when the task has none
+        of that name)."""
+        if self.monitor not in metrics:
+            raise ConfigError(
+                f"monitor: task {self.task.name!r} reports no validation metric "
+                f"{self.monitor!r}; it reports {', '.join(sorted(metrics))}")
+        return float(metrics[self.monitor])
+
+    def _check_monitor(self) -> None:
+        """Before a new run trains: a monitor other than the task's metric is one its
+        evaluation reports (scored on one validation batch, so a misspelt name fails at once,
+        not after the first epoch)."""
+        if self.monitor == self.task.metric or int(self.progress["step"]) > 0:
+            return
+        self.model.eval()
+        with torch.no_grad():
+            probe = self.task.evaluate(self.model, "valid", 1)
+        self.model.train()
+        self._monitored(probe)
 
     def _should_stop_early(self) -> bool:
         return bool(self.cfg.patience) and self.progress["bad_evals"] >= self.cfg.patience
@@ -339,6 +371,7 @@ class Trainer:
             self._say(f"resume: {self.out} holds no checkpoint yet; starting at step 0")
         if resume and self._restore() and self.progress.get("done"):
             return self._finish(already_done=True)
+        self._check_monitor()
         cfg = self.cfg
         total_steps = self._planned_steps()
         bar = _ProgressBar(total_steps, self.progress["step"], enabled=self.show_progress)
@@ -462,7 +495,7 @@ class Trainer:
             "load_start": self.progress.get("load_start"),
             "threads": threads,
             "device": _device_name(self.ctx.device),
-            "metric": self.task.metric,
+            "metric": self.monitor,
             "eval_batches": limit,
             "valid": valid,
             "test": test,
