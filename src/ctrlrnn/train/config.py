@@ -86,7 +86,7 @@ HELP: dict[str, str] = {
     "eval_batches": "limit every evaluation, the final one included, to N batches (0: all)",
     "checkpoint_every": "write a checkpoint every N steps (and at each evaluation)",
     "log_every": "log training loss every N steps",
-    "patience": "early stopping: epochs without improvement of the validation metric (0: off)",
+    "patience": "early stopping: evaluations without improvement of the monitored metric (0: off)",
     "monitor": "the validation metric that drives early stopping and the best checkpoint, e.g. "
                "loss ('': the task's metric; loss and perplexity: lower is better)",
     "threads": "torch intra-op threads (0: default)",
