@@ -22,3 +22,43 @@ def _seeded_rngs() -> None:
     from ctrlrnn.train.cli import seed_everything  # after the environment above is set
 
     seed_everything(0)
+
+
+@pytest.fixture
+def scripted_trainer(tmp_path):
+    """A factory of tiny copy-task trainers (in ``tmp_path``) whose validation metrics follow
+    scripted curves: ``make({name: values}, **overrides) -> (trainer, calls)``. Each full
+    validation evaluation takes the next value of every curve (its last one once spent);
+    ``calls`` counts them (``"valid"``) and the trainer's one-batch check of a ``monitor``
+    other than the task's metric (``"probe"``), which takes none."""
+    from ctrlrnn.train.cli import seed_everything, validated_config
+    from ctrlrnn.train.trainer import Trainer
+
+    def make(curves: dict, **overrides):
+        base = {"max_steps": 50, "epochs": 100, "batch_size": 16, "eval_every": 1,
+                "checkpoint_every": 1000, "log_every": 1000, "task.train_size": 64,
+                "task.valid_size": 16, "task.test_size": 16, "task.digits": 2,
+                "model.hidden_size": 4, "out": str(tmp_path)}
+        cfg, cls = validated_config("copy", "lstm", {**base, **overrides})
+        seed_everything(0)
+        task = cls(cfg.task_args, 0)
+        task.setup()
+        model = task.build_model(cfg.model, cfg.model_args)
+        scripted = {name: iter(values) for name, values in curves.items()}
+        real = task.evaluate
+        calls = {"valid": 0, "probe": 0}
+
+        def evaluate(model, split, limit):
+            metrics = real(model, split, limit)
+            if split == "valid" and limit == 1:
+                calls["probe"] += 1
+            elif split == "valid":
+                calls["valid"] += 1
+                for name, values in scripted.items():
+                    metrics[name] = next(values, curves[name][-1])
+            return metrics
+
+        task.evaluate = evaluate
+        return Trainer(cfg, task, model, tmp_path, show_progress=False), calls
+
+    return make

@@ -16,8 +16,12 @@ PERCENT = frozenset({"accuracy", "exact_match", "token_accuracy", "dialog_accura
 LOWER_IS_BETTER = frozenset({"loss", "perplexity", "nll", "bits_per_char"})
 
 
-def higher_is_better(metric: str) -> bool:
-    """Whether a higher value of ``metric`` is better (a loss or perplexity: lower is)."""
+def higher_is_better(metric: str, main: str = "", main_higher: bool = True) -> bool:
+    """Whether a higher value of ``metric`` is better (a loss or perplexity: lower is). A task
+    or experiment states its own ``main`` metric's direction (``main_higher``); every other
+    metric's is :data:`LOWER_IS_BETTER`'s."""
+    if main and metric == main:
+        return main_higher
     return metric not in LOWER_IS_BETTER
 
 

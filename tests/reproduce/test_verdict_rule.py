@@ -57,42 +57,19 @@ def test_speed_verdict_words():
 
 
 # ---------------------------------------------------------------- the stopping rule
-def _trainer(tmp_path, curve, **overrides):
-    from ctrlrnn.train.cli import seed_everything, validated_config
-    from ctrlrnn.train.trainer import Trainer
-
-    base = {"max_steps": 50, "epochs": 100, "batch_size": 16, "eval_every": 1,
-            "checkpoint_every": 1000, "log_every": 1000, "task.train_size": 64,
-            "task.valid_size": 16, "task.test_size": 16, "task.digits": 2,
-            "model.hidden_size": 4, "out": str(tmp_path)}
-    cfg, cls = validated_config("copy", "lstm", {**base, **overrides})
-    seed_everything(0)
-    task = cls(cfg.task_args, 0)
-    task.setup()
-    model = task.build_model(cfg.model, cfg.model_args)
-    values = iter(curve)
-    real = task.evaluate
-
-    def scripted(model, split, limit):
-        metrics = real(model, split, limit)
-        if split == "valid":
-            metrics[task.metric] = next(values, curve[-1])
-        return metrics
-
-    task.evaluate = scripted
-    return Trainer(cfg, task, model, tmp_path, show_progress=False)
-
-
-def test_patience_stops_a_run_that_stopped_improving(tmp_path):
+def test_patience_stops_a_run_that_stopped_improving(scripted_trainer):
     # exact match (higher is better) improves for 3 evaluations, then stays flat
-    result = _trainer(tmp_path, [0.1, 0.2, 0.3, 0.3, 0.25, 0.3, 0.3], patience=3).fit()
+    trainer, _ = scripted_trainer({"exact_match": [0.1, 0.2, 0.3, 0.3, 0.25, 0.3, 0.3]},
+                                  patience=3)
+    result = trainer.fit()
     assert result["stop_reason"] == "patience"
     assert result["best_step"] == 3 and result["step"] == 6
 
 
-def test_a_run_still_improving_at_the_cap_is_not_converged(tmp_path):
+def test_a_run_still_improving_at_the_cap_is_not_converged(scripted_trainer):
     curve = [0.05 * k for k in range(1, 30)]
-    result = _trainer(tmp_path, curve, patience=3, max_steps=8).fit()
+    trainer, _ = scripted_trainer({"exact_match": curve}, patience=3, max_steps=8)
+    result = trainer.fit()
     assert result["stop_reason"] == "max_steps"
     assert result["best_step"] == 8 and result["step"] == 8
     assert 0.0 < result["cpu_share"] and result["threads"] >= 1

@@ -10,52 +10,19 @@ from ctrlrnn.train.trainer import config_differences
 from ctrlrnn.units import higher_is_better
 
 
-def _trainer(tmp_path, curves, **overrides):
-    """A tiny copy run whose validation metrics follow ``curves`` ({name: values})."""
-    from ctrlrnn.train.cli import seed_everything, validated_config
-    from ctrlrnn.train.trainer import Trainer
-
-    base = {"max_steps": 40, "epochs": 100, "batch_size": 16, "eval_every": 1,
-            "checkpoint_every": 1000, "log_every": 1000, "task.train_size": 64,
-            "task.valid_size": 16, "task.test_size": 16, "task.digits": 2,
-            "model.hidden_size": 4, "out": str(tmp_path)}
-    cfg, cls = validated_config("copy", "lstm", {**base, **overrides})
-    seed_everything(0)
-    task = cls(cfg.task_args, 0)
-    task.setup()
-    model = task.build_model(cfg.model, cfg.model_args)
-    scripted = {name: iter(values) for name, values in curves.items()}
-    real = task.evaluate
-    calls = {"valid": 0}
-
-    def evaluate(model, split, limit):
-        metrics = real(model, split, limit)
-        if split == "valid" and limit == 1:  # the trainer's one-batch check of the monitor
-            calls["probe"] = calls.get("probe", 0) + 1
-        elif split == "valid":
-            calls["valid"] += 1
-            for name, values in scripted.items():
-                metrics[name] = next(values, curves[name][-1])
-        return metrics
-
-    task.evaluate = evaluate
-    trainer = Trainer(cfg, task, model, tmp_path, show_progress=False)
-    return trainer, calls
-
-
 def test_directions():
     assert not higher_is_better("loss") and not higher_is_better("perplexity")
     assert higher_is_better("bleu") and higher_is_better("exact_match")
 
 
-def test_the_monitored_loss_stops_the_run_and_picks_the_checkpoint(tmp_path):
+def test_the_monitored_loss_stops_the_run_and_picks_the_checkpoint(scripted_trainer):
     # the task's metric (exact match) keeps rising; the loss is lowest at evaluation 2 and
     # then rises: selected by the loss, the run stops 3 evaluations after it, and the best
     # checkpoint is evaluation 2's, whatever exact match says
     loss = [2.0, 1.0, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0]
     exact = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
-    trainer, calls = _trainer(tmp_path, {"loss": loss, "exact_match": exact}, patience=3,
-                              monitor="loss")
+    trainer, calls = scripted_trainer({"loss": loss, "exact_match": exact}, patience=3,
+                                      monitor="loss")
     result = trainer.fit()
     assert calls["probe"] == 1
     assert result["stop_reason"] == "patience"
@@ -64,18 +31,18 @@ def test_the_monitored_loss_stops_the_run_and_picks_the_checkpoint(tmp_path):
     assert trainer.progress["best"] == 1.0
 
 
-def test_without_monitor_the_tasks_metric_selects(tmp_path):
+def test_without_monitor_the_tasks_metric_selects(scripted_trainer):
     loss = [2.0, 1.0, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0]
     exact = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
-    trainer, _ = _trainer(tmp_path, {"loss": loss, "exact_match": exact}, patience=3,
-                          max_steps=6)
+    trainer, _ = scripted_trainer({"loss": loss, "exact_match": exact}, patience=3,
+                                  max_steps=6)
     result = trainer.fit()
     assert result["stop_reason"] == "max_steps" and result["best_step"] == 6
     assert result["metric"] == "exact_match"
 
 
-def test_a_metric_the_task_does_not_report_fails_before_training(tmp_path):
-    trainer, _ = _trainer(tmp_path, {}, monitor="blue")
+def test_a_metric_the_task_does_not_report_fails_before_training(scripted_trainer, tmp_path):
+    trainer, _ = scripted_trainer({}, monitor="blue")
     with pytest.raises(ConfigError, match=r"monitor: .*'blue'.*exact_match.*loss"):
         trainer.fit()
     assert trainer.progress["step"] == 0  # not a step was trained
@@ -90,8 +57,8 @@ def test_a_malformed_monitor_is_refused_by_name(bad):
         validated_config("copy", "lstm", {"monitor": bad})
 
 
-def test_a_run_resumes_only_under_the_metric_it_was_selected_by(tmp_path):
-    trainer, _ = _trainer(tmp_path, {"loss": [2.0, 1.0, 1.5]}, monitor="loss", max_steps=3)
+def test_a_run_resumes_only_under_the_metric_it_was_selected_by(scripted_trainer):
+    trainer, _ = scripted_trainer({"loss": [2.0, 1.0, 1.5]}, monitor="loss", max_steps=3)
     trainer.fit()
     stored = {**trainer.cfg.to_dict()}
     assert config_differences(stored, {**stored, "monitor": ""}) == {"monitor": ("loss", "")}
@@ -99,6 +66,6 @@ def test_a_run_resumes_only_under_the_metric_it_was_selected_by(tmp_path):
     older = {k: v for k, v in stored.items() if k != "monitor"}
     assert config_differences(older, {**older, "monitor": ""}) == {}
     assert config_differences(older, {**older, "monitor": "loss"}) == {"monitor": ("", "loss")}
-    again, _ = _trainer(tmp_path, {"loss": [2.0]}, monitor="", max_steps=6)
+    again, _ = scripted_trainer({"loss": [2.0]}, monitor="", max_steps=6)
     with pytest.raises(ConfigError, match="monitor"):
         again.fit(resume=True)

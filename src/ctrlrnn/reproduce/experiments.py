@@ -77,8 +77,7 @@ class Experiment:
 
     @property
     def selected_higher_is_better(self) -> bool:
-        return self.higher_is_better if self.selected == self.metric else higher_is_better(
-            self.selected)
+        return higher_is_better(self.selected, self.metric, self.higher_is_better)
 
     def seeds(self, mode: str) -> list[int]:
         return list(range(self.seeds_quick if mode == "quick" else self.seeds_full))

@@ -130,7 +130,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if exp.note:
         lines += ["", exp.note]
     # how the stored runs evaluated and stopped: the definition they ran under (stored with them)
-    ran = ((data or {}).get("definition") or {}).get(mode) or exp.overrides(mode)
+    standing = Standing(exp, mode, data)
+    ran = standing.stored_overrides or exp.overrides(mode)
     limit = _eval_limit(exp.task, ran)
     if limit:
         lines += ["", f"In this mode every evaluation, the final test included, reads only the "
@@ -138,8 +139,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if not exp.paper_comparable:
         lines += ["", "The paper's numbers are on other data or at another scale: they are shown "
                   "for reference, and the baseline check of the verdict rule does not apply."]
-    definition = (data or {}).get("definition") or {}
-    selected = (definition.get("select") or exp.metric) if definition else exp.selected
+    selected = ran.get("monitor") or exp.metric  # what the stored runs were selected by
     lines += ["", _stopping_line(ran, selected)]
     tuning = exp.tuning(mode)
     trained = [arm for _, arm in _ordered_arms(exp, data or {}) if arm.get("seeds")]
@@ -168,7 +168,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
             judged.append((_claim_text(c.better, c.worse, c.metric), c.source,
                            verdicts.NOT_RUN))
         return lines, judged
-    standing, defined = Standing(exp, mode, data), {a.label: a for a in exp.arms}
+    defined = {a.label: a for a in exp.arms}
     earlier = _earlier_setting(exp, data, standing)
     if earlier:
         lines += ["", f"**Earlier setting.** Stored runs of {', '.join(earlier)} trained in a "
@@ -227,7 +227,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     for c in exp.claims:
         main = not c.metric or c.metric == exp.metric
         metric = exp.metric if main else c.metric
-        higher = exp.higher_is_better if main else higher_is_better(metric)
+        higher = higher_is_better(metric, exp.metric, exp.higher_is_better)
         unit_scale = scale if main else 1.0
         worse_arm = paper_of.get(c.worse)
         paper = None

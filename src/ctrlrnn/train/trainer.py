@@ -195,8 +195,8 @@ class Trainer:
         self.log = RunLog(self.out) if self.ctx.is_main else None
         #: the validation metric that drives early stopping and the best checkpoint
         self.monitor = cfg.monitor or task.metric
-        self.monitor_higher_is_better = (task.higher_is_better if self.monitor == task.metric
-                                         else higher_is_better(self.monitor))
+        self.monitor_higher_is_better = higher_is_better(self.monitor, task.metric,
+                                                         task.higher_is_better)
         self._per_epoch: int | None = None
         self.progress: dict[str, Any] = {
             "step": 0,
