@@ -64,7 +64,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The extensions ctrlrnn ships: name -> C++ source files under ``ops/csrc``.
 EXTENSIONS: dict[str, list[str]] = {
     "scan": ["scan.cpp"],
-    "cells": ["cells.cpp"],
+    "cells": ["cells.cpp", "metagross_cell.cpp"],
     "metagross": ["metagross.cpp"],
 }
 

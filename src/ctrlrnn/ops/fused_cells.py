@@ -12,6 +12,8 @@ Public functions (all batch-first, all returning full sequences and final states
 * :func:`gru_sequence` - the torch.nn.GRU formulation; equals torch.nn.GRU.
 * :func:`cas_lstm_sequence` - CAS-LSTM eq 7-13 with lambda, and the peephole variant eq 17-18.
 * :func:`ncarnn_sequence` - CARNN eq 3.
+* :func:`metagross_state_sequence` - the METAGROSS unit as printed (section 2, gates reading
+  ``h_{t-1}``): one tree of ``2^L - 1`` units per step.
 
 Variable lengths: ``lengths`` (B,) integer; for ``t >= lengths[b]`` row ``b`` keeps its state
 and its outputs are zero, so the final states are those at each row's last valid step and
@@ -40,7 +42,13 @@ from ctrlrnn.ops.backend import functorch_active, gpu_kernels, has_kernel, kerne
 from ctrlrnn.ops.double_backward import forbid_double_backward
 from ctrlrnn.ops.validation import check_lengths
 
-__all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
+__all__ = [
+    "cas_lstm_sequence",
+    "gru_sequence",
+    "lstm_sequence",
+    "metagross_state_sequence",
+    "ncarnn_sequence",
+]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -697,4 +705,174 @@ def ncarnn_sequence(
         out = gpu.ncarnn_sequence(xp, w, ctx, h, lengths)
     else:
         out = cells_ref.ncarnn_sequence_ref(xp, w, ctx, h, lengths)
+    return _uncast(out, x_proj.dtype)  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------
+# METAGROSS as printed (section 2: every base map reads (x_t, h_{t-1}))
+# ------------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("ctrlrnn::metagross_state_cell_fwd", mutates_args=())
+def _metagross_state_fwd(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    res: Tensor | None,
+    h0: Tensor,
+    lengths: Tensor | None,
+    save: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Compiled METAGROSS (as printed) forward -> (h_seq, h_last, pre-activations if ``save``)."""
+    h_seq, h, acts = _ext().metagross_state_forward(
+        x_proj, weight_hh, alpha, beta, res, h0, lengths, save
+    )
+    return h_seq, h, acts
+
+
+@_metagross_state_fwd.register_fake
+def _(x_proj: Tensor, weight_hh: Tensor, alpha: Tensor, beta: Tensor, res: Tensor | None,
+      h0: Tensor, lengths: Tensor | None, save: bool):  # fmt: skip
+    batch, steps, width = x_proj.shape
+    hidden = weight_hh.shape[1]
+    return (
+        x_proj.new_empty(batch, steps, hidden),
+        h0.new_empty(batch, hidden),
+        _fake_acts(x_proj, save, width),
+    )
+
+
+@torch.library.custom_op("ctrlrnn::metagross_state_cell_bwd", mutates_args=())
+def _metagross_state_bwd(
+    grad_h_seq: Tensor | None,
+    grad_h_last: Tensor | None,
+    weight_hh: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    res: Tensor | None,
+    h0: Tensor,
+    h_seq: Tensor,
+    acts: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Compiled METAGROSS (as printed) backward -> (dx_proj, dweight_hh, dalpha, dbeta, dres
+    (empty without ``res``), dh0)."""
+    dx, dw, da, db, dr, dh0 = _ext().metagross_state_backward(
+        grad_h_seq, grad_h_last, weight_hh, alpha, beta, res, h0, h_seq, acts, lengths
+    )
+    return dx, dw, da, db, dr, dh0
+
+
+@_metagross_state_bwd.register_fake
+def _(grad_h_seq, grad_h_last, weight_hh, alpha, beta, res, h0, h_seq, acts, lengths):
+    return (
+        acts.new_empty(acts.shape),
+        weight_hh.new_empty(weight_hh.shape),
+        alpha.new_empty(alpha.shape),
+        beta.new_empty(beta.shape),
+        h_seq.new_empty(h_seq.shape) if res is not None else h_seq.new_empty(0),
+        h0.new_empty(h0.shape),
+    )
+
+
+def _metagross_state_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    _, weight_hh, alpha, beta, res, h0, lengths, _ = inputs
+    h_seq, _, acts = output
+    ctx.save_for_backward(weight_hh, alpha, beta, res, h0, h_seq, acts, lengths)
+    ctx.set_materialize_grads(False)
+
+
+def _metagross_state_backward(
+    ctx: Any, gh: Tensor | None, ghl: Tensor | None, _gacts: Tensor | None
+) -> tuple[Any, ...]:
+    weight_hh, alpha, beta, res, h0, h_seq, acts, lengths = ctx.saved_tensors
+    dx, dw, da, db, dr, dh0 = _metagross_state_bwd(
+        gh, ghl, weight_hh, alpha, beta, res, h0, h_seq, acts, lengths
+    )
+    return dx, dw, da, db, (dr if res is not None else None), dh0, None, None
+
+
+_metagross_state_fwd.register_autograd(_metagross_state_backward,
+                                       setup_context=_metagross_state_setup)  # fmt: skip
+forbid_double_backward(_metagross_state_bwd, "metagross_state_cell_fwd",
+                       "Metagross(gates='state')")  # fmt: skip
+
+
+def metagross_tree_size(width: int, hidden: int) -> tuple[int, int]:
+    """``(N, I)``: units and internal units of a METAGROSS tree whose base maps are ``width =
+    3*N*hidden`` wide (``N = 2^L - 1``); ValueError naming ``x_proj`` otherwise."""
+    nodes = width // (3 * hidden) if hidden > 0 else 0
+    if hidden <= 0 or nodes * 3 * hidden != width or nodes < 1 or (nodes + 1) & nodes:
+        raise ValueError(
+            f"x_proj: last dimension must be 3*N*hidden with N = 2^depth - 1 units (hidden = "
+            f"weight_hh.shape[1] = {hidden}), got {width}"
+        )
+    return nodes, (nodes - 1) // 2
+
+
+def metagross_state_sequence(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    alpha: Tensor | None = None,
+    beta: Tensor | None = None,
+    res: Tensor | None = None,
+    h0: Tensor | None = None,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Run the METAGROSS unit as printed (METAGROSS paper section 2) over a batch-first sequence.
+
+    Per step, for the ``N = 2^L - 1`` units of one tree (heap order; unit ``k``'s gate children
+    ``2k+1``, ``2k+2``), all reading the root's previous output ``h_{t-1}``::
+
+        P      = x_proj[:, t] + h_{t-1} @ weight_hh^T          F^*_k(x_t, h_{t-1}), all k
+        f_k    = sig(P^F_k + alpha_k (h_{2k+1} - P^F_k))      (2-1)
+        o_k    = sig(P^O_k + beta_k  (h_{2k+2} - P^O_k))      (2-2)
+        z_k    = tanh(P^Z_k)                                  (2-3)
+        h_k    = o_k ((1 - f_k) h_{t-1} + f_k z_k) (+ res_t)  (2-4..2-6)
+
+    (leaves: ``f = sig(P^F)``, ``o = sig(P^O)``); the root's ``h_0`` is the new state.
+
+    Args:
+        x_proj: (B, T, 3NH) the input part of every base map with its bias, level-major (the
+            layout of ``ctrlrnn.nn.metagross.base_index``).
+        weight_hh: (3NH, H) the recurrent part of every base map, same row order.
+        alpha, beta: (B, T, I) depth gates of the ``I = (N-1)/2`` internal units in heap order
+            (None when ``N == 1``).
+        res: (B, T, H) residual term added to every unit's output (eq 2-6), or None.
+        h0: (B, H) initial state; zeros when None.
+        lengths: optional (B,) integer lengths in [0, T].
+
+    Returns:
+        ``(h_seq, h_last)``: (B, T, H) outputs (zero at padded steps) and the (B, H) final state.
+    """
+    if not isinstance(x_proj, Tensor) or x_proj.dim() != 3 or not x_proj.is_floating_point():
+        raise ValueError("x_proj: expected a 3-D floating-point tensor (batch, time, 3*N*hidden)")
+    if not isinstance(weight_hh, Tensor) or weight_hh.dim() != 2:
+        raise ValueError("weight_hh: expected a 2-D tensor (3*N*hidden, hidden)")
+    batch, steps, width = x_proj.shape
+    hidden = weight_hh.shape[1]
+    _, internal = metagross_tree_size(width, hidden)
+    _check_tensor("weight_hh", weight_hh, (width, hidden), x_proj)
+    if alpha is None or beta is None:
+        if internal:
+            raise ValueError(f"alpha: expected (B, T, {internal}) depth gates, got None")
+        alpha = beta = x_proj.new_zeros(batch, steps, 0)
+    _check_tensor("alpha", alpha, (batch, steps, internal), x_proj)
+    _check_tensor("beta", beta, (batch, steps, internal), x_proj)
+    if res is not None:
+        _check_tensor("res", res, (batch, steps, hidden), x_proj)
+    h0 = _state("h0", h0, batch, hidden, x_proj)
+    lengths = _check_lengths(lengths, batch, steps, x_proj)
+    dtype = _compute_dtype(x_proj)
+    xp, w, a, b, r, h = _cast((x_proj, weight_hh, alpha, beta, res, h0), dtype)
+    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+        out = scan_export.metagross_state_sequence(xp, w, a, b, r, h, lengths)
+    elif _use_compiled(x_proj):
+        save = _needs_grad(xp, w, a, b, r, h)
+        out = _metagross_state_fwd(xp, w, a, b, r, h, lengths, save)[:2]
+    elif (gpu := _gpu_cells(x_proj)) is not None:
+        out = gpu.metagross_state_sequence(xp, w, a, b, r, h, lengths)
+    else:
+        out = cells_ref.metagross_state_sequence_ref(xp, w, a, b, r, h, lengths)
     return _uncast(out, x_proj.dtype)  # type: ignore[return-value]

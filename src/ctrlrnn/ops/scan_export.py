@@ -55,6 +55,7 @@ __all__ = [
     "gru_sequence",
     "linear_scan",
     "lstm_sequence",
+    "metagross_state_sequence",
     "ncarnn_sequence",
     "qrnn_pooling",
     "scan_mode",
@@ -304,6 +305,32 @@ def ncarnn_sequence(
         [h0],
         [x_proj],
         [weight_hh, context_proj],
+        lengths,
+    )
+    return h_seq, h
+
+
+def metagross_state_sequence(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    res: Tensor | None,
+    h0: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`ctrlrnn.ops.cells_ref.metagross_state_sequence_ref` -> ``(h_seq, h_last)``; the
+    depth gates and the residual are scanned with the projections."""
+    xs = [x_proj, alpha, beta] + ([] if res is None else [res])
+    (h_seq,), (h,) = _scan(
+        lambda x, s, w: (
+            cells_ref.metagross_state_step(
+                x[0], w[0], x[1], x[2], x[3] if len(x) > 3 else None, s[0]
+            ),
+        ),
+        [h0],
+        xs,
+        [weight_hh],
         lengths,
     )
     return h_seq, h

@@ -1,0 +1,362 @@
+// The METAGROSS unit as printed (METAGROSS paper section 2, gates="state") on CPU: a nonlinear
+// recurrence, fused like the other gated cells (cells_common.h). Every base map reads
+// (x_t, h_{t-1}), so per step one GEMM gives the recurrent part of all 3N base pre-activations of
+// the tree, and one pointwise pass evaluates the tree from the leaves up:
+//
+//   P^g_k   = x_proj[t, g, k] + (U h_{t-1})[g, k]                     F^g_k(x_t, h_{t-1})
+//   f_k     = sig(P^F_k + alpha_k (m^F_k - P^F_k))                    (2-1; m^F_k = h_{2k+1})
+//   o_k     = sig(P^O_k + beta_k  (m^O_k - P^O_k))                    (2-2; m^O_k = h_{2k+2})
+//   z_k     = tanh(P^Z_k)                                             (2-3)
+//   c_k     = (1 - f_k) h_{t-1} + f_k z_k                             (2-4)
+//   h_k     = o_k c_k (+ r_t)                                         (2-5, 2-6)
+//
+// for the N = 2^L - 1 units of the tree in heap order (unit k's children 2k+1, 2k+2; leaves, the
+// units of level L, have f = sig(P^F), o = sig(P^O)). Every unit reads the same h_{t-1}, the
+// root's previous output (the children are called on the caller's (x_t, h_{t-1})), and the root's
+// h_0 is the new state. alpha_k (m - P) + P is the printed alpha m + (1 - alpha) P, written as the
+// level op and the reference write it (the same special values for Inf inputs).
+//
+// Layouts: x_proj (B, T, 3NH), the base maps level-major as in nn/metagross.py's base_index (per
+// level n with s = 2^(n-1) - 1 units before it and k = s + 1 in it: [F of its k units | O | Z]);
+// weight_hh (3NH, H) in the same row order; alpha, beta (B, T, I) with I = (N - 1) / 2 internal
+// units in heap order; res (B, T, H) the residual term r_t (x_t or W_r x_t), optional.
+//
+// The forward saves the pre-activations P (B, T, 3NH) when training; backward recomputes the
+// tree's activations from P and h_{t-1}, walks it from the root down (each unit has one parent,
+// so its output gradient is set once), writes dP into dx_proj[:, t] and adds dP U to the carried
+// state gradient with one GEMM per step.
+
+#include "cells_common.h"
+
+#include <torch/extension.h>
+
+#include <vector>
+
+namespace ctrlrnn::cells {
+namespace {
+
+// Offsets (in units of H) of unit `node`'s F, O, Z maps in the level-major layout.
+struct NodeMaps {
+  int64_t f, o, z;
+};
+
+inline NodeMaps node_maps(int64_t node) {
+  int64_t level_start = 0;  // s = 2^(n-1) - 1 for the level n holding `node`
+  while (2 * level_start + 1 <= node) level_start = 2 * level_start + 1;
+  const int64_t k = level_start + 1, j = node - level_start;
+  return {3 * level_start + j, 3 * level_start + k + j, 3 * level_start + 2 * k + j};
+}
+
+struct Tree {
+  int64_t N = 0, I = 0, H = 0, G = 0;
+  std::vector<NodeMaps> maps;
+  explicit Tree(int64_t nodes, int64_t hidden) : N(nodes), I((nodes - 1) / 2), H(hidden),
+                                                 G(3 * nodes * hidden) {
+    for (int64_t i = 0; i < N; ++i) maps.push_back(node_maps(i));
+  }
+};
+
+// The tree at one (b, t): from pre-activations P (3NH) and the previous state s (H), every unit's
+// output into hn (N*H); with acts != nullptr also f, o, z, c (each N*H) for backward.
+template <typename scalar_t>
+inline void tree_forward(const Tree& tr, const scalar_t* __restrict P, const scalar_t* s,
+                         const scalar_t* alpha, const scalar_t* beta, const scalar_t* r,
+                         scalar_t* hn, scalar_t* fs, scalar_t* os, scalar_t* zs, scalar_t* cs) {
+  using A = Act<scalar_t>;
+  const int64_t H = tr.H;
+  for (int64_t i = tr.N - 1; i >= 0; --i) {  // children (larger indices) before parents
+    const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
+    const scalar_t* __restrict pf = P + m.f * H;
+    const scalar_t* __restrict po = P + m.o * H;
+    const scalar_t* __restrict pz = P + m.z * H;
+    scalar_t* __restrict out = hn + i * H;
+    const bool internal = i < tr.I;
+    const scalar_t a = internal ? alpha[i] : scalar_t(0);
+    const scalar_t be = internal ? beta[i] : scalar_t(0);
+    // leaves: point at their own maps with weight 0 (pf + 0 * (pf - pf) == pf for finite pf;
+    // a branch keeps Inf/NaN exactly as the reference has them)
+    const scalar_t* __restrict mf = internal ? hn + (2 * i + 1) * H : pf;
+    const scalar_t* __restrict mo = internal ? hn + (2 * i + 2) * H : po;
+    if (internal) {
+CTRLRNN_SIMD
+      for (int64_t j = 0; j < H; ++j) {
+        const scalar_t f = A::sigmoid(pf[j] + a * (mf[j] - pf[j]));
+        const scalar_t o = A::sigmoid(po[j] + be * (mo[j] - po[j]));
+        const scalar_t z = A::tanh(pz[j]);
+        const scalar_t c = (scalar_t(1) - f) * s[j] + f * z;
+        out[j] = o * c + (r ? r[j] : scalar_t(0));
+        if (fs) {
+          fs[i * H + j] = f;
+          os[i * H + j] = o;
+          zs[i * H + j] = z;
+          cs[i * H + j] = c;
+        }
+      }
+    } else {
+CTRLRNN_SIMD
+      for (int64_t j = 0; j < H; ++j) {
+        const scalar_t f = A::sigmoid(pf[j]);
+        const scalar_t o = A::sigmoid(po[j]);
+        const scalar_t z = A::tanh(pz[j]);
+        const scalar_t c = (scalar_t(1) - f) * s[j] + f * z;
+        out[j] = o * c + (r ? r[j] : scalar_t(0));
+        if (fs) {
+          fs[i * H + j] = f;
+          os[i * H + j] = o;
+          zs[i * H + j] = z;
+          cs[i * H + j] = c;
+        }
+      }
+    }
+  }
+}
+
+void check_inputs(const at::Tensor& x_proj, const at::Tensor& weight_hh, const at::Tensor& alpha,
+                  const at::Tensor& beta, const at::Tensor& res, const Tree& tr) {
+  const int64_t B = x_proj.size(0), T = x_proj.size(1);
+  TORCH_CHECK(alpha.dim() == 3 && alpha.size(0) == B && alpha.size(1) == T &&
+                  alpha.size(2) == tr.I,
+              "metagross_state: alpha must be (", B, ", ", T, ", ", tr.I, "), got ", alpha.sizes());
+  TORCH_CHECK(beta.sizes() == alpha.sizes(), "metagross_state: beta must be shaped as alpha");
+  TORCH_CHECK(alpha.scalar_type() == x_proj.scalar_type() &&
+                  beta.scalar_type() == x_proj.scalar_type(),
+              "metagross_state: alpha, beta dtype must match x_proj");
+  if (res.defined()) {
+    TORCH_CHECK(res.dim() == 3 && res.size(0) == B && res.size(1) == T && res.size(2) == tr.H,
+                "metagross_state: res must be (", B, ", ", T, ", ", tr.H, "), got ", res.sizes());
+    TORCH_CHECK(res.scalar_type() == x_proj.scalar_type(),
+                "metagross_state: res dtype must match x_proj");
+  }
+  TORCH_CHECK(weight_hh.size(0) == tr.G, "metagross_state: weight_hh must be (", tr.G, ", ",
+              tr.H, ")");
+}
+
+Tree tree_of(const at::Tensor& x_proj, const at::Tensor& weight_hh) {
+  TORCH_CHECK(x_proj.dim() == 3 && weight_hh.dim() == 2,
+              "metagross_state: x_proj must be (B, T, 3NH) and weight_hh (3NH, H)");
+  const int64_t H = weight_hh.size(1);
+  TORCH_CHECK(H > 0 && x_proj.size(2) % (3 * H) == 0,
+              "metagross_state: x_proj's last dimension must be 3*N*H");
+  const int64_t N = x_proj.size(2) / (3 * H);
+  TORCH_CHECK(N >= 1 && ((N + 1) & N) == 0, "metagross_state: N = 2^L - 1 units expected, got ",
+              N);
+  return Tree(N, H);
+}
+
+std::vector<at::Tensor> metagross_state_forward(const at::Tensor& x_proj_in,
+                                                const at::Tensor& weight_hh_in,
+                                                const at::Tensor& alpha_in,
+                                                const at::Tensor& beta_in,
+                                                const c10::optional<at::Tensor>& res_in,
+                                                const at::Tensor& h0_in,
+                                                const c10::optional<at::Tensor>& lengths,
+                                                bool save) {
+  const Tree tr = tree_of(x_proj_in, weight_hh_in);
+  check_common(x_proj_in, weight_hh_in, 3 * tr.N, 3 * tr.N, "metagross_state");
+  const at::Tensor x_proj = x_proj_in.contiguous();
+  const at::Tensor weight_hh = weight_hh_in.contiguous();
+  const at::Tensor alpha = alpha_in.contiguous(), beta = beta_in.contiguous();
+  const at::Tensor res = opt_contig(res_in);
+  check_inputs(x_proj, weight_hh, alpha, beta, res, tr);
+  const int64_t B = x_proj.size(0), T = x_proj.size(1), H = tr.H, G = tr.G, N = tr.N, I = tr.I;
+  check_state(h0_in, B, H, x_proj, "h0");
+  const Lengths L = read_lengths(lengths, B, T);
+
+  at::Tensor h = h0_in.contiguous().clone();
+  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  const SavedActs saved(save, B, T, G, x_proj.options());
+  at::Tensor rec = at::zeros({B, G}, x_proj.options());
+
+  AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "metagross_state_forward", [&] {
+    const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
+    const scalar_t* al_p = alpha.data_ptr<scalar_t>();
+    const scalar_t* be_p = beta.data_ptr<scalar_t>();
+    const scalar_t* res_p = res.defined() ? res.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* rec_p = rec.data_ptr<scalar_t>();
+    scalar_t* h_p = h.data_ptr<scalar_t>();
+    scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
+    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
+      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
+      const at::Tensor h_s = h.narrow(0, b0, b1 - b0);
+      const int64_t ml = L.max_in(b0, b1);
+      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/true, b1 - b0);
+      std::vector<scalar_t> hn(static_cast<size_t>(N * H));
+      for (int64_t t = 0; t < T; ++t) {
+        if (t < ml) gemm.run(h_s, rec_s, false);
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t bt = b * T + t;
+          scalar_t* __restrict hs = hs_p + bt * H;
+          scalar_t* __restrict P = saved.row<scalar_t>(b, bt, G);
+          if (t >= L.len[b]) {
+            fill_zero(hs, H);
+            fill_zero(P, G);
+            continue;
+          }
+          const scalar_t* __restrict xp = xp_all + bt * G;
+          const scalar_t* __restrict rr = rec_p + b * G;
+CTRLRNN_SIMD
+          for (int64_t g = 0; g < G; ++g) P[g] = xp[g] + rr[g];
+          scalar_t* hb = h_p + b * H;
+          tree_forward<scalar_t>(tr, P, hb, al_p + bt * I, be_p + bt * I,
+                                 res_p ? res_p + bt * H : nullptr, hn.data(), nullptr, nullptr,
+                                 nullptr, nullptr);
+          std::memcpy(hb, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+          std::memcpy(hs, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+        }
+      }
+    });
+  });
+  return {h_seq, h, saved.acts};
+}
+
+// Returns {dx_proj (B,T,3NH), dweight_hh (3NH,H), dalpha (B,T,I), dbeta (B,T,I), dres (B,T,H)
+// (empty without res), dh0 (B,H)}. `acts` is the forward's saved P.
+std::vector<at::Tensor> metagross_state_backward(
+    const c10::optional<at::Tensor>& grad_h_seq, const c10::optional<at::Tensor>& grad_h_last,
+    const at::Tensor& weight_hh_in, const at::Tensor& alpha_in, const at::Tensor& beta_in,
+    const c10::optional<at::Tensor>& res_in, const at::Tensor& h0_in, const at::Tensor& h_seq_in, const at::Tensor& acts_in,
+    const c10::optional<at::Tensor>& lengths) {
+  const at::Tensor weight_hh = weight_hh_in.contiguous();
+  const at::Tensor alpha = alpha_in.contiguous(), beta = beta_in.contiguous();
+  const at::Tensor h0 = h0_in.contiguous(), h_seq = h_seq_in.contiguous();
+  const at::Tensor acts = acts_in.contiguous();
+  const at::Tensor res = opt_contig(res_in);
+  const bool has_res = res.defined();
+  const Tree tr = tree_of(acts, weight_hh);
+  const int64_t B = h_seq.size(0), T = h_seq.size(1), H = tr.H, G = tr.G, N = tr.N, I = tr.I;
+  TORCH_CHECK(acts.size(0) == B && acts.size(1) == T, "metagross_state: saved activations "
+              "missing (the forward ran without save)");
+  const Lengths L = read_lengths(lengths, B, T);
+  const at::Tensor gh = opt_contig(grad_h_seq), ghl = opt_contig(grad_h_last);
+
+  const auto opts = h_seq.options();
+  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
+  at::Tensor dalpha = at::empty({B, T, I}, opts), dbeta = at::empty({B, T, I}, opts);
+  at::Tensor dres = has_res ? at::empty({B, T, H}, opts) : at::empty({0}, opts);
+  at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
+  at::Tensor rec = at::zeros({B, H}, opts);
+
+  AT_DISPATCH_FLOATING_TYPES(h_seq.scalar_type(), "metagross_state_backward", [&] {
+    const scalar_t* gh_p = gh.defined() ? gh.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* P_all = acts.data_ptr<scalar_t>();
+    const scalar_t* al_p = alpha.data_ptr<scalar_t>();
+    const scalar_t* be_p = beta.data_ptr<scalar_t>();
+    const scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
+    const scalar_t* h0_p = h0.data_ptr<scalar_t>();
+    scalar_t* rec_p = rec.data_ptr<scalar_t>();
+    const scalar_t* ch_p = carry_h.data_ptr<scalar_t>();
+    scalar_t* dx_p = dx.data_ptr<scalar_t>();
+    scalar_t* da_p = dalpha.data_ptr<scalar_t>();
+    scalar_t* db_p = dbeta.data_ptr<scalar_t>();
+    scalar_t* dr_p = has_res ? dres.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
+    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
+      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
+      const int64_t ml = L.max_in(b0, b1);
+      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
+      const size_t NH = static_cast<size_t>(N * H);
+      std::vector<scalar_t> hn(NH), fs(NH), os(NH), zs(NH), cs(NH), dn(NH);
+      std::vector<scalar_t> ds(static_cast<size_t>(H));
+      for (int64_t t = T - 1; t >= 0; --t) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t bt = b * T + t;
+          scalar_t* __restrict d = dx_p + bt * G;
+          if (t >= L.len[b]) {
+            fill_zero(d, G);
+            fill_zero(da_p + bt * I, I);
+            fill_zero(db_p + bt * I, I);
+            if (dr_p) fill_zero(dr_p + bt * H, H);
+            continue;
+          }
+          const scalar_t* P = P_all + bt * G;
+          const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
+          const scalar_t* al = al_p + bt * I;
+          const scalar_t* be = be_p + bt * I;
+          // the children's outputs hn (residual included) enter d alpha, d beta
+          tree_forward<scalar_t>(tr, P, s, al, be, res_p ? res_p + bt * H : nullptr, hn.data(),
+                                 fs.data(), os.data(), zs.data(), cs.data());
+          const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
+          const scalar_t* g = gh_p ? gh_p + bt * H : nullptr;
+          for (int64_t j = 0; j < H; ++j) {
+            dn[static_cast<size_t>(j)] = dh_in[j] + (g ? g[j] : scalar_t(0));
+            ds[static_cast<size_t>(j)] = scalar_t(0);
+          }
+          scalar_t* dr = dr_p ? dr_p + bt * H : nullptr;
+          if (dr) fill_zero(dr, H);
+          for (int64_t i = 0; i < N; ++i) {  // parents before children
+            const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
+            const bool internal = i < I;
+            const scalar_t a = internal ? al[i] : scalar_t(0);
+            const scalar_t bb = internal ? be[i] : scalar_t(0);
+            const scalar_t* __restrict f_ = fs.data() + i * H;
+            const scalar_t* __restrict o_ = os.data() + i * H;
+            const scalar_t* __restrict z_ = zs.data() + i * H;
+            const scalar_t* __restrict c_ = cs.data() + i * H;
+            const scalar_t* __restrict dh = dn.data() + i * H;
+            scalar_t* __restrict dsp = ds.data();
+            scalar_t* __restrict dpf = d + m.f * H;
+            scalar_t* __restrict dpo = d + m.o * H;
+            scalar_t* __restrict dpz = d + m.z * H;
+            if (internal) {
+              const scalar_t* __restrict pf = P + m.f * H;
+              const scalar_t* __restrict po = P + m.o * H;
+              const scalar_t* __restrict mf = hn.data() + (2 * i + 1) * H;
+              const scalar_t* __restrict mo = hn.data() + (2 * i + 2) * H;
+              scalar_t* __restrict dmf = dn.data() + (2 * i + 1) * H;
+              scalar_t* __restrict dmo = dn.data() + (2 * i + 2) * H;
+              scalar_t sa = 0, sb = 0;
+CTRLRNN_SIMD
+              for (int64_t j = 0; j < H; ++j) {
+                const scalar_t f = f_[j], o = o_[j], z = z_[j];
+                const scalar_t dc = dh[j] * o;
+                const scalar_t duf = dc * (z - s[j]) * f * (scalar_t(1) - f);
+                const scalar_t duo = dh[j] * c_[j] * o * (scalar_t(1) - o);
+                dsp[j] += dc * (scalar_t(1) - f);
+                dpz[j] = dc * f * (scalar_t(1) - z * z);
+                dpf[j] = duf - duf * a;
+                dpo[j] = duo - duo * bb;
+                dmf[j] = duf * a;
+                dmo[j] = duo * bb;
+                sa += duf * (mf[j] - pf[j]);
+                sb += duo * (mo[j] - po[j]);
+              }
+              da_p[bt * I + i] = sa;
+              db_p[bt * I + i] = sb;
+            } else {
+CTRLRNN_SIMD
+              for (int64_t j = 0; j < H; ++j) {
+                const scalar_t f = f_[j], o = o_[j], z = z_[j];
+                const scalar_t dc = dh[j] * o;
+                dsp[j] += dc * (scalar_t(1) - f);
+                dpz[j] = dc * f * (scalar_t(1) - z * z);
+                dpf[j] = dc * (z - s[j]) * f * (scalar_t(1) - f);
+                dpo[j] = dh[j] * c_[j] * o * (scalar_t(1) - o);
+              }
+            }
+            if (dr) {
+CTRLRNN_SIMD
+              for (int64_t j = 0; j < H; ++j) dr[j] += dh[j];
+            }
+          }
+          std::memcpy(rec_p + b * H, ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+        }
+        if (t < ml) gemm.run(dx.select(1, t).narrow(0, b0, b1 - b0), rec_s, true);
+      }
+    });
+  });
+  at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
+  at::Tensor dW = at::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
+  return {dx, dW, dalpha, dbeta, dres, dh0};
+}
+
+}  // namespace
+
+void bind_metagross_cell(pybind11::module_& m) {
+  m.def("metagross_state_forward", &metagross_state_forward,
+        "METAGROSS (section 2 as printed) forward -> h_seq, h_last, saved pre-activations");
+  m.def("metagross_state_backward", &metagross_state_backward,
+        "METAGROSS (section 2 as printed) backward -> dx_proj, dweight_hh, dalpha, dbeta, dres, "
+        "dh0");
+}
+
+}  // namespace ctrlrnn::cells
