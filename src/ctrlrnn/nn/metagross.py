@@ -1,6 +1,15 @@
 """Meta Gated Recursive Controller units (METAGROSS paper section 2): ``Metagross``.
 
-The unit of level ``n`` (section 2; ``sig`` the sigmoid, ``tanh`` the paper's sigma_r)::
+Two readings of the paper, chosen by ``gates``:
+
+* ``gates="input"`` (default; section 2.2's ``F_n(x_t) = W x_t + b`` and the authors' later public
+  code): no gate reads a METAGROSS state, so each unit is a diagonal linear scan (below);
+* ``gates="state"`` (section 2 as printed): every base map reads ``(x_t, h_{t-1})`` and the
+  children are called on the caller's ``(x_t, h_{t-1})``, a nonlinear recurrence run by the fused
+  cell :func:`~ctrlrnn.ops.fused_cells.metagross_state_sequence` (section "As printed" below).
+
+The unit of level ``n`` (section 2; ``sig`` the sigmoid, ``tanh`` the paper's sigma_r), as
+``gates="input"`` reads it::
 
     f^n_t = sig(alpha_t M^F_{n+1,t} + (1 - alpha_t) F^F_n(x_t))        (2-1)
     o^n_t = sig(beta_t  M^O_{n+1,t} + (1 - beta_t)  F^O_n(x_t))        (2-2)
@@ -33,6 +42,21 @@ gates and scan over the level's concatenated channels in one pass over time, for
 backward, in compiled C++ on CPU): a layer direction costs ``L`` GEMMs and ``L`` level passes,
 with no Python loop over time.
 
+As printed (``gates="state"``): with ``s = h_{t-1}`` the root's previous output (residual
+included), for every unit ``k`` of the tree ``F^g_k(x_t, s) = W^g_k x_t + U^g_k s + b^g_k``
+(linear base; ``weight_hh`` holds all ``U``) or ``RNN^g_k(x)_t + U^g_k s`` (RNN base: the base
+RNN of section 2.2 over ``x_t`` with its own zero-initialised state, plus the map of ``s``), and::
+
+    f_k = sig(alpha M^F_{n+1}(x_t, s) + (1 - alpha) F^F_k(x_t, s))      (2-1)
+    o_k = sig(beta  M^O_{n+1}(x_t, s) + (1 - beta)  F^O_k(x_t, s))      (2-2)
+    z_k = tanh(F^Z_k(x_t, s))     (the printed F^Z(x_t, h_t) can only mean the previous state:
+                                   h_t is what the step computes)        (2-3)
+    c_k = (1 - f_k) s + f_k z_k,  h_k = o_k c_k (+ x_t)                  (2-4..2-6)
+
+The children are the same functions one level down, evaluated on the same ``(x_t, s)``; the
+only carried state is the root's ``h`` (``(B, H)`` per layer direction), and the recurrence is
+nonlinear in it (only ``recurrence="h"``, the printed one, exists in this reading).
+
 Soft dynamic recursion (section 2.1), ``depth_gate``: ``"token"``: ``alpha_t = sig(W_a x_t +
 b_a)`` per token and internal node (a scalar each, as in the paper's figures), likewise
 ``beta_t``; ``"static"``: the same maps applied to ``sum_t x_t`` over the whole (valid)
@@ -54,13 +78,14 @@ from torch.nn.utils.rnn import PackedSequence
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.cached_linear import cached_linear
-from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
+from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequence
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
 BASES = ("linear", "lstm", "gru")
 DEPTH_GATES = ("token", "static", "scalar")
 RECURRENCES = ("h", "c")
+GATES = ("input", "state")
 
 
 def tree_nodes(depth: int) -> int:
@@ -101,7 +126,9 @@ class MetagrossUnit(nn.Module):
       internal nodes in heap order (``"token"``, ``"static"``), or ``depth_logit`` ``(2I,)``
       (``"scalar"``);
     * ``residual_weight`` ``(H, D)``: only when ``residual`` and ``D != H`` (a projection
-      shortcut; the paper adds ``x_t`` itself, which needs ``D == H``).
+      shortcut; the paper adds ``x_t`` itself, which needs ``D == H``);
+    * ``weight_hh`` ``(3*N*H, H)``: only with ``gates="state"``, the maps ``U^g_k`` of the
+      previous state, rows in the order of ``weight`` (``base_index(g, k) * H ...``).
     """
 
     def __init__(
@@ -115,8 +142,10 @@ class MetagrossUnit(nn.Module):
         residual: bool = True,
         recurrence: str = "h",
         bias: bool = True,
+        gates: str = "input",
     ) -> None:
         super().__init__()
+        self.gates = check_gates(gates, recurrence)
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.depth = check_positive_int("depth", depth)
@@ -150,12 +179,21 @@ class MetagrossUnit(nn.Module):
         self.residual_weight = (
             nn.Parameter(torch.empty(H, D)) if self.residual and D != H else None
         )
+        self.weight_hh = (
+            nn.Parameter(torch.empty(3 * N * H, H)) if self.gates == "state" else None
+        )
         self.reset_parameters()
 
     @property
     def base_gates(self) -> int:
         """Gate blocks of one base RNN (4 for LSTM, 3 for GRU, 0 for the linear base)."""
         return {"linear": 0, "lstm": 4, "gru": 3}[self.base]
+
+    @property
+    def tree_state_size(self) -> int:
+        """Width of the tree's carried state: every unit's ``(2^L - 1) * H`` with
+        ``gates="input"``, the root's ``H`` with ``gates="state"``."""
+        return self.hidden_size if self.gates == "state" else self.num_nodes * self.hidden_size
 
     @property
     def base_state_size(self) -> int:
@@ -283,6 +321,8 @@ class MetagrossUnit(nn.Module):
             base RNNs' final states (None for the linear base), and the depth gates
             ``(B, T, I)``.
         """
+        if self.gates == "state":
+            return self._forward_state(x, lengths, state, base_state)
         B, T, _ = x.shape
         H, L = self.hidden_size, self.depth
         x = x.contiguous()  # read by several GEMMs
@@ -313,12 +353,61 @@ class MetagrossUnit(nn.Module):
         last = torch.cat(finals[::-1], dim=1)
         return child, last, base_last, alpha, beta
 
+    def _residual(self, x: Tensor) -> Tensor | None:
+        if not self.residual:
+            return None
+        return x if self.residual_weight is None else F.linear(x, self.residual_weight)
+
+    def _forward_state(
+        self, x: Tensor, lengths: Tensor | None, state: Tensor | None,
+        base_state: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:  # fmt: skip
+        """``gates="state"`` (section 2 as printed): the input parts of all ``3N`` base maps
+        for all steps at once (one GEMM, depth-gate rows included, or the base RNNs), then the
+        fused recurrence of the whole tree (module docstring). ``state``: the root's ``(B, H)``."""
+        x = x.contiguous()
+        logits: Tensor | None = None
+        base_last: Tensor | None = None
+        if self.base == "linear":
+            w, b = self.weight, self.bias
+            if self._token_gate_rows():
+                assert self.depth_weight is not None
+                rows = w.shape[0]
+                w = torch.cat([w, self.depth_weight])
+                if b is not None and self.depth_bias is not None:
+                    b = torch.cat([b, self.depth_bias])
+                proj, logits = F.linear(x, w, b).split([rows, 2 * self.num_internal], -1)
+            else:
+                proj = F.linear(x, w, b)
+        else:
+            blocks, _, base_last = self.base_preactivations(x, lengths, base_state)
+            proj = torch.cat(blocks, -1)
+        alpha, beta = self.depth_gates(x, lengths, logits)
+        assert self.weight_hh is not None
+        out, last = metagross_state_sequence(
+            proj, self.weight_hh, alpha, beta, self._residual(x), state, lengths
+        )
+        return out, last, base_last, alpha, beta
+
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, depth={self.depth}, base={self.base!r}, "
             f"depth_gate={self.depth_gate!r}, residual={self.residual}, "
-            f"recurrence={self.recurrence!r}"
+            f"recurrence={self.recurrence!r}, gates={self.gates!r}"
         )
+
+
+def check_gates(gates: str, recurrence: str) -> str:
+    """Validated ``gates``; ``"state"`` (section 2 as printed) exists with ``recurrence="h"``
+    only (the ``c_{t-1}`` form comes from the authors' later code, whose gates read ``x_t``)."""
+    gates = check_choice("gates", gates, GATES)
+    if gates == "state" and recurrence != "h":
+        raise ValueError(
+            "recurrence: gates='state' is section 2 as printed, whose recurrence reads h_{t-1} "
+            "(recurrence='h'); the c_{t-1} form belongs to the authors' later code, whose gates "
+            "read x_t only (gates='input')"
+        )
+    return gates
 
 
 class MetagrossCell(nn.Module):
@@ -326,8 +415,9 @@ class MetagrossCell(nn.Module):
 
     ``forward(input, state=None) -> (h, state')`` with ``input`` ``(B, input_size)`` (or
     ``(input_size,)``); ``state`` is the tree's carried states ``(B, (2^L - 1) * H)`` (heap
-    order, root first), or ``(tree, base)`` with an RNN base, zeros when None, exactly the
-    per-layer-direction slice of :class:`Metagross`'s ``hx``. Feeding a sequence step by step
+    order, root first; the root's ``(B, H)`` alone with ``gates="state"``), or ``(tree, base)``
+    with an RNN base, zeros when None, exactly the per-layer-direction slice of
+    :class:`Metagross`'s ``hx``. Feeding a sequence step by step
     gives the outputs of the layer with the same weights (``Metagross.cell(layer, direction)``
     shares them). ``depth_gate="static"`` reads the whole sequence and is refused here.
     """
@@ -343,13 +433,14 @@ class MetagrossCell(nn.Module):
         residual: bool = True,
         recurrence: str = "h",
         bias: bool = True,
+        gates: str = "input",
         unit: MetagrossUnit | None = None,
     ) -> None:
         super().__init__()
         if unit is None:
             unit = MetagrossUnit(
                 input_size, hidden_size, depth=depth, base=base, depth_gate=depth_gate,
-                residual=residual, recurrence=recurrence, bias=bias,
+                residual=residual, recurrence=recurrence, bias=bias, gates=gates,
             )  # fmt: skip
         if unit.depth_gate == "static":
             raise ValueError(
@@ -379,7 +470,7 @@ class MetagrossCell(nn.Module):
                 raise ValueError(f"state: expected {want}")
             if unbatched:
                 parts = [p.unsqueeze(0) for p in parts]
-            sizes = [u.num_nodes * u.hidden_size, u.base_state_size][: len(parts)]
+            sizes = [u.tree_state_size, u.base_state_size][: len(parts)]
             for p, size in zip(parts, sizes):
                 if tuple(p.shape) != (B, size):
                     raise ValueError(f"state: expected shape {(B, size)}, got {tuple(p.shape)}")
@@ -413,11 +504,15 @@ class Metagross(RecurrentBase):
             (``c_t = (1-f) c_{t-1} + f z``).
         causal: whether the layer is used causally (autoregressive decoding). ``None`` means
             ``not bidirectional``. ``depth_gate="static"`` with ``causal`` raises ``ValueError``.
+        gates: ``"input"`` (default: gates from ``x_t``, section 2.2 and the authors' code; each
+            unit a linear scan) or ``"state"`` (section 2 as printed: every gate and child reads
+            ``(x_t, h_{t-1})``; a nonlinear recurrence on the fused cell; ``recurrence="h"``).
 
     ``forward(input, hx=None, lengths=None, return_gates=False)``. The state ``hx``/``h_n``
     holds every unit's carried state (``h`` or ``c``) in heap order, root first:
     ``(num_layers * num_directions, B, (2^L - 1) * hidden_size)``, so ``h_n[..., :H]`` is the
-    root's. With an RNN base it is a tuple ``(tree, base)`` whose second entry holds the base
+    root's; with ``gates="state"`` only the root's ``h`` is carried, ``(L*D, B, hidden_size)``.
+    With an RNN base it is a tuple ``(tree, base)`` whose second entry holds the base
     RNNs' states ``(L*D, B, base_state_size)``. With ``return_gates=True`` the result is
     ``(output, h_n, (alpha, beta))``, each ``(num_layers * num_directions, B, T, I)``
     (time-major ``(L*D, T, B, I)`` unless ``batch_first``; zeros past each length) over the
@@ -440,6 +535,7 @@ class Metagross(RecurrentBase):
         residual: bool = True,
         recurrence: str = "h",
         causal: bool | None = None,
+        gates: str = "input",
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
@@ -448,6 +544,7 @@ class Metagross(RecurrentBase):
         self.base = check_choice("base", base, BASES)
         self.depth_gate = check_choice("depth_gate", depth_gate, DEPTH_GATES)
         self.recurrence = check_choice("recurrence", recurrence, RECURRENCES)
+        self.gates = check_gates(gates, self.recurrence)
         self.residual = check_flag("residual", residual)
         if causal is not None and not isinstance(causal, bool):
             raise ValueError(f"causal: expected True, False or None, got {causal!r}")
@@ -466,6 +563,7 @@ class Metagross(RecurrentBase):
             MetagrossUnit(
                 self.layer_input_size(layer), hidden_size, depth=depth, base=base,
                 depth_gate=depth_gate, residual=residual, recurrence=recurrence, bias=bias,
+                gates=gates,
             )  # fmt: skip
             for layer in range(num_layers)
             for _ in range(self.num_directions)
@@ -484,7 +582,7 @@ class Metagross(RecurrentBase):
 
     def state_size(self, index: int) -> int:
         if index == 0:
-            return self.num_nodes * self.hidden_size
+            return self.units[0].tree_state_size
         return self.units[0].base_state_size
 
     def forward(  # type: ignore[override]
@@ -560,5 +658,6 @@ class Metagross(RecurrentBase):
     def extra_repr(self) -> str:
         return super().extra_repr() + (
             f", depth={self.depth}, base={self.base!r}, depth_gate={self.depth_gate!r}, "
-            f"residual={self.residual}, recurrence={self.recurrence!r}, causal={self.causal}"
+            f"residual={self.residual}, recurrence={self.recurrence!r}, causal={self.causal}, "
+            f"gates={self.gates!r}"
         )
