@@ -19,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"extension cache: {info['cache']}")
     print(f"C++ compiler: {info['compiler']}")
     for family, st in info["families"].items():
-        print(f"  {family:9s} cpu: {st['cpu']:9s} ({st['reason']})")
+        print(f"  {family:9s} runs: {st['ops']}")
+        print(f"            cpu: {st['cpu']:9s} ({st['reason']})")
         if st["path"]:
             print(f"            {st['path']}  parallel threads: {st['parallel_threads']}")
         elif st["log"] and not st["log"].startswith("cached"):

@@ -19,6 +19,7 @@ LAYERS = {
     "CARNN-i": "ctrlrnn.CARNN(4, 6, context_size=3, variant='i', bidirectional=True)",
     "Metagross": "ctrlrnn.Metagross(4, 6, depth=2, bidirectional=True)",
     "Metagross-lstm": "ctrlrnn.Metagross(4, 6, depth=2, base='lstm')",
+    "Metagross-state": "ctrlrnn.Metagross(4, 6, depth=2, gates='state', bidirectional=True)",
     "MetagrossFFN": "ctrlrnn.MetagrossFFN(4, depth=2)",
 }
 

@@ -25,6 +25,7 @@ LAYERS: dict[str, Callable[[], torch.nn.Module]] = {
     "CARNN-i": lambda: ctrlrnn.CARNN(3, 4, context_size=2, variant="i"),
     "Metagross": lambda: ctrlrnn.Metagross(3, 4, depth=2, bidirectional=True),
     "Metagross-lstm": lambda: ctrlrnn.Metagross(3, 4, depth=2, base="lstm", recurrence="c"),
+    "Metagross-state": lambda: ctrlrnn.Metagross(3, 4, depth=2, gates="state"),
     "MetagrossFFN": lambda: ctrlrnn.MetagrossFFN(3, depth=2),
 }
 

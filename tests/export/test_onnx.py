@@ -279,17 +279,19 @@ def test_carnn_variants_with_context_and_lengths_on_the_reference_backend(
 
 
 class _Metagrosses(nn.Module):
-    """METAGROSS with a linear base (depth 2) and an LSTM base ("c" recurrence); the GRU base is
-    exported without lengths below."""
+    """METAGROSS with a linear base (depth 2), an LSTM base ("c" recurrence) and as printed
+    (gates reading h_{t-1}: one scan of the whole tree); the GRU base is exported without
+    lengths below."""
 
     def __init__(self) -> None:
         super().__init__()
         self.linear = ctrlrnn.Metagross(D, H, depth=2, batch_first=True)
         self.lstm = ctrlrnn.Metagross(D, H, depth=1, base="lstm", recurrence="c",
                                       batch_first=True)  # fmt: skip
+        self.state = ctrlrnn.Metagross(D, H, depth=2, gates="state", batch_first=True)
 
     def forward(self, x: Tensor, lengths: Tensor) -> list[Any]:
-        return [m(x, lengths=lengths) for m in (self.linear, self.lstm)]
+        return [m(x, lengths=lengths) for m in (self.linear, self.lstm, self.state)]
 
 
 def test_metagross_bases_with_lengths() -> None:
@@ -301,7 +303,7 @@ def test_metagross_bases_with_lengths() -> None:
         dynamic_shapes={"x": {0: batch, 1: time}, "lengths": {0: batch}},
         optimize=FAST,
     )  # fmt: skip
-    _check_graph(program, scans=2 + 4)
+    _check_graph(program, scans=2 + 4 + 1)
     session = _session(program)
     for i, (B, T) in enumerate(SHAPES):
         feeds = {"x": torch.randn(B, T, D), "lengths": _lengths(B, T, i)}

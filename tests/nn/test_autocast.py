@@ -25,6 +25,8 @@ LAYERS: dict[str, Callable[[], torch.nn.Module]] = {
     "Metagross-c-static": lambda: ctrlrnn.Metagross(8, 16, depth=2, recurrence="c",
                                                     depth_gate="static", causal=False),
     "Metagross-lstm": lambda: ctrlrnn.Metagross(8, 16, depth=2, base="lstm"),
+    "Metagross-state": lambda: ctrlrnn.Metagross(8, 16, depth=2, gates="state",
+                                                 bidirectional=True),
     "MetagrossFFN": lambda: ctrlrnn.MetagrossFFN(8, depth=2),
 }
 

@@ -34,6 +34,10 @@ CONFIGS: dict[str, Callable[[], nn.Module]] = {
     "metagross-lstm-base": lambda: ctrlrnn.Metagross(4, 5, depth=2, base="lstm",
                                                      num_layers=2),
     "metagross-gru-base": lambda: ctrlrnn.Metagross(4, 5, depth=3, base="gru", residual=True),
+    "metagross-state": lambda: ctrlrnn.Metagross(4, 5, depth=2, gates="state",
+                                                 bidirectional=True),
+    "metagross-state-lstm": lambda: ctrlrnn.Metagross(4, 5, depth=2, gates="state",
+                                                      base="lstm"),
 }
 
 

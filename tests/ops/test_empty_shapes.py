@@ -285,6 +285,7 @@ def _layer_factories() -> dict[str, Callable[[], torch.nn.Module]]:
         "carnn-s": lambda: ctrlrnn.CARNN(D, HID, None, variant="s", **kw),
         "metagross": lambda: ctrlrnn.Metagross(D, HID, depth=2, **kw),
         "metagross-lstm": lambda: ctrlrnn.Metagross(D, HID, depth=2, base="lstm", **kw),
+        "metagross-state": lambda: ctrlrnn.Metagross(D, HID, depth=2, gates="state", **kw),
         "metagross-c-bi": lambda: ctrlrnn.Metagross(
             D, HID, depth=2, recurrence="c", bidirectional=True, **kw
         ),

@@ -408,6 +408,7 @@ def _layers() -> dict[str, Callable[[], torch.nn.Module]]:
         "metagross": lambda: ctrlrnn.Metagross(D, H, depth=2, base="linear", **kw),
         "metagross-lstm": lambda: ctrlrnn.Metagross(D, H, depth=2, base="lstm", **kw),
         "metagross-c": lambda: ctrlrnn.Metagross(D, H, depth=2, recurrence="c", **kw),
+        "metagross-state": lambda: ctrlrnn.Metagross(D, H, depth=2, gates="state", **kw),
         "metagross-ffn": lambda: ctrlrnn.MetagrossFFN(D, depth=2),
     }
 

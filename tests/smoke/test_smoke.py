@@ -40,6 +40,8 @@ LAYERS: dict[str, Callable[[], torch.nn.Module]] = {
     "icarnn": lambda: ctrlrnn.CARNN(4, 5, context_size=3, variant="i", bidirectional=True),
     "metagross": lambda: ctrlrnn.Metagross(4, 5, depth=2, bidirectional=True),
     "metagross-lstm-c": lambda: ctrlrnn.Metagross(4, 5, depth=2, base="lstm", recurrence="c"),
+    "metagross-state": lambda: ctrlrnn.Metagross(4, 5, depth=2, gates="state",
+                                                 bidirectional=True),
     "metagross-ffn": lambda: ctrlrnn.MetagrossFFN(4, depth=2),
 }
 

@@ -111,7 +111,7 @@ def _cuda_status(family: str) -> str:
     where = "" if torch.cuda.is_available() else " (no CUDA device here)"
     what = {
         "scan": "linear scan, QRNN f/fo/ifo pooling",
-        "cells": "LSTM, GRU, CAS-LSTM and nCARNN cells",
+        "cells": "LSTM, GRU, CAS-LSTM, nCARNN and METAGROSS-as-printed cells",
         "metagross": "fused METAGROSS level (gates + linear scan)",
     }.get(family, family)
     if missing:
@@ -123,6 +123,15 @@ def _cuda_status(family: str) -> str:
 def _compiler_line() -> str:
     cxx = _extension.compiler()
     return cxx.error or f"{cxx.command} ({cxx.path}): {cxx.version}"
+
+
+#: What each op family runs, by the layers a user builds (``ctrlrnn info`` prints it).
+FAMILY_OPS: dict[str, str] = {
+    "scan": "linear scan and QRNN f/fo/ifo pooling: QRNN, RCRN's listener, iCARNN, sCARNN",
+    "cells": "fused gated cells: LSTM, GRU, CAS-LSTM, nCARNN, and METAGROSS as printed "
+             "(Metagross(gates='state'))",
+    "metagross": "fused METAGROSS level, gates from x_t: Metagross(gates='input')",
+}
 
 
 def backend_info() -> dict[str, Any]:
@@ -147,6 +156,7 @@ def backend_info() -> dict[str, Any]:
     for family in _extension.EXTENSIONS:
         st = _extension.status(family)
         info["families"][family] = {
+            "ops": FAMILY_OPS.get(family, family),
             "cpu": "compiled" if st.loaded else "reference",
             "reason": st.reason,
             "origin": st.origin,
