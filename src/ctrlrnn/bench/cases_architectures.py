@@ -167,3 +167,20 @@ def metagross(p: Point, dtype: torch.dtype) -> Workload:
     # depth 2 (METAGROSS paper sec 2): 14 values per unit forward (56H bytes in fp32), 28 backward
     nbytes = per_unit_bytes(p, H, dtype, fwd=14, bwd=28)
     return _module_workload(m, _input(p, dtype), flops, nbytes)
+
+
+@case("metagross_state", group="layer", quick=TARGET_QUICK, full=LAYER_FULL,
+      description="ctrlrnn.Metagross(gates='state'): as printed, depth 2, linear base, residual")
+def metagross_state(p: Point, dtype: torch.dtype) -> Workload:
+    H = p.width
+    m = _require("Metagross")(H, H, depth=2, gates="state", batch_first=True).to(dtype)
+    n_units, internal = 3, 1
+    rows = p.batch * p.length
+    # every base map reads (x_t, h_{t-1}): W x for all steps in one GEMM, U h_{t-1} per step
+    flops = _sum(gemm_cost(rows, H, 3 * n_units * H + 2 * internal),
+                 gemm_cost(rows, H, 3 * n_units * H))
+    # per unit: read the 9 input maps, write the 9 pre-activations saved for backward, read the
+    # residual, write h (20 values); backward reads them back with h_{t-1} and the output
+    # gradient, writes dP and the residual's gradient (22)
+    nbytes = per_unit_bytes(p, H, dtype, fwd=20, bwd=22)
+    return _module_workload(m, _input(p, dtype), flops, nbytes)

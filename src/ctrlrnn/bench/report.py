@@ -373,6 +373,13 @@ TARGETS: list[Target] = [
         "<= 1.5x",
     ),
     Target(
+        "METAGROSS as printed (gates='state') depth 2 fwd+bwd time / nn.LSTM (B=32, T=256, "
+        "C=256)",
+        _inverse(_speedup("metagross_state", (32, 256, 256), "lstm", "fwdbwd")),
+        lambda v: v <= 2.0,
+        "<= 2x",
+    ),
+    Target(
         "QRNN fo training memory linear in T up to 16,384 (min R^2 of the fit)",
         _memory_r2("qrnn_fo_memory"),
         lambda v: v >= 0.999,

@@ -76,8 +76,9 @@ ENCODERS: dict[str, EncoderSpec] = {
             "metagross",
             "ctrlrnn.nn.metagross:Metagross",
             {"depth": (int, 2), "base": (str, "linear"), "depth_gate": (str, "token"),
-             "residual": (bool, True), "recurrence": (str, "h")},
-            "METAGROSS recursive controlled unit (METAGROSS paper)",
+             "residual": (bool, True), "recurrence": (str, "h"), "gates": (str, "input")},
+            "METAGROSS recursive controlled unit (METAGROSS paper); model.gates=state is "
+            "section 2 as printed (gates reading h_{t-1})",
         ),
     ]
 }
