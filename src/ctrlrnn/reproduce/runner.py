@@ -206,7 +206,7 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
         return run_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out)
 
     record = tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.selected,
-                      exp.selected_higher_is_better, trial, log)
+                      exp.selected_higher_is_better, trial, log, arm=arm.label)
     return standing.stamp_tuning(arm, record)
 
 

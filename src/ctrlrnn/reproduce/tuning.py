@@ -3,11 +3,13 @@
 Each arm of an experiment gets the same search: the same :class:`Tuning` (the parameters and
 their ranges, the number of trials, the per-trial training budget, the sampler's seed). The
 search is Optuna's TPE sampler with a fixed seed; its first ``startup`` trials are drawn at
-random, the rest are proposed from the trials before. A trial is one training run of the arm
-(training seed :attr:`Tuning.train_seed`) at the proposed values, scored by the validation
-split's selecting metric (the experiment's ``select``, by default its main metric) at its best
-checkpoint; the test split is never looked at. The arm's final
-seeds then train at the values of its best trial.
+random, the rest are proposed from the trials before. With :attr:`Tuning.arm_streams` each arm
+draws from its own sampler stream (the seed combined with the arm's label), so the arms' trials
+are different points of the same space rather than the same start-up points for every arm. A
+trial is one training run of the arm (training seed :attr:`Tuning.train_seed`) at the proposed
+values, scored by the validation split's selecting metric (the experiment's ``select``, by
+default its main metric) at its best checkpoint; the test split is never looked at. The arm's
+final seeds then train at the values of its best trial.
 
 Tuning is resumable: each trial trains in its own run directory
 ``RUNS/<mode>/<experiment>/<arm>-tuning/trial<k>/``, its proposed values are written there
@@ -54,6 +56,9 @@ class Tuning:
     train_seed: int = 0  # the training seed of every trial
     #: how many first trials are drawn at random before TPE proposes (at most ``trials``)
     startup: int = 3
+    #: each arm its own sampler stream (:func:`arm_stream`); False: every arm draws the same
+    #: start-up points
+    arm_streams: bool = False
 
     def __post_init__(self) -> None:
         # the start-up draws a search makes (all its trials when it has fewer): what a stored
@@ -69,15 +74,19 @@ class Tuning:
                    overrides=dict(record.get("trial_overrides", {})),
                    seed=int(record.get("sampler_seed", 0)),
                    train_seed=int(record.get("train_seed", 0)),
-                   startup=int(record.get("startup_trials", 3)))
+                   startup=int(record.get("startup_trials", 3)),
+                   arm_streams=bool(record.get("arm_streams", False)))
 
     def key(self) -> str:
         """A short digest of the search with its trial count left out: a search grown by more
         trials keeps its earlier trials (each depends only on those before it), any other
         change (a range, the trial budget, a seed) is another search."""
-        record = {"params": [[p.key, p.low, p.high, p.log] for p in self.params],
-                  "overrides": self.overrides, "seed": self.seed,
-                  "train_seed": self.train_seed, "startup": self.startup}
+        record: dict[str, Any] = {
+            "params": [[p.key, p.low, p.high, p.log] for p in self.params],
+            "overrides": self.overrides, "seed": self.seed, "train_seed": self.train_seed,
+            "startup": self.startup}
+        if self.arm_streams:  # absent for the searches made before there was a choice
+            record["arm_streams"] = True
         text = json.dumps(record, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
 
@@ -86,23 +95,36 @@ class Tuning:
         space = ", ".join(
             f"{p.key} in [{p.low:g}, {p.high:g}]{' (log)' if p.log else ''}" for p in self.params)
         budget = ", ".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+        seeded = (f"sampler seed {self.seed} combined with each arm's label (each arm its own "
+                  "stream)" if self.arm_streams else f"sampler seed {self.seed}")
         if self.startup >= self.trials:
-            how = f"all drawn at random by {SAMPLER}'s start-up, sampler seed {self.seed}"
+            how = f"all drawn at random by {SAMPLER}'s start-up, {seeded}"
         else:
-            how = (f"{SAMPLER}, sampler seed {self.seed}, the first {self.startup} drawn at "
-                   "random")
+            how = f"{SAMPLER}, {seeded}, the first {self.startup} drawn at random"
         return (f"{self.trials} trials per arm ({how}) over {space}"
                 + (f"; each trial: {budget}" if budget else ""))
 
 
 def lr_and_dropout(dropout_key: str | None, *, trials: int = 6, lr: tuple[float, float] = (
         3e-4, 1e-2), dropout: tuple[float, float] = (0.0, 0.4),
-        overrides: dict[str, Any] | None = None) -> Tuning:
+        overrides: dict[str, Any] | None = None, startup: int = 3,
+        arm_streams: bool = False) -> Tuning:
     """The usual search: the learning rate (log scale), and dropout where the model has it."""
     params = [Param("lr", lr[0], lr[1], log=True)]
     if dropout_key:
         params.append(Param(dropout_key, dropout[0], dropout[1]))
-    return Tuning(trials=trials, params=tuple(params), overrides=dict(overrides or {}))
+    return Tuning(trials=trials, params=tuple(params), overrides=dict(overrides or {}),
+                  startup=startup, arm_streams=arm_streams)
+
+
+def arm_stream(tuning: Tuning, arm: str) -> int:
+    """The sampler seed of ``arm``'s search: the search's own seed, or with
+    :attr:`Tuning.arm_streams` that seed combined with the arm's label (stable across runs and
+    machines: a digest, not Python's salted ``hash``)."""
+    if not tuning.arm_streams:
+        return tuning.seed
+    digest = hashlib.sha256(f"{tuning.seed}:{arm}".encode()).hexdigest()
+    return int(digest[:8], 16)
 
 
 def search_of(record: dict[str, Any] | None) -> Tuning | None:
@@ -166,20 +188,23 @@ def _score(value: Any, higher_is_better: bool) -> float:
 
 
 def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bool,
-             run_trial: TrialRunner, log: Callable[[str], None] = print) -> dict[str, Any]:
+             run_trial: TrialRunner, log: Callable[[str], None] = print,
+             arm: str = "") -> dict[str, Any]:
     """Run (or finish) the search of one arm; returns its trial table and chosen values.
 
     ``run_trial(k, overrides, out)`` trains trial ``k`` with ``overrides`` (the tuned keys at
     their proposed values) in the run directory ``out`` and returns the run's result (as
-    :func:`ctrlrnn.train.cli.train_run` does).
+    :func:`ctrlrnn.train.cli.train_run` does). ``arm``: the arm's label, which seeds its own
+    sampler stream when the search has :attr:`Tuning.arm_streams`.
     """
     dists = _distributions(tuning)
+    stream = arm_stream(tuning, arm)
     rows: list[dict[str, Any]] = []
     for k in range(tuning.trials):
         out = tuning_dir / f"trial{k}"
         stored = _read(out / "params.json")
         if stored is None:
-            params = _propose(tuning, dists, rows, k, higher_is_better)
+            params = _propose(tuning, dists, rows, k, higher_is_better, stream)
             _write(out / "params.json", params)
         else:  # proposed before an interruption: keep those values
             params = {key: float(v) for key, v in stored.items()}
@@ -193,6 +218,7 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     return {
         "sampler": SAMPLER,
         "sampler_seed": tuning.seed,
+        **({"arm_streams": True, "arm_stream_seed": stream} if tuning.arm_streams else {}),
         "startup_trials": tuning.startup,
         "train_seed": tuning.train_seed,
         "trials_planned": tuning.trials,
@@ -208,16 +234,18 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
 
 
 def _propose(tuning: Tuning, dists: dict[str, Any], rows: list[dict[str, Any]], k: int,
-             higher_is_better: bool) -> dict[str, float]:
+             higher_is_better: bool, stream: int | None = None) -> dict[str, float]:
     """Trial ``k``'s values: a function of the finished trials and the seeds alone.
 
-    A fresh study holds the finished trials and a sampler seeded for trial ``k``, so a search
-    resumed after an interruption proposes what the uninterrupted one would have.
+    A fresh study holds the finished trials and a sampler seeded for trial ``k`` of the arm's
+    ``stream`` (:func:`arm_stream`; the search's seed when None), so a search resumed after an
+    interruption proposes what the uninterrupted one would have.
     """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=tuning.seed * 10_007 + k,
+    base = tuning.seed if stream is None else stream
+    sampler = optuna.samplers.TPESampler(seed=(base * 10_007 + k) % 2**32,
                                          n_startup_trials=tuning.startup)
     study = optuna.create_study(direction="maximize" if higher_is_better else "minimize",
                                 sampler=sampler)
