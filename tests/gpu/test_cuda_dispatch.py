@@ -3,7 +3,8 @@ reference (issue 18). CUDA availability and Triton's import are mocked; no kerne
 
 Every layer reaches the GPU through three families: ``scan`` (the linear scan of QRNN's
 pooling, RCRN's listener, iCARNN/sCARNN, METAGROSS's RNN bases; QRNN f/fo/ifo pooling),
-``cells`` (the fused LSTM and GRU of RCRN's controllers, CAS-LSTM layer 1 and l > 1, nCARNN)
+``cells`` (the fused LSTM and GRU of RCRN's controllers, CAS-LSTM layer 1 and l > 1, nCARNN,
+METAGROSS as printed)
 and ``metagross`` (the fused level, gates + scan).
 """
 
@@ -47,7 +48,8 @@ def test_family_modules_expose_every_function(family, cuda_and_triton):
 
 def test_cells_cover_every_cell(cuda_and_triton):
     cells = backend.gpu_kernels("cells", CUDA)
-    for name in ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence"):
+    for name in ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence",
+                 "metagross_state_sequence"):
         assert callable(getattr(cells, name, None)), f"cells_triton lacks {name}"
     fused = importlib.import_module("ctrlrnn.ops.fused_cells")
 

@@ -50,6 +50,10 @@ def _layers() -> dict[str, Callable[[], torch.nn.Module]]:
         "metagross_h": lambda: ctrlrnn.Metagross(D, H, depth=3, **kw),
         "metagross_c_bi": lambda: ctrlrnn.Metagross(D, H, depth=2, recurrence="c",
                                                     bidirectional=True, **kw),  # fmt: skip
+        "metagross_state": lambda: ctrlrnn.Metagross(D, H, depth=3, gates="state", **kw),
+        "metagross_state_bi": lambda: ctrlrnn.Metagross(D, H, num_layers=2, depth=2,
+                                                        gates="state", bidirectional=True,
+                                                        **kw),  # fmt: skip
     }
 
 

@@ -86,8 +86,8 @@ def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
 
     ``"scan"`` and ``"metagross"`` mirror the CPU extensions (also returned by
     :func:`kernel_for`); ``"cells"`` exposes ``lstm_sequence``, ``gru_sequence``,
-    ``cas_lstm_sequence`` and ``ncarnn_sequence`` with the signatures of
-    :mod:`ctrlrnn.ops.cells_ref` (:data:`ctrlrnn.ops.gpu.CELL_FUNCTIONS`).
+    ``cas_lstm_sequence``, ``ncarnn_sequence`` and ``metagross_state_sequence`` with the
+    signatures of :mod:`ctrlrnn.ops.cells_ref` (:data:`ctrlrnn.ops.gpu.CELL_FUNCTIONS`).
     """
     if device.type != "cuda":
         return None
@@ -111,7 +111,7 @@ def _cuda_status(family: str) -> str:
     where = "" if torch.cuda.is_available() else " (no CUDA device here)"
     what = {
         "scan": "linear scan, QRNN f/fo/ifo pooling",
-        "cells": "LSTM, GRU, CAS-LSTM, nCARNN and METAGROSS-as-printed cells",
+        "cells": "LSTM, GRU, CAS-LSTM and nCARNN cells, METAGROSS as printed (gates='state')",
         "metagross": "fused METAGROSS level (gates + linear scan)",
     }.get(family, family)
     if missing:

@@ -22,7 +22,7 @@ nothing (values or gradients) depends on the padding.
 Dispatch: CPU tensors run the compiled extension ``cells`` (:func:`_use_compiled`) through
 ``torch.library`` custom ops ``ctrlrnn::*_cell_fwd`` / ``*_cell_bwd`` (so they trace under
 ``torch.compile``); CUDA tensors run the Triton kernels of :mod:`ctrlrnn.ops.gpu.cells_triton`
-(:func:`_gpu_cells`; all four cells, forward and backward, custom ops ``ctrlrnn::gpu_*``). The
+(:func:`_gpu_cells`; all five cells, forward and backward, custom ops ``ctrlrnn::gpu_*``). The
 readable references of :mod:`ctrlrnn.ops.cells_ref` run when the extension cannot be built, on
 CUDA without Triton (warned once), under ``CTRLRNN_BACKEND=reference`` and inside ``torch.func``
 transforms. float16/bfloat16 inputs are computed in float32 and the outputs cast back.

@@ -45,11 +45,13 @@ FAMILIES: dict[str, str] = {
 }
 
 #: The functions each family's GPU module must expose (the dispatch test and ``ctrlrnn info``
-#: check them): every cell of :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM and nCARNN.
+#: check them): every cell of :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM, nCARNN and
+#: the METAGROSS unit as printed (``metagross_state_sequence``).
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "scan": ("linear_scan_forward", "linear_scan_backward", "qrnn_pooling_forward",
              "qrnn_pooling_backward"),
-    "cells": ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence"),
+    "cells": ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence",
+              "metagross_state_sequence"),
     "metagross": ("forward", "backward"),
 }
 CELL_FUNCTIONS = FAMILY_FUNCTIONS["cells"]

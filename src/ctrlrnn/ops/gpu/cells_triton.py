@@ -1,4 +1,5 @@
-"""GPU fused gated cells: LSTM, GRU, CAS-LSTM and nCARNN, Haste's recipe on Triton.
+"""GPU fused gated cells: LSTM, GRU, CAS-LSTM, nCARNN and METAGROSS as printed, Haste's recipe
+on Triton.
 
 Per time step: one GEMM ``h_{t-1} @ U^T`` through torch (cuBLAS on CUDA), then one Triton kernel
 for all the pointwise work of the step (gate activations, cell update, length masking, saving
@@ -21,7 +22,17 @@ registered autograd, so they stay opaque under ``torch.compile``):
   ``scale_f = 1 - lambda`` and ``scale_g = lambda``), and variant (iii) with peepholes, eq 17-18;
 * :func:`ncarnn_sequence` - CARNN paper eq 3 (context-projected gates; the context projection is
   one ``(B, 2H)`` tensor shared by all steps, and its gradient is summed over time in the
-  backward kernel).
+  backward kernel);
+* :func:`metagross_state_sequence` - the METAGROSS unit as printed (METAGROSS paper section 2,
+  eq 2-1..2-6, every base map reading ``h_{t-1}``): per step one GEMM gives the recurrent part
+  of all ``3N`` base maps of the ``N = 2^L - 1`` units, and one kernel evaluates the whole tree
+  (a recursion over the units unrolled at compile time, ``N`` a ``constexpr``: the children's
+  outputs stay in registers). The forward saves the pre-activations ``P``; the backward
+  recomputes the tree from ``P`` and ``h_{t-1}`` and walks it root-down, each unit recomputing
+  its children's subtrees (a unit at depth ``d`` is evaluated ``d + 1`` times: ``O(N L)`` work
+  per step and no scratch memory). The depth gates' gradients are sums over channels: each
+  channel block writes its partial sums and they are summed over blocks after the loop
+  (deterministic, no atomics).
 
 Per-channel parameters shared by the batch (CAS-LSTM's ``scale_f``, ``scale_g`` and peepholes)
 get their gradients as per-row sums accumulated by the backward kernels (each program owns one
@@ -43,9 +54,16 @@ import triton.language as tl
 from torch import Tensor
 
 from ctrlrnn.ops.double_backward import forbid_double_backward
-from ctrlrnn.ops.gpu._common import acc_dtype, sigmoid, tanh
+from ctrlrnn.ops.fused_cells import metagross_tree_size
+from ctrlrnn.ops.gpu._common import acc_dtype, acc_torch_dtype, sigmoid, tanh
 
-__all__ = ["cas_lstm_sequence", "gru_sequence", "lstm_sequence", "ncarnn_sequence"]
+__all__ = [
+    "cas_lstm_sequence",
+    "gru_sequence",
+    "lstm_sequence",
+    "metagross_state_sequence",
+    "ncarnn_sequence",
+]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -1232,4 +1250,485 @@ def ncarnn_sequence(
     dtype = _compute(x_proj)
     xp, w, ctx, h = (t.to(dtype) for t in (x_proj, weight_hh, context_proj, h0))
     out = _ncarnn_fwd(xp, w, ctx, h, lengths)[:2]
+    return tuple(o.to(x_proj.dtype) for o in out)  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------
+# METAGROSS as printed (METAGROSS paper section 2, eq 2-1..2-6: every base map reads h_{t-1})
+# ------------------------------------------------------------------------------------------------
+
+
+def _tree_block(hidden: int) -> tuple[int, int]:
+    """Channel block and warps of the METAGROSS step kernels: at most 128 channels and one warp
+    per 32 of them, so a thread holds one channel of each vector (the unrolled tree keeps
+    several vectors per level live in registers)."""
+    blk = max(16, min(128, triton.next_power_of_2(max(hidden, 1))))
+    return blk, max(1, blk // 32)
+
+
+@triton.jit
+def _mg_unit_fwd(
+    p_ptr,
+    rec_ptr,
+    save_ptr,
+    al_ptr,
+    be_ptr,
+    prow,
+    rrow,
+    grow,
+    s,
+    r,
+    mask,
+    H,
+    K: tl.constexpr,
+    S: tl.constexpr,
+    NODES: tl.constexpr,
+    HAS_REC: tl.constexpr,
+    SAVE: tl.constexpr,
+    RES: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Output ``h_K`` of unit ``K`` (heap order) on a block of channels, its subtree first.
+
+    ``S`` is the first unit of ``K``'s level (``2^(n-1) - 1``), so its maps sit at ``3S + J``
+    (F), ``3S + (S + 1) + J`` (O), ``3S + 2(S + 1) + J`` (Z) in units of ``H`` with ``J = K - S``
+    (the level-major layout); its children ``2K+1``, ``2K+2`` start level ``2S + 1``. The
+    pre-activations are ``P = p[prow + .]`` (``+ rec[rrow + .]`` with ``HAS_REC``), stored into
+    ``save[prow + .]`` with ``SAVE``; ``s`` is ``h_{t-1}`` and ``r`` the residual::
+
+        f = sig(P^F + alpha_K (h_{2K+1} - P^F))    (2-1; sig(P^F) at a leaf)
+        o = sig(P^O + beta_K  (h_{2K+2} - P^O))    (2-2; sig(P^O) at a leaf)
+        z = tanh(P^Z)                               (2-3)
+        h = o ((1 - f) s + f z) (+ r)              (2-4..2-6)
+
+    ``K`` and ``S`` are compile-time constants: the recursion unrolls into straight-line code.
+    """
+    J = K - S
+    off_f = (3 * S + J) * H
+    off_o = (3 * S + S + 1 + J) * H
+    off_z = (3 * S + 2 * (S + 1) + J) * H
+    pf = tl.load(p_ptr + prow + off_f, mask=mask, other=0.0).to(ACC)
+    po = tl.load(p_ptr + prow + off_o, mask=mask, other=0.0).to(ACC)
+    pz = tl.load(p_ptr + prow + off_z, mask=mask, other=0.0).to(ACC)
+    if HAS_REC:
+        pf += tl.load(rec_ptr + rrow + off_f, mask=mask, other=0.0).to(ACC)
+        po += tl.load(rec_ptr + rrow + off_o, mask=mask, other=0.0).to(ACC)
+        pz += tl.load(rec_ptr + rrow + off_z, mask=mask, other=0.0).to(ACC)
+    if SAVE:
+        ty = save_ptr.dtype.element_ty
+        tl.store(save_ptr + prow + off_f, pf.to(ty), mask=mask)
+        tl.store(save_ptr + prow + off_o, po.to(ty), mask=mask)
+        tl.store(save_ptr + prow + off_z, pz.to(ty), mask=mask)
+    if K < (NODES - 1) // 2:
+        mf = _mg_unit_fwd(p_ptr, rec_ptr, save_ptr, al_ptr, be_ptr, prow, rrow, grow, s, r, mask,
+                          H, 2 * K + 1, 2 * S + 1, NODES, HAS_REC, SAVE, RES, ACC)  # fmt: skip
+        mo = _mg_unit_fwd(p_ptr, rec_ptr, save_ptr, al_ptr, be_ptr, prow, rrow, grow, s, r, mask,
+                          H, 2 * K + 2, 2 * S + 1, NODES, HAS_REC, SAVE, RES, ACC)  # fmt: skip
+        a = tl.load(al_ptr + grow + K).to(ACC)
+        b = tl.load(be_ptr + grow + K).to(ACC)
+        f = sigmoid(pf + a * (mf - pf))  # eq 2-1
+        o = sigmoid(po + b * (mo - po))  # eq 2-2
+    else:
+        f = sigmoid(pf)
+        o = sigmoid(po)
+    z = tanh(pz)  # eq 2-3
+    h = o * ((1.0 - f) * s + f * z)  # eq 2-4, 2-5
+    if RES:
+        h = h + r  # eq 2-6
+    return h
+
+
+@triton.jit
+def _mg_unit_bwd(
+    p_ptr,
+    al_ptr,
+    be_ptr,
+    dx_ptr,
+    pa_ptr,
+    pb_ptr,
+    prow,
+    grow,
+    part,
+    s,
+    r,
+    dh,
+    valid,
+    cmask,
+    H,
+    K: tl.constexpr,
+    S: tl.constexpr,
+    NODES: tl.constexpr,
+    RES: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Backward of unit ``K``'s subtree (root-down) given ``dh``, the gradient of ``h_K``.
+
+    Recomputes the unit's gates from the saved pre-activations ``P = p[prow + .]`` (its
+    children's outputs by :func:`_mg_unit_fwd`, i.e. their whole subtrees), writes ``dP`` of
+    its three maps into ``dx[prow + .]`` (zero where not ``valid``), for an internal unit its
+    block's partial sums over channels of ``d alpha_K``, ``d beta_K`` into ``pa[part + K]``,
+    ``pb[part + K]``, then recurses into the children with ``d h_{2K+1} = alpha_K duf`` and
+    ``d h_{2K+2} = beta_K duo`` (``duf``, ``duo``: the gradients of the mixed pre-activations
+    inside the sigmoids of eq 2-1, 2-2).
+
+    Returns the subtree's part of ``d h_{t-1}`` (every unit reads ``s`` in eq 2-4) and of
+    ``d r_t`` (eq 2-6 adds ``r`` to every unit's output).
+    """
+    J = K - S
+    off_f = (3 * S + J) * H
+    off_o = (3 * S + S + 1 + J) * H
+    off_z = (3 * S + 2 * (S + 1) + J) * H
+    pf = tl.load(p_ptr + prow + off_f, mask=valid, other=0.0).to(ACC)
+    po = tl.load(p_ptr + prow + off_o, mask=valid, other=0.0).to(ACC)
+    pz = tl.load(p_ptr + prow + off_z, mask=valid, other=0.0).to(ACC)
+    if K < (NODES - 1) // 2:
+        mf = _mg_unit_fwd(p_ptr, p_ptr, p_ptr, al_ptr, be_ptr, prow, prow, grow, s, r, valid,
+                          H, 2 * K + 1, 2 * S + 1, NODES, False, False, RES, ACC)  # fmt: skip
+        mo = _mg_unit_fwd(p_ptr, p_ptr, p_ptr, al_ptr, be_ptr, prow, prow, grow, s, r, valid,
+                          H, 2 * K + 2, 2 * S + 1, NODES, False, False, RES, ACC)  # fmt: skip
+        a = tl.load(al_ptr + grow + K).to(ACC)
+        b = tl.load(be_ptr + grow + K).to(ACC)
+        f = sigmoid(pf + a * (mf - pf))
+        o = sigmoid(po + b * (mo - po))
+    else:
+        f = sigmoid(pf)
+        o = sigmoid(po)
+    z = tanh(pz)
+    c = (1.0 - f) * s + f * z  # eq 2-4
+    dc = dh * o  # eq 2-5: h = o c
+    duf = dc * (z - s) * f * (1.0 - f)  # through the sigmoid of eq 2-1
+    duo = dh * c * o * (1.0 - o)  # eq 2-2
+    ds = dc * (1.0 - f)
+    dr = dh
+    ty = dx_ptr.dtype.element_ty
+    tl.store(dx_ptr + prow + off_z, tl.where(valid, dc * f * (1.0 - z * z), 0.0).to(ty),
+             mask=cmask)  # fmt: skip
+    if K < (NODES - 1) // 2:
+        # d/dP of P + w (m - P), summed as autograd sums it: g - g w (as the CPU kernel)
+        tl.store(dx_ptr + prow + off_f, tl.where(valid, duf - duf * a, 0.0).to(ty), mask=cmask)
+        tl.store(dx_ptr + prow + off_o, tl.where(valid, duo - duo * b, 0.0).to(ty), mask=cmask)
+        pty = pa_ptr.dtype.element_ty
+        tl.store(pa_ptr + part + K, tl.sum(tl.where(valid, duf * (mf - pf), 0.0), axis=0).to(pty))
+        tl.store(pb_ptr + part + K, tl.sum(tl.where(valid, duo * (mo - po), 0.0), axis=0).to(pty))
+        ds_f, dr_f = _mg_unit_bwd(p_ptr, al_ptr, be_ptr, dx_ptr, pa_ptr, pb_ptr, prow, grow, part,
+                                  s, r, duf * a, valid, cmask, H, 2 * K + 1, 2 * S + 1, NODES,
+                                  RES, ACC)  # fmt: skip
+        ds_o, dr_o = _mg_unit_bwd(p_ptr, al_ptr, be_ptr, dx_ptr, pa_ptr, pb_ptr, prow, grow, part,
+                                  s, r, duo * b, valid, cmask, H, 2 * K + 2, 2 * S + 1, NODES,
+                                  RES, ACC)  # fmt: skip
+        ds = ds + ds_f + ds_o
+        dr = dr + dr_f + dr_o
+    else:
+        tl.store(dx_ptr + prow + off_f, tl.where(valid, duf, 0.0).to(ty), mask=cmask)
+        tl.store(dx_ptr + prow + off_o, tl.where(valid, duo, 0.0).to(ty), mask=cmask)
+    return ds, dr
+
+
+@triton.jit(do_not_specialize=["t"])
+def _mg_step_fwd_kernel(
+    x_ptr,
+    rec_ptr,
+    al_ptr,
+    be_ptr,
+    res_ptr,
+    h_ptr,
+    len_ptr,
+    hseq_ptr,
+    acts_ptr,
+    t,
+    T,
+    H,
+    NODES: tl.constexpr,
+    RES: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One METAGROSS step (eq 2-1..2-6, the whole tree); grid ``(B, cdiv(H, BLOCK))``.
+
+    ``x`` ``(B, T, 3NH)`` holds the input parts of the ``3N`` base maps (level-major), ``rec``
+    ``(B, 3NH)`` is ``h_{t-1} U^T``; ``alpha``, ``beta`` ``(B, T, I)``; ``res`` ``(B, T, H)``.
+    Every unit reads the same ``h_{t-1}`` (``h``, updated in place with the root's output); the
+    pre-activations ``P = x + rec`` are saved into ``acts`` ``(B, T, 3NH)`` (past the length
+    too: the backward masks those steps and never reads them).
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    G = 3 * NODES * H
+    prow = (pid_b * T + t) * G + cols
+    rrow = pid_b * G + cols
+    grow = (pid_b * T + t) * ((NODES - 1) // 2)
+    srow = pid_b * H + cols
+    orow = (pid_b * T + t) * H + cols
+    h_prev = tl.load(h_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    if RES:
+        r = tl.load(res_ptr + orow, mask=cmask, other=0.0).to(ACC)
+    else:
+        r = tl.zeros([BLOCK], ACC)
+    h_new = _mg_unit_fwd(x_ptr, rec_ptr, acts_ptr, al_ptr, be_ptr, prow, rrow, grow, h_prev, r,
+                         cmask, H, 0, 0, NODES, True, True, RES, ACC)  # fmt: skip
+    tl.store(h_ptr + srow, tl.where(valid, h_new, h_prev).to(h_ptr.dtype.element_ty), mask=cmask)
+    tl.store(hseq_ptr + orow, tl.where(valid, h_new, 0.0).to(hseq_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit(do_not_specialize=["t"])
+def _mg_step_bwd_kernel(
+    gh_ptr,
+    acts_ptr,
+    al_ptr,
+    be_ptr,
+    res_ptr,
+    hseq_ptr,
+    h0_ptr,
+    len_ptr,
+    dh_ptr,
+    dx_ptr,
+    pa_ptr,
+    pb_ptr,
+    dres_ptr,
+    t,
+    B,
+    T,
+    H,
+    NODES: tl.constexpr,
+    RES: tl.constexpr,
+    HAS_GH: tl.constexpr,
+    HAS_LEN: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Backward of one METAGROSS step (eq 2-1..2-6); grid ``(B, cdiv(H, BLOCK))``.
+
+    In: the running state gradient ``dh`` ``(B, H)``. Recomputes the tree from the saved ``P``
+    and ``h_{t-1}`` and walks it root-down (:func:`_mg_unit_bwd`). Out: ``dx[b, t]`` ``(3NH)``
+    (``dP``: the gradient of ``x_proj`` and of the recurrent term, multiplied by ``U`` in a GEMM
+    afterwards; zero past the length), ``dres[b, t]``, this channel block's partial sums of
+    ``d alpha[b, t]``, ``d beta[b, t]`` into ``pa``, ``pb`` ``(n_blocks, B, T, I)``, and
+    ``dh <-`` the direct part ``sum_k o_k (1 - f_k) dh_k`` of ``dh_{t-1}`` (the incoming
+    gradient itself past the length).
+    """
+    pid_b = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1)
+    cols = blk * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    internal = (NODES - 1) // 2
+    G = 3 * NODES * H
+    prow = (pid_b * T + t) * G + cols
+    grow = (pid_b * T + t) * internal
+    part = ((blk * B + pid_b) * T + t) * internal
+    srow = pid_b * H + cols
+    orow = (pid_b * T + t) * H + cols
+    dh_in = tl.load(dh_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    dh = dh_in
+    if HAS_GH:
+        dh += tl.load(gh_ptr + orow, mask=valid, other=0.0).to(ACC)
+    h_prev = tl.load(hseq_ptr + orow - H, mask=valid & ((zero + t) > 0), other=0.0).to(ACC)
+    h0 = tl.load(h0_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    h_prev = tl.where((zero + t) > 0, h_prev, h0)
+    if RES:
+        r = tl.load(res_ptr + orow, mask=valid, other=0.0).to(ACC)
+    else:
+        r = tl.zeros([BLOCK], ACC)
+    ds, dr = _mg_unit_bwd(acts_ptr, al_ptr, be_ptr, dx_ptr, pa_ptr, pb_ptr, prow, grow, part,
+                          h_prev, r, dh, valid, cmask, H, 0, 0, NODES, RES, ACC)  # fmt: skip
+    if RES:
+        tl.store(dres_ptr + orow, tl.where(valid, dr, 0.0).to(dres_ptr.dtype.element_ty),
+                 mask=cmask)  # fmt: skip
+    tl.store(dh_ptr + srow, tl.where(valid, ds, dh_in).to(dh_ptr.dtype.element_ty), mask=cmask)
+
+
+@torch.library.custom_op("ctrlrnn::gpu_metagross_state_fwd", mutates_args=())
+def _metagross_state_fwd(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    res: Tensor | None,
+    h0: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """METAGROSS (as printed) forward -> (h_seq, h_last, saved pre-activations P)."""
+    batch, steps, width = x_proj.shape
+    hidden = weight_hh.shape[1]
+    x = x_proj.contiguous()
+    h = h0.clone().contiguous()
+    h_seq = x.new_empty(batch, steps, hidden)
+    acts = x.new_empty(batch, steps, width)
+    if batch == 0 or hidden == 0:
+        return h_seq, h, acts
+    nodes, _ = metagross_tree_size(width, hidden)
+    lens = _lengths(lengths, x)
+    al, be = alpha.contiguous(), beta.contiguous()
+    r = res.contiguous() if res is not None else None
+    w_t = weight_hh.t()
+    rec = x.new_empty(batch, width)
+    blk, warps = _tree_block(hidden)
+    grid = (batch, triton.cdiv(hidden, blk))
+    for t in range(steps):
+        torch.mm(h, w_t, out=rec)
+        _mg_step_fwd_kernel[grid](
+            x, rec, al, be, r if r is not None else x, h, lens if lens is not None else x,
+            h_seq, acts, t, steps, hidden,
+            NODES=nodes, RES=r is not None, HAS_LEN=lens is not None, ACC=acc_dtype(x.dtype),
+            BLOCK=blk, num_warps=warps,
+        )  # fmt: skip
+    return h_seq, h, acts
+
+
+@_metagross_state_fwd.register_fake
+def _(x_proj, weight_hh, alpha, beta, res, h0, lengths):
+    batch, steps, width = x_proj.shape
+    hidden = weight_hh.shape[1]
+    return (
+        x_proj.new_empty(batch, steps, hidden),
+        h0.new_empty(batch, hidden),
+        x_proj.new_empty(batch, steps, width),
+    )
+
+
+@torch.library.custom_op("ctrlrnn::gpu_metagross_state_bwd", mutates_args=())
+def _metagross_state_bwd(
+    grad_h_seq: Tensor | None,
+    grad_h_last: Tensor | None,
+    weight_hh: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    res: Tensor | None,
+    h0: Tensor,
+    h_seq: Tensor,
+    acts: Tensor,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """METAGROSS (as printed) backward through time.
+
+    Returns (dx_proj, dweight_hh, dalpha, dbeta, dres, dh0) as the CPU op
+    ``ctrlrnn::metagross_state_cell_bwd``; dres is empty without ``res``.
+    """
+    batch, steps, hidden = h_seq.shape
+    width = acts.shape[2]
+    dh = grad_h_last.clone().contiguous() if grad_h_last is not None else h0.new_zeros(h0.shape)
+    dx = torch.empty_like(acts, memory_format=torch.contiguous_format)
+    dres = torch.empty_like(h_seq) if res is not None else h_seq.new_empty(0)
+    if batch == 0 or hidden == 0 or steps == 0:
+        return (
+            dx.zero_(), weight_hh.new_zeros(weight_hh.shape), alpha.new_zeros(alpha.shape),
+            beta.new_zeros(beta.shape), dres.zero_(), dh,
+        )  # fmt: skip
+    nodes, internal = metagross_tree_size(width, hidden)
+    lens = _lengths(lengths, acts)
+    gh = grad_h_seq.contiguous() if grad_h_seq is not None else None
+    P = acts.contiguous()
+    al, be = alpha.contiguous(), beta.contiguous()
+    r = res.contiguous() if res is not None else None
+    blk, warps = _tree_block(hidden)
+    n_blocks = triton.cdiv(hidden, blk)
+    grid = (batch, n_blocks)
+    # per channel block partial sums of d alpha, d beta: every (block, b, t, unit) is written
+    part_a = torch.zeros(n_blocks, batch, steps, internal, dtype=acc_torch_dtype(acts.dtype),
+                         device=acts.device)  # fmt: skip
+    part_b = torch.zeros_like(part_a)
+    h0c = h0.contiguous()
+    for t in range(steps - 1, -1, -1):
+        _mg_step_bwd_kernel[grid](
+            gh if gh is not None else P, P, al, be, r if r is not None else P, h_seq, h0c,
+            lens if lens is not None else P, dh, dx, part_a, part_b,
+            dres if r is not None else dx, t, batch, steps, hidden,
+            NODES=nodes, RES=r is not None, HAS_GH=gh is not None, HAS_LEN=lens is not None,
+            ACC=acc_dtype(acts.dtype), BLOCK=blk, num_warps=warps,
+        )  # fmt: skip
+        dh.addmm_(dx[:, t], weight_hh)
+    dw = dx.reshape(-1, width).t() @ _prev_states(h0, h_seq).reshape(-1, hidden)
+    # the blocks' partial sums in a fixed order: deterministic, no atomics
+    dalpha = part_a.sum(0).to(alpha.dtype)
+    dbeta = part_b.sum(0).to(beta.dtype)
+    return dx, dw, dalpha, dbeta, dres, dh
+
+
+@_metagross_state_bwd.register_fake
+def _(grad_h_seq, grad_h_last, weight_hh, alpha, beta, res, h0, h_seq, acts, lengths):
+    return (
+        acts.new_empty(acts.shape),
+        weight_hh.new_empty(weight_hh.shape),
+        alpha.new_empty(alpha.shape),
+        beta.new_empty(beta.shape),
+        h_seq.new_empty(h_seq.shape) if res is not None else h_seq.new_empty(0),
+        h0.new_empty(h0.shape),
+    )
+
+
+def _metagross_state_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    _, weight_hh, alpha, beta, res, h0, lengths = inputs
+    h_seq, _, acts = output
+    ctx.save_for_backward(weight_hh, alpha, beta, res, h0, h_seq, acts, lengths)
+    ctx.set_materialize_grads(False)
+
+
+def _metagross_state_backward(
+    ctx: Any, gh: Tensor | None, ghl: Tensor | None, _gacts: Tensor | None
+) -> tuple[Any, ...]:
+    weight_hh, alpha, beta, res, h0, h_seq, acts, lengths = ctx.saved_tensors
+    dx, dw, da, db, dr, dh0 = _metagross_state_bwd(
+        gh, ghl, weight_hh, alpha, beta, res, h0, h_seq, acts, lengths
+    )
+    return dx, dw, da, db, (dr if res is not None else None), dh0, None
+
+
+_metagross_state_fwd.register_autograd(_metagross_state_backward,
+                                       setup_context=_metagross_state_setup)  # fmt: skip
+forbid_double_backward(_metagross_state_bwd, "gpu_metagross_state_fwd",
+                       "Metagross(gates='state') on CUDA")  # fmt: skip
+
+
+def metagross_state_sequence(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    alpha: Tensor,
+    beta: Tensor,
+    res: Tensor | None,
+    h0: Tensor,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The METAGROSS unit as printed (METAGROSS paper section 2) over a batch-first sequence, as
+    :func:`ctrlrnn.ops.cells_ref.metagross_state_sequence_ref`.
+
+    Per step, for the ``N = 2^L - 1`` units of the tree in heap order (unit ``k``'s children
+    ``2k+1``, ``2k+2``), all reading the root's previous output ``h_{t-1}``::
+
+        P   = x_proj[:, t] + h_{t-1} U^T                    F^*_k(x_t, h_{t-1}), all k
+        f_k = sig(P^F_k + alpha_k (h_{2k+1} - P^F_k))       (2-1)
+        o_k = sig(P^O_k + beta_k  (h_{2k+2} - P^O_k))       (2-2)
+        z_k = tanh(P^Z_k)                                   (2-3)
+        c_k = (1 - f_k) h_{t-1} + f_k z_k                   (2-4)
+        h_k = o_k c_k (+ r_t)                               (2-5, 2-6)
+
+    (leaves: ``f = sig(P^F)``, ``o = sig(P^O)``); the root's ``h_0`` is the new state.
+
+    Args:
+        x_proj: ``(B, T, 3NH)`` the input part of every base map with its bias, level-major
+            (``ctrlrnn.nn.metagross.base_index``).
+        weight_hh: ``(3NH, H)`` the recurrent part U of every base map, same row order.
+        alpha, beta: ``(B, T, I)`` depth gates of the ``I = (N-1)/2`` internal units in heap
+            order (``(B, T, 0)`` for ``N = 1``).
+        res: ``(B, T, H)`` residual term added to every unit's output (eq 2-6), or None.
+        h0: ``(B, H)`` initial state.
+        lengths: optional ``(B,)`` integer lengths in ``[0, T]``.
+
+    Returns:
+        ``(h_seq, h_last)``.
+    """
+    dtype = _compute(x_proj)
+    xp, w, a, b, h = (t.to(dtype) for t in (x_proj, weight_hh, alpha, beta, h0))
+    r = res.to(dtype) if res is not None else None
+    out = _metagross_state_fwd(xp, w, a, b, r, h, lengths)[:2]
     return tuple(o.to(x_proj.dtype) for o in out)  # type: ignore[return-value]
