@@ -75,8 +75,10 @@ def zoneout_keep(
     """The zoneout multiplier of ``1 - f`` (eq 6).
 
     Training: a 0/1 keep mask drawn with probability ``1 - p`` and no rescaling. Evaluation:
-    ``1 - p``, the mask's expectation (``eval_mode="expectation"``), or 1, leaving ``f``
-    untouched as an off-the-shelf dropout layer would in eval mode (``"identity"``).
+    ``1 - p``, the mask's expectation (``eval_mode="expectation"``, what the public
+    pytorch-qrnn layer does: it scales its gate ``F``, the paper's ``1 - f``, by ``1 - p``), or
+    1, leaving ``f`` untouched as an off-the-shelf dropout layer without rescaling would in
+    eval mode (``"identity"``).
     """
     if zoneout <= 0.0:
         return None, 1.0
@@ -252,8 +254,8 @@ class QRNN(RecurrentBase):
         pooling: ``"f"`` (eq 3), ``"fo"`` (eq 4) or ``"ifo"`` (eq 5).
         zoneout: probability ``p`` of eq 6 (no rescaling in training).
         zoneout_eval: ``"expectation"`` (default: ``1 - f`` scaled by ``1 - p`` in eval, the
-            training mask's mean) or ``"identity"`` (``f`` unchanged in eval, as an
-            off-the-shelf dropout layer without rescaling would behave).
+            training mask's mean, as the public pytorch-qrnn layer does) or ``"identity"``
+            (``f`` unchanged in eval).
         dense: DenseNet-style connections of section 2.1.
         encoder_state_size: width of ``encoder_state`` for eq 7 (``None``: no such term).
 
