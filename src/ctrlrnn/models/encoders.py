@@ -49,8 +49,8 @@ ENCODERS: dict[str, EncoderSpec] = {
         EncoderSpec(
             "qrnn",
             "ctrlrnn.nn.qrnn:QRNN",
-            {"window": (int, 2), "pooling": (str, "fo"), "zoneout": (float, 0.0),
-             "dense": (bool, False)},
+            {"window": (int | tuple[int, ...], 2), "causal": (bool, True),
+             "pooling": (str, "fo"), "zoneout": (float, 0.0), "dense": (bool, False)},
             "Quasi-recurrent network (QRNN paper)",
         ),
         EncoderSpec(
@@ -98,16 +98,28 @@ class SequenceEncoder(nn.Module):
     with zeros past each length, ``final`` ``(B, H*D)`` the output at each sequence's last valid
     step for the forward direction and at step 0 for the backward one (the summary states),
     ``h_n`` the layer's own final state(s).
+
+    ``stateful``: ``hx``/``h_n`` carry everything a following chunk of the same stream needs
+    (for the QRNN also each layer's last window - 1 inputs; see ``QRNN.forward_stateful``).
+    ``causal_only``: the model reads the output at ``t`` to predict what follows ``t`` (a
+    language model, next-frame prediction), so options that read ahead are refused with a
+    ``ValueError`` naming them: the QRNN's ``model.causal=false``. A stateful encoder is
+    causal only.
     """
 
     def __init__(
-        self, name: str, input_size: int, options: dict[str, Any], *, stateful: bool = False
+        self, name: str, input_size: int, options: dict[str, Any], *, stateful: bool = False,
+        causal_only: bool = False,
     ) -> None:
         super().__init__()
-        # stateful: ``hx``/``h_n`` carry everything a following chunk of the same stream needs
-        # (for the QRNN also each layer's last window - 1 inputs; see QRNN.forward_stateful).
         self.stateful = stateful
         opts = encoder_options(name, options)
+        if (causal_only or stateful) and opts.get("causal") is False:
+            raise ValueError(
+                "model.causal: this model predicts what follows each step from the encoder's "
+                "output there, so the encoder must not read ahead (causal=false centres the "
+                "QRNN's convolution on t)"
+            )
         self.name = name
         self.hidden_size = opts["hidden_size"]
         self.num_layers = opts["num_layers"]
