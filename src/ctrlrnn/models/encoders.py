@@ -2,8 +2,9 @@
 
 Every task model takes its encoder from here, so comparing architectures means swapping one
 name (``--model``) while the rest of the model stays the same. :class:`SequenceEncoder` gives
-all of them one interface: ``forward(x, lengths=None) -> (output, final)`` on batch-first
-input, padding ignored (``nn.LSTM`` / ``nn.GRU`` get packed sequences).
+all of them one interface: ``forward(x, lengths=None) -> (output, final, h_n)`` on batch-first
+input, padding ignored (``nn.LSTM`` / ``nn.GRU`` get packed sequences), and
+:meth:`SequenceEncoder.forward_layers` adds every layer's final state (the QRNN paper's eq 7).
 """
 
 from __future__ import annotations
@@ -157,9 +158,46 @@ class SequenceEncoder(nn.Module):
             out, h_n = self.rnn(x, hx)
         else:
             out, h_n = self.rnn(x, hx, lengths=lengths)
+        return out, self._final(out, lengths), h_n
+
+    def _final(self, out: Tensor, lengths: Tensor | None) -> Tensor:
         if self.bidirectional:
             half = self.hidden_size
-            final = torch.cat([last_valid(out[..., :half], lengths), out[:, 0, half:]], dim=-1)
-        else:
-            final = last_valid(out, lengths)
-        return out, final, h_n
+            return torch.cat([last_valid(out[..., :half], lengths), out[:, 0, half:]], dim=-1)
+        return last_valid(out, lengths)
+
+    @property
+    def has_layer_states(self) -> bool:
+        """Whether :meth:`forward_layers` can give every layer's final state: the QRNN (its
+        layers' outputs), ``nn.LSTM`` / ``nn.GRU`` (their ``h_n``), any one-layer encoder (its
+        ``final``)."""
+        return self.name in ("qrnn", "lstm", "gru") or self.num_layers == 1
+
+    def forward_layers(
+        self, x: Tensor, lengths: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(output, final, layer_states)``: :meth:`forward`'s first two, and
+        ``layer_states`` ``(B, num_layers, H*D)``, every layer's final state as ``final`` is the
+        last layer's (the output where each direction's pass ends: the forward direction at the
+        last valid step, the backward one at step 0; the directions concatenated), so that
+        ``layer_states[:, -1]`` equals ``final``. This is ``h~^l_T`` of the QRNN paper's eq 7.
+
+        Available where :attr:`has_layer_states` says; elsewhere a ``ValueError``.
+        """
+        if not self.has_layer_states:
+            raise ValueError(
+                f"model: encoder {self.name!r} with {self.num_layers} layers does not expose "
+                "its layers' final states (the QRNN, nn.LSTM and nn.GRU do, and any one-layer "
+                "encoder)"
+            )
+        if self.name == "qrnn":
+            out, _, states = self.rnn.forward_with_layer_states(x, lengths=lengths)
+            return out, self._final(out, lengths), states.transpose(0, 1)
+        out, final, h_n = self.forward(x, lengths)
+        if not self.torch_rnn:  # one layer: its final state is ``final``
+            return out, final, final.unsqueeze(1)
+        h = h_n[0] if isinstance(h_n, tuple) else h_n  # nn.LSTM: (h_n, c_n)
+        L, D, H = self.num_layers, 2 if self.bidirectional else 1, self.hidden_size
+        # (L*D, B, H), layer-major: each layer's directions side by side, as in the output
+        states = h.view(L, D, -1, H).permute(2, 0, 1, 3).reshape(-1, L, D * H)
+        return out, final, states
