@@ -213,6 +213,23 @@ def test_qrnn_time_major_bidirectional_with_lengths_and_state(tmp_path: Any) -> 
         _run_and_compare(session, model, feeds, lambda f=feeds: model(**f))
 
 
+def test_qrnn_unmasked_convolution_with_a_width_per_layer_and_lengths() -> None:
+    """The unmasked (centred) convolution of an encoder (``causal=False``) with one width per
+    layer, an even one wider than some sequences, bidirectional, batch-first, with lengths:
+    exported with symbolic batch and time, the taps past each length read zeros there too."""
+    torch.manual_seed(7)
+    model = ctrlrnn.QRNN(D, H, num_layers=2, bidirectional=True, window=(6, 3), causal=False,
+                         pooling="fo", batch_first=True).eval()  # fmt: skip
+    x = torch.randn(3, 5, D)
+    program = ctrlrnn.export_onnx(model, (x,), kwargs={"lengths": _lengths(3, 5, 0)},
+                                  optimize=FAST)  # fmt: skip
+    _check_graph(program, scans=4)
+    session = _session(program)
+    for i, (B, T) in enumerate(SHAPES):
+        feeds = {"input": torch.randn(B, T, D), "lengths": _lengths(B, T, i)}
+        _run_and_compare(session, model, feeds, lambda f=feeds: model(**f))
+
+
 class _RCRNAndCAS(nn.Module):
     """RCRN as in the paper (LSTM cells, one bidirectional layer) and a 2-layer bidirectional
     CAS-LSTM, batch-first, on one input."""

@@ -307,3 +307,80 @@ def test_cells_gradcheck_float64(kind):
         assert torch.autograd.gradcheck(
             lambda *a: cells_triton.gru_sequence(*a, lens), (x, w, bias, h0), fast_mode=True
         )
+
+
+def _taps_reference(m, x, lengths):
+    """A QRNN stack in float64 from eq 1-2 written as a loop over the taps (each sequence alone
+    at its own length, the backward direction on the reversed sequence), pooled by
+    :func:`qrnn_pooling_ref`: the outputs, one ``(n_b, width)`` per sequence."""
+    outs = []
+    for b in range(x.shape[0]):
+        n = int(lengths[b])
+        layer_in = x[b : b + 1, :n].double()
+        for layer in range(m.num_layers):
+            k = m.windows[layer]
+            before = k - 1 if m.causal else (k - 1) // 2
+            dirs = []
+            for d in range(m.num_directions):
+                cell = m.cell(layer, d)
+                w, bias = cell.weight.double(), cell.bias.double()
+                inp = layer_in if d == 0 else layer_in.flip(1)
+                D = inp.shape[-1]
+                pre = bias.expand(1, n, -1).clone()
+                for t in range(n):
+                    for j in range(k):
+                        s = t - before + j
+                        if 0 <= s < n:
+                            pre[:, t] += inp[:, s] @ w[:, j * D : (j + 1) * D].T
+                h, _, _ = qrnn_pooling_ref(pre, pooling=m.pooling)
+                dirs.append(h if d == 0 else h.flip(1))
+            layer_in = torch.cat(dirs, -1)
+        outs.append(layer_in[0])
+    return outs
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_qrnn_layer_with_per_layer_windows_on_the_triton_pooling(monkeypatch, causal):
+    """A bidirectional QRNN with a width per layer (6, 2), masked and unmasked, on lengths: the
+    convolution is built in Python (one GEMM), the pooling runs the Triton kernels; outputs
+    equal the loop over taps, and gradients equal the reference path's."""
+    import ctrlrnn
+
+    calls = {"forward": 0, "backward": 0}
+
+    class Counting:
+        def qrnn_pooling_forward(self, *args, **kw):
+            calls["forward"] += 1
+            return scan_family.qrnn_pooling_forward(*args, **kw)
+
+        def qrnn_pooling_backward(self, *args, **kw):
+            calls["backward"] += 1
+            return scan_family.qrnn_pooling_backward(*args, **kw)
+
+    torch.manual_seed(11)
+    m = ctrlrnn.QRNN(3, 5, num_layers=2, bidirectional=True, window=(6, 2), causal=causal,
+                     pooling="ifo", batch_first=True)
+    lengths = torch.tensor([7, 4, 2])
+    x = torch.randn(B, T, 3)
+    x[1, 4:] = 1e3  # padding the result must not depend on
+
+    def run():
+        xg = x.clone().requires_grad_()
+        out, c_n = m(xg, lengths=lengths)
+        grads = torch.autograd.grad((out * torch.cos(out)).sum() + c_n.sum(),
+                                    [xg, *m.parameters()])  # fmt: skip
+        return out.detach(), grads
+
+    monkeypatch.setattr(qrnn_mod, "has_kernel", lambda family, device: False)
+    ref_out, ref_grads = run()
+    monkeypatch.setattr(qrnn_mod, "has_kernel", lambda family, device: True)
+    monkeypatch.setattr(qrnn_mod, "kernel_for", lambda family, device: Counting())
+    out, grads = run()
+    assert calls["forward"] == 4 and calls["backward"] == 4  # 2 layers x 2 directions
+    for b, want in enumerate(_taps_reference(m, x, lengths)):
+        n = int(lengths[b])
+        close(out[b, :n], want, torch.float32)
+        assert out[b, n:].abs().sum() == 0
+    close(out, ref_out, torch.float32)
+    for got, want in zip(grads, ref_grads, strict=True):
+        close(got, want, torch.float32)

@@ -12,11 +12,15 @@ D64 = torch.float64
 
 
 def paper_qrnn_direction(x, weight, bias, pooling, window, c0=None, keep=None, keep_scale=1.0,
-                         enc=None, enc_weight=None):
+                         enc=None, enc_weight=None, before=None):
     """One QRNN layer direction, one step at a time, from the QRNN paper eq 1-7 (independent code).
 
-    The convolution of eq 1 is written as the sum over the window of W_j x_{t-k+1+j}.
+    The convolution of eq 1 is written as the sum over the window of W_j x_{t-before+j}: the
+    masked convolution has ``before = window - 1`` (taps x_{t-k+1} .. x_t), the unmasked one of
+    section 3.3 ``before = (window - 1) // 2`` (taps up to x_{t+ceil((k-1)/2)}). Taps outside
+    0 .. T-1 (T: this sequence's length) contribute nothing.
     """
+    before = window - 1 if before is None else before
     B, T, D = x.shape
     H = weight.shape[0] // {"f": 2, "fo": 3, "ifo": 4}[pooling]
     c = torch.zeros(B, H, dtype=x.dtype) if c0 is None else c0
@@ -24,8 +28,8 @@ def paper_qrnn_direction(x, weight, bias, pooling, window, c0=None, keep=None, k
     for t in range(T):
         pre = torch.zeros(B, weight.shape[0], dtype=x.dtype) if bias is None else bias.expand(B, -1)
         for j in range(window):
-            src = t - window + 1 + j
-            if src >= 0:
+            src = t - before + j
+            if 0 <= src < T:
                 pre = pre + x[:, src] @ weight[:, j * D : (j + 1) * D].T
         if enc is not None:
             pre = pre + enc @ enc_weight.T  # eq 7: V h~_T added at every step
@@ -357,3 +361,235 @@ def test_forward_stateful_chunks_equal_one_call(window):
         m.forward_stateful(x, (c_n, [torch.zeros(2, 5, 3, dtype=D64)] * 2))
     with pytest.raises(ValueError, match="unidirectional"):
         QRNN(3, 4, bidirectional=True).forward_stateful(x.transpose(0, 1).float())
+
+
+# ------------------------------------------------------------------ per-layer windows, causal=False
+# (every test of this directory runs on the compiled kernels and on CTRLRNN_BACKEND=reference:
+# tests/nn/conftest.py)
+
+
+def paper_qrnn_stack(m, x, lengths, causal):
+    """The whole QRNN ``m`` on batch-first ``x``, each sequence alone at its own length, from
+    the paper loop: layer l convolves with its own width; the unmasked convolution (section
+    3.3) takes (k-1)//2 taps before t; the backward direction is the same loop on the reversed
+    sequence. Returns the outputs (a list of (n_b, width)) and c_n ``(L*D, B, H)``."""
+    outs, finals = [], []
+    for b in range(x.shape[0]):
+        n = x.shape[1] if lengths is None else int(lengths[b])
+        layer_in, cs = x[b : b + 1, :n], []
+        for layer in range(m.num_layers):
+            k = m.windows[layer]
+            before = k - 1 if causal else (k - 1) // 2
+            dirs = []
+            for d in range(m.num_directions):
+                cell = m.cell(layer, d)
+                inp = layer_in if d == 0 else layer_in.flip(1)
+                o, c = paper_qrnn_direction(inp, cell.weight, cell.bias, m.pooling, k,
+                                            before=before)
+                dirs.append(o if d == 0 else o.flip(1))
+                cs.append(c)
+            o = torch.cat(dirs, -1)
+            layer_in = torch.cat([layer_in, o], -1) if m.dense else o
+        outs.append(o[0])
+        finals.append(torch.stack(cs))
+    return outs, torch.cat(finals, 1)
+
+
+CONV_CASES = [
+    pytest.param(causal, bi, dense, id=f"causal{causal}-bi{bi}-dense{dense}")
+    for causal in (True, False)
+    for bi, dense in ((False, False), (True, False), (True, True))
+]
+
+
+@pytest.mark.parametrize(("causal", "bidirectional", "dense"), CONV_CASES)
+def test_per_layer_windows_and_unmasked_convolution_match_paper_loop(causal, bidirectional,
+                                                                      dense):
+    """window=(6, 2, 3) (even and odd widths, one wider than a sequence) with padding that holds
+    garbage: equal to the paper loop on each sequence alone; zeros past each length."""
+    torch.manual_seed(20)
+    m = QRNN(3, 4, num_layers=3, bidirectional=bidirectional, window=(6, 2, 3), causal=causal,
+             pooling="ifo", dense=dense, batch_first=True).double()
+    assert m.windows == (6, 2, 3) and [m.cell(i, 0).window for i in range(3)] == [6, 2, 3]
+    lengths = torch.tensor([7, 4, 2])
+    x = torch.randn(3, 7, 3, dtype=D64)
+    x[1, 4:] = 1e3
+    x[2, 2:] = float("nan")
+    out, c_n = m(x, lengths=lengths)
+    ref, ref_c = paper_qrnn_stack(m, x, lengths, causal)
+    for b in range(3):
+        n = int(lengths[b])
+        torch.testing.assert_close(out[b, :n], ref[b])
+        assert out[b, n:].abs().sum() == 0
+    torch.testing.assert_close(c_n, ref_c)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 5, 6])
+def test_unmasked_convolution_taps(window):
+    """What ``causal=False`` reads, from the Jacobian: z_t depends on x_{t-a} .. x_{t+b}, a =
+    floor((k-1)/2), b = ceil((k-1)/2) (an even width's extra tap after t); the backward
+    direction, on the reversed sequence, reads x_{t-b} .. x_{t+a}."""
+    torch.manual_seed(21)
+    T, a, b = 9, (window - 1) // 2, window // 2
+    for bidirectional in (False, True):
+        m = QRNN(1, 1, window=window, causal=False, pooling="f", bidirectional=bidirectional,
+                 batch_first=True).double()
+        for d in range(m.num_directions):  # f-pooling with f = 0: h_t = z_t, the taps alone
+            with torch.no_grad():
+                m.cell(0, d).bias[1] = -1e4
+        x = torch.randn(1, T, 1, dtype=D64)
+        jac = torch.autograd.functional.jacobian(lambda x, m=m: m(x)[0], x)[0, :, :, 0, :, 0]
+        for d in range(m.num_directions):
+            lo, hi = (a, b) if d == 0 else (b, a)  # taps before and after t, original time
+            for t in range(T):
+                read = {s for s in range(T) if jac[t, d, s] != 0}
+                assert read == set(range(max(0, t - lo), min(T, t + hi + 1))), (d, t, read)
+
+
+def test_causal_convolution_never_reads_ahead():
+    torch.manual_seed(22)
+    m = QRNN(2, 3, num_layers=2, window=(4, 3), batch_first=True).double()
+    x = torch.randn(1, 6, 2, dtype=D64)
+    jac = torch.autograd.functional.jacobian(lambda x: m(x)[0], x)[0, :, :, 0]
+    for t in range(6):
+        assert jac[t, :, t + 1 :].abs().sum() == 0
+        assert jac[t, :, t].abs().sum() > 0
+
+
+def test_unmasked_convolution_gradcheck():
+    torch.manual_seed(23)
+    m = QRNN(2, 2, num_layers=2, bidirectional=True, window=(4, 3), causal=False,
+             batch_first=True).double()
+    x = torch.randn(2, 4, 2, dtype=D64, requires_grad=True)
+    c0 = torch.randn(4, 2, 2, dtype=D64, requires_grad=True)
+    assert _gradcheck_params(m, x, c0, lengths=torch.tensor([4, 3]))
+
+
+def test_unmasked_convolution_ignores_padding_packed_and_gradients():
+    torch.manual_seed(24)
+    m = QRNN(3, 4, num_layers=2, bidirectional=True, window=(6, 2), causal=False,
+             batch_first=True).double()
+    lengths = torch.tensor([5, 2, 4])
+    x = torch.randn(3, 5, 3, dtype=D64, requires_grad=True)
+    out, c_n = m(x, lengths=lengths)
+    for b in range(3):
+        ob, cb = m(x[b : b + 1, : lengths[b]])
+        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
+        torch.testing.assert_close(c_n[:, b : b + 1], cb)
+    longer = torch.cat([x.detach(), torch.full((3, 4, 3), 7.0, dtype=D64)], 1)
+    out2, c_n2 = m(longer, lengths=lengths)
+    torch.testing.assert_close(out2[:, :5], out)
+    torch.testing.assert_close(c_n2, c_n)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out_p, c_p = m(packed)
+    torch.testing.assert_close(pad_packed_sequence(out_p, batch_first=True)[0], out)
+    torch.testing.assert_close(c_p, c_n)
+    (out.sum() + c_n.sum()).backward()
+    assert x.grad[1, 2:].abs().max() == 0 and x.grad[2, 4:].abs().max() == 0
+    x1 = x[1:2, :2].detach().clone().requires_grad_(True)
+    o1, c1 = m(x1)
+    (o1.sum() + c1.sum()).backward()
+    torch.testing.assert_close(x.grad[1, :2], x1.grad[0])
+
+
+def test_unmasked_convolution_under_torch_compile():
+    torch.manual_seed(25)
+    m = QRNN(4, 8, num_layers=2, bidirectional=True, window=(6, 2), causal=False,
+             batch_first=True)
+    x = torch.randn(2, 7, 4, requires_grad=True)
+    lengths = torch.tensor([7, 4])
+
+    def loss(x):
+        out, c = m(x, lengths=lengths)
+        return out.square().sum() + c.sum()
+
+    compiled = torch.compile(loss, fullgraph=False)
+    g1 = torch.autograd.grad(compiled(x), [x, *m.parameters()])
+    g2 = torch.autograd.grad(loss(x), [x, *m.parameters()])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(num_layers=3, window=(6, 2)), "window: expected a positive integer or 3"),
+        (dict(num_layers=2, window=(6, 0)), "window"),
+        (dict(num_layers=2, window=[2, 2.0]), "window"),
+        (dict(num_layers=2, window=(True, 2)), "window"),
+        (dict(num_layers=2, window=()), "window"),
+        (dict(window="2"), "window"),
+        (dict(causal="no"), "causal"),
+    ],
+)
+def test_bad_window_and_causal(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        QRNN(3, 4, **kwargs)
+
+
+def test_window_list_and_repr():
+    m = QRNN(3, 4, num_layers=2, window=[6, 2], causal=False)
+    assert m.window == (6, 2) and m.windows == (6, 2)
+    assert "window=(6, 2)" in repr(m) and "causal=False" in repr(m)
+    assert "causal=False" in repr(m.cell(0)) and "window=6" in repr(m.cell(0))
+    plain = QRNN(3, 4, num_layers=2, window=3)
+    assert plain.window == 3 and plain.windows == (3, 3) and "causal" not in repr(plain)
+
+
+def test_unmasked_layer_refuses_causal_uses():
+    m = QRNN(3, 4, num_layers=2, window=(6, 2), causal=False, batch_first=True)
+    x = torch.randn(2, 5, 3)
+    with pytest.raises(ValueError, match="causal: forward_stateful needs a causal QRNN"):
+        m.forward_stateful(x)
+    with pytest.raises(ValueError, match="causal: a history"):
+        m(x, _history=[torch.zeros(2, 5, 3), torch.zeros(2, 1, 4)])
+    cell = m.cell(0)
+    with pytest.raises(ValueError, match="causal: this QRNN layer was built with causal=False"):
+        cell(x[:, 0])
+    with pytest.raises(ValueError, match="causal: this QRNN layer"):
+        cell.step_preactivations(x[:, 0], torch.zeros(2, 5, 3))
+    with pytest.raises(ValueError, match="history: given to a non-causal"):
+        cell.gate_preactivations(x, history=torch.zeros(2, 5, 3))
+    with pytest.raises(ValueError, match="causal"):
+        QRNNCell(3, 4, causal=False)(x[:, 0])
+
+
+def test_state_dict_records_window_and_causal():
+    torch.manual_seed(26)
+    m = QRNN(3, 4, num_layers=2, window=(6, 2), causal=False)
+    sd = m.state_dict()
+    assert sd["cells.0._extra_state"].tolist() == [6, 0]
+    assert sd["cells.1._extra_state"].tolist() == [2, 0]
+    same = QRNN(3, 4, num_layers=2, window=(6, 2), causal=False)
+    same.load_state_dict(sd)
+    x = torch.randn(5, 2, 3)
+    torch.testing.assert_close(same(x)[0], m(x)[0])
+    with pytest.raises(ValueError, match="causal: the state dict was saved from a layer with "
+                                         "causal=False"):
+        QRNN(3, 4, num_layers=2, window=(6, 2)).load_state_dict(sd)
+    # a state dict saved before the record existed (no _extra_state) loads as before
+    old = {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
+    QRNN(3, 4, num_layers=2, window=(6, 2)).load_state_dict(old)
+    cell_sd = QRNNCell(3, 4, window=2).state_dict()
+    cell_sd["weight"] = torch.zeros(12, 9)
+    with pytest.raises(ValueError, match="window: the state dict was saved from a layer of "
+                                         "window 2"):
+        QRNNCell(3, 4, window=3).load_state_dict(cell_sd, strict=False)
+
+
+def test_window_layouts():
+    """causal_windows: [x_{t-3} .. x_t] for k = 4; centred_windows: [x_{t-1} .. x_{t+2}] (the
+    even width's extra tap after t), taps at or past each sequence's length reading 0 whatever
+    the padding holds (here 99), both oldest first."""
+    from ctrlrnn.nn.qrnn import causal_windows, centred_taps, centred_windows
+
+    assert [centred_taps(k) for k in (1, 2, 3, 4, 5, 6)] == [
+        (0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (2, 3)]
+    x = torch.arange(1.0, 6.0).view(1, 5, 1).repeat(2, 1, 1)
+    x[1, 3:] = 99.0
+    w = centred_windows(x, 4, torch.tensor([5, 3]))
+    assert w[0].tolist() == [[0, 1, 2, 3], [1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 5, 0],
+                             [4, 5, 0, 0]]
+    assert w[1, :3].tolist() == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 0]]
+    assert causal_windows(x[:1], 4)[0].tolist() == [[0, 0, 0, 1], [0, 0, 1, 2], [0, 1, 2, 3],
+                                                     [1, 2, 3, 4], [2, 3, 4, 5]]

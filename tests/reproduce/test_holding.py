@@ -225,3 +225,34 @@ def test_a_page_marks_runs_of_an_earlier_setting(tmp_path, monkeypatch):
     # an unfinished file counts only the runs in the setting now as done
     lines, _ = experiment_section(wider, {**data, "complete": False}, tmp_path, "quick")
     assert "**In progress**: 2 of the 4 final runs" in "\n".join(lines)
+
+
+def test_character_translation_reruns_its_qrnn_arm_alone(tmp_path):
+    """The committed results of translation-char-qrnn after its QRNN arm became the paper's
+    encoder (section 3.3: widths 6 and 2, unmasked; eq 7 layer by layer): the QRNN arm's seeds
+    and search are of an earlier setting and train again, the LSTM arm's stand, in both
+    modes; nothing is lost from the file until then."""
+    from pathlib import Path
+
+    from ctrlrnn.reproduce.experiments import by_id
+
+    exp = by_id()["translation-char-qrnn"]
+    qrnn = next(a for a in exp.arms if a.label == "QRNN")
+    assert qrnn.model_args == {"num_layers": 2, "window": [6, 2], "causal": False}
+    cfg, _ = runner.config_for(exp, qrnn, 0, "full", tmp_path)  # a valid configuration
+    assert cfg.model_args["window"] == [6, 2] and cfg.model_args["causal"] is False
+    results = Path(__file__).resolve().parents[2] / "docs" / "results" / "data"
+    for mode in ("full", "quick"):
+        cached = runner.load_results(results, mode, exp)
+        standing = Standing(exp, mode, cached)
+        lstm = next(a for a in exp.arms if a.label == "LSTM")
+        params = {"LSTM": None, "QRNN": None}
+        for arm in (lstm, qrnn):
+            entry = cached["arms"][arm.label]
+            if exp.tuning(mode) is not None:
+                assert standing.tuning(arm, entry["tuning"]) == (arm is lstm)
+                params[arm.label] = dict(entry["tuning"]["chosen"])
+            for summary in entry["seeds"].values():
+                assert standing.seed(arm, summary, params[arm.label]) == (arm is lstm)
+                assert standing.other_setting(arm, summary) == (arm is qrnn)
+        assert cached["complete"] and not runner.is_cached(results, mode, exp)

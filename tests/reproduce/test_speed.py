@@ -33,6 +33,8 @@ def test_epoch_time_times_the_runs_own_steps(monkeypatch, tmp_path):
     for row in r["arms"].values():
         assert row["step_s"] > 0 and row["batch_size"] == 16
         assert row["epoch_s"] == pytest.approx(row["step_s"] * n)
+    assert r["arms"]["QRNN"]["setting"]["model_args"] == {"hidden_size": 8}
+    assert r["arms"]["LSTM"]["setting"] == speed.arm_settings(TINY.id, "quick")["LSTM"]
 
 
 @pytest.mark.parametrize("n,k", [(1, 8), (5, 8), (8, 8), (100, 8), (1000, 3)])
@@ -82,3 +84,27 @@ def test_run_speed_measures_only_what_is_missing(monkeypatch, tmp_path):
     assert claims == [("qrnn", "Training time per epoch (`qrnn-ptb-lm`)",
                        "QRNN trains faster per epoch than the LSTM", "figure 4 (left)",
                        "reproduced (CPU)")]
+
+
+def test_epoch_time_lines_mark_an_arm_measured_in_an_earlier_setting(monkeypatch):
+    """Rows record the setting they were measured in: one the experiment no longer defines is
+    marked, as are the claim and its verdict; rows recording none say the setting is unknown."""
+    monkeypatch.setattr(experiments, "EXPERIMENTS", (TINY,))
+    monkeypatch.setitem(speed.EPOCH_TIME, TINY.id, ("qrnn", "table 3", "faster"))
+    now = speed.arm_settings(TINY.id, "quick")
+    r = _result(LSTM=4.0, QRNN=1.0)
+    r["arms"]["LSTM"]["setting"] = now["LSTM"]
+    r["arms"]["QRNN"]["setting"] = {**now["QRNN"], "model_args": {"hidden_size": 4}}
+    claims: list[speed.SpeedClaim] = []
+    text = "\n".join(speed._epoch_time_lines(TINY.id, r, "here", claims, "quick"))
+    assert "| QRNN (earlier setting) |" in text and "| LSTM |" in text
+    assert "**Earlier setting.** The times of QRNN were measured" in text
+    assert "(on CPU, earlier setting)" in text
+    assert claims[0][-1] == "reproduced (CPU, earlier setting)"
+    assert "not recorded here" not in text
+    r["arms"]["QRNN"]["setting"] = now["QRNN"]
+    text = "\n".join(speed._epoch_time_lines(TINY.id, r, "here", [], "quick"))
+    assert "earlier setting" not in text.lower() and "not recorded here" not in text
+    del r["arms"]["QRNN"]["setting"]
+    text = "\n".join(speed._epoch_time_lines(TINY.id, r, "here", [], "quick"))
+    assert "measured before the speed results recorded each arm's setting" in text

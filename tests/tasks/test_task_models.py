@@ -320,6 +320,27 @@ def test_music_model_and_frame_nll():
     assert float(total) / n == pytest.approx(float(expected), rel=1e-5)
 
 
+def test_models_predicting_what_follows_refuse_an_unmasked_encoder():
+    """A QRNN with causal=False reads x_{t+1} at t: refused, naming model.causal, wherever the
+    output at t predicts what follows (language models, next-frame prediction)."""
+    from ctrlrnn.models.carnn_models import SentenceLM
+
+    qrnn = {"hidden_size": 6, "window": 2, "causal": False}
+    with pytest.raises(ValueError, match="model.causal"):
+        LanguageModel(30, encoder="qrnn", encoder_args=qrnn)
+    with pytest.raises(ValueError, match="model.causal"):
+        MusicModel(encoder="qrnn", encoder_args=qrnn)
+    with pytest.raises(ValueError, match="model.causal"):
+        SentenceLM(30, 6, "qrnn", qrnn)
+    # the masked convolution is what they use, one width per layer too
+    model = LanguageModel(30, encoder="qrnn", encoder_args={**qrnn, "causal": True,
+                                                            "num_layers": 2, "window": [3, 2]})
+    assert model.encoder.rnn.windows == (3, 2)
+    MusicModel(encoder="qrnn", encoder_args={**qrnn, "causal": True})
+    # a classifier reads the whole sequence: the unmasked convolution is allowed
+    SentenceClassifier(30, 2, encoder="qrnn", encoder_args=qrnn, embedding_size=6)
+
+
 def test_chorales_pickle_source(tmp_path):
     import pickle
 

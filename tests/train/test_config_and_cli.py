@@ -56,6 +56,28 @@ def test_check_options():
         check_options("task", "copy", {"digits": "x"}, declared)
 
 
+def test_qrnn_window_per_layer_and_causal_options():
+    """``model.window`` is an int or a list of ints (TOML on the command line), every element
+    checked; ``model.causal`` a bool; the encoder gets them as given."""
+    from ctrlrnn.models.encoders import SequenceEncoder, encoder_options
+    from ctrlrnn.train.cli import validated_config
+
+    cfg, _ = validated_config("translate-char", "qrnn", {
+        "model.window": "[6, 2]", "model.causal": "false", "model.num_layers": "2"})
+    assert cfg.model_args["window"] == [6, 2] and cfg.model_args["causal"] is False
+    enc = SequenceEncoder("qrnn", 3, {**cfg.model_args, "hidden_size": 4})
+    assert enc.rnn.windows == (6, 2) and enc.rnn.causal is False
+    assert encoder_options("qrnn", {"window": 3})["window"] == 3
+    assert encoder_options("qrnn", {})["causal"] is True
+    for bad in ("[6, 0.5]", "[6, true]", "'6'"):
+        with pytest.raises(ConfigError, match="model.window: expected a value of type"):
+            encoder_options("qrnn", {"window": bad})
+    with pytest.raises(ValueError, match="window: expected a positive integer or 2"):
+        SequenceEncoder("qrnn", 3, {"num_layers": 2, "window": [6, 2, 2]})
+    with pytest.raises(ConfigError, match="model.causal: expected a value of type bool"):
+        encoder_options("qrnn", {"causal": "sometimes"})
+
+
 @pytest.mark.parametrize(
     "argv,match",
     [

@@ -126,6 +126,20 @@ def test_config_differences_ignore_limits_and_accepted_keys():
         "model.hidden_size": (8, 16)}
 
 
+def test_a_qrnn_run_stored_before_causal_existed_was_causal():
+    """``model.causal`` (added later) is implied True for a stored QRNN run that lacks it, and
+    not asked of runs whose encoder has no such option."""
+    qrnn = {"lr": 0.001, "model_args": {"hidden_size": 8, "window": 2}, "task_args": {}}
+    assert config_differences(qrnn, {**qrnn, "model_args": {
+        "hidden_size": 8, "window": 2, "causal": True}}) == {}
+    assert config_differences(qrnn, {**qrnn, "model_args": {
+        "hidden_size": 8, "window": 2, "causal": False}}) == {"model.causal": (True, False)}
+    assert config_differences(qrnn, {**qrnn, "model_args": {
+        "hidden_size": 8, "window": [6, 2], "causal": True}}) == {"model.window": (2, [6, 2])}
+    lstm = {"lr": 0.001, "model_args": {"hidden_size": 8}, "task_args": {}}
+    assert config_differences(lstm, dict(lstm)) == {}
+
+
 def test_resume_with_another_configuration(tmp_path):
     out = tmp_path / "run"
     assert _train_here(out, "--max-steps", "4").returncode == 0

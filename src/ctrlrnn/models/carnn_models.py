@@ -158,7 +158,7 @@ class SentenceLM(nn.Module):
         if args.get("bidirectional"):
             raise ValueError("model.bidirectional: a language model reads left to right only")
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
-        self.encoder = SequenceEncoder(encoder, embedding_dim, args)
+        self.encoder = SequenceEncoder(encoder, embedding_dim, args, causal_only=True)
         self.drop = nn.Dropout(dropout)
         self.output = nn.Linear(self.encoder.output_size, vocab_size)
 

@@ -2,8 +2,9 @@
 
 Every task model takes its encoder from here, so comparing architectures means swapping one
 name (``--model``) while the rest of the model stays the same. :class:`SequenceEncoder` gives
-all of them one interface: ``forward(x, lengths=None) -> (output, final)`` on batch-first
-input, padding ignored (``nn.LSTM`` / ``nn.GRU`` get packed sequences).
+all of them one interface: ``forward(x, lengths=None) -> (output, final, h_n)`` on batch-first
+input, padding ignored (``nn.LSTM`` / ``nn.GRU`` get packed sequences), and
+:meth:`SequenceEncoder.forward_layers` adds every layer's final state (the QRNN paper's eq 7).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ ENCODERS: dict[str, EncoderSpec] = {
         EncoderSpec(
             "qrnn",
             "ctrlrnn.nn.qrnn:QRNN",
-            {"window": (int, 2), "pooling": (str, "fo"), "zoneout": (float, 0.0),
-             "dense": (bool, False)},
+            {"window": (int | tuple[int, ...], 2), "causal": (bool, True),
+             "pooling": (str, "fo"), "zoneout": (float, 0.0), "dense": (bool, False)},
             "Quasi-recurrent network (QRNN paper)",
         ),
         EncoderSpec(
@@ -99,16 +100,28 @@ class SequenceEncoder(nn.Module):
     with zeros past each length, ``final`` ``(B, H*D)`` the output at each sequence's last valid
     step for the forward direction and at step 0 for the backward one (the summary states),
     ``h_n`` the layer's own final state(s).
+
+    ``stateful``: ``hx``/``h_n`` carry everything a following chunk of the same stream needs
+    (for the QRNN also each layer's last window - 1 inputs; see ``QRNN.forward_stateful``).
+    ``causal_only``: the model reads the output at ``t`` to predict what follows ``t`` (a
+    language model, next-frame prediction), so options that read ahead are refused with a
+    ``ValueError`` naming them: the QRNN's ``model.causal=false``. A stateful encoder is
+    causal only.
     """
 
     def __init__(
-        self, name: str, input_size: int, options: dict[str, Any], *, stateful: bool = False
+        self, name: str, input_size: int, options: dict[str, Any], *, stateful: bool = False,
+        causal_only: bool = False,
     ) -> None:
         super().__init__()
-        # stateful: ``hx``/``h_n`` carry everything a following chunk of the same stream needs
-        # (for the QRNN also each layer's last window - 1 inputs; see QRNN.forward_stateful).
         self.stateful = stateful
         opts = encoder_options(name, options)
+        if (causal_only or stateful) and opts.get("causal") is False:
+            raise ValueError(
+                "model.causal: this model predicts what follows each step from the encoder's "
+                "output there, so the encoder must not read ahead (causal=false centres the "
+                "QRNN's convolution on t)"
+            )
         self.name = name
         self.hidden_size = opts["hidden_size"]
         self.num_layers = opts["num_layers"]
@@ -146,9 +159,46 @@ class SequenceEncoder(nn.Module):
             out, h_n = self.rnn(x, hx)
         else:
             out, h_n = self.rnn(x, hx, lengths=lengths)
+        return out, self._final(out, lengths), h_n
+
+    def _final(self, out: Tensor, lengths: Tensor | None) -> Tensor:
         if self.bidirectional:
             half = self.hidden_size
-            final = torch.cat([last_valid(out[..., :half], lengths), out[:, 0, half:]], dim=-1)
-        else:
-            final = last_valid(out, lengths)
-        return out, final, h_n
+            return torch.cat([last_valid(out[..., :half], lengths), out[:, 0, half:]], dim=-1)
+        return last_valid(out, lengths)
+
+    @property
+    def has_layer_states(self) -> bool:
+        """Whether :meth:`forward_layers` can give every layer's final state: the QRNN (its
+        layers' outputs), ``nn.LSTM`` / ``nn.GRU`` (their ``h_n``), any one-layer encoder (its
+        ``final``)."""
+        return self.name in ("qrnn", "lstm", "gru") or self.num_layers == 1
+
+    def forward_layers(
+        self, x: Tensor, lengths: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(output, final, layer_states)``: :meth:`forward`'s first two, and
+        ``layer_states`` ``(B, num_layers, H*D)``, every layer's final state as ``final`` is the
+        last layer's (the output where each direction's pass ends: the forward direction at the
+        last valid step, the backward one at step 0; the directions concatenated), so that
+        ``layer_states[:, -1]`` equals ``final``. This is ``h~^l_T`` of the QRNN paper's eq 7.
+
+        Available where :attr:`has_layer_states` says; elsewhere a ``ValueError``.
+        """
+        if not self.has_layer_states:
+            raise ValueError(
+                f"model: encoder {self.name!r} with {self.num_layers} layers does not expose "
+                "its layers' final states (the QRNN, nn.LSTM and nn.GRU do, and any one-layer "
+                "encoder)"
+            )
+        if self.name == "qrnn":
+            out, _, states = self.rnn.forward_with_layer_states(x, lengths=lengths)
+            return out, self._final(out, lengths), states.transpose(0, 1)
+        out, final, h_n = self.forward(x, lengths)
+        if not self.torch_rnn:  # one layer: its final state is ``final``
+            return out, final, final.unsqueeze(1)
+        h = h_n[0] if isinstance(h_n, tuple) else h_n  # nn.LSTM: (h_n, c_n)
+        L, D, H = self.num_layers, 2 if self.bidirectional else 1, self.hidden_size
+        # (L*D, B, H), layer-major: each layer's directions side by side, as in the output
+        states = h.view(L, D, -1, H).permute(2, 0, 1, 3).reshape(-1, L, D * H)
+        return out, final, states

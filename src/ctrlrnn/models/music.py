@@ -38,7 +38,7 @@ class MusicModel(nn.Module):
         if encoder_args.get("bidirectional"):
             raise ValueError("model.bidirectional: next-frame prediction cannot read the future")
         self.n_keys = n_keys
-        self.encoder = SequenceEncoder(encoder, n_keys, encoder_args)
+        self.encoder = SequenceEncoder(encoder, n_keys, encoder_args, causal_only=True)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(self.encoder.output_size, n_keys)
 

@@ -2,11 +2,21 @@
 
 The encoder is any :class:`~ctrlrnn.models.encoders.SequenceEncoder`. Two decoders:
 
-* ``"qrnn"`` — the paper's QRNN decoder. Every decoder layer adds ``V h~_T`` of the encoder's
-  final state to its gate pre-activations at every step (eq 7); the last layer attends with its
-  *un-gated* cell ``c_t`` over the encoder outputs and applies the output gate after mixing
-  (eq 8): ``alpha_st = softmax_s(c_t . h~_s)``, ``k_t = sum_s alpha_st h~_s``,
-  ``h_t = o_t * (W_k k_t + W_c c_t)``. No input feeding, so training runs in parallel over time.
+* ``"qrnn"`` — the paper's QRNN decoder. Decoder layer ``l`` adds ``V^l h~^l_T``, the final
+  state of the encoder's *own* layer ``l``, to its gate pre-activations at every step (eq 7):
+  the output of encoder layer ``l``'s pooling where its pass ends (for a bidirectional encoder
+  the two directions' final states concatenated, the forward one at the last valid step and
+  the backward one at step 0, as ``final`` is for the top layer;
+  :meth:`~ctrlrnn.models.encoders.SequenceEncoder.forward_layers`). The decoder therefore has
+  as many layers as the encoder: eq 7 pairs the layers one to one, and any other pairing
+  (repeating the top state, or ``min(l, L_enc)``) would be a model the paper does not define,
+  so unequal depths are refused (``decoder_layers``). The encoder must expose its layers' final
+  states: the QRNN, ``nn.LSTM``, ``nn.GRU`` and any one-layer encoder do. The last decoder
+  layer attends with its *un-gated* cell ``c_t`` over the encoder outputs and applies the
+  output gate after mixing (eq 8): ``alpha_st = softmax_s(c_t . h~_s)``,
+  ``k_t = sum_s alpha_st h~_s``, ``h_t = o_t * (W_k k_t + W_c c_t)``. No input feeding, so
+  training runs in parallel over time. The decoder's convolutions are causal (masked, eq 1),
+  whatever the encoder's: it runs step by step when decoding.
 * ``"lstm"`` — the usual baseline: an ``nn.LSTM`` decoder started from the encoder's final
   state, with global dot attention without input feeding (Luong et al.; the variant eq 8 is
   said to be closest to): ``h_t' = tanh(W [k_t; h_t])``.
@@ -28,7 +38,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
-from ctrlrnn.nn.qrnn import QRNN, QRNNCell
+from ctrlrnn.nn.qrnn import QRNN, QRNNCell, check_windows
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
 
 DECODERS = ("qrnn", "lstm")
@@ -58,8 +68,11 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         pad_id: int = 0,
         bos_id: int = 2,
         eos_id: int = 3,
-        window: int = 2,
+        window: int | tuple[int, ...] | list[int] = 2,
     ) -> None:
+        """``window``: the QRNN decoder's filter width, one for every layer or one per layer
+        (causal, eq 1); ``decoder_layers``: the decoder's depth (default: the encoder's; the
+        QRNN decoder needs the encoder's, see the module docstring)."""
         super().__init__()
         if decoder not in DECODERS:
             raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}")
@@ -76,13 +89,26 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.query = nn.Linear(H, enc, bias=False) if H != enc else nn.Identity()
         if decoder == "qrnn":
+            if L != self.encoder.num_layers:
+                raise ValueError(
+                    f"decoder_layers: the QRNN decoder adds encoder layer l's final state to "
+                    f"decoder layer l (QRNN paper eq 7), so it needs the encoder's depth "
+                    f"({self.encoder.num_layers}), got {L}"
+                )
+            if not self.encoder.has_layer_states:
+                raise ValueError(
+                    f"decoder: the QRNN decoder reads every encoder layer's final state (eq 7), "
+                    f"which encoder {encoder!r} with {L} layers does not expose; use "
+                    "decoder='lstm', one encoder layer, or the qrnn, lstm or gru encoder"
+                )
+            windows = check_windows(window, L)
             self.lower = (
-                QRNN(embedding_size, H, num_layers=L - 1, batch_first=True, window=window,
-                     dropout=dropout, encoder_state_size=enc)
+                QRNN(embedding_size, H, num_layers=L - 1, batch_first=True,
+                     window=windows[:-1], dropout=dropout, encoder_state_size=enc)
                 if L > 1 else None
             )
             self.top = QRNNCell(
-                embedding_size if L == 1 else H, H, window=window, pooling="fo",
+                embedding_size if L == 1 else H, H, window=windows[-1], pooling="fo",
                 encoder_state_size=enc,
             )
             self.w_k = nn.Linear(enc, H, bias=False)  # eq 8: W_k
@@ -96,11 +122,18 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
 
     # ------------------------------------------------------------------ encoder
     def encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
+        """The encoder's outputs ``memory``, top ``final`` state, source ``mask`` and
+        ``lengths``; for the QRNN decoder also ``layers`` ``(B, L, E)``, every encoder layer's
+        final state (eq 7). Every entry is batch-first (beam search reorders them)."""
         x = self.dropout(self.src_embed(src))
-        out, final, _ = self.encoder(x, src_lengths)
         mask = torch.arange(src.shape[1], device=src.device)[None] < src_lengths.to(src.device)[
             :, None
         ]
+        if self.decoder_kind == "qrnn":
+            out, final, layers = self.encoder.forward_layers(x, src_lengths)
+            return {"memory": out, "final": final, "layers": layers, "mask": mask,
+                    "lengths": src_lengths}
+        out, final, _ = self.encoder(x, src_lengths)
         return {"memory": out, "final": final, "mask": mask, "lengths": src_lengths}
 
     def _attend(self, query: Tensor, enc: dict[str, Tensor]) -> Tensor:
@@ -114,10 +147,12 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         enc = self.encode(src, src_lengths)
         y = self.dropout(self.tgt_embed(tgt_in))
         if self.decoder_kind == "qrnn":
+            layers = enc["layers"]  # (B, L, E): h~^l_T of encoder layer l
             if self.lower is not None:
-                y, _ = self.lower(y, encoder_state=enc["final"])
+                # eq 7: decoder layer l reads encoder layer l's final state
+                y, _ = self.lower(y, encoder_state=layers[:, :-1].transpose(0, 1))
                 y = self.dropout(y)
-            gates = self.top.gate_preactivations(y, enc["final"])  # eq 7
+            gates = self.top.gate_preactivations(y, layers[:, -1])  # eq 7, the top layers
             _h, c, _ = qrnn_pooling(gates, pooling="fo")
             o = torch.sigmoid(gates[..., 2 * self.hidden : 3 * self.hidden])
             k = self._attend(c, enc)
@@ -163,14 +198,15 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             out = torch.tanh(self.mix(torch.cat([k, hs], dim=-1)))[:, 0]
             return F.log_softmax(self.out(out), -1), [h, c]
         new: list[Tensor] = []
+        layers = enc["layers"]  # eq 7: decoder layer l reads encoder layer l's final state
         if self.lower is not None:
             for layer in range(self.layers - 1):
                 y, (c, hist) = self.lower.cell(layer)(
-                    y, (state[2 * layer], state[2 * layer + 1]), encoder_state=enc["final"]
+                    y, (state[2 * layer], state[2 * layer + 1]), encoder_state=layers[:, layer]
                 )
                 new += [c, hist]
         c_prev, hist = state[-2], state[-1]
-        gates, hist = self.top.step_preactivations(y, hist, enc["final"])
+        gates, hist = self.top.step_preactivations(y, hist, layers[:, -1])
         _h, c_seq, c_new = qrnn_pooling(gates, c_prev, pooling="fo")
         o = torch.sigmoid(gates[..., 2 * self.hidden : 3 * self.hidden])
         k = self._attend(c_seq, enc)

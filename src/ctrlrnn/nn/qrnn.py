@@ -1,17 +1,24 @@
 """Quasi-Recurrent Neural Network (Bradbury et al., 2017): ``QRNN`` and ``QRNNCell``.
 
-Each layer computes its gates for all time steps at once with a causal (left-padded)
-convolution of width ``window`` over the input (eq 1-2), then runs a cheap elementwise
-recurrence, the *pooling* (eq 3-5), with optional zoneout on the forget gate (eq 6):
+Each layer computes its gates for all time steps at once with a convolution of width
+``window`` over the input (eq 1-2), then runs a cheap elementwise recurrence, the *pooling*
+(eq 3-5), with optional zoneout on the forget gate (eq 6):
 
     Z = tanh(W_z * X),  F = sigmoid(W_f * X),  O = sigmoid(W_o * X),  I = sigmoid(W_i * X)
     f-pooling   c_t = f_t c_{t-1} + (1 - f_t) z_t,   h_t = c_t
     fo-pooling  c_t = f_t c_{t-1} + (1 - f_t) z_t,   h_t = o_t c_t
     ifo-pooling c_t = f_t c_{t-1} + i_t z_t,         h_t = o_t c_t
 
-The convolution is one GEMM over the concatenated window ``[x_{t-k+1}, ..., x_t]``; the pooling
-is the fused kernel of :mod:`ctrlrnn.ops.qrnn_pooling`. Options:
+The convolution is one GEMM over the concatenated window; the pooling is the fused kernel of
+:mod:`ctrlrnn.ops.qrnn_pooling`. The convolution is masked (causal, section 2: ``z_t`` reads
+``x_{t-k+1} .. x_t``) by default; ``causal=False`` centres it on ``t`` for encoders, as the
+paper's translation encoder does (section 3.3: "the encoder convolutions were not masked"):
+``z_t`` reads ``x_{t-a} .. x_{t+b}`` with ``a = floor((k-1)/2)`` and ``b = ceil((k-1)/2)``, so
+an even width puts its extra tap after ``t`` (the ``padding="same"`` of
+:class:`torch.nn.Conv1d`). Taps before a sequence's start or past its own length read zeros.
+Options:
 
+* ``window``: one width for every layer, or one per layer (``window=(6, 2, 2)``).
 * ``dense`` (section 2.1): each layer's input is concatenated to its output before the next
   layer; the last layer's output alone is the result.
 * ``encoder_state_size`` (eq 7): the layer accepts ``encoder_state`` (the encoder's last hidden
@@ -29,10 +36,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.padding import last_valid, zero_padding
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
 
 
@@ -45,7 +54,7 @@ def _check_zoneout(zoneout: float) -> float:
 
 
 def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Tensor:
-    """Concatenate ``[x_{t-k+1}, ..., x_t]`` along features, eq 1.
+    """Concatenate ``[x_{t-k+1}, ..., x_t]`` along features: the masked convolution of eq 1.
 
     ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``. Before the start
     the window reads ``history`` (the previous ``window - 1`` inputs, ``(B, window - 1, D)``)
@@ -59,6 +68,47 @@ def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Ten
         padded = torch.cat([history, x], dim=1)
     steps = x.shape[1]
     return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
+
+
+def centred_taps(window: int) -> tuple[int, int]:
+    """``(a, b)``: the taps before and after ``t`` of the unmasked convolution of width
+    ``window`` (eq 1 without the mask, QRNN paper section 3.3): ``a = floor((k-1)/2)``,
+    ``b = ceil((k-1)/2)``; an even width puts its extra tap after ``t``."""
+    before = (window - 1) // 2
+    return before, window - 1 - before
+
+
+def centred_windows(x: Tensor, window: int, lengths: Tensor | None = None) -> Tensor:
+    """Concatenate ``[x_{t-a}, ..., x_{t+b}]`` along features: the unmasked convolution of
+    eq 1 centred on ``t`` (``a``, ``b`` from :func:`centred_taps`).
+
+    ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``, oldest tap first
+    as in :func:`causal_windows`. Taps before the start read zeros, and so do taps at or past a
+    sequence's own length ``lengths[b]`` (when given), whatever the padding holds: the result
+    at every valid step is that of the sequence alone.
+    """
+    if window == 1:
+        return x
+    x = zero_padding(x, lengths)
+    before, after = centred_taps(window)
+    padded = F.pad(x, (0, 0, before, after))
+    steps = x.shape[1]
+    return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
+
+
+def check_windows(window: Any, num_layers: int) -> tuple[int, ...]:
+    """One positive width per layer, from an ``int`` (every layer) or a sequence of
+    ``num_layers`` positive ints."""
+    if isinstance(window, (tuple, list)):
+        if len(window) != num_layers or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in window
+        ):
+            raise ValueError(
+                f"window: expected a positive integer or {num_layers} positive integers (one "
+                f"per layer, num_layers={num_layers}), got {window!r}"
+            )
+        return tuple(window)
+    return (check_positive_int("window", window),) * num_layers
 
 
 ZONEOUT_EVAL = ("expectation", "identity")
@@ -75,8 +125,10 @@ def zoneout_keep(
     """The zoneout multiplier of ``1 - f`` (eq 6).
 
     Training: a 0/1 keep mask drawn with probability ``1 - p`` and no rescaling. Evaluation:
-    ``1 - p``, the mask's expectation (``eval_mode="expectation"``), or 1, leaving ``f``
-    untouched as an off-the-shelf dropout layer would in eval mode (``"identity"``).
+    ``1 - p``, the mask's expectation (``eval_mode="expectation"``, what the public
+    pytorch-qrnn layer does: it scales its gate ``F``, the paper's ``1 - f``, by ``1 - p``), or
+    1, leaving ``f`` untouched as an off-the-shelf dropout layer without rescaling would in
+    eval mode (``"identity"``).
     """
     if zoneout <= 0.0:
         return None, 1.0
@@ -107,6 +159,15 @@ class QRNNCell(nn.Module):
     input_size)`` so that the convolution of eq 1 sees the same window as in
     :class:`QRNN`. Feeding a sequence through the cell gives the outputs of a one-layer
     unidirectional :class:`QRNN` with the same weights.
+
+    ``causal=False`` makes the cell a layer of a non-causal (encoder) :class:`QRNN`: its
+    convolution is centred on ``t`` (:func:`centred_windows`) and reads inputs not yet seen, so
+    it computes gates over whole sequences only (:meth:`gate_preactivations`); stepping it
+    (:meth:`forward`, :meth:`step_preactivations`) raises ``ValueError``.
+
+    The state dict records ``window`` and ``causal`` (``_extra_state``); loading one saved with
+    other values raises ``ValueError``. (A state dict saved before the record existed loads
+    without the check.)
     """
 
     def __init__(
@@ -120,6 +181,7 @@ class QRNNCell(nn.Module):
         zoneout: float = 0.0,
         zoneout_eval: str = "expectation",
         encoder_state_size: int | None = None,
+        causal: bool = True,
     ) -> None:
         super().__init__()
         self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
@@ -128,6 +190,7 @@ class QRNNCell(nn.Module):
         self.window = check_positive_int("window", window)
         self.pooling = _check_pooling(pooling)
         self.zoneout = _check_zoneout(zoneout)
+        self.causal = check_flag("causal", causal)
         self.num_gates = GATES_PER_MODE[pooling]
         gh = self.num_gates * hidden_size
         # Gate blocks [Z | F | O | I]; the window is laid out oldest input first.
@@ -149,17 +212,39 @@ class QRNNCell(nn.Module):
             nn.init.uniform_(p, -bound, bound)
 
     def gate_preactivations(
-        self, x: Tensor, encoder_state: Tensor | None = None, history: Tensor | None = None
+        self,
+        x: Tensor,
+        encoder_state: Tensor | None = None,
+        history: Tensor | None = None,
+        lengths: Tensor | None = None,
     ) -> Tensor:
         """All pre-activations ``(B, T, G*H)`` of eq 1-2 (and eq 7's ``V h~_T``) for ``x``.
 
-        ``history``: the ``window - 1`` inputs before ``x`` (zeros when omitted).
+        Causal: ``history``, the ``window - 1`` inputs before ``x`` (zeros when omitted).
+        Non-causal: the centred windows, taps past each sequence's ``lengths`` reading zeros
+        (``history`` is refused: chunks of a stream need the causal convolution).
         """
+        if self.causal:
+            windows = causal_windows(x, self.window, history)
+        else:
+            if history is not None:
+                raise ValueError(
+                    "history: given to a non-causal QRNN layer (causal=False); carrying inputs "
+                    "between chunks needs the causal convolution"
+                )
+            windows = centred_windows(x, self.window, lengths)
         # eq 1-2 as one GEMM over the windows, into a cached block (its largest tensor)
-        gates = cached_linear(causal_windows(x, self.window, history), self.weight, self.bias)
+        gates = cached_linear(windows, self.weight, self.bias)
         if self.encoder_weight is not None or encoder_state is not None:
             gates = gates + self._encoder_term(encoder_state)
         return gates
+
+    def _require_causal(self) -> None:
+        if not self.causal:
+            raise ValueError(
+                "causal: this QRNN layer was built with causal=False (its convolution reads "
+                "inputs after t), so it cannot run step by step; build it with causal=True"
+            )
 
     def forward(
         self,
@@ -167,6 +252,7 @@ class QRNNCell(nn.Module):
         state: tuple[Tensor, Tensor] | None = None,
         encoder_state: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        self._require_causal()
         if not isinstance(input, Tensor) or input.dim() not in (1, 2):
             raise ValueError(
                 "input: expected a (B, input_size) or (input_size,) tensor, got "
@@ -219,6 +305,7 @@ class QRNNCell(nn.Module):
 
         ``x`` is ``(B, input_size)``, ``history`` the previous ``window - 1`` inputs.
         """
+        self._require_causal()
         seq = torch.cat([history, x.unsqueeze(1)], dim=1)  # (B, k, D), oldest first
         B, k = x.shape[0], self.window
         gates = F.linear(seq.reshape(B, 1, k * self.input_size), self.weight, self.bias)
@@ -235,11 +322,50 @@ class QRNNCell(nn.Module):
             raise ValueError("encoder_state: required, this QRNN was built with encoder_state_size")
         return F.linear(encoder_state, self.encoder_weight).unsqueeze(1)
 
+    # ------------------------------------------------------------------ state dict
+    def get_extra_state(self) -> Tensor:
+        """``[window, causal]``: the options the weights mean nothing without (the weight's
+        shape alone does not say whether the convolution is masked)."""
+        return torch.tensor([self.window, int(self.causal)], dtype=torch.int64)
+
+    def set_extra_state(self, state: Any) -> None:
+        if not isinstance(state, Tensor) or state.numel() != 2:
+            raise ValueError(f"state_dict: expected a QRNN layer's [window, causal], got {state!r}")
+        window, causal = (int(v) for v in state.reshape(-1).tolist())
+        if window != self.window:
+            raise ValueError(
+                f"window: the state dict was saved from a layer of window {window}, "
+                f"this layer has window {self.window}"
+            )
+        if bool(causal) != self.causal:
+            raise ValueError(
+                f"causal: the state dict was saved from a layer with causal={bool(causal)}, "
+                f"this layer has causal={self.causal}"
+            )
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        key = prefix + "_extra_state"
+        if key not in state_dict:  # saved before the options were recorded: nothing to check
+            state_dict = {**state_dict, key: self.get_extra_state()}
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
     def extra_repr(self) -> str:
-        return (
+        s = (
             f"{self.input_size}, {self.hidden_size}, window={self.window}, "
             f"pooling={self.pooling!r}, zoneout={self.zoneout}"
         )
+        return s if self.causal else s + ", causal=False"
 
 
 class QRNN(RecurrentBase):
@@ -248,18 +374,31 @@ class QRNN(RecurrentBase):
     Args:
         input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional: as
             :class:`torch.nn.LSTM` (``dropout`` is applied between layers).
-        window: width ``k`` of the causal convolution (eq 1), any positive integer.
+        window: width ``k`` of the convolution (eq 1), any positive integer, for every layer;
+            or a tuple/list of ``num_layers`` widths, one per layer (``(6, 2, 2)``: the QRNN
+            paper's translation encoder, section 3.3).
+        causal: ``True`` (default): the masked convolution of eq 1, ``z_t`` reads
+            ``x_{t-k+1} .. x_t``. ``False``: the unmasked convolution of the paper's
+            translation encoder (section 3.3), centred on ``t``: ``z_t`` reads
+            ``x_{t-a} .. x_{t+b}``, ``a = floor((k-1)/2)``, ``b = ceil((k-1)/2)`` (an even width
+            puts its extra tap after ``t``); taps past a sequence's own length read zeros. A
+            bidirectional layer's backward direction is the same computation on each reversed
+            sequence, so in the original time order its window is ``x_{t-b} .. x_{t+a}``: each
+            direction's extra tap lies ahead in its own reading order. Refused where the layer
+            must not read ahead: :meth:`forward_stateful`, stepping a cell.
         pooling: ``"f"`` (eq 3), ``"fo"`` (eq 4) or ``"ifo"`` (eq 5).
         zoneout: probability ``p`` of eq 6 (no rescaling in training).
         zoneout_eval: ``"expectation"`` (default: ``1 - f`` scaled by ``1 - p`` in eval, the
-            training mask's mean) or ``"identity"`` (``f`` unchanged in eval, as an
-            off-the-shelf dropout layer without rescaling would behave).
+            training mask's mean, as the public pytorch-qrnn layer does) or ``"identity"``
+            (``f`` unchanged in eval).
         dense: DenseNet-style connections of section 2.1.
         encoder_state_size: width of ``encoder_state`` for eq 7 (``None``: no such term).
 
     ``forward(input, hx=None, lengths=None, encoder_state=None)``: ``encoder_state`` is
     ``(num_layers, B, encoder_state_size)`` (one encoder state per layer, eq 7) or
     ``(B, encoder_state_size)`` shared by all layers. ``hx`` and ``h_n`` hold the memory cells.
+    :meth:`forward_with_layer_states` also returns every layer's last hidden state (the
+    ``h~^l_T`` that eq 7 feeds to decoder layer ``l``).
     """
 
     state_names = ("c",)
@@ -274,17 +413,24 @@ class QRNN(RecurrentBase):
         dropout: float = 0.0,
         bidirectional: bool = False,
         *,
-        window: int = 2,
+        window: int | tuple[int, ...] | list[int] = 2,
         pooling: str = "fo",
         zoneout: float = 0.0,
         zoneout_eval: str = "expectation",
         dense: bool = False,
         encoder_state_size: int | None = None,
+        causal: bool = True,
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
-        self.window = check_positive_int("window", window)
+        #: one width per layer
+        self.windows = check_windows(window, self.num_layers)
+        #: the width as given: an int (every layer), or a tuple of one per layer
+        self.window: int | tuple[int, ...] = (
+            self.windows if isinstance(window, (tuple, list)) else self.windows[0]
+        )
+        self.causal = check_flag("causal", causal)
         self.pooling = _check_pooling(pooling)
         self.zoneout = _check_zoneout(zoneout)
         self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
@@ -294,12 +440,13 @@ class QRNN(RecurrentBase):
             QRNNCell(
                 self.layer_input_size(layer),
                 hidden_size,
-                window=window,
+                window=self.windows[layer],
                 pooling=pooling,
                 bias=bias,
                 zoneout=zoneout,
                 zoneout_eval=zoneout_eval,
                 encoder_state_size=encoder_state_size,
+                causal=self.causal,
             )
             for layer in range(num_layers)
             for _ in range(self.num_directions)
@@ -319,6 +466,35 @@ class QRNN(RecurrentBase):
         """The cell holding the weights of ``layer`` in ``direction`` (0 forward, 1 backward)."""
         return self.cells[layer * self.num_directions + direction]
 
+    def forward_with_layer_states(
+        self,
+        input: Tensor | PackedSequence,
+        hx: Tensor | None = None,
+        lengths: Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor | PackedSequence, Tensor, Tensor]:
+        """:meth:`forward`, and the last hidden state of every layer: ``(output, c_n,
+        layer_states)``.
+
+        ``layer_states`` is ``(num_layers, B, num_directions * hidden_size)`` (``(num_layers,
+        num_directions * hidden_size)`` for unbatched input): layer ``l``'s ``h~^l_T`` of eq 7,
+        the output of its pooling (``h``, not the cell ``c`` that ``c_n`` holds) where each
+        direction's pass ends: the forward direction at each sequence's last valid step, the
+        backward one at step 0; the directions concatenated as in the output. The last layer's
+        entry is the output at those steps.
+        """
+        sink: list[Tensor] = []
+        out, c_n = self.forward(input, hx, lengths, _layer_states=sink, **kwargs)
+        D = self.num_directions
+        states = torch.stack(
+            [torch.cat(sink[layer * D : (layer + 1) * D], dim=-1)
+             for layer in range(self.num_layers)]
+        )
+        if isinstance(input, Tensor) and input.dim() == 2:
+            states = states.squeeze(1)
+        assert isinstance(c_n, Tensor)
+        return out, c_n, states
+
     def forward_stateful(
         self,
         input: Tensor,
@@ -332,10 +508,15 @@ class QRNN(RecurrentBase):
         for each layer, its last ``window - 1`` inputs ``(B, window - 1, layer_input_size)``, so
         that the convolution of the next chunk's first steps reads the real previous inputs
         instead of zero padding. Running a sequence in chunks this way equals one call on the
-        whole sequence (truncated BPTT for language models). Unidirectional only.
+        whole sequence (truncated BPTT for language models). Unidirectional and causal only.
         """
         if self.bidirectional:
             raise ValueError("state: forward_stateful needs a unidirectional QRNN")
+        if not self.causal:
+            raise ValueError(
+                "causal: forward_stateful needs a causal QRNN (causal=False centres the "
+                "convolution on t, so a chunk's last steps would read the next chunk)"
+            )
         c0: Tensor | None = None
         history: list[Tensor] | None = None
         if state is not None:
@@ -356,12 +537,14 @@ class QRNN(RecurrentBase):
     def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
         history = kwargs.get("_history")
         if history is not None:
+            if not self.causal:
+                raise ValueError("causal: a history of earlier inputs needs a causal QRNN")
             for layer, h in enumerate(history):
-                want = (x.shape[0], self.window - 1, self.layer_input_size(layer))
+                want = (x.shape[0], self.windows[layer] - 1, self.layer_input_size(layer))
                 if not isinstance(h, Tensor) or tuple(h.shape) != want:
                     got = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
                     raise ValueError(f"state: history[{layer}] expected shape {want}, got {got}")
-        extra = set(kwargs) - {"encoder_state", "_history", "_new_history"}
+        extra = set(kwargs) - {"encoder_state", "_history", "_new_history", "_layer_states"}
         if extra:
             raise TypeError(f"forward() got unexpected keyword arguments {sorted(extra)}")
         enc = kwargs.get("encoder_state")
@@ -404,10 +587,12 @@ class QRNN(RecurrentBase):
             enc = enc[layer]
         history = kwargs.get("_history")
         hist = None if history is None else history[layer]
-        gates = cell.gate_preactivations(x, enc, hist)
+        # the backward direction's x is already reversed within each length (RecurrentBase),
+        # so the centred windows of a non-causal layer are centred in its own reading order
+        gates = cell.gate_preactivations(x, enc, hist, None if self.causal else lengths)
         sink = kwargs.get("_new_history")
         if sink is not None:
-            sink.append(_last_inputs(x, hist, lengths, self.window))
+            sink.append(_last_inputs(x, hist, lengths, self.windows[layer]))
         B, T = x.shape[0], x.shape[1]
         keep, scale = zoneout_keep(
             (B, T, self.hidden_size), self.zoneout, self.training, x, self.zoneout_eval
@@ -416,10 +601,15 @@ class QRNN(RecurrentBase):
         h, _c, c_last = qrnn_pooling(
             gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths
         )
+        finals = kwargs.get("_layer_states")
+        if finals is not None:  # h~_T of eq 7: where this direction's pass ends
+            finals.append(last_valid(h, lengths))
         return h, [c_last]
 
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", window={self.window}, pooling={self.pooling!r}"
+        if not self.causal:
+            s += ", causal=False"
         if self.zoneout:
             s += f", zoneout={self.zoneout}"
         if self.dense:

@@ -152,11 +152,27 @@ def epoch_time(exp_id: str, mode: str) -> dict[str, Any]:
                 if repeat:
                     samples[label][j].append(time.perf_counter() - start)
     rows = {}
+    settings = arm_settings(exp_id, mode)
     for label, cfg, *_ in arms:
         step = statistics.fmean(statistics.median(t) for t in samples[label])
-        rows[label] = {"step_s": step, "epoch_s": step * n, "batch_size": cfg.batch_size}
+        rows[label] = {"step_s": step, "epoch_s": step * n, "batch_size": cfg.batch_size,
+                       "setting": settings[label]}
     return {"experiment": exp_id, "batches_per_epoch": n, "sampled_batches": len(picked),
             "repeats": REPEATS[mode], "arms": rows}
+
+
+def arm_settings(exp_id: str, mode: str) -> dict[str, dict[str, Any]]:
+    """The setting each arm of experiment ``exp_id`` trains in now
+    (:meth:`~ctrlrnn.reproduce.holding.Standing.setting`: model, its arguments, data and batch),
+    by label; empty for an experiment no longer defined."""
+    from ctrlrnn.reproduce.experiments import EXPERIMENTS
+    from ctrlrnn.reproduce.holding import Standing
+
+    exp = next((e for e in EXPERIMENTS if e.id == exp_id), None)
+    if exp is None:
+        return {}
+    standing = Standing(exp, mode, None)
+    return {arm.label: standing.setting(arm) for arm in exp.arms}
 
 
 def epoch_times(mode: str) -> dict[str, Any]:
@@ -168,31 +184,49 @@ SpeedClaim = tuple[str, str, str, str, str]
 
 
 def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str,
-                      claims: list[SpeedClaim]) -> list[str]:
+                      claims: list[SpeedClaim], mode: str = "full") -> list[str]:
+    """The page section of one epoch-time measurement ``r``; an arm measured in a setting
+    ``exp_id`` no longer defines (its row records the setting) is marked *earlier setting*,
+    and a measurement whose rows record none says so."""
     page, where, said = EPOCH_TIME[exp_id]
     rows = r["arms"]
     base_label = next(iter(rows))  # the experiments list the LSTM baseline first
     base = rows[base_label]["epoch_s"]
+    now = arm_settings(exp_id, mode)
+    earlier = [label for label, row in rows.items()
+               if "setting" in row and row["setting"] != now.get(label)]
     lines = [f"### Speed: training time per epoch (`{exp_id}`)", "",
              f"One epoch is {r['batches_per_epoch']} batches of "
              f"{rows[base_label]['batch_size']}; each arm ran whole optimizer steps on the same "
              f"{r['sampled_batches']} batches spread over it, interleaved, median of "
              f"{r['repeats']} repeats, measured in one run on {machine}. "
              f"The QRNN paper ({where.removeprefix('QRNN paper, ')}): {said}.",
-             "",
-             f"| arm | s per step | s per epoch | {base_label} time / arm time |",
-             "|---|---|---|---|"]
+             ""]
+    if earlier:
+        lines += [f"**Earlier setting.** The times of {', '.join(earlier)} were measured in a "
+                  "setting this experiment no longer defines (a model or data size, the batch "
+                  "or an arm's argument has changed since); `ctrlrnn reproduce --rerun speed` "
+                  "measures them again.", ""]
+    if any("setting" not in row for row in rows.values()):
+        lines += ["These times were measured before the speed results recorded each arm's "
+                  "setting (model and arguments, data size, batch), so whether they are of the "
+                  "setting this experiment defines now is not recorded here; `ctrlrnn "
+                  "reproduce --rerun speed` measures them again.", ""]
+    lines += [f"| arm | s per step | s per epoch | {base_label} time / arm time |",
+              "|---|---|---|---|"]
     for label, row in rows.items():
-        lines.append(f"| {label} | {row['step_s']:.3g} | {row['epoch_s']:.3g} | "
+        shown = f"{label} (earlier setting)" if label in earlier else label
+        lines.append(f"| {shown} | {row['step_s']:.3g} | {row['epoch_s']:.3g} | "
                      f"{_ratio(base, row['epoch_s']):.2f}x |")
     others = [label for label in rows if label != base_label]
     faster = [label for label in others if rows[label]["epoch_s"] < base]
     verdict = speed_verdict([label in faster for label in others], "arms")
     claim = (f"{' and '.join(others)} train{'s' if len(others) == 1 else ''} faster per epoch "
              f"than the {base_label}")
-    lines += ["", f"Claim *{claim}*: **{verdict}** (on CPU).", ""]
+    mark = ", earlier setting" if earlier else ""
+    lines += ["", f"Claim *{claim}*: **{verdict}** (on CPU{mark}).", ""]
     claims.append((page, f"Training time per epoch (`{exp_id}`)", claim, where,
-                   f"{verdict} (CPU)"))
+                   f"{verdict} (CPU{mark})"))
     return lines
 
 
@@ -300,5 +334,5 @@ def _speed_report(mode: str, results_dir: Path) -> tuple[dict[str, list[str]], l
         if exp_id in EPOCH_TIME:
             page = EPOCH_TIME[exp_id][0]
             sections[page] = [*sections.get(page, []),
-                              *_epoch_time_lines(exp_id, result, data["machine"], claims)]
+                              *_epoch_time_lines(exp_id, result, data["machine"], claims, mode)]
     return sections, claims

@@ -7,8 +7,11 @@
   ``task.max_length`` (300) characters dropped; source fed reversed (``task.reverse_source``);
   beam 8 with length normalisation alpha 0.6 (the appendix's eq 9). The paper trains for 10
   epochs on batches of 16 with Adam at 1e-3 and clips gradients to 5 (the task's defaults).
-  Its first encoder layer uses filter width 6 and the others 2; ctrlrnn's ``model.window``
-  sets one width for all layers.
+  Its first encoder layer uses filter width 6 and the others 2, and its encoder convolutions
+  are not masked: ``--model qrnn 'model.window=[6, 2]' model.causal=false`` for two layers (the
+  experiment ``translation-char-qrnn`` sets them). The QRNN decoder's convolutions are masked,
+  width 2, and its layer l reads encoder layer l's final state (eq 7), so it has the
+  encoder's depth.
 * ``translate-word`` — word-level translation with ``task.arch=``
 
   - ``rnn``: the attentional encoder-decoder of :mod:`ctrlrnn.models.seq2seq` with any encoder;

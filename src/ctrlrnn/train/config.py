@@ -109,7 +109,12 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     if annotation is type(None):
         return value is None
     if origin is tuple:
-        return isinstance(value, (list, tuple))
+        args = typing.get_args(annotation)
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: every element an X
+            return all(_type_ok(v, args[0]) for v in value)
+        return True
     if origin is dict or annotation is dict:
         return isinstance(value, dict)
     return True

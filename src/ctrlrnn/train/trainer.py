@@ -88,8 +88,9 @@ def _show(value: Any) -> str:
 
 
 #: configuration keys added after runs were first stored, with the value a run stored without
-#: the key trained under (so a stored run compares as what it was, not as "unknown")
-IMPLIED_WHEN_ABSENT: dict[str, Any] = {"monitor": ""}
+#: the key trained under (so a stored run compares as what it was, not as "unknown"); compared
+#: only where the requested configuration has the key (``model.causal``: QRNN runs only)
+IMPLIED_WHEN_ABSENT: dict[str, Any] = {"monitor": "", "model.causal": True}
 
 
 def config_differences(stored: dict[str, Any], requested: dict[str, Any],
@@ -97,7 +98,8 @@ def config_differences(stored: dict[str, Any], requested: dict[str, Any],
     """Keys whose stored and requested values differ (flattened names, in order), less
     :data:`RESUMABLE_CHANGES` and ``accept``. A key the stored config lacks (written by an
     older version) is not compared, unless :data:`IMPLIED_WHEN_ABSENT` says what it was."""
-    a, b = {**IMPLIED_WHEN_ABSENT, **_flat(stored)}, _flat(requested)
+    given, b = _flat(stored), _flat(requested)
+    a = {**IMPLIED_WHEN_ABSENT, **given}
     differ: dict[str, tuple[Any, Any]] = {}
     for key in b:
         if key in RESUMABLE_CHANGES or key in accept or key not in a:
@@ -107,7 +109,7 @@ def config_differences(stored: dict[str, Any], requested: dict[str, Any],
             new = list(new)
         if old != new:
             differ[key] = (old, b[key])
-    for key in a:
+    for key in given:
         if key not in b and key not in accept and key.startswith(("model.", "task.")):
             differ[key] = (a[key], None)
     return differ
