@@ -39,6 +39,7 @@ def _cpuinfo() -> dict[str, Any]:
     except OSError:
         text = ""
     found_model = False
+    flags: set[str] = set()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
@@ -49,7 +50,17 @@ def _cpuinfo() -> dict[str, Any]:
         elif key == "core id":
             core = value
             cores.add((phys, core))
-    return {"cpu_model": model, "physical_cores": len(cores) or None}
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    # the vector extensions that decide which GEMM kernels the BLAS libraries pick
+    isa = [f for f in CPU_ISA_FLAGS if f in flags]
+    return {"cpu_model": model, "physical_cores": len(cores) or None, "cpu_isa": isa}
+
+
+#: CPU flags named with the machine: machines of one model name differ in these, and with them
+#: the GEMM path that is fastest (MKL against oneDNN)
+CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_vp2intersect",
+                 "amx_bf16", "amx_tile")
 
 
 def _meminfo_bytes() -> int | None:
@@ -620,7 +631,8 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
         "",
         f"- CPU: {m.get('cpu_model')}, {m.get('physical_cores')} physical cores, "
         f"{m.get('logical_cpus')} logical CPUs ({m.get('cpus_available')} available to the "
-        f"process), {mem_gb:.1f} GB memory",
+        f"process), {mem_gb:.1f} GB memory"
+        + (f"; vector extensions: {', '.join(m['cpu_isa'])}" if m.get("cpu_isa") else ""),
         f"- {m.get('platform')}, Python {m.get('python')}",
         f"- torch {m.get('torch')}, {m.get('torch_threads')} intra-op threads "
         f"(torch.get_num_threads(), {threads_how}), "
