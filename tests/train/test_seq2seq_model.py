@@ -305,3 +305,70 @@ def test_decoder_is_causal_behind_an_unmasked_encoder():
             logp, state = m.step(tgt[:, t], state, enc)
             steps.append(logp)
     torch.testing.assert_close(torch.stack(steps, 1), torch.log_softmax(ref, -1))
+
+
+def _bahdanau(layers_enc=1, layers_dec=1, metagross=False):
+    encoder, args = ("lstm", {"hidden_size": 8, "num_layers": layers_enc, "bidirectional": True})
+    if metagross:
+        encoder, args = "metagross", {"hidden_size": 8, "bidirectional": True}
+    return Seq2Seq(12, 10, encoder=encoder, decoder="lstm", embedding_size=8, encoder_args=args,
+                   decoder_hidden=6, decoder_layers=layers_dec, attention="bahdanau").eval()
+
+
+@pytest.mark.parametrize("layers_dec", [1, 2])
+def test_bahdanau_attention_is_the_additive_score_before_the_step(layers_dec):
+    """Teacher forcing against the equations written out: e_ts = v^T tanh(W_a s_{t-1} +
+    U_a h~_s), k_t = sum_s softmax(e_t)_s h~_s, s_t = LSTM([y_{t-1}; k_t], s_{t-1}),
+    logits = W_o tanh(W [k_t; s_t]); incremental decoding gives the same."""
+    torch.manual_seed(3)
+    m = _bahdanau(layers_dec=layers_dec)
+    src, lens = torch.randint(4, 12, (3, 5)), torch.tensor([5, 2, 4])
+    tgt = torch.randint(4, 10, (3, 6))
+    logits = m(src, lens, tgt)
+    enc = m.encode(src, lens)
+    memory, mask = enc["memory"], enc["mask"]
+    h, c = m._lstm_init(enc["final"])
+    rows = []
+    for t in range(6):
+        s_prev = h[-1]
+        e = torch.stack([
+            (m.att_v.weight @ torch.tanh(m.att_query(s_prev) + memory[:, s] @ m.att_keys.weight.T
+                                          ).unsqueeze(-1)).squeeze(-1).squeeze(-1)
+            for s in range(memory.shape[1])], 1)  # fmt: skip
+        e = e.masked_fill(~mask, float("-inf"))
+        k = (torch.softmax(e, 1).unsqueeze(-1) * memory).sum(1)
+        y = m.tgt_embed(tgt[:, t])
+        out, (h, c) = m.rnn(torch.cat([y, k], -1).unsqueeze(1), (h, c))
+        rows.append(m.out(torch.tanh(m.mix(torch.cat([k, out[:, 0]], -1)))))
+    torch.testing.assert_close(logits, torch.stack(rows, 1), rtol=1e-5, atol=1e-5)
+    state, steps = m.init_state(enc), []
+    for t in range(6):
+        logp, state = m.step(tgt[:, t], state, enc)
+        steps.append(logp)
+    torch.testing.assert_close(torch.stack(steps, 1), torch.log_softmax(logits, -1),
+                               rtol=1e-5, atol=1e-5)
+    hyp = m.beam_search(src, lens, beam=3, max_len=7)
+    assert len(hyp) == 3
+
+
+def test_one_decoder_whatever_the_encoder_depth():
+    """decoder_layers fixes the decoder, so arms that differ in their encoder share it: the
+    decoders' parameters are the same in number and shape."""
+    shallow, deep = _bahdanau(layers_enc=1), _bahdanau(layers_enc=3)
+    meta = _bahdanau(metagross=True)
+
+    def decoder_shapes(m):
+        return {n: tuple(p.shape) for n, p in m.named_parameters()
+                if not n.startswith(("encoder.", "src_embed."))}
+
+    assert deep.rnn.num_layers == 1
+    assert decoder_shapes(shallow) == decoder_shapes(deep) == decoder_shapes(meta)
+    with pytest.raises(ValueError, match="attention"):
+        Seq2Seq(12, 10, encoder="qrnn", decoder="qrnn", encoder_args={"hidden_size": 8},
+                attention="bahdanau")
+    with pytest.raises(ValueError, match="attention"):
+        Seq2Seq(12, 10, encoder="lstm", decoder="lstm", encoder_args={"hidden_size": 8},
+                attention="luong")
+    with pytest.raises(ValueError, match="decoder_layers"):
+        Seq2Seq(12, 10, encoder="lstm", decoder="lstm", encoder_args={"hidden_size": 8},
+                decoder_layers=0)

@@ -122,7 +122,9 @@ class ContextualLM(nn.Module):
     """The contextual LM of the CARNN paper 4.2 (eq 11) in the task interface.
 
     Wraps :class:`~ctrlrnn.nn.carnn_lm.ContextualCARNNLM`: ``forward(tokens, prev_tokens,
-    lengths, prev_lengths) -> logits (B, T, V)``.
+    lengths, prev_lengths) -> logits (B, T, V)``. ``dropout`` (the tuned ``model.dropout``)
+    acts on the word embeddings and on the CARNN's output, as :class:`SentenceLM`'s does, and
+    between CARNN layers.
     """
 
     def __init__(
@@ -132,8 +134,10 @@ class ContextualLM(nn.Module):
         super().__init__()
         from ctrlrnn.nn.carnn_lm import ContextualCARNNLM
 
+        # the one tuned dropout acts where the baseline SentenceLM has it (embeddings, output)
+        # and between CARNN layers when there are several
         self.lm = ContextualCARNNLM(vocab_size, embedding_dim, hidden_size, variant,
-                                    num_layers=num_layers, dropout=dropout)
+                                    num_layers=num_layers, dropout=dropout, io_dropout=dropout)
 
     def forward(
         self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor

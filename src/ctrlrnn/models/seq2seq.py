@@ -18,8 +18,18 @@ The encoder is any :class:`~ctrlrnn.models.encoders.SequenceEncoder`. Two decode
   training runs in parallel over time. The decoder's convolutions are causal (masked, eq 1),
   whatever the encoder's: it runs step by step when decoding.
 * ``"lstm"`` — the usual baseline: an ``nn.LSTM`` decoder started from the encoder's final
-  state, with global dot attention without input feeding (Luong et al.; the variant eq 8 is
-  said to be closest to): ``h_t' = tanh(W [k_t; h_t])``.
+  state, with ``attention``:
+
+  - ``"dot"`` (default): global dot attention without input feeding (Luong et al.; the variant
+    eq 8 is said to be closest to): ``h_t' = tanh(W [k_t; h_t])``, the whole target in one call;
+  - ``"bahdanau"``: additive attention read before the step (Bahdanau et al., 2015, the
+    "standard encoder-decoder architecture with attention" of METAGROSS paper table 1):
+    ``e_ts = v^T tanh(W_a s_{t-1} + U_a h~_s)``, ``a_t = softmax_s(e_t)``, ``k_t = sum_s a_ts
+    h~_s``, then ``s_t = LSTM([y_{t-1}; k_t], s_{t-1})`` and ``h_t' = tanh(W [k_t; s_t])``:
+    the context enters the recurrence, so teacher forcing runs step by step.
+
+``decoder_layers`` sets the decoder's depth independently of the encoder's (the LSTM decoder),
+so arms that differ in their encoder can share one decoder.
 
 When the encoder and decoder widths differ, ``c_t`` (or ``h_t``) is projected to the encoder
 width before the dot product.
@@ -42,6 +52,7 @@ from ctrlrnn.nn.qrnn import QRNN, QRNNCell, check_windows
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
 
 DECODERS = ("qrnn", "lstm")
+ATTENTIONS = ("dot", "bahdanau")
 
 
 def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
@@ -69,13 +80,28 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         bos_id: int = 2,
         eos_id: int = 3,
         window: int | tuple[int, ...] | list[int] = 2,
+        attention: str = "dot",
     ) -> None:
         """``window``: the QRNN decoder's filter width, one for every layer or one per layer
         (causal, eq 1); ``decoder_layers``: the decoder's depth (default: the encoder's; the
-        QRNN decoder needs the encoder's, see the module docstring)."""
+        QRNN decoder needs the encoder's, see the module docstring); ``attention``: the LSTM
+        decoder's, ``"dot"`` or ``"bahdanau"`` (module docstring)."""
         super().__init__()
         if decoder not in DECODERS:
             raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention: expected one of {ATTENTIONS}, got {attention!r}")
+        if attention != "dot" and decoder != "lstm":
+            raise ValueError(
+                f"attention: {attention!r} is an option of the LSTM decoder; the QRNN decoder "
+                "attends as its eq 8 says"
+            )
+        if decoder_layers is not None and (
+            isinstance(decoder_layers, bool) or not isinstance(decoder_layers, int)
+            or decoder_layers < 1
+        ):
+            raise ValueError(f"decoder_layers: expected a positive integer, got {decoder_layers!r}")
+        self.attention = attention
         self.src_embed = nn.Embedding(src_vocab, embedding_size, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab, embedding_size, padding_idx=pad_id)
         self.encoder = SequenceEncoder(encoder, embedding_size, encoder_args)
@@ -115,9 +141,14 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             self.w_c = nn.Linear(H, H)  # eq 8: W_c
         else:
             self.bridge = nn.Linear(enc, 2 * L * H)
-            self.rnn = nn.LSTM(embedding_size, H, num_layers=L, batch_first=True,
+            feed = enc if attention == "bahdanau" else 0  # the context enters the LSTM
+            self.rnn = nn.LSTM(embedding_size + feed, H, num_layers=L, batch_first=True,
                                dropout=dropout if L > 1 else 0.0)
             self.mix = nn.Linear(enc + H, H)
+            if attention == "bahdanau":
+                self.att_keys = nn.Linear(enc, H, bias=False)  # U_a
+                self.att_query = nn.Linear(H, H)  # W_a (and the score's bias)
+                self.att_v = nn.Linear(H, 1, bias=False)  # v
         self.out = nn.Linear(H, tgt_vocab)
 
     # ------------------------------------------------------------------ encoder
@@ -134,7 +165,27 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             return {"memory": out, "final": final, "layers": layers, "mask": mask,
                     "lengths": src_lengths}
         out, final, _ = self.encoder(x, src_lengths)
-        return {"memory": out, "final": final, "mask": mask, "lengths": src_lengths}
+        enc = {"memory": out, "final": final, "mask": mask, "lengths": src_lengths}
+        if self.attention == "bahdanau":
+            enc["keys"] = self.att_keys(out)  # U_a h~_s, once per source
+        return enc
+
+    def _additive_context(self, s_prev: Tensor, enc: dict[str, Tensor]) -> Tensor:
+        """``k_t`` ``(B, E)`` of the Bahdanau decoder from the previous top state ``s_{t-1}``
+        ``(B, H)``: ``softmax_s(v^T tanh(W_a s_{t-1} + U_a h~_s))`` over the encoder outputs."""
+        scores = self.att_v(torch.tanh(enc["keys"] + self.att_query(s_prev).unsqueeze(1)))
+        weights = _masked_softmax(scores.transpose(1, 2), enc["mask"])  # (B, 1, S)
+        return torch.bmm(weights, enc["memory"])[:, 0]
+
+    def _additive_step(
+        self, y: Tensor, state: tuple[Tensor, Tensor], enc: dict[str, Tensor]
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """One Bahdanau decoder step from the embedded ``y_{t-1}`` ``(B, E)``: the readout
+        ``tanh(W [k_t; s_t])`` ``(B, H)`` and the new LSTM state."""
+        k = self._additive_context(state[0][-1], enc)
+        out, new = self.rnn(torch.cat([y, k], -1).unsqueeze(1), state)
+        s_t = out[:, 0]
+        return torch.tanh(self.mix(torch.cat([k, s_t], dim=-1))), new
 
     def _attend(self, query: Tensor, enc: dict[str, Tensor]) -> Tensor:
         """``k_t`` of eq 8 for queries ``(B, T, H)`` over the encoder outputs."""
@@ -157,6 +208,13 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             o = torch.sigmoid(gates[..., 2 * self.hidden : 3 * self.hidden])
             k = self._attend(c, enc)
             h = o * (self.w_k(k) + self.w_c(c))  # eq 8
+        elif self.attention == "bahdanau":
+            state = self._lstm_init(enc["final"])
+            steps = []
+            for t in range(y.shape[1]):  # the context of step t reads s_{t-1}: sequential
+                h_t, state = self._additive_step(y[:, t], state, enc)
+                steps.append(h_t)
+            h = torch.stack(steps, 1) if steps else y.new_zeros(y.shape[0], 0, self.hidden)
         else:
             h0 = self._lstm_init(enc["final"])
             hs, _ = self.rnn(y, h0)
@@ -192,6 +250,9 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """Log-probabilities ``(B, V)`` of the next token after ``token`` ``(B,)``."""
         y = self.tgt_embed(token)
+        if self.attention == "bahdanau":
+            out, (h, c) = self._additive_step(y, (state[0], state[1]), enc)
+            return F.log_softmax(self.out(out), -1), [h, c]
         if self.decoder_kind == "lstm":
             hs, (h, c) = self.rnn(y.unsqueeze(1), (state[0], state[1]))
             k = self._attend(hs, enc)

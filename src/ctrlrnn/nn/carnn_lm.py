@@ -30,7 +30,10 @@ class ContextualCARNNLM(nn.Module):
         variant: the current sentence's CARNN, ``"n"``, ``"i"`` or ``"s"``.
         context_size: width of the previous-sentence encoder, a context-free nCARNN
             (default ``hidden_size``).
-        num_layers, dropout: of the current sentence's CARNN.
+        num_layers, dropout: of the current sentence's CARNN (``dropout`` between its layers).
+        io_dropout: dropout on the word embeddings both sentences are read from and on the
+            CARNN's output before the softmax layer: where a baseline RNN language model has
+            its dropout (0: none, the paper's eq 11 as printed).
         num_latent_labels: size of the latent label set of eq 12 (``None``: no latent head).
         alpha: the mixing weight of eq 13 (0.5 in the paper).
     """
@@ -47,8 +50,12 @@ class ContextualCARNNLM(nn.Module):
         dropout: float = 0.0,
         num_latent_labels: int | None = None,
         alpha: float = 0.5,
+        io_dropout: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= float(io_dropout) < 1.0:
+            raise ValueError(f"io_dropout: expected a probability in [0, 1), got {io_dropout}")
+        self.drop = nn.Dropout(float(io_dropout))
         check_positive_int("vocab_size", vocab_size)
         if not 0.0 <= float(alpha) <= 1.0:
             raise ValueError(f"alpha: expected a weight in [0, 1], got {alpha}")
@@ -67,7 +74,8 @@ class ContextualCARNNLM(nn.Module):
 
     def encode_context(self, prev_tokens: Tensor, prev_lengths: Tensor | None = None) -> Tensor:
         """``c^{t-1}`` ``(B, context_size)``: the final state of the context-free nCARNN."""
-        _, h_n = self.context_encoder(self.embedding(prev_tokens), lengths=prev_lengths)
+        _, h_n = self.context_encoder(self.drop(self.embedding(prev_tokens)),
+                                      lengths=prev_lengths)
         return h_n[-1]
 
     def forward(
@@ -83,8 +91,8 @@ class ContextualCARNNLM(nn.Module):
         ``m`` predict ``w_{m+1}``), ``prev_tokens`` ``(B, T')`` the previous one.
         """
         context = self.encode_context(prev_tokens, prev_lengths)
-        h, _ = self.carnn(self.embedding(tokens), context, lengths=lengths)
-        logits = self.output(h)
+        h, _ = self.carnn(self.drop(self.embedding(tokens)), context, lengths=lengths)
+        logits = self.output(self.drop(h))
         latent = self.latent_head(context) if self.latent_head is not None else None
         return logits, latent
 

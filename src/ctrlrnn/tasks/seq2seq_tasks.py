@@ -37,6 +37,8 @@ class Seq2SeqTask(Task):
         "test_size": (int, 1_000),
         "embedding_size": (int, 64),
         "decoder": (str, ""),
+        "decoder_layers": (int, 0),
+        "attention": (str, "dot"),
         "beam": (int, 1),
         "alpha": (float, 0.6),
         "eval_batch_size": (int, 256),
@@ -73,6 +75,8 @@ class Seq2SeqTask(Task):
         return Seq2Seq(
             len(self.vocab), len(self.vocab), encoder=encoder, encoder_args=model_args,
             decoder=decoder, embedding_size=self.opts["embedding_size"],
+            decoder_layers=self.opts["decoder_layers"] or None,
+            attention=self.opts["attention"],
             dropout=float(model_args.get("dropout", 0.0)),
             pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
         )
