@@ -366,23 +366,15 @@ class MetagrossUnit(nn.Module):
         for all steps at once (one GEMM, depth-gate rows included, or the base RNNs), then the
         fused recurrence of the whole tree (module docstring). ``state``: the root's ``(B, H)``."""
         x = x.contiguous()
-        logits: Tensor | None = None
         base_last: Tensor | None = None
         if self.base == "linear":
-            w, b = self.weight, self.bias
-            if self._token_gate_rows():
-                assert self.depth_weight is not None
-                rows = w.shape[0]
-                w = torch.cat([w, self.depth_weight])
-                if b is not None and self.depth_bias is not None:
-                    b = torch.cat([b, self.depth_bias])
-                proj, logits = F.linear(x, w, b).split([rows, 2 * self.num_internal], -1)
-            else:
-                proj = F.linear(x, w, b)
+            # all 3N maps in one GEMM into a cached block (the layer's largest tensor); the
+            # depth gates' few rows apart, so the big GEMM keeps its round width 3NH
+            proj = cached_linear(x, self.weight, self.bias)
         else:
             blocks, _, base_last = self.base_preactivations(x, lengths, base_state)
             proj = torch.cat(blocks, -1)
-        alpha, beta = self.depth_gates(x, lengths, logits)
+        alpha, beta = self.depth_gates(x, lengths)
         assert self.weight_hh is not None
         out, last = metagross_state_sequence(
             proj, self.weight_hh, alpha, beta, self._residual(x), state, lengths
