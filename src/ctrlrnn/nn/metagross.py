@@ -596,7 +596,7 @@ class Metagross(RecurrentBase):
         if unbatched:
             alpha, beta = alpha.squeeze(1), beta.squeeze(1)
         elif not self.batch_first and not isinstance(input, PackedSequence):
-            alpha, beta = alpha.transpose(1, 2), beta.transpose(1, 2)
+            alpha, beta = alpha.transpose(1, 2).contiguous(), beta.transpose(1, 2).contiguous()
         return out, h_n, (alpha, beta)
 
     def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
