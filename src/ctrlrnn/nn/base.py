@@ -195,8 +195,16 @@ class RecurrentBase(nn.Module):
         states = [hx] if isinstance(hx, Tensor) else list(hx)
         if len(states) != self.num_states:
             want = "a Tensor" if self.num_states == 1 else f"a tuple of {self.num_states} Tensors"
-            lstm = (" (not nn.LSTM's (h0, c0): see docs/from-nn-lstm.md)"
-                    if len(states) == 2 else "")
+            lstm = ""
+            if len(states) == 2:  # most likely an nn.LSTM (h0, c0) pair
+                lead: tuple[int, ...] = (self.num_layers * self.num_directions,)
+                if not unbatched:
+                    lead += (x.shape[0],)
+                shapes = ", ".join(f"{name} {(*lead, self.state_size(k))}"
+                                   for k, name in enumerate(self.state_names))
+                lstm = (f"; nn.LSTM's (h0, c0) pair is not this layer's state: pass {shapes}, "
+                        f"or None for zeros (the page 'From torch.nn.LSTM to ctrlrnn' of "
+                        f"ctrlrnn's documentation lists every layer's state)")
             raise ValueError(f"hx: {type(self).__name__} carries {self.num_states} state(s), "
                              f"expected {want} ({', '.join(self.state_names)}), got "
                              f"{len(states)}{lstm}")
