@@ -33,6 +33,7 @@ from ctrlrnn.ops import (
 )
 from ctrlrnn.ops._extension import KernelBuildWarning
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
+from ctrlrnn.serialization import safe_globals
 
 __version__ = "0.1.0"
 
@@ -60,5 +61,6 @@ __all__ = [
     "output_cache_info",
     "qrnn_pooling",
     "qrnn_pooling_ref",
+    "safe_globals",
     "set_output_cache_limit",
 ]

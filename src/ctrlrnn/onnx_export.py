@@ -100,7 +100,9 @@ def dynamic_shapes_for(
     if not _is_recurrent(model):
         raise ValueError(
             f"model: dynamic_shapes_for knows ctrlrnn's layers, not {type(model).__name__}; pass "
-            "dynamic_shapes yourself (torch.export.Dim per dynamic axis, docs/onnx.md)"
+            "dynamic_shapes yourself: for each forward argument a dict {axis: torch.export.Dim} "
+            "of its dynamic axes (the 'ONNX export' page of ctrlrnn's documentation has an "
+            "example for a model of several layers)"
         )
     batch, time = Dim("batch"), Dim("time")
     x = named.get("input")
@@ -133,7 +135,7 @@ def dynamic_shapes_for(
                     f"{tensors[0]}: torch.export (2.13) cannot give a dynamic batch axis to a "
                     f"tensor passed through forward's **{name}; export a module whose forward "
                     f"names it, e.g. def forward(self, x, {tensors[0]}): return "
-                    f"self.layer(x, {tensors[0]}={tensors[0]}) (docs/onnx.md)"
+                    f"self.layer(x, {tensors[0]}={tensors[0]})"
                 )
     return {name: axes_of(name, value) for name, value in named.items()}
 

@@ -31,12 +31,13 @@ COMMON = {"input_size": POSITIVE_INT, "hidden_size": POSITIVE_INT, "num_layers":
           "bias": FLAG, "batch_first": FLAG, "dropout": RATE, "bidirectional": FLAG}
 SPECIFIC: dict[str, dict[str, list[Any]]] = {
     "QRNN": {"window": POSITIVE_INT, "pooling": WORD, "zoneout": RATE, "zoneout_eval": WORD,
-             "dense": FLAG, "encoder_state_size": ["3", 2.5, True, 0]},
-    "RCRN": {"cell": WORD, "output_gate": WORD, "listener": WORD},
-    "CASLSTM": {"lambda_": ["x", True, [0.5], float("nan")], "peephole": FLAG},
-    "CARNN": {"context_size": ["3", 2.5, True, 0], "variant": WORD},
+             "dense": FLAG, "encoder_state_size": ["3", 2.5, True, 0], "weight_drop": RATE},
+    "RCRN": {"cell": WORD, "output_gate": WORD, "listener": WORD, "weight_drop": RATE},
+    "CASLSTM": {"lambda_": ["x", True, [0.5], float("nan")], "peephole": FLAG,
+                "weight_drop": RATE},
+    "CARNN": {"context_size": ["3", 2.5, True, 0], "variant": WORD, "weight_drop": RATE},
     "Metagross": {"depth": POSITIVE_INT, "base": WORD, "depth_gate": WORD, "residual": FLAG,
-                  "recurrence": WORD, "causal": ["yes", 2, 0.5]},
+                  "recurrence": WORD, "causal": ["yes", 2, 0.5], "weight_drop": RATE},
 }
 FFN = {"d_model": POSITIVE_INT, "depth": POSITIVE_INT, "depth_gate": WORD, "residual": FLAG,
        "bias": FLAG, "dropout": RATE}

@@ -10,6 +10,8 @@ bidirectional=False, ...)`` and ``forward(input, hx=None, lengths=None) -> (outp
   sequence within its own length, so nothing depends on what (or how much) padding there is;
 * ``hx``/``h_n``: a tensor ``(num_layers * num_directions, B, S)`` for units with one state, a
   tuple of such tensors for units with several (as ``(h, c)`` for LSTM-like units);
+* ``output`` and every state tensor are contiguous in either layout, as :class:`torch.nn.LSTM`
+  returns them (``output.view(-1, H)`` works);
 * wrong shapes, dtypes, devices, lengths or states raise ``ValueError`` naming the argument.
 
 Internally everything is batch-first ``(B, T, D)``. A subclass implements
@@ -193,8 +195,16 @@ class RecurrentBase(nn.Module):
         states = [hx] if isinstance(hx, Tensor) else list(hx)
         if len(states) != self.num_states:
             want = "a Tensor" if self.num_states == 1 else f"a tuple of {self.num_states} Tensors"
-            lstm = (" (not nn.LSTM's (h0, c0): see docs/from-nn-lstm.md)"
-                    if len(states) == 2 else "")
+            lstm = ""
+            if len(states) == 2:  # most likely an nn.LSTM (h0, c0) pair
+                lead: tuple[int, ...] = (self.num_layers * self.num_directions,)
+                if not unbatched:
+                    lead += (x.shape[0],)
+                shapes = ", ".join(f"{name} {(*lead, self.state_size(k))}"
+                                   for k, name in enumerate(self.state_names))
+                lstm = (f"; nn.LSTM's (h0, c0) pair is not this layer's state: pass {shapes}, "
+                        f"or None for zeros (the page 'From torch.nn.LSTM to ctrlrnn' of "
+                        f"ctrlrnn's documentation lists every layer's state)")
             raise ValueError(f"hx: {type(self).__name__} carries {self.num_states} state(s), "
                              f"expected {want} ({', '.join(self.state_names)}), got "
                              f"{len(states)}{lstm}")
@@ -242,7 +252,10 @@ class RecurrentBase(nn.Module):
             assert lens is not None
             return _pack(out, lens), h_n
         if not self.batch_first and not unbatched:
-            out = out.transpose(0, 1)
+            # time-major (T, B, H) laid out densely, as nn.LSTM returns it, so that
+            # output.view(-1, H) works; contiguous() copies only when the transpose is not
+            # already dense (B > 1 and T > 1)
+            out = out.transpose(0, 1).contiguous()
         return out, h_n
 
     def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import ncarnn_sequence
 from ctrlrnn.ops.linear_scan import linear_scan
 
@@ -196,6 +197,12 @@ class CARNN(RecurrentBase):
             Every layer and direction reads the same context. A bidirectional sCARNN stack of
             more than one layer is refused (its upper layers would read ``2 * hidden_size``
             features but must have ``hidden_size == input_size``).
+        weight_drop: DropConnect probability ``p`` on nCARNN's recurrent matrices
+            ``W^h_u; W^h_f`` (``weight_hh``, eq 3) as AWD-LSTM applies it
+            (:mod:`ctrlrnn.nn.weight_drop`): in training each forward call draws one fresh mask
+            per matrix, shared by all time steps, the kept weights scaled by ``1 / (1 - p)``; in
+            evaluation the weights as they are. iCARNN and sCARNN have no recurrent matrix
+            (eq 5-6), so ``weight_drop > 0`` raises ``ValueError`` there.
 
     ``forward(input, context, hx=None, lengths=None) -> (output, h_n)`` with ``context``
     ``(B, context_size)`` (``(context_size,)`` for unbatched input).
@@ -214,11 +221,19 @@ class CARNN(RecurrentBase):
         batch_first: bool = False,
         dropout: float = 0.0,
         bidirectional: bool = False,
+        *,
+        weight_drop: float = 0.0,
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
         self.variant = _check_variant(variant)
+        self.weight_drop = check_weight_drop(weight_drop)
+        if variant != "n":
+            refuse_weight_drop(
+                self.weight_drop, f"CARNN(variant={variant!r})",
+                "its gates read only the input and the context, eq 5-6",
+            )  # fmt: skip
         self.context_size = _check_context_size(context_size)
         _check_scarnn_sizes(variant, input_size, hidden_size)
         if variant == "s" and bidirectional and num_layers > 1:
@@ -279,7 +294,8 @@ class CARNN(RecurrentBase):
         if self.variant == "n":
             if ctx is None:
                 ctx = x.new_zeros(x.shape[0], 2 * H)
-            h_seq, h_last = ncarnn_sequence(proj, cell.weight_hh, ctx, h0, lengths)
+            weight_hh = drop_weight(cell.weight_hh, self.weight_drop, self.training)
+            h_seq, h_last = ncarnn_sequence(proj, weight_hh, ctx, h0, lengths)
             return h_seq, [h_last]
         pre = proj[..., : 2 * H]
         if ctx is not None:
@@ -293,6 +309,7 @@ class CARNN(RecurrentBase):
         return h_seq, [h_last]
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + (
+        s = super().extra_repr() + (
             f", context_size={self.context_size}, variant={self.variant!r}"
         )
+        return s + (f", weight_drop={self.weight_drop}" if self.weight_drop else "")

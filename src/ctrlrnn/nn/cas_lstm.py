@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.fused_cells import cas_lstm_sequence, lstm_sequence
 from ctrlrnn.ops.padding import reverse_padded
 
@@ -128,6 +129,11 @@ class CASLSTM(RecurrentBase):
             so that variant (iii) is eq 18 as printed.
         peephole: variant (iii), eq 17-18: the vertical gate reads peepholes ``p_g1 c_{t-1}``
             and ``p_g2 c^{l-1}_t`` instead of ``U_g h_{t-1}``.
+        weight_drop: DropConnect probability ``p`` on every layer's recurrent matrix
+            ``weight_hh`` (the ``U`` of eq 1-4 and 7-11; not the peepholes) as AWD-LSTM applies
+            it (:mod:`ctrlrnn.nn.weight_drop`): in training each forward call draws one fresh
+            mask per matrix, shared by all time steps, the kept weights scaled by
+            ``1 / (1 - p)``; in evaluation the weights as they are.
 
     ``forward(input, hx=None, lengths=None) -> (output, (h_n, c_n))`` exactly as
     :class:`torch.nn.LSTM` (``h_n``/``c_n`` ``(num_layers * num_directions, B, hidden_size)``,
@@ -149,11 +155,13 @@ class CASLSTM(RecurrentBase):
         *,
         lambda_: LambdaArg = "auto",
         peephole: bool = False,
+        weight_drop: float = 0.0,
     ) -> None:
         layers = check_positive_int("num_layers", num_layers)
         width = _check_hidden_size(hidden_size, layers)
         super().__init__(input_size, width, layers, bias, batch_first, dropout, bidirectional)
         self.peephole = check_flag("peephole", peephole)
+        self.weight_drop = check_weight_drop(weight_drop)
         trainable = False
         const: Tensor | None = None
         if isinstance(lambda_, str):
@@ -254,15 +262,16 @@ class CASLSTM(RecurrentBase):
                 h0 = None if states is None else states[0][idx]
                 c0 = None if states is None else states[1][idx]
                 x_proj = F.linear(h_in, w.weight_ih, w.bias)  # all steps in one GEMM
+                weight_hh = drop_weight(w.weight_hh, self.weight_drop, self.training)
                 if layer == 0:
                     h_seq, c_seq, h_last, c_last = lstm_sequence(
-                        x_proj, w.weight_hh, h0, c0, lengths
+                        x_proj, weight_hh, h0, c0, lengths
                     )
                 else:
                     assert lower_c is not None
                     h_seq, c_seq, h_last, c_last = cas_lstm_sequence(
                         x_proj,
-                        w.weight_hh,
+                        weight_hh,
                         lower_c,
                         h0,
                         c0,
@@ -323,4 +332,6 @@ class CASLSTM(RecurrentBase):
         s = super().extra_repr() + f", lambda_={self.lambda_!r}"
         if self.peephole:
             s += ", peephole=True"
+        if self.weight_drop:
+            s += f", weight_drop={self.weight_drop}"
         return s

@@ -77,6 +77,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequence
 from ctrlrnn.ops.metagross_level import metagross_level
@@ -214,7 +215,11 @@ class MetagrossUnit(nn.Module):
         return self.depth_gate == "token" and self.depth_weight is not None
 
     def base_preactivations(
-        self, x: Tensor, lengths: Tensor | None, base_state: Tensor | None
+        self,
+        x: Tensor,
+        lengths: Tensor | None,
+        base_state: Tensor | None,
+        weight_drop: float = 0.0,
     ) -> tuple[list[Tensor], Tensor | None, Tensor | None]:
         """``F^*_k(x_t)`` of all base functions, one block ``(B, T, 3*k*H)`` per level.
 
@@ -226,7 +231,8 @@ class MetagrossUnit(nn.Module):
         ``(B, T, 2I)``, else None). RNN base: one GEMM for the input projections of all ``3N``
         RNNs, then each RNN's recurrence on the fused-cell engine, from zero states (the paper)
         or from ``base_state`` ``(B, base_state_size)``; the third result is the RNNs' final
-        states (None for the linear base).
+        states (None for the linear base). ``weight_drop``: DropConnect on the base RNNs'
+        ``base_weight_hh`` in training (:mod:`ctrlrnn.nn.weight_drop`).
         """
         B, T, _ = x.shape
         N, H, L = self.num_nodes, self.hidden_size, self.depth
@@ -253,6 +259,7 @@ class MetagrossUnit(nn.Module):
         proj = proj.permute(2, 0, 1, 3).contiguous()  # (K, B, T, G*H), each RNN contiguous
         per = 2 if self.base == "lstm" else 1
         st = None if base_state is None else base_state.view(B, K, per, H)
+        base_weight_hh = drop_weight(self.base_weight_hh, weight_drop, self.training)
         outs: list[Tensor] = []
         finals: list[Tensor] = []
         for k in range(K):
@@ -260,13 +267,13 @@ class MetagrossUnit(nn.Module):
                 h0 = None if st is None else st[:, k, 0]
                 c0 = None if st is None else st[:, k, 1]
                 h_seq, _c_seq, h_last, c_last = lstm_sequence(
-                    proj[k], self.base_weight_hh[k], h0, c0, lengths
+                    proj[k], base_weight_hh[k], h0, c0, lengths
                 )
                 finals.append(torch.stack([h_last, c_last], 1))
             else:
                 h0 = None if st is None else st[:, k, 0]
                 bhh = None if self.base_bias_hh is None else self.base_bias_hh[k]
-                h_seq, h_last = gru_sequence(proj[k], self.base_weight_hh[k], bhh, h0, lengths)
+                h_seq, h_last = gru_sequence(proj[k], base_weight_hh[k], bhh, h0, lengths)
                 finals.append(h_last.unsqueeze(1))
             outs.append(h_seq)
         blocks = [
@@ -307,6 +314,7 @@ class MetagrossUnit(nn.Module):
         lengths: Tensor | None = None,
         state: Tensor | None = None,
         base_state: Tensor | None = None,
+        weight_drop: float = 0.0,
     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
         """Run the tree over batch-first ``x`` ``(B, T, D)``.
 
@@ -314,6 +322,9 @@ class MetagrossUnit(nn.Module):
             state: ``(B, N*H)`` the units' carried states in heap order (``h`` or ``c``,
                 per ``recurrence``); zeros when None.
             base_state: ``(B, base_state_size)`` the base RNNs' states; zeros when None.
+            weight_drop: DropConnect probability on the recurrent matrices (``weight_hh``
+                with ``gates="state"``, the base RNNs' ``base_weight_hh``) in training: one
+                mask per matrix for the whole sequence (:mod:`ctrlrnn.nn.weight_drop`).
 
         Returns:
             ``(output, last_state, last_base_state, alpha, beta)``: the root's output
@@ -322,11 +333,13 @@ class MetagrossUnit(nn.Module):
             ``(B, T, I)``.
         """
         if self.gates == "state":
-            return self._forward_state(x, lengths, state, base_state)
+            return self._forward_state(x, lengths, state, base_state, weight_drop)
         B, T, _ = x.shape
         H, L = self.hidden_size, self.depth
         x = x.contiguous()  # read by several GEMMs
-        blocks, logits, base_last = self.base_preactivations(x, lengths, base_state)
+        blocks, logits, base_last = self.base_preactivations(
+            x, lengths, base_state, weight_drop
+        )
         alpha, beta = self.depth_gates(x, lengths, logits)
         res: Tensor | None = None
         if self.residual:
@@ -360,7 +373,7 @@ class MetagrossUnit(nn.Module):
 
     def _forward_state(
         self, x: Tensor, lengths: Tensor | None, state: Tensor | None,
-        base_state: Tensor | None,
+        base_state: Tensor | None, weight_drop: float = 0.0,
     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:  # fmt: skip
         """``gates="state"`` (section 2 as printed): the input parts of all ``3N`` base maps
         for all steps at once (one GEMM, depth-gate rows included, or the base RNNs), then the
@@ -372,12 +385,15 @@ class MetagrossUnit(nn.Module):
             # depth gates' few rows apart, so the big GEMM keeps its round width 3NH
             proj = cached_linear(x, self.weight, self.bias)
         else:
-            blocks, _, base_last = self.base_preactivations(x, lengths, base_state)
+            blocks, _, base_last = self.base_preactivations(
+                x, lengths, base_state, weight_drop
+            )
             proj = torch.cat(blocks, -1)
         alpha, beta = self.depth_gates(x, lengths)
         assert self.weight_hh is not None
+        weight_hh = drop_weight(self.weight_hh, weight_drop, self.training)
         out, last = metagross_state_sequence(
-            proj, self.weight_hh, alpha, beta, self._residual(x), state, lengths
+            proj, weight_hh, alpha, beta, self._residual(x), state, lengths
         )
         return out, last, base_last, alpha, beta
 
@@ -499,6 +515,14 @@ class Metagross(RecurrentBase):
         gates: ``"input"`` (default: gates from ``x_t``, section 2.2 and the authors' code; each
             unit a linear scan) or ``"state"`` (section 2 as printed: every gate and child reads
             ``(x_t, h_{t-1})``; a nonlinear recurrence on the fused cell; ``recurrence="h"``).
+        weight_drop: DropConnect probability ``p`` on the recurrent matrices, as AWD-LSTM
+            applies it (:mod:`ctrlrnn.nn.weight_drop`): the maps ``U^g_k`` of ``h_{t-1}``
+            (``weight_hh``, ``gates="state"``) and the base RNNs' ``base_weight_hh``
+            (``base="lstm"``/``"gru"``). In training each forward call draws one fresh mask
+            per layer direction and matrix, shared by all time steps, the kept weights scaled
+            by ``1 / (1 - p)``; in evaluation the weights as they are. ``gates="input"`` with
+            the linear base has no recurrent matrix: ``weight_drop > 0`` raises ``ValueError``.
+            A :class:`MetagrossCell` stepping the same weights does not drop them.
 
     ``forward(input, hx=None, lengths=None, return_gates=False)``. The state ``hx``/``h_n``
     holds every unit's carried state (``h`` or ``c``) in heap order, root first:
@@ -528,6 +552,7 @@ class Metagross(RecurrentBase):
         recurrence: str = "h",
         causal: bool | None = None,
         gates: str = "input",
+        weight_drop: float = 0.0,
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
@@ -537,6 +562,13 @@ class Metagross(RecurrentBase):
         self.depth_gate = check_choice("depth_gate", depth_gate, DEPTH_GATES)
         self.recurrence = check_choice("recurrence", recurrence, RECURRENCES)
         self.gates = check_gates(gates, self.recurrence)
+        self.weight_drop = check_weight_drop(weight_drop)
+        if self.gates == "input" and self.base == "linear":
+            refuse_weight_drop(
+                self.weight_drop, "Metagross(gates='input', base='linear')",
+                "its gates read x_t only, each unit a linear scan; gates='state' or an RNN "
+                "base has one",
+            )  # fmt: skip
         self.residual = check_flag("residual", residual)
         if causal is not None and not isinstance(causal, bool):
             raise ValueError(f"causal: expected True, False or None, got {causal!r}")
@@ -596,7 +628,7 @@ class Metagross(RecurrentBase):
         if unbatched:
             alpha, beta = alpha.squeeze(1), beta.squeeze(1)
         elif not self.batch_first and not isinstance(input, PackedSequence):
-            alpha, beta = alpha.transpose(1, 2), beta.transpose(1, 2)
+            alpha, beta = alpha.transpose(1, 2).contiguous(), beta.transpose(1, 2).contiguous()
         return out, h_n, (alpha, beta)
 
     def _check_extra(self, x: Tensor, lengths: Tensor | None, kwargs: dict[str, Any]) -> None:
@@ -640,7 +672,7 @@ class Metagross(RecurrentBase):
         unit = self.unit(layer, direction)
         tree0 = None if state is None else state[0]
         base0 = None if state is None or len(state) < 2 else state[1]
-        out, last, base_last, alpha, beta = unit(x, lengths, tree0, base0)
+        out, last, base_last, alpha, beta = unit(x, lengths, tree0, base0, self.weight_drop)
         record = kwargs.get("gate_record")
         if record is not None:
             record.append((alpha, beta))
@@ -652,4 +684,4 @@ class Metagross(RecurrentBase):
             f", depth={self.depth}, base={self.base!r}, depth_gate={self.depth_gate!r}, "
             f"residual={self.residual}, recurrence={self.recurrence!r}, causal={self.causal}, "
             f"gates={self.gates!r}"
-        )
+        ) + (f", weight_drop={self.weight_drop}" if self.weight_drop else "")

@@ -40,6 +40,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.padding import last_valid, zero_padding
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
@@ -217,12 +218,16 @@ class QRNNCell(nn.Module):
         encoder_state: Tensor | None = None,
         history: Tensor | None = None,
         lengths: Tensor | None = None,
+        *,
+        weight: Tensor | None = None,
     ) -> Tensor:
         """All pre-activations ``(B, T, G*H)`` of eq 1-2 (and eq 7's ``V h~_T``) for ``x``.
 
         Causal: ``history``, the ``window - 1`` inputs before ``x`` (zeros when omitted).
         Non-causal: the centred windows, taps past each sequence's ``lengths`` reading zeros
         (``history`` is refused: chunks of a stream need the causal convolution).
+        ``weight``: the convolution weight to use in place of :attr:`weight` (its DropConnect
+        sample, :mod:`ctrlrnn.nn.weight_drop`), of the same shape.
         """
         if self.causal:
             windows = causal_windows(x, self.window, history)
@@ -234,7 +239,8 @@ class QRNNCell(nn.Module):
                 )
             windows = centred_windows(x, self.window, lengths)
         # eq 1-2 as one GEMM over the windows, into a cached block (its largest tensor)
-        gates = cached_linear(windows, self.weight, self.bias)
+        w = self.weight if weight is None else weight
+        gates = cached_linear(windows, w, self.bias)
         if self.encoder_weight is not None or encoder_state is not None:
             gates = gates + self._encoder_term(encoder_state)
         return gates
@@ -393,6 +399,11 @@ class QRNN(RecurrentBase):
             (``f`` unchanged in eval).
         dense: DenseNet-style connections of section 2.1.
         encoder_state_size: width of ``encoder_state`` for eq 7 (``None``: no such term).
+        weight_drop: DropConnect probability ``p`` on the convolution weights ``W_z, W_f,
+            W_o (, W_i)`` of eq 1-2 (:mod:`ctrlrnn.nn.weight_drop`, as the AWD-LSTM QRNN
+            applies it): in training every forward call draws one fresh mask per layer and
+            direction, shared by all time steps, the kept weights scaled by ``1 / (1 - p)``;
+            in evaluation the weights as they are. The biases are not dropped.
 
     ``forward(input, hx=None, lengths=None, encoder_state=None)``: ``encoder_state`` is
     ``(num_layers, B, encoder_state_size)`` (one encoder state per layer, eq 7) or
@@ -420,10 +431,12 @@ class QRNN(RecurrentBase):
         dense: bool = False,
         encoder_state_size: int | None = None,
         causal: bool = True,
+        weight_drop: float = 0.0,
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
+        self.weight_drop = check_weight_drop(weight_drop)
         #: one width per layer
         self.windows = check_windows(window, self.num_layers)
         #: the width as given: an int (every layer), or a tuple of one per layer
@@ -589,7 +602,10 @@ class QRNN(RecurrentBase):
         hist = None if history is None else history[layer]
         # the backward direction's x is already reversed within each length (RecurrentBase),
         # so the centred windows of a non-causal layer are centred in its own reading order
-        gates = cell.gate_preactivations(x, enc, hist, None if self.causal else lengths)
+        weight = drop_weight(cell.weight, self.weight_drop, self.training)  # one mask per call
+        gates = cell.gate_preactivations(
+            x, enc, hist, None if self.causal else lengths, weight=weight
+        )
         sink = kwargs.get("_new_history")
         if sink is not None:
             sink.append(_last_inputs(x, hist, lengths, self.windows[layer]))
@@ -614,6 +630,8 @@ class QRNN(RecurrentBase):
             s += f", zoneout={self.zoneout}"
         if self.dense:
             s += ", dense=True"
+        if self.weight_drop:
+            s += f", weight_drop={self.weight_drop}"
         if self.encoder_state_size is not None:
             s += f", encoder_state_size={self.encoder_state_size}"
         return s

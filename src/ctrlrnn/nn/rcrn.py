@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -85,19 +86,26 @@ class GatedRNN(nn.Module):
         return self.bias_ih  # the GRU's b_hn stays inside the reset product
 
     def sequence(
-        self, x: Tensor, state: list[Tensor] | None, lengths: Tensor | None
+        self,
+        x: Tensor,
+        state: list[Tensor] | None,
+        lengths: Tensor | None,
+        weight_drop: float = 0.0,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run over batch-first ``x`` ``(B, T, D)``: returns ``h_seq`` and the final states.
 
         One GEMM projects all steps; the recurrence runs in the fused-cell engine.
+        ``weight_drop``: DropConnect on ``weight_hh`` in training (one mask for the whole
+        sequence, :mod:`ctrlrnn.nn.weight_drop`).
         """
         x_proj = F.linear(x, self.weight_ih, self._input_bias())
+        weight_hh = drop_weight(self.weight_hh, weight_drop, self.training)
         if self.cell == "lstm":
             h0, c0 = (None, None) if state is None else state
-            h_seq, _c_seq, h, c = lstm_sequence(x_proj, self.weight_hh, h0, c0, lengths)
+            h_seq, _c_seq, h, c = lstm_sequence(x_proj, weight_hh, h0, c0, lengths)
             return h_seq, [h, c]
         h0 = None if state is None else state[0]
-        h_seq, h = gru_sequence(x_proj, self.weight_hh, self.bias_hh, h0, lengths)
+        h_seq, h = gru_sequence(x_proj, weight_hh, self.bias_hh, h0, lengths)
         return h_seq, [h]
 
     def step(self, x: Tensor, state: list[Tensor]) -> list[Tensor]:
@@ -240,6 +248,11 @@ class RCRN(RecurrentBase):
             over the forward channels and backward over the backward ones) or
             ``"concat_forward"`` (eq 15 runs forward over all ``[fw; bw]`` channels, as the
             authors' code does). Unidirectional layers ignore it (both are the same).
+        weight_drop: DropConnect probability ``p`` on the recurrent matrices ``weight_hh``
+            (the ``U`` of eq 1-6 and 10-14) of all three RNNs (:mod:`ctrlrnn.nn.weight_drop`,
+            as AWD-LSTM applies it): in training each forward call draws one fresh mask per
+            matrix, shared by all time steps, the kept weights scaled by ``1 / (1 - p)``; in
+            evaluation the weights as they are.
 
     ``forward(input, hx=None, lengths=None) -> (output, h_n)``: ``output`` is ``h^4``
     (``num_directions * hidden_size`` wide). ``hx``/``h_n`` is the tuple of all recurrent
@@ -269,10 +282,12 @@ class RCRN(RecurrentBase):
         cell: str = "lstm",
         output_gate: str = "sigmoid",
         listener: str = "per_direction",
+        weight_drop: float = 0.0,
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
+        self.weight_drop = check_weight_drop(weight_drop)
         self.cell_type = check_choice("cell", cell, CELLS)
         self.output_gate = check_choice("output_gate", output_gate, OUTPUT_GATES)
         self.listener = check_choice("listener", listener, LISTENERS)
@@ -318,7 +333,7 @@ class RCRN(RecurrentBase):
             h_d, fin_d = [], []
             for j, rnn in enumerate(cell.rnns()):
                 st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
-                h_seq, fin = rnn.sequence(xd, st, lengths)
+                h_seq, fin = rnn.sequence(xd, st, lengths, self.weight_drop)
                 h_d.append(h_seq)
                 fin_d.extend(fin)
             hs.append(h_d)
@@ -348,4 +363,6 @@ class RCRN(RecurrentBase):
         s = super().extra_repr() + f", cell={self.cell_type!r}, output_gate={self.output_gate!r}"
         if self.bidirectional:
             s += f", listener={self.listener!r}"
+        if self.weight_drop:
+            s += f", weight_drop={self.weight_drop}"
         return s

@@ -73,7 +73,8 @@ LEGACY_EXPORTER_ERROR = (
     "ctrlrnn: the TorchScript ONNX exporter (torch.onnx.export(..., dynamo=False)) cannot export "
     "ctrlrnn layers: it would unroll the loop over time into a graph of one fixed sequence "
     "length. Use torch.onnx.export(..., dynamo=True) with dynamic_shapes, or "
-    "ctrlrnn.export_onnx(model, args, path), which set them (docs/onnx.md)."
+    "ctrlrnn.export_onnx(model, args, path), which sets them (the 'ONNX export' page of "
+    "ctrlrnn's documentation has examples)."
 )
 
 
