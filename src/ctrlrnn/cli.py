@@ -14,6 +14,11 @@ import sys
 import threading
 from collections.abc import Callable
 
+from ctrlrnn.files import is_no_space, no_space_line
+
+#: exit status when a write found the device full (what was on disk before is kept)
+EXIT_NO_SPACE = 1
+
 #: sub-command name -> module that registers it
 COMMANDS: dict[str, str] = {
     "info": "ctrlrnn.info",
@@ -144,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(_missing_extra_line(args.command, *missing), file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not is_no_space(exc):
+            raise
+        print(no_space_line(exc), file=sys.stderr)
+        return EXIT_NO_SPACE
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ from types import ModuleType
 
 import torch
 
+from ctrlrnn import files
+
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
     import fcntl
 except ImportError:  # pragma: no cover - not on Linux/macOS
@@ -229,7 +231,7 @@ def build_inputs(name: str) -> dict[str, str]:
 
 def build_key(name: str) -> str:
     """The cache key of extension ``name`` (module docstring)."""
-    h = hashlib.sha256(json.dumps(build_inputs(name), sort_keys=True).encode())
+    h = hashlib.sha256(files.dumps(build_inputs(name), sort_keys=True).encode())
     for src in EXTENSIONS[name]:
         h.update((CSRC / src).read_bytes())
     for header in sorted(CSRC.glob("*.h")):
@@ -258,7 +260,7 @@ def _write_json(path: Path, data: dict) -> None:
     """Write-to-temp + rename, so a record is never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        tmp.write_text(files.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -338,11 +340,11 @@ def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
     log_path = folder / BUILD_LOG
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
-        log.write(f"ctrlrnn build of {name!r}\n{json.dumps(build_inputs(name), indent=2)}\n"
+        log.write(f"ctrlrnn build of {name!r}\n{files.dumps(build_inputs(name), indent=2)}\n"
                   f"PATH={env['PATH']}\n\n")
         log.flush()
         try:
-            proc = subprocess.run([sys.executable, str(WORKER), json.dumps(spec)], stdout=log,
+            proc = subprocess.run([sys.executable, str(WORKER), files.dumps(spec)], stdout=log,
                                   stderr=subprocess.STDOUT, env=env, timeout=BUILD_TIMEOUT_S,
                                   check=False)
             rc: int | str = proc.returncode

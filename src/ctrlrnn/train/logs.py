@@ -11,30 +11,35 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from ctrlrnn import files
+
 
 def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
                        newline: str | None = None) -> None:
     """Write ``path`` whole through ``write(fh)``: a temporary file in the same directory
-    (named after this process), fsync, rename over ``path``, fsync the directory."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
-                               dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    (named after this process), fsync, rename over ``path``, fsync the directory.
+
+    A full disk raises :class:`~ctrlrnn.files.NoSpaceLeft` naming ``path``, which is then
+    as it was."""
+    with files.writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # pragma: no cover - a platform without directory handles
@@ -55,10 +60,9 @@ class RunLog:
         self.csv = self.dir / "log.csv"
 
     def write(self, row: dict[str, Any]) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for k, v in row.items()}
-        with open(self.jsonl, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(clean) + "\n")
+        """Append ``row`` (strict JSON: a non-finite number is written as null)."""
+        with files.writing(self.jsonl), open(self.jsonl, "a", encoding="utf-8") as fh:
+            fh.write(files.dumps(row) + "\n")
             fh.flush()
 
     def export_csv(self) -> None:
@@ -103,7 +107,14 @@ class RunLog:
                 for r in self._iter_rows():
                     if int(r.get("step", 0)) <= step and (keep_final
                                                           or r.get("split") != "final"):
-                        fh.write(json.dumps(r) + "\n")
+                        fh.write(files.dumps(r) + "\n")
 
             replace_atomically(self.jsonl, write)
         self.export_csv()
+
+    def clear(self) -> None:
+        """Drop every row (a run that starts at step 0 again), replacing the files atomically."""
+        if self.jsonl.exists():
+            replace_atomically(self.jsonl, lambda fh: None)
+        if self.csv.exists():
+            replace_atomically(self.csv, lambda fh: None, newline="")
