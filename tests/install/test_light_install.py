@@ -71,3 +71,64 @@ print(codes)
     for line, command in zip(errors, ("train", "data", "reproduce")):
         assert line.startswith(f"ctrlrnn {command}: needs the optional package ")
         assert "pip install 'ctrlrnn[train]'" in line
+
+
+COMMANDS = ["info", "build", "bench", "data", "train", "eval", "reproduce"]
+NEED_TRAIN = ["bench", "data", "train", "eval", "reproduce"]
+
+
+def _help_entries(text: str) -> dict[str, str]:
+    """``ctrlrnn --help``'s list of commands (printed unwrapped): command -> its line."""
+    entries: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        words = line.split()
+        if line.startswith("    ") and not line.startswith("     ") and words[0] in COMMANDS:
+            last = words[0]
+            entries[last] = " ".join(words[1:])
+        elif last is not None and line.startswith("      ") and words:  # a long name's help
+            entries[last] = " ".join([entries[last], *words]).strip()
+        else:
+            last = None
+    return entries
+
+
+def test_help_lists_every_command_with_the_extra_it_needs(tmp_path: Path) -> None:
+    code = WITHOUT_EXTRAS + """
+from ctrlrnn.cli import main
+main(["--help"])
+"""
+    proc = run_python(code, fresh_env(tmp_path, CTRLRNN_CACHE=None, COLUMNS="250"))
+    assert proc.returncode == 0, proc.stderr
+    entries = _help_entries(proc.stdout)
+    assert list(entries) == COMMANDS
+    for command in COMMANDS:
+        needs = command in NEED_TRAIN
+        assert entries[command].endswith("[needs the 'train' extra: not installed]") == needs
+        assert not entries[command].startswith("[")  # the command's own summary comes first
+    assert "need: pip install 'ctrlrnn[train]'" in proc.stdout
+
+
+def test_every_command_that_needs_the_extra_says_so_before_any_work(tmp_path: Path) -> None:
+    code = WITHOUT_EXTRAS + """
+from ctrlrnn.cli import main
+print({argv[0]: main(argv) for argv in (["bench", "--quick"], ["eval", "--checkpoint", "x"],
+                                       ["data", "prepare", "mr"])})
+"""
+    proc = run_python(code, fresh_env(tmp_path, CTRLRNN_CACHE=None, CTRLRNN_DATA=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "{'bench': 2, 'eval': 2, 'data': 2}"
+    errors = proc.stderr.strip().splitlines()
+    assert [line.split(":")[0] for line in errors] == [
+        "ctrlrnn bench", "ctrlrnn eval", "ctrlrnn data"]
+    assert all("pip install 'ctrlrnn[train]'" in line for line in errors)
+    assert list(tmp_path.iterdir()) == []  # the data cache untouched: nothing was started
+
+
+def test_a_full_install_lists_every_command_without_notes(tmp_path: Path) -> None:
+    proc = run_python("from ctrlrnn.cli import main\nmain(['--help'])",
+                      fresh_env(tmp_path, CTRLRNN_CACHE=None, COLUMNS="250"))
+    assert proc.returncode == 0, proc.stderr
+    entries = _help_entries(proc.stdout)
+    assert list(entries) == COMMANDS
+    assert "not installed" not in proc.stdout

@@ -17,6 +17,7 @@ import random
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,10 @@ from ctrlrnn.units import format_metrics
 
 
 def _epilog() -> str:
-    """The tasks, models and configuration keys, wrapped to the terminal's width."""
+    """The tasks, models and configuration keys, wrapped to the terminal's width (the tasks
+    and models only where the packages their modules import are installed)."""
     import shutil
     import textwrap
-
-    from ctrlrnn.models.encoders import COMMON, ENCODERS
-    from ctrlrnn.tasks import TASKS, task_class
 
     width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 120) - 1)
 
@@ -50,6 +49,27 @@ def _epilog() -> str:
         lead = f"  {name:{pad}s} "
         return textwrap.wrap(text, width, initial_indent=lead,
                              subsequent_indent=" " * len(lead), break_on_hyphens=False)
+
+    try:
+        lines = _tasks_and_models(entry)
+    except ImportError as exc:
+        from ctrlrnn.cli import missing_extra
+
+        absent = missing_extra(exc)
+        if absent is None:
+            raise
+        lines = [f"tasks and models: listed once the '{absent[1]}' extra is installed "
+                 f"(pip install 'ctrlrnn[{absent[1]}]')"]
+    lines.append("configuration keys (key=value):")
+    for key, text in HELP.items():
+        lines += entry(key, text, 17)
+    return "\n".join(lines)
+
+
+def _tasks_and_models(entry: Callable[[str, str, int], list[str]]) -> list[str]:
+    """The epilog's lists of tasks and models with their options."""
+    from ctrlrnn.models.encoders import COMMON, ENCODERS
+    from ctrlrnn.tasks import TASKS, task_class
 
     lines = ["tasks:"]
     for name in sorted(TASKS):
@@ -62,10 +82,7 @@ def _epilog() -> str:
         opts = ", ".join(f"model.{k}={d!r}" for k, (_t, d) in {**COMMON, **spec.options}.items())
         lines += entry(name, spec.description, 10)
         lines += entry("", f"options: {opts}", 10)
-    lines.append("configuration keys (key=value):")
-    for key, text in HELP.items():
-        lines += entry(key, text, 17)
-    return "\n".join(lines)
+    return lines
 
 
 def validated_config(
