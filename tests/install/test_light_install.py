@@ -66,7 +66,9 @@ print(codes)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == (
         "{'train': 2, 'data': 2, 'reproduce': 2, 'info': 0}")
-    errors = proc.stderr.strip().splitlines()
+    # (``info`` compiles the kernels where the default cache lacks them, and says so)
+    errors = [line for line in proc.stderr.strip().splitlines()
+              if not line.startswith("ctrlrnn: compiling the C++ kernels")]
     assert len(errors) == 3, proc.stderr
     for line, command in zip(errors, ("train", "data", "reproduce")):
         assert line.startswith(f"ctrlrnn {command}: needs the optional package ")

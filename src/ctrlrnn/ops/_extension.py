@@ -17,8 +17,9 @@ rebuild.
 :func:`torch.utils.cpp_extension.load`, with the C++ standard torch itself asks for (ctrlrnn
 adds no ``-std``), and with the ninja that belongs to the running interpreter put first on the
 child's PATH (the ``ninja`` package's, else the one beside the interpreter, else PATH's). Its
-whole output goes to ``build.log`` in the build folder; nothing is printed. A file lock makes
-concurrent processes build once.
+whole output goes to ``build.log`` in the build folder. The first compile of a process says so
+in one line on stderr (it takes minutes); importing from the cache prints nothing. A file lock
+makes concurrent processes build once.
 
 **Failures** (never silently slow). A failed compile is remembered in ``failed.json`` for that
 key, so later processes do not retry it (``ctrlrnn build --force`` does); one
@@ -109,6 +110,7 @@ class ExtensionStatus:
 _STATUS: dict[str, ExtensionStatus] = {}
 _LOCK = threading.RLock()
 _WARNED = False
+_ANNOUNCED = False
 
 
 def cache_dir() -> Path:
@@ -381,7 +383,17 @@ def _loaded_status(st: ExtensionStatus, mod: ModuleType, path: Path) -> Extensio
     return st
 
 
-def _obtain(name: str, force: bool) -> ExtensionStatus:
+def _announce_compile() -> None:
+    """Say on stderr, once per process, that the kernels are being compiled."""
+    global _ANNOUNCED
+    if _ANNOUNCED:
+        return
+    _ANNOUNCED = True
+    print(f"ctrlrnn: compiling the C++ kernels (first use, about 2 minutes; cached in "
+          f"{cache_dir() / 'ext'} after) ...", file=sys.stderr, flush=True)
+
+
+def _obtain(name: str, force: bool, announce: bool = True) -> ExtensionStatus:
     """Import the cached build of ``name``, or build it (or recall that it failed)."""
     st = ExtensionStatus(name)
     cxx = compiler()
@@ -412,6 +424,8 @@ def _obtain(name: str, force: bool) -> ExtensionStatus:
                          f"from {failure.get('when', 'earlier')}; `ctrlrnn build --force` "
                          f"retries)")
             return st
+        if announce:
+            _announce_compile()
         lib, cause, seconds, remember = _compile(name, folder)
         st.seconds, st.log = seconds, str(folder / BUILD_LOG)
         if lib is not None:
@@ -474,7 +488,10 @@ def _report_failure(st: ExtensionStatus) -> None:
 # ------------------------------------------------------------------ public entry points
 
 
-def ensure(name: str, force: bool = False) -> ExtensionStatus:
+def ensure(name: str, force: bool = False, *, announce: bool = True) -> ExtensionStatus:
+    """The status of extension ``name``, importing or building it on first use (``force``:
+    build again). ``announce=False``: no line on stderr when it compiles (for callers that
+    show their own)."""
     if name not in EXTENSIONS:
         raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
     st = _STATUS.get(name)
@@ -482,7 +499,7 @@ def ensure(name: str, force: bool = False) -> ExtensionStatus:
         with _LOCK:
             st = _STATUS.get(name)
             if st is None or force:
-                st = _obtain(name, force)
+                st = _obtain(name, force, announce)
                 _STATUS[name] = st
     return st
 
