@@ -17,6 +17,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+import pytest
 from install_helpers import TRAIN_EVERY_LAYER, fresh_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,33 @@ def test_core_dependencies_are_torch_numpy_and_ninja() -> None:
     train = " ".join(project["optional-dependencies"]["train"])
     for package in ("rich", "safetensors", "matplotlib"):
         assert package in train
+
+
+def test_license_is_an_spdx_expression_setuptools_takes_without_warning() -> None:
+    import os
+    import warnings
+
+    setuptools = pytest.importorskip("setuptools")
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert data["project"]["license"] == "MIT"  # PEP 639: an SPDX expression, not a table
+    for pattern in data["project"].get("license-files", []):
+        assert list(ROOT.glob(pattern)), pattern
+    assert "setuptools>=77" in data["build-system"]["requires"][0]  # the first to read it
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} predates PEP 639")
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    finally:
+        os.chdir(cwd)
+    assert [str(w.message) for w in caught if "licen" in str(w.message).lower()] == []
+    assert dist.metadata.license_expression == "MIT"
 
 
 def test_every_layer_trains_without_the_extras(tmp_path: Path) -> None:
