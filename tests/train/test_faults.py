@@ -8,6 +8,7 @@ import errno
 import io
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,9 @@ def test_a_resumed_run_drops_the_rows_past_its_checkpoint(tmp_path, monkeypatch)
 def _safetensors_disk_full(*args: Any, **kwargs: Any) -> None:
     from safetensors import SafetensorError
 
-    raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
-                          'message: "No space left on device" })')
+    # as safetensors words it on a full tmpfs
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os "
+                          "error 28)")
 
 
 def _oserror_disk_full(*args: Any, **kwargs: Any) -> None:
@@ -342,3 +344,17 @@ def test_every_json_writer_in_the_package_is_strict():
         calls.visit(ast.parse(path.read_text(encoding="utf-8")))
         loose += calls.loose
     assert not loose, "json.dump(s) without allow_nan=False: " + ", ".join(loose)
+
+
+def test_files_replaced_whole_keep_the_usual_permissions(tmp_path):
+    """result.json, report.md and log.csv are written under a temporary name and renamed: a
+    new one gets the umask's permissions, a replaced one keeps its own."""
+    run = _train_here(tmp_path / "run", "--max-steps", "2")
+    assert run.returncode == 0, run.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("result.json", "report.md", "log.csv"):
+        assert (tmp_path / "run" / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+    (tmp_path / "run" / "result.json").chmod(0o600)
+    assert _train_here(tmp_path / "run", "--max-steps", "4", "--resume").returncode == 0
+    assert (tmp_path / "run" / "result.json").stat().st_mode & 0o777 == 0o600

@@ -23,7 +23,8 @@ from ctrlrnn import files
 def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
                        newline: str | None = None) -> None:
     """Write ``path`` whole through ``write(fh)``: a temporary file in the same directory
-    (named after this process), fsync, rename over ``path``, fsync the directory.
+    (named after this process), fsync, rename over ``path``, fsync the directory. The file
+    keeps the permissions of the one it replaces (a new one: those the umask gives).
 
     A full disk raises :class:`~ctrlrnn.files.NoSpaceLeft` naming ``path``, which is then
     as it was."""
@@ -31,6 +32,7 @@ def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
                                    dir=path.parent)
         try:
+            os.fchmod(fd, _mode_for(path))
             with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
                 write(fh)
                 fh.flush()
@@ -48,6 +50,26 @@ def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits a file written at ``path`` gets: those of the file there, else
+    read-write for all less the process's umask (as ``open`` would create it)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022  # the usual default where the system does not say
 
 
 class RunLog:
