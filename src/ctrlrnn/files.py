@@ -70,23 +70,32 @@ def is_no_space(exc: BaseException) -> bool:
     return _no_space_in_chain(exc) is not None
 
 
-def _no_space_in_chain(exc: BaseException) -> BaseException | None:
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, outermost first."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
-            return current
-        if not isinstance(current, OSError) and _NO_SPACE_TEXT in str(current):
-            return current
+        yield current
         current = current.__cause__ or current.__context__
-    return None
+
+
+def _says_no_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return _NO_SPACE_TEXT in str(exc)
+
+
+def _no_space_in_chain(exc: BaseException) -> BaseException | None:
+    """The outermost exception of ``exc``'s chain that says the device is full."""
+    return next((e for e in _chain(exc) if _says_no_space(e)), None)
 
 
 def no_space_line(exc: BaseException) -> str:
-    """The one line the command line prints for a full disk (``exc``: :func:`is_no_space`)."""
-    found = _no_space_in_chain(exc)
-    path = getattr(found, "filename", None)
+    """The one line the command line prints for a full disk (``exc``: :func:`is_no_space`),
+    naming the file of the outermost exception of the chain that names one."""
+    path = next((e.filename for e in _chain(exc)
+                 if _says_no_space(e) and getattr(e, "filename", None)), None)
     where = f" while writing {path}" if path else ""
     return f"ctrlrnn: no space left on device{where}"
 

@@ -171,6 +171,32 @@ def test_a_full_disk_writing_the_log_is_one_line(tmp_path, monkeypatch):
     assert not list(out.glob(".*.tmp"))
 
 
+def test_a_full_disk_is_named_by_the_file_being_written(tmp_path):
+    from ctrlrnn import files
+
+    target = tmp_path / "run" / "result.json"
+    full = os.strerror(errno.ENOSPC)
+    with pytest.raises(files.NoSpaceLeft) as caught, files.writing(target):
+        raise OSError(errno.ENOSPC, full, str(tmp_path / "run" / ".result.json.7.tmp"))
+    assert caught.value.filename == str(target)  # not the temporary file beside it
+    elsewhere = tmp_path / "work" / "raw.zip"  # a work folder, maybe on another device
+    with pytest.raises(files.NoSpaceLeft) as caught, files.writing(target):
+        raise OSError(errno.ENOSPC, full, str(elsewhere))
+    assert caught.value.filename == str(elsewhere)
+    with pytest.raises(PermissionError), files.writing(target):
+        raise PermissionError(errno.EACCES, "denied")
+    try:
+        try:
+            raise files.NoSpaceLeft(target)
+        except OSError as exc:
+            raise ValueError(f"cannot save: {exc}") from exc
+    except ValueError as exc:
+        assert files.is_no_space(exc)
+        assert files.no_space_line(exc) == (
+            f"ctrlrnn: no space left on device while writing {target}")
+    assert not files.is_no_space(ValueError("disk fine"))
+
+
 # ---------------------------------------------------------------- the configuration
 @pytest.mark.parametrize("setting,key", [
     ("lr=nan", "lr"), ("weight_decay=nan", "weight_decay"), ("lr=inf", "lr"),
