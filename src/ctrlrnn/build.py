@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         state = "missing" if args.force else _extension.cached_state(name)
         if state == "missing":
             with ticking(f"compiling {name} ({i}/{len(names)})"):
-                st = _extension.ensure(name, force=args.force)
+                st = _extension.ensure(name, force=args.force, announce=False)
         else:
-            st = _extension.ensure(name)
+            st = _extension.ensure(name, announce=False)
         if st.loaded:
             took = f" in {st.seconds:.0f} s" if st.origin == "compiled" and st.seconds else ""
             print(f"[build] {name:9s} {st.origin}{took}: {st.path}")

@@ -1,27 +1,49 @@
-"""The ``ctrlrnn`` command: one entry point, one sub-command per module.
+"""The ``ctrlrnn`` command: one entry point, its sub-commands registered by their modules.
 
-Each sub-command lives in its own module exposing ``register(subparsers)``, which adds an
-``argparse`` parser and sets ``func`` (called with the parsed namespace, returning an exit code).
+Each module exposes ``register(subparsers)``, which adds its sub-commands' ``argparse``
+parsers and sets ``func`` (called with the parsed namespace, returning an exit code).
+
+A base install (no extras) lists every sub-command; those whose work needs a package of an
+extra that is not installed say which extra in the list, and when run print one line with the
+pip command that installs it (exit status 2) before doing anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
 
-#: sub-command name -> module that registers it
+from ctrlrnn.files import is_no_space, no_space_line
+
+#: exit status when a write found the device full (what was on disk before is kept)
+EXIT_NO_SPACE = 1
+
+#: sub-command name -> module that registers it (``ctrlrnn.train.cli`` registers two)
 COMMANDS: dict[str, str] = {
     "info": "ctrlrnn.info",
     "build": "ctrlrnn.build",
     "bench": "ctrlrnn.bench.cli",
     "data": "ctrlrnn.data.cli",
     "train": "ctrlrnn.train.cli",
+    "eval": "ctrlrnn.train.cli",
     "reproduce": "ctrlrnn.reproduce.cli",
+}
+
+#: sub-command -> the optional packages its work imports (each installed by the extra
+#: :data:`EXTRA_FOR` names); ``data prepare`` of some sources needs more (the ``data`` extra),
+#: said when it imports them
+NEEDS: dict[str, tuple[str, ...]] = {
+    "bench": ("rich",),
+    "data": ("rich",),
+    "train": ("rich", "safetensors", "matplotlib"),
+    "eval": ("rich", "safetensors"),
+    "reproduce": ("rich", "safetensors", "matplotlib", "optuna"),
 }
 
 
@@ -31,6 +53,7 @@ EXTRA_FOR: dict[str, str] = {
     "rich": "train",
     "safetensors": "train",
     "matplotlib": "train",
+    "optuna": "train",
     "music21": "data",
     "pysword": "data",
     "pyarrow": "data",
@@ -45,6 +68,22 @@ def missing_extra(exc: ImportError) -> tuple[str, str] | None:
     return (name, EXTRA_FOR[name]) if name in EXTRA_FOR else None
 
 
+def missing_for(command: str) -> tuple[str, str] | None:
+    """``(package, extra)`` of the first package ``command`` needs that is not installed."""
+    for package in NEEDS.get(command, ()):
+        try:
+            absent = importlib.util.find_spec(package) is None
+        except (ImportError, ValueError):
+            absent = True
+        if absent:
+            return package, EXTRA_FOR[package]
+    return None
+
+
+def _extra_note(extra: str) -> str:
+    return f"[needs the '{extra}' extra: not installed]"
+
+
 def _missing_extra_line(command: str, package: str, extra: str) -> str:
     return (f"ctrlrnn {command}: needs the optional package {package!r}, which is not installed: "
             f"pip install 'ctrlrnn[{extra}]' (from a clone: pip install -e '.[{extra}]')")
@@ -54,27 +93,38 @@ def _unavailable(sub: argparse._SubParsersAction, command: str, package: str,
                  extra: str) -> None:
     """Stand-in for a sub-command whose module needs a missing extra: it says which."""
     # no option prefix: every argument after the command is taken as it comes
-    p = sub.add_parser(command, help=f"(needs the '{extra}' extra)", add_help=False,
-                       prefix_chars="\0")
+    p = sub.add_parser(command, help=_extra_note(extra), add_help=False, prefix_chars="\0")
     p.add_argument("rest", nargs="*")
     line = _missing_extra_line(command, package, extra)
     p.set_defaults(func=lambda args: (print(line, file=sys.stderr), 2)[1])
 
 
 def build_parser() -> argparse.ArgumentParser:
+    missing = {command: m for command in COMMANDS if (m := missing_for(command)) is not None}
+    extras = sorted({extra for _package, extra in missing.values()})
     parser = argparse.ArgumentParser(
         prog="ctrlrnn",
         description="Controlled recurrent networks: train, evaluate, benchmark, reproduce.",
+        epilog=" ".join(f"The commands marked {_extra_note(e)} need: pip install "
+                        f"'ctrlrnn[{e}]' (from a clone: pip install -e '.[{e}]')."
+                        for e in extras) or None,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command, module in COMMANDS.items():
+    for module in dict.fromkeys(COMMANDS.values()):
         try:
             importlib.import_module(module).register(sub)
         except ImportError as exc:
-            missing = missing_extra(exc)
-            if missing is None:
+            absent = missing_extra(exc)
+            if absent is None:
                 raise
-            _unavailable(sub, command, *missing)
+            for command in (c for c, m in COMMANDS.items() if m == module):
+                if command not in sub.choices:
+                    _unavailable(sub, command, *absent)
+    # the list ``ctrlrnn --help`` shows: argparse keeps one entry per sub-command here
+    for entry in sub._choices_actions:
+        if entry.dest in missing and "extra: not installed" not in (entry.help or ""):
+            note = _extra_note(missing[entry.dest][1])
+            entry.help = f"{entry.help} {note}" if entry.help else note
     return parser
 
 
@@ -130,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    absent = missing_for(args.command)
+    if absent is not None:
+        print(_missing_extra_line(args.command, *absent), file=sys.stderr)
+        return 2
     args.argv = list(argv if argv is not None else sys.argv[1:])  # to say how to resume
     if argv is None:  # the command line itself, not a call from Python code
         _install_interrupt_exit(args.command)
@@ -144,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(_missing_extra_line(args.command, *missing), file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not is_no_space(exc):
+            raise
+        print(no_space_line(exc), file=sys.stderr)
+        return EXIT_NO_SPACE
 
 
 if __name__ == "__main__":

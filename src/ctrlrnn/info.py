@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from ctrlrnn import files
 
 
 def run(args: argparse.Namespace) -> int:
@@ -13,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     info = backend_info()
     info["ctrlrnn"] = __version__
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(files.dumps(info, indent=2))
         return 0
     print(f"ctrlrnn {__version__}  torch {info['torch']}  threads {info['threads']}")
     print(f"extension cache: {info['cache']}")

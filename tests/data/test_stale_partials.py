@@ -89,8 +89,10 @@ def test_prepare_cleans_up_then_works(fake_client, cache: Path, temp_dir: Path) 
     assert [s.examples for s in stats.splits] == [3, 1, 1]
     assert not leftover.exists() and not leftover_work.exists() and live.exists()
     assert ptb.load_ptb()["train"][1] == ["a", "dog", "<unk>", "ran"]
-    # nothing of this preparation is left beside the prepared folder or in the temp dir
-    assert sorted(p.name for p in cache.iterdir()) == sorted(["ptb", live.name])
+    # nothing of this preparation is left beside the prepared folder or in the temp dir but
+    # the source's lock file, which stays (empty) for the next preparation
+    assert sorted(p.name for p in cache.iterdir()) == sorted(["ptb", ".ptb.lock", live.name])
+    assert (cache / ".ptb.lock").stat().st_size == 0
     assert list(temp_dir.iterdir()) == []
     # already prepared: the shortcut also clears new litter
     again = _folder(cache / f".ptb.partial-{dead}.{host}")

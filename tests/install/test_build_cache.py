@@ -139,6 +139,31 @@ raise SystemExit(main(["build", "--force"]))
     assert calls.read_text().count("call") == 2
 
 
+def test_the_first_compile_says_so_once_and_the_cache_says_nothing(tmp_path: Path,
+                                                                   tiny: Path) -> None:
+    two = TINY_PRELUDE + """
+e.EXTENSIONS = {"tiny": ["tiny.cpp"], "tiny2": ["tiny.cpp"]}
+print(json.dumps([e.ensure(n).origin for n in ("tiny", "tiny2", "tiny")]))
+"""
+    env = fresh_env(tmp_path)
+    first = run_python(two, env, str(tiny))
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == ["compiled", "compiled", "compiled"]
+    lines = [line for line in first.stderr.splitlines() if line.strip()]
+    assert lines == [f"ctrlrnn: compiling the C++ kernels (first use, about 2 minutes; cached "
+                     f"in {tmp_path / 'cache' / 'ext'} after) ..."]
+    again = run_python(two, env, str(tiny))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == ["cached", "cached", "cached"]
+    assert again.stderr.strip() == ""
+
+    built = run_python(TINY_PRELUDE + """
+from ctrlrnn.cli import main
+raise SystemExit(main(["build"]))
+""", fresh_env(tmp_path / "other"), str(tiny))  # ``ctrlrnn build`` shows its own lines
+    assert built.returncode == 0, built.stderr
+    assert "[build] tiny      compiled in " in built.stdout
+    assert "first use" not in built.stderr
 
 
 @pytest.mark.parametrize("missing", ["CXX=/bin/false", "no c++ on PATH"])

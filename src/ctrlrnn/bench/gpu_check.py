@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn import files
+
 SCHEMA = 1
 #: Whole check, seconds (the issue's limit is 8 minutes on an H100).
 BUDGET_S = 450.0
@@ -562,7 +564,7 @@ def write_results(results: dict[str, Any], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     replace_atomically(path, lambda fh: fh.write(
-        json.dumps(results, indent=1, sort_keys=True, default=str) + "\n"))
+        files.dumps(results, indent=1, sort_keys=True, default=str) + "\n"))
     return path
 
 
@@ -834,7 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.page}")
         return 0
     if args.bench_only:
-        Path(args.bench_only).write_text(json.dumps(run_benchmarks(args.budget), indent=1,
+        Path(args.bench_only).write_text(files.dumps(run_benchmarks(args.budget), indent=1,
                                                     default=str))  # fmt: skip
         return 0
     if not args.out:

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ctrlrnn import files
+
 MIB = 1024.0 * 1024.0
 #: Rows whose fwd+bwd CPU share is below this are listed in BENCHMARKS.md.
 LOW_CPU_SHARE = 0.7
@@ -153,7 +155,8 @@ def save_json(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write the result document to ``path`` (parent folders created); return the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    p.write_text(files.dumps(doc, indent=2, sort_keys=False, default=str) + "\n",
+                 encoding="utf-8")
     return p
 
 
@@ -641,7 +644,7 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
         f"{_load(m.get('load_average_at_start'))}, "
         f"when it ended (this includes the run itself): {_load(doc.get('load_average_at_end'))}",
         f"- ctrlrnn {m.get('ctrlrnn_version')}, git {m.get('git_commit')}",
-        f"- ctrlrnn backend: `{json.dumps(m.get('backend'), default=str)}`",
+        f"- ctrlrnn backend: `{files.dumps(m.get('backend'), default=str)}`",
     ]
     par = [ln for ln in m.get("torch_parallel_info", []) if "backend" in ln or "Library" in ln]
     if par:

@@ -13,6 +13,10 @@ work folder for the raw files in the system's temporary directory,
 :func:`remove_stale_partials`, run at the start of every preparation, deletes those whose
 process is gone (never one of a live process, nor one written on another host: its PID means
 nothing here).
+
+Preparations of one source are serialised by a lock on ``<cache>/.<name>.lock``
+(:func:`source_lock`): a second one waits for the first, then finds the source ready and uses
+it; so the prepared folder is only ever replaced by one process at a time.
 """
 
 from __future__ import annotations
@@ -23,9 +27,17 @@ import os
 import platform
 import re
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:  # POSIX file locks; without them (Windows) preparations of one source are not serialised
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux/macOS
+    fcntl = None  # type: ignore[assignment]
 
 from ctrlrnn.data.errors import ChecksumError
 from ctrlrnn.processes import pid_alive
@@ -59,13 +71,16 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
 
 
 def write_manifest(directory: Path, files: list[str], info: dict[str, Any]) -> dict[str, Any]:
-    """Record sha256 and size of ``files`` (relative to ``directory``) plus ``info``."""
+    """Record sha256 and size of ``files`` (relative to ``directory``) plus ``info`` (strict
+    JSON: a non-finite statistic is written as null)."""
+    from ctrlrnn.files import dumps
+
     entries = {
         name: {"sha256": sha256_file(directory / name), "bytes": (directory / name).stat().st_size}
         for name in files
     }
     manifest = {**info, "files": entries}
-    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    (directory / MANIFEST).write_text(dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
@@ -103,6 +118,30 @@ def verify_manifest(directory: Path) -> dict[str, Any]:
                 "run `ctrlrnn data prepare --force` for this source"
             )
     return manifest
+
+
+@contextmanager
+def source_lock(cache_dir: Path, name: str) -> Iterator[bool]:
+    """Hold the lock on preparing source ``name`` in ``cache_dir`` (which must exist) for the
+    body; yields whether another process held it first (this one waited, saying so on
+    stderr). The lock file stays: removing it would race with a process about to lock it."""
+    if fcntl is None:  # pragma: no cover - Windows
+        yield False
+        return
+    path = Path(cache_dir) / f".{name}.lock"
+    with open(path, "a+") as fh:
+        waited = False
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waited = True
+            print(f"ctrlrnn: waiting for another process preparing {name} (lock {path})",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield waited
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def host_tag() -> str:

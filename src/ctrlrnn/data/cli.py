@@ -1,17 +1,21 @@
-"""``ctrlrnn data list`` and ``ctrlrnn data prepare NAME``."""
+"""``ctrlrnn data list`` and ``ctrlrnn data prepare NAME``.
+
+The console packages (the ``train`` extra's rich) are imported by the commands, not here, so
+that a base install lists ``data`` among the commands."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from ctrlrnn.data.cache import ENV_VAR, resolve_cache_dir
 from ctrlrnn.data.catalog import entries, get_entry
 from ctrlrnn.data.errors import DataError
 from ctrlrnn.data.stats import render_stats
-from ctrlrnn.tables import Col, fit_table
+
+if TYPE_CHECKING:
+    from ctrlrnn.tables import Col
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,20 +39,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p_prep.set_defaults(func=cmd_prepare)
 
 
-#: The columns of ``ctrlrnn data list``; on a narrow console those of highest ``drop`` go
-#: first (without ``kind`` the real data sets and the synthetic tasks get a table each).
-LIST_COLUMNS = [
-    Col("name"),
-    Col("kind", drop=2),
-    Col("what it is", wrap=True, min_width=40),
-    Col("size", wrap=", "),
-    Col("origin", wrap=True, drop=3),
-    Col("ready"),
-]
+def list_columns() -> list[Col]:
+    """The columns of ``ctrlrnn data list``; on a narrow console those of highest ``drop`` go
+    first (without ``kind`` the real data sets and the synthetic tasks get a table each)."""
+    from ctrlrnn.tables import Col
+
+    return [
+        Col("name"),
+        Col("kind", drop=2),
+        Col("what it is", wrap=True, min_width=40),
+        Col("size", wrap=", "),
+        Col("origin", wrap=True, drop=3),
+        Col("ready"),
+    ]
+
+
 KIND_TITLES = {"real": "data sets", "synthetic": "synthetic tasks"}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ctrlrnn.tables import fit_table
+
     console = Console()
     cache_dir = resolve_cache_dir(args.cache_dir)
     rows = []
@@ -56,7 +69,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         ready = entry.is_ready(cache_dir)
         rows.append([entry.name, entry.kind, entry.summary, entry.size, entry.origin,
                      "[green]yes[/]" if ready else "[yellow]no[/]"])
-    layout = fit_table(console.width, LIST_COLUMNS, rows)
+    layout = fit_table(console.width, list_columns(), rows)
     if "kind" not in layout.dropped:
         console.print(layout.table(rows, title=f"ctrlrnn data (cache: {cache_dir})"))
         return 0
@@ -70,6 +83,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     console = Console()
     names = list(entries()) if args.names == ["all"] else args.names
     try:

@@ -14,11 +14,13 @@ import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from ctrlrnn import files
 from ctrlrnn.data.cache import (
     manifest_complete,
     read_manifest,
     remove_stale_partials,
     resolve_cache_dir,
+    source_lock,
     staging_dir,
     verify_manifest,
     work_dir_prefix,
@@ -73,14 +75,24 @@ class PreparedSource(Entry):
     def prepare(self, cache_dir: CacheDir = None, force: bool = False) -> DatasetStats:
         """Fetch and prepare unless already prepared (checksums verified); return the stats.
 
-        First removes what killed preparations left behind (see
-        :func:`~ctrlrnn.data.cache.remove_stale_partials`)."""
+        Holds the source's lock (:func:`~ctrlrnn.data.cache.source_lock`) throughout: a
+        preparation that had to wait for another one uses what that one prepared, ``force``
+        or not. First removes what killed preparations left behind (see
+        :func:`~ctrlrnn.data.cache.remove_stale_partials`). A full disk raises
+        :class:`~ctrlrnn.files.NoSpaceLeft`; the prepared folder is then as it was."""
         directory = self.directory(cache_dir)
-        remove_stale_partials(directory.parent)
-        if not force and self.is_ready(cache_dir):
-            manifest = verify_manifest(directory)
-            return DatasetStats.from_dict(manifest["stats"])
         directory.parent.mkdir(parents=True, exist_ok=True)
+        with source_lock(directory.parent, self.name) as waited:
+            remove_stale_partials(directory.parent)
+            if (waited or not force) and self.is_ready(cache_dir):
+                manifest = verify_manifest(directory)
+                return DatasetStats.from_dict(manifest["stats"])
+            with files.writing(directory):
+                return self._prepare_into(directory)
+
+    def _prepare_into(self, directory: Path) -> DatasetStats:
+        """Build the source in a staging folder, then put it in place of ``directory``
+        (the caller holds the source's lock)."""
         staging = staging_dir(directory.parent, self.name)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
@@ -88,8 +100,8 @@ class PreparedSource(Entry):
             with tempfile.TemporaryDirectory(prefix=work_dir_prefix(self.name)) as work:
                 self.build(Path(work), staging)
             stats = self.compute_stats(staging)
-            files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-            write_manifest(staging, files, {
+            names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+            write_manifest(staging, names, {
                 "source": self.name,
                 "format_version": self.format_version,
                 "origin": self.origin,

@@ -17,8 +17,9 @@ rebuild.
 :func:`torch.utils.cpp_extension.load`, with the C++ standard torch itself asks for (ctrlrnn
 adds no ``-std``), and with the ninja that belongs to the running interpreter put first on the
 child's PATH (the ``ninja`` package's, else the one beside the interpreter, else PATH's). Its
-whole output goes to ``build.log`` in the build folder; nothing is printed. A file lock makes
-concurrent processes build once.
+whole output goes to ``build.log`` in the build folder. The first compile of a process says so
+in one line on stderr (it takes minutes); importing from the cache prints nothing. A file lock
+makes concurrent processes build once.
 
 **Failures** (never silently slow). A failed compile is remembered in ``failed.json`` for that
 key, so later processes do not retry it (``ctrlrnn build --force`` does); one
@@ -51,6 +52,8 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+
+from ctrlrnn import files
 
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
     import fcntl
@@ -107,6 +110,7 @@ class ExtensionStatus:
 _STATUS: dict[str, ExtensionStatus] = {}
 _LOCK = threading.RLock()
 _WARNED = False
+_ANNOUNCED = False
 
 
 def cache_dir() -> Path:
@@ -229,7 +233,7 @@ def build_inputs(name: str) -> dict[str, str]:
 
 def build_key(name: str) -> str:
     """The cache key of extension ``name`` (module docstring)."""
-    h = hashlib.sha256(json.dumps(build_inputs(name), sort_keys=True).encode())
+    h = hashlib.sha256(files.dumps(build_inputs(name), sort_keys=True).encode())
     for src in EXTENSIONS[name]:
         h.update((CSRC / src).read_bytes())
     for header in sorted(CSRC.glob("*.h")):
@@ -258,7 +262,7 @@ def _write_json(path: Path, data: dict) -> None:
     """Write-to-temp + rename, so a record is never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        tmp.write_text(files.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -338,11 +342,11 @@ def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
     log_path = folder / BUILD_LOG
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
-        log.write(f"ctrlrnn build of {name!r}\n{json.dumps(build_inputs(name), indent=2)}\n"
+        log.write(f"ctrlrnn build of {name!r}\n{files.dumps(build_inputs(name), indent=2)}\n"
                   f"PATH={env['PATH']}\n\n")
         log.flush()
         try:
-            proc = subprocess.run([sys.executable, str(WORKER), json.dumps(spec)], stdout=log,
+            proc = subprocess.run([sys.executable, str(WORKER), files.dumps(spec)], stdout=log,
                                   stderr=subprocess.STDOUT, env=env, timeout=BUILD_TIMEOUT_S,
                                   check=False)
             rc: int | str = proc.returncode
@@ -379,7 +383,17 @@ def _loaded_status(st: ExtensionStatus, mod: ModuleType, path: Path) -> Extensio
     return st
 
 
-def _obtain(name: str, force: bool) -> ExtensionStatus:
+def _announce_compile() -> None:
+    """Say on stderr, once per process, that the kernels are being compiled."""
+    global _ANNOUNCED
+    if _ANNOUNCED:
+        return
+    _ANNOUNCED = True
+    print(f"ctrlrnn: compiling the C++ kernels (first use, about 2 minutes; cached in "
+          f"{cache_dir() / 'ext'} after) ...", file=sys.stderr, flush=True)
+
+
+def _obtain(name: str, force: bool, announce: bool = True) -> ExtensionStatus:
     """Import the cached build of ``name``, or build it (or recall that it failed)."""
     st = ExtensionStatus(name)
     cxx = compiler()
@@ -410,6 +424,8 @@ def _obtain(name: str, force: bool) -> ExtensionStatus:
                          f"from {failure.get('when', 'earlier')}; `ctrlrnn build --force` "
                          f"retries)")
             return st
+        if announce:
+            _announce_compile()
         lib, cause, seconds, remember = _compile(name, folder)
         st.seconds, st.log = seconds, str(folder / BUILD_LOG)
         if lib is not None:
@@ -472,7 +488,10 @@ def _report_failure(st: ExtensionStatus) -> None:
 # ------------------------------------------------------------------ public entry points
 
 
-def ensure(name: str, force: bool = False) -> ExtensionStatus:
+def ensure(name: str, force: bool = False, *, announce: bool = True) -> ExtensionStatus:
+    """The status of extension ``name``, importing or building it on first use (``force``:
+    build again). ``announce=False``: no line on stderr when it compiles (for callers that
+    show their own)."""
     if name not in EXTENSIONS:
         raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
     st = _STATUS.get(name)
@@ -480,7 +499,7 @@ def ensure(name: str, force: bool = False) -> ExtensionStatus:
         with _LOCK:
             st = _STATUS.get(name)
             if st is None or force:
-                st = _obtain(name, force)
+                st = _obtain(name, force, announce)
                 _STATUS[name] = st
     return st
 

@@ -6,12 +6,15 @@
     ctrlrnn reproduce --rerun rcrn-mr  # train an experiment again (``all``: every one)
     ctrlrnn reproduce --pages-only     # rewrite the pages from the results files
     ctrlrnn reproduce --estimate 50 --only carnn-lm   # time 50 steps an arm: the cost here
+    ctrlrnn reproduce --only qrnn-ptb-lm --pages chosen --docs runs/main   # its page alone
 
 Finished experiments are cached in the results files (``docs/results/data``); the pages are
 rewritten only when something was trained or measured anew, or with ``--pages-only``, and
 they are written from the results files alone (the figures too), so a checkout whose results
 are all cached is left as it is. ``--only`` limits what is trained, not what the pages show:
-they are always written whole, from every results file.
+they are written whole, from every results file, unless ``--pages chosen`` asks for the pages
+of the chosen experiments alone (their sections only, no summary: a job writing into a folder
+of its own).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctrlrnn.reproduce.experiments import Experiment
 
 #: the ``--rerun`` name of the speed measurements
 SPEED = "speed"
@@ -127,9 +134,11 @@ def _run(args: argparse.Namespace) -> int:
               "nothing trained, pages left as they are (--rerun EXPERIMENT|all trains again, "
               "--pages-only rewrites the pages)")
         return 0
-    # every page, from every results file: ``--only`` limits what is trained, never what the
-    # pages show (a page written from the chosen experiments alone would drop the others')
-    pages = write_all_pages(mode, results, docs)
+    # every page, from every results file: ``--only`` limits what is trained, not what the
+    # pages show (a page written from the chosen experiments alone would drop the others'),
+    # unless the pages of the chosen experiments alone are asked for
+    own = getattr(args, "pages", "all") == "chosen"
+    pages = write_all_pages(mode, results, docs, chosen if own else None)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return _report_failures(failed)
@@ -146,19 +155,25 @@ def _report_failures(failed: dict[str, dict[str, str]]) -> int:
     return 1 if failed else 0
 
 
-def write_all_pages(mode: str, results: Path, docs: Path) -> list[Path]:
+def write_all_pages(mode: str, results: Path, docs: Path,
+                    experiments: list[Experiment] | None = None) -> list[Path]:
     """Write every page of ``mode`` from the results files: the experiments' tables, the speed
-    sections and the gate figures."""
+    sections and the gate figures. ``experiments``: only their pages, with their sections and
+    figures alone (no speed sections, no summary)."""
     from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
     from ctrlrnn.reproduce.pages import write_pages
     from ctrlrnn.reproduce.speed import speed_claims, speed_sections_from_results
 
     docs.mkdir(parents=True, exist_ok=True)
-    sections = dict(speed_sections_from_results(mode, results, docs))
+    ids = None if experiments is None else {e.id for e in experiments}
+    sections = dict(speed_sections_from_results(mode, results, docs)) if ids is None else {}
     sections["metagross"] = [*sections.get("metagross", []),
-                             *depth_gate_section(mode, results, docs)]
-    sections["cas-lstm"] = [*sections.get("cas-lstm", []), *cas_gate_section(mode, results, docs)]
-    return write_pages(results, docs, mode, sections, extra_claims=speed_claims(mode, results))
+                             *depth_gate_section(mode, results, docs, ids)]
+    sections["cas-lstm"] = [*sections.get("cas-lstm", []),
+                            *cas_gate_section(mode, results, docs, ids)]
+    claims = speed_claims(mode, results) if ids is None else []
+    return write_pages(results, docs, mode, sections, extra_claims=claims,
+                       experiments=experiments)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -180,6 +195,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "docs/results/quick for the quick mode)")
     p.add_argument("--pages-only", action="store_true",
                    help="only rewrite the pages from the results files")
+    p.add_argument("--pages", choices=("all", "chosen"), default="all",
+                   help="all: every page and the summary, from every results file (default); "
+                        "chosen: only the pages of the experiments --only chose, with their "
+                        "sections alone and no summary")
     p.add_argument("--estimate", type=int, default=None, metavar="STEPS",
                    help="train nothing to keep: time STEPS steps of every arm of the chosen "
                         "experiments and print what their search and seeds would cost here "

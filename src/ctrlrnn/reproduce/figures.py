@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,14 @@ def _missing(exp_id: str, what: str) -> str:
             "records them).")
 
 
-def depth_gate_section(mode: str, results_dir: Path, docs_dir: Path) -> list[str]:
-    """Markdown (and PNGs) for the depth-gate figures, from the results files."""
+def depth_gate_section(mode: str, results_dir: Path, docs_dir: Path,
+                       ids: Collection[str] | None = None) -> list[str]:
+    """Markdown (and PNGs) for the depth-gate figures, from the results files; with ``ids``,
+    of those experiments only (nothing when none of them has the figure)."""
+    chosen = [exp_id for exp_id, (kind, _arm) in FIGURE_ARMS.items()
+              if kind == "depth_gates" and (ids is None or exp_id in ids)]
+    if not chosen:
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,9 +166,7 @@ def depth_gate_section(mode: str, results_dir: Path, docs_dir: Path) -> list[str
              "over a batch of 64 training sequences, at initialisation (the run's own seed) "
              "and after training, and along the time steps of one sequence (the dynamic "
              "recursion of figures 7-9); seed 0.", ""]
-    for exp_id, (kind, _arm) in FIGURE_ARMS.items():
-        if kind != "depth_gates":
-            continue
+    for exp_id in chosen:
         fig_data = _stored(results_dir, mode, exp_id)
         if not fig_data:
             lines += [_missing(exp_id, "depth-gate statistics"), ""]
@@ -193,15 +198,18 @@ def depth_gate_section(mode: str, results_dir: Path, docs_dir: Path) -> list[str
     return lines
 
 
-def cas_gate_section(mode: str, results_dir: Path, docs_dir: Path) -> list[str]:
+def cas_gate_section(mode: str, results_dir: Path, docs_dir: Path,
+                     ids: Collection[str] | None = None) -> list[str]:
     """Markdown (and a PNG) for the vertical forget-gate histogram of the CAS-LSTM paper's
-    figure 4, from the results file."""
+    figure 4, from the results file; with ``ids``, nothing unless its experiment is one."""
+    exp_id = next(e for e, (kind, _arm) in FIGURE_ARMS.items() if kind == "vertical_gate")
+    if ids is not None and exp_id not in ids:
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    exp_id = next(e for e, (kind, _arm) in FIGURE_ARMS.items() if kind == "vertical_gate")
     lines = ["### Vertical forget gate (figure 4)", ""]
     fig_data = _stored(results_dir, mode, exp_id)
     if not fig_data:

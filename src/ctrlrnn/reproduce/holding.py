@@ -22,6 +22,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from ctrlrnn import files
 from ctrlrnn.reproduce.experiments import Arm, Experiment
 from ctrlrnn.reproduce.stopping import CAPS, RULE, run_holds, seed_holds, stopping_budget
 from ctrlrnn.reproduce.tuning import Tuning, record_holds, search_of
@@ -38,7 +39,7 @@ def setting(overrides: dict[str, Any], task_args: dict[str, Any],
         "model": arm.get("model"),
         "model_args": dict(arm.get("model_args") or {}),
     }
-    return json.loads(json.dumps(record, sort_keys=True, default=str))
+    return json.loads(files.dumps(record, sort_keys=True, default=str))
 
 
 def trial_budget(overrides: dict[str, Any], tuning: Tuning) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn import files
 from ctrlrnn.reproduce.experiments import Arm, Experiment
 from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
@@ -91,7 +92,7 @@ def tuning_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str) -> Pa
     tag = f"-{tuning.key()}" if tuning is not None else ""
     arm = next((a for a in exp.arms if a.label == arm_label), None)
     if arm is not None:
-        text = json.dumps(Standing(exp, mode, None).setting(arm), sort_keys=True)
+        text = files.dumps(Standing(exp, mode, None).setting(arm), sort_keys=True)
         tag += "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
     return runs_dir / mode / exp.id / f"{slug(arm_label)}-tuning{tag}"
 
@@ -116,7 +117,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     from ctrlrnn.train.logs import replace_atomically
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_atomically(path, lambda fh: json.dump(data, fh, indent=1, sort_keys=True))
+    replace_atomically(path, lambda fh: files.dump(data, fh, indent=1, sort_keys=True))
 
 
 def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path,
@@ -289,6 +290,8 @@ def run_experiment(
             tuned = tune(exp, arm, mode, runs_dir, show_progress,
                          cached_arms.get(arm.label), log, standing)
         except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
+            if files.is_no_space(exc):  # no later arm could write either: stop, one line
+                raise
             data["errors"][f"{arm.label}/tuning"] = "".join(
                 traceback.format_exception_only(type(exc), exc)).strip()
             log(f"[reproduce] {exp.id}: tuning {arm.label} failed: {exc}")
@@ -320,6 +323,8 @@ def run_experiment(
             try:
                 result = run_one(exp, arm, seed, mode, runs_dir, show_progress, params or None)
             except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
+                if files.is_no_space(exc):
+                    raise
                 data["errors"][f"{arm.label}/seed{seed}"] = "".join(
                     traceback.format_exception_only(type(exc), exc)).strip()
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ctrlrnn import files
 from ctrlrnn.reproduce.verdicts import SPEED_TOLERANCE, speed_verdict
 
 GRIDS: dict[str, dict[str, list[int]]] = {
@@ -267,7 +268,7 @@ def run_speed(mode: str, results_dir: Path, docs_dir: Path) -> dict[str, list[st
             data[key] = measure(mode)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+            tmp.write_text(files.dumps(data, indent=1), encoding="utf-8")
             tmp.replace(path)
     return speed_sections_from_results(mode, results_dir, docs_dir)
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn import files
+
 #: the name of the sampler, as stored with each arm's trial table
 SAMPLER = "optuna TPE"
 
@@ -87,7 +89,7 @@ class Tuning:
             "startup": self.startup}
         if self.arm_streams:  # absent for the searches made before there was a choice
             record["arm_streams"] = True
-        text = json.dumps(record, sort_keys=True, default=str)
+        text = files.dumps(record, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
 
     def describe(self) -> str:
@@ -162,7 +164,7 @@ def _write(path: Path, data: Any) -> None:
     from ctrlrnn.train.logs import replace_atomically
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_atomically(path, lambda fh: json.dump(data, fh, indent=1, sort_keys=True))
+    replace_atomically(path, lambda fh: files.dump(data, fh, indent=1, sort_keys=True))
 
 
 def _trial_row(number: int, params: dict[str, float], result: dict[str, Any],

@@ -45,6 +45,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from ctrlrnn import files
 from ctrlrnn.processes import pid_alive
 
 FORMAT = "ctrlrnn-checkpoint/2"
@@ -83,7 +84,10 @@ def tensor_digest(name: str, tensor: torch.Tensor) -> str:
 
 
 def metadata_digest(meta: dict[str, Any]) -> str:
-    """Hex sha256 of the metadata without its checksums field, as canonical JSON."""
+    """Hex sha256 of the metadata without its checksums field, as canonical JSON.
+
+    Non-finite numbers are digested as Python's ``json`` writes them (``NaN``): files written
+    before the metadata was strict JSON hold them, and must still verify."""
     body = {k: v for k, v in meta.items() if k != CHECKSUMS}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -203,27 +207,30 @@ def save_checkpoint(
         if ptr in seen and ptr != -1:
             tensors[name] = t.clone()
         seen[ptr] = name
-    # Checksums: over the metadata as it will read back (a JSON round trip), and every tensor.
-    meta = json.loads(json.dumps(meta))
+    # Checksums: over the metadata as it will read back (a JSON round trip: strict JSON, a
+    # non-finite number as null), and every tensor.
+    meta = json.loads(files.dumps(meta))
     meta[CHECKSUMS] = {
         "algorithm": "sha256",
         "metadata": metadata_digest(meta),
         "tensors": {name: tensor_digest(name, tensors[name]) for name in sorted(tensors)},
     }
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"ctrlrnn": json.dumps(meta)})
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        if keep_previous and path.is_file():
-            _keep_as_previous(path)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with files.writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp",
+                                   dir=path.parent)
+        os.close(fd)
+        try:
+            save_file(tensors, tmp, metadata={"ctrlrnn": files.dumps(meta)})
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            if keep_previous and path.is_file():
+                _keep_as_previous(path)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     return path
 
 

@@ -13,16 +13,18 @@ message naming it. Under ``torchrun`` the run is shared among the processes (see
 from __future__ import annotations
 
 import argparse
-import json
 import random
+import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ctrlrnn import files
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.config import (
     HELP,
@@ -36,12 +38,10 @@ from ctrlrnn.units import format_metrics
 
 
 def _epilog() -> str:
-    """The tasks, models and configuration keys, wrapped to the terminal's width."""
+    """The tasks, models and configuration keys, wrapped to the terminal's width (the tasks
+    and models only where the packages their modules import are installed)."""
     import shutil
     import textwrap
-
-    from ctrlrnn.models.encoders import COMMON, ENCODERS
-    from ctrlrnn.tasks import TASKS, task_class
 
     width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 120) - 1)
 
@@ -49,6 +49,27 @@ def _epilog() -> str:
         lead = f"  {name:{pad}s} "
         return textwrap.wrap(text, width, initial_indent=lead,
                              subsequent_indent=" " * len(lead), break_on_hyphens=False)
+
+    try:
+        lines = _tasks_and_models(entry)
+    except ImportError as exc:
+        from ctrlrnn.cli import missing_extra
+
+        absent = missing_extra(exc)
+        if absent is None:
+            raise
+        lines = [f"tasks and models: listed once the '{absent[1]}' extra is installed "
+                 f"(pip install 'ctrlrnn[{absent[1]}]')"]
+    lines.append("configuration keys (key=value):")
+    for key, text in HELP.items():
+        lines += entry(key, text, 17)
+    return "\n".join(lines)
+
+
+def _tasks_and_models(entry: Callable[[str, str, int], list[str]]) -> list[str]:
+    """The epilog's lists of tasks and models with their options."""
+    from ctrlrnn.models.encoders import COMMON, ENCODERS
+    from ctrlrnn.tasks import TASKS, task_class
 
     lines = ["tasks:"]
     for name in sorted(TASKS):
@@ -61,10 +82,7 @@ def _epilog() -> str:
         opts = ", ".join(f"model.{k}={d!r}" for k, (_t, d) in {**COMMON, **spec.options}.items())
         lines += entry(name, spec.description, 10)
         lines += entry("", f"options: {opts}", 10)
-    lines.append("configuration keys (key=value):")
-    for key, text in HELP.items():
-        lines += entry(key, text, 17)
-    return "\n".join(lines)
+    return lines
 
 
 def validated_config(
@@ -162,6 +180,8 @@ def train_run(
             except RunLocked as exc:
                 raise ConfigError(str(exc)) from exc
             except OSError as exc:
+                if files.is_no_space(exc):
+                    raise files.NoSpaceLeft(lock.path) from exc
                 raise ConfigError(f"out: cannot write to {out}: "
                                   f"{exc.strerror or exc}") from exc
         seed_everything(cfg.seed)
@@ -173,6 +193,13 @@ def train_run(
             # missing data or an optional package, a bad task.path, an option the model
             # refuses: say it, no traceback
             raise ConfigError(str(exc)) from exc
+        except (RuntimeError, MemoryError) as exc:
+            asked = _allocation_failure(exc)
+            if asked is None:
+                raise
+            raise ConfigError(f"model: {cfg.model} with these options needs more memory than "
+                              f"{ctx.device} has ({asked}); choose smaller model.* or task.* "
+                              "options") from exc
         trainer = Trainer(cfg, task, model, out, ctx, show_progress=show_progress,
                           accept=accept)
         result = trainer.fit(resume=resume)
@@ -189,7 +216,7 @@ def train_run(
                         "processes": ctx.world_size},
             rows=trainer.log.rows() if trainer.log else [],
         )
-        if verbose:
+        if verbose and result.get("stop_reason") != "diverged":
             print(f"step {result['step']} (best validation {result['metric']} at step "
                   f"{result['best_step']}; {result['train_seconds']:.1f} s of training)")
             print(f"valid  {format_metrics(result['valid'])}")
@@ -202,8 +229,22 @@ def train_run(
         shutdown(ctx)
 
 
+def _allocation_failure(exc: BaseException) -> str | None:
+    """What an allocation that failed asked for (``153600000000000 bytes``, or ``out of
+    memory``), or None when ``exc`` is not an allocation failure."""
+    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return "out of memory"
+    text = str(exc)
+    if "can't allocate memory" not in text:
+        return None
+    asked = re.search(r"allocate ([0-9]+) bytes", text)
+    return f"{int(asked.group(1)):,} bytes asked for" if asked else "out of memory"
+
+
 #: exit status after Ctrl-C, as shells report a process ended by SIGINT
 EXIT_INTERRUPTED = 130
+#: exit status of a run stopped by a non-finite loss or parameter
+EXIT_DIVERGED = 1
 
 
 def resume_command(argv: list[str], out: str) -> str:
@@ -212,6 +253,35 @@ def resume_command(argv: list[str], out: str) -> str:
     if "--out" not in args and not any(a.startswith("--out=") for a in args):
         args += ["--out", out]
     return shlex.join(["ctrlrnn", *args, "--resume"])
+
+
+def _without_key(argv: list[str], key: str) -> list[str]:
+    """``argv`` less its settings of configuration ``key`` (``key=V``, ``--override key=V``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--override" and i + 1 < len(argv) and argv[i + 1].startswith(f"{key}="):
+            i += 2
+            continue
+        if not arg.startswith((f"{key}=", f"--override={key}=")):
+            out.append(arg)
+        i += 1
+    return out
+
+
+def diverged_line(result: dict[str, Any], out: str, argv: list[str]) -> str:
+    """The one line ``ctrlrnn train`` prints for a run stopped by a non-finite value."""
+    from ctrlrnn.train.trainer import LATEST
+
+    stop = result["diverged"]
+    head = f"ctrlrnn train: training diverged: {stop['what']}; nothing after it was saved"
+    if stop.get("checkpoint_step") is None:
+        return (f"{head} (no checkpoint had been written); lower lr (or set clip_norm) and "
+                "train again")
+    again = resume_command(_without_key(argv, "lr"), out)
+    return (f"{head}: {Path(out) / LATEST} holds step {stop['checkpoint_step']}, the last finite "
+            f"state; to continue it at a lower learning rate: {again} --override lr=LOWER")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -236,8 +306,8 @@ def run_train(args: argparse.Namespace) -> int:
     set_interrupt_line(interrupted)
     accept = frozenset(parse_overrides(args.override or []))
     try:
-        train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress,
-                  accept=accept)
+        result = train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress,
+                           accept=accept)
     except ConfigError as exc:
         print(f"ctrlrnn train: {exc}", file=sys.stderr)
         return 2
@@ -248,6 +318,9 @@ def run_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(interrupted(), file=sys.stderr)
         return EXIT_INTERRUPTED
+    if result is not None and result.get("stop_reason") == "diverged":
+        print(diverged_line(result, str(cfg.out), argv), file=sys.stderr)
+        return EXIT_DIVERGED
     return 0
 
 
@@ -262,8 +335,8 @@ def run_eval(args: argparse.Namespace) -> int:
     with torch.no_grad():
         metrics = task.evaluate(model, args.split, 0)
     if args.json:
-        print(json.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
-                         indent=1))
+        print(files.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
+                          indent=1))
     else:
         print(f"{args.split}  {format_metrics(metrics)}  ({args.checkpoint})")
     return 0

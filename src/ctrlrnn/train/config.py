@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
 import re
 import sys
 import types
@@ -28,6 +30,12 @@ else:  # pragma: no cover - Python 3.10
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 #: a validation metric's name, as the tasks report them (``loss``, ``token_accuracy``)
 METRIC_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
+#: the largest seed: the data order's generator takes ``seed * 1_000_003 + epoch`` (under
+#: 2**64), and NumPy's legacy seeding takes 32 bits
+MAX_SEED = 2**32 - 1
+#: ``threads`` may be at most this many times the CPUs the process may run on (more threads
+#: than that only slow a run down, and torch crashes on some huge counts)
+THREADS_PER_CPU = 4
 
 
 class ConfigError(ValueError):
@@ -138,7 +146,28 @@ def coerce(key: str, raw: Any, annotation: Any) -> Any:
         raise ConfigError(
             f"{key}: expected a value of type {_type_name(annotation)}, got {raw!r}"
         )
+    if not _finite(value):
+        raise ConfigError(f"{key}: expected a finite number, got {raw!r}")
     return value
+
+
+def _finite(value: Any) -> bool:
+    """False when ``value`` is, or holds (in a list, tuple or dict), a NaN or an infinity."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -217,6 +246,8 @@ def _suggestion(key: str, fields: set[str]) -> str:
 
 
 def _check_ranges(cfg: TrainConfig) -> None:
+    from ctrlrnn.train.optim import OPTIMIZERS
+
     positive = ("epochs", "batch_size", "log_every", "checkpoint_every")
     for key in positive:
         if getattr(cfg, key) < 1:
@@ -229,6 +260,16 @@ def _check_ranges(cfg: TrainConfig) -> None:
     for key in ("lr", "weight_decay", "momentum", "clip_norm"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}: expected a number >= 0, got {getattr(cfg, key)}")
+    if cfg.seed > MAX_SEED:
+        raise ConfigError(f"seed: expected an integer from 0 to {MAX_SEED}, got {cfg.seed}")
+    cpus = usable_cpus()
+    if cfg.threads > THREADS_PER_CPU * cpus:
+        raise ConfigError(f"threads: expected at most {THREADS_PER_CPU * cpus} "
+                          f"({THREADS_PER_CPU} per CPU; this process may use {cpus}), "
+                          f"got {cfg.threads}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer: expected one of {', '.join(OPTIMIZERS)}, "
+                          f"got {cfg.optimizer!r}")
     if not 0 < cfg.lr_decay <= 1:
         raise ConfigError(f"lr_decay: expected a number in (0, 1], got {cfg.lr_decay}")
     if cfg.monitor and not METRIC_PATTERN.fullmatch(cfg.monitor):

@@ -11,30 +11,37 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from ctrlrnn import files
+
 
 def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
                        newline: str | None = None) -> None:
     """Write ``path`` whole through ``write(fh)``: a temporary file in the same directory
-    (named after this process), fsync, rename over ``path``, fsync the directory."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
-                               dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    (named after this process), fsync, rename over ``path``, fsync the directory. The file
+    keeps the permissions of the one it replaces (a new one: those the umask gives).
+
+    A full disk raises :class:`~ctrlrnn.files.NoSpaceLeft` naming ``path``, which is then
+    as it was."""
+    with files.writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+        try:
+            os.fchmod(fd, _mode_for(path))
+            with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # pragma: no cover - a platform without directory handles
@@ -43,6 +50,26 @@ def replace_atomically(path: Path, write: Callable[[TextIO], None], *,
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits a file written at ``path`` gets: those of the file there, else
+    read-write for all less the process's umask (as ``open`` would create it)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022  # the usual default where the system does not say
 
 
 class RunLog:
@@ -55,10 +82,9 @@ class RunLog:
         self.csv = self.dir / "log.csv"
 
     def write(self, row: dict[str, Any]) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for k, v in row.items()}
-        with open(self.jsonl, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(clean) + "\n")
+        """Append ``row`` (strict JSON: a non-finite number is written as null)."""
+        with files.writing(self.jsonl), open(self.jsonl, "a", encoding="utf-8") as fh:
+            fh.write(files.dumps(row) + "\n")
             fh.flush()
 
     def export_csv(self) -> None:
@@ -103,7 +129,14 @@ class RunLog:
                 for r in self._iter_rows():
                     if int(r.get("step", 0)) <= step and (keep_final
                                                           or r.get("split") != "final"):
-                        fh.write(json.dumps(r) + "\n")
+                        fh.write(files.dumps(r) + "\n")
 
             replace_atomically(self.jsonl, write)
         self.export_csv()
+
+    def clear(self) -> None:
+        """Drop every row (a run that starts at step 0 again), replacing the files atomically."""
+        if self.jsonl.exists():
+            replace_atomically(self.jsonl, lambda fh: None)
+        if self.csv.exists():
+            replace_atomically(self.csv, lambda fh: None, newline="")

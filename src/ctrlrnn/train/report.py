@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ctrlrnn import files
+from ctrlrnn.train.logs import replace_atomically
 from ctrlrnn.units import PERCENT, format_metric, scale
 
 
@@ -41,8 +42,11 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, metric: str) -> Path | N
     axes[1].set_title(f"validation {metric}{unit}")
     axes[1].grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with files.writing(path):
+            fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -50,6 +54,19 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def _metrics_table(result: dict[str, Any]) -> list[str]:
+    valid, test = result["valid"], result["test"]
+    if not valid:
+        return ["None: the run stopped before any checkpoint was evaluated."]
+    keys = sorted(valid)
+    return [
+        "| split | " + " | ".join(keys) + " |",
+        "|---|" + "---|" * len(keys),
+        "| valid | " + " | ".join(format_metric(k, valid[k]) for k in keys) + " |",
+        "| test | " + " | ".join(format_metric(k, test.get(k, "")) for k in keys) + " |",
+    ]
 
 
 def write_report(
@@ -61,25 +78,26 @@ def write_report(
     model_info: dict[str, Any],
     rows: list[dict[str, Any]],
 ) -> Path:
-    """Write ``report.md`` (and ``curves.png``) into ``out_dir``; returns the report path."""
+    """Write ``report.md``, ``result.json`` (strict JSON) and ``curves.png`` into ``out_dir``;
+    returns the report path."""
     plot = plot_curves(rows, out_dir / "curves.png", result["metric"])
+    best = (f"- best validation {result['metric']} at step {result['best_step']}"
+            if result["valid"] else "- no checkpoint was evaluated: no metrics to report")
+    diverged = result.get("diverged")
     lines = [
         f"# Run report: {config['task']} with {config['model']}",
         "",
         f"- steps: {result['step']}, epochs completed: {result['epochs_completed']}, "
         f"training time: {result['train_seconds']:.1f} s",
-        f"- best validation {result['metric']} at step {result['best_step']}",
+        best,
+        *([f"- stopped: {diverged['what']} (nothing after the last finite checkpoint was "
+           "kept)"] if diverged else []),
         f"- machine: {platform.machine()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads",
         "",
         "## Metrics (best checkpoint)",
         "",
-        "| split | " + " | ".join(sorted(result["valid"])) + " |",
-        "|---|" + "---|" * len(result["valid"]),
-        "| valid | " + " | ".join(format_metric(k, result["valid"][k])
-                                  for k in sorted(result["valid"])) + " |",
-        "| test | " + " | ".join(format_metric(k, result["test"].get(k, ""))
-                                 for k in sorted(result["valid"])) + " |",
+        *_metrics_table(result),
         "",
         "## Model",
         "",
@@ -92,8 +110,9 @@ def write_report(
     ]
     if plot is not None:
         lines += ["## Learning curves", "", f"![learning curves]({plot.name})", ""]
-    lines += ["## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
+    lines += ["## Configuration", "", "```json", files.dumps(config, indent=2), "```", ""]
     path = out_dir / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    (out_dir / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    replace_atomically(path, lambda fh: fh.write("\n".join(lines)))
+    replace_atomically(out_dir / "result.json",
+                       lambda fh: fh.write(files.dumps(result, indent=2)))
     return path

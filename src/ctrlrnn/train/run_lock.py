@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn import files
 from ctrlrnn.processes import pid_alive
 
 try:
@@ -93,7 +94,7 @@ class RunLock:
             raise
         previous = _read_info(self.path)
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(self._info()).encode())
+        os.write(fd, files.dumps(self._info()).encode())
         os.fsync(fd)
         self._fd = fd
         self._took_over(previous)
@@ -110,7 +111,7 @@ class RunLock:
                     self._took_over(info)
                     continue
                 raise self._busy(info) from None
-            os.write(fd, json.dumps(self._info()).encode())
+            os.write(fd, files.dumps(self._info()).encode())
             self._fd = fd
             return
         raise self._busy(_read_info(self.path))

@@ -15,8 +15,18 @@ stream, so a killed run ends with the same weights and metrics as an uninterrupt
 finished run resumed with a larger ``max_steps`` (or more ``epochs``) continues to the new
 limit; one stopped by early stopping stays finished.
 
+A run directory with a log but no checkpoint (a run stopped before its first checkpoint) starts
+again at step 0 with its log emptied, so the log never holds a step twice.
+
 Ctrl-C (SIGINT) during :meth:`Trainer.fit` finishes the optimizer step under way, writes the
 checkpoint and raises :class:`TrainingInterrupted` (a second Ctrl-C stops at once).
+
+**Divergence.** Every step's training loss is checked, and the parameters before every
+evaluation and checkpoint: at the first non-finite value the run stops (``stop_reason``
+``"diverged"``) without writing a checkpoint, so ``checkpoint.safetensors`` keeps the last
+finite state and ``best.safetensors`` only ever holds finite parameters. The result then
+reports the best checkpoint's metrics (none when there is no best checkpoint yet) and what
+went wrong (``diverged``).
 """
 
 from __future__ import annotations
@@ -55,6 +65,15 @@ from ctrlrnn.units import higher_is_better
 
 LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"
+
+
+class _Diverged(Exception):
+    """A non-finite training loss or parameter: the run stops (caught in :meth:`Trainer.fit`)."""
+
+    def __init__(self, step: int, what: str) -> None:
+        super().__init__(what)
+        self.step = step
+        self.what = what
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -215,9 +234,12 @@ class Trainer:
             "load_start": None,
         }
         self.last_metrics: dict[str, float] = {}
+        #: the step of the checkpoint on disk under LATEST (None: none written or restored)
+        self.checkpoint_step: int | None = None
 
     # ------------------------------------------------------------------ state
     def _save(self, name: str = LATEST) -> None:
+        self._check_parameters()
         if self.ctx.is_main:
             save_checkpoint(
                 self.out / name,
@@ -230,7 +252,18 @@ class Trainer:
             )
             if self.log is not None:
                 self.log.export_csv()
+        if name == LATEST:
+            self.checkpoint_step = int(self.progress["step"])
         barrier(self.ctx)
+
+    def _check_parameters(self) -> None:
+        """Raise :class:`_Diverged` when a parameter holds a NaN or an infinity (nothing
+        evaluates or stores such a model)."""
+        for name, p in self.model.named_parameters():
+            if not bool(torch.isfinite(p.detach()).all()):
+                raise _Diverged(int(self.progress["step"]),
+                                f"the parameter {name} is not finite after step "
+                                f"{int(self.progress['step'])}")
 
     def _restore(self) -> bool:
         path = self.out / LATEST
@@ -253,6 +286,7 @@ class Trainer:
                               f"optimizer ({first}); train into a new --out") from exc
         self.task.restore_state(*ckpt.task_state())
         self.progress.update(ckpt.progress)
+        self.checkpoint_step = int(self.progress["step"])
         extend = bool(self.progress.get("done")) and self._can_continue()
         if extend:
             self.progress["done"] = False
@@ -307,6 +341,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self) -> dict[str, float]:
+        self._check_parameters()
         self.model.eval()
         with torch.no_grad():
             metrics = self.task.evaluate(self.model, "valid", self.cfg.eval_batches)
@@ -369,8 +404,14 @@ class Trainer:
                 f"out: {self.out} already holds a run (checkpoint.safetensors); "
                 "pass --resume to continue it or choose another --out"
             )
-        if resume and not has_ckpt:
-            self._say(f"resume: {self.out} holds no checkpoint yet; starting at step 0")
+        if not has_ckpt:
+            dropped = self._drop_log_without_checkpoint()
+            if resume:
+                self._say(f"resume: {self.out} holds no checkpoint yet; starting at step 0"
+                          + (f" (its log of {dropped} row(s) dropped)" if dropped else ""))
+            elif dropped:
+                self._say(f"out: {self.out} holds the log of a run stopped before its first "
+                          f"checkpoint; starting again at step 0 (its {dropped} row(s) dropped)")
         if resume and self._restore() and self.progress.get("done"):
             return self._finish(already_done=True)
         self._check_monitor()
@@ -387,6 +428,7 @@ class Trainer:
         seconds_before = float(self.progress["train_seconds"])
         examples = 0
         interrupt = _InterruptFlag()
+        diverged: _Diverged | None = None
         try:
             interrupt.__enter__()
             while self.progress["epoch"] < cfg.epochs and not stop:
@@ -408,6 +450,8 @@ class Trainer:
                     elapsed = seconds_before + time.perf_counter() - t_start
                     self.progress["train_seconds"] = elapsed
                     self.progress["cpu_seconds"] = cpu_before + time.process_time() - cpu_start
+                    if not math.isfinite(loss_value):
+                        raise _Diverged(step, f"the training loss is {loss_value} at step {step}")
                     if step % cfg.log_every == 0 and self.log is not None:
                         self.log.write({"step": step, "epoch": epoch, "split": "train",
                                         "loss": loss_value, "lr": lr, "seconds": elapsed})
@@ -439,11 +483,51 @@ class Trainer:
                     self._save()
             if not stop:
                 self.progress["stop_reason"] = "epochs"
+            self._check_parameters()  # before the final evaluation and checkpoint
+        except _Diverged as exc:
+            diverged = exc
         finally:
             interrupt.__exit__()
             bar.close()
         self.progress["done"] = True
+        if diverged is not None:
+            return self._finish_diverged(diverged)
         return self._finish(already_done=False)
+
+    def _drop_log_without_checkpoint(self) -> int:
+        """Empty the log of a run directory that holds no checkpoint (the rows of a run
+        stopped before its first checkpoint, whose steps this run makes again); returns how
+        many rows were dropped."""
+        if self.log is None:
+            return 0
+        rows = len(self.log.rows())
+        if rows or self.log.jsonl.exists():
+            self.log.clear()
+        return rows
+
+    def _finish_diverged(self, stop: _Diverged) -> dict[str, Any]:
+        """The result of a run stopped by a non-finite value: nothing is saved (the last
+        checkpoint is the last finite state); the metrics are the best checkpoint's, or none."""
+        self.progress["stop_reason"] = "diverged"
+        best_path = self.out / BEST
+        valid: dict[str, float] = {}
+        test: dict[str, float] = {}
+        if best_path.exists():
+            try:
+                Checkpoint(best_path).restore(self.model, rng=False)
+            except ValueError as exc:
+                raise ConfigError(f"{exc}; delete it and resume to train from the latest "
+                                  "checkpoint") from exc
+            self.model.eval()
+            with torch.no_grad():
+                valid = self.task.evaluate(self.model, "valid", self.cfg.eval_batches)
+                test = self.task.evaluate(self.model, "test", self.cfg.eval_batches)
+        if self.log is not None:
+            self.log.export_csv()
+        result = self._result(valid, test)
+        result["diverged"] = {"step": stop.step, "what": stop.what,
+                              "checkpoint_step": self.checkpoint_step}
+        return result
 
     def _interrupted(self, flag: _InterruptFlag) -> bool:
         """Whether Ctrl-C was pressed (in any process: they stop at the same step)."""
@@ -481,6 +565,17 @@ class Trainer:
         with torch.no_grad():
             valid = self.task.evaluate(self.model, "valid", limit)
             test = self.task.evaluate(self.model, "test", limit)
+        result = self._result(valid, test)
+        if self.log is not None and not already_done:
+            self.log.write({"step": step, "split": "final",
+                            **{f"valid_{k}": v for k, v in valid.items()},
+                            **{f"test_{k}": v for k, v in test.items()}})
+            self.log.export_csv()
+        return result
+
+    def _result(self, valid: dict[str, float], test: dict[str, float]) -> dict[str, Any]:
+        """The run's result with the metrics ``valid`` and ``test`` of the checkpoint kept."""
+        step = int(self.progress["step"])
         seconds = float(self.progress["train_seconds"])
         threads = torch.get_num_threads()
         cpu = float(self.progress.get("cpu_seconds") or 0.0)
@@ -498,15 +593,10 @@ class Trainer:
             "threads": threads,
             "device": _device_name(self.ctx.device),
             "metric": self.monitor,
-            "eval_batches": limit,
+            "eval_batches": self.cfg.eval_batches,
             "valid": valid,
             "test": test,
         }
-        if self.log is not None and not already_done:
-            self.log.write({"step": step, "split": "final",
-                            **{f"valid_{k}": v for k, v in valid.items()},
-                            **{f"test_{k}": v for k, v in test.items()}})
-            self.log.export_csv()
         return result
 
 
