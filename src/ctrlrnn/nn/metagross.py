@@ -79,6 +79,7 @@ from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.cells_ref import metagross_maps
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequence
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask, reverse_padded
@@ -106,9 +107,7 @@ def base_index(gate: int, node: int) -> int:
     ``s = 2^(n-1) - 1``, ``k = 2^(n-1)``) come the ``k`` F maps, then the ``k`` O maps, then the
     ``k`` Z maps, so one level's pre-activations are one contiguous block ``(3, k, H)``.
     """
-    level_start = 2 ** (node + 1).bit_length() // 2 - 1
-    k = level_start + 1
-    return 3 * level_start + gate * k + (node - level_start)
+    return metagross_maps(node)[gate]
 
 
 class MetagrossUnit(nn.Module):
