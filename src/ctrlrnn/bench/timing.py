@@ -1,6 +1,8 @@
 """Wall-clock timing of a forward pass and of a forward+backward pass.
 
-Every measurement is a warm-up followed by repeats; the reported number is the median. Rows
+Every measurement is a warm-up followed by repeats; the reported number is the median. A
+sample is wall-clock time by default; on a GPU, :func:`cuda_event_seconds` times the work on
+the device with CUDA events instead (``Timer(..., clock=cuda_event_seconds)``). Rows
 that are compared with each other can be timed in turn, one sample of each at a time
 (:func:`interleave`), so that load from other processes falls on all of them alike. The
 thread count is whatever :func:`torch.get_num_threads` says (the default unless the user asked
@@ -111,6 +113,10 @@ class Timer:
         max_seconds: stop adding repeats (after ``min_repeats``) once this much time has been
             spent timing; None means always run ``repeats``.
         before_each: untimed call before every call of ``fn`` (e.g. resetting gradients).
+        deadline: stop adding repeats (after ``min_repeats``) once ``time.monotonic()`` has
+            passed this; None means no deadline.
+        clock: times one call, ``clock(fn) -> seconds`` (e.g. :func:`cuda_event_seconds`);
+            None means wall-clock time around the call.
     """
 
     def __init__(
@@ -122,6 +128,8 @@ class Timer:
         min_repeats: int = 3,
         max_seconds: float | None = None,
         before_each: Callable[[], None] | None = None,
+        deadline: float | None = None,
+        clock: Callable[[Callable[[], Any]], float] | None = None,
     ) -> None:
         if repeats < 1:
             raise ValueError(f"repeats: expected at least 1, got {repeats}")
@@ -133,6 +141,8 @@ class Timer:
         self.min_repeats = max(1, min(min_repeats, repeats))
         self.max_seconds = max_seconds
         self.before_each = before_each
+        self.deadline = deadline
+        self.clock = clock
         self.samples: list[float] = []
         self.cpu_samples: list[float] = []
         self._warm = False
@@ -150,15 +160,15 @@ class Timer:
     @property
     def done(self) -> bool:
         """True once ``repeats`` samples are taken, or ``min_repeats`` are and the time budget
-        ``max_seconds`` is spent."""
+        ``max_seconds`` is spent or the ``deadline`` passed."""
         n = len(self.samples)
         if n >= self.repeats:
             return True
-        return (
-            self.max_seconds is not None
-            and n >= self.min_repeats
-            and sum(self.samples) >= self.max_seconds
-        )
+        if n < self.min_repeats:
+            return False
+        if self.max_seconds is not None and sum(self.samples) >= self.max_seconds:
+            return True
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def step(self) -> float:
         """Take one timed sample (warming up first if needed); return it in seconds."""
@@ -166,9 +176,12 @@ class Timer:
         if self.before_each is not None:
             self.before_each()
         c0 = time.process_time()
-        t0 = time.perf_counter()
-        self.fn()
-        dt = time.perf_counter() - t0
+        if self.clock is None:
+            t0 = time.perf_counter()
+            self.fn()
+            dt = time.perf_counter() - t0
+        else:
+            dt = self.clock(self.fn)
         self.cpu_samples.append(time.process_time() - c0)
         self.samples.append(dt)
         return dt
@@ -184,6 +197,18 @@ class Timer:
             threads=torch.get_num_threads(),
             cpu_samples_s=list(self.cpu_samples),
         )
+
+
+def cuda_event_seconds(fn: Callable[[], Any]) -> float:
+    """Seconds ``fn()``'s work takes on the current CUDA stream, by CUDA events recorded before
+    and after it (waits for the work to finish)."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 def interleave(timers: Sequence[Timer]) -> list[Timing]:
