@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import torch
 
-from ctrlrnn.bench.timing import Outputs
+from ctrlrnn.timing import Outputs
 
 Kind = Literal["time", "memory"]
 

@@ -4,7 +4,7 @@ over the QRNN paper's figure 4 grid; RCRN against a 3-layer cuDNN BiLSTM (RCRN p
 CAS-LSTM against a 2-layer cuDNN LSTM; METAGROSS (both readings) against a cuDNN LSTM.
 
 Timings are medians of repeats after a warm-up, timed by CUDA events, the compared rows one
-sample each in turn (:func:`ctrlrnn.bench.timing.interleave`); a benchmark reduces its repeats
+sample each in turn (:func:`ctrlrnn.timing.interleave`); a benchmark reduces its repeats
 when its budget runs low and records the points it had no time for.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ctrlrnn import CASLSTM, QRNN, RCRN, Metagross, __version__
-from ctrlrnn.bench.timing import Timer, cuda_event_seconds, interleave
 from ctrlrnn.ops import backend, gpu
 from ctrlrnn.ops.linear_scan import linear_scan
+from ctrlrnn.timing import Timer, cuda_event_seconds, interleave
 
 QRNN_BATCH = (8, 16, 32, 64, 128, 256)
 QRNN_LENGTH = (32, 64, 128, 256, 512, 1024)

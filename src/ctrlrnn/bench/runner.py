@@ -34,7 +34,7 @@ from ctrlrnn.bench import roofline as _roofline
 from ctrlrnn.bench.case_registry import Case, CaseUnavailable, Point, Workload
 from ctrlrnn.bench.machine import machine
 from ctrlrnn.bench.memory import RSS_METHOD, SAVED_METHOD, linear_fit, measure_training_memory
-from ctrlrnn.bench.timing import Timer, forward_backward_timer, forward_timer
+from ctrlrnn.timing import Timer, forward_backward_timer, forward_timer
 
 SCHEMA = "ctrlrnn-bench/1"
 
