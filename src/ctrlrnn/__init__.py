@@ -1,27 +1,21 @@
 """ctrlrnn: controlled recurrent networks for PyTorch.
 
 QRNN, RCRN, CARNN, METAGROSS and CAS-LSTM as drop-in replacements for :class:`torch.nn.LSTM`,
-built on two compiled primitives: the diagonal linear scan and the fused gated cell.
+built on two compiled primitives: the diagonal linear scan and the fused gated cell. Every
+registered unit's layer and cell (:mod:`ctrlrnn.nn.registry`) is a name of this package.
 """
 
 from __future__ import annotations
 
+from ctrlrnn.nn import *  # noqa: F403 - every registered unit's layer and cell
 from ctrlrnn.nn import (
-    CARNN,
-    CASLSTM,
-    QRNN,
-    RCRN,
-    CARNNCell,
     ContextualCARNNLM,
     HistorySummary,
-    Metagross,
-    MetagrossCell,
     MetagrossFFN,
     PositionEncoder,
-    QRNNCell,
-    RCRNCell,
     RecurrentBase,
 )
+from ctrlrnn.nn.registry import unit_exports
 from ctrlrnn.onnx_export import export_onnx
 from ctrlrnn.ops import (
     backend_info,
@@ -38,20 +32,11 @@ from ctrlrnn.serialization import safe_globals
 __version__ = "0.1.0"
 
 __all__ = [
-    "CARNN",
-    "CARNNCell",
-    "CASLSTM",
     "ContextualCARNNLM",
     "HistorySummary",
     "KernelBuildWarning",
-    "Metagross",
-    "MetagrossCell",
     "MetagrossFFN",
     "PositionEncoder",
-    "QRNN",
-    "QRNNCell",
-    "RCRN",
-    "RCRNCell",
     "RecurrentBase",
     "backend_info",
     "empty_cache",
@@ -64,3 +49,4 @@ __all__ = [
     "safe_globals",
     "set_output_cache_limit",
 ]
+__all__ = sorted([*__all__, *unit_exports()])

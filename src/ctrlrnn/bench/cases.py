@@ -4,11 +4,13 @@
 :data:`REGISTRY`; the rows register themselves when their modules are imported, here, in this
 order:
 
-* :mod:`ctrlrnn.bench.cases_torch`: ``torch.nn.LSTM`` and ``torch.nn.GRU``;
+* :mod:`ctrlrnn.bench.cases_torch`: ``torch.nn.LSTM`` and ``torch.nn.GRU``, and the papers'
+  stacked LSTM baselines;
 * :mod:`ctrlrnn.bench.cases_scan`: the linear scan, compiled, reference and as Python loops;
-* :mod:`ctrlrnn.bench.cases_qrnn`: the QRNN's poolings and the training-memory rows;
-* :mod:`ctrlrnn.bench.cases_architectures`: the papers' baselines, the fused cells and the
-  other architectures.
+* :mod:`ctrlrnn.bench.cases_fused`: the fused LSTM and GRU cells;
+* :mod:`ctrlrnn.bench.cases_units`: every registered unit's rows, as its entry declares them
+  (:class:`ctrlrnn.nn.registry.BenchRow`), in the registry's order;
+* :mod:`ctrlrnn.bench.cases_memory`: the training-memory rows.
 
 The names below are re-exported for the callers of the bench (``ctrlrnn bench``, the tests).
 """
@@ -19,8 +21,9 @@ from __future__ import annotations
 # isort: off
 from ctrlrnn.bench import cases_torch
 from ctrlrnn.bench import cases_scan
-from ctrlrnn.bench import cases_qrnn
-from ctrlrnn.bench import cases_architectures
+from ctrlrnn.bench import cases_fused
+from ctrlrnn.bench import cases_units
+from ctrlrnn.bench import cases_memory
 
 # isort: on
 from ctrlrnn.bench.case_registry import (
@@ -50,10 +53,11 @@ __all__ = [
     "Workload",
     "backend_info",
     "case",
-    "cases_architectures",
-    "cases_qrnn",
+    "cases_fused",
+    "cases_memory",
     "cases_scan",
     "cases_torch",
+    "cases_units",
     "family_backend",
     "gru",
     "lstm",

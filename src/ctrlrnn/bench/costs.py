@@ -1,8 +1,9 @@
 """Cost models of the benchmark rows: matmul FLOPs and the fewest elementwise bytes.
 
 The roofline floor of a row is ``FLOPs / GEMM rate + bytes / copy bandwidth``; the functions
-here give both for the usual building blocks (a GEMM, a gated RNN layer, a QRNN layer, values
-moved per (batch, step, unit)).
+here give both for the usual building blocks (a GEMM, a gated RNN layer, values moved per
+(batch, step, unit)). The units declare theirs on their registry entry
+(:class:`ctrlrnn.nn.registry.BenchRow`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,6 @@ def gated_rnn_flops(p: Point, input_size: int, hidden: int, gates: int) -> Cost:
     """Matmul FLOPs of a 1-layer gated RNN (LSTM: 4 gates, GRU: 3): the input projection and the
     recurrent projection, ``2*B*T*(input_size + hidden)*(gates*hidden)`` forward."""
     return gemm_cost(p.batch * p.length, input_size + hidden, gates * hidden)
-
-
-def qrnn_flops(p: Point, input_size: int, hidden: int, window: int, gates: int) -> Cost:
-    """Matmul FLOPs of a QRNN layer: the causal convolution of width ``window`` as one GEMM,
-    ``2*B*T*(window*input_size)*(gates*hidden)`` forward."""
-    return gemm_cost(p.batch * p.length, window * input_size, gates * hidden)
 
 
 def per_unit_bytes(p: Point, units: int, dtype: torch.dtype, *, fwd: int, bwd: int) -> Cost:
@@ -53,17 +48,6 @@ GRU_UNIT_VALUES = (8, 12)
 #: Linear scan per element: forward reads a, b and writes h; backward reads grad h, a, h and
 #: writes grad a, grad b.
 SCAN_ELEMENT_VALUES = (3, 5)
-#: QRNN pooling gates per pooling mode.
-QRNN_GATES = {"f": 2, "fo": 3, "ifo": 4}
-
-
-def qrnn_unit_values(pooling: str) -> tuple[int, int]:
-    """Elementwise values per (batch, step, unit) of the fused QRNN pooling: forward reads the G
-    gate pre-activations and writes h and c (f-pooling: h is c, one write); backward reads the
-    G gates, c and grad h, writes the G gate gradients."""
-    g = QRNN_GATES[pooling]
-    fwd = g + (1 if pooling == "f" else 2)
-    return fwd, 2 * g + 2
 
 
 def sum_costs(*costs: Cost) -> Cost:

@@ -1,4 +1,5 @@
-"""Encoders by name: any ctrlrnn layer, or ``torch.nn.LSTM`` / ``nn.GRU`` as the baseline.
+"""Encoders by name: any registered unit (:mod:`ctrlrnn.nn.registry`), or ``torch.nn.LSTM`` /
+``nn.GRU`` as the baseline.
 
 Every task model takes its encoder from here, so comparing architectures means swapping one
 name (``--model``) while the rest of the model stays the same. :class:`SequenceEncoder` gives
@@ -10,6 +11,7 @@ input, padding ignored (``nn.LSTM`` / ``nn.GRU`` get packed sequences), and
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ctrlrnn.nn.registry import UNITS
 from ctrlrnn.ops.padding import last_valid
 from ctrlrnn.options import check_options
 
@@ -30,59 +33,49 @@ COMMON: dict[str, tuple[Any, Any]] = {
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """How to build encoder ``name``: its class path and its own options beyond ``COMMON``."""
+    """How to build encoder ``name``: its class (or ``"module:Class"``) and its own options
+    beyond ``COMMON``."""
 
     name: str
-    target: str  # "module:Class"
-    options: dict[str, tuple[Any, Any]]
+    target: str | type[nn.Module]
+    options: Mapping[str, tuple[Any, Any]]
     description: str
 
     def cls(self) -> type[nn.Module]:
+        if isinstance(self.target, type):
+            return self.target
         module, _, attr = self.target.partition(":")
         return getattr(importlib.import_module(module), attr)
 
 
-ENCODERS: dict[str, EncoderSpec] = {
-    spec.name: spec
-    for spec in [
-        EncoderSpec("lstm", "torch.nn:LSTM", {}, "torch.nn.LSTM (baseline)"),
-        EncoderSpec("gru", "torch.nn:GRU", {}, "torch.nn.GRU (baseline)"),
-        EncoderSpec(
-            "qrnn",
-            "ctrlrnn.nn.qrnn:QRNN",
-            {"window": (int | tuple[int, ...], 2), "causal": (bool, True),
-             "pooling": (str, "fo"), "zoneout": (float, 0.0), "dense": (bool, False)},
-            "Quasi-recurrent network (QRNN paper)",
-        ),
-        EncoderSpec(
-            "rcrn",
-            "ctrlrnn.nn.rcrn:RCRN",
-            {"cell": (str, "lstm"), "output_gate": (str, "sigmoid"),
-             "listener": (str, "per_direction")},
-            "Recurrently controlled recurrent network (RCRN paper)",
-        ),
-        EncoderSpec(
-            "caslstm",
-            "ctrlrnn.nn.cas_lstm:CASLSTM",
-            {"lambda_": (float | str | None, "auto"), "peephole": (bool, False)},
-            "Cell-aware stacked LSTM (CAS-LSTM paper)",
-        ),
-        EncoderSpec(
-            "carnn",
-            "ctrlrnn.nn.carnn:CARNN",
-            {"variant": (str, "n"), "context_size": (int | None, None)},
-            "Context-dependent additive RNN (CARNN paper); the task model supplies the context",
-        ),
-        EncoderSpec(
-            "metagross",
-            "ctrlrnn.nn.metagross:Metagross",
-            {"depth": (int, 2), "base": (str, "linear"), "depth_gate": (str, "token"),
-             "residual": (bool, True), "recurrence": (str, "h"), "gates": (str, "input")},
-            "METAGROSS recursive controlled unit (METAGROSS paper); model.gates=state is "
-            "section 2 as printed (gates reading h_{t-1})",
-        ),
-    ]
+#: the baselines, before every registered unit
+BASELINES: dict[str, EncoderSpec] = {
+    "lstm": EncoderSpec("lstm", "torch.nn:LSTM", {}, "torch.nn.LSTM (baseline)"),
+    "gru": EncoderSpec("gru", "torch.nn:GRU", {}, "torch.nn.GRU (baseline)"),
 }
+
+
+class _Encoders(Mapping[str, EncoderSpec]):
+    """:data:`BASELINES`, then every unit of :data:`ctrlrnn.nn.registry.UNITS` (read on each
+    use, so a unit registered later is an encoder too)."""
+
+    def _all(self) -> dict[str, EncoderSpec]:
+        units = {name: EncoderSpec(name, unit.cls, unit.options, unit.description)
+                 for name, unit in UNITS.items()}
+        return {**BASELINES, **units}
+
+    def __getitem__(self, name: str) -> EncoderSpec:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+#: encoder name -> how to build it: the baselines and every registered unit
+ENCODERS: Mapping[str, EncoderSpec] = _Encoders()
 
 
 def encoder_options(name: str, given: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import ncarnn_sequence
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -184,6 +185,30 @@ def _check_context(context_size: int | None, context: Any, batch: int, x: Tensor
         )
 
 
+def _bench_row(variant: str) -> BenchRow:
+    """The bench row of one variant at width C, with a context of width C: the input gates are
+    one GEMM (nCARNN also projects h_{t-1} for its two recurrent gates); per unit the scan reads
+    the gates and writes h, its backward reads them back with the output gradient."""
+    gates = {"n": 3, "i": 3, "s": 2}[variant]
+    return BenchRow(
+        f"carnn_{variant}",
+        f"ctrlrnn.CARNN, {variant}CARNN, context of the same width",
+        gemms=lambda C: [(C, gates * C), *([(C, 2 * C)] if variant == "n" else [])],
+        values=lambda C: [(C, gates + 1, 2 * gates + 2)],
+        options={"variant": variant},
+        grid="target",
+        context=True,
+    )
+
+
+@register_unit(
+    "carnn",
+    description="Context-dependent additive RNN (CARNN paper); the task model supplies the "
+                "context",
+    options={"variant": (str, "n"), "context_size": (int | None, None)},
+    cell=CARNNCell,
+    bench=[_bench_row(variant) for variant in ("n", "i", "s")],
+)
 class CARNN(RecurrentBase):
     """CARNN layer stack (nCARNN eq 3, iCARNN eq 5, sCARNN eq 6) with the ``nn.LSTM`` contract.
 

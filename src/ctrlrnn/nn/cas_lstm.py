@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.fused_cells import cas_lstm_sequence, lstm_sequence
 from ctrlrnn.ops.padding import reverse_padded
@@ -108,6 +109,23 @@ class CASLayer(nn.Module):
                 nn.init.uniform_(p, -bound, bound)
 
 
+@register_unit(
+    "caslstm",
+    description="Cell-aware stacked LSTM (CAS-LSTM paper)",
+    options={"lambda_": (float | str | None, "auto"), "peephole": (bool, False)},
+    bench=[BenchRow(
+        "caslstm",
+        "ctrlrnn.CASLSTM, 2 layers (layer 2: 5 gate blocks and the vertical gate)",
+        # layer 1 an LSTM, layer 2 five gate blocks, each over [x_t, h_{t-1}]
+        gemms=lambda C: [(2 * C, 4 * C), (2 * C, 5 * C)],
+        # layer 1 an LSTM cell; layer 2 also reads the lower cell (forward) and writes its
+        # gradient (backward)
+        values=lambda C: [(C, 7, 10), (C, 9, 13)],
+        options={"num_layers": 2},
+        grid="target",
+        compare_to=("lstm2",),
+    )],
+)
 class CASLSTM(RecurrentBase):
     """Cell-aware stacked LSTM with the ``torch.nn.LSTM`` interface.
 

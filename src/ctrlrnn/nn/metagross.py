@@ -77,6 +77,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.cells_ref import metagross_maps
@@ -492,6 +493,40 @@ class MetagrossCell(nn.Module):
         return h, new
 
 
+@register_unit(
+    "metagross",
+    description="METAGROSS recursive controlled unit (METAGROSS paper); model.gates=state is "
+                "section 2 as printed (gates reading h_{t-1})",
+    options={"depth": (int, 2), "base": (str, "linear"), "depth_gate": (str, "token"),
+             "residual": (bool, True), "recurrence": (str, "h"), "gates": (str, "input")},
+    cell=MetagrossCell,
+    bench=[
+        BenchRow(
+            "metagross",
+            "ctrlrnn.Metagross, depth 2, linear base, token depth gates, residual",
+            # depth 2: 3 units of 3 linear maps each, and the 2 depth gates of the one
+            # internal node, all from x_t in one GEMM
+            gemms=lambda C: [(C, 3 * 3 * C + 2 * 1)],
+            # section 2 at depth 2: 14 values per unit forward (56 C bytes in fp32), 28 backward
+            values=lambda C: [(C, 14, 28)],
+            options={"depth": 2, "base": "linear"},
+            grid="target",
+        ),
+        BenchRow(
+            "metagross_state",
+            "ctrlrnn.Metagross(gates='state'): as printed, depth 2, linear base, residual",
+            # every base map reads (x_t, h_{t-1}): W x for all steps in one GEMM, U h_{t-1}
+            # per step
+            gemms=lambda C: [(C, 3 * 3 * C + 2 * 1), (C, 3 * 3 * C)],
+            # per unit: read the 9 input maps, write the 9 pre-activations saved for backward,
+            # read the residual, write h (20 values); backward reads them back with h_{t-1} and
+            # the output gradient, writes dP and the residual's gradient (22)
+            values=lambda C: [(C, 20, 22)],
+            options={"depth": 2, "gates": "state"},
+            grid="target",
+        ),
+    ],
+)
 class Metagross(RecurrentBase):
     """METAGROSS layer stack (section 2) with the ``torch.nn.LSTM`` contract.
 

@@ -40,6 +40,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.padding import last_valid, zero_padding
@@ -374,6 +375,31 @@ class QRNNCell(nn.Module):
         return s if self.causal else s + ", causal=False"
 
 
+def _bench_row(pooling: str) -> BenchRow:
+    """The bench row of one pooling: a window-2 QRNN at width C. Its one GEMM is the
+    convolution, ``(B*T, 2C) @ (2C, G*C)`` for G gates; the fused pooling reads the G gates and
+    writes h and c (f-pooling: h is c, one write), and its backward reads the G gates, c and the
+    output gradient and writes the G gates' gradients."""
+    gates = GATES_PER_MODE[pooling]
+    forward = gates + (1 if pooling == "f" else 2)
+    return BenchRow(
+        f"qrnn_{pooling}",
+        f"ctrlrnn.QRNN, window 2, {pooling}-pooling, input = hidden = width",
+        gemms=lambda C: [(2 * C, gates * C)],
+        values=lambda C: [(C, forward, 2 * gates + 2)],
+        options={"window": 2, "pooling": pooling},
+        backend="scan",
+    )
+
+
+@register_unit(
+    "qrnn",
+    description="Quasi-recurrent network (QRNN paper)",
+    options={"window": (int | tuple[int, ...], 2), "causal": (bool, True),
+             "pooling": (str, "fo"), "zoneout": (float, 0.0), "dense": (bool, False)},
+    cell=QRNNCell,
+    bench=[_bench_row(pooling) for pooling in ("f", "fo", "ifo")],
+)
 class QRNN(RecurrentBase):
     """Quasi-recurrent layer stack with the ``torch.nn.LSTM`` interface.
 

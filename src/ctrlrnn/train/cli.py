@@ -31,7 +31,7 @@ from ctrlrnn.models.encoders import COMMON, ENCODERS
 from ctrlrnn.options import ConfigError
 from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.tasks.base import Task
-from ctrlrnn.train.config import HELP, TrainConfig, parse_overrides
+from ctrlrnn.train.config import HELP, TrainConfig, model_help, parse_overrides
 from ctrlrnn.train.run import rebuild_from_checkpoint, seed_everything, train_run, validated_config
 from ctrlrnn.units import format_metrics
 
@@ -59,7 +59,7 @@ def _epilog() -> str:
         lines = [f"tasks and models: listed once the '{absent[1]}' extra is installed "
                  f"(pip install 'ctrlrnn[{absent[1]}]')"]
     lines.append("configuration keys (key=value):")
-    for key, text in HELP.items():
+    for key, text in {**HELP, "model": model_help()}.items():
         lines += entry(key, text, 17)
     return "\n".join(lines)
 

@@ -39,6 +39,7 @@ __all__ = [
     "check_options",
     "coerce",
     "load_config",
+    "model_help",
     "parse_overrides",
     "usable_cpus",
 ]
@@ -89,9 +90,15 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+def model_help() -> str:
+    """The help of the ``model`` key: every encoder's name (the registered units'
+    included)."""
+    return "encoder name: " + ", ".join(ENCODERS)
+
+
 HELP: dict[str, str] = {
     "task": "task name (ctrlrnn train --help lists them)",
-    "model": "encoder name: qrnn, lstm, gru, rcrn, caslstm, carnn, metagross",
+    "model": model_help(),
     "out": "output directory (default runs/TASK-MODEL-seedN)",
     "seed": "random seed (data order, initialisation, dropout)",
     "epochs": "number of passes over the training data",
