@@ -37,7 +37,7 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
-from ctrlrnn.units import format_metric
+from ctrlrnn.metric_conventions import format_metric
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from ctrlrnn.compat import torchqrnn
 from ctrlrnn.nn.carnn import CARNN, CARNNCell
 from ctrlrnn.nn.carnn_lm import ContextualCARNNLM
 from ctrlrnn.nn.carnn_summary import HistorySummary
-from ctrlrnn.nn.cas_lstm import CASLSTM, CASLayer
+from ctrlrnn.nn.cas_lstm import CASLSTM, CASLayer, CASLSTMCell
 from ctrlrnn.nn.metagross import Metagross, MetagrossCell, MetagrossUnit
 from ctrlrnn.nn.metagross_ffn import MetagrossFFN
 from ctrlrnn.nn.position_encoder import PositionEncoder
@@ -37,7 +37,7 @@ def safe_globals() -> list[type]:
     return [
         QRNN, QRNNCell,
         RCRN, RCRNCell, GatedRNN,
-        CASLSTM, CASLayer,
+        CASLSTM, CASLayer, CASLSTMCell,
         CARNN, CARNNCell, ContextualCARNNLM, HistorySummary, PositionEncoder,
         Metagross, MetagrossCell, MetagrossUnit, MetagrossFFN,
         torchqrnn.QRNN, torchqrnn.QRNNLayer, torchqrnn.ForgetMult,

@@ -20,11 +20,11 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 #: module belongs to the entry naming it or the package holding it (the longest such name);
 #: ``ctrlrnn`` itself is the package's ``__init__``, whose re-exports sit on top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # files, tables, progress bars, processes, the metrics' display units, checked options,
-    # the extras' packages, the Ctrl-C line, timing: nothing of ctrlrnn's own below them
+    # files, tables, progress bars, processes, how metrics are shown, checked options, the
+    # extras' packages, the Ctrl-C line, timing: nothing of ctrlrnn's own below them
     ("utilities", ("ctrlrnn.files", "ctrlrnn.tables", "ctrlrnn.progress", "ctrlrnn.processes",
-                   "ctrlrnn.units", "ctrlrnn.options", "ctrlrnn.extras", "ctrlrnn.interrupts",
-                   "ctrlrnn.timing")),
+                   "ctrlrnn.metric_conventions", "ctrlrnn.options", "ctrlrnn.extras",
+                   "ctrlrnn.interrupts", "ctrlrnn.timing")),
     ("ops", ("ctrlrnn.ops",)),
     ("nn", ("ctrlrnn.nn",)),
     # the layers meeting other software: torchqrnn's API, ONNX, torch.load's allow-list

@@ -7,8 +7,8 @@ import dataclasses
 import json
 
 from ctrlrnn.reproduce import runner
+from ctrlrnn.reproduce.cache_validity import Standing, setting
 from ctrlrnn.reproduce.experiments import Arm, Claim, Experiment
-from ctrlrnn.reproduce.holding import Standing, setting
 from ctrlrnn.reproduce.tuning import Param, Tuning
 
 SEARCH = Tuning(trials=3, params=(Param("lr", 1e-4, 1e-1, log=True),),

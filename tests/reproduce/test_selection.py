@@ -7,8 +7,8 @@ import dataclasses
 import json
 
 from ctrlrnn.reproduce import runner
+from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiments import Arm, Claim, Experiment, by_id
-from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.pages import experiment_section
 from ctrlrnn.reproduce.tuning import Param, Tuning
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.train.config import ConfigError
 from ctrlrnn.train.trainer import config_differences
-from ctrlrnn.units import higher_is_better
 
 
 def test_directions():

@@ -10,7 +10,7 @@ unit's layer and cell, and the rest of this package's public names.
 # isort: off
 from ctrlrnn.nn.qrnn import QRNN as QRNN, QRNNCell as QRNNCell
 from ctrlrnn.nn.rcrn_unit import RCRN as RCRN, RCRNCell as RCRNCell
-from ctrlrnn.nn.cas_lstm import CASLSTM as CASLSTM
+from ctrlrnn.nn.cas_lstm import CASLSTM as CASLSTM, CASLSTMCell as CASLSTMCell
 from ctrlrnn.nn.carnn import CARNN as CARNN, CARNNCell as CARNNCell
 from ctrlrnn.nn.metagross import Metagross as Metagross, MetagrossCell as MetagrossCell
 

@@ -17,6 +17,7 @@ engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` for layer 1,
 :func:`~ctrlrnn.ops.fused_cells.cas_lstm_sequence` above); the layers interact through the cell
 sequence ``c^{l-1}``, so :meth:`CASLSTM._run_stack` is overridden. Bi-CAS-LSTM (section 3.3) is a
 second, independent stack on the reversed sequence, concatenated at the top only.
+:class:`CASLSTMCell` runs one layer direction step by step (``CASLSTM.cell(layer, direction)``).
 See docs/cas_lstm.md.
 """
 
@@ -34,6 +35,7 @@ from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
+from ctrlrnn.ops import cells_ref
 from ctrlrnn.ops.fused_cells import cas_lstm_sequence, lstm_sequence
 from ctrlrnn.ops.padding import reverse_padded
 
@@ -109,10 +111,190 @@ class CASLayer(nn.Module):
                 nn.init.uniform_(p, -bound, bound)
 
 
+def _lambda_setting(lambda_: LambdaArg, peephole: bool, width: int
+                    ) -> tuple[float | str | None, Tensor | None]:
+    """``lambda_`` of :class:`CASLSTM` resolved: ``(float, "trainable", "vector" or None; the
+    constant vector of a "vector", else None)``."""
+    if isinstance(lambda_, str):
+        if lambda_ == "auto":
+            lambda_ = None if peephole else 0.5
+        elif lambda_ == "trainable":
+            return "trainable", None
+        else:
+            raise ValueError(
+                f"lambda_: expected a number, {width} numbers, 'trainable', 'auto' or None, "
+                f"got {lambda_!r}"
+            )
+    if lambda_ is None:
+        return None, None
+    const = _constant_lambda(lambda_, width)
+    if const.dim() == 0:
+        return float(const), None
+    return "vector", const
+
+
+def _constant_lambda(value: Any, width: int) -> Tensor:
+    if isinstance(value, bool):
+        raise ValueError(f"lambda_: expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        t = torch.tensor(float(value), dtype=torch.float64)
+    else:
+        try:
+            t = torch.as_tensor(value).detach().to("cpu", torch.float64)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"lambda_: expected a number or {width} numbers ({exc})") from exc
+        if t.dim() != 0 and (t.dim() != 1 or t.shape[0] != width):
+            raise ValueError(
+                f"lambda_: expected a number or a vector of hidden_size={width} numbers, "
+                f"got shape {tuple(t.shape)}"
+            )
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError("lambda_: expected finite values")
+    return t.to(torch.get_default_dtype()) if t.dim() == 1 else t
+
+
+def _lambda_value(weights: CASLayer, setting: float | str | None,
+                  vector: Tensor | None) -> float | Tensor | None:
+    """The lambda of eq 12 a layer uses: ``sigmoid`` of its trainable logit, the constant
+    vector, the constant, or None (the plain sum)."""
+    if weights.lambda_logit is not None:
+        return torch.sigmoid(weights.lambda_logit)
+    if vector is not None:
+        return vector
+    return setting if isinstance(setting, float) else None
+
+
+class CASLSTMCell(nn.Module):
+    """One CAS-LSTM layer direction, step by step: eq 1-6 for the first layer, eq 7-13 (with
+    variant (iii)'s eq 17-18) above it.
+
+    ``forward(input, lower_c=None, state=None) -> (h, (h, c))``: ``input`` ``(B, input_size)``
+    (or unbatched ``(input_size,)``) is the layer's input at step ``t``, ``h^{l-1}_t`` (``x_t``
+    for the first layer); ``lower_c`` ``(B, hidden_size)`` is the lower layer's cell
+    ``c^{l-1}_t``, which a ``vertical`` cell needs and the first layer's refuses; ``state`` is
+    ``(h, c)`` of step ``t - 1``, zeros when None. Stepping a stack's cells layer by layer, each
+    layer's cell state the next one's ``lower_c``, gives the outputs of :class:`CASLSTM` with the
+    same weights (``CASLSTM.cell(layer, direction)`` shares them); the layer's ``weight_drop``
+    does not apply here (as in evaluation).
+
+    Args:
+        input_size, hidden_size, bias: as :class:`CASLSTM` (``input_size`` is the lower layer's
+            width above the first layer).
+        vertical: a layer above the first (eq 7-13): five gate blocks and the vertical forget
+            gate ``g`` reading ``lower_c``; False: the first layer, a plain LSTM (eq 1-6).
+        lambda_, peephole: as :class:`CASLSTM` (a vertical cell's).
+        layer: the :class:`CASLayer` whose weights to use (its sizes, ``vertical`` and
+            peepholes are then the cell's); new weights when None.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        vertical: bool = True,
+        bias: bool = True,
+        lambda_: LambdaArg = "auto",
+        peephole: bool = False,
+        layer: CASLayer | None = None,
+    ) -> None:
+        super().__init__()
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        peephole = check_flag("peephole", peephole)
+        if layer is not None:
+            peephole = layer.peephole is not None
+        self.lambda_: float | str | None
+        self.lambda_, vector = _lambda_setting(lambda_, peephole, hidden_size)
+        self.register_buffer("lambda_vector", vector)
+        if layer is None:
+            layer = CASLayer(input_size, hidden_size, vertical=check_flag("vertical", vertical),
+                             bias=check_flag("bias", bias), peephole=peephole,
+                             trainable_lambda=self.lambda_ == "trainable")  # fmt: skip
+        elif tuple(layer.weight_ih.shape[1:]) != (input_size,) or \
+                layer.hidden_size != hidden_size:
+            raise ValueError(f"layer: expected the weights of a layer of input_size={input_size} "
+                             f"and hidden_size={hidden_size}")
+        self.weights = layer
+
+    @property
+    def vertical(self) -> bool:
+        """Whether the cell is a layer above the first (reads ``lower_c``)."""
+        return self.weights.vertical
+
+    def lambda_value(self) -> float | Tensor | None:
+        """The lambda of eq 12 the cell uses: float, ``(H,)`` tensor or None."""
+        return _lambda_value(self.weights, self.lambda_, self.lambda_vector)
+
+    def forward(
+        self, input: Tensor, lower_c: Tensor | None = None,
+        state: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        w = self.weights
+        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
+            raise ValueError(
+                "input: expected a (B, input_size) or (input_size,) tensor, got "
+                f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}"
+            )
+        unbatched = input.dim() == 1
+        x = input.unsqueeze(0) if unbatched else input
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
+        if x.dtype != w.weight_ih.dtype or x.device != w.weight_ih.device:
+            raise ValueError(f"input: expected dtype {w.weight_ih.dtype} on "
+                             f"{w.weight_ih.device}, got {x.dtype} on {x.device}")
+        B, H = x.shape[0], self.hidden_size
+        if state is None:
+            h, c = x.new_zeros(B, H), x.new_zeros(B, H)
+        else:
+            if not isinstance(state, (tuple, list)) or len(state) != 2:
+                raise ValueError("state: expected a tuple (h, c)")
+            h, c = (s.unsqueeze(0) if unbatched else s for s in state)
+            for name, s in (("h", h), ("c", c)):
+                if tuple(s.shape) != (B, H):
+                    raise ValueError(f"state: expected {name} of shape {(B, H)}, "
+                                     f"got {tuple(s.shape)}")
+        x_proj = F.linear(x, w.weight_ih, w.bias)
+        if not w.vertical:
+            if lower_c is not None:
+                raise ValueError("lower_c: the first layer's cell (vertical=False) reads no "
+                                 "lower cell")
+            h, c = cells_ref.lstm_step(x_proj, w.weight_hh, h, c)
+        else:
+            if not isinstance(lower_c, Tensor):
+                raise ValueError("lower_c: a layer above the first reads the lower layer's cell "
+                                 f"c^(l-1)_t, a ({B}, {H}) tensor")
+            low = lower_c.unsqueeze(0) if unbatched else lower_c
+            if tuple(low.shape) != (B, H):
+                raise ValueError(f"lower_c: expected shape {(B, H)}, got {tuple(low.shape)}")
+            lam = self.lambda_value()
+            if lam is None:
+                scale_g = x.new_ones(H)
+                scale_f = scale_g
+            else:
+                scale_g = (lam.to(x.dtype) if isinstance(lam, Tensor)
+                           else x.new_tensor(float(lam))).expand(H)
+                scale_f = 1 - scale_g
+            h, c = cells_ref.cas_lstm_step(x_proj, w.weight_hh, low, h, c, scale_f, scale_g,
+                                           w.peephole)
+        if unbatched:
+            return h[0], (h[0], c[0])
+        return h, (h, c)
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}, vertical={self.vertical}"
+        if self.vertical:
+            s += f", lambda_={self.lambda_!r}"
+            if self.weights.peephole is not None:
+                s += ", peephole=True"
+        return s
+
+
 @register_unit(
     "caslstm",
     description="Cell-aware stacked LSTM (CAS-LSTM paper)",
     options={"lambda_": (float | str | None, "auto"), "peephole": (bool, False)},
+    cell=CASLSTMCell,
     bench=[BenchRow(
         "caslstm",
         "ctrlrnn.CASLSTM, 2 layers (layer 2: 5 gate blocks and the vertical gate)",
@@ -180,33 +362,10 @@ class CASLSTM(RecurrentBase):
         super().__init__(input_size, width, layers, bias, batch_first, dropout, bidirectional)
         self.peephole = check_flag("peephole", peephole)
         self.weight_drop = check_weight_drop(weight_drop)
-        trainable = False
-        const: Tensor | None = None
-        if isinstance(lambda_, str):
-            if lambda_ == "auto":
-                lambda_ = None if self.peephole else 0.5
-            elif lambda_ == "trainable":
-                trainable = True
-            else:
-                raise ValueError(
-                    f"lambda_: expected a number, {width} numbers, 'trainable', 'auto' or None, "
-                    f"got {lambda_!r}"
-                )
-        if lambda_ is not None and not trainable:
-            const = self._constant_lambda(lambda_, width)
         self.lambda_: float | str | None
-        if trainable:
-            self.lambda_ = "trainable"
-        elif const is None:
-            self.lambda_ = None
-        elif const.dim() == 0:
-            self.lambda_ = float(const)
-        else:
-            self.lambda_ = "vector"
+        self.lambda_, vector = _lambda_setting(lambda_, self.peephole, width)
         # a (hidden,) constant vector is a buffer so that it follows .to() and state_dict
-        self.register_buffer(
-            "lambda_vector", const if const is not None and const.dim() == 1 else None
-        )
+        self.register_buffer("lambda_vector", vector)
         self.layers = nn.ModuleList(
             CASLayer(
                 self.layer_input_size(layer),
@@ -214,31 +373,11 @@ class CASLSTM(RecurrentBase):
                 vertical=layer > 0,
                 bias=bias,
                 peephole=self.peephole,
-                trainable_lambda=trainable,
+                trainable_lambda=self.lambda_ == "trainable",
             )
             for layer in range(layers)
             for _ in range(self.num_directions)
         )
-
-    @staticmethod
-    def _constant_lambda(value: Any, width: int) -> Tensor:
-        if isinstance(value, bool):
-            raise ValueError(f"lambda_: expected a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            t = torch.tensor(float(value), dtype=torch.float64)
-        else:
-            try:
-                t = torch.as_tensor(value).detach().to("cpu", torch.float64)
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise ValueError(f"lambda_: expected a number or {width} numbers ({exc})") from exc
-            if t.dim() != 0 and (t.dim() != 1 or t.shape[0] != width):
-                raise ValueError(
-                    f"lambda_: expected a number or a vector of hidden_size={width} numbers, "
-                    f"got shape {tuple(t.shape)}"
-                )
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError("lambda_: expected finite values")
-        return t.to(torch.get_default_dtype()) if t.dim() == 1 else t
 
     def layer_input_size(self, layer: int) -> int:
         """Layer 1 reads the input; each upper layer reads its own stack's lower layer only."""
@@ -250,12 +389,16 @@ class CASLSTM(RecurrentBase):
 
     def lambda_value(self, layer: int, direction: int = 0) -> float | Tensor | None:
         """The lambda of eq 12 used by ``layer`` (> 0): float, ``(H,)`` tensor or None."""
-        w = self.layer(layer, direction)
-        if w.lambda_logit is not None:
-            return torch.sigmoid(w.lambda_logit)
-        if self.lambda_vector is not None:
-            return self.lambda_vector
-        return self.lambda_ if isinstance(self.lambda_, float) else None
+        return _lambda_value(self.layer(layer, direction), self.lambda_, self.lambda_vector)
+
+    def cell(self, layer: int, direction: int = 0) -> CASLSTMCell:
+        """A :class:`CASLSTMCell` sharing the weights and the lambda of ``layer`` (0-based) in
+        ``direction``."""
+        lambda_: LambdaArg = self.lambda_
+        if self.lambda_ == "vector":
+            lambda_ = self.lambda_vector
+        return CASLSTMCell(self.layer_input_size(layer), self.hidden_size, lambda_=lambda_,
+                           layer=self.layer(layer, direction))
 
     def _run_stack(
         self, x: Tensor, lengths: Tensor | None, states: State | None, **kwargs: Any

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.reproduce.tuning import Tuning, lr_and_dropout
-from ctrlrnn.units import higher_is_better
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.metric_conventions import higher_is_better, scale
 from ctrlrnn.reproduce import verdicts
+from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
-from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.runner import load_results, slug
 from ctrlrnn.reproduce.tuning import Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
 from ctrlrnn.tasks import TASKS, task_class
-from ctrlrnn.units import higher_is_better, scale
 
 
 def _scale(metric: str) -> float:

@@ -32,8 +32,8 @@ from typing import Any
 
 from ctrlrnn import files
 from ctrlrnn.reproduce import figures
+from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiments import Arm, Experiment
-from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
 from ctrlrnn.reproduce.tuning import tune_arm
 from ctrlrnn.tasks import TASKS
@@ -90,7 +90,7 @@ def run_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str, seed: in
 def tuning_dir(runs_dir: Path, mode: str, exp: Experiment, arm_label: str) -> Path:
     """Where the trials of ``exp``'s arm train (:mod:`ctrlrnn.reproduce.tuning`): one directory
     per search (its :meth:`~ctrlrnn.reproduce.tuning.Tuning.key`) and setting (a digest of
-    :meth:`~ctrlrnn.reproduce.holding.Standing.setting`), so that the finished trials of an
+    :meth:`~ctrlrnn.reproduce.cache_validity.Standing.setting`), so that the finished trials of an
     earlier search, or of the same search at another model or data size, are never read back
     as this one's."""
     tuning = exp.tuning(mode)

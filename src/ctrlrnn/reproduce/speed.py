@@ -32,7 +32,7 @@ from ctrlrnn import files
 from ctrlrnn.nn.qrnn import QRNN
 from ctrlrnn.nn.rcrn import RCRN
 from ctrlrnn.reproduce import experiments
-from ctrlrnn.reproduce.holding import Standing
+from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.runner import config_for
 from ctrlrnn.reproduce.verdicts import SPEED_TOLERANCE, speed_verdict
 from ctrlrnn.timing import forward_backward_timer, forward_timer, interleave
@@ -162,8 +162,8 @@ def epoch_time(exp_id: str, mode: str) -> dict[str, Any]:
 
 def arm_settings(exp_id: str, mode: str) -> dict[str, dict[str, Any]]:
     """The setting each arm of experiment ``exp_id`` trains in now
-    (:meth:`~ctrlrnn.reproduce.holding.Standing.setting`: model, its arguments, data and batch),
-    by label; empty for an experiment no longer defined."""
+    (:meth:`~ctrlrnn.reproduce.cache_validity.Standing.setting`: model, its arguments, data and
+    batch), by label; empty for an experiment no longer defined."""
     exp = next((e for e in experiments.EXPERIMENTS if e.id == exp_id), None)
     if exp is None:
         return {}

@@ -5,7 +5,7 @@ An experiment's runs stop by patience (the validation metric stopped improving) 
 patience stands as it is (it stopped before either cap), and so does one that stopped at a cap
 left as it was; a run that stopped at a raised cap has more to train: it continues from its
 checkpoint. A run that went past a lowered cap, or one trained under another patience rule or
-another configuration (:mod:`ctrlrnn.reproduce.holding`), trains again from scratch.
+another configuration (:mod:`ctrlrnn.reproduce.cache_validity`), trains again from scratch.
 
 Two places decide it: :func:`seed_holds` reads a seed's summary in the committed results file
 (so a clone without the run directories knows what is left), :func:`run_action` reads a run

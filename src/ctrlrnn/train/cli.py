@@ -27,13 +27,13 @@ import torch
 from ctrlrnn import files
 from ctrlrnn.extras import missing_extra
 from ctrlrnn.interrupts import set_interrupt_line
+from ctrlrnn.metric_conventions import format_metrics
 from ctrlrnn.models.encoders import COMMON, ENCODERS
 from ctrlrnn.options import ConfigError
 from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.config import HELP, TrainConfig, model_help, parse_overrides
 from ctrlrnn.train.run import rebuild_from_checkpoint, seed_everything, train_run, validated_config
-from ctrlrnn.units import format_metrics
 
 __all__ = ["build_run", "diverged_line", "rebuild_from_checkpoint", "register",
            "resume_command", "run_eval", "run_train", "seed_everything", "train_run",

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from ctrlrnn import files
+from ctrlrnn.metric_conventions import PERCENT, format_metric, scale
 from ctrlrnn.train.logs import replace_atomically
-from ctrlrnn.units import PERCENT, format_metric, scale
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path, metric: str) -> Path | None:

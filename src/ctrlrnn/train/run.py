@@ -23,6 +23,7 @@ import torch
 
 from ctrlrnn import files
 from ctrlrnn.data.errors import DataError
+from ctrlrnn.metric_conventions import format_metrics
 from ctrlrnn.models.encoders import encoder_options
 from ctrlrnn.options import ConfigError, check_options
 from ctrlrnn.tasks import task_class
@@ -31,7 +32,6 @@ from ctrlrnn.train.config import TrainConfig, load_config
 from ctrlrnn.train.distributed import init_distributed, shutdown
 from ctrlrnn.train.report import write_report
 from ctrlrnn.train.run_lock import RunLock, RunLocked
-from ctrlrnn.units import format_metrics
 
 
 def validated_config(

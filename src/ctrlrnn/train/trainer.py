@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.progress import TrainingProgressBar as _ProgressBar
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.checkpoint import (
@@ -61,7 +62,6 @@ from ctrlrnn.train.distributed import (
 )
 from ctrlrnn.train.logs import RunLog
 from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
-from ctrlrnn.units import higher_is_better
 
 LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"

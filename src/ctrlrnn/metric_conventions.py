@@ -1,5 +1,6 @@
-"""The units metrics are shown in: accuracies in percent everywhere a person reads them (the
-command line, ``report.md``, the results pages), like the papers' tables.
+"""How metrics are shown and compared: accuracies in percent everywhere a person reads them (the
+command line, ``report.md``, the results pages), like the papers' tables, and which metrics are
+better lower (a loss, a perplexity).
 
 Files meant for programs (``result.json``, ``log.jsonl``, the results data) keep fractions in
 [0, 1]."""
