@@ -2,7 +2,7 @@
 
 Examples::
 
-    ctrlrnn bench                       # quick grid, about 1.5 min on an idle 2-core machine
+    ctrlrnn bench                       # the quick grid (BENCHMARKS.md says how long it took)
     ctrlrnn bench --full                # the full grid of batch x length x width
     ctrlrnn bench --only qrnn --only scan --repeats 9
     ctrlrnn bench --markdown BENCHMARKS.md

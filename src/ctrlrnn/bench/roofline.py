@@ -191,10 +191,10 @@ def with_copy_samples(roof: Roofline, samples: list[float]) -> Roofline:
     """``roof`` with its copy bandwidth replaced by the median over ``samples`` (seconds per
     ``dst.copy_(src)`` of ``roof.copy_bytes``), which are kept as its copy samples.
 
-    The benchmark takes copy samples all through its run (this machine's memory bandwidth was
-    seen to move between 27 and 48 GB/s from one minute to the next, from load outside the
-    process), so the floor of every row rests on the bandwidth of the whole run rather than on
-    one moment of it."""
+    The benchmark takes copy samples all through its run (on a shared machine the memory
+    bandwidth moves with the load from outside the process, from one minute to the next), so
+    the floor of every row rests on the bandwidth of the whole run rather than on one moment of
+    it."""
     if not samples:
         raise ValueError("samples: expected at least one copy timing")
     return replace(
