@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from ctrlrnn import files
+from ctrlrnn import __version__, files
+from ctrlrnn.ops.backend import backend_info
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctrlrnn import __version__
-    from ctrlrnn.ops.backend import backend_info
-
     info = backend_info()
     info["ctrlrnn"] = __version__
     if args.json:
