@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
-from ctrlrnn.nn.qrnn import zoneout_keep
+from ctrlrnn.nn.qrnn_windows import zoneout_keep
 from ctrlrnn.ops.linear_scan import linear_scan
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
 

@@ -48,7 +48,8 @@ from torch import Tensor, nn
 
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
-from ctrlrnn.nn.qrnn import QRNN, QRNNCell, check_windows
+from ctrlrnn.nn.qrnn import QRNN, QRNNCell
+from ctrlrnn.nn.qrnn_windows import check_windows
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
 
 DECODERS = ("qrnn", "lstm")

@@ -1,4 +1,6 @@
-"""Meta Gated Recursive Controller units (METAGROSS paper section 2): ``Metagross``.
+"""Meta Gated Recursive Controller units (METAGROSS paper section 2): ``Metagross``, its cell
+and its tree's parameters (``MetagrossUnit``; the tree's layout and passes over a sequence are
+in :mod:`ctrlrnn.nn.metagross_tree`).
 
 Two readings of the paper, chosen by ``gates``:
 
@@ -71,51 +73,36 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
+from ctrlrnn.nn import metagross_tree as tree
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.metagross_tree import (
+    BASES,
+    DEPTH_GATES,
+    GATES,
+    RECURRENCES,
+    base_index,
+    check_gates,
+    level_slice,
+    tree_nodes,
+)
 from ctrlrnn.nn.registry import BenchRow, register_unit
-from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
-from ctrlrnn.ops.cached_linear import cached_linear
-from ctrlrnn.ops.cells_ref import metagross_maps
-from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequence
-from ctrlrnn.ops.metagross_level import metagross_level
+from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
-BASES = ("linear", "lstm", "gru")
-DEPTH_GATES = ("token", "static", "scalar")
-RECURRENCES = ("h", "c")
-GATES = ("input", "state")
-
-
-def tree_nodes(depth: int) -> int:
-    """Units in a METAGROSS tree of maximum depth ``depth``: ``2^depth - 1``."""
-    return 2**depth - 1
-
-
-def level_slice(level: int) -> slice:
-    """Heap indices of the units at ``level`` (1-based): ``2^(level-1)-1 .. 2^level-2``."""
-    return slice(2 ** (level - 1) - 1, 2**level - 1)
-
-
-def base_index(gate: int, node: int) -> int:
-    """Index of base function ``F^gate_node`` (gate 0 F, 1 O, 2 Z) in the level-major layout.
-
-    Levels follow each other from the root down; inside level ``n`` (nodes ``s .. s+k-1`` with
-    ``s = 2^(n-1) - 1``, ``k = 2^(n-1)``) come the ``k`` F maps, then the ``k`` O maps, then the
-    ``k`` Z maps, so one level's pre-activations are one contiguous block ``(3, k, H)``.
-    """
-    return metagross_maps(node)[gate]
+__all__ = ["BASES", "DEPTH_GATES", "GATES", "RECURRENCES", "Metagross", "MetagrossCell",
+           "MetagrossUnit", "base_index", "check_gates", "level_slice", "tree_nodes"]
 
 
 class MetagrossUnit(nn.Module):
     """One METAGROSS tree (one layer, one direction): all nodes' parameters and the forward.
 
     Parameters (``N = 2^depth - 1`` nodes, ``I = 2^(depth-1) - 1`` internal nodes, ``H`` hidden),
-    all ``3N`` base functions in the level-major order of :func:`base_index`:
+    all ``3N`` base functions in the level-major order of
+    :func:`~ctrlrnn.nn.metagross_tree.base_index`:
 
     * linear base: ``weight`` ``(3*N*H, D)`` and ``bias`` ``(3*N*H,)``: rows
       ``base_index(g, k) * H ...`` hold ``W^g_k``, ``b^g_k``;
@@ -210,10 +197,7 @@ class MetagrossUnit(nn.Module):
             nn.init.uniform_(self.residual_weight, -1 / math.sqrt(self.input_size),
                              1 / math.sqrt(self.input_size))  # fmt: skip
 
-    # ------------------------------------------------------------------ pieces
-    def _token_gate_rows(self) -> bool:
-        return self.depth_gate == "token" and self.depth_weight is not None
-
+    # ------------------------------------------------------------------ the pass
     def base_preactivations(
         self,
         x: Tensor,
@@ -221,93 +205,18 @@ class MetagrossUnit(nn.Module):
         base_state: Tensor | None,
         weight_drop: float = 0.0,
     ) -> tuple[list[Tensor], Tensor | None, Tensor | None]:
-        """``F^*_k(x_t)`` of all base functions, one block ``(B, T, 3*k*H)`` per level.
-
-        Blocks are listed root level first, each in the level-major order of
-        :func:`base_index`. Linear base (section 2.2): one GEMM per level (no split or
-        concatenation of a single large output, whose backward would copy it again), into a
-        cached output block on CPU (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the
-        root level's GEMM also yields the token depth-gate logits (returned second,
-        ``(B, T, 2I)``, else None). RNN base: one GEMM for the input projections of all ``3N``
-        RNNs, then each RNN's recurrence on the fused-cell engine, from zero states (the paper)
-        or from ``base_state`` ``(B, base_state_size)``; the third result is the RNNs' final
-        states (None for the linear base). ``weight_drop``: DropConnect on the base RNNs'
-        ``base_weight_hh`` in training (:mod:`ctrlrnn.nn.weight_drop`).
-        """
-        B, T, _ = x.shape
-        N, H, L = self.num_nodes, self.hidden_size, self.depth
-        bounds = [3 * H * (2 ** (n - 1) - 1) for n in range(1, L + 2)]  # rows per level
-        if self.base == "linear":
-            blocks: list[Tensor] = []
-            logits = None
-            for n in range(1, L + 1):
-                w = self.weight[bounds[n - 1] : bounds[n]]
-                b = None if self.bias is None else self.bias[bounds[n - 1] : bounds[n]]
-                if n == 1 and self._token_gate_rows():
-                    assert self.depth_weight is not None
-                    w = torch.cat([w, self.depth_weight])
-                    if b is not None and self.depth_bias is not None:
-                        b = torch.cat([b, self.depth_bias])
-                    proj = cached_linear(x, w, b)
-                    block, logits = proj.split([3 * H, 2 * self.num_internal], -1)
-                    blocks.append(block)
-                else:
-                    blocks.append(cached_linear(x, w, b))
-            return blocks, logits, None
-        K, G = 3 * N, self.base_gates
-        proj = F.linear(x, self.base_weight_ih, self.base_bias_ih).view(B, T, K, G * H)
-        proj = proj.permute(2, 0, 1, 3).contiguous()  # (K, B, T, G*H), each RNN contiguous
-        per = 2 if self.base == "lstm" else 1
-        st = None if base_state is None else base_state.view(B, K, per, H)
-        base_weight_hh = drop_weight(self.base_weight_hh, weight_drop, self.training)
-        outs: list[Tensor] = []
-        finals: list[Tensor] = []
-        for k in range(K):
-            if self.base == "lstm":
-                h0 = None if st is None else st[:, k, 0]
-                c0 = None if st is None else st[:, k, 1]
-                h_seq, _c_seq, h_last, c_last = lstm_sequence(
-                    proj[k], base_weight_hh[k], h0, c0, lengths
-                )
-                finals.append(torch.stack([h_last, c_last], 1))
-            else:
-                h0 = None if st is None else st[:, k, 0]
-                bhh = None if self.base_bias_hh is None else self.base_bias_hh[k]
-                h_seq, h_last = gru_sequence(proj[k], base_weight_hh[k], bhh, h0, lengths)
-                finals.append(h_last.unsqueeze(1))
-            outs.append(h_seq)
-        blocks = [
-            torch.cat(outs[bounds[n - 1] // H : bounds[n] // H], -1) for n in range(1, L + 1)
-        ]
-        return blocks, None, torch.stack(finals, 1).reshape(B, K * per * H)
+        """``F^*_k(x_t)`` of all base functions, one block ``(B, T, 3*k*H)`` per level, the
+        token depth-gate logits and the base RNNs' final states
+        (:func:`ctrlrnn.nn.metagross_tree.base_preactivations`)."""
+        return tree.base_preactivations(self, x, lengths, base_state, weight_drop)
 
     def depth_gates(
         self, x: Tensor, lengths: Tensor | None, logits: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """``alpha``, ``beta`` ``(B, T, I)`` in ``[0, 1]`` (section 2.1) for the internal nodes.
+        """``alpha``, ``beta`` ``(B, T, I)`` in ``[0, 1]`` (section 2.1) for the internal nodes
+        (:func:`ctrlrnn.nn.metagross_tree.depth_gates`)."""
+        return tree.depth_gates(self, x, lengths, logits)
 
-        ``logits``: the token gate's pre-activations when the caller already has them.
-        """
-        B, T, _ = x.shape
-        I = self.num_internal
-        if I == 0:
-            empty = x.new_zeros(B, T, 0)
-            return empty, empty
-        if self.depth_gate == "token":
-            if logits is None:
-                logits = F.linear(x, self.depth_weight, self.depth_bias)
-            g = torch.sigmoid(logits)
-        elif self.depth_gate == "static":
-            xs = x if lengths is None else x * length_mask(lengths, T).unsqueeze(-1).to(x)
-            total = xs.sum(1, keepdim=True)  # sum_{t} x_t over the valid steps
-            g = torch.sigmoid(F.linear(total, self.depth_weight, self.depth_bias))
-            g = g.expand(B, T, 2 * I)
-        else:
-            assert self.depth_logit is not None
-            g = torch.sigmoid(self.depth_logit).expand(B, T, 2 * I)
-        return g[..., :I], g[..., I:]
-
-    # ------------------------------------------------------------------ forward
     def forward(
         self,
         x: Tensor,
@@ -320,7 +229,8 @@ class MetagrossUnit(nn.Module):
 
         Args:
             state: ``(B, N*H)`` the units' carried states in heap order (``h`` or ``c``,
-                per ``recurrence``); zeros when None.
+                per ``recurrence``); zeros when None. With ``gates="state"``: the root's
+                ``(B, H)``.
             base_state: ``(B, base_state_size)`` the base RNNs' states; zeros when None.
             weight_drop: DropConnect probability on the recurrent matrices (``weight_hh``
                 with ``gates="state"``, the base RNNs' ``base_weight_hh``) in training: one
@@ -333,69 +243,8 @@ class MetagrossUnit(nn.Module):
             ``(B, T, I)``.
         """
         if self.gates == "state":
-            return self._forward_state(x, lengths, state, base_state, weight_drop)
-        B, T, _ = x.shape
-        H, L = self.hidden_size, self.depth
-        x = x.contiguous()  # read by several GEMMs
-        blocks, logits, base_last = self.base_preactivations(
-            x, lengths, base_state, weight_drop
-        )
-        alpha, beta = self.depth_gates(x, lengths, logits)
-        res: Tensor | None = None
-        if self.residual:
-            res = x if self.residual_weight is None else F.linear(x, self.residual_weight)
-            res = res.unsqueeze(2)
-        h_form = self.recurrence == "h"
-        child: Tensor | None = None  # outputs (B, T, 2k, H) of the level below
-        finals: list[Tensor] = []
-        for level in range(L, 0, -1):
-            sl = level_slice(level)
-            k = sl.stop - sl.start
-            Pn = blocks[level - 1].view(B, T, 3, k, H)
-            a_ = b_ = ch = None
-            if child is not None:  # eq 2-1, 2-2 mix the children with the base
-                ch = child.view(B, T, k, 2, H)
-                a_, b_ = alpha[..., sl].unsqueeze(-1), beta[..., sl].unsqueeze(-1)
-            s0 = None if state is None else state[:, sl.start * H : sl.stop * H]
-            # eq 2-1..2-6 for the k units of this level, gates and scan in one pass: "h" form
-            # h_t = o(1-f) h_{t-1} + o f z (+ x_t); "c" form c_t = (1-f) c_{t-1} + f z,
-            # h_t = o c_t (+ x_t). Outputs (B, T, k*H) are zero past each length.
-            child, s_last = metagross_level(Pn, ch, a_, b_, res, s0, lengths, h_form)
-            finals.append(s_last)
-        assert child is not None
-        last = torch.cat(finals[::-1], dim=1)
-        return child, last, base_last, alpha, beta
-
-    def _residual(self, x: Tensor) -> Tensor | None:
-        if not self.residual:
-            return None
-        return x if self.residual_weight is None else F.linear(x, self.residual_weight)
-
-    def _forward_state(
-        self, x: Tensor, lengths: Tensor | None, state: Tensor | None,
-        base_state: Tensor | None, weight_drop: float = 0.0,
-    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:  # fmt: skip
-        """``gates="state"`` (section 2 as printed): the input parts of all ``3N`` base maps
-        for all steps at once (one GEMM, depth-gate rows included, or the base RNNs), then the
-        fused recurrence of the whole tree (module docstring). ``state``: the root's ``(B, H)``."""
-        x = x.contiguous()
-        base_last: Tensor | None = None
-        if self.base == "linear":
-            # all 3N maps in one GEMM into a cached block (the layer's largest tensor); the
-            # depth gates' few rows apart, so the big GEMM keeps its round width 3NH
-            proj = cached_linear(x, self.weight, self.bias)
-        else:
-            blocks, _, base_last = self.base_preactivations(
-                x, lengths, base_state, weight_drop
-            )
-            proj = torch.cat(blocks, -1)
-        alpha, beta = self.depth_gates(x, lengths)
-        assert self.weight_hh is not None
-        weight_hh = drop_weight(self.weight_hh, weight_drop, self.training)
-        out, last = metagross_state_sequence(
-            proj, weight_hh, alpha, beta, self._residual(x), state, lengths
-        )
-        return out, last, base_last, alpha, beta
+            return tree.forward_as_printed(self, x, lengths, state, base_state, weight_drop)
+        return tree.forward_input_gates(self, x, lengths, state, base_state, weight_drop)
 
     def extra_repr(self) -> str:
         return (
@@ -403,19 +252,6 @@ class MetagrossUnit(nn.Module):
             f"depth_gate={self.depth_gate!r}, residual={self.residual}, "
             f"recurrence={self.recurrence!r}, gates={self.gates!r}"
         )
-
-
-def check_gates(gates: str, recurrence: str) -> str:
-    """Validated ``gates``; ``"state"`` (section 2 as printed) exists with ``recurrence="h"``
-    only (the ``c_{t-1}`` form comes from the authors' later code, whose gates read ``x_t``)."""
-    gates = check_choice("gates", gates, GATES)
-    if gates == "state" and recurrence != "h":
-        raise ValueError(
-            "recurrence: gates='state' is section 2 as printed, whose recurrence reads h_{t-1} "
-            "(recurrence='h'); the c_{t-1} form belongs to the authors' later code, whose gates "
-            "read x_t only (gates='input')"
-        )
-    return gates
 
 
 class MetagrossCell(nn.Module):

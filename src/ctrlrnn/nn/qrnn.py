@@ -1,4 +1,5 @@
-"""Quasi-Recurrent Neural Network (Bradbury et al., 2017): ``QRNN`` and ``QRNNCell``.
+"""Quasi-Recurrent Neural Network (Bradbury et al., 2017): ``QRNN`` and ``QRNNCell`` (their
+convolution windows and zoneout: :mod:`ctrlrnn.nn.qrnn_windows`).
 
 Each layer computes its gates for all time steps at once with a convolution of width
 ``window`` over the input (eq 1-2), then runs a cheap elementwise recurrence, the *pooling*
@@ -38,119 +39,28 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
+from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.qrnn_windows import (
+    ZONEOUT_EVAL,
+    causal_windows,
+    centred_taps,
+    centred_windows,
+    check_pooling,
+    check_windows,
+    check_zoneout,
+    check_zoneout_eval,
+    last_inputs,
+    zoneout_keep,
+)
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear
-from ctrlrnn.ops.padding import last_valid, zero_padding
+from ctrlrnn.ops.padding import last_valid
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
 
-
-def _check_pooling(pooling: str) -> str:
-    return check_choice("pooling", pooling, tuple(GATES_PER_MODE))
-
-
-def _check_zoneout(zoneout: float) -> float:
-    return check_rate("zoneout", zoneout, upper_open=True)
-
-
-def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Tensor:
-    """Concatenate ``[x_{t-k+1}, ..., x_t]`` along features: the masked convolution of eq 1.
-
-    ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``. Before the start
-    the window reads ``history`` (the previous ``window - 1`` inputs, ``(B, window - 1, D)``)
-    when given, zeros otherwise (the masked convolution's left padding).
-    """
-    if window == 1:
-        return x
-    if history is None:
-        padded = F.pad(x, (0, 0, window - 1, 0))
-    else:
-        padded = torch.cat([history, x], dim=1)
-    steps = x.shape[1]
-    return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
-
-
-def centred_taps(window: int) -> tuple[int, int]:
-    """``(a, b)``: the taps before and after ``t`` of the unmasked convolution of width
-    ``window`` (eq 1 without the mask, QRNN paper section 3.3): ``a = floor((k-1)/2)``,
-    ``b = ceil((k-1)/2)``; an even width puts its extra tap after ``t``."""
-    before = (window - 1) // 2
-    return before, window - 1 - before
-
-
-def centred_windows(x: Tensor, window: int, lengths: Tensor | None = None) -> Tensor:
-    """Concatenate ``[x_{t-a}, ..., x_{t+b}]`` along features: the unmasked convolution of
-    eq 1 centred on ``t`` (``a``, ``b`` from :func:`centred_taps`).
-
-    ``x`` is batch-first ``(B, T, D)``; the result is ``(B, T, window * D)``, oldest tap first
-    as in :func:`causal_windows`. Taps before the start read zeros, and so do taps at or past a
-    sequence's own length ``lengths[b]`` (when given), whatever the padding holds: the result
-    at every valid step is that of the sequence alone.
-    """
-    if window == 1:
-        return x
-    x = zero_padding(x, lengths)
-    before, after = centred_taps(window)
-    padded = F.pad(x, (0, 0, before, after))
-    steps = x.shape[1]
-    return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
-
-
-def check_windows(window: Any, num_layers: int) -> tuple[int, ...]:
-    """One positive width per layer, from an ``int`` (every layer) or a sequence of
-    ``num_layers`` positive ints."""
-    if isinstance(window, (tuple, list)):
-        if len(window) != num_layers or not all(
-            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in window
-        ):
-            raise ValueError(
-                f"window: expected a positive integer or {num_layers} positive integers (one "
-                f"per layer, num_layers={num_layers}), got {window!r}"
-            )
-        return tuple(window)
-    return (check_positive_int("window", window),) * num_layers
-
-
-ZONEOUT_EVAL = ("expectation", "identity")
-
-
-def _check_zoneout_eval(mode: str) -> str:
-    return check_choice("zoneout_eval", mode, ZONEOUT_EVAL)
-
-
-def zoneout_keep(
-    shape: tuple[int, ...], zoneout: float, training: bool, like: Tensor,
-    eval_mode: str = "expectation",
-) -> tuple[Tensor | None, float]:
-    """The zoneout multiplier of ``1 - f`` (eq 6).
-
-    Training: a 0/1 keep mask drawn with probability ``1 - p`` and no rescaling. Evaluation:
-    ``1 - p``, the mask's expectation (``eval_mode="expectation"``, what the public
-    pytorch-qrnn layer does: it scales its gate ``F``, the paper's ``1 - f``, by ``1 - p``), or
-    1, leaving ``f`` untouched as an off-the-shelf dropout layer without rescaling would in
-    eval mode (``"identity"``).
-    """
-    if zoneout <= 0.0:
-        return None, 1.0
-    if training:
-        return torch.bernoulli(like.new_full(shape, 1.0 - zoneout)), 1.0
-    return None, (1.0 - zoneout) if eval_mode == "expectation" else 1.0
-
-
-def _last_inputs(x: Tensor, history: Tensor | None, lengths: Tensor | None, window: int) -> Tensor:
-    """The ``window - 1`` inputs before each sequence's end (the next chunk's history)."""
-    B, T, D = x.shape
-    if window == 1:
-        return x.new_zeros(B, 0, D)
-    prev = history if history is not None else x.new_zeros(B, window - 1, D)
-    full = torch.cat([prev, x], dim=1)  # x_t sits at index t + window - 1
-    ends = (
-        torch.full((B,), T, device=x.device) if lengths is None else lengths.to(x.device)
-    )
-    idx = ends.view(B, 1) + torch.arange(window - 1, device=x.device).view(1, -1)
-    return full.gather(1, idx.unsqueeze(-1).expand(B, window - 1, D))
+__all__ = ["QRNN", "QRNNCell", "ZONEOUT_EVAL", "causal_windows", "centred_taps",
+           "centred_windows", "check_windows", "zoneout_keep"]
 
 
 class QRNNCell(nn.Module):
@@ -186,12 +96,12 @@ class QRNNCell(nn.Module):
         causal: bool = True,
     ) -> None:
         super().__init__()
-        self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
+        self.zoneout_eval = check_zoneout_eval(zoneout_eval)
         self.input_size = check_positive_int("input_size", input_size)
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.window = check_positive_int("window", window)
-        self.pooling = _check_pooling(pooling)
-        self.zoneout = _check_zoneout(zoneout)
+        self.pooling = check_pooling(pooling)
+        self.zoneout = check_zoneout(zoneout)
         self.causal = check_flag("causal", causal)
         self.num_gates = GATES_PER_MODE[pooling]
         gh = self.num_gates * hidden_size
@@ -470,9 +380,9 @@ class QRNN(RecurrentBase):
             self.windows if isinstance(window, (tuple, list)) else self.windows[0]
         )
         self.causal = check_flag("causal", causal)
-        self.pooling = _check_pooling(pooling)
-        self.zoneout = _check_zoneout(zoneout)
-        self.zoneout_eval = _check_zoneout_eval(zoneout_eval)
+        self.pooling = check_pooling(pooling)
+        self.zoneout = check_zoneout(zoneout)
+        self.zoneout_eval = check_zoneout_eval(zoneout_eval)
         self.dense = check_flag("dense", dense)
         self.encoder_state_size = encoder_state_size
         self.cells = nn.ModuleList(
@@ -634,7 +544,7 @@ class QRNN(RecurrentBase):
         )
         sink = kwargs.get("_new_history")
         if sink is not None:
-            sink.append(_last_inputs(x, hist, lengths, self.windows[layer]))
+            sink.append(last_inputs(x, hist, lengths, self.windows[layer]))
         B, T = x.shape[0], x.shape[1]
         keep, scale = zoneout_keep(
             (B, T, self.hidden_size), self.zoneout, self.training, x, self.zoneout_eval

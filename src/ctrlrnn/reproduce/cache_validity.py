@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ctrlrnn import files
-from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.stopping import CAPS, RULE, run_holds, seed_holds, stopping_budget
 from ctrlrnn.reproduce.tuning import Tuning, record_holds, search_of
 

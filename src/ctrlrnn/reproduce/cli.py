@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ctrlrnn.reproduce import experiments, runner
 from ctrlrnn.reproduce.estimate import estimate
-from ctrlrnn.reproduce.experiments import Experiment
+from ctrlrnn.reproduce.experiment_spec import Experiment
 from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
 from ctrlrnn.reproduce.pages import write_pages
 from ctrlrnn.reproduce.speed import (

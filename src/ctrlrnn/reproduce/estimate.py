@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.runner import config_for, slug
 from ctrlrnn.train.run import train_run
 

@@ -21,7 +21,8 @@ from typing import Any
 from ctrlrnn.metric_conventions import higher_is_better, scale
 from ctrlrnn.reproduce import verdicts
 from ctrlrnn.reproduce.cache_validity import Standing
-from ctrlrnn.reproduce.experiments import EXPERIMENTS, PAGES, Experiment
+from ctrlrnn.reproduce.experiment_spec import PAGES, Experiment
+from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.runner import load_results, slug
 from ctrlrnn.reproduce.tuning import Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level

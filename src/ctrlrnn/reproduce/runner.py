@@ -33,10 +33,11 @@ from typing import Any
 from ctrlrnn import files
 from ctrlrnn.reproduce import figures
 from ctrlrnn.reproduce.cache_validity import Standing
-from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
 from ctrlrnn.reproduce.tuning import tune_arm
 from ctrlrnn.tasks import TASKS
+from ctrlrnn.train.config_changes import config_differences
 from ctrlrnn.train.logs import replace_atomically
 from ctrlrnn.train.run import train_run, validated_config
 
@@ -159,10 +160,9 @@ def _finished_run_action(out: Path, result: dict[str, Any], cfg: Any) -> Action:
     """:func:`~ctrlrnn.reproduce.stopping.run_action` of the finished run in ``out`` under
     ``cfg``, from its checkpoint's stored configuration (a run without a readable checkpoint
     cannot be continued or checked: its result stands)."""
-    # checkpoints and the trainer need the `train` extra (safetensors, rich): `ctrlrnn
-    # reproduce` registers its parser without it
+    # checkpoints are safetensors files (the `train` extra): `ctrlrnn reproduce` registers its
+    # parser without it
     from ctrlrnn.train.checkpoint import Checkpoint
-    from ctrlrnn.train.trainer import config_differences
 
     try:
         stored = Checkpoint(out / "checkpoint.safetensors").config

@@ -54,6 +54,12 @@ from ctrlrnn.train.checkpoint import (
     save_checkpoint,
 )
 from ctrlrnn.train.config import ConfigError, TrainConfig
+from ctrlrnn.train.config_changes import (
+    IMPLIED_WHEN_ABSENT,
+    RESUMABLE_CHANGES,
+    config_differences,
+    show_value,
+)
 from ctrlrnn.train.distributed import (
     DistContext,
     average_gradients,
@@ -62,6 +68,9 @@ from ctrlrnn.train.distributed import (
 )
 from ctrlrnn.train.logs import RunLog
 from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
+
+__all__ = ["BEST", "IMPLIED_WHEN_ABSENT", "LATEST", "RESUMABLE_CHANGES", "Trainer",
+           "TrainingInterrupted", "config_differences", "training_step"]
 
 LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"
@@ -86,52 +95,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted at step {step}")
         self.step = step
         self.checkpoint = checkpoint
-
-
-#: configuration keys a resumed run may change without ``--override``: limits, where the run
-#: is, and how often it logs and checkpoints (none changes what a step computes)
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "out", "threads", "device", "log_every",
-                               "checkpoint_every"})
-
-
-def _flat(config: dict[str, Any]) -> dict[str, Any]:
-    """``{"lr": ..., "model.hidden_size": ..., "task.digits": ...}`` of a stored config."""
-    out = {k: v for k, v in config.items() if k not in ("model_args", "task_args")}
-    out.update({f"model.{k}": v for k, v in (config.get("model_args") or {}).items()})
-    out.update({f"task.{k}": v for k, v in (config.get("task_args") or {}).items()})
-    return out
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) and value else repr(value)
-
-
-#: configuration keys added after runs were first stored, with the value a run stored without
-#: the key trained under (so a stored run compares as what it was, not as "unknown"); compared
-#: only where the requested configuration has the key (``model.causal``: QRNN runs only)
-IMPLIED_WHEN_ABSENT: dict[str, Any] = {"monitor": "", "model.causal": True}
-
-
-def config_differences(stored: dict[str, Any], requested: dict[str, Any],
-                       accept: frozenset[str] = frozenset()) -> dict[str, tuple[Any, Any]]:
-    """Keys whose stored and requested values differ (flattened names, in order), less
-    :data:`RESUMABLE_CHANGES` and ``accept``. A key the stored config lacks (written by an
-    older version) is not compared, unless :data:`IMPLIED_WHEN_ABSENT` says what it was."""
-    given, b = _flat(stored), _flat(requested)
-    a = {**IMPLIED_WHEN_ABSENT, **given}
-    differ: dict[str, tuple[Any, Any]] = {}
-    for key in b:
-        if key in RESUMABLE_CHANGES or key in accept or key not in a:
-            continue
-        old, new = a[key], b[key]
-        if isinstance(old, list) and isinstance(new, tuple):
-            new = list(new)
-        if old != new:
-            differ[key] = (old, b[key])
-    for key in given:
-        if key not in b and key not in accept and key.startswith(("model.", "task.")):
-            differ[key] = (a[key], None)
-    return differ
 
 
 class _InterruptFlag:
@@ -302,8 +265,9 @@ class Trainer:
         differ = config_differences(stored, self.cfg.to_dict(), self.accept)
         if not differ:
             return
-        changes = ", ".join(f"{k} {_show(a)} -> {_show(b)}" for k, (a, b) in differ.items())
-        accept = " ".join(f"--override {k}={_show(b)}" for k, (_a, b) in differ.items())
+        changes = ", ".join(f"{k} {show_value(a)} -> {show_value(b)}"
+                            for k, (a, b) in differ.items())
+        accept = " ".join(f"--override {k}={show_value(b)}" for k, (_a, b) in differ.items())
         raise ConfigError(
             f"resume: the run in {self.out} was started with another configuration ({changes}); "
             f"to continue it with the new values add {accept}, or train into a new --out")
