@@ -11,9 +11,9 @@ outputs of their children ``(m^F, m^O)``, the depth gates ``alpha``, ``beta`` an
 
 :func:`level_gates` returns ``(a, b, o)`` and saves only its inputs; backward recomputes
 ``f, o, z`` and returns the gradients of ``P``, the children, ``alpha``, ``beta`` and the
-residual in one pass. (Saving ``f, o, z`` instead was measured slower on CPU: this work is
-bound by memory traffic, and the saved activations cost more to write and read back than the
-sigmoid and tanh cost to recompute.) Both passes
+residual in one pass. (It saves nothing else: this work is bound by memory traffic, and saved
+activations would cost more to write and read back than the sigmoid and tanh cost to
+recompute.) Both passes
 are plain tensor functions; for large float inputs they run through ``torch.compile`` (one
 fused loop each instead of some 30 separate elementwise kernels), small or float64 inputs run
 them eagerly. :func:`gate_backend` says which

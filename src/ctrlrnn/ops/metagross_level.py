@@ -25,8 +25,8 @@ in one reverse pass. CUDA tensors run the same two custom ops on the Triton kern
 arguments, same fusion; :mod:`ctrlrnn.ops.kernel_op`; the module chosen by
 :func:`ctrlrnn.ops.backend.kernel_for`). ``CTRLRNN_BACKEND=reference``, CUDA without Triton and
 machines where the extension cannot be built run :func:`metagross_level_reference`, the
-composition of
-:func:`ctrlrnn.nn.metagross_gates.level_gates` and :func:`ctrlrnn.ops.linear_scan.linear_scan`
+composition of :func:`ctrlrnn.ops.metagross_gates.level_gates` and
+:func:`ctrlrnn.ops.linear_scan.linear_scan`
 (the custom ops also fall back to that composition by themselves, forward and backward, where
 a graph traced with the extension runs without it).
 

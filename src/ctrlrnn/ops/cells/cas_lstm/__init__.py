@@ -1,11 +1,5 @@
 """The CAS-LSTM cell of layers l > 1: CAS-LSTM paper eq 7-13 with lambda, and the peephole
 variant eq 17-18.
-
-The cell's files: ``reference.py`` (the step from the paper and its loop over time),
-``triton_kernels.py`` (its Triton step kernels, the op's CUDA kernel through
-:mod:`ctrlrnn.ops.cells.triton_host`), ``ops/csrc/cas_lstm.cpp`` (its CPU kernel, the extension
-``cells``'s ``cas_lstm_forward`` / ``cas_lstm_backward``); here its description (:class:`Cell`),
-its op ``ctrlrnn::cas_lstm_cell_fwd`` and the public function.
 """
 
 from __future__ import annotations
@@ -13,16 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_sequence_ref, cas_lstm_step, step
-from ctrlrnn.ops.cells.checks import (
-    cast,
-    check_tensor,
-    check_x_proj,
-    checked_lengths,
-    compute_dtype,
-    state,
-    uncast,
-)
 from ctrlrnn.ops.cells.shell import Cell, define, sequence
 
 __all__ = ["cas_lstm_sequence", "cas_lstm_sequence_ref", "cas_lstm_step"]
@@ -82,13 +68,13 @@ def cas_lstm_sequence(
         ``(h_seq, c_seq, h_last, c_last)`` as in :func:`lstm_sequence`.
     """
     gates_h = 4 if peephole is not None else 5
-    batch, steps, hidden = check_x_proj(x_proj, 5, weight_hh, gates_h)
-    check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
-    check_tensor("lower_c", lower_c, (batch, steps, hidden), x_proj)
-    h0 = state("h0", h0, batch, hidden, x_proj)
-    c0 = state("c0", c0, batch, hidden, x_proj)
-    lengths = checked_lengths(lengths, batch, steps, x_proj)
-    dtype = compute_dtype(x_proj)
+    batch, steps, hidden = checks.check_x_proj(x_proj, 5, weight_hh, gates_h)
+    checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
+    checks.check_tensor("lower_c", lower_c, (batch, steps, hidden), x_proj)
+    h0 = checks.state("h0", h0, batch, hidden, x_proj)
+    c0 = checks.state("c0", c0, batch, hidden, x_proj)
+    lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
+    dtype = checks.compute_dtype(x_proj)
 
     if lambda_ is None:
         scale_g = x_proj.new_ones(hidden, dtype=dtype)
@@ -107,8 +93,8 @@ def cas_lstm_sequence(
     pp: Tensor | None = None
     if peephole is not None:
         pp = torch.stack(tuple(peephole)) if isinstance(peephole, (tuple, list)) else peephole
-        check_tensor("peephole", pp, (2, hidden), x_proj)
+        checks.check_tensor("peephole", pp, (2, hidden), x_proj)
 
-    xp, w, low, p, h, c = cast((x_proj, weight_hh, lower_c, pp, h0, c0), dtype)
+    xp, w, low, p, h, c = checks.cast((x_proj, weight_hh, lower_c, pp, h0, c0), dtype)
     out = sequence(CELL, OP, (xp, w, low, scale_f, scale_g, p, h, c), lengths)
-    return uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]

@@ -1,8 +1,4 @@
-"""The CAS-LSTM cell of layers l > 1 (CAS-LSTM paper eq 7-13, and variant (iii), eq 17-18).
-
-The readable reference: the step straight from the paper's equations, looped over time by
-:func:`ctrlrnn.ops.cells.reference.run` and differentiated by autograd (conventions there).
-"""
+"""The CAS-LSTM cell of layers l > 1 (CAS-LSTM paper eq 7-13, and variant (iii), eq 17-18)."""
 
 from __future__ import annotations
 

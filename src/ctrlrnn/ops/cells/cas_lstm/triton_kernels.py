@@ -4,9 +4,6 @@ The vertical forget gate g acts on the lower layer's cell, ``lambda`` arrives as
 ``scale_f = 1 - lambda`` and ``scale_g = lambda``; their gradients and the peepholes' are per-row
 sums written by the backward kernel (each program owns one row) and reduced over the batch
 afterwards.
-
-The cell's step kernels and the operands that differ from the other cells, for the host loop
-of :mod:`ctrlrnn.ops.cells.triton_host` (which says what it passes itself).
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ctrlrnn.ops.gpu._common import sigmoid, tanh
+from ctrlrnn.ops.gpu._common import sigmoid, step_lanes, tanh
 
 
 @triton.jit(do_not_specialize=["t"])
@@ -52,14 +49,7 @@ def step_forward(
     ``pp`` ``(2, H)`` the peepholes ``(p_g1, p_g2)``. The state ``h``, ``c`` is updated in place;
     the activated gates (i, f, c~, o, g) are saved into ``acts`` ``(B, T, 5H)``.
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     if PEEP:
         rw = 4 * H
     else:
@@ -142,14 +132,7 @@ def step_backward(
     ``dgates_t U`` adds the rest), and the per-row sums ``dpar[b]`` ``(4, H)`` of the gradients
     of ``1 - lambda``, ``lambda``, ``p_g1``, ``p_g2`` (accumulated; each program owns its row).
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     srow = pid_b * H + cols
     orow = (pid_b * T + t) * H + cols
     arow = (pid_b * T + t) * (5 * H) + cols

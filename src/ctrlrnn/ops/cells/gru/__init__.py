@@ -1,25 +1,10 @@
-"""The GRU cell in torch.nn.GRU's formulation; equals torch.nn.GRU.
-
-The cell's files: ``reference.py`` (the step from the paper and its loop over time),
-``triton_kernels.py`` (its Triton step kernels, the op's CUDA kernel through
-:mod:`ctrlrnn.ops.cells.triton_host`), ``ops/csrc/gru.cpp`` (its CPU kernel, the extension
-``cells``'s ``gru_forward`` / ``gru_backward``); here its description (:class:`Cell`),
-its op ``ctrlrnn::gru_cell_fwd`` and the public function.
-"""
+"""The GRU cell in torch.nn.GRU's formulation; equals torch.nn.GRU."""
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from ctrlrnn.ops.cells.checks import (
-    cast,
-    check_tensor,
-    check_x_proj,
-    checked_lengths,
-    compute_dtype,
-    state,
-    uncast,
-)
+from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.gru.reference import gru_sequence_ref, gru_step, step
 from ctrlrnn.ops.cells.shell import Cell, define, sequence
 
@@ -67,14 +52,14 @@ def gru_sequence(
     Returns:
         ``(h_seq, h_last)``: (B, T, H) outputs (zero at padded steps) and the (B, H) final state.
     """
-    batch, steps, hidden = check_x_proj(x_proj, 3, weight_hh, 3)
-    check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
+    batch, steps, hidden = checks.check_x_proj(x_proj, 3, weight_hh, 3)
+    checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
     if bias_hh is None:
         bias_hh = x_proj.new_zeros(3 * hidden)
-    check_tensor("bias_hh", bias_hh, (3 * hidden,), x_proj)
-    h0 = state("h0", h0, batch, hidden, x_proj)
-    lengths = checked_lengths(lengths, batch, steps, x_proj)
-    dtype = compute_dtype(x_proj)
-    xp, w, b, h = cast((x_proj, weight_hh, bias_hh, h0), dtype)
+    checks.check_tensor("bias_hh", bias_hh, (3 * hidden,), x_proj)
+    h0 = checks.state("h0", h0, batch, hidden, x_proj)
+    lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
+    dtype = checks.compute_dtype(x_proj)
+    xp, w, b, h = checks.cast((x_proj, weight_hh, bias_hh, h0), dtype)
     out = sequence(CELL, OP, (xp, w, b, h), lengths)
-    return uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]

@@ -1,8 +1,4 @@
-"""The GRU cell in torch.nn.GRU's formulation (gate order r, z, n).
-
-The readable reference: the step straight from the paper's equations, looped over time by
-:func:`ctrlrnn.ops.cells.reference.run` and differentiated by autograd (conventions there).
-"""
+"""The GRU cell in torch.nn.GRU's formulation (gate order r, z, n)."""
 
 from __future__ import annotations
 

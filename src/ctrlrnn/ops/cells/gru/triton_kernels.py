@@ -1,8 +1,5 @@
 """The GRU cell on Triton (torch.nn.GRU's formulation, gates r, z, n; ``b_hn`` inside the reset
 product).
-
-The cell's step kernels and the operands that differ from the other cells, for the host loop
-of :mod:`ctrlrnn.ops.cells.triton_host` (which says what it passes itself).
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ctrlrnn.ops.gpu._common import sigmoid, tanh
+from ctrlrnn.ops.gpu._common import sigmoid, step_lanes, tanh
 
 
 @triton.jit(do_not_specialize=["t"])
@@ -38,14 +35,7 @@ def step_forward(
     ``r = sig(x_r + rec_r)``, ``z = sig(x_z + rec_z)``, ``n = tanh(x_n + r rec_n)``,
     ``h' = (1 - z) n + z h``. Saves ``(r, z, n, rec_n)`` into ``acts`` ``(B, T, 4H)``.
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     xrow = (pid_b * T + t) * (3 * H) + cols
     rrow = pid_b * (3 * H) + cols
     srow = pid_b * H + cols
@@ -89,14 +79,7 @@ def step_backward(
     """Backward of one GRU step: ``dx[b, t]`` ``(3H)`` for the input projections, ``drec[b, t]``
     ``(3H)`` for ``h_{t-1} U^T + b_hh``, and ``dh <-`` the direct part ``z dh`` of ``dh_{t-1}``
     (the incoming gradient itself past the length)."""
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     srow = pid_b * H + cols
     orow = (pid_b * T + t) * H + cols
     arow = (pid_b * T + t) * (4 * H) + cols

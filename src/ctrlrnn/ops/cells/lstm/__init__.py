@@ -1,25 +1,10 @@
-"""The LSTM cell: CAS-LSTM paper eq 1-6 (RCRN eq 1-6, 10-14); equals torch.nn.LSTM.
-
-The cell's files: ``reference.py`` (the step from the paper and its loop over time),
-``triton_kernels.py`` (its Triton step kernels, the op's CUDA kernel through
-:mod:`ctrlrnn.ops.cells.triton_host`), ``ops/csrc/lstm.cpp`` (its CPU kernel, the extension
-``cells``'s ``lstm_forward`` / ``lstm_backward``); here its description (:class:`Cell`),
-its op ``ctrlrnn::lstm_cell_fwd`` and the public function.
-"""
+"""The LSTM cell: CAS-LSTM paper eq 1-6 (RCRN eq 1-6, 10-14); equals torch.nn.LSTM."""
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from ctrlrnn.ops.cells.checks import (
-    cast,
-    check_tensor,
-    check_x_proj,
-    checked_lengths,
-    compute_dtype,
-    state,
-    uncast,
-)
+from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.lstm.reference import lstm_sequence_ref, lstm_step, step
 from ctrlrnn.ops.cells.shell import Cell, define, sequence
 
@@ -60,12 +45,12 @@ def lstm_sequence(
         ``(h_seq, c_seq, h_last, c_last)``: (B, T, H) hidden and cell sequences (zero at padded
         steps) and the (B, H) final states.
     """
-    batch, steps, hidden = check_x_proj(x_proj, 4, weight_hh, 4)
-    check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
-    h0 = state("h0", h0, batch, hidden, x_proj)
-    c0 = state("c0", c0, batch, hidden, x_proj)
-    lengths = checked_lengths(lengths, batch, steps, x_proj)
-    dtype = compute_dtype(x_proj)
-    xp, w, h, c = cast((x_proj, weight_hh, h0, c0), dtype)
+    batch, steps, hidden = checks.check_x_proj(x_proj, 4, weight_hh, 4)
+    checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
+    h0 = checks.state("h0", h0, batch, hidden, x_proj)
+    c0 = checks.state("c0", c0, batch, hidden, x_proj)
+    lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
+    dtype = checks.compute_dtype(x_proj)
+    xp, w, h, c = checks.cast((x_proj, weight_hh, h0, c0), dtype)
     out = sequence(CELL, OP, (xp, w, h, c), lengths)
-    return uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]

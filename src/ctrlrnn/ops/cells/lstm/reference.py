@@ -1,8 +1,4 @@
-"""The LSTM cell (CAS-LSTM paper eq 1-6; the cell of RCRN eq 1-6 and 10-14; torch.nn.LSTM's).
-
-The readable reference: the step straight from the paper's equations, looped over time by
-:func:`ctrlrnn.ops.cells.reference.run` and differentiated by autograd (conventions there).
-"""
+"""The LSTM cell (CAS-LSTM paper eq 1-6; the cell of RCRN eq 1-6 and 10-14; torch.nn.LSTM's)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The LSTM cell on Triton (CAS-LSTM paper eq 1-6; torch.nn.LSTM's cell, gates i, f, c~, o).
-
-The cell's step kernels and the operands that differ from the other cells, for the host loop
-of :mod:`ctrlrnn.ops.cells.triton_host` (which says what it passes itself).
-"""
+"""The LSTM cell on Triton (CAS-LSTM paper eq 1-6; torch.nn.LSTM's cell, gates i, f, c~, o)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ctrlrnn.ops.gpu._common import sigmoid, tanh
+from ctrlrnn.ops.gpu._common import sigmoid, step_lanes, tanh
 
 
 @triton.jit(do_not_specialize=["t"])
@@ -38,14 +34,7 @@ def step_forward(
 
     ``rec`` ``(B, 4H)`` is ``h_{t-1} U^T``; the state ``h``, ``c`` ``(B, H)`` is updated in place.
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     xrow = (pid_b * T + t) * (4 * H) + cols
     rrow = pid_b * (4 * H) + cols
     srow = pid_b * H + cols
@@ -104,14 +93,7 @@ def step_backward(
     ``dc <- dc_{t-1}`` and ``dh <-`` the non-recurrent part of ``dh_{t-1}`` (zero for valid
     steps: the recurrent part ``dgates_t @ U`` is added by a GEMM afterwards).
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     srow = pid_b * H + cols
     orow = (pid_b * T + t) * H + cols
     arow = (pid_b * T + t) * (4 * H) + cols

@@ -1,26 +1,12 @@
 """The METAGROSS unit as printed (METAGROSS paper section 2, gates reading ``h_{t-1}``): one tree
 of ``2^L - 1`` units per step.
-
-The cell's files: ``reference.py`` (the step from the paper and its loop over time),
-``triton_kernels.py`` (its Triton step kernels, the op's CUDA kernel through
-:mod:`ctrlrnn.ops.cells.triton_host`), ``ops/csrc/metagross_state.cpp`` (its CPU kernel, the
-extension ``cells``'s ``metagross_state_forward`` / ``metagross_state_backward``); here its
-description (:class:`Cell`), its op ``ctrlrnn::metagross_state_cell_fwd`` and the public
-function.
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from ctrlrnn.ops.cells.checks import (
-    cast,
-    check_tensor,
-    checked_lengths,
-    compute_dtype,
-    state,
-    uncast,
-)
+from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.metagross_state.reference import (
     metagross_maps,
     metagross_state_sequence_ref,
@@ -110,18 +96,18 @@ def metagross_state_sequence(
     batch, steps, width = x_proj.shape
     hidden = weight_hh.shape[1]
     _, internal = metagross_tree_size(width, hidden)
-    check_tensor("weight_hh", weight_hh, (width, hidden), x_proj)
+    checks.check_tensor("weight_hh", weight_hh, (width, hidden), x_proj)
     if alpha is None or beta is None:
         if internal:
             raise ValueError(f"alpha: expected (B, T, {internal}) depth gates, got None")
         alpha = beta = x_proj.new_zeros(batch, steps, 0)
-    check_tensor("alpha", alpha, (batch, steps, internal), x_proj)
-    check_tensor("beta", beta, (batch, steps, internal), x_proj)
+    checks.check_tensor("alpha", alpha, (batch, steps, internal), x_proj)
+    checks.check_tensor("beta", beta, (batch, steps, internal), x_proj)
     if res is not None:
-        check_tensor("res", res, (batch, steps, hidden), x_proj)
-    h0 = state("h0", h0, batch, hidden, x_proj)
-    lengths = checked_lengths(lengths, batch, steps, x_proj)
-    dtype = compute_dtype(x_proj)
-    xp, w, a, b, r, h = cast((x_proj, weight_hh, alpha, beta, res, h0), dtype)
+        checks.check_tensor("res", res, (batch, steps, hidden), x_proj)
+    h0 = checks.state("h0", h0, batch, hidden, x_proj)
+    lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
+    dtype = checks.compute_dtype(x_proj)
+    xp, w, a, b, r, h = checks.cast((x_proj, weight_hh, alpha, beta, res, h0), dtype)
     out = sequence(CELL, OP, (xp, w, a, b, r, h), lengths)
-    return uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]

@@ -1,8 +1,4 @@
-"""The METAGROSS unit as printed (METAGROSS paper section 2: gates that read ``h_{t-1}``).
-
-The readable reference: the step straight from the paper's equations, looped over time by
-:func:`ctrlrnn.ops.cells.reference.run` and differentiated by autograd (conventions there).
-"""
+"""The METAGROSS unit as printed (METAGROSS paper section 2: gates that read ``h_{t-1}``)."""
 
 from __future__ import annotations
 

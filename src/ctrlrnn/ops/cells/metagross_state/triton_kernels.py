@@ -9,9 +9,6 @@ root-down, each unit recomputing its children's subtrees (a unit at depth ``d`` 
 ``d + 1`` times: ``O(N L)`` work per step and no scratch memory). The depth gates' gradients are
 sums over channels: each channel block writes its partial sums and they are summed over blocks
 after the loop (deterministic, no atomics).
-
-The cell's step kernels and the operands that differ from the other cells, for the host loop
-of :mod:`ctrlrnn.ops.cells.triton_host` (which says what it passes itself).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ctrlrnn.ops.gpu._common import acc_torch_dtype, sigmoid, tanh
+from ctrlrnn.ops.gpu._common import acc_torch_dtype, sigmoid, step_lanes, tanh
 
 
 def block(hidden: int) -> tuple[int, int]:
@@ -221,14 +218,7 @@ def step_forward(
     pre-activations ``P = x + rec`` are saved into ``acts`` ``(B, T, 3NH)`` (past the length
     too: the backward masks those steps and never reads them).
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     G = 3 * NODES * H
     prow = (pid_b * T + t) * G + cols
     rrow = pid_b * G + cols
@@ -282,15 +272,8 @@ def step_backward(
     ``dh <-`` the direct part ``sum_k o_k (1 - f_k) dh_k`` of ``dh_{t-1}`` (the incoming
     gradient itself past the length).
     """
-    pid_b = tl.program_id(0).to(tl.int64)
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     blk = tl.program_id(1)
-    cols = blk * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
     internal = (NODES - 1) // 2
     G = 3 * NODES * H
     prow = (pid_b * T + t) * G + cols

@@ -1,25 +1,10 @@
-"""The nCARNN cell: CARNN paper eq 3.
-
-The cell's files: ``reference.py`` (the step from the paper and its loop over time),
-``triton_kernels.py`` (its Triton step kernels, the op's CUDA kernel through
-:mod:`ctrlrnn.ops.cells.triton_host`), ``ops/csrc/ncarnn.cpp`` (its CPU kernel, the extension
-``cells``'s ``ncarnn_forward`` / ``ncarnn_backward``); here its description (:class:`Cell`),
-its op ``ctrlrnn::ncarnn_cell_fwd`` and the public function.
-"""
+"""The nCARNN cell: CARNN paper eq 3."""
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from ctrlrnn.ops.cells.checks import (
-    cast,
-    check_tensor,
-    check_x_proj,
-    checked_lengths,
-    compute_dtype,
-    state,
-    uncast,
-)
+from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.ncarnn.reference import ncarnn_sequence_ref, ncarnn_step, step
 from ctrlrnn.ops.cells.shell import Cell, define, sequence
 
@@ -66,12 +51,12 @@ def ncarnn_sequence(
     Returns:
         ``(h_seq, h_last)``: (B, T, H) outputs (zero at padded steps) and the (B, H) final state.
     """
-    batch, steps, hidden = check_x_proj(x_proj, 3, weight_hh, 2)
-    check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
-    check_tensor("context_proj", context_proj, (batch, 2 * hidden), x_proj)
-    h0 = state("h0", h0, batch, hidden, x_proj)
-    lengths = checked_lengths(lengths, batch, steps, x_proj)
-    dtype = compute_dtype(x_proj)
-    xp, w, ctx, h = cast((x_proj, weight_hh, context_proj, h0), dtype)
+    batch, steps, hidden = checks.check_x_proj(x_proj, 3, weight_hh, 2)
+    checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
+    checks.check_tensor("context_proj", context_proj, (batch, 2 * hidden), x_proj)
+    h0 = checks.state("h0", h0, batch, hidden, x_proj)
+    lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
+    dtype = checks.compute_dtype(x_proj)
+    xp, w, ctx, h = checks.cast((x_proj, weight_hh, context_proj, h0), dtype)
     out = sequence(CELL, OP, (xp, w, ctx, h), lengths)
-    return uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]

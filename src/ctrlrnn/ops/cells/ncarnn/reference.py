@@ -1,8 +1,4 @@
-"""The nCARNN cell (CARNN paper eq 3).
-
-The readable reference: the step straight from the paper's equations, looped over time by
-:func:`ctrlrnn.ops.cells.reference.run` and differentiated by autograd (conventions there).
-"""
+"""The nCARNN cell (CARNN paper eq 3)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,6 @@
 
 The context projection is one ``(B, 2H)`` tensor shared by all steps; its gradient is summed
 over time in the backward kernel.
-
-The cell's step kernels and the operands that differ from the other cells, for the host loop
-of :mod:`ctrlrnn.ops.cells.triton_host` (which says what it passes itself).
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ctrlrnn.ops.gpu._common import sigmoid
+from ctrlrnn.ops.gpu._common import sigmoid, step_lanes
 
 
 @triton.jit(do_not_specialize=["t"])
@@ -43,14 +40,7 @@ def step_forward(
     every step. ``h`` is updated in place; the gates ``(g^u, g^f)`` are saved into ``acts``
     ``(B, T, 2H)``.
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     xrow = (pid_b * T + t) * (3 * H) + cols
     rrow = pid_b * (2 * H) + cols
     srow = pid_b * H + cols
@@ -101,14 +91,7 @@ def step_backward(
     (the context projection is shared by all steps), and ``dh <-`` the direct part
     ``(1 - g^u) dh`` of ``dh_{m-1}`` (the incoming gradient itself past the length).
     """
-    pid_b = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < H
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
-    else:
-        valid = cmask
+    pid_b, cols, cmask, zero, valid = step_lanes(len_ptr, t, H, HAS_LEN, BLOCK)
     srow = pid_b * H + cols
     orow = (pid_b * T + t) * H + cols
     xrow = (pid_b * T + t) * (3 * H) + cols
