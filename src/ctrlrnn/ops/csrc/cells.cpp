@@ -18,6 +18,7 @@
 // recurrent term is h_{t-1} @ weight_hh^T; states (B, H); sequences (B, T, H).
 
 #include "cells_common.h"
+#include "cells_time.h"
 
 #include <torch/extension.h>
 
@@ -61,47 +62,40 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& x_proj_in, const at::Tens
     scalar_t* c_p = c.data_ptr<scalar_t>();
     scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
     scalar_t* cs_p = c_seq.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const at::Tensor h_s = h.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/true, b1 - b0);
-      for (int64_t t = 0; t < T; ++t) {
-        if (t < ml) gemm.run(h_s, rec_s, false);
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict hs = hs_p + bt * H;
-          scalar_t* __restrict cs = cs_p + bt * H;
-          scalar_t* __restrict a = saved.row<scalar_t>(b, bt, G);
-          if (t >= L.len[b]) {
-            fill_zero(hs, H);
-            fill_zero(cs, H);
-            fill_zero(a, G);
-            continue;
-          }
-          const scalar_t* __restrict xp = xp_all + bt * G;
-          const scalar_t* __restrict r = rec_p + b * G;
-          scalar_t* __restrict hb = h_p + b * H;
-          scalar_t* __restrict cb = c_p + b * H;
-CTRLRNN_SIMD
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t ig = A::sigmoid(xp[j] + r[j]);
-            const scalar_t fg = A::sigmoid(xp[H + j] + r[H + j]);
-            const scalar_t gg = A::tanh(xp[2 * H + j] + r[2 * H + j]);
-            const scalar_t og = A::sigmoid(xp[3 * H + j] + r[3 * H + j]);
-            const scalar_t cn = fg * cb[j] + ig * gg;
-            const scalar_t hn = og * A::tanh(cn);
-            a[j] = ig;
-            a[H + j] = fg;
-            a[2 * H + j] = gg;
-            a[3 * H + j] = og;
-            cb[j] = cn;
-            hb[j] = hn;
-            cs[j] = cn;
-            hs[j] = hn;
-          }
+    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+        [&](int64_t b0, int64_t b1, const auto& run) {
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict hs = hs_p + bt * H;
+        scalar_t* __restrict cs = cs_p + bt * H;
+        scalar_t* __restrict a = saved.row<scalar_t>(b, bt, G);
+        if (!valid) {
+          fill_zero(hs, H);
+          fill_zero(cs, H);
+          fill_zero(a, G);
+          return;
         }
-      }
+        const scalar_t* __restrict xp = xp_all + bt * G;
+        const scalar_t* __restrict r = rec_p + b * G;
+        scalar_t* __restrict hb = h_p + b * H;
+        scalar_t* __restrict cb = c_p + b * H;
+CTRLRNN_SIMD
+        for (int64_t j = 0; j < H; ++j) {
+          const scalar_t ig = A::sigmoid(xp[j] + r[j]);
+          const scalar_t fg = A::sigmoid(xp[H + j] + r[H + j]);
+          const scalar_t gg = A::tanh(xp[2 * H + j] + r[2 * H + j]);
+          const scalar_t og = A::sigmoid(xp[3 * H + j] + r[3 * H + j]);
+          const scalar_t cn = fg * cb[j] + ig * gg;
+          const scalar_t hn = og * A::tanh(cn);
+          a[j] = ig;
+          a[H + j] = fg;
+          a[2 * H + j] = gg;
+          a[3 * H + j] = og;
+          cb[j] = cn;
+          hb[j] = hn;
+          cs[j] = cn;
+          hs[j] = hn;
+        }
+      });
     });
   });
   return {h_seq, c_seq, h, c, saved.acts};
@@ -141,41 +135,35 @@ std::vector<at::Tensor> lstm_backward(const c10::optional<at::Tensor>& grad_h_se
     const scalar_t* ch_p = carry_h.data_ptr<scalar_t>();
     scalar_t* cc_p = carry_c.data_ptr<scalar_t>();
     scalar_t* dx_p = dx.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
-      for (int64_t t = T - 1; t >= 0; --t) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict d = dx_p + bt * G;
-          if (t >= L.len[b]) {
-            fill_zero(d, G);
-            continue;
-          }
-          const scalar_t* __restrict dh_in = incoming(L, b, t, rec_p, ch_p, H);
-          const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
-          const scalar_t* __restrict gcs = row_or<scalar_t>(gc, bt * H, z);
-          const scalar_t* __restrict a = a_p + bt * G;
-          const scalar_t* __restrict cs = cs_p + bt * H;
-          const scalar_t* __restrict cp = t > 0 ? cs_p + (bt - 1) * H : c0_p + b * H;
-          scalar_t* __restrict dcb = cc_p + b * H;
-CTRLRNN_SIMD
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t ig = a[j], fg = a[H + j], gg = a[2 * H + j], og = a[3 * H + j];
-            const scalar_t tc = Act<scalar_t>::tanh(cs[j]);
-            const scalar_t dh = dh_in[j] + ghs[j];
-            const scalar_t dc = dcb[j] + gcs[j] + dh * og * (scalar_t(1) - tc * tc);
-            d[j] = dc * gg * ig * (scalar_t(1) - ig);
-            d[H + j] = dc * cp[j] * fg * (scalar_t(1) - fg);
-            d[2 * H + j] = dc * ig * (scalar_t(1) - gg * gg);
-            d[3 * H + j] = dh * tc * og * (scalar_t(1) - og);
-            dcb[j] = dc * fg;
-          }
+    backward_in_time<scalar_t>(L, B, T, weight_hh, rec, false,
+        [&](int64_t b0, int64_t b1, const auto& run) {
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict d = dx_p + bt * G;
+        if (!valid) {
+          fill_zero(d, G);
+          return;
         }
-        if (t < ml) gemm.run(dx.select(1, t).narrow(0, b0, b1 - b0), rec_s, false);
-      }
-    });
+        const scalar_t* __restrict dh_in = incoming(L, b, t, rec_p, ch_p, H);
+        const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
+        const scalar_t* __restrict gcs = row_or<scalar_t>(gc, bt * H, z);
+        const scalar_t* __restrict a = a_p + bt * G;
+        const scalar_t* __restrict cs = cs_p + bt * H;
+        const scalar_t* __restrict cp = t > 0 ? cs_p + (bt - 1) * H : c0_p + b * H;
+        scalar_t* __restrict dcb = cc_p + b * H;
+CTRLRNN_SIMD
+        for (int64_t j = 0; j < H; ++j) {
+          const scalar_t ig = a[j], fg = a[H + j], gg = a[2 * H + j], og = a[3 * H + j];
+          const scalar_t tc = Act<scalar_t>::tanh(cs[j]);
+          const scalar_t dh = dh_in[j] + ghs[j];
+          const scalar_t dc = dcb[j] + gcs[j] + dh * og * (scalar_t(1) - tc * tc);
+          d[j] = dc * gg * ig * (scalar_t(1) - ig);
+          d[H + j] = dc * cp[j] * fg * (scalar_t(1) - fg);
+          d[2 * H + j] = dc * ig * (scalar_t(1) - gg * gg);
+          d[3 * H + j] = dh * tc * og * (scalar_t(1) - og);
+          dcb[j] = dc * fg;
+        }
+      });
+    }, [&](int64_t t) { return dx.select(1, t); });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   at::Tensor dW = at::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
@@ -214,41 +202,34 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& x_proj_in, const at::Tenso
     const scalar_t* bh = bias_hh.data_ptr<scalar_t>();
     scalar_t* h_p = h.data_ptr<scalar_t>();
     scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const at::Tensor h_s = h.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/true, b1 - b0);
-      for (int64_t t = 0; t < T; ++t) {
-        if (t < ml) gemm.run(h_s, rec_s, false);
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict hs = hs_p + bt * H;
-          scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 4 * H);
-          if (t >= L.len[b]) {
-            fill_zero(hs, H);
-            fill_zero(a, 4 * H);
-            continue;
-          }
-          const scalar_t* __restrict xp = xp_all + bt * G;
-          const scalar_t* __restrict r = rec_p + b * G;
-          scalar_t* __restrict hb = h_p + b * H;
-CTRLRNN_SIMD
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t rg = A::sigmoid(xp[j] + r[j] + bh[j]);
-            const scalar_t zg = A::sigmoid(xp[H + j] + r[H + j] + bh[H + j]);
-            const scalar_t hn = r[2 * H + j] + bh[2 * H + j];
-            const scalar_t ng = A::tanh(xp[2 * H + j] + rg * hn);
-            const scalar_t hnew = (scalar_t(1) - zg) * ng + zg * hb[j];
-            a[j] = rg;
-            a[H + j] = zg;
-            a[2 * H + j] = ng;
-            a[3 * H + j] = hn;
-            hb[j] = hnew;
-            hs[j] = hnew;
-          }
+    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+        [&](int64_t b0, int64_t b1, const auto& run) {
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict hs = hs_p + bt * H;
+        scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 4 * H);
+        if (!valid) {
+          fill_zero(hs, H);
+          fill_zero(a, 4 * H);
+          return;
         }
-      }
+        const scalar_t* __restrict xp = xp_all + bt * G;
+        const scalar_t* __restrict r = rec_p + b * G;
+        scalar_t* __restrict hb = h_p + b * H;
+CTRLRNN_SIMD
+        for (int64_t j = 0; j < H; ++j) {
+          const scalar_t rg = A::sigmoid(xp[j] + r[j] + bh[j]);
+          const scalar_t zg = A::sigmoid(xp[H + j] + r[H + j] + bh[H + j]);
+          const scalar_t hn = r[2 * H + j] + bh[2 * H + j];
+          const scalar_t ng = A::tanh(xp[2 * H + j] + rg * hn);
+          const scalar_t hnew = (scalar_t(1) - zg) * ng + zg * hb[j];
+          a[j] = rg;
+          a[H + j] = zg;
+          a[2 * H + j] = ng;
+          a[3 * H + j] = hn;
+          hb[j] = hnew;
+          hs[j] = hnew;
+        }
+      });
     });
   });
   return {h_seq, h, saved.acts};
@@ -284,45 +265,39 @@ std::vector<at::Tensor> gru_backward(const c10::optional<at::Tensor>& grad_h_seq
     const scalar_t* ch_p = carry_h.data_ptr<scalar_t>();
     scalar_t* dx_p = dx.data_ptr<scalar_t>();
     scalar_t* dr_p = drec.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
-      for (int64_t t = T - 1; t >= 0; --t) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict d = dx_p + bt * G;
-          scalar_t* __restrict dr = dr_p + bt * G;
-          if (t >= L.len[b]) {
-            fill_zero(d, G);
-            fill_zero(dr, G);
-            continue;
-          }
-          // dh_in may alias the output row (both in rec): read before write, element-wise.
-          const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
-          scalar_t* out = rec_p + b * H;
-          const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
-          const scalar_t* __restrict a = a_p + bt * 4 * H;
-          const scalar_t* __restrict hp = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
-CTRLRNN_SIMD
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t rg = a[j], zg = a[H + j], ng = a[2 * H + j], hn = a[3 * H + j];
-            const scalar_t dh = dh_in[j] + ghs[j];
-            const scalar_t dn = dh * (scalar_t(1) - zg) * (scalar_t(1) - ng * ng);
-            const scalar_t dz = dh * (hp[j] - ng) * zg * (scalar_t(1) - zg);
-            const scalar_t drg = dn * hn * rg * (scalar_t(1) - rg);
-            d[j] = drg;
-            d[H + j] = dz;
-            d[2 * H + j] = dn;
-            dr[j] = drg;
-            dr[H + j] = dz;
-            dr[2 * H + j] = dn * rg;
-            out[j] = dh * zg;  // direct path h_t <- z h_{t-1}; the GEMM adds drec U below
-          }
+    backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
+        [&](int64_t b0, int64_t b1, const auto& run) {
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict d = dx_p + bt * G;
+        scalar_t* __restrict dr = dr_p + bt * G;
+        if (!valid) {
+          fill_zero(d, G);
+          fill_zero(dr, G);
+          return;
         }
-        if (t < ml) gemm.run(drec.select(1, t).narrow(0, b0, b1 - b0), rec_s, true);
-      }
-    });
+        // dh_in may alias the output row (both in rec): read before write, element-wise.
+        const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
+        scalar_t* out = rec_p + b * H;
+        const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
+        const scalar_t* __restrict a = a_p + bt * 4 * H;
+        const scalar_t* __restrict hp = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
+CTRLRNN_SIMD
+        for (int64_t j = 0; j < H; ++j) {
+          const scalar_t rg = a[j], zg = a[H + j], ng = a[2 * H + j], hn = a[3 * H + j];
+          const scalar_t dh = dh_in[j] + ghs[j];
+          const scalar_t dn = dh * (scalar_t(1) - zg) * (scalar_t(1) - ng * ng);
+          const scalar_t dz = dh * (hp[j] - ng) * zg * (scalar_t(1) - zg);
+          const scalar_t drg = dn * hn * rg * (scalar_t(1) - rg);
+          d[j] = drg;
+          d[H + j] = dz;
+          d[2 * H + j] = dn;
+          dr[j] = drg;
+          dr[H + j] = dz;
+          dr[2 * H + j] = dn * rg;
+          out[j] = dh * zg;  // direct path h_t <- z h_{t-1}; the GEMM adds drec U below
+        }
+      });
+    }, [&](int64_t t) { return drec.select(1, t); });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   const at::Tensor drec2 = drec.view({B * T, G});
@@ -362,57 +337,50 @@ void cas_forward_loop(const at::Tensor& x_proj, const at::Tensor& weight_hh,
   scalar_t* c_p = c.data_ptr<scalar_t>();
   scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
   scalar_t* cs_p = c_seq.data_ptr<scalar_t>();
-  over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-    at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-    const at::Tensor h_s = h.narrow(0, b0, b1 - b0);
-    const int64_t ml = L.max_in(b0, b1);
-    const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/true, b1 - b0);
-    for (int64_t t = 0; t < T; ++t) {
-      if (t < ml) gemm.run(h_s, rec_s, false);
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t bt = b * T + t;
-        scalar_t* __restrict hs = hs_p + bt * H;
-        scalar_t* __restrict cs = cs_p + bt * H;
-        scalar_t* __restrict a = saved.row<scalar_t>(b, bt, G);
-        if (t >= L.len[b]) {
-          fill_zero(hs, H);
-          fill_zero(cs, H);
-          fill_zero(a, G);
-          continue;
-        }
-        const scalar_t* __restrict xp = xp_all + bt * G;
-        const scalar_t* __restrict low = low_all + bt * H;
-        const scalar_t* __restrict r = rec_p + b * Gh;
-        scalar_t* __restrict hb = h_p + b * H;
-        scalar_t* __restrict cb = c_p + b * H;
-CTRLRNN_SIMD
-        for (int64_t j = 0; j < H; ++j) {
-          const scalar_t cp = cb[j];
-          const scalar_t ig = A::sigmoid(xp[j] + r[j]);
-          const scalar_t fg = A::sigmoid(xp[H + j] + r[H + j]);
-          const scalar_t cc = A::tanh(xp[2 * H + j] + r[2 * H + j]);
-          const scalar_t og = A::sigmoid(xp[3 * H + j] + r[3 * H + j]);
-          scalar_t gpre = xp[4 * H + j];
-          if constexpr (PEEP) {
-            gpre += p1[j] * cp + p2[j] * low[j];
-          } else {
-            gpre += r[4 * H + j];
-          }
-          const scalar_t gg = A::sigmoid(gpre);
-          const scalar_t cn = ig * cc + sf[j] * fg * cp + sg[j] * gg * low[j];
-          const scalar_t hn = og * A::tanh(cn);
-          a[j] = ig;
-          a[H + j] = fg;
-          a[2 * H + j] = cc;
-          a[3 * H + j] = og;
-          a[4 * H + j] = gg;
-          cb[j] = cn;
-          hb[j] = hn;
-          cs[j] = cn;
-          hs[j] = hn;
-        }
+  forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+      [&](int64_t b0, int64_t b1, const auto& run) {
+    run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+      scalar_t* __restrict hs = hs_p + bt * H;
+      scalar_t* __restrict cs = cs_p + bt * H;
+      scalar_t* __restrict a = saved.row<scalar_t>(b, bt, G);
+      if (!valid) {
+        fill_zero(hs, H);
+        fill_zero(cs, H);
+        fill_zero(a, G);
+        return;
       }
-    }
+      const scalar_t* __restrict xp = xp_all + bt * G;
+      const scalar_t* __restrict low = low_all + bt * H;
+      const scalar_t* __restrict r = rec_p + b * Gh;
+      scalar_t* __restrict hb = h_p + b * H;
+      scalar_t* __restrict cb = c_p + b * H;
+CTRLRNN_SIMD
+      for (int64_t j = 0; j < H; ++j) {
+        const scalar_t cp = cb[j];
+        const scalar_t ig = A::sigmoid(xp[j] + r[j]);
+        const scalar_t fg = A::sigmoid(xp[H + j] + r[H + j]);
+        const scalar_t cc = A::tanh(xp[2 * H + j] + r[2 * H + j]);
+        const scalar_t og = A::sigmoid(xp[3 * H + j] + r[3 * H + j]);
+        scalar_t gpre = xp[4 * H + j];
+        if constexpr (PEEP) {
+          gpre += p1[j] * cp + p2[j] * low[j];
+        } else {
+          gpre += r[4 * H + j];
+        }
+        const scalar_t gg = A::sigmoid(gpre);
+        const scalar_t cn = ig * cc + sf[j] * fg * cp + sg[j] * gg * low[j];
+        const scalar_t hn = og * A::tanh(cn);
+        a[j] = ig;
+        a[H + j] = fg;
+        a[2 * H + j] = cc;
+        a[3 * H + j] = og;
+        a[4 * H + j] = gg;
+        cb[j] = cn;
+        hb[j] = hn;
+        cs[j] = cn;
+        hs[j] = hn;
+      }
+    });
   });
 }
 
@@ -487,65 +455,57 @@ void cas_backward_loop(const at::Tensor& gh, const at::Tensor& gc, const at::Ten
   scalar_t* dx_p = dx.data_ptr<scalar_t>();
   scalar_t* dl_p = dlow.data_ptr<scalar_t>();
   scalar_t* acc_p = acc.data_ptr<scalar_t>();  // (B, 4, H): d s_f, d s_g, d p1, d p2
-  over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-    at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-    const int64_t ml = L.max_in(b0, b1);
-    const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
-    for (int64_t t = T - 1; t >= 0; --t) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t bt = b * T + t;
-        scalar_t* __restrict d = dx_p + bt * G;
-        scalar_t* __restrict dl = dl_p + bt * H;
-        if (t >= L.len[b]) {
-          fill_zero(d, G);
-          fill_zero(dl, H);
-          continue;
-        }
-        const scalar_t* __restrict dh_in = incoming(L, b, t, rec_p, ch_p, H);
-        const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
-        const scalar_t* __restrict gcs = row_or<scalar_t>(gc, bt * H, z);
-        const scalar_t* __restrict a = a_p + bt * G;
-        const scalar_t* __restrict cs = cs_p + bt * H;
-        const scalar_t* __restrict cpv = t > 0 ? cs_p + (bt - 1) * H : c0_p + b * H;
-        const scalar_t* __restrict low = low_all + bt * H;
-        scalar_t* __restrict dcb = cc_p + b * H;
-        scalar_t* __restrict acc_sf = acc_p + b * 4 * H;
-        scalar_t* __restrict acc_sg = acc_sf + H;
-        scalar_t* __restrict acc_p1 = acc_sf + 2 * H;
-        scalar_t* __restrict acc_p2 = acc_sf + 3 * H;
+  backward_in_time<scalar_t>(L, B, T, weight_hh, rec, false,
+      [&](int64_t b0, int64_t b1, const auto& run) {
+    run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+      scalar_t* __restrict d = dx_p + bt * G;
+      scalar_t* __restrict dl = dl_p + bt * H;
+      if (!valid) {
+        fill_zero(d, G);
+        fill_zero(dl, H);
+        return;
+      }
+      const scalar_t* __restrict dh_in = incoming(L, b, t, rec_p, ch_p, H);
+      const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
+      const scalar_t* __restrict gcs = row_or<scalar_t>(gc, bt * H, z);
+      const scalar_t* __restrict a = a_p + bt * G;
+      const scalar_t* __restrict cs = cs_p + bt * H;
+      const scalar_t* __restrict cpv = t > 0 ? cs_p + (bt - 1) * H : c0_p + b * H;
+      const scalar_t* __restrict low = low_all + bt * H;
+      scalar_t* __restrict dcb = cc_p + b * H;
+      scalar_t* __restrict acc_sf = acc_p + b * 4 * H;
+      scalar_t* __restrict acc_sg = acc_sf + H;
+      scalar_t* __restrict acc_p1 = acc_sf + 2 * H;
+      scalar_t* __restrict acc_p2 = acc_sf + 3 * H;
 CTRLRNN_SIMD
-        for (int64_t j = 0; j < H; ++j) {
-          const scalar_t ig = a[j], fg = a[H + j], cc = a[2 * H + j], og = a[3 * H + j],
-                         gg = a[4 * H + j];
-          const scalar_t cp = cpv[j], lw = low[j];
-          const scalar_t tc = A::tanh(cs[j]);
-          const scalar_t dh = dh_in[j] + ghs[j];
-          const scalar_t dc = dcb[j] + gcs[j] + dh * og * (scalar_t(1) - tc * tc);
-          const scalar_t dgp = dc * sg[j] * lw * gg * (scalar_t(1) - gg);
-          d[j] = dc * cc * ig * (scalar_t(1) - ig);
-          d[H + j] = dc * sf[j] * cp * fg * (scalar_t(1) - fg);
-          d[2 * H + j] = dc * ig * (scalar_t(1) - cc * cc);
-          d[3 * H + j] = dh * tc * og * (scalar_t(1) - og);
-          d[4 * H + j] = dgp;
-          acc_sf[j] += dc * fg * cp;
-          acc_sg[j] += dc * gg * lw;
-          scalar_t dcn = dc * sf[j] * fg;
-          scalar_t dlw = dc * sg[j] * gg;
-          if constexpr (PEEP) {
-            dcn += dgp * p1[j];
-            dlw += dgp * p2[j];
-            acc_p1[j] += dgp * cp;
-            acc_p2[j] += dgp * lw;
-          }
-          dcb[j] = dcn;
-          dl[j] = dlw;
+      for (int64_t j = 0; j < H; ++j) {
+        const scalar_t ig = a[j], fg = a[H + j], cc = a[2 * H + j], og = a[3 * H + j],
+                       gg = a[4 * H + j];
+        const scalar_t cp = cpv[j], lw = low[j];
+        const scalar_t tc = A::tanh(cs[j]);
+        const scalar_t dh = dh_in[j] + ghs[j];
+        const scalar_t dc = dcb[j] + gcs[j] + dh * og * (scalar_t(1) - tc * tc);
+        const scalar_t dgp = dc * sg[j] * lw * gg * (scalar_t(1) - gg);
+        d[j] = dc * cc * ig * (scalar_t(1) - ig);
+        d[H + j] = dc * sf[j] * cp * fg * (scalar_t(1) - fg);
+        d[2 * H + j] = dc * ig * (scalar_t(1) - cc * cc);
+        d[3 * H + j] = dh * tc * og * (scalar_t(1) - og);
+        d[4 * H + j] = dgp;
+        acc_sf[j] += dc * fg * cp;
+        acc_sg[j] += dc * gg * lw;
+        scalar_t dcn = dc * sf[j] * fg;
+        scalar_t dlw = dc * sg[j] * gg;
+        if constexpr (PEEP) {
+          dcn += dgp * p1[j];
+          dlw += dgp * p2[j];
+          acc_p1[j] += dgp * cp;
+          acc_p2[j] += dgp * lw;
         }
+        dcb[j] = dcn;
+        dl[j] = dlw;
       }
-      if (t < ml) {
-        gemm.run(dx.select(1, t).narrow(0, b0, b1 - b0).narrow(1, 0, Gh), rec_s, false);
-      }
-    }
-  });
+    });
+  }, [&](int64_t t) { return dx.select(1, t).narrow(1, 0, Gh); });
 }
 
 // Returns {dx_proj (B,T,5H), dweight_hh, dlower_c (B,T,H), dscale_f (H,), dscale_g (H,),
@@ -634,38 +594,31 @@ std::vector<at::Tensor> ncarnn_forward(const at::Tensor& x_proj_in, const at::Te
     const scalar_t* rec_p = rec.data_ptr<scalar_t>();
     scalar_t* h_p = h.data_ptr<scalar_t>();
     scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const at::Tensor h_s = h.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/true, b1 - b0);
-      for (int64_t t = 0; t < T; ++t) {
-        if (t < ml) gemm.run(h_s, rec_s, false);
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict hs = hs_p + bt * H;
-          scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 2 * H);
-          if (t >= L.len[b]) {
-            fill_zero(hs, H);
-            fill_zero(a, 2 * H);
-            continue;
-          }
-          const scalar_t* __restrict xp = xp_all + bt * G;
-          const scalar_t* __restrict cx = ctx_p + b * 2 * H;
-          const scalar_t* __restrict r = rec_p + b * 2 * H;
-          scalar_t* __restrict hb = h_p + b * H;
-CTRLRNN_SIMD
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t ug = A::sigmoid(xp[j] + cx[j] + r[j]);
-            const scalar_t fg = A::sigmoid(xp[H + j] + cx[H + j] + r[H + j]);
-            const scalar_t hnew = ug * (fg * xp[2 * H + j]) + (scalar_t(1) - ug) * hb[j];
-            a[j] = ug;
-            a[H + j] = fg;
-            hb[j] = hnew;
-            hs[j] = hnew;
-          }
+    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+        [&](int64_t b0, int64_t b1, const auto& run) {
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict hs = hs_p + bt * H;
+        scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 2 * H);
+        if (!valid) {
+          fill_zero(hs, H);
+          fill_zero(a, 2 * H);
+          return;
         }
-      }
+        const scalar_t* __restrict xp = xp_all + bt * G;
+        const scalar_t* __restrict cx = ctx_p + b * 2 * H;
+        const scalar_t* __restrict r = rec_p + b * 2 * H;
+        scalar_t* __restrict hb = h_p + b * H;
+CTRLRNN_SIMD
+        for (int64_t j = 0; j < H; ++j) {
+          const scalar_t ug = A::sigmoid(xp[j] + cx[j] + r[j]);
+          const scalar_t fg = A::sigmoid(xp[H + j] + cx[H + j] + r[H + j]);
+          const scalar_t hnew = ug * (fg * xp[2 * H + j]) + (scalar_t(1) - ug) * hb[j];
+          a[j] = ug;
+          a[H + j] = fg;
+          hb[j] = hnew;
+          hs[j] = hnew;
+        }
+      });
     });
   });
   return {h_seq, h, saved.acts};
@@ -704,44 +657,36 @@ std::vector<at::Tensor> ncarnn_backward(const c10::optional<at::Tensor>& grad_h_
     const scalar_t* ch_p = carry_h.data_ptr<scalar_t>();
     scalar_t* dx_p = dx.data_ptr<scalar_t>();
     scalar_t* dctx_p = dctx.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
-      for (int64_t t = T - 1; t >= 0; --t) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict d = dx_p + bt * G;
-          if (t >= L.len[b]) {
-            fill_zero(d, G);
-            continue;
-          }
-          const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
-          scalar_t* out = rec_p + b * H;
-          const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
-          const scalar_t* __restrict xp = xp_all + bt * G;
-          const scalar_t* __restrict a = a_p + bt * 2 * H;
-          const scalar_t* __restrict hp = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
-          scalar_t* __restrict dcx = dctx_p + b * 2 * H;
+    backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
+        [&](int64_t b0, int64_t b1, const auto& run) {
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict d = dx_p + bt * G;
+        if (!valid) {
+          fill_zero(d, G);
+          return;
+        }
+        const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
+        scalar_t* out = rec_p + b * H;
+        const scalar_t* __restrict ghs = row_or<scalar_t>(gh, bt * H, z);
+        const scalar_t* __restrict xp = xp_all + bt * G;
+        const scalar_t* __restrict a = a_p + bt * 2 * H;
+        const scalar_t* __restrict hp = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
+        scalar_t* __restrict dcx = dctx_p + b * 2 * H;
 CTRLRNN_SIMD
-          for (int64_t j = 0; j < H; ++j) {
-            const scalar_t ug = a[j], fg = a[H + j], e = xp[2 * H + j];
-            const scalar_t dh = dh_in[j] + ghs[j];
-            const scalar_t du = dh * (fg * e - hp[j]) * ug * (scalar_t(1) - ug);
-            const scalar_t df = dh * ug * e * fg * (scalar_t(1) - fg);
-            d[j] = du;
-            d[H + j] = df;
-            d[2 * H + j] = dh * ug * fg;
-            dcx[j] += du;
-            dcx[H + j] += df;
-            out[j] = dh * (scalar_t(1) - ug);  // direct path; the GEMM adds dG U below
-          }
+        for (int64_t j = 0; j < H; ++j) {
+          const scalar_t ug = a[j], fg = a[H + j], e = xp[2 * H + j];
+          const scalar_t dh = dh_in[j] + ghs[j];
+          const scalar_t du = dh * (fg * e - hp[j]) * ug * (scalar_t(1) - ug);
+          const scalar_t df = dh * ug * e * fg * (scalar_t(1) - fg);
+          d[j] = du;
+          d[H + j] = df;
+          d[2 * H + j] = dh * ug * fg;
+          dcx[j] += du;
+          dcx[H + j] += df;
+          out[j] = dh * (scalar_t(1) - ug);  // direct path; the GEMM adds dG U below
         }
-        if (t < ml) {
-          gemm.run(dx.select(1, t).narrow(0, b0, b1 - b0).narrow(1, 0, 2 * H), rec_s, true);
-        }
-      }
-    });
+      });
+    }, [&](int64_t t) { return dx.select(1, t).narrow(1, 0, 2 * H); });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   at::Tensor dW = at::mm(dx.view({B * T, G}).narrow(1, 0, 2 * H).t(),
