@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ctrlrnn.ops.cells.metagross_state import metagross_tree_size
 from ctrlrnn.ops.gpu._common import acc_torch_dtype, sigmoid, step_lanes, tanh
 
 
@@ -301,8 +302,6 @@ def step_backward(
 
 
 def _tree(a: SimpleNamespace) -> dict[str, Any]:
-    from ctrlrnn.ops.cells.metagross_state import metagross_tree_size
-
     width, hidden = a.weight_hh.shape
     res = a.res.contiguous() if a.res is not None else None
     return {"al_ptr": a.alpha.contiguous(), "be_ptr": a.beta.contiguous(),
