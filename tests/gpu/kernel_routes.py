@@ -62,6 +62,15 @@ class Spy:
 
 
 @pytest.fixture
+def cuda_and_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with CUDA and an importable Triton, as far as the dispatch can tell."""
+    monkeypatch.setattr(gpu, "_TRITON", (True, "triton (mocked)"))
+    monkeypatch.setattr(gpu, "_WARNED", set())
+    monkeypatch.delenv("CTRLRNN_BACKEND", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+@pytest.fixture
 def triton_cells(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The ``cells`` family on its Triton kernels for CPU tensors."""
     return route(monkeypatch, "cells", triton_module("cells"))

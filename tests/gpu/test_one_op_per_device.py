@@ -16,10 +16,10 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
-from kernel_routes import Spy, triton_module  # noqa: E402
+from kernel_routes import Spy, cuda_and_triton, triton_module  # noqa: E402,F401
 
 import ctrlrnn  # noqa: E402,F401  (registers every op)
-from ctrlrnn.ops import backend, gpu  # noqa: E402
+from ctrlrnn.ops import backend  # noqa: E402
 from ctrlrnn.ops.cells import cas_lstm, gru, lstm, metagross_state, ncarnn  # noqa: E402
 
 CELLS = {"lstm": lstm, "gru": gru, "cas_lstm": cas_lstm, "ncarnn": ncarnn,
@@ -30,15 +30,6 @@ OPS = [*(f"{op}{way}" for op in SCAN_OPS for way in ("", "_backward")),
 CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 CUDA = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 B, T, H = 3, 4, 5
-
-
-@pytest.fixture
-def cuda_and_triton(monkeypatch):
-    """A machine with CUDA and an importable Triton, as far as the dispatch can tell."""
-    monkeypatch.setattr(gpu, "_TRITON", (True, "triton (mocked)"))
-    monkeypatch.setattr(gpu, "_WARNED", set())
-    monkeypatch.delenv("CTRLRNN_BACKEND", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
 
 @pytest.mark.parametrize("name", OPS)
@@ -93,8 +84,9 @@ def _run_cell(cell: str, keys: torch._C.DispatchKeySet) -> list[torch.Tensor]:
     return [*outputs[:-1], *(d for d, x in zip(dinputs, inputs, strict=True) if x is not None)]
 
 
+@pytest.mark.usefixtures("cuda_and_triton")
 @pytest.mark.parametrize("cell", sorted(CELLS))
-def test_cell_op_serves_cpu_and_cuda(cell, cuda_and_triton, monkeypatch):
+def test_cell_op_serves_cpu_and_cuda(cell, monkeypatch):
     spy = Spy(triton_module("cells"))
     monkeypatch.setattr(backend, "gpu_kernels", lambda family, device: spy)
     on_cpu = _run_cell(cell, CPU)
@@ -105,7 +97,8 @@ def test_cell_op_serves_cpu_and_cuda(cell, cuda_and_triton, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9, msg=f"{cell}: tensor {k}")
 
 
-def test_scan_op_serves_cpu_and_cuda(cuda_and_triton, monkeypatch):
+@pytest.mark.usefixtures("cuda_and_triton")
+def test_scan_op_serves_cpu_and_cuda(monkeypatch):
     spy = Spy(triton_module("scan"))
     monkeypatch.setattr(backend, "gpu_kernels", lambda family, device: spy)
     g = torch.Generator().manual_seed(3)
