@@ -13,11 +13,11 @@ outputs of their children ``(m^F, m^O)``, the depth gates ``alpha``, ``beta`` an
 ``f, o, z`` and returns the gradients of ``P``, the children, ``alpha``, ``beta`` and the
 residual in one pass. (It saves nothing else: this work is bound by memory traffic, and saved
 activations would cost more to write and read back than the sigmoid and tanh cost to
-recompute.) Both passes
-are plain tensor functions; for large float inputs they run through ``torch.compile`` (one
-fused loop each instead of some 30 separate elementwise kernels), small or float64 inputs run
-them eagerly. :func:`gate_backend` says which
-path a tensor takes; :func:`set_gate_backend` forces one.
+recompute.) Both passes are plain tensor functions; for large float inputs they run through
+``torch.compile`` (one fused loop each instead of some 30 separate elementwise kernels), small
+or float64 inputs run them eagerly. :func:`gate_backend` says which path a tensor takes;
+:func:`set_gate_backend` forces one. The METAGROSS level (:mod:`ctrlrnn.ops.metagross_level`)
+composes them with the linear scan; ``ctrlrnn.nn.metagross_gates`` re-exports the public names.
 """
 
 from __future__ import annotations
