@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import _extension, gpu, scan_export
+from ctrlrnn.ops import _extension, gemm_path, gpu, scan_export
 from ctrlrnn.ops.compiled_op import constant_under_compile
 
 #: The three paths of :func:`path`.
@@ -173,4 +173,12 @@ def backend_info() -> dict[str, Any]:
                 st.module, "parallel_threads") else st.threads,
             "cuda": _cuda_status(family),
         }
+    info["gemm"] = {
+        "requested": gemm_path.requested(),
+        "forced": gemm_path.forced(),
+        "onednn_usable": gemm_path.onednn_usable(),
+        "store": str(gemm_path.store_path() or ""),
+        "classes": {k: {"path": p, "blas_over_onednn": a} for k, (p, a) in
+                    sorted(gemm_path.table().items())},
+    }
     return info

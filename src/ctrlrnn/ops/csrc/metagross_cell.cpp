@@ -333,7 +333,7 @@ CTRLRNN_SIMD
     }, [&](int64_t t) { return dx.select(1, t); });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = at::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
+  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
   return {dx, dW, dalpha, dbeta, dres, dh0};
 }
 
