@@ -339,7 +339,7 @@ CTRLRNN_SIMD
 
 }  // namespace
 
-void bind_metagross_cell(pybind11::module_& m) {
+void bind_metagross_state(pybind11::module_& m) {
   m.def("metagross_state_forward", &metagross_state_forward,
         "METAGROSS (section 2 as printed) forward -> h_seq, h_last, saved pre-activations");
   m.def("metagross_state_backward", &metagross_state_backward,
