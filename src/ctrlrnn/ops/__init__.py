@@ -14,10 +14,13 @@ A map (public entry point, then where its parts live):
 * The fused gated cells (:mod:`.fused_cells` re-exports them): LSTM, GRU, CAS-LSTM, nCARNN and
   METAGROSS as printed, one folder each in :mod:`.cells` (reference, Triton step kernels,
   description, public function; CPU kernels in ``csrc/<cell>.cpp``), sharing
-  :mod:`.cells.shell` (ops, fakes, autograd, dispatch) and :mod:`.cells.triton_host` (the
-  Triton host loop); :mod:`.cells_ref` re-exports the references.
+  :mod:`.cells.shell` (ops, fakes, autograd, dispatch), :mod:`.cells.triton_host` (the Triton
+  host loop) and ``csrc/cells_time.h`` (the CPU loops over time); :mod:`.cells_ref` re-exports
+  the references.
 * :func:`~ctrlrnn.ops.cached_linear.cached_linear` (:mod:`.cached_linear`): a linear layer
   writing into the output cache of :mod:`.output_cache` (``csrc/output_pool.h``).
+* :mod:`.gemm_path`: which GEMM library (BLAS or oneDNN) the compiled CPU kernels' float32
+  products take, per shape class (``csrc/gemm_path.h``).
 
 Shared by all of them:
 
