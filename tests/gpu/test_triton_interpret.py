@@ -15,11 +15,13 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+import kernel_routes as cells_triton  # noqa: E402
+from kernel_routes import route, triton_cells  # noqa: E402,F401
 from triton_tolerances import close  # noqa: E402
 
 from ctrlrnn import linear_scan_ref  # noqa: E402
 from ctrlrnn.ops import cells_ref  # noqa: E402
-from ctrlrnn.ops.gpu import _common, cells_triton, scan_family  # noqa: E402
+from ctrlrnn.ops.gpu import _common, scan_and_pooling  # noqa: E402
 from ctrlrnn.ops.gpu.qrnn_triton import qrnn_pooling_backward, qrnn_pooling_forward  # noqa: E402
 from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward  # noqa: E402
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref  # noqa: E402
@@ -27,6 +29,8 @@ from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref  # noqa: E40
 # the modules (``ctrlrnn.ops.linear_scan`` the attribute is the function of the same name)
 linear_scan_mod = importlib.import_module("ctrlrnn.ops.linear_scan")
 qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")
+
+pytestmark = pytest.mark.usefixtures("triton_cells")  # the cells on their Triton kernels
 
 B, T = 3, 7
 
@@ -127,7 +131,7 @@ def test_scan_float64_and_empty_time():
 def test_scan_through_the_public_op(monkeypatch):
     """``linear_scan`` (custom op + autograd) dispatching to the Triton module gives the
     reference values and gradients: the launchers fit the op's calls exactly."""
-    monkeypatch.setattr(linear_scan_mod, "kernel_for", lambda family, device: scan_family)
+    route(monkeypatch, "scan", scan_and_pooling)
     g = torch.Generator().manual_seed(4)
     a = torch.rand(B, T, 6, generator=g).requires_grad_()
     b = torch.randn(B, T, 6, generator=g).requires_grad_()
@@ -225,7 +229,7 @@ def test_qrnn_only_last_cell_gradient():
 
 
 def test_qrnn_through_the_public_op(monkeypatch):
-    monkeypatch.setattr(qrnn_mod, "kernel_for", lambda family, device: scan_family)
+    route(monkeypatch, "scan", scan_and_pooling)
     g = torch.Generator().manual_seed(7)
     gates = torch.randn(B, T, 4 * 5, generator=g).requires_grad_()
     c0 = torch.randn(B, 5, generator=g).requires_grad_()
@@ -351,11 +355,11 @@ def test_qrnn_layer_with_per_layer_windows_on_the_triton_pooling(monkeypatch, ca
     class Counting:
         def qrnn_pooling_forward(self, *args, **kw):
             calls["forward"] += 1
-            return scan_family.qrnn_pooling_forward(*args, **kw)
+            return scan_and_pooling.qrnn_pooling_forward(*args, **kw)
 
         def qrnn_pooling_backward(self, *args, **kw):
             calls["backward"] += 1
-            return scan_family.qrnn_pooling_backward(*args, **kw)
+            return scan_and_pooling.qrnn_pooling_backward(*args, **kw)
 
     torch.manual_seed(11)
     m = ctrlrnn.QRNN(3, 5, num_layers=2, bidirectional=True, window=(6, 2), causal=causal,
@@ -371,10 +375,9 @@ def test_qrnn_layer_with_per_layer_windows_on_the_triton_pooling(monkeypatch, ca
                                     [xg, *m.parameters()])  # fmt: skip
         return out.detach(), grads
 
-    monkeypatch.setattr(qrnn_mod, "has_kernel", lambda family, device: False)
+    route(monkeypatch, "scan", None)
     ref_out, ref_grads = run()
-    monkeypatch.setattr(qrnn_mod, "has_kernel", lambda family, device: True)
-    monkeypatch.setattr(qrnn_mod, "kernel_for", lambda family, device: Counting())
+    route(monkeypatch, "scan", Counting())
     out, grads = run()
     assert calls["forward"] == 4 and calls["backward"] == 4  # 2 layers x 2 directions
     for b, want in enumerate(_taps_reference(m, x, lengths)):

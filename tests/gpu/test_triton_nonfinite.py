@@ -23,15 +23,18 @@ from torch import Tensor
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+import kernel_routes as cells_triton  # noqa: E402
+from kernel_routes import triton_cells  # noqa: E402,F401
+
 from ctrlrnn import linear_scan_ref  # noqa: E402
 from ctrlrnn.ops import cells_ref  # noqa: E402
-from ctrlrnn.ops.gpu import cells_triton  # noqa: E402
 from ctrlrnn.ops.gpu.qrnn_triton import qrnn_pooling_backward, qrnn_pooling_forward  # noqa: E402
 from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward  # noqa: E402
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, POOLING_MODES, qrnn_pooling_ref  # noqa: E402
 
 # the interpreter computes with numpy, which warns about the overflows and NaNs asked for here
 pytestmark = [
+    pytest.mark.usefixtures("triton_cells"),
     pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
 ]

@@ -11,13 +11,15 @@ import torch
 
 from ctrlrnn import Metagross
 from ctrlrnn.nn import metagross_gates
-from ctrlrnn.ops import metagross_level
+from ctrlrnn.ops import backend
 
 
 @pytest.fixture
 def compiled_gates(monkeypatch):
-    # the composition path, as on CUDA: no compiled level kernel
-    monkeypatch.setattr(metagross_level, "has_kernel", lambda family, device: False)
+    # the composition path: no compiled level kernel (the scan keeps its kernel)
+    has_kernel = backend.has_kernel
+    monkeypatch.setattr(backend, "has_kernel",
+                        lambda family, device: family != "metagross" and has_kernel(family, device))
     metagross_gates.set_gate_backend("compiled")
     yield
     metagross_gates.set_gate_backend("auto")

@@ -1,4 +1,4 @@
-"""The eager path of the compiled ops (ops/eager.py): outside tracing the public ops run the
+"""The eager path of the compiled ops (ops/compiled_op.py): outside tracing the public ops run the
 custom op's implementation and autograd formula through a plain autograd.Function; they give
 bit-for-bit the custom op's values and gradients, and tracing or tensor subclasses keep the
 custom op."""
@@ -10,7 +10,7 @@ import importlib
 import pytest
 import torch
 
-from ctrlrnn.ops import eager
+from ctrlrnn.ops import compiled_op, kernel_op
 
 scan_mod = importlib.import_module("ctrlrnn.ops.linear_scan")
 qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")
@@ -22,10 +22,10 @@ class _Sub(torch.Tensor):
 
 def test_eager_ok_only_for_plain_tensors_outside_tracing(monkeypatch):
     x = torch.zeros(2)
-    assert eager.eager_ok(x, None, 3, torch.nn.Parameter(torch.zeros(1)))
-    assert not eager.eager_ok(x, x.as_subclass(_Sub))
+    assert compiled_op.eager_ok(x, None, 3, torch.nn.Parameter(torch.zeros(1)))
+    assert not compiled_op.eager_ok(x, x.as_subclass(_Sub))
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert not eager.eager_ok(x)
+    assert not compiled_op.eager_ok(x)
 
 
 def _spy(monkeypatch, owner, name):
@@ -55,7 +55,7 @@ def test_scan_eager_path_equals_the_custom_op(monkeypatch, lengths):
     calls = _spy(monkeypatch, scan_mod._linear_scan, "op")
     eager_run = _scan_grads(lengths)
     assert calls == []  # eager: the custom op was not called
-    monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
     op_run = _scan_grads(lengths)
     assert calls == [1]
     for x, y in zip(eager_run, op_run):
@@ -75,7 +75,7 @@ def test_qrnn_pooling_eager_path_equals_the_custom_op(monkeypatch):
     calls = _spy(monkeypatch, qrnn_mod._qrnn_pooling, "op")
     eager_run = _pool_grads()
     assert calls == []
-    monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
     op_run = _pool_grads()
     assert calls == [1]
     for x, y in zip(eager_run, op_run):
@@ -95,7 +95,7 @@ def test_eager_path_gradcheck_and_double_backward_error():
 
 def _record_backward_grads(monkeypatch, module):
     """The arguments of each backward kernel call ``module``'s autograd formula makes (the
-    implementation or the backward custom op, whichever :func:`eager.backward_of` picks)."""
+    implementation or the backward custom op, whichever :func:`compiled_op.backward_of` picks)."""
     seen: list[tuple] = []
     pick = module.backward_of
 
@@ -118,8 +118,8 @@ def test_unused_outputs_reach_the_backward_as_none(monkeypatch, use_custom_op):
     not a tensor of zeros allocated for it on every call (it cost ~0.4 ms of CPU per call on
     a GPU machine); their gradients still equal the reference's."""
     if use_custom_op:
-        monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
-    scan_seen = _record_backward_grads(monkeypatch, scan_mod)
+        monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
+    scan_seen = _record_backward_grads(monkeypatch, kernel_op)
     g = torch.Generator().manual_seed(1)
     a = torch.rand(2, 5, 3, dtype=torch.float64, generator=g).requires_grad_()
     b = torch.randn(2, 5, 3, dtype=torch.float64, generator=g).requires_grad_()
@@ -135,7 +135,7 @@ def test_unused_outputs_reach_the_backward_as_none(monkeypatch, use_custom_op):
     torch.autograd.grad(last.sum(), (a, b))
     assert scan_seen[-1][0] is None and scan_seen[-1][1] is not None
 
-    qrnn_seen = _record_backward_grads(monkeypatch, qrnn_mod)
+    qrnn_seen = _record_backward_grads(monkeypatch, kernel_op)
     gates = torch.randn(2, 5, 6, dtype=torch.float64, generator=g).requires_grad_()
     h, _c, _last = qrnn_mod.qrnn_pooling(gates, pooling="fo")
     (dgates,) = torch.autograd.grad(h.sum(), (gates,))

@@ -7,7 +7,7 @@ import torch
 
 from ctrlrnn import linear_scan, linear_scan_ref
 from ctrlrnn.ops.backend import backend_info
-from ctrlrnn.ops.linear_scan import _reference_backward
+from ctrlrnn.ops.linear_scan_ref import linear_scan_ref_backward as _reference_backward
 
 CASES = [
     dict(reverse=False, lengths=None, h0=False),
