@@ -43,7 +43,7 @@ def test_the_example_trains_through_ctrlrnn_train(mingru: type, tmp_path: Path, 
                  "--out", str(out), "--no-progress", "model.hidden_size=16",
                  "model.keep_bias=1.0", "task.embedding_size=8", "task.train_size=64",
                  "task.valid_size=8", "task.test_size=8", "batch_size=8", "eval_every=3",
-                 "log_every=1", "threads=1"])
+                 "log_every=1"])
     assert code == 0, capsys.readouterr().err
     assert (out / "checkpoint.safetensors").is_file() and (out / "best.safetensors").is_file()
     rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]

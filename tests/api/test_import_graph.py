@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: The layers, lowest first: a module may import its own layer and the layers below it. A
@@ -37,13 +35,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("commands", ("ctrlrnn", "ctrlrnn.__main__", "ctrlrnn.cli", "ctrlrnn.bench", "ctrlrnn.info",
                   "ctrlrnn.build")),
 )
-
-#: Violations inside ctrlrnn.ops whose fix is under way elsewhere (remove each once fixed;
-#: the xfail below is strict, so a fixed one fails until it is removed): upward arrows as
-#: (importer, imported), cycles as the set of modules in them.
-OPS_UPWARD_BEING_FIXED: frozenset[tuple[str, str]] = frozenset()
-OPS_CYCLES_BEING_FIXED: frozenset[frozenset[str]] = frozenset()
-
 
 def _modules() -> dict[str, tuple[Path, bool]]:
     """Module name -> (file, whether it is a package's ``__init__``)."""
@@ -162,24 +153,12 @@ def test_every_module_is_in_a_layer() -> None:
 
 
 def test_no_import_cycle() -> None:
-    cycles = [sorted(c) for c in _cycles() if c not in OPS_CYCLES_BEING_FIXED]
+    cycles = [sorted(c) for c in _cycles()]
     assert cycles == [], f"modules importing each other: {cycles}"
 
 
 def test_no_import_from_a_higher_layer() -> None:
     names = [name for name, _ in LAYERS]
-    upward = sorted(_upward() - OPS_UPWARD_BEING_FIXED)
+    upward = sorted(_upward())
     described = [f"{a} ({names[layer(a)]}) imports {b} ({names[layer(b)]})" for a, b in upward]
     assert described == [], "imports from a higher layer:\n" + "\n".join(described)
-
-
-@pytest.mark.xfail(strict=True, reason="being fixed in ctrlrnn.ops; once fixed, remove it from "
-                                       "OPS_UPWARD_BEING_FIXED / OPS_CYCLES_BEING_FIXED")
-@pytest.mark.parametrize("violation", [*sorted(OPS_UPWARD_BEING_FIXED),
-                                       *sorted(sorted(c) for c in OPS_CYCLES_BEING_FIXED)],
-                         ids=str)
-def test_ops_violation_being_fixed(violation: tuple[str, str] | list[str]) -> None:
-    if isinstance(violation, tuple):
-        assert violation not in _upward()
-    else:
-        assert frozenset(violation) not in _cycles()
