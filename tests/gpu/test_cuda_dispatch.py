@@ -1,5 +1,5 @@
 """The CUDA dispatch table: with CUDA and Triton available, no op family falls back to the
-reference (issue 18). CUDA availability and Triton's import are mocked; no kernel runs.
+reference. CUDA availability and Triton's import are mocked; no kernel runs.
 
 Every layer reaches the GPU through three families: ``scan`` (the linear scan of QRNN's
 pooling, RCRN's listener, iCARNN/sCARNN, METAGROSS's RNN bases; QRNN f/fo/ifo pooling),

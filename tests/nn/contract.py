@@ -66,7 +66,7 @@ LAYERS: dict[str, Layer] = {
     "scarnn": Layer(ctrlrnn.CARNN, dict(context_size=C, variant="s", num_layers=2)),
     "scarnn-free": Layer(ctrlrnn.CARNN, dict(context_size=None, variant="s")),
     # METAGROSS: each base, recurrence and depth gate; the reading as printed (gates="state")
-    "metagross": Layer(ctrlrnn.Metagross, dict(depth=2, bidirectional=True)),
+    "metagross": Layer(ctrlrnn.Metagross, dict(depth=2, num_layers=2, bidirectional=True)),
     "metagross-c-static": Layer(ctrlrnn.Metagross, dict(depth=2, num_layers=2, recurrence="c",
                                                         depth_gate="static", causal=False)),
     "metagross-scalar-c": Layer(ctrlrnn.Metagross, dict(depth=2, depth_gate="scalar",
