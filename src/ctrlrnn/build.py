@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from ctrlrnn.ops import _extension
+
 
 @contextmanager
 def ticking(label: str, stream: TextIO = sys.stderr, every: float = 1.0) -> Iterator[None]:
@@ -50,8 +52,6 @@ def ticking(label: str, stream: TextIO = sys.stderr, every: float = 1.0) -> Iter
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctrlrnn.ops import _extension
-
     names = list(_extension.EXTENSIONS)
     failed: list[str] = []
     for i, name in enumerate(names, 1):

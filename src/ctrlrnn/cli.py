@@ -17,9 +17,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 
+from ctrlrnn.extras import EXTRA_FOR, missing_extra
 from ctrlrnn.files import is_no_space, no_space_line
+from ctrlrnn.interrupts import interrupt_line, set_interrupt_line
+
+__all__ = ["COMMANDS", "EXTRA_FOR", "NEEDS", "build_parser", "main", "missing_extra",
+           "missing_for", "set_interrupt_line"]
 
 #: exit status when a write found the device full (what was on disk before is kept)
 EXIT_NO_SPACE = 1
@@ -36,8 +40,8 @@ COMMANDS: dict[str, str] = {
 }
 
 #: sub-command -> the optional packages its work imports (each installed by the extra
-#: :data:`EXTRA_FOR` names); ``data prepare`` of some sources needs more (the ``data`` extra),
-#: said when it imports them
+#: :data:`~ctrlrnn.extras.EXTRA_FOR` names); ``data prepare`` of some sources needs more (the
+#: ``data`` extra), said when it imports them
 NEEDS: dict[str, tuple[str, ...]] = {
     "bench": ("rich",),
     "data": ("rich",),
@@ -45,27 +49,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "eval": ("rich", "safetensors"),
     "reproduce": ("rich", "safetensors", "matplotlib", "optuna"),
 }
-
-
-#: optional package -> the extra of ctrlrnn that installs it (pyproject.toml). The layers need
-#: none of them; the commands that train, plot, fetch data or score BLEU do.
-EXTRA_FOR: dict[str, str] = {
-    "rich": "train",
-    "safetensors": "train",
-    "matplotlib": "train",
-    "optuna": "train",
-    "music21": "data",
-    "pysword": "data",
-    "pyarrow": "data",
-    "sacrebleu": "bleu",
-    "triton": "gpu",
-}
-
-
-def missing_extra(exc: ImportError) -> tuple[str, str] | None:
-    """``(package, extra)`` when ``exc`` is an optional package of an extra not installed."""
-    name = (getattr(exc, "name", None) or "").split(".")[0]
-    return (name, EXTRA_FOR[name]) if name in EXTRA_FOR else None
 
 
 def missing_for(command: str) -> tuple[str, str] | None:
@@ -128,17 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: what Ctrl-C outside a training loop prints: a command may set a better line (``train``
-#: names its checkpoint and the command that resumes it)
-_interrupt_line: list[Callable[[], str]] = []
-
-
-def set_interrupt_line(line: Callable[[], str]) -> None:
-    """Make Ctrl-C (outside a training loop, which stops at a step boundary on its own)
-    print ``line()`` instead of ``ctrlrnn COMMAND: interrupted``."""
-    _interrupt_line[:] = [line]
-
-
 def _install_interrupt_exit(command: str) -> None:
     """Ctrl-C ends the command at once with one line and exit status 130.
 
@@ -151,10 +123,7 @@ def _install_interrupt_exit(command: str) -> None:
         return
 
     def on_interrupt(signum: int, frame: object) -> None:
-        try:
-            line = _interrupt_line[0]() if _interrupt_line else f"ctrlrnn {command}: interrupted"
-        except Exception:  # noqa: BLE001 - the line is best effort; the exit is not
-            line = f"ctrlrnn {command}: interrupted"
+        line = interrupt_line(command)
         try:
             sys.stdout.flush()
         except Exception:  # noqa: BLE001

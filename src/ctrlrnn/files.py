@@ -65,6 +65,29 @@ class NoSpaceLeft(OSError):
         super().__init__(errno.ENOSPC, _NO_SPACE_TEXT, str(path))
 
 
+def read_dict(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON object stored at ``path``; None when it is missing, unreadable or not an
+    object (a cache record that can be rebuilt)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_quietly(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` by a temporary name and a rename, so the record is
+    never half-written; a failed write (a read-only cache) leaves the old record and says
+    nothing (for caches only: the caller can rebuild what it holds)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(dumps(data, indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 def is_no_space(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) says the device is full."""
     return _no_space_in_chain(exc) is not None

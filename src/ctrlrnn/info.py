@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from ctrlrnn import files
+from ctrlrnn import __version__, files
+from ctrlrnn.ops.backend import backend_info
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctrlrnn import __version__
-    from ctrlrnn.ops.backend import backend_info
-
     info = backend_info()
     info["ctrlrnn"] = __version__
     if args.json:
@@ -27,7 +25,27 @@ def run(args: argparse.Namespace) -> int:
         elif st["log"] and not st["log"].startswith("cached"):
             print(f"            build log: {st['log']}")
         print(f"            cuda: {st['cuda']}")
+    _print_gemm(info["gemm"])
     return 0
+
+
+def _print_gemm(g: dict) -> None:
+    """The GEMM path of the compiled CPU kernels (ctrlrnn.ops.gemm_path)."""
+    usable = {True: "yes", False: "no", None: "unknown (no kernel loaded)"}[g["onednn_usable"]]
+    how = ("chosen per shape class by measurement" if g["forced"] == "auto"
+           else f"forced to {g['forced']}")
+    print(f"float32 GEMMs (CTRLRNN_GEMM={g['requested']}): {how}; oneDNN reachable: {usable}")
+    print("  step = the per-step recurrent products, bulk = input projections and weight "
+          "gradients")
+    if g["store"]:
+        print(f"  choices kept in {g['store']}")
+    classes = g["classes"]
+    if not classes:
+        print("  none measured yet (the first GEMM of each shape class measures it)")
+    for key, c in classes.items():
+        ratio = c["blas_over_onednn"]
+        speed = f"oneDNN {ratio:.2f}x BLAS's speed" if ratio else "loaded"
+        print(f"  {key:32s} {c['path']:7s} ({speed})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

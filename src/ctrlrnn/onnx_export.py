@@ -25,6 +25,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
+from ctrlrnn.nn.base import RecurrentBase
+from ctrlrnn.nn.metagross_ffn import MetagrossFFN
 from ctrlrnn.ops import scan_export
 
 __all__ = ["dynamic_shapes_for", "export_onnx", "output_names_for"]
@@ -47,14 +49,10 @@ def require_onnx(packages: Sequence[str] = EXPORT_PACKAGES) -> None:
 
 
 def _is_recurrent(model: nn.Module) -> bool:
-    from ctrlrnn.nn.base import RecurrentBase
-
     return isinstance(model, RecurrentBase)
 
 
 def _is_ffn(model: nn.Module) -> bool:
-    from ctrlrnn.nn.metagross_ffn import MetagrossFFN
-
     return isinstance(model, MetagrossFFN)
 
 

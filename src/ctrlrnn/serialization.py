@@ -18,22 +18,22 @@ from __future__ import annotations
 
 from torch import nn
 
+from ctrlrnn.compat import torchqrnn
+from ctrlrnn.nn.carnn import CARNN, CARNNCell
+from ctrlrnn.nn.carnn_lm import ContextualCARNNLM
+from ctrlrnn.nn.carnn_summary import HistorySummary
+from ctrlrnn.nn.cas_lstm import CASLSTM, CASLayer
+from ctrlrnn.nn.metagross import Metagross, MetagrossCell, MetagrossUnit
+from ctrlrnn.nn.metagross_ffn import MetagrossFFN
+from ctrlrnn.nn.position_encoder import PositionEncoder
+from ctrlrnn.nn.qrnn import QRNN, QRNNCell
+from ctrlrnn.nn.rcrn import RCRN, GatedRNN, RCRNCell
+
 
 def safe_globals() -> list[type]:
     """The classes a pickled ctrlrnn module may contain: every module class of
     :mod:`ctrlrnn.nn` and :mod:`ctrlrnn.compat`, and the torch modules they are built from
     (``ModuleList``, ``Linear``, ``Embedding``, ``Dropout``). A new list on every call."""
-    from ctrlrnn.compat import torchqrnn
-    from ctrlrnn.nn.carnn import CARNN, CARNNCell
-    from ctrlrnn.nn.carnn_lm import ContextualCARNNLM
-    from ctrlrnn.nn.carnn_summary import HistorySummary
-    from ctrlrnn.nn.cas_lstm import CASLSTM, CASLayer
-    from ctrlrnn.nn.metagross import Metagross, MetagrossCell, MetagrossUnit
-    from ctrlrnn.nn.metagross_ffn import MetagrossFFN
-    from ctrlrnn.nn.position_encoder import PositionEncoder
-    from ctrlrnn.nn.qrnn import QRNN, QRNNCell
-    from ctrlrnn.nn.rcrn import RCRN, GatedRNN, RCRNCell
-
     return [
         QRNN, QRNNCell,
         RCRN, RCRNCell, GatedRNN,

@@ -210,3 +210,20 @@ def test_first_error_line_finds_the_compiler_error() -> None:
         """)  # noqa: E501
     assert first_error_line(log).startswith("/torch/include/c10/util/C++17.h:13:2: error: #error")
     assert first_error_line("") == "no output"
+
+
+def test_a_killed_build_does_not_block_the_next(tmp_path: Path, tiny: Path) -> None:
+    """torch's builder leaves a ``lock`` file in the folder when its process is killed, and
+    would wait on it forever; the next build removes it (the folder lock makes it stale)."""
+    prelude = TINY_PRELUDE + """
+folder = e.build_dir("tiny")
+folder.mkdir(parents=True)
+(folder / "lock").write_text("")
+st = e.ensure("tiny")
+print(json.dumps({"origin": st.origin, "reason": st.reason,
+                  "twice": st.module.twice(4) if st.module else None}))
+"""
+    done = run_python(prelude, fresh_env(tmp_path), str(tiny))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["origin"] == "compiled" and got["twice"] == 8, got["reason"]

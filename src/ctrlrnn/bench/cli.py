@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ctrlrnn.bench import report, runner
+from ctrlrnn.bench.cases import REGISTRY, select
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -105,8 +109,6 @@ def _patterns(only: list[str] | None) -> list[str]:
 
 def _busy() -> str | None:
     """A warning when other work already occupies the CPUs (timings will be noisy), else None."""
-    import os
-
     try:
         load = os.getloadavg()[0]
         cpus = len(os.sched_getaffinity(0))
@@ -121,9 +123,10 @@ def _busy() -> str | None:
 
 
 def _list_cases() -> int:
+    # rich (and ctrlrnn.tables, built on it) come with the `train` extra: the parser must
+    # register without it
     from rich.console import Console
 
-    from ctrlrnn.bench.cases import REGISTRY
     from ctrlrnn.tables import Col, fit_table
 
     cols = [
@@ -158,12 +161,9 @@ def _list_cases() -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``ctrlrnn bench`` with parsed ``args``; return the exit code."""
-    import os
-
+    # rich (and ctrlrnn.progress, built on it) come with the `train` extra
     from rich.console import Console
 
-    from ctrlrnn.bench import report, runner
-    from ctrlrnn.bench.cases import select
     from ctrlrnn.progress import progress_bar
 
     console = Console()

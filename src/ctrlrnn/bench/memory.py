@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.bench.timing import Outputs, differentiable_outputs
 from ctrlrnn.ops.output_cache import empty_cache
+from ctrlrnn.timing import Outputs, differentiable_outputs
 
 RSS_METHOD = (
     "VmHWM reset via /proc/self/clear_refs after gc, ctrlrnn.empty_cache and malloc_trim, "

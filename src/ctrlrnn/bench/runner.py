@@ -2,7 +2,7 @@
 
 The document (schema ``ctrlrnn-bench/1``) holds, from one process and one run:
 
-* ``machine``: the machine and software description (see :func:`ctrlrnn.bench.report.machine`);
+* ``machine``: the machine and software description (see :func:`ctrlrnn.bench.machine.machine`);
 * ``roofline``: the GEMM rate and copy bandwidth. Both are measured at the start and again at
   the end of the run (``roofline_start``, ``roofline_end``), and the copy is timed again before
   every timed grid point (``copy_samples_s`` of ``roofline``). The floors use the higher of the
@@ -31,9 +31,10 @@ from typing import Any
 import torch
 
 from ctrlrnn.bench import roofline as _roofline
-from ctrlrnn.bench.cases import Case, CaseUnavailable, Point, Workload
+from ctrlrnn.bench.case_registry import Case, CaseUnavailable, Point, Workload
+from ctrlrnn.bench.machine import machine
 from ctrlrnn.bench.memory import RSS_METHOD, SAVED_METHOD, linear_fit, measure_training_memory
-from ctrlrnn.bench.timing import Timer, forward_backward_timer, forward_timer
+from ctrlrnn.timing import Timer, forward_backward_timer, forward_timer
 
 SCHEMA = "ctrlrnn-bench/1"
 
@@ -290,8 +291,6 @@ def run(
     A builder raising :class:`CaseUnavailable` gives a ``"skipped"`` record with the reason; any
     other exception an ``"error"`` record with the traceback's last lines (the run goes on).
     """
-    from ctrlrnn.bench.report import machine
-
     steps = plan(cases, grid)
     total = len(steps) + 2
     started = time.time()

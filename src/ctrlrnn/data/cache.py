@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - not on Linux/macOS
     fcntl = None  # type: ignore[assignment]
 
 from ctrlrnn.data.errors import ChecksumError
+from ctrlrnn.files import dumps
 from ctrlrnn.processes import pid_alive
 
 ENV_VAR = "CTRLRNN_DATA"
@@ -73,8 +74,6 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
 def write_manifest(directory: Path, files: list[str], info: dict[str, Any]) -> dict[str, Any]:
     """Record sha256 and size of ``files`` (relative to ``directory``) plus ``info`` (strict
     JSON: a non-finite statistic is written as null)."""
-    from ctrlrnn.files import dumps
-
     entries = {
         name: {"sha256": sha256_file(directory / name), "bytes": (directory / name).stat().st_size}
         for name in files

@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def list_columns() -> list[Col]:
     """The columns of ``ctrlrnn data list``; on a narrow console those of highest ``drop`` go
     first (without ``kind`` the real data sets and the synthetic tasks get a table each)."""
+    # rich (ctrlrnn.tables is built on it) is the `train` extra: the parser registers without it
     from ctrlrnn.tables import Col
 
     return [
@@ -58,6 +59,7 @@ KIND_TITLES = {"real": "data sets", "synthetic": "synthetic tasks"}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    # rich (the `train` extra): the parser registers without it
     from rich.console import Console
 
     from ctrlrnn.tables import fit_table

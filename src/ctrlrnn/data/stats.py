@@ -52,6 +52,7 @@ def split_stats(name: str, sequences: Iterable[Sized]) -> SplitStats:
 def render_stats(stats: DatasetStats, width: int | None = None) -> Any:
     """A :class:`rich.table.Table` of ``stats``, fitted to a console ``width`` columns wide
     (numbers are never cut; see :func:`ctrlrnn.tables.fit_table`)."""
+    # rich (ctrlrnn.tables is built on it) is the `train` extra: reading statistics needs none
     from ctrlrnn.tables import Col, fit_table
 
     title = f"{stats.name}: vocabulary {stats.vocab_size if stats.vocab_size is not None else '-'}"

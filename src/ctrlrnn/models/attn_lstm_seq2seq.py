@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
+from ctrlrnn.nn.cas_lstm import CASLSTM
 
 DECODER_CELLS = ("lstm", "caslstm")
 
@@ -47,8 +48,6 @@ def decoder_stack(
         return nn.LSTM(input_size, hidden_size, num_layers=num_layers, batch_first=True,
                        dropout=dropout if num_layers > 1 else 0.0)
     if cell == "caslstm":
-        from ctrlrnn.nn.cas_lstm import CASLSTM
-
         return CASLSTM(input_size, hidden_size, num_layers=num_layers, batch_first=True,
                        dropout=dropout, **(cell_args or {}))
     raise ValueError(f"decoder: expected one of {DECODER_CELLS}, got {cell!r}")

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.nn.carnn import CARNN
+from ctrlrnn.nn.carnn_lm import ContextualCARNNLM
 from ctrlrnn.nn.carnn_summary import history_summary
 from ctrlrnn.nn.position_encoder import PositionEncoder
 
@@ -132,8 +133,6 @@ class ContextualLM(nn.Module):
         num_layers: int = 1, dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        from ctrlrnn.nn.carnn_lm import ContextualCARNNLM
-
         # the one tuned dropout acts where the baseline SentenceLM has it (embeddings, output)
         # and between CARNN layers when there are several
         self.lm = ContextualCARNNLM(vocab_size, embedding_dim, hidden_size, variant,

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ctrlrnn.ops.padding import last_valid
-from ctrlrnn.train.config import check_options
+from ctrlrnn.options import check_options
 
 COMMON: dict[str, tuple[Any, Any]] = {
     "hidden_size": (int, 128),

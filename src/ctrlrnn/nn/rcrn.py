@@ -8,9 +8,15 @@ runs the diagonal recurrence (eq 15) and the output gate (eq 16)::
     h4_t = sigmoid(h2_t) * c4_t    (output_gate="sigmoid", the text)   (16)
     h4_t = h2_t * c4_t             (output_gate="identity", as printed)
 
-The three RNNs run on the fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
+The three RNNs are ordinary LSTMs/GRUs over the input (eq 1-14), so by default
+(``controllers="native"``) they run on torch's own recurrent kernels, both directions in one call
+(oneDNN on CPU, cuDNN on CUDA; packed sequences for ``lengths``): the construction the paper
+calls its CUDA-optimised version. Where torch's kernels do not apply (ONNX export, ``torch.func``
+transforms, ``torch.compile``, autocast, a forced reference backend, empty batches,
+dtypes torch's kernel lacks on that device) and with ``controllers="fused"`` they run on the
+fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
 :func:`~ctrlrnn.ops.fused_cells.gru_sequence`: one GEMM for the input projections of all steps,
-then the compiled recurrence); eq 15 runs on :func:`ctrlrnn.linear_scan` with
+then the compiled recurrence). Eq 15 runs on :func:`ctrlrnn.linear_scan` with
 ``a_t = sigmoid(h1_t)`` and ``b_t = (1 - sigmoid(h1_t)) h3_t``. No Python loop over time.
 
 Options: ``cell`` ("lstm" as eq 1-14, or "gru", the paper's "simplified variant" in
@@ -32,6 +38,9 @@ from torch import Tensor, nn
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
+from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.autocast import autocast_dtype
+from ctrlrnn.ops.backend import functorch_active, reference_forced
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -40,6 +49,13 @@ from ctrlrnn.ops.padding import reverse_padded
 CELLS = ("lstm", "gru")
 OUTPUT_GATES = ("sigmoid", "identity")
 LISTENERS = ("per_direction", "concat_forward")
+CONTROLLERS = ("native", "fused")
+
+#: The dtypes torch's own LSTM/GRU kernels train in, per device type.
+_NATIVE_DTYPES = {
+    "cpu": (torch.float32, torch.float64),
+    "cuda": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+}
 
 
 def rcrn_state_names(cell: str) -> tuple[str, ...]:
@@ -133,15 +149,18 @@ def listener_scan(
     c0: Tensor | None,
     lengths: Tensor | None,
     output_gate: str,
+    reverse: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Eq 15-16 over batch-first ``(B, T, C)`` controller/base outputs.
 
-    ``c4`` is :func:`ctrlrnn.linear_scan` with ``a = sigmoid(h1)``, ``b = (1 - a) h3`` (eq 15);
-    returns ``h4 = gate(h2) c4`` (eq 16, zero past each length) and the final ``c4``.
+    ``c4`` is :func:`ctrlrnn.linear_scan` with ``a = sigmoid(h1)``, ``b = (1 - a) h3`` (eq 15),
+    run from each sequence's last valid step back to step 0 when ``reverse`` (the backward
+    direction, its inputs in forward time); returns ``h4 = gate(h2) c4`` (eq 16, zero past each
+    length) and the final ``c4``.
     """
     a = torch.sigmoid(h1)
     b = torch.addcmul(h3, a, h3, value=-1.0)  # (1 - a) * h3
-    c4, c_last = linear_scan(a, b, c0, lengths=lengths, return_last=True)
+    c4, c_last = linear_scan(a, b, c0, reverse=reverse, lengths=lengths, return_last=True)
     return _gate(h2, output_gate) * c4, c_last
 
 
@@ -253,6 +272,10 @@ class RCRN(RecurrentBase):
             as AWD-LSTM applies it): in training each forward call draws one fresh mask per
             matrix, shared by all time steps, the kept weights scaled by ``1 / (1 - p)``; in
             evaluation the weights as they are.
+        controllers: ``"native"`` (default: the three RNNs of each layer run on torch's own
+            LSTM/GRU kernels, both directions per call, wherever those apply; module docstring)
+            or ``"fused"`` (always ctrlrnn's fused-cell engine). Both compute eq 1-16 exactly
+            (the tests hold them to each other and to the step-by-step reference).
 
     ``forward(input, hx=None, lengths=None) -> (output, h_n)``: ``output`` is ``h^4``
     (``num_directions * hidden_size`` wide). ``hx``/``h_n`` is the tuple of all recurrent
@@ -283,11 +306,13 @@ class RCRN(RecurrentBase):
         output_gate: str = "sigmoid",
         listener: str = "per_direction",
         weight_drop: float = 0.0,
+        controllers: str = "native",
     ) -> None:
         super().__init__(
             input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
         )
         self.weight_drop = check_weight_drop(weight_drop)
+        self.controllers = check_choice("controllers", controllers, CONTROLLERS)
         self.cell_type = check_choice("cell", cell, CELLS)
         self.output_gate = check_choice("output_gate", output_gate, OUTPUT_GATES)
         self.listener = check_choice("listener", listener, LISTENERS)
@@ -308,23 +333,88 @@ class RCRN(RecurrentBase):
         """The :class:`RCRNCell` of ``layer`` in ``direction`` (0 forward, 1 backward)."""
         return self.cells[layer * self.num_directions + direction]
 
-    def _run_layer(
-        self,
-        layer: int,
-        x: Tensor,
-        lengths: Tensor | None,
-        state: State | None,
-        **kwargs: Any,
-    ) -> tuple[Tensor, State]:
-        """Both directions of one RCRN layer (eq 7-9, 10-14 bidirectional, then eq 15-16).
+    def native_applies(self, x: Tensor, lengths: Tensor | None) -> bool:
+        """Whether this call's controllers run on torch's own LSTM/GRU (module docstring)."""
+        if self.controllers != "native" or x.dtype not in _NATIVE_DTYPES.get(x.device.type, ()):
+            return False
+        if x.shape[0] == 0 or x.shape[1] == 0 or reference_forced() or functorch_active():
+            return False
+        if torch.compiler.is_compiling() or scan_export.active():
+            return False
+        return autocast_dtype(x.device) is None
 
-        Direction ``d = 1`` runs its RNNs on each sequence reversed within its length; its
-        listener channels are scanned in that reversed frame (``per_direction``) or brought
-        back to forward time and scanned with the forward channels (``concat_forward``).
+    def _controllers_native(
+        self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
+    ) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
+        """The three RNNs of ``layer`` on torch's kernels, each one call for both directions.
+
+        Returns, per direction, ``[h1, h2, h3]`` in forward time (the backward direction's
+        outputs aligned with the input steps, as torch's bidirectional LSTM gives them) and the
+        final states of the three RNNs.
         """
         D, H = self.num_directions, self.hidden_size
+        B, T = x.shape[0], x.shape[1]
+        lstm = self.cell_type == "lstm"
+        k = 2 if lstm else 1
+        cells = [self.cell(layer, d) for d in range(D)]
+        # DropConnect masks drawn in the order of the fused path (direction, then RNN), so a
+        # seeded run draws the same masks on either engine.
+        hh = [[drop_weight(r.weight_hh, self.weight_drop, self.training) for r in c.rnns()]
+              for c in cells]
+        full = lengths is None or bool((lengths == T).all())
+        if not full:
+            assert lengths is not None
+            lens = lengths.to("cpu", torch.int64)
+            sorted_lens, order = torch.sort(lens, descending=True)
+            order = order.to(x.device)
+            unorder = torch.empty_like(order)
+            unorder[order] = torch.arange(B, device=x.device)
+            packed = torch.nn.utils.rnn.pack_padded_sequence(
+                x.index_select(0, order), sorted_lens, batch_first=True)
+        hs: list[list[Tensor]] = [[] for _ in range(D)]
+        fins: list[list[Tensor]] = [[] for _ in range(D)]
+        for j in range(3):
+            weights: list[Tensor] = []
+            for d in range(D):
+                rnn = cells[d].rnns()[j]
+                weights += [rnn.weight_ih, hh[d][j]]
+                if rnn.bias_ih is not None and rnn.bias_hh is not None:
+                    weights += [rnn.bias_ih, rnn.bias_hh]
+            has_bias = len(weights) == 4 * D
+            if state is None:
+                h0 = [x.new_zeros(D, B, H) for _ in range(k)]
+            else:
+                h0 = [s.contiguous() for s in state[j * k : (j + 1) * k]]
+            if not full:
+                h0 = [s.index_select(1, order) for s in h0]
+            hx: Any = tuple(h0) if lstm else h0[0]
+            run = torch._VF.lstm if lstm else torch._VF.gru
+            if full:
+                res = run(x, hx, weights, has_bias, 1, 0.0, self.training, D == 2, True)
+                out = res[0]
+            else:
+                res = run(packed.data, packed.batch_sizes, hx, weights, has_bias, 1, 0.0,
+                          self.training, D == 2)
+                seq = torch.nn.utils.rnn.PackedSequence(res[0], packed.batch_sizes)
+                out, _ = torch.nn.utils.rnn.pad_packed_sequence(
+                    seq, batch_first=True, total_length=T)
+                out = out.index_select(0, unorder)
+            finals = list(res[1:1 + k])
+            if not full:
+                finals = [f.index_select(1, unorder) for f in finals]
+            for d in range(D):
+                hs[d].append(out[..., d * H : (d + 1) * H] if D == 2 else out)
+                fins[d].extend(f[d] for f in finals)
+        return hs, fins
+
+    def _controllers_fused(
+        self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
+    ) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
+        """The three RNNs of ``layer`` on the fused-cell engine, one direction at a time; the
+        backward direction runs on each sequence reversed within its length, and its outputs
+        are returned in that reversed frame."""
+        D = self.num_directions
         k = 2 if self.cell_type == "lstm" else 1
-        x = x.contiguous()  # one copy of a time-major input, not one per projection GEMM
         hs: list[list[Tensor]] = []  # per direction: [h1, h2, h3] in that direction's frame
         fins: list[list[Tensor]] = []  # per direction: final states of the three RNNs
         for d in range(D):
@@ -338,20 +428,42 @@ class RCRN(RecurrentBase):
                 fin_d.extend(fin)
             hs.append(h_d)
             fins.append(fin_d)
+        return hs, fins
+
+    def _run_layer(
+        self,
+        layer: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, State]:
+        """Both directions of one RCRN layer (eq 7-9, 10-14 bidirectional, then eq 15-16).
+
+        The backward direction's RNNs read each sequence reversed within its length. Its
+        listener channels are scanned from the last valid step back (``per_direction``) or
+        brought to forward time and scanned with the forward channels (``concat_forward``).
+        """
+        D, H = self.num_directions, self.hidden_size
+        x = x.contiguous()  # one copy of a time-major input, not one per projection GEMM
+        native = self.native_applies(x, lengths)
+        run = self._controllers_native if native else self._controllers_fused
+        hs, fins = run(layer, x, lengths, state)
+        if D == 2 and not native:  # the backward direction's outputs to forward time
+            hs[1] = [reverse_padded(h, lengths) for h in hs[1]]
         c40 = None if state is None else state[-1]  # (D, B, H)
         if D == 1 or self.listener == "per_direction":
             outs, c4_last = [], []
             for d in range(D):
                 h4, c_last = listener_scan(
-                    *hs[d], None if c40 is None else c40[d], lengths, self.output_gate
+                    *hs[d], None if c40 is None else c40[d], lengths, self.output_gate,
+                    reverse=d == 1,
                 )
-                outs.append(h4 if d == 0 else reverse_padded(h4, lengths))
+                outs.append(h4)
                 c4_last.append(c_last)
             out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
-        else:  # concat_forward: bring the backward channels to forward time, scan forward
-            h1, h2, h3 = (
-                torch.cat([hs[0][j], reverse_padded(hs[1][j], lengths)], dim=-1) for j in range(3)
-            )
+        else:  # concat_forward: scan all [fw; bw] channels forward
+            h1, h2, h3 = (torch.cat([hs[0][j], hs[1][j]], dim=-1) for j in range(3))
             c0 = None if c40 is None else torch.cat([c40[0], c40[1]], dim=-1)
             out, c_last = listener_scan(h1, h2, h3, c0, lengths, self.output_gate)
             c4_last = [c_last[:, :H], c_last[:, H:]]
@@ -361,6 +473,8 @@ class RCRN(RecurrentBase):
 
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", cell={self.cell_type!r}, output_gate={self.output_gate!r}"
+        if self.controllers != "native":
+            s += f", controllers={self.controllers!r}"
         if self.bidirectional:
             s += f", listener={self.listener!r}"
         if self.weight_drop:

@@ -4,14 +4,41 @@ The argument is a JSON object: ``module`` (the extension module's name), ``sourc
 ``ldflags`` and ``build_dir``. The parent captures everything this process prints into the build
 log; the last line ``CTRLRNN_LIBRARY=<path>`` names the library built (and imported once here,
 so a library that cannot load counts as a failed build).
+
+The worker dies with its parent (Linux: ``PR_SET_PDEATHSIG``), so a build whose process was
+killed leaves no compiler behind; the parent holds the build folder's lock for the whole build,
+so the ``lock`` file torch's builder leaves in the folder when killed is stale by the time the
+next worker starts, and is removed.
 """
 
+import ctypes
 import json
+import os
+import signal
 import sys
 
 
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call: nothing would kill us later
+        sys.exit(1)
+
+
 def main(argv: list) -> int:
+    _die_with_parent()
     spec = json.loads(argv[1])
+    # torch's builder waits forever on a `lock` file left by a killed build; the parent's lock
+    # on the folder makes any such file stale here
+    stale = os.path.join(spec["build_dir"], "lock")
+    if os.path.exists(stale):
+        os.remove(stale)
     from torch.utils import cpp_extension
 
     module = cpp_extension.load(

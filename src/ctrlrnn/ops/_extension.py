@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shlex
@@ -54,6 +53,7 @@ from types import ModuleType
 import torch
 
 from ctrlrnn import files
+from ctrlrnn.ops import gemm_path
 
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
     import fcntl
@@ -250,22 +250,8 @@ def build_dir(name: str) -> Path:
 # ------------------------------------------------------------------ records on disk
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Write-to-temp + rename, so a record is never half-written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(files.dumps(data, indent=2), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+_read_json = files.read_dict
+_write_json = files.write_quietly
 
 
 def cached_state(name: str) -> str:
@@ -373,6 +359,7 @@ def _import_library(name: str, path: Path) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules[modname] = mod
+    gemm_path.attach(mod, cache_dir() / "ext", _cpu_signature())
     return mod
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import _extension, gpu
+from ctrlrnn.ops import _extension, gemm_path, gpu
 
 #: Families whose GPU module has the CPU extension's API, so :func:`kernel_for` returns it
 #: (``cells`` is reached by :func:`gpu_kernels`: its GPU module has the reference's signatures).
@@ -166,4 +166,12 @@ def backend_info() -> dict[str, Any]:
                 st.module, "parallel_threads") else st.threads,
             "cuda": _cuda_status(family),
         }
+    info["gemm"] = {
+        "requested": gemm_path.requested(),
+        "forced": gemm_path.forced(),
+        "onednn_usable": gemm_path.onednn_usable(),
+        "store": str(gemm_path.store_path() or ""),
+        "classes": {k: {"path": p, "blas_over_onednn": a} for k, (p, a) in
+                    sorted(gemm_path.table().items())},
+    }
     return info

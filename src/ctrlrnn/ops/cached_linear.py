@@ -1,10 +1,12 @@
-"""``x W^T + b`` into a block of the compiled kernels' output cache (``ops/csrc/output_pool.h``).
+"""``x W^T + b`` into a block of the compiled kernels' output cache (``ops/csrc/output_pool.h``),
+its GEMMs on the path measured fastest for their shape (:mod:`ctrlrnn.ops.gemm_path`).
 
 The input projection of a recurrent layer — a QRNN's gates (QRNN paper eq 1-2), a METAGROSS
-level's base pre-activations (METAGROSS paper section 2.2) — is often the largest tensor of a
-step. Above glibc's mmap threshold a fresh tensor of that size page-faults on every first write,
-every step (measured at ~7 GB/s against ~35-40 GB/s into mapped memory here); the cached block
-does not. The GEMMs, forward and backward, are torch's own: only where the output lives changes.
+level's base pre-activations (METAGROSS paper section 2.2), the input half of an LSTM's gates —
+is often the largest tensor of a step, and its GEMM the largest cost. Above glibc's mmap
+threshold a fresh tensor of that size page-faults on every first write, every step; the cached
+block does not. The GEMMs, forward and backward (``dx = g W``, ``dW = g^T x``), run on torch's
+BLAS or on oneDNN, whichever measured faster for their shape class on this CPU.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -42,13 +44,23 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     ctx.has_bias = bias is not None
 
 
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` on the GEMM path chosen for its shape (compiled kernels), else torch's (also
+    under ``create_graph=True``: the double backward needs a differentiable product)."""
+    ext = kernel_for("scan", a.device) if a.device.type == "cpu" else None
+    float32 = a.dtype == torch.float32 and b.dtype == torch.float32
+    if ext is None or not float32 or torch.is_grad_enabled():
+        return a @ b
+    return ext.gemm(a, b)
+
+
 def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
     x, weight = ctx.saved_tensors
     rows = x.shape[:-1].numel()  # not -1 in reshape: ambiguous for empty tensors (N or D = 0)
     g2 = grad.reshape(rows, weight.shape[0])
     need_x, need_w, need_b = ctx.needs_input_grad
-    dx = (g2 @ weight).view(x.shape) if need_x else None
-    dw = g2.t() @ x.reshape(rows, x.shape[-1]) if need_w else None
+    dx = _matmul(g2, weight).view(x.shape) if need_x else None
+    dw = _matmul(g2.t(), x.reshape(rows, x.shape[-1])) if need_w else None
     db = g2.sum(0) if (ctx.has_bias and need_b) else None
     return dx, dw, db
 

@@ -24,10 +24,19 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ctrlrnn.reproduce.experiments import Experiment
+from ctrlrnn.reproduce import experiments, runner
+from ctrlrnn.reproduce.estimate import estimate
+from ctrlrnn.reproduce.experiments import Experiment
+from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
+from ctrlrnn.reproduce.pages import write_pages
+from ctrlrnn.reproduce.speed import (
+    forget_speed,
+    missing_speed_parts,
+    run_speed,
+    speed_claims,
+    speed_sections_from_results,
+)
 
 #: the ``--rerun`` name of the speed measurements
 SPEED = "speed"
@@ -71,33 +80,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ctrlrnn.reproduce.experiments import EXPERIMENTS
-    from ctrlrnn.reproduce.runner import forget, is_cached, run_experiment
-    from ctrlrnn.reproduce.speed import missing_speed_parts
-
+    every = experiments.EXPERIMENTS
     mode = "quick" if args.quick else "full"
     default_docs = "docs/results/quick" if mode == "quick" else "docs/results"
     results, runs = Path(args.results), Path(args.runs)
     docs = Path(args.docs if args.docs is not None else default_docs)
-    rerun = _rerun_set(args.rerun, [e.id for e in EXPERIMENTS])
+    rerun = _rerun_set(args.rerun, [e.id for e in every])
     if isinstance(rerun, str):
         print(f"ctrlrnn reproduce: {rerun}")
         return 2
-    ids = {e.id for e in EXPERIMENTS}
+    ids = {e.id for e in every}
     # a pattern that is an experiment's id names that one alone (metagross-sort, not -sort5)
-    chosen = [e for e in EXPERIMENTS  # --rerun names an experiment: it is chosen too
+    chosen = [e for e in every  # --rerun names an experiment: it is chosen too
               if not args.only or e.id in rerun or any(
                   e.id == p if p in ids else p in e.id for p in args.only)]
     if args.only and not chosen:
-        known = ", ".join(e.id for e in EXPERIMENTS)
+        known = ", ".join(e.id for e in every)
         print(f"ctrlrnn reproduce: --only matches no experiment (known: {known})")
         return 2
     if args.estimate is not None:
         if args.pages_only or rerun:
             print("ctrlrnn reproduce: --estimate only measures; drop --pages-only and --rerun")
             return 2
-        from ctrlrnn.reproduce.estimate import estimate
-
         try:
             estimate(chosen, mode, runs, args.estimate, show_progress=not args.no_progress)
         except ValueError as exc:
@@ -113,17 +117,16 @@ def _run(args: argparse.Namespace) -> int:
     if not args.pages_only:
         for exp in chosen:
             if exp.id in rerun:
-                forget(exp, mode, runs, results)
+                runner.forget(exp, mode, runs, results)
         for i, exp in enumerate(chosen, 1):
             print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
-            if not is_cached(results, mode, exp):
+            if not runner.is_cached(results, mode, exp):
                 changed = True
-            data = run_experiment(exp, mode, runs, results, show_progress=not args.no_progress)
+            data = runner.run_experiment(exp, mode, runs, results,
+                                         show_progress=not args.no_progress)
             if data.get("errors"):
                 failed[exp.id] = data["errors"]
     if not args.pages_only and not args.no_speed:
-        from ctrlrnn.reproduce.speed import forget_speed, run_speed
-
         if SPEED in rerun:
             forget_speed(mode, results)
         if missing_speed_parts(mode, results):
@@ -160,10 +163,6 @@ def write_all_pages(mode: str, results: Path, docs: Path,
     """Write every page of ``mode`` from the results files: the experiments' tables, the speed
     sections and the gate figures. ``experiments``: only their pages, with their sections and
     figures alone (no speed sections, no summary)."""
-    from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
-    from ctrlrnn.reproduce.pages import write_pages
-    from ctrlrnn.reproduce.speed import speed_claims, speed_sections_from_results
-
     docs.mkdir(parents=True, exist_ok=True)
     ids = None if experiments is None else {e.id for e in experiments}
     sections = dict(speed_sections_from_results(mode, results, docs)) if ids is None else {}

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.runner import config_for, slug
+from ctrlrnn.train.run import train_run
 
 #: steps trained before the timed ones (kernel caches, first allocations)
 WARMUP = 3
@@ -92,9 +94,6 @@ def _read_rows(run: Path) -> list[dict[str, Any]]:
 def measure_arm(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, steps: int,
                 show_progress: bool = False) -> ArmCost:
     """Train ``steps`` timed steps of ``exp``'s ``arm`` and bound its parts' cost in ``mode``."""
-    from ctrlrnn.reproduce.runner import config_for, slug
-    from ctrlrnn.train.cli import train_run
-
     if steps < 2:
         raise ValueError(f"--estimate: expected at least 2 steps, got {steps}")
     out = runs_dir / "estimate" / mode / exp.id / slug(arm.label)

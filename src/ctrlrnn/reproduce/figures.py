@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+from ctrlrnn.nn.cas_lstm import CASLSTM
+from ctrlrnn.train.run import rebuild_from_checkpoint
+
 #: experiment id -> (the figure it records, the arm whose seed-0 run it is measured on)
 FIGURE_ARMS: dict[str, tuple[str, str]] = {
     "metagross-mnist": ("depth_gates", "METAGROSS"),
@@ -39,8 +42,6 @@ DECIMALS = 5
 def _model_and_batch(run_dir: Path) -> tuple[Any, Any, Any, dict[str, Any]] | None:
     """(task, initial model, trained model, a batch of 64 training sequences) rebuilt from a
     run's best checkpoint; the initial model has the run's own initialisation."""
-    from ctrlrnn.train.cli import rebuild_from_checkpoint
-
     best = run_dir / "best.safetensors"
     if not best.exists():
         return None
@@ -85,8 +86,6 @@ def record_depth_gates(run_dir: Path) -> dict[str, Any] | None:
 def record_vertical_gate(run_dir: Path) -> dict[str, Any] | None:
     """The vertical forget gate ``g`` of layer 2 of a CAS-LSTM run: its histogram, mean and
     quantiles over every valid step and unit of a batch (``None`` without a checkpoint)."""
-    from ctrlrnn.nn.cas_lstm import CASLSTM
-
     built = _model_and_batch(run_dir)
     if built is None:
         return None
@@ -156,7 +155,7 @@ def depth_gate_section(mode: str, results_dir: Path, docs_dir: Path,
               if kind == "depth_gates" and (ids is None or exp_id in ids)]
     if not chosen:
         return []
-    import matplotlib
+    import matplotlib  # the `train` extra: only the pages' figures need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -205,7 +204,7 @@ def cas_gate_section(mode: str, results_dir: Path, docs_dir: Path,
     exp_id = next(e for e, (kind, _arm) in FIGURE_ARMS.items() if kind == "vertical_gate")
     if ids is not None and exp_id not in ids:
         return []
-    import matplotlib
+    import matplotlib  # the `train` extra: only the pages' figures need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

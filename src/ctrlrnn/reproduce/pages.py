@@ -24,6 +24,7 @@ from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.runner import load_results, slug
 from ctrlrnn.reproduce.tuning import Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
+from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.units import higher_is_better, scale
 
 
@@ -69,7 +70,7 @@ def _fmt(v: float | None, digits: int = 4) -> str:
 
 
 def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0) -> bool:
-    import matplotlib
+    import matplotlib  # the `train` extra: only the pages' figures need it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -270,8 +271,6 @@ def _eval_limit(task: str, overrides: dict[str, Any]) -> int:
     limit theirs)."""
     if "eval_batches" in overrides:
         return int(overrides["eval_batches"] or 0)
-    from ctrlrnn.tasks import TASKS, task_class
-
     if task not in TASKS:
         return 0
     return int(task_class(task).defaults.get("eval_batches", 0) or 0)

@@ -31,9 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn import files
+from ctrlrnn.reproduce import figures
 from ctrlrnn.reproduce.experiments import Arm, Experiment
 from ctrlrnn.reproduce.holding import Standing
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
+from ctrlrnn.reproduce.tuning import tune_arm
+from ctrlrnn.tasks import TASKS
+from ctrlrnn.train.logs import replace_atomically
+from ctrlrnn.train.run import train_run, validated_config
 
 
 def slug(text: str) -> str:
@@ -114,8 +119,6 @@ def forget(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from ctrlrnn.train.logs import replace_atomically
-
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_atomically(path, lambda fh: files.dump(data, fh, indent=1, sort_keys=True))
 
@@ -124,8 +127,6 @@ def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path,
                extra: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """The validated (config, task class) of one (arm, seed) of ``exp`` in ``mode``; ``extra``
     overrides last (a tuning trial's budget and values, or an arm's tuned values)."""
-    from ctrlrnn.train.cli import validated_config
-
     overrides: dict[str, Any] = {"seed": seed, "out": str(out), **exp.overrides(mode)}
     for key, value in {**exp.task_args, **arm.task_args}.items():
         overrides[f"task.{key}"] = value
@@ -138,8 +139,6 @@ def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path,
 def train_in(out: Path, exp: Experiment, arm: Arm, seed: int, mode: str,
              extra: dict[str, Any] | None, show_progress: bool) -> dict[str, Any]:
     """Train one run of ``exp``'s ``arm`` in ``out`` (resuming it, or reading its result)."""
-    from ctrlrnn.train.cli import train_run
-
     done = out / "result.json"
     cfg, cls = config_for(exp, arm, seed, mode, out, extra)
     if done.exists():
@@ -160,6 +159,8 @@ def _finished_run_action(out: Path, result: dict[str, Any], cfg: Any) -> Action:
     """:func:`~ctrlrnn.reproduce.stopping.run_action` of the finished run in ``out`` under
     ``cfg``, from its checkpoint's stored configuration (a run without a readable checkpoint
     cannot be continued or checked: its result stands)."""
+    # checkpoints and the trainer need the `train` extra (safetensors, rich): `ctrlrnn
+    # reproduce` registers its parser without it
     from ctrlrnn.train.checkpoint import Checkpoint
     from ctrlrnn.train.trainer import config_differences
 
@@ -192,8 +193,6 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
     """The tuning of ``exp``'s ``arm`` in ``mode``: read from ``cached`` (the arm's entry of the
     results file) when it stands (:meth:`Standing.tuning`: every planned trial of the same
     search, in the same setting), else run or finish it. None: no tuning."""
-    from ctrlrnn.reproduce.tuning import tune_arm
-
     tuning = exp.tuning(mode)
     if tuning is None:
         return None
@@ -257,8 +256,6 @@ def run_experiment(
     if cached is not None and is_cached(results_dir, mode, exp):
         log(f"[reproduce] {exp.id}: cached ({results_path(results_dir, mode, exp)})")
         return cached
-    from ctrlrnn.tasks import TASKS
-
     data: dict[str, Any] = {
         "experiment": exp.id, "mode": mode, "title": exp.title, "task": exp.task,
         "metric": exp.metric, "higher_is_better": exp.higher_is_better,
@@ -366,8 +363,6 @@ def _record_figure(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, data: d
                    log: Callable[[str], None], params: dict[str, float] | None = None) -> None:
     """Store the figure statistics of ``exp`` (if it has a figure on ``arm``) measured on the
     seed-0 run just trained."""
-    from ctrlrnn.reproduce import figures
-
     if figures.FIGURE_ARMS.get(exp.id, ("", ""))[1] != arm.label:
         return
     recorded = figures.record(exp.id, run_dir(runs_dir, mode, exp, arm.label, 0, params))

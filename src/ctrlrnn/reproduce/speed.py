@@ -29,7 +29,15 @@ from typing import Any
 import torch
 
 from ctrlrnn import files
+from ctrlrnn.nn.qrnn import QRNN
+from ctrlrnn.nn.rcrn import RCRN
+from ctrlrnn.reproduce import experiments
+from ctrlrnn.reproduce.holding import Standing
+from ctrlrnn.reproduce.runner import config_for
 from ctrlrnn.reproduce.verdicts import SPEED_TOLERANCE, speed_verdict
+from ctrlrnn.timing import forward_backward_timer, forward_timer, interleave
+from ctrlrnn.train.optim import build_optimizer
+from ctrlrnn.train.run import seed_everything
 
 GRIDS: dict[str, dict[str, list[int]]] = {
     "quick": {"qrnn_batch": [8, 32], "qrnn_length": [32, 256], "rcrn_length": [16, 64]},
@@ -53,8 +61,6 @@ def _ratio(slow: float, fast: float) -> float:
 
 def _timers(fns: list[Callable[[], Any]], leaves: list[list[torch.Tensor]] | None,
             repeats: int) -> list[float]:
-    from ctrlrnn.bench.timing import forward_backward_timer, forward_timer, interleave
-
     if leaves is None:
         timers = [forward_timer(fn, warmup=1, repeats=repeats) for fn in fns]
     else:
@@ -65,8 +71,6 @@ def _timers(fns: list[Callable[[], Any]], leaves: list[list[torch.Tensor]] | Non
 
 def qrnn_figure4(mode: str) -> dict[str, Any]:
     """QRNN (320 units, window 2, fo) vs nn.LSTM (320) inference, ratio LSTM time / QRNN."""
-    from ctrlrnn import QRNN
-
     torch.manual_seed(0)
     H = 320
     qrnn = QRNN(H, H, batch_first=True).eval()
@@ -85,10 +89,6 @@ def qrnn_figure4(mode: str) -> dict[str, Any]:
 
 def rcrn_table10(mode: str) -> dict[str, Any]:
     """RCRN (200, bidirectional) vs 3-layer bidirectional nn.LSTM (200), batch 32."""
-    try:
-        from ctrlrnn.nn.rcrn import RCRN
-    except ImportError as exc:
-        return {"error": f"RCRN not available: {exc}"}
     torch.manual_seed(0)
     H, B = 200, 32
     rcrn = RCRN(H, H, bidirectional=True, batch_first=True)
@@ -122,13 +122,11 @@ def epoch_time(exp_id: str, mode: str) -> dict[str, Any]:
     interleaved batch by batch; an arm's step time is the mean over batches of each batch's
     median over the repeats, and its epoch time that mean times the batches in an epoch.
     """
-    from ctrlrnn.reproduce.experiments import EXPERIMENTS
-    from ctrlrnn.reproduce.runner import config_for
-    from ctrlrnn.train.cli import seed_everything
-    from ctrlrnn.train.optim import build_optimizer
+    # the trainer needs the `train` extra (rich, safetensors): `ctrlrnn reproduce` registers
+    # its parser without it
     from ctrlrnn.train.trainer import training_step
 
-    exp = next(e for e in EXPERIMENTS if e.id == exp_id)
+    exp = next(e for e in experiments.EXPERIMENTS if e.id == exp_id)
     arms = []
     with tempfile.TemporaryDirectory() as tmp:
         for arm in exp.arms:
@@ -166,10 +164,7 @@ def arm_settings(exp_id: str, mode: str) -> dict[str, dict[str, Any]]:
     """The setting each arm of experiment ``exp_id`` trains in now
     (:meth:`~ctrlrnn.reproduce.holding.Standing.setting`: model, its arguments, data and batch),
     by label; empty for an experiment no longer defined."""
-    from ctrlrnn.reproduce.experiments import EXPERIMENTS
-    from ctrlrnn.reproduce.holding import Standing
-
-    exp = next((e for e in EXPERIMENTS if e.id == exp_id), None)
+    exp = next((e for e in experiments.EXPERIMENTS if e.id == exp_id), None)
     if exp is None:
         return {}
     standing = Standing(exp, mode, None)

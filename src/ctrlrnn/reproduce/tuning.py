@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn import files
+from ctrlrnn.train.logs import replace_atomically
 
 #: the name of the sampler, as stored with each arm's trial table
 SAMPLER = "optuna TPE"
@@ -150,7 +151,7 @@ TrialRunner = Callable[[int, dict[str, Any], Path], dict[str, Any]]
 
 
 def _distributions(tuning: Tuning) -> dict[str, Any]:
-    import optuna
+    import optuna  # the `train` extra: only a search needs it
 
     return {p.key: optuna.distributions.FloatDistribution(p.low, p.high, log=p.log)
             for p in tuning.params}
@@ -161,8 +162,6 @@ def _read(path: Path) -> Any:
 
 
 def _write(path: Path, data: Any) -> None:
-    from ctrlrnn.train.logs import replace_atomically
-
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_atomically(path, lambda fh: files.dump(data, fh, indent=1, sort_keys=True))
 
@@ -243,7 +242,7 @@ def _propose(tuning: Tuning, dists: dict[str, Any], rows: list[dict[str, Any]], 
     ``stream`` (:func:`arm_stream`; the search's seed when None), so a search resumed after an
     interruption proposes what the uninterrupted one would have.
     """
-    import optuna
+    import optuna  # the `train` extra: only a search needs it
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     base = tuning.seed if stream is None else stream

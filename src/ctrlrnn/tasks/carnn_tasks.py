@@ -39,12 +39,19 @@ from torch import Tensor, nn
 from ctrlrnn.data.batching import pad_sequences
 from ctrlrnn.data.loaders.babi_dialog import Dialog, read_babi_dialog
 from ctrlrnn.data.sources.common import SPLITS, read_lines
+from ctrlrnn.data.sources.ptb import load_ptb
 from ctrlrnn.data.synthetic.common import unique_splits
 from ctrlrnn.data.tokenize import whitespace_tokenize
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
 from ctrlrnn.tasks.base import Batch, Task
-from ctrlrnn.tasks.common import check_splits, eval_chunks, require_files, source_dir
+from ctrlrnn.tasks.common import (
+    check_splits,
+    epoch_batches,
+    eval_chunks,
+    require_files,
+    source_dir,
+)
 
 
 def _size_options(train: int, valid: int, test: int) -> dict[str, tuple[Any, Any]]:
@@ -98,8 +105,6 @@ class CarnnLmTask(Task):
         if root is not None:
             require_files(root, [f"{s}.txt" for s in SPLITS])
             return {s: read_lines(root / f"{s}.txt") for s in SPLITS}
-        from ctrlrnn.data.sources.ptb import load_ptb
-
         return load_ptb(level="word")
 
     def setup(self) -> None:
@@ -391,8 +396,6 @@ class CarnnDialogTask(Task):
                      b["context_lengths"])
 
     def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
-        from ctrlrnn.tasks.common import epoch_batches
-
         data = self.examples["train"]
         groups = epoch_batches([len(e.history) for e in data], batch_size,
                                self.epoch_generator(epoch))

@@ -25,6 +25,8 @@ from torch import Tensor, nn
 
 from ctrlrnn.data.batching import pad_sequences
 from ctrlrnn.data.sources.common import SPLITS, read_labelled
+from ctrlrnn.data.sources.rotten_tomatoes import load_mr
+from ctrlrnn.data.sources.sst5_like import load_sst5_like
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.classifier import SentenceClassifier, parse_pooling
 from ctrlrnn.tasks.base import Batch, Task
@@ -140,8 +142,6 @@ class MrTask(SentenceClassificationTask):
     num_classes = 2
 
     def load_prepared(self) -> dict[str, list[Example]]:
-        from ctrlrnn.data.sources.rotten_tomatoes import load_mr
-
         return load_mr()
 
 
@@ -151,6 +151,4 @@ class Sst5Task(SentenceClassificationTask):
     num_classes = 5
 
     def load_prepared(self) -> dict[str, list[Example]]:
-        from ctrlrnn.data.sources.sst5_like import load_sst5_like
-
         return load_sst5_like()

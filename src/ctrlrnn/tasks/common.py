@@ -12,7 +12,7 @@ import torch
 
 from ctrlrnn.data.batching import bucket_batches
 from ctrlrnn.data.sources.common import SPLITS
-from ctrlrnn.data.sources.glove import GloveVectors
+from ctrlrnn.data.sources.glove import GloveVectors, load_glove
 from ctrlrnn.data.vocab import Vocab
 
 
@@ -39,8 +39,6 @@ def load_vectors(value: str) -> GloveVectors | None:
     if not value:
         return None
     if value == "cache":
-        from ctrlrnn.data.sources.glove import load_glove
-
         return load_glove()
     path = Path(value).expanduser()
     if not path.is_dir():

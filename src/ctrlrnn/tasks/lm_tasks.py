@@ -45,7 +45,9 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten, treespec_dumps, treespec_loads
 
 from ctrlrnn.data.batching import batchify_stream
+from ctrlrnn.data.sources.brown import load_brown
 from ctrlrnn.data.sources.common import SPLITS, read_lines
+from ctrlrnn.data.sources.ptb import load_ptb
 from ctrlrnn.data.tokenize import char_tokenize
 from ctrlrnn.data.vocab import EOS, PAD, UNK, Vocab
 from ctrlrnn.models.language_model import LanguageModel, detach_state, perplexity
@@ -202,8 +204,6 @@ class PtbLmTask(LanguageModelTask):
     description = "Penn Treebank word-level language model, tied embeddings (QRNN paper 3.2)"
 
     def load_prepared(self) -> dict[str, list[list[str]]]:
-        from ctrlrnn.data.sources.ptb import load_ptb
-
         return load_ptb(level="word")
 
 
@@ -217,8 +217,6 @@ class PtbCharTask(LanguageModelTask):
     defaults: ClassVar[dict[str, Any]] = {**LanguageModelTask.defaults, "batch_size": 32}
 
     def load_prepared(self) -> dict[str, list[list[str]]]:
-        from ctrlrnn.data.sources.ptb import load_ptb
-
         return load_ptb(level="char")
 
 
@@ -229,6 +227,4 @@ class BrownLmTask(LanguageModelTask):
                                                      "max_vocab": (int, 10_000)}
 
     def load_prepared(self) -> dict[str, list[list[str]]]:
-        from ctrlrnn.data.sources.brown import load_brown
-
         return load_brown()

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ctrlrnn.data.loaders.jsb_pickle import read_jsb_pickle
+from ctrlrnn.data.sources.chorales import load_chorales
 from ctrlrnn.data.sources.common import SPLITS
 from ctrlrnn.models.music import N_KEYS, MusicModel, frame_nll
 from ctrlrnn.tasks.base import Batch, Task
@@ -59,8 +61,6 @@ class ChoralesTask(Task):
         if self.opts["source"] and self.opts["pickle"]:
             raise ValueError("task.pickle: give task.source or task.pickle, not both")
         if self.opts["pickle"]:
-            from ctrlrnn.data.loaders.jsb_pickle import read_jsb_pickle
-
             path = Path(self.opts["pickle"]).expanduser()
             if not path.is_file():
                 raise ValueError(f"task.pickle: no such file {path}")
@@ -68,8 +68,6 @@ class ChoralesTask(Task):
         directory = source_dir(self.opts["source"])
         if directory is not None:
             return read_roll_dir(directory)
-        from ctrlrnn.data.sources.chorales import load_chorales
-
         return load_chorales()
 
     def setup(self) -> None:

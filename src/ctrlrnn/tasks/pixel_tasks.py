@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.data.pixels import PixelSequences
 from ctrlrnn.data.sources.common import SPLITS
+from ctrlrnn.data.sources.pixel_images import load_fashion_mnist, load_mnist_5k
 from ctrlrnn.models.classifier import parse_pooling
 from ctrlrnn.models.pixel_classifier import PixelClassifier
 from ctrlrnn.tasks.base import Batch, Task
@@ -155,8 +156,6 @@ class Mnist5kTask(PixelTask):
     description = "pixel-by-pixel MNIST-5k (784 steps; task.permuted=true for pMNIST)"
 
     def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
-        from ctrlrnn.data.sources.pixel_images import load_mnist_5k
-
         return load_mnist_5k(permute=permute, seed=seed)
 
 
@@ -165,6 +164,4 @@ class FashionMnistTask(PixelTask):
     description = "pixel-by-pixel Fashion-MNIST (784 steps; task.permuted=true for permuted)"
 
     def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
-        from ctrlrnn.data.sources.pixel_images import load_fashion_mnist
-
         return load_fashion_mnist(permute=permute, seed=seed)

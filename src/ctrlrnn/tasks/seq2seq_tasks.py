@@ -20,7 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.data.batching import pad_sequences
+from ctrlrnn.data.synthetic.arithmetic import addition_splits, copy_splits
 from ctrlrnn.data.synthetic.common import Seq2SeqExample
+from ctrlrnn.data.synthetic.sort import sort_splits
+from ctrlrnn.data.synthetic.tree_traversal import tree_traversal_splits
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.seq2seq import Seq2Seq
 from ctrlrnn.tasks.base import Batch, Task
@@ -148,8 +151,6 @@ class CopyTask(Seq2SeqTask):
     defaults = {"batch_size": 64, "lr": 3e-3}
 
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
-        from ctrlrnn.data.synthetic.arithmetic import copy_splits
-
         return copy_splits(self.opts["digits"], sizes, self.seed)
 
 
@@ -160,8 +161,6 @@ class AdditionTask(Seq2SeqTask):
     defaults = {"batch_size": 64, "lr": 3e-3}
 
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
-        from ctrlrnn.data.synthetic.arithmetic import addition_splits
-
         return addition_splits(self.opts["digits"], sizes, self.seed)
 
 
@@ -172,8 +171,6 @@ class SortTask(Seq2SeqTask):
     defaults = {"batch_size": 64, "lr": 3e-3}
 
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
-        from ctrlrnn.data.synthetic.sort import sort_splits
-
         return sort_splits(self.opts["max_length"], sizes, self.seed,
                            max_value=self.opts["max_value"])
 
@@ -185,6 +182,4 @@ class TreeTraversalTask(Seq2SeqTask):
     defaults = {"batch_size": 64, "lr": 3e-3}
 
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
-        from ctrlrnn.data.synthetic.tree_traversal import tree_traversal_splits
-
         return tree_traversal_splits(self.opts["max_depth"], sizes, self.seed, p=self.opts["p"])

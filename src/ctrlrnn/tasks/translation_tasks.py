@@ -54,10 +54,13 @@ from torch import Tensor, nn
 
 from ctrlrnn.data.batching import bucket_batches
 from ctrlrnn.data.sources.common import SPLITS
+from ctrlrnn.data.sources.verses import load_verses, read_pairs
 from ctrlrnn.data.synthetic.common import Seq2SeqExample
 from ctrlrnn.data.tokenize import char_tokenize, word_tokenize
 from ctrlrnn.data.vocab import Vocab
+from ctrlrnn.models.attn_lstm_seq2seq import DECODER_CELLS, AttnLSTMSeq2Seq
 from ctrlrnn.models.seq2seq import DECODERS, Seq2Seq
+from ctrlrnn.models.transformer import TransformerSeq2Seq
 from ctrlrnn.tasks.base import Batch
 from ctrlrnn.tasks.common import require_files, source_dir
 from ctrlrnn.tasks.seq2seq_tasks import Seq2SeqTask
@@ -175,13 +178,9 @@ class TranslationTask(Seq2SeqTask):
                     for s in SPLITS}
         root = source_dir(self.opts["source"])
         if root is not None:
-            from ctrlrnn.data.sources.verses import read_pairs
-
             require_files(root, [f"{s}.tsv" for s in SPLITS])
             return {s: [(self.tokenize(en), self.tokenize(es))
                         for _, en, es in read_pairs(root / f"{s}.tsv")] for s in SPLITS}
-        from ctrlrnn.data.sources.verses import load_verses
-
         return load_verses(level=self.level)
 
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
@@ -359,8 +358,6 @@ class WordTranslationTask(TranslationTask):
         if arch == "rnn":
             return super().build_model(encoder, model_args)
         if arch == "cas":
-            from ctrlrnn.models.attn_lstm_seq2seq import DECODER_CELLS, AttnLSTMSeq2Seq
-
             decoder = self.opts["decoder"] or ("caslstm" if encoder == "caslstm" else "lstm")
             if decoder not in DECODER_CELLS:
                 raise ValueError(f"task.decoder: expected one of {DECODER_CELLS} with "
@@ -375,8 +372,6 @@ class WordTranslationTask(TranslationTask):
                 input_feeding=self.opts["input_feeding"],
                 dropout=float(model_args.get("dropout", 0.0)), **specials,
             )
-        from ctrlrnn.models.transformer import TransformerSeq2Seq
-
         ffn = self.opts["ffn"] or ("metagross" if encoder == "metagross" else "relu")
         meta = encoder == "metagross"
         return TransformerSeq2Seq(

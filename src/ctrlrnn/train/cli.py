@@ -1,4 +1,5 @@
-"""``ctrlrnn train`` and ``ctrlrnn eval``.
+"""``ctrlrnn train`` and ``ctrlrnn eval``: the parsers over the run API of
+:mod:`ctrlrnn.train.run` (which ``ctrlrnn reproduce`` calls directly).
 
     ctrlrnn train --task TASK --model MODEL [--config FILE.toml] [--max-steps N] [--epochs N]
                   [--out DIR] [--resume] [key=value ...]
@@ -13,36 +14,35 @@ message naming it. Under ``torchrun`` the run is shared among the processes (see
 from __future__ import annotations
 
 import argparse
-import random
-import re
 import shlex
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ctrlrnn import files
+from ctrlrnn.extras import missing_extra
+from ctrlrnn.interrupts import set_interrupt_line
+from ctrlrnn.models.encoders import COMMON, ENCODERS
+from ctrlrnn.options import ConfigError
+from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.tasks.base import Task
-from ctrlrnn.train.config import (
-    HELP,
-    ConfigError,
-    TrainConfig,
-    check_options,
-    load_config,
-    parse_overrides,
-)
+from ctrlrnn.train.config import HELP, TrainConfig, parse_overrides
+from ctrlrnn.train.run import rebuild_from_checkpoint, seed_everything, train_run, validated_config
 from ctrlrnn.units import format_metrics
+
+__all__ = ["build_run", "diverged_line", "rebuild_from_checkpoint", "register",
+           "resume_command", "run_eval", "run_train", "seed_everything", "train_run",
+           "validated_config"]
 
 
 def _epilog() -> str:
     """The tasks, models and configuration keys, wrapped to the terminal's width (the tasks
     and models only where the packages their modules import are installed)."""
-    import shutil
-    import textwrap
-
     width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 120) - 1)
 
     def entry(name: str, text: str, pad: int) -> list[str]:
@@ -53,8 +53,6 @@ def _epilog() -> str:
     try:
         lines = _tasks_and_models(entry)
     except ImportError as exc:
-        from ctrlrnn.cli import missing_extra
-
         absent = missing_extra(exc)
         if absent is None:
             raise
@@ -68,9 +66,6 @@ def _epilog() -> str:
 
 def _tasks_and_models(entry: Callable[[str, str, int], list[str]]) -> list[str]:
     """The epilog's lists of tasks and models with their options."""
-    from ctrlrnn.models.encoders import COMMON, ENCODERS
-    from ctrlrnn.tasks import TASKS, task_class
-
     lines = ["tasks:"]
     for name in sorted(TASKS):
         cls = task_class(name)
@@ -85,22 +80,6 @@ def _tasks_and_models(entry: Callable[[str, str, int], list[str]]) -> list[str]:
     return lines
 
 
-def validated_config(
-    task: str, model: str, overrides: dict[str, Any], config_path: str | None = None
-) -> tuple[TrainConfig, type[Task]]:
-    """The whole configuration of a run, checked (task, model, every key and option) before
-    any work; returns (config, task class). Used by ``ctrlrnn train`` and ``reproduce``."""
-    from ctrlrnn.models.encoders import encoder_options
-    from ctrlrnn.tasks import task_class
-
-    cls = task_class(task)
-    cfg = load_config(config_path, {**overrides, "task": task, "model": model},
-                      base=dict(cls.defaults))
-    cfg.task_args = check_options("task", cfg.task, cfg.task_args, cls.options)
-    cfg.model_args = encoder_options(cfg.model, {**cls.model_defaults, **cfg.model_args})
-    return cfg, cls
-
-
 def build_run(cfg_args: argparse.Namespace) -> tuple[TrainConfig, type[Task]]:
     """Validate the whole configuration of ``ctrlrnn train``; returns (config, task class).
 
@@ -113,132 +92,6 @@ def build_run(cfg_args: argparse.Namespace) -> tuple[TrainConfig, type[Task]]:
         if value is not None:
             overrides[key] = value
     return validated_config(cfg_args.task, cfg_args.model, overrides, cfg_args.config)
-
-
-def rebuild_from_checkpoint(path: str | Path) -> tuple[TrainConfig, Task, Any, Any]:
-    """(config, set-up task, model, checkpoint) of the run that wrote checkpoint ``path``,
-    the model initialised with the run's seed (its weights not yet restored)."""
-    from ctrlrnn.models.encoders import encoder_options
-    from ctrlrnn.tasks import task_class
-    from ctrlrnn.train.checkpoint import Checkpoint
-
-    ckpt = Checkpoint(path)
-    cfg = TrainConfig(**ckpt.config)
-    cls = task_class(cfg.task)
-    seed_everything(cfg.seed)
-    task = cls(check_options("task", cfg.task, cfg.task_args, cls.options), cfg.seed)
-    task.setup()
-    seed_everything(cfg.seed)
-    model = task.build_model(cfg.model, encoder_options(cfg.model, cfg.model_args))
-    return cfg, task, model, ckpt
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def train_run(
-    cfg: TrainConfig,
-    task_cls: type[Task],
-    *,
-    resume: bool = False,
-    show_progress: bool = True,
-    verbose: bool = True,
-    accept: frozenset[str] = frozenset(),
-) -> dict[str, Any] | None:
-    """Train ``cfg`` (already validated) to the end; returns the result on the main process.
-
-    Used by ``ctrlrnn train`` and ``ctrlrnn reproduce``. The main process holds the run
-    directory's lock (:class:`~ctrlrnn.train.run_lock.RunLock`) from before the task is set up
-    until the report is written. Raises :class:`ConfigError` when the output directory holds
-    a run and ``resume`` is false, when another process holds it, when it cannot be written,
-    and when resuming with a configuration that differs from the stored one in keys other
-    than those meant to change and ``accept`` (flattened names: ``lr``, ``model.hidden_size``).
-    """
-    from ctrlrnn.data.errors import DataError
-    from ctrlrnn.train.distributed import init_distributed, shutdown
-    from ctrlrnn.train.report import write_report
-    from ctrlrnn.train.run_lock import RunLock, RunLocked
-    from ctrlrnn.train.trainer import Trainer
-
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        ctx = init_distributed(cfg.device)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    if not cfg.out:
-        cfg.out = f"runs/{cfg.task}-{cfg.model}-seed{cfg.seed}"
-    out = Path(cfg.out)
-    lock = RunLock(out) if ctx.is_main else None
-    try:
-        if lock is not None:
-            try:
-                lock.acquire()
-            except RunLocked as exc:
-                raise ConfigError(str(exc)) from exc
-            except OSError as exc:
-                if files.is_no_space(exc):
-                    raise files.NoSpaceLeft(lock.path) from exc
-                raise ConfigError(f"out: cannot write to {out}: "
-                                  f"{exc.strerror or exc}") from exc
-        seed_everything(cfg.seed)
-        task = task_cls(cfg.task_args, cfg.seed)
-        try:
-            task.setup()
-            model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
-        except (ValueError, FileNotFoundError, DataError) as exc:
-            # missing data or an optional package, a bad task.path, an option the model
-            # refuses: say it, no traceback
-            raise ConfigError(str(exc)) from exc
-        except (RuntimeError, MemoryError) as exc:
-            asked = _allocation_failure(exc)
-            if asked is None:
-                raise
-            raise ConfigError(f"model: {cfg.model} with these options needs more memory than "
-                              f"{ctx.device} has ({asked}); choose smaller model.* or task.* "
-                              "options") from exc
-        trainer = Trainer(cfg, task, model, out, ctx, show_progress=show_progress,
-                          accept=accept)
-        result = trainer.fit(resume=resume)
-        if not ctx.is_main:
-            return None
-        n_params = sum(p.numel() for p in model.parameters())
-        result["parameters"] = n_params
-        report = write_report(
-            out,
-            config=cfg.to_dict(),
-            result=result,
-            data=task.data_summary(),
-            model_info={"encoder": cfg.model, "parameters": n_params,
-                        "processes": ctx.world_size},
-            rows=trainer.log.rows() if trainer.log else [],
-        )
-        if verbose and result.get("stop_reason") != "diverged":
-            print(f"step {result['step']} (best validation {result['metric']} at step "
-                  f"{result['best_step']}; {result['train_seconds']:.1f} s of training)")
-            print(f"valid  {format_metrics(result['valid'])}")
-            print(f"test   {format_metrics(result['test'])}")
-            print(f"report: {report} (numbers for programs: {out / 'result.json'})")
-        return result
-    finally:
-        if lock is not None:
-            lock.release()
-        shutdown(ctx)
-
-
-def _allocation_failure(exc: BaseException) -> str | None:
-    """What an allocation that failed asked for (``153600000000000 bytes``, or ``out of
-    memory``), or None when ``exc`` is not an allocation failure."""
-    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return "out of memory"
-    text = str(exc)
-    if "can't allocate memory" not in text:
-        return None
-    asked = re.search(r"allocate ([0-9]+) bytes", text)
-    return f"{int(asked.group(1)):,} bytes asked for" if asked else "out of memory"
 
 
 #: exit status after Ctrl-C, as shells report a process ended by SIGINT
@@ -272,6 +125,7 @@ def _without_key(argv: list[str], key: str) -> list[str]:
 
 def diverged_line(result: dict[str, Any], out: str, argv: list[str]) -> str:
     """The one line ``ctrlrnn train`` prints for a run stopped by a non-finite value."""
+    # the trainer needs the `train` extra (rich, safetensors); the parser registers without it
     from ctrlrnn.train.trainer import LATEST
 
     stop = result["diverged"]
@@ -285,6 +139,7 @@ def diverged_line(result: dict[str, Any], out: str, argv: list[str]) -> str:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    # the trainer needs the `train` extra (rich, safetensors); the parser registers without it
     from ctrlrnn.train.trainer import LATEST, TrainingInterrupted
 
     try:
@@ -292,8 +147,6 @@ def run_train(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"ctrlrnn train: {exc}", file=sys.stderr)
         return 2
-    from ctrlrnn.cli import set_interrupt_line
-
     argv = list(getattr(args, "argv", None) or sys.argv[1:])
 
     def interrupted() -> str:

@@ -10,20 +10,38 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
 import re
 import sys
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.models.encoders import COMMON, ENCODERS
+from ctrlrnn.options import ConfigError, check_options, coerce
+from ctrlrnn.tasks import TASKS, task_class
+from ctrlrnn.train.optim import OPTIMIZERS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+__all__ = [
+    "DEVICE_PATTERN",
+    "HELP",
+    "MAX_SEED",
+    "METRIC_PATTERN",
+    "THREADS_PER_CPU",
+    "ConfigError",
+    "TrainConfig",
+    "check_options",
+    "coerce",
+    "load_config",
+    "parse_overrides",
+    "usable_cpus",
+]
 
 
 #: the values of the ``device`` key
@@ -36,10 +54,6 @@ MAX_SEED = 2**32 - 1
 #: ``threads`` may be at most this many times the CPUs the process may run on (more threads
 #: than that only slow a run down, and torch crashes on some huge counts)
 THREADS_PER_CPU = 4
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used (names the key)."""
 
 
 @dataclass
@@ -100,66 +114,6 @@ HELP: dict[str, str] = {
     "threads": "torch intra-op threads (0: default)",
     "device": "auto, cpu, cuda or cuda:N (auto: $CTRLRNN_DEVICE if set, else cuda when available)",
 }
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin is tuple:
-        args = typing.get_args(annotation)
-        if not isinstance(value, (list, tuple)):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: every element an X
-            return all(_type_ok(v, args[0]) for v in value)
-        return True
-    if origin is dict or annotation is dict:
-        return isinstance(value, dict)
-    return True
-
-
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def coerce(key: str, raw: Any, annotation: Any) -> Any:
-    """Convert a command-line string (or TOML value) to ``annotation``; refuse with the key."""
-    value = raw
-    if isinstance(raw, str) and annotation is not str:
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not _type_ok(value, annotation):
-        raise ConfigError(
-            f"{key}: expected a value of type {_type_name(annotation)}, got {raw!r}"
-        )
-    if not _finite(value):
-        raise ConfigError(f"{key}: expected a finite number, got {raw!r}")
-    return value
-
-
-def _finite(value: Any) -> bool:
-    """False when ``value`` is, or holds (in a list, tuple or dict), a NaN or an infinity."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, (list, tuple)):
-        return all(_finite(v) for v in value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    return True
 
 
 def usable_cpus() -> int:
@@ -231,9 +185,6 @@ def load_config(
 def _suggestion(key: str, fields: set[str]) -> str:
     """``; did you mean model.hidden_size?`` for a model or task option given without its
     prefix, or a close configuration key; empty when nothing is close."""
-    from ctrlrnn.models.encoders import COMMON, ENCODERS
-    from ctrlrnn.tasks import TASKS, task_class
-
     model_keys = {*COMMON, *(k for spec in ENCODERS.values() for k in spec.options)}
     task_keys = {k for name in TASKS for k in task_class(name).options}
     if key in model_keys:
@@ -246,8 +197,6 @@ def _suggestion(key: str, fields: set[str]) -> str:
 
 
 def _check_ranges(cfg: TrainConfig) -> None:
-    from ctrlrnn.train.optim import OPTIMIZERS
-
     positive = ("epochs", "batch_size", "log_every", "checkpoint_every")
     for key in positive:
         if getattr(cfg, key) < 1:
@@ -276,22 +225,3 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise ConfigError(f"monitor: expected a metric name such as loss, got {cfg.monitor!r}")
     if not DEVICE_PATTERN.fullmatch(cfg.device):
         raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {cfg.device!r}")
-
-
-def check_options(
-    kind: str, name: str, given: dict[str, Any], declared: dict[str, tuple[Any, Any]]
-) -> dict[str, Any]:
-    """Type-check ``given`` options against ``declared`` ``{key: (type, default)}``.
-
-    Returns the full option dict (defaults filled in). ``kind`` is ``"model"`` or ``"task"``.
-    """
-    out = {k: default for k, (_t, default) in declared.items()}
-    for key, value in given.items():
-        if key not in declared:
-            known = ", ".join(f"{kind}.{k}" for k in sorted(declared)) or "none"
-            close = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=0.75)
-            hint = f"; did you mean {kind}.{close[0]}?" if close else ""
-            raise ConfigError(f"{kind}.{key}: unknown option for {kind} {name!r}{hint} "
-                              f"(known: {known})")
-        out[key] = coerce(f"{kind}.{key}", value, declared[key][0])
-    return out

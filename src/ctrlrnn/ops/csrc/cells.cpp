@@ -178,7 +178,7 @@ CTRLRNN_SIMD
     });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = at::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
+  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
   return {dx, dW, dh0, carry_c};
 }
 
@@ -326,7 +326,7 @@ CTRLRNN_SIMD
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   const at::Tensor drec2 = drec.view({B * T, G});
-  at::Tensor dW = at::mm(drec2.t(), shifted_states(h0, h_seq).view({B * T, H}));
+  at::Tensor dW = ctrlrnn::gemm::mm(drec2.t(), shifted_states(h0, h_seq).view({B * T, H}));
   at::Tensor db = drec2.sum(0);
   return {dx, dW, db, dh0};
 }
@@ -591,7 +591,7 @@ std::vector<at::Tensor> cas_lstm_backward(
     }
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = at::mm(dx.view({B * T, G}).narrow(1, 0, Gh).t(),
+  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).narrow(1, 0, Gh).t(),
                          shifted_states(h0, h_seq).view({B * T, H}));
   at::Tensor accs = acc.sum(0);  // (4, H)
   at::Tensor dsf = accs[0].reshape(sf.sizes()).clone();
@@ -744,7 +744,7 @@ CTRLRNN_SIMD
     });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = at::mm(dx.view({B * T, G}).narrow(1, 0, 2 * H).t(),
+  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).narrow(1, 0, 2 * H).t(),
                          shifted_states(h0, h_seq).view({B * T, H}));
   return {dx, dW, dctx, dh0};
 }

@@ -7,6 +7,7 @@
 
 #include <torch/extension.h>
 
+#include "gemm_path.h"
 #include "output_pool.h"
 
 #include <ATen/Parallel.h>
@@ -118,11 +119,13 @@ inline Lengths read_lengths(const c10::optional<at::Tensor>& lengths, int64_t B,
 }
 
 // ---------------------------------------------------------------------------------------------
-// The per-step GEMM out(M, N) (+)= A(M, K) @ op(W), with the same W at every step.
-// float32 with MKL (torch's default CPU BLAS): W is packed once per batch slice with
+// The per-step GEMM out(M, N) (+)= A(M, K) @ op(W), with the same W at every step, on the path
+// gemm_path.h chooses for its shape class (float32; other dtypes use at::mm_out / addmm_).
+// The BLAS path: with MKL (torch's default CPU BLAS) W is packed once per batch slice with
 // cblas_sgemm_pack and each step calls cblas_sgemm_compute, so MKL does not re-pack the weights
-// every step (5-20% faster per step on small M). The MKL symbols are weak: where torch exports no
-// MKL (other BLAS, other platforms) they are null and every step uses at::mm_out / addmm_.
+// every step. The MKL symbols are weak: where torch exports no MKL (other BLAS, other platforms)
+// they are null and the BLAS path is at::mm_out / addmm_. The oneDNN path: mkldnn_matmul on
+// the step's rows (its primitive comes from oneDNN's cache after the first step).
 // ---------------------------------------------------------------------------------------------
 
 extern "C" {
@@ -160,12 +163,40 @@ class StepGemm {
                          W.data_ptr<float>(), static_cast<int>(W.size(1)),
                          packed_.data_ptr<float>());
       }
+      if (M_ > 0 && K_ > 0 && N_ > 0) {
+        const std::string key = gemm::class_key("step", M_, K_, N_, 'n', gemm::layout(w_op_),
+                                                gemm::threads_here());
+        path_ = gemm::choose(key, [&] {
+          return std::function<void(int)>(
+              [this, a = at::rand({M_, K_}, W.options()),
+               o = at::empty({M_, N_}, W.options())](int path) {
+                if (path == gemm::kOneDnn) {
+                  gemm::onednn_into(o, a, w_op_, false);
+                } else {
+                  run_blas(a, o, false);
+                }
+              });
+        });
+        if (path_ == gemm::kOneDnn) packed_ = at::Tensor();
+      }
     }
   }
 
   // out = A @ op(W) (accumulate: out += A @ op(W)); A (M, K) and out (M, N) with unit inner
   // stride.
   void run(const at::Tensor& A, const at::Tensor& out, bool accumulate) const {
+    if (path_ == gemm::kOneDnn && out.is_contiguous()) {
+      gemm::onednn_into(out, A, w_op_, accumulate);
+      return;
+    }
+    run_blas(A, out, accumulate);
+  }
+
+  // The path this GEMM takes ("blas" or "onednn").
+  const char* path() const { return gemm::path_name(path_); }
+
+ private:
+  void run_blas(const at::Tensor& A, const at::Tensor& out, bool accumulate) const {
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (packed_.defined() && A.size(0) == M_ && A.stride(1) == 1 && out.stride(1) == 1 &&
           mkl::fits_int(A.stride(0)) && mkl::fits_int(out.stride(0))) {
@@ -177,18 +208,13 @@ class StepGemm {
         return;
       }
     }
-    at::Tensor o = out;
-    if (accumulate) {
-      o.addmm_(A, w_op_);
-    } else {
-      at::mm_out(o, A, w_op_);
-    }
+    gemm::blas_into(out, A, w_op_, accumulate);
   }
 
- private:
   at::Tensor w_op_;
   int64_t M_, K_, N_;
   at::Tensor packed_;
+  int path_ = gemm::kBlas;
 };
 
 // Parallelism: the rows of a batch never interact in a recurrence, so each thread takes one

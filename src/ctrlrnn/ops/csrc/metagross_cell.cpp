@@ -345,7 +345,7 @@ CTRLRNN_SIMD
     });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = at::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
+  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
   return {dx, dW, dalpha, dbeta, dres, dh0};
 }
 

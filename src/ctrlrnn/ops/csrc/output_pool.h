@@ -26,6 +26,8 @@
 
 #include <c10/core/impl/alloc_cpu.h>
 
+#include "gemm_path.h"
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -191,7 +193,8 @@ inline torch::Tensor pooled_empty_like(const torch::Tensor& like) {
 // x W^T + b, x (..., D), weight (N, D), bias (N,) or None -> (..., N), written into a cached
 // block: the GEMM output of a layer's input projection is often the largest tensor of a step
 // (a METAGROSS level's pre-activations, a QRNN's gates), above glibc's mmap threshold, so a fresh
-// one would page-fault on every first write, every step. The GEMM is torch's own.
+// one would page-fault on every first write, every step. The GEMM takes the path gemm_path.h
+// chooses for its shape class.
 inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& weight,
                                    const c10::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
@@ -205,16 +208,13 @@ inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& 
   auto out = pooled_empty(sizes, x.options());
   auto out2 = out.view({rows, weight.size(0)});
   const auto x2 = x.reshape({rows, x.size(-1)});
-  if (bias.has_value()) {
-    at::addmm_out(out2, *bias, x2, weight.t());
-  } else {
-    at::mm_out(out2, x2, weight.t());
-  }
+  if (bias.has_value()) out2.copy_(bias->expand_as(out2));
+  gemm::into(out2, x2, weight.t(), /*accumulate=*/bias.has_value());
   return out;
 }
 
 // Python bindings every extension adds: output_cache_stats, output_cache_release,
-// output_cache_set_limit, cached_linear.
+// output_cache_set_limit, cached_linear, and the GEMM path's (gemm_path.h).
 inline void bind_output_pool(pybind11::module& m) {
   m.def("output_cache_stats", [] { return OutputPool::instance().stats(); },
         "[held bytes, limit bytes, fresh allocations, reuses] of this extension's output cache");
@@ -224,6 +224,7 @@ inline void bind_output_pool(pybind11::module& m) {
         "cap on the bytes of free blocks held (0 disables the cache)");
   m.def("cached_linear", &cached_linear,
         "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
+  gemm::bind(m);
 }
 
 }  // namespace ctrlrnn

@@ -1,0 +1,326 @@
+"""BENCHMARKS.md from a result document: the machine, the roofline, what each number is, the
+cases, the targets, the time and memory tables and the rows that did not measure well."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ctrlrnn import files
+from ctrlrnn.bench.result_rows import (
+    LOW_CPU_SHARE,
+    MEMORY_HEADERS,
+    MIB,
+    TIME_HEADERS,
+    fmt_share,
+    memory_cells,
+    memory_rows,
+    time_cells,
+    time_rows,
+)
+from ctrlrnn.bench.targets import target_rows
+
+
+def _md_table(headers: list[str], rows: Iterable[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    return lines
+
+
+def _load(v: Any) -> str:
+    if not v:
+        return "unknown"
+    return ", ".join(f"{x:.2f}" for x in v)
+
+
+def busy_warning(doc: dict[str, Any]) -> list[str]:
+    """Markdown lines warning that the run shared its CPUs, or nothing.
+
+    Judged by the 1-minute load average at the start (above half the CPU count) and by the
+    rows' CPU shares (more than a quarter of the timed rows below :data:`LOW_CPU_SHARE`). The
+    load at the end is not used: it includes the run itself.
+    """
+    m = doc.get("machine", {})
+    cpus = m.get("cpus_available") or m.get("logical_cpus") or 1
+    start = m.get("load_average_at_start")
+    shares = [
+        r["fwdbwd"].get("cpu_share")
+        for r in time_rows(doc)
+        if r.get("status") == "ok" and r["fwdbwd"].get("cpu_share") is not None
+    ]
+    starved = sum(1 for v in shares if v < LOW_CPU_SHARE)
+    busy_start = bool(start) and start[0] > 0.5 * cpus
+    if not busy_start and starved * 4 <= len(shares):
+        return []
+    loads = [start[0]] if start else [0.0]
+    return [
+        f"> **This run shared the machine**: the 1-minute load average was {max(loads):.1f} on "
+        f"{cpus} CPUs at the start and {starved} of {len(shares)} timed rows got less than "
+        f"{100 * LOW_CPU_SHARE:.0f}% of their threads' CPU time. Every time below may be "
+        "inflated, the roofline rates are depressed, and contention does not hit all rows "
+        "alike: rows made of many small parallel regions (torch.nn.LSTM/GRU run one small "
+        "GEMM per time step, each ending in a thread barrier) suffer far more than rows made of "
+        "a few large ones (a QRNN's one GEMM and one scan), which inflates speed-ups over "
+        "LSTM/GRU. The CPU share column shows how much CPU each row actually got. Re-run on "
+        "an idle machine before quoting these numbers.",
+        "",
+    ]
+
+
+def repeats_text(doc: dict[str, Any]) -> str:
+    """How many warm-up calls and timed repeats the medians are over, in words."""
+    st = doc.get("settings", {})
+    n, warm, budget = st.get("repeats"), st.get("warmup"), st.get("max_seconds")
+    text = f"{warm} warm-up call(s), over {n} timed repeats"
+    if budget is not None and n is not None and n > 3:
+        text += (
+            f" (at least 3: a measurement stops adding repeats once they have taken {budget:g} s)"
+        )
+    over = [
+        f"`{name}` {c['warmup']} warm-up, {c.get('min_repeats') or 3} to {c['max_repeats']} repeats"
+        for name, c in doc.get("cases", {}).items()
+        if c.get("warmup") is not None or c.get("max_repeats") is not None
+    ]
+    if over:
+        text += "; except " + ", ".join(over) + " (too slow for more)"
+    repeats = [
+        r[m]["repeats"]
+        for r in time_rows(doc)
+        if r.get("status") == "ok"
+        for m in ("fwd", "fwdbwd")
+    ]
+    if repeats:
+        text += f"; repeats actually taken: {min(repeats)} to {max(repeats)}"
+    return text
+
+
+def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
+    """BENCHMARKS.md text for the result document ``doc`` (``source``: the JSON's path)."""
+    m = doc["machine"]
+    roof = doc["roofline"]
+    mem_gb = (m.get("memory_bytes") or 0) / 1e9
+    asked = doc.get("settings", {}).get("threads")
+    threads_how = "the default" if asked is None else f"set by --threads {asked}"
+    lines: list[str] = [
+        "# ctrlrnn benchmarks",
+        "",
+        *busy_warning(doc),
+        f"Measured by `ctrlrnn bench` ({doc['grid']} grid, {doc['dtype']}) on {doc['created']}"
+        + (f", results in `{source}`" if source else "")
+        + ". Every number below comes from that one run on the machine described here; the "
+        "ratios compare rows measured in the same process, interleaved at each grid point. "
+        "Absolute times are for this machine only: compare the ratios. A single run is one "
+        "draw: re-run before trusting a difference of a few percent (every sample is in the "
+        "JSON).",
+        "",
+        "Reproduce: `ctrlrnn bench` (quick grid, 95 s on an idle 2-core machine, 2026-11-22) "
+        "or `ctrlrnn bench --full`; "
+        "`ctrlrnn bench --from RESULTS.json --markdown BENCHMARKS.md` rewrites this page from a "
+        "saved run.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m.get('cpu_model')}, {m.get('physical_cores')} physical cores, "
+        f"{m.get('logical_cpus')} logical CPUs ({m.get('cpus_available')} available to the "
+        f"process), {mem_gb:.1f} GB memory"
+        + (f"; vector extensions: {', '.join(m['cpu_isa'])}" if m.get("cpu_isa") else ""),
+        f"- {m.get('platform')}, Python {m.get('python')}",
+        f"- torch {m.get('torch')}, {m.get('torch_threads')} intra-op threads "
+        f"(torch.get_num_threads(), {threads_how}), "
+        f"{m.get('torch_interop_threads')} inter-op threads",
+        "- load average (1, 5, 15 min) when the run started: "
+        f"{_load(m.get('load_average_at_start'))}, "
+        f"when it ended (this includes the run itself): {_load(doc.get('load_average_at_end'))}",
+        f"- ctrlrnn {m.get('ctrlrnn_version')}, git {m.get('git_commit')}",
+        f"- ctrlrnn backend: `{files.dumps(m.get('backend'), default=str)}`",
+    ]
+    par = [ln for ln in m.get("torch_parallel_info", []) if "backend" in ln or "Library" in ln]
+    if par:
+        lines.append("- torch parallel: " + "; ".join(par))
+    lines += [
+        "",
+        "## Roofline (measured in the same run)",
+        "",
+        "Both rates were measured at the start and again at the end of the run, and the copy "
+        "before every timed point too; the floors use the higher of the two GEMM rates (the "
+        "tighter floor) and the median of all the copy samples"
+        + (
+            f" (GEMM {doc['roofline_start']['gemm_gflops']:.1f} then "
+            f"{doc['roofline_end']['gemm_gflops']:.1f} GFLOP/s; copy at the start "
+            f"{doc['roofline_start']['copy_gb_per_s']:.1f}, at the end "
+            f"{doc['roofline_end']['copy_gb_per_s']:.1f} GB/s)."
+            if "roofline_start" in doc and "roofline_end" in doc
+            else "."
+        ),
+        "",
+        f"- GEMM: **{roof['gemm_gflops']:.1f} GFLOP/s**, median of "
+        f"{len(roof['gemm_samples_s'])} `torch.mm` of "
+        f"{' x '.join(map(str, roof['gemm_shape']))} (M x K x N, 2*M*K*N FLOPs each).",
+        f"- Copy bandwidth: **{roof['copy_gb_per_s']:.1f} GB/s**, median of "
+        f"{len(roof['copy_samples_s'])} `dst.copy_(src)` of {roof['copy_bytes'] / MIB:.0f} MiB "
+        "(bytes read + bytes written, per second) taken all through the run (at the start, "
+        "before every timed point, at the end)"
+        + _copy_range(roof),
+        *(
+            [
+                f"- For reference, not in the floor: `src.clone()` of the same size, which "
+                f"writes into freshly allocated memory each call as most ops do, ran at "
+                f"{roof['clone_gb_per_s']:.1f} GB/s. Where that is far below the copy bandwidth, "
+                "first-touching new memory (page faults) is expensive on this machine, and a "
+                "bandwidth-bound op that allocates its outputs on every call cannot get near "
+                "its floor. ctrlrnn's compiled kernels therefore take outputs of 1 MiB or more "
+                "from a cache of freed blocks (`ctrlrnn.output_cache_info()`; README), and kernels "
+                "writing more than a quarter of the last-level cache use streaming stores.",
+            ]
+            if roof.get("clone_gb_per_s")
+            else []
+        ),
+        "",
+        "The floor of a row is `matmul FLOPs / GEMM rate + elementwise bytes / copy bandwidth`. "
+        "Each case declares its FLOPs (forward; backward = 2x forward for the weight and input "
+        "gradients) and the fewest elementwise bytes a fused implementation must move "
+        "(listed below). `time / floor` = 1.00x would be running at the floor. The floor uses "
+        "one measured GEMM rate for every matrix shape, so a row whose GEMMs run faster than "
+        "the measured shape did (e.g. mkldnn's fused LSTM inference) can come out slightly "
+        "below 1.00x; a row far above it is losing time outside its GEMMs and minimal "
+        "elementwise traffic (per-step overhead, extra passes, allocation).",
+        "",
+        "## What each number is",
+        "",
+        "- **fwd**: median wall time of the forward pass under `torch.no_grad()` (inference), "
+        f"after {repeats_text(doc)}.",
+        "- **fwd+bwd**: median wall time of the forward pass with autograd plus "
+        "`torch.autograd.backward` of the output with a fixed random gradient (input, weights "
+        "and scan inputs all require grad).",
+        "- Rows at the same (B, T, C) are built together and timed in turn, one sample of "
+        "each at a time (A, B, C, A, B, C, ...; forwards first, then forward+backward "
+        "passes), so a change in load from other processes falls on the compared rows alike.",
+        "- **/ floor**: measured median divided by the roofline floor of that row.",
+        "- **CPU share**: median over the fwd+bwd repeats of process CPU time / (wall time x "
+        "threads). Near 100%: the row had its CPUs to itself and kept them busy; well below: "
+        "other processes took the CPUs or threads sat waiting, and that row's time is "
+        "inflated.",
+        "- **speed-up vs X**: X's median divided by this row's median, same point, same run "
+        "(> 1: this row is faster). Layer rows compare to `torch.nn.LSTM` of the same width; "
+        "the compiled scan compares to the Python loop.",
+        "- B = batch, T = sequence length, C = width (input size = hidden size, or channels of "
+        "the scan).",
+        "",
+    ]
+    cases = doc.get("cases", {})
+    if cases:
+        lines += ["### Cases", ""]
+        counts: dict[str, int] = {}
+        for r in doc.get("results", []):
+            counts[r["case"]] = counts.get(r["case"], 0) + 1
+        lines += _md_table(
+            ["case", "kind", "rows in this run", "description"],
+            [
+                [f"`{n}`", c["kind"], str(counts.get(n, 0)), c["description"]]
+                for n, c in cases.items()
+            ],
+        )
+        lines += [
+            "",
+            "Elementwise bytes per (batch, step, unit), in values of the dtype, forward + "
+            "backward: LSTM 7 + 10, GRU 8 + 12, QRNN f 3 + 6, fo 5 + 8, ifo 6 + 10, linear "
+            "scan 3 + 5 (32 bytes per element in fp32).",
+            "",
+        ]
+    targets = target_rows(doc)
+    lines += [
+        "## Targets",
+        "",
+        "Goals stated in the benchmark issue, set beside this run's "
+        "measurements (they are measurements, not tests).",
+        "",
+    ]
+    lines += _md_table(["target", "measured", "goal", "met"], [list(t) for t in targets])
+    lines.append("")
+    rows = time_rows(doc)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    for group, grows in groups.items():
+        title = {"layer": "Layers", "scan": "Linear scan"}.get(group, group)
+        lines += [f"## {title}: time", ""]
+        lines += _md_table(TIME_HEADERS, [time_cells(r) for r in grows])
+        lines.append("")
+    mrows = memory_rows(doc)
+    if mrows:
+        meth = doc.get("memory_methods", {})
+        lines += [
+            "## Training memory against sequence length",
+            "",
+            f"- **train MiB** = saved MiB + params MiB. saved: {meth.get('train_bytes')}.",
+            "- **peak RSS +MiB**: whole-process resident memory, "
+            f"{meth.get('peak_rss_delta_bytes')} (includes gradients and temporaries; noisier).",
+            "",
+        ]
+        lines += _md_table(MEMORY_HEADERS, [memory_cells(r) for r in mrows])
+        lines.append("")
+        for f in doc.get("memory_fits", []):
+            tb = f["train_bytes"]
+            line = (
+                f"- `{f['case']}` B={f['batch']} C={f['width']}: least-squares line "
+                f"{tb['slope'] / 1024:.1f} KiB per step + {tb['intercept'] / MIB:.2f} MiB, "
+                f"R^2 = {tb['r2']:.5f}; T grows x{f['growth']['length_ratio']:.0f}, train bytes "
+                f"x{f['growth']['train_bytes_ratio']:.2f}"
+            )
+            if "peak_rss_delta_bytes" in f:
+                line += f"; peak RSS delta R^2 = {f['peak_rss_delta_bytes']['r2']:.4f}"
+            lines.append(line + ".")
+        lines.append("")
+    low = [
+        r
+        for r in rows
+        if r.get("status") == "ok" and (r["fwdbwd"].get("cpu_share") or 1.0) < LOW_CPU_SHARE
+    ]
+    if low:
+        lines += [
+            "## Rows that did not keep their threads busy",
+            "",
+            f"CPU share below {100 * LOW_CPU_SHARE:.0f}% during fwd+bwd: these rows ran "
+            "(mostly) on fewer threads than the "
+            f"{m.get('torch_threads')} available, or other processes took their CPUs while they "
+            "ran. Either way their time is not what the machine can do.",
+            "",
+        ]
+        for r in low:
+            lines.append(
+                f"- `{r['case']}` B={r['batch']} T={r['length']} C={r['width']}: "
+                f"{fmt_share(r['fwdbwd']['cpu_share'])}"
+            )
+        lines.append("")
+    bad = [r for r in doc.get("results", []) if r.get("status") != "ok"]
+    if bad:
+        lines += ["## Rows not measured", ""]
+        for r in bad:
+            lines.append(
+                f"- `{r['case']}` B={r['batch']} T={r['length']} C={r['width']}: "
+                f"{r['status']}: {r.get('reason', '')}"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_markdown(
+    doc: dict[str, Any], path: str | os.PathLike[str], *, source: str | None = None
+) -> Path:
+    """Write :func:`markdown` of ``doc`` to ``path``; return the path."""
+    p = Path(path)
+    p.write_text(markdown(doc, source=source), encoding="utf-8")
+    return p
+
+
+def _copy_range(roof: dict[str, Any]) -> str:
+    """"; single samples ranged A-B GB/s." for the copy samples of a roofline, else "."."""
+    samples = roof.get("copy_samples_s") or []
+    if not samples:
+        return "."
+    nbytes = 2 * roof["copy_bytes"]
+    return f"; single samples ranged {nbytes / max(samples) / 1e9:.0f}-" \
+        f"{nbytes / min(samples) / 1e9:.0f} GB/s."

@@ -1,0 +1,135 @@
+"""The machine and software a benchmark ran on, and the git commit it measured.
+
+:func:`machine` describes the CPU, memory, threads and versions for the result document of
+``ctrlrnn bench``; :func:`git_commit` and :func:`git_changed` stamp any result with the commit
+of the working tree it came from (``ctrlrnn bench`` and ``scripts/gpu-check`` both).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ctrlrnn
+from ctrlrnn.bench.workloads import backend_info
+
+
+def _cpuinfo() -> dict[str, Any]:
+    model = platform.processor() or platform.machine()
+    cores: set[tuple[str, str]] = set()
+    phys = core = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        text = ""
+    found_model = False
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and not found_model:
+            model, found_model = value, True
+        elif key == "physical id":
+            phys = value
+        elif key == "core id":
+            core = value
+            cores.add((phys, core))
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    # the vector extensions that decide which GEMM kernels the BLAS libraries pick
+    isa = [f for f in CPU_ISA_FLAGS if f in flags]
+    return {"cpu_model": model, "physical_cores": len(cores) or None, "cpu_isa": isa}
+
+
+#: CPU flags named with the machine: machines of one model name differ in these, and with them
+#: the GEMM path that is fastest (MKL against oneDNN)
+CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_vp2intersect",
+                 "amx_bf16", "amx_tile")
+
+
+def _meminfo_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def git_commit(where: str | os.PathLike[str], *, short: bool = False) -> str | None:
+    """The commit checked out in the working tree at ``where`` (abbreviated with ``short``), or
+    None outside a git working tree or without git."""
+    cmd = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
+    try:
+        out = subprocess.run(cmd, cwd=where, capture_output=True, text=True, timeout=10,
+                             check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def git_changed(repo: str | os.PathLike[str]) -> list[str]:
+    """Tracked files of ``repo`` that differ from its commit (what was measured is then not
+    exactly the commit); empty outside a git working tree or without git."""
+    try:
+        res = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                             capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted(line[3:] for line in res.stdout.splitlines() if len(line) > 3)
+
+
+def machine() -> dict[str, Any]:
+    """Describe this machine and software: CPU model, cores, memory, threads, versions, and the
+    active ctrlrnn backend (``ctrlrnn.backend_info()``)."""
+    version = getattr(ctrlrnn, "__version__", None)
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    parallel = [ln.strip() for ln in torch.__config__.parallel_info().splitlines() if ln.strip()]
+    info: dict[str, Any] = {
+        **_cpuinfo(),
+        "logical_cpus": os.cpu_count(),
+        "cpus_available": affinity,
+        "memory_bytes": _meminfo_bytes(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "torch_parallel_info": parallel,
+        "env": {
+            k: os.environ[k]
+            for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CTRLRNN_BACKEND")
+            if k in os.environ
+        },
+        "load_average_at_start": load,
+        "ctrlrnn_version": version,
+        "git_commit": git_commit(Path(__file__).resolve().parent, short=True),
+        "backend": backend_info(),
+    }
+    return info
+
+
+def machine_summary(m: dict[str, Any]) -> str:
+    """One line: CPU model, cores, threads, torch version."""
+    cores = m.get("physical_cores")
+    cpus = m.get("cpus_available") or m.get("logical_cpus")
+    return (
+        f"{m.get('cpu_model')} ({cores} physical cores, {cpus} logical CPUs available), "
+        f"torch {m.get('torch')} with {m.get('torch_threads')} threads"
+    )

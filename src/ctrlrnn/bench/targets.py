@@ -1,0 +1,165 @@
+"""The project's performance goals, each set beside the value one run measured.
+
+A :class:`Target` reads one number off the result document (a ratio, a speed-up, a memory fit)
+and says whether it meets its goal; the screen and BENCHMARKS.md list them. They are
+measurements, not pass/fail tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Target:
+    """A stated performance goal, read off one measured record.
+
+    ``value`` extracts the number from the document (None when the row is missing or failed);
+    ``goal`` says whether it meets the goal; ``fmt`` formats it.
+    """
+
+    label: str
+    value: Callable[[dict[str, Any]], float | None]
+    goal: Callable[[float], bool]
+    goal_text: str
+    fmt: str = "{:.2f}x"
+
+
+def _find(doc: dict[str, Any], case: str, b: int, t: int, c: int) -> dict[str, Any] | None:
+    for r in doc.get("results", []):
+        if (r["case"], r["batch"], r["length"], r["width"]) == (case, b, t, c):
+            return r if r.get("status") == "ok" else None
+    return None
+
+
+def _ratio(case: str, point: tuple[int, int, int], key: str) -> Callable[[dict[str, Any]], Any]:
+    def get(doc: dict[str, Any]) -> float | None:
+        r = _find(doc, case, *point)
+        return None if r is None else r.get("ratios", {}).get(key)
+
+    return get
+
+
+def _speedup(
+    case: str, point: tuple[int, int, int], other: str, mode: str
+) -> Callable[[dict[str, Any]], Any]:
+    def get(doc: dict[str, Any]) -> float | None:
+        r = _find(doc, case, *point)
+        if r is None:
+            return None
+        return r.get("ratios", {}).get("speedup", {}).get(other, {}).get(mode)
+
+    return get
+
+
+def _inverse(get: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """A time ratio from a speed-up (1 / speed-up)."""
+
+    def inv(doc: dict[str, Any]) -> float | None:
+        v = get(doc)
+        return None if not v else 1.0 / v
+
+    return inv
+
+
+def _memory_r2(case: str) -> Callable[[dict[str, Any]], Any]:
+    def get(doc: dict[str, Any]) -> float | None:
+        fits = [f for f in doc.get("memory_fits", []) if f["case"] == case]
+        if not fits or max(fits[0]["lengths"]) < 16384:
+            return None
+        return min(f["train_bytes"]["r2"] for f in fits)
+
+    return get
+
+
+TARGETS: list[Target] = [
+    Target(
+        "linear_scan fwd+bwd, share of the bandwidth floor (B=32, T=256, C=1024)",
+        _ratio("scan_compiled", (32, 256, 1024), "fwdbwd_floor_fraction"),
+        lambda v: v >= 0.70,
+        ">= 0.70",
+        "{:.2f}",
+    ),
+    Target(
+        "linear_scan fwd+bwd speed-up over the Python loop (B=32, T=256, C=1024)",
+        _speedup("scan_compiled", (32, 256, 1024), "scan_loop", "fwdbwd"),
+        lambda v: v >= 5.0,
+        ">= 5x",
+    ),
+    Target(
+        "QRNN fo fwd+bwd time / roofline floor (B=32, T=256, C=256)",
+        _ratio("qrnn_fo", (32, 256, 256), "fwdbwd_over_floor"),
+        lambda v: v <= 1.25,
+        "<= 1.25x",
+    ),
+    Target(
+        "QRNN fo fwd+bwd speed-up over nn.LSTM (B=32, T=256, C=256)",
+        _speedup("qrnn_fo", (32, 256, 256), "lstm", "fwdbwd"),
+        lambda v: v > 1.0,
+        "> 1x",
+    ),
+    Target(
+        "QRNN fo inference speed-up over nn.LSTM (B=1, T=1024, C=256)",
+        _speedup("qrnn_fo", (1, 1024, 256), "lstm", "fwd"),
+        lambda v: v >= 2.0,
+        ">= 2x",
+    ),
+    Target(
+        "fused LSTM fwd+bwd time / nn.LSTM (B=32, T=256, C=256)",
+        _inverse(_speedup("fused_lstm", (32, 256, 256), "lstm", "fwdbwd")),
+        lambda v: v <= 1.25,
+        "<= 1.25x",
+    ),
+    Target(
+        "CAS-LSTM 2x256 fwd+bwd time / 2-layer nn.LSTM (B=32, T=256)",
+        _inverse(_speedup("caslstm", (32, 256, 256), "lstm2", "fwdbwd")),
+        lambda v: v <= 1.4,
+        "<= 1.4x",
+    ),
+    Target(
+        "RCRN 200 bidirectional fwd+bwd time / 3-layer BiLSTM (B=32, T=256)",
+        _inverse(_speedup("rcrn", (32, 256, 200), "lstm3bi", "fwdbwd")),
+        lambda v: v <= 0.8,
+        "<= 0.8x",
+    ),
+    Target(
+        "METAGROSS depth 2 linear fwd+bwd time / roofline floor (B=32, T=256, C=256)",
+        _ratio("metagross", (32, 256, 256), "fwdbwd_over_floor"),
+        lambda v: v <= 1.3,
+        "<= 1.3x",
+    ),
+    Target(
+        "METAGROSS depth 2 linear fwd+bwd time / nn.LSTM (B=32, T=256, C=256)",
+        _inverse(_speedup("metagross", (32, 256, 256), "lstm", "fwdbwd")),
+        lambda v: v <= 1.5,
+        "<= 1.5x",
+    ),
+    Target(
+        "METAGROSS as printed (gates='state') depth 2 fwd+bwd time / nn.LSTM (B=32, T=256, "
+        "C=256)",
+        _inverse(_speedup("metagross_state", (32, 256, 256), "lstm", "fwdbwd")),
+        lambda v: v <= 2.0,
+        "<= 2x",
+    ),
+    Target(
+        "QRNN fo training memory linear in T up to 16,384 (min R^2 of the fit)",
+        _memory_r2("qrnn_fo_memory"),
+        lambda v: v >= 0.999,
+        "R^2 >= 0.999",
+        "{:.5f}",
+    ),
+]
+
+
+def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(label, measured, goal, met?) for every target; 'not measured' where the row is absent."""
+    out = []
+    for t in TARGETS:
+        v = t.value(doc)
+        if v is None:
+            out.append((t.label, "not measured", t.goal_text, "-"))
+        else:
+            out.append((t.label, t.fmt.format(v), t.goal_text, "yes" if t.goal(v) else "no"))
+    return out

@@ -1,0 +1,275 @@
+// ctrlrnn: the GEMM path, chosen per shape by measurement.
+//
+// torch's CPU build carries two GEMM libraries: its BLAS (MKL on x86 builds: `at::mm`, and the
+// packed `cblas_sgemm_compute` of cells_common.h) and oneDNN, which torch uses for its own
+// nn.LSTM and for reduced-precision matmuls. Which one is faster for float32 depends on the CPU
+// generation and the shape (oneDNN's JIT kernels win on large and mid-sized products on recent
+// AVX-512 cores; BLAS wins on tiny products, where oneDNN's per-call set-up dominates). So the
+// path is not assumed: the first GEMM of a shape class times both paths on scratch operands of
+// that class's layout and remembers the faster one. ctrlrnn/ops/gemm_path.py persists the table
+// beside the kernel build (keyed by the CPU, torch version and build) and forces a path with
+// CTRLRNN_GEMM=blas|onednn.
+//
+// oneDNN is reached through `at::native::mkldnn_matmul`, which libtorch_cpu exports (the oneDNN
+// C API itself is not exported). It is declared weak: where torch lacks it (builds without
+// oneDNN) or refuses float32 (torch versions whose mkldnn_matmul takes bf16/fp16 only), the
+// probe below fails once and every GEMM takes the BLAS path.
+//
+// Only float32 has a choice: bfloat16 / float16 `at::mm` already goes to oneDNN inside torch,
+// float64 has BLAS only.
+//
+// One table per process: like OutputPool::instance(), the function-local static of table() is a
+// unique symbol, shared by every extension that includes this header.
+
+#pragma once
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace at::native {
+TORCH_API void mkldnn_matmul(const at::Tensor& mat1, const at::Tensor& mat2,
+                             const at::Tensor& result, float beta, float alpha)
+    __attribute__((weak));
+}  // namespace at::native
+
+namespace ctrlrnn::gemm {
+
+enum Path : int { kBlas = 0, kOneDnn = 1 };
+
+inline const char* path_name(int p) { return p == kOneDnn ? "onednn" : "blas"; }
+
+// -1: choose by measurement; kBlas / kOneDnn: forced (CTRLRNN_GEMM, set from Python).
+inline std::atomic<int>& forced() {
+  static std::atomic<int> f{-1};
+  return f;
+}
+
+// out = a @ b (accumulate: out += a @ b) on oneDNN. a and b contiguous or exact transposes.
+inline void onednn_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                        bool accumulate) {
+  at::native::mkldnn_matmul(a, b, out, accumulate ? 1.0f : 0.0f, 1.0f);
+}
+
+// Whether this torch's mkldnn_matmul exists and computes a float32 product exactly (probed once).
+inline bool onednn_usable() {
+  static const bool ok = [] {
+    if (&at::native::mkldnn_matmul == nullptr) return false;
+    try {
+      const auto opts = at::TensorOptions().dtype(at::kFloat);
+      const at::Tensor a = at::arange(6, opts).view({2, 3});
+      const at::Tensor b = at::arange(12, opts).view({3, 4}).sub(5.0);
+      at::Tensor o = at::full({2, 4}, 7.0, opts);
+      onednn_into(o, a, b, /*accumulate=*/true);
+      return at::equal(o, at::mm(a, b).add(7.0));
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+struct Table {
+  std::mutex mu;
+  std::map<std::string, int> choice;       // shape class -> path
+  std::map<std::string, double> advantage;  // shape class -> blas time / oneDNN time
+  std::map<std::string, std::pair<int, int64_t>> uses;  // shape class -> (path, calls)
+};
+
+inline Table& table() {
+  static Table t;
+  return t;
+}
+
+// Shape classes: each dimension rounded up to a power of two (below 8: exact).
+inline int64_t bucket(int64_t v) {
+  if (v < 8) return v;
+  int64_t p = 8;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// 'n' contiguous, 't' an exact transpose, 's' anything else (copied by oneDNN's wrapper).
+inline char layout(const at::Tensor& t) {
+  if (t.is_contiguous()) return 'n';
+  if (t.dim() == 2 && t.t().is_contiguous()) return 't';
+  return 's';
+}
+
+inline int threads_here() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
+
+inline std::string class_key(const char* kind, int64_t M, int64_t K, int64_t N, char la, char lb,
+                             int threads) {
+  return std::string(kind) + " M" + std::to_string(bucket(M)) + " K" + std::to_string(bucket(K)) +
+         " N" + std::to_string(bucket(N)) + " " + la + lb + " t" + std::to_string(threads);
+}
+
+// Seconds per call of run(path), the best of three rounds of at least ~0.5 ms each, the two
+// paths interleaved so that a burst of load hits both.
+inline double seconds_per_call(const std::function<void(int)>& run, int path, int reps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) run(path);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+inline int measure(const std::function<void(int)>& run, double* advantage) {
+  run(kBlas);
+  run(kOneDnn);
+  int reps = 1;
+  for (;;) {  // calibrate: enough calls for ~0.5 ms on the BLAS path
+    const double s = seconds_per_call(run, kBlas, reps);
+    if (s * reps >= 5e-4 || reps >= 256) break;
+    reps *= 2;
+  }
+  double best[2] = {1e30, 1e30};
+  for (int round = 0; round < 3; ++round) {
+    for (int p : {kBlas, kOneDnn}) best[p] = std::min(best[p], seconds_per_call(run, p, reps));
+  }
+  *advantage = best[kBlas] / best[kOneDnn];
+  // oneDNN only where it is clearly faster: on a tie BLAS has the steadier per-call cost.
+  return best[kOneDnn] * 1.03 < best[kBlas] ? kOneDnn : kBlas;
+}
+
+// The path for shape class `key`. The first time the class is seen (in this process or the
+// persisted table), `prepare()` returns a function performing one representative GEMM of the
+// class on scratch operands, on the path it is given, and both paths are timed.
+inline int choose(const std::string& key,
+                  const std::function<std::function<void(int)>()>& prepare) {
+  const int f = forced().load();
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  const auto note = [&](int p) {  // which path each class took since gemm_uses_clear()
+    auto& use = t.uses[key];
+    use.first = p;
+    use.second += 1;
+    return p;
+  };
+  if (f == kBlas || !onednn_usable()) return note(kBlas);
+  if (f == kOneDnn) return note(kOneDnn);
+  const auto it = t.choice.find(key);
+  if (it != t.choice.end()) return note(it->second);
+  double adv = 1.0;
+  const int p = measure(prepare(), &adv);
+  t.choice[key] = p;
+  t.advantage[key] = adv;
+  return note(p);
+}
+
+// A scratch tensor of t's sizes and layout, filled with values in [0, 1).
+inline at::Tensor scratch_like(const at::Tensor& t) {
+  const auto opts = t.options();
+  if (layout(t) == 't') return at::rand({t.size(1), t.size(0)}, opts).t();
+  return at::rand(t.sizes(), opts);
+}
+
+inline void blas_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                      bool accumulate) {
+  at::Tensor o = out;
+  if (accumulate) {
+    o.addmm_(a, b);
+  } else {
+    at::mm_out(o, a, b);
+  }
+}
+
+// out (M, N) = a (M, K) @ b (K, N) (accumulate: +=), on the path chosen for this shape class.
+// out must have unit inner stride.
+inline void into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                 bool accumulate) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  if (a.scalar_type() != at::kFloat || M == 0 || K == 0 || N == 0 || !out.is_contiguous()) {
+    blas_into(out, a, b, accumulate);
+    return;
+  }
+  const char la = layout(a), lb = layout(b);
+  const std::string key = class_key("bulk", M, K, N, la, lb, threads_here());
+  const int p = choose(key, [&] {
+    return std::function<void(int)>(
+        [sa = scratch_like(a), sb = scratch_like(b),
+         so = at::empty(out.sizes(), out.options())](int path) {
+          if (path == kOneDnn) {
+            onednn_into(so, sa, sb, false);
+          } else {
+            blas_into(so, sa, sb, false);
+          }
+        });
+  });
+  if (p == kOneDnn) {
+    onednn_into(out, a, b, accumulate);
+  } else {
+    blas_into(out, a, b, accumulate);
+  }
+}
+
+// a (M, K) @ b (K, N) into a new contiguous tensor.
+inline at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  into(out, a, b, false);
+  return out;
+}
+
+inline pybind11::dict dump() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  pybind11::dict d;
+  for (const auto& [key, p] : t.choice) {
+    const auto adv = t.advantage.find(key);
+    d[pybind11::str(key)] =
+        pybind11::make_tuple(path_name(p), adv == t.advantage.end() ? 0.0 : adv->second);
+  }
+  return d;
+}
+
+inline void load(const pybind11::dict& d) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (const auto& item : d) {
+    const auto key = item.first.cast<std::string>();
+    const auto value = item.second.cast<std::pair<std::string, double>>();
+    t.choice[key] = value.first == "onednn" ? kOneDnn : kBlas;
+    t.advantage[key] = value.second;
+  }
+}
+
+// Python bindings every extension adds (all share the one table).
+inline void bind(pybind11::module& m) {
+  m.def("gemm_onednn_usable", &onednn_usable,
+        "whether oneDNN's float32 matmul is reachable through this torch");
+  m.def("gemm_force", [](int p) { forced().store(p); },
+        "-1: choose per shape by measurement; 0: BLAS always; 1: oneDNN always");
+  m.def("gemm_forced", [] { return forced().load(); }, "the forced path (-1: none)");
+  m.def("gemm_table", &dump, "shape class -> (path, BLAS time / oneDNN time)");
+  m.def("gemm_table_load", &load, "add measured choices (as gemm_table returns them)");
+  m.def("gemm_table_clear", [] {
+    Table& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.choice.clear();
+    t.advantage.clear();
+  }, "forget every choice (the next GEMM of each class measures again)");
+  m.def("gemm", &mm, "(a (M, K), b (K, N)) -> a @ b on the path chosen for the shape class");
+  m.def("gemm_uses", [] {
+    Table& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    pybind11::dict d;
+    for (const auto& [key, use] : t.uses) {
+      d[pybind11::str(key)] = pybind11::make_tuple(path_name(use.first), use.second);
+    }
+    return d;
+  }, "shape class -> (path, calls) of the GEMMs run since gemm_uses_clear()");
+  m.def("gemm_uses_clear", [] {
+    Table& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.uses.clear();
+  }, "start counting gemm_uses afresh");
+}
+
+}  // namespace ctrlrnn::gemm

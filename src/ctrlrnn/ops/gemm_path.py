@@ -1,0 +1,170 @@
+"""Which GEMM library the compiled CPU kernels use, per shape class (``ops/csrc/gemm_path.h``).
+
+torch's CPU build carries its BLAS (MKL on x86) and oneDNN. For float32, which is faster depends
+on the CPU generation and the shape: on recent AVX-512 cores oneDNN's JIT kernels run large and
+mid-sized products up to twice as fast as MKL's, while on tiny products (a batch of 1-2 rows of
+width 64) BLAS wins because oneDNN's per-call set-up dominates. ``torch.nn.LSTM`` on CPU runs on
+oneDNN; ctrlrnn's kernels take whichever path measures faster here.
+
+The kernels time both paths the first time they meet a shape class (each dimension rounded up to
+a power of two, the operands' layout, the threads), a few milliseconds, and remember the faster.
+This module persists those choices beside the kernel build, one file per CPU model and torch
+build, so a later process starts with them; it also forces a path:
+
+``CTRLRNN_GEMM=auto`` (default)
+    choose per shape class by measurement;
+``CTRLRNN_GEMM=blas``
+    torch's BLAS (``at::mm``, MKL's packed GEMM for the per-step products) everywhere;
+``CTRLRNN_GEMM=onednn``
+    oneDNN everywhere (an error where this torch cannot run float32 on oneDNN).
+
+Only float32 has a choice: torch already runs bfloat16/float16 ``mm`` on oneDNN, and float64 on
+BLAS. The choice never changes results beyond float32 rounding (both paths are exact GEMMs), and
+the tests run the kernels under both.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from ctrlrnn import files
+
+__all__ = ["ENV", "PATHS", "forced", "requested", "table", "use", "uses"]
+
+#: The environment variable that forces a path.
+ENV = "CTRLRNN_GEMM"
+#: Its values, and the code each means to the kernels (-1: choose by measurement).
+PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1}
+
+_LOCK = threading.Lock()
+_MODULES: list[ModuleType] = []
+_STORE: dict[str, Any] = {"path": None, "saved": None}
+
+
+def requested() -> str:
+    """The path ``CTRLRNN_GEMM`` asks for (``auto`` when unset); a clear error when invalid."""
+    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    if value not in PATHS:
+        raise ValueError(f"{ENV}={os.environ.get(ENV)!r}: expected one of {sorted(PATHS)}")
+    return value
+
+
+def _store_file(folder: Path, cpu_signature: str) -> Path:
+    git = str(getattr(torch.version, "git_version", ""))
+    ident = "|".join([cpu_signature, torch.__version__, git])
+    return folder / f"gemm-paths-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
+
+
+def _apply(mod: ModuleType, name: str) -> None:
+    if name == "onednn" and not mod.gemm_onednn_usable():
+        raise RuntimeError(
+            f"{ENV}=onednn: this torch ({torch.__version__}) cannot run float32 GEMMs on oneDNN "
+            f"(torch.backends.mkldnn.is_available()={torch.backends.mkldnn.is_available()}); "
+            f"unset {ENV} or set it to blas")
+    mod.gemm_force(PATHS[name])
+
+
+def attach(mod: ModuleType, folder: Path, cpu_signature: str) -> None:
+    """Called by the extension loader for every compiled extension it imports: applies
+    ``CTRLRNN_GEMM`` and loads the persisted choices for this CPU and torch (once)."""
+    if not hasattr(mod, "gemm_table"):
+        return
+    with _LOCK:
+        if any(m is mod for m in _MODULES):
+            return
+        _apply(mod, requested())
+        _MODULES.append(mod)
+        if _STORE["path"] is None:
+            path = _store_file(folder, cpu_signature)
+            _STORE["path"] = path
+            saved = files.read_dict(path)
+            _STORE["saved"] = saved if isinstance(saved, dict) else {}
+            atexit.register(save)
+        saved = _STORE["saved"]
+    with contextlib.suppress(TypeError, ValueError, RuntimeError):
+        mod.gemm_table_load({k: tuple(v) for k, v in saved.items()})
+
+
+def table() -> dict[str, tuple[str, float]]:
+    """Shape class -> (path, BLAS time / oneDNN time), as measured by the loaded kernels."""
+    out: dict[str, tuple[str, float]] = {}
+    for mod in list(_MODULES):
+        out.update({k: (str(v[0]), float(v[1])) for k, v in mod.gemm_table().items()})
+    return out
+
+
+def uses(clear: bool = False) -> dict[str, tuple[str, int]]:
+    """Shape class -> (path, calls) of the GEMMs the kernels ran since the last ``clear``
+    (the benchmark reports with each row which path its GEMMs took)."""
+    out: dict[str, tuple[str, int]] = {}
+    mods = list(_MODULES)
+    if mods:  # the extensions share one table
+        out = {k: (str(v[0]), int(v[1])) for k, v in mods[0].gemm_uses().items()}
+        if clear:
+            mods[0].gemm_uses_clear()
+    return out
+
+
+def summary(used: dict[str, tuple[str, int]]) -> str:
+    """``uses()`` in a few words: the path of the per-step GEMMs and of the bulk ones (input
+    projections, weight gradients), e.g. ``step onednn, bulk onednn+blas``."""
+    parts = []
+    for kind in ("step", "bulk"):
+        paths = sorted({p for k, (p, _) in used.items() if k.startswith(kind + " ")})
+        if paths:
+            parts.append(f"{kind} {'+'.join(paths)}")
+    return ", ".join(parts) or "-"
+
+
+def save() -> None:
+    """Write the measured choices (when any are new) to the store beside the kernel build."""
+    path = _STORE["path"]
+    if path is None:
+        return
+    current = {k: [p, round(a, 4)] for k, (p, a) in table().items()}
+    if not current or current == _STORE["saved"]:
+        return
+    files.write_quietly(path, current)
+    _STORE["saved"] = current
+
+
+def store_path() -> Path | None:
+    """The file holding this CPU's and torch's choices (None before any kernel is loaded)."""
+    return _STORE["path"]
+
+
+def forced() -> str:
+    """The path the loaded kernels are forced to (``auto`` when they choose)."""
+    codes = {v: k for k, v in PATHS.items()}
+    return codes[_MODULES[0].gemm_forced()] if _MODULES else requested()
+
+
+def onednn_usable() -> bool | None:
+    """Whether this torch runs float32 GEMMs on oneDNN (None before any kernel is loaded)."""
+    return bool(_MODULES[0].gemm_onednn_usable()) if _MODULES else None
+
+
+@contextlib.contextmanager
+def use(name: str) -> Iterator[None]:
+    """Force path ``name`` (``auto``, ``blas`` or ``onednn``) in this block, for every loaded
+    kernel; the tests run the kernels under each path this way."""
+    if name not in PATHS:
+        raise ValueError(f"name: expected one of {sorted(PATHS)}, got {name!r}")
+    before = [m.gemm_forced() for m in _MODULES]
+    try:
+        for mod in _MODULES:
+            _apply(mod, name)
+        yield
+    finally:
+        for mod, code in zip(_MODULES, before):
+            mod.gemm_force(code)
