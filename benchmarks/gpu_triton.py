@@ -36,7 +36,7 @@ import torch
 
 import ctrlrnn
 from ctrlrnn import linear_scan, linear_scan_ref
-from ctrlrnn.ops.linear_scan import _reference_backward
+from ctrlrnn.ops.linear_scan_ref import linear_scan_ref_backward
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
 
 
@@ -71,8 +71,7 @@ def fwd_bwd(module: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
 
 def check(dev: torch.device, dtype: torch.dtype, steps: int = 301, channels: int = 96) -> None:
     """The GPU kernels against the references (on ``dev``; ``steps`` odd on purpose)."""
-    from ctrlrnn.ops import cells_ref
-    from ctrlrnn.ops.gpu import cells_triton
+    from ctrlrnn.ops import cells_ref, fused_cells
     from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward
 
     tol = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
@@ -91,7 +90,7 @@ def check(dev: torch.device, dtype: torch.dtype, steps: int = 301, channels: int
             torch.testing.assert_close(out.float(), ref.float(), **tol)
             torch.testing.assert_close(last.float(), ref_last.float(), **tol)
             d_ker = linear_scan_backward(go, gl, a, out, h0, lengths, reverse, chunk=chunk)
-            d_ref = _reference_backward(go, gl, a, ref, h0, lengths, reverse)
+            d_ref = linear_scan_ref_backward(go, gl, a, ref, h0, lengths, reverse)
             for x, y in zip(d_ker, d_ref):
                 torch.testing.assert_close(x.float(), y.float(), **tol)
     gates = torch.randn(B, T, 4 * C, device=dev, generator=g).to(dtype).requires_grad_()
@@ -111,7 +110,7 @@ def check(dev: torch.device, dtype: torch.dtype, steps: int = 301, channels: int
     w = (0.1 * torch.randn(4 * H, H, device=dev)).requires_grad_()
     s0 = torch.zeros(B, H, device=dev)
     lens = lengths.clamp(max=T)
-    for got, want in zip(cells_triton.lstm_sequence(x, w, s0, s0, lens),
+    for got, want in zip(fused_cells.lstm_sequence(x, w, s0, s0, lens),  # the Triton kernels
                          cells_ref.lstm_sequence_ref(x, w, s0, s0, lens)):  # fmt: skip
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     print("check: GPU kernels match the references")
@@ -199,13 +198,13 @@ def bench_rcrn(dev: torch.device, dtype: torch.dtype, quick: bool, repeats: int)
 
 
 def _fused_lstm(lstm: torch.nn.LSTM, x: torch.Tensor) -> Callable[[], None]:
-    from ctrlrnn.ops.gpu import cells_triton
+    from ctrlrnn.ops import fused_cells
 
     s0 = x.new_zeros(x.shape[0], lstm.hidden_size)
 
     def run() -> None:
         xp = torch.nn.functional.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-        h = cells_triton.lstm_sequence(xp, lstm.weight_hh_l0, s0, s0)[0]
+        h = fused_cells.lstm_sequence(xp, lstm.weight_hh_l0, s0, s0)[0]
         h.sum().backward()
 
     return run

@@ -41,12 +41,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Violations inside ctrlrnn.ops whose fix is under way elsewhere (remove each once fixed;
 #: the xfail below is strict, so a fixed one fails until it is removed): upward arrows as
 #: (importer, imported), cycles as the set of modules in them.
-OPS_UPWARD_BEING_FIXED: frozenset[tuple[str, str]] = frozenset({
-    ("ctrlrnn.ops.metagross_level", "ctrlrnn.nn.metagross_gates"),
-})
-OPS_CYCLES_BEING_FIXED: frozenset[frozenset[str]] = frozenset({
-    frozenset({"ctrlrnn.ops.linear_scan", "ctrlrnn.ops.qrnn_pooling", "ctrlrnn.ops.scan_export"}),
-})
+OPS_UPWARD_BEING_FIXED: frozenset[tuple[str, str]] = frozenset()
+OPS_CYCLES_BEING_FIXED: frozenset[frozenset[str]] = frozenset()
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -10,8 +10,6 @@ and ``metagross`` (the fused level, gates + scan).
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 
@@ -19,16 +17,9 @@ from ctrlrnn.ops import backend, gpu
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+from kernel_routes import cuda_and_triton  # noqa: E402,F401
+
 CUDA = torch.device("cuda")
-
-
-@pytest.fixture
-def cuda_and_triton(monkeypatch):
-    """A machine with CUDA and an importable Triton, as far as the dispatch can tell."""
-    monkeypatch.setattr(gpu, "_TRITON", (True, "triton (mocked)"))
-    monkeypatch.setattr(gpu, "_WARNED", set())
-    monkeypatch.delenv("CTRLRNN_BACKEND", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
 
 def test_every_family_has_gpu_kernels():
@@ -39,42 +30,38 @@ def test_every_family_has_gpu_kernels():
         assert gpu.choose_backend(family, "cuda", triton_ok=True) == "triton"
 
 
+@pytest.mark.usefixtures("cuda_and_triton")
 @pytest.mark.parametrize("family", sorted(gpu.FAMILY_FUNCTIONS))
-def test_family_modules_expose_every_function(family, cuda_and_triton):
+def test_family_modules_expose_every_function(family):
     module = backend.gpu_kernels(family, CUDA)
     assert module is not None and module.__name__ == gpu.FAMILIES[family]
     assert gpu.missing_functions(family) == []
 
 
-def test_cells_cover_every_cell(cuda_and_triton):
+@pytest.mark.usefixtures("cuda_and_triton")
+def test_cells_cover_every_cell():
     cells = backend.gpu_kernels("cells", CUDA)
-    for name in ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence",
-                 "metagross_state_sequence"):
-        assert callable(getattr(cells, name, None)), f"cells_triton lacks {name}"
-    fused = importlib.import_module("ctrlrnn.ops.fused_cells")
-
-    class _OnCuda:  # fused_cells dispatches on the tensor's device only
-        device = CUDA
-
-    assert fused._gpu_cells(_OnCuda()) is cells
+    for cell in ("lstm", "gru", "cas_lstm", "ncarnn", "metagross_state"):
+        for way in ("forward", "backward"):
+            assert callable(getattr(cells, f"{cell}_{way}", None)), f"no {cell}_{way}"
 
 
-@pytest.mark.parametrize("family", ["scan", "metagross"])
-def test_ops_with_the_cpu_extension_api_choose_triton(family, cuda_and_triton):
+@pytest.mark.usefixtures("cuda_and_triton")
+@pytest.mark.parametrize("family", sorted(gpu.FAMILIES))
+def test_every_family_chooses_triton(family):
     module = backend.kernel_for(family, CUDA)
     assert module is not None and module.__name__ == gpu.FAMILIES[family]
     assert backend.has_kernel(family, CUDA)
 
 
-def test_public_ops_take_the_kernel_path_on_cuda(cuda_and_triton):
-    level = importlib.import_module("ctrlrnn.ops.metagross_level")
-    assert level._compiled_on(CUDA)  # not the reference composition
-    for name in ("ctrlrnn.ops.linear_scan", "ctrlrnn.ops.qrnn_pooling"):
-        mod = importlib.import_module(name)
-        assert mod.kernel_for("scan", CUDA).__name__ == gpu.FAMILIES["scan"]
+@pytest.mark.usefixtures("cuda_and_triton")
+@pytest.mark.parametrize("family", sorted(gpu.FAMILIES))
+def test_public_ops_take_the_kernel_path_on_cuda(family):
+    assert backend.path(family, CUDA) == backend.KERNEL  # not the reference
 
 
-def test_info_reports_triton_for_every_family(cuda_and_triton):
+@pytest.mark.usefixtures("cuda_and_triton")
+def test_info_reports_triton_for_every_family():
     for family in gpu.FAMILIES:
         line = backend._cuda_status(family)
         assert "reference" not in line and "kernels" in line, (family, line)
@@ -83,7 +70,8 @@ def test_info_reports_triton_for_every_family(cuda_and_triton):
     assert "METAGROSS" in backend._cuda_status("metagross")
 
 
-def test_info_names_a_missing_cell_function(cuda_and_triton, monkeypatch):
+@pytest.mark.usefixtures("cuda_and_triton")
+def test_info_names_a_missing_cell_function(monkeypatch):
     monkeypatch.setitem(gpu.FAMILY_FUNCTIONS, "cells", (*gpu.CELL_FUNCTIONS, "no_such_sequence"))
     assert "reference for no_such_sequence" in backend._cuda_status("cells")
 

@@ -100,11 +100,11 @@ def test_cuda_selection_returns_the_triton_modules():
     pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
     cuda = torch.device("cuda")
     scan = backend.kernel_for("scan", cuda)
-    assert scan is not None and scan.__name__ == "ctrlrnn.ops.gpu.scan_family"
+    assert scan is not None and scan.__name__ == "ctrlrnn.ops.gpu.scan_and_pooling"
     for name in ("linear_scan_forward", "linear_scan_backward", "qrnn_pooling_forward",
                  "qrnn_pooling_backward"):  # fmt: skip
         assert callable(getattr(scan, name))
-    # the fused cells keep their own dispatch; their GPU module is reached by gpu_kernels
-    assert backend.kernel_for("cells", cuda) is None
-    cells = backend.gpu_kernels("cells", cuda)
-    assert cells is not None and callable(cells.lstm_sequence) and callable(cells.gru_sequence)
+    # the fused cells' module mirrors the CPU extension too: one op per cell serves both
+    cells = backend.kernel_for("cells", cuda)
+    assert cells is not None and cells is backend.gpu_kernels("cells", cuda)
+    assert callable(cells.lstm_forward) and callable(cells.gru_backward)

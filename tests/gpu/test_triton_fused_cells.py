@@ -1,20 +1,19 @@
-"""The Triton fused cells (``ctrlrnn.ops.gpu.cells_triton``: LSTM, GRU, CAS-LSTM, nCARNN) against
-the references, in Triton's CPU interpreter.
+"""The Triton kernels of the fused cells (LSTM, GRU, CAS-LSTM, nCARNN) against the references,
+in Triton's CPU interpreter.
 
-As ``test_triton_linear_scan.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``, the launchers of
-:mod:`ctrlrnn.ops.gpu.cells_triton` run on CPU tensors and are compared with
+As ``test_triton_linear_scan.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``; the cell ops run
+their Triton kernels on CPU tensors (``kernel_routes.py``) and are compared with
 :mod:`ctrlrnn.ops.cells_ref` in float64 differentiated by autograd: forward outputs, final
-states and the gradients of every input; NaN and Inf parity; empty shapes. The layer tests force
-the dispatch of :mod:`ctrlrnn.ops.fused_cells` to the GPU module (what a CUDA tensor gets) and
-check that the CASLSTM and CARNN layers reach the kernels and equal the reference path. Shapes
-are tiny (B = 3, T = 5, H = 8 or 5: a partial block of 16 under the interpreter) because the
+states and the gradients of every input; NaN and Inf parity; empty shapes. The layer tests
+route the cell ops' CPU kernels to the Triton module (what a CUDA tensor gets) and check that
+the CASLSTM and CARNN layers reach the kernels and equal the reference path. Shapes are tiny
+(B = 3, T = 5, H = 8 or 5: a partial block of 16 under the interpreter) because the
 interpreter is slow. The METAGROSS cell of the same module is ``test_triton_metagross_state.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 import torch
@@ -22,12 +21,15 @@ from torch import Tensor
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+import kernel_routes as cells_triton  # noqa: E402
+from kernel_routes import Spy, route, triton_cells, triton_module  # noqa: E402,F401
 from triton_tolerances import INF, NAN, close, parity, poke, weights  # noqa: E402
 
 from ctrlrnn.nn.carnn import CARNN  # noqa: E402
 from ctrlrnn.nn.cas_lstm import CASLSTM  # noqa: E402
 from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
-from ctrlrnn.ops.gpu import cells_triton  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("triton_cells")
 
 B, T, H = 3, 5, 8
 
@@ -344,27 +346,11 @@ def test_cas_ncarnn_empty_shapes(batch, steps):
 # ------------------------------------------------------------------------------------------------
 
 
-class _Spy:
-    """Stands for the GPU module of the ``cells`` family and counts the calls of each function."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, int] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        fn = getattr(cells_triton, name)
-
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
-            return fn(*args, **kwargs)
-
-        return wrapped
-
-
-def _force(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> _Spy:
-    """Route fused_cells as for CUDA tensors: the GPU module (``gpu``) or the reference."""
-    spy = _Spy()
-    monkeypatch.setattr(fused_cells, "_use_compiled", lambda x: False)
-    monkeypatch.setattr(fused_cells, "gpu_kernels", lambda family, device: spy if gpu else None)
+def _force(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> Spy:
+    """Route the cell ops as for CUDA tensors: their Triton kernels (``gpu``, counted) or no
+    kernel (the reference path)."""
+    spy = Spy(triton_module("cells"))
+    route(monkeypatch, "cells", spy if gpu else None)
     return spy
 
 
@@ -393,7 +379,8 @@ def test_caslstm_layer_runs_the_kernels(monkeypatch, peephole):
     spy = _force(monkeypatch, gpu=True)
     got = _layer_run(model, call)
     # layer 1 of each direction on the LSTM kernel, layer 2 on the CAS-LSTM kernel
-    assert spy.calls == {"lstm_sequence": 2, "cas_lstm_sequence": 2}
+    assert spy.calls == {"lstm_forward": 2, "lstm_backward": 2, "cas_lstm_forward": 2,
+                         "cas_lstm_backward": 2}  # fmt: skip
     _force(monkeypatch, gpu=False)
     want = _layer_run(model, call)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
@@ -412,7 +399,7 @@ def test_carnn_layer_runs_the_kernels(monkeypatch):
 
     spy = _force(monkeypatch, gpu=True)
     got = _layer_run(model, call)
-    assert spy.calls == {"ncarnn_sequence": 2}
+    assert spy.calls == {"ncarnn_forward": 2, "ncarnn_backward": 2}
     _force(monkeypatch, gpu=False)
     want = _layer_run(model, call)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
@@ -427,7 +414,7 @@ def test_public_op_scalar_lambda_half(monkeypatch):
     lam = torch.tensor(0.3, requires_grad=True)
     xh, lowh = x.half().requires_grad_(), low.half()
     outs = fused_cells.cas_lstm_sequence(xh, w.half(), lowh, h0.half(), c0.half(), lambda_=lam)
-    assert spy.calls == {"cas_lstm_sequence": 1} and all(o.dtype == torch.float16 for o in outs)
+    assert spy.calls == {"cas_lstm_forward": 1} and all(o.dtype == torch.float16 for o in outs)
     got = torch.autograd.grad(outs[0].float().sum(), (xh, lam))
     ref = cells_ref.cas_lstm_sequence_ref(
         xh.detach().double(), w.half().double(), lowh.double(), h0.half().double(),

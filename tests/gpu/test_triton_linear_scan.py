@@ -23,10 +23,11 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+from kernel_routes import route  # noqa: E402
 from triton_tolerances import INF, NAN, Poke, close, parity, poke, weights  # noqa: E402
 
 from ctrlrnn import linear_scan_ref  # noqa: E402
-from ctrlrnn.ops.gpu import _common, scan_family  # noqa: E402
+from ctrlrnn.ops.gpu import _common, scan_and_pooling  # noqa: E402
 from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward  # noqa: E402
 
 # the module (``ctrlrnn.ops.linear_scan`` the attribute is the function of the same name)
@@ -125,7 +126,7 @@ def test_float64_and_empty_time():
 def test_through_the_public_op(monkeypatch):
     """``linear_scan`` (custom op + autograd) dispatching to the Triton module gives the
     reference values and gradients: the launchers fit the op's calls exactly."""
-    monkeypatch.setattr(linear_scan_mod, "kernel_for", lambda family, device: scan_family)
+    route(monkeypatch, "scan", scan_and_pooling)
     g = torch.Generator().manual_seed(4)
     a = torch.rand(B, T, 6, generator=g).requires_grad_()
     b = torch.randn(B, T, 6, generator=g).requires_grad_()

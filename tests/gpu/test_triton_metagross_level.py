@@ -18,6 +18,8 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+from kernel_routes import route  # noqa: E402
+
 from ctrlrnn.ops.gpu import metagross_triton as mt  # noqa: E402
 from ctrlrnn.ops.metagross_level import metagross_level_reference  # noqa: E402
 from ctrlrnn.ops.padding import reverse_padded  # noqa: E402
@@ -122,8 +124,7 @@ def test_only_final_state_gradient_and_empty_time():
 def test_level_through_the_public_op(monkeypatch):
     """``metagross_level`` (custom ops + autograd) on the Triton module gives the reference's
     values and gradients: the launchers fit the op's calls exactly (P a column slice)."""
-    monkeypatch.setattr(level_mod, "kernel_for", lambda family, device: mt)
-    monkeypatch.setattr(level_mod, "_compiled_on", lambda device: True)
+    route(monkeypatch, "metagross", mt)
     g = torch.Generator().manual_seed(5)
     wide = torch.randn(2, T, 4 * 2 * H, generator=g)
     P = wide[..., : 3 * 2 * H].view(2, T, 3, 2, H).requires_grad_()  # non-contiguous rows

@@ -2,14 +2,15 @@
 reference, in Triton's CPU interpreter.
 
 As ``test_triton_fused_cells.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``, and
-:func:`ctrlrnn.ops.gpu.cells_triton.metagross_state_sequence` runs on CPU tensors; it is compared
-with :func:`ctrlrnn.ops.cells_ref.metagross_state_sequence_ref` in float64 differentiated by
-autograd: the output sequence, the final state and the gradients of every input (``x_proj``,
-``weight_hh``, ``alpha``, ``beta``, ``res``, ``h0``), for trees of depth 1, 2 and 3, with and
-without the residual of eq 2-6, with lengths (a zero length among them), in float32 and float16.
+:func:`kernel_routes.metagross_state_sequence` runs the op's Triton kernels on CPU tensors; it
+is compared with :func:`ctrlrnn.ops.cells_ref.metagross_state_sequence_ref` in float64
+differentiated by autograd: the output sequence, the final state and the gradients of every
+input (``x_proj``, ``weight_hh``, ``alpha``, ``beta``, ``res``, ``h0``), for trees of depth 1, 2
+and 3, with and without the residual of eq 2-6, with lengths (a zero length among them), in
+float32 and float16.
 A forced small channel block splits the hidden size into several blocks (the last one partial),
-so the depth gates' gradients are reduced over blocks. The dispatch tests force
-:mod:`ctrlrnn.ops.fused_cells` onto the GPU module (what a CUDA tensor gets) and check that the
+so the depth gates' gradients are reduced over blocks. The dispatch tests route the cell ops'
+CPU kernels to the Triton module (what a CUDA tensor gets) and check that the
 public op and the ``Metagross(gates="state")`` layer reach the kernel and equal the reference
 path. Shapes are tiny (B = 3, T = 5, H = 8) because the interpreter is slow.
 """
@@ -17,7 +18,6 @@ path. Shapes are tiny (B = 3, T = 5, H = 8) because the interpreter is slow.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 import torch
@@ -25,11 +25,14 @@ from torch import Tensor
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+import kernel_routes as cells_triton  # noqa: E402
+from kernel_routes import Spy, route, triton_cells, triton_module  # noqa: E402,F401
 from triton_tolerances import INF, NAN, close, parity  # noqa: E402
 
 from ctrlrnn.nn.metagross import Metagross  # noqa: E402
 from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
-from ctrlrnn.ops.gpu import cells_triton  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("triton_cells")
 
 B, T, H = 3, 5, 8
 NAMES = ("x_proj", "weight_hh", "alpha", "beta", "res", "h0")
@@ -110,7 +113,7 @@ def test_channel_blocks(monkeypatch):
         calls.append(hidden)
         return 16, 1
 
-    monkeypatch.setattr(cells_triton, "_tree_block", small)
+    monkeypatch.setattr(triton_module("cells").metagross_state.triton_kernels, "block", small)
     lens = torch.tensor([5, 3, 0])
     _compare(_args(3, True, seed=20, hidden=40), lens, torch.float32, seed=21)
     assert calls and all(c == 40 for c in calls)  # forward and backward both split
@@ -199,27 +202,11 @@ def test_nonfinite():
 # ------------------------------------------------------------------------------------------------
 
 
-class _Spy:
-    """Stands for the GPU module of the ``cells`` family and counts the calls of each function."""
-
-    def __init__(self) -> None:
-        self.calls: dict[str, int] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        fn = getattr(cells_triton, name)
-
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
-            return fn(*args, **kwargs)
-
-        return wrapped
-
-
-def _force(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> _Spy:
-    """Route fused_cells as for CUDA tensors: the GPU module (``gpu``) or the reference."""
-    spy = _Spy()
-    monkeypatch.setattr(fused_cells, "_use_compiled", lambda x: False)
-    monkeypatch.setattr(fused_cells, "gpu_kernels", lambda family, device: spy if gpu else None)
+def _force(monkeypatch: pytest.MonkeyPatch, gpu: bool) -> Spy:
+    """Route the cell ops as for CUDA tensors: their Triton kernels (``gpu``, counted) or no
+    kernel (the reference path)."""
+    spy = Spy(triton_module("cells"))
+    route(monkeypatch, "cells", spy if gpu else None)
     return spy
 
 
@@ -236,7 +223,7 @@ def test_public_op_reaches_the_kernel(monkeypatch, depth):
         gates = (alpha.half(), beta.half()) if depth > 1 else (None, None)
         outs = fused_cells.metagross_state_sequence(xh, w.half(), *gates, res=res.half(),
                                                     lengths=lens)  # fmt: skip
-        assert spy.calls == ({"metagross_state_sequence": 1} if gpu else {})
+        assert spy.calls == ({"metagross_state_forward": 1} if gpu else {})
         assert all(o.dtype == torch.float16 for o in outs)
         (dx,) = torch.autograd.grad(outs[0].float().sum() + outs[1].float().sum(), xh)
         return (*outs, dx)
@@ -263,7 +250,8 @@ def test_layer_runs_the_kernel(monkeypatch):
 
     spy = _force(monkeypatch, gpu=True)
     got = call()
-    assert spy.calls == {"metagross_state_sequence": 4}  # 2 layers x 2 directions
+    assert spy.calls == {"metagross_state_forward": 4,  # 2 layers x 2 directions
+                         "metagross_state_backward": 4}  # fmt: skip
     _force(monkeypatch, gpu=False)
     want = call()
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
@@ -272,9 +260,10 @@ def test_layer_runs_the_kernel(monkeypatch):
 
 def test_custom_op_passes_opcheck():
     """Schema, fake (meta) registration, autograd registration and AOT dispatch of
-    ``ctrlrnn::gpu_metagross_state_fwd`` (its backward is reached through autograd)."""
+    ``ctrlrnn::metagross_state_cell_fwd`` on its Triton kernels (its backward is reached through
+    autograd)."""
     for res, lengths in ((True, torch.tensor([5, 0, 2])), (False, None)):
         x, w, alpha, beta, r, h0 = _args(2, res, seed=80)
         leaves = [a.requires_grad_() if a is not None else None for a in (x, w, alpha, beta, r)]
-        args = (*leaves, h0.requires_grad_(), lengths)
-        torch.library.opcheck(torch.ops.ctrlrnn.gpu_metagross_state_fwd.default, args)
+        args = (*leaves, h0.requires_grad_(), lengths, True)
+        torch.library.opcheck(torch.ops.ctrlrnn.metagross_state_cell_fwd.default, args)

@@ -16,9 +16,10 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
 
+from kernel_routes import route  # noqa: E402
 from triton_tolerances import INF, NAN, Poke, close, parity, poke, weights  # noqa: E402
 
-from ctrlrnn.ops.gpu import scan_family  # noqa: E402
+from ctrlrnn.ops.gpu import scan_and_pooling  # noqa: E402
 from ctrlrnn.ops.gpu.qrnn_triton import qrnn_pooling_backward, qrnn_pooling_forward  # noqa: E402
 from ctrlrnn.ops.qrnn_pooling import (  # noqa: E402
     GATES_PER_MODE,
@@ -97,7 +98,7 @@ def test_only_last_cell_gradient():
 
 
 def test_through_the_public_op(monkeypatch):
-    monkeypatch.setattr(qrnn_mod, "kernel_for", lambda family, device: scan_family)
+    route(monkeypatch, "scan", scan_and_pooling)
     g = torch.Generator().manual_seed(7)
     gates = torch.randn(B, T, 4 * 5, generator=g).requires_grad_()
     c0 = torch.randn(B, 5, generator=g).requires_grad_()
@@ -157,11 +158,11 @@ def test_qrnn_layer_with_per_layer_windows_on_the_triton_pooling(monkeypatch, ca
     class Counting:
         def qrnn_pooling_forward(self, *args, **kw):
             calls["forward"] += 1
-            return scan_family.qrnn_pooling_forward(*args, **kw)
+            return scan_and_pooling.qrnn_pooling_forward(*args, **kw)
 
         def qrnn_pooling_backward(self, *args, **kw):
             calls["backward"] += 1
-            return scan_family.qrnn_pooling_backward(*args, **kw)
+            return scan_and_pooling.qrnn_pooling_backward(*args, **kw)
 
     torch.manual_seed(11)
     m = ctrlrnn.QRNN(3, 5, num_layers=2, bidirectional=True, window=(6, 2), causal=causal,
@@ -177,10 +178,9 @@ def test_qrnn_layer_with_per_layer_windows_on_the_triton_pooling(monkeypatch, ca
                                     [xg, *m.parameters()])  # fmt: skip
         return out.detach(), grads
 
-    monkeypatch.setattr(qrnn_mod, "has_kernel", lambda family, device: False)
+    route(monkeypatch, "scan", None)
     ref_out, ref_grads = run()
-    monkeypatch.setattr(qrnn_mod, "has_kernel", lambda family, device: True)
-    monkeypatch.setattr(qrnn_mod, "kernel_for", lambda family, device: Counting())
+    route(monkeypatch, "scan", Counting())
     out, grads = run()
     assert calls["forward"] == 4 and calls["backward"] == 4  # 2 layers x 2 directions
     for b, want in enumerate(_taps_reference(m, x, lengths)):

@@ -15,7 +15,7 @@ from contract import gradcheck
 from ctrlrnn import Metagross
 from ctrlrnn.nn import metagross_gates
 from ctrlrnn.nn.metagross import MetagrossCell
-from ctrlrnn.ops import metagross_level
+from ctrlrnn.ops import backend
 
 D64 = torch.float64
 
@@ -608,8 +608,10 @@ def test_bad_arguments_of_the_printed_reading():
 
 @pytest.fixture
 def compiled_gates(monkeypatch):
-    # the composition path, as on CUDA: no compiled level kernel
-    monkeypatch.setattr(metagross_level, "has_kernel", lambda family, device: False)
+    # the composition path: no compiled level kernel (the scan keeps its kernel)
+    has_kernel = backend.has_kernel
+    monkeypatch.setattr(backend, "has_kernel",
+                        lambda family, device: family != "metagross" and has_kernel(family, device))
     metagross_gates.set_gate_backend("compiled")
     yield
     metagross_gates.set_gate_backend("auto")

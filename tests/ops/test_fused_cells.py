@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
+from ctrlrnn.ops import backend, cells_ref, fused_cells  # noqa: E402
 
 CELLS = ["lstm", "gru", "cas", "cas_peephole", "cas_nolambda", "ncarnn"]
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
@@ -99,9 +99,11 @@ def _outputs_and_grads(
 
 
 def test_compiled_extension_is_used() -> None:
-    assert fused_cells._use_compiled(torch.zeros(1))
-    assert fused_cells._ext().num_threads() >= 1
-    assert isinstance(fused_cells._ext().mkl_packed_gemm(), bool)
+    cpu = torch.device("cpu")
+    assert backend.path("cells", cpu) == backend.KERNEL
+    ext = backend.kernel_for("cells", cpu)
+    assert ext.num_threads() >= 1
+    assert isinstance(ext.mkl_packed_gemm(), bool)
 
 
 @pytest.mark.parametrize("cell", CELLS)

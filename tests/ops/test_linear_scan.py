@@ -1,5 +1,5 @@
 """linear_scan: compiled path against the reference, gradients, lengths, reverse, errors; its
-eager path (:mod:`ctrlrnn.ops.eager`) and its streaming stores."""
+eager path (:mod:`ctrlrnn.ops.compiled_op`) and its streaming stores."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from ctrlrnn import linear_scan, linear_scan_ref
-from ctrlrnn.ops import eager
+from ctrlrnn.ops import compiled_op, kernel_op
 from ctrlrnn.ops.backend import backend_info, cpu_extension
-from ctrlrnn.ops.linear_scan import _reference_backward
+from ctrlrnn.ops.linear_scan_ref import linear_scan_ref_backward as _reference_backward
 
 # the module (``ctrlrnn.ops.linear_scan`` the attribute is the function of the same name)
 scan_mod = importlib.import_module("ctrlrnn.ops.linear_scan")
@@ -205,7 +205,7 @@ def test_eager_path_equals_the_custom_op(monkeypatch, lengths):
     calls = _spy(monkeypatch, scan_mod._linear_scan, "op")
     eager_run = _scan_grads(lengths)
     assert calls == []  # eager: the custom op was not called
-    monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
     op_run = _scan_grads(lengths)
     assert calls == [1]
     for x, y in zip(eager_run, op_run):
@@ -225,7 +225,7 @@ def test_eager_path_gradcheck_and_double_backward_error():
 
 def _record_backward_grads(monkeypatch, module):
     """The arguments of each backward kernel call ``module``'s autograd formula makes (the
-    implementation or the backward custom op, whichever :func:`eager.backward_of` picks)."""
+    implementation or the backward custom op, whichever :func:`compiled_op.backward_of` picks)."""
     seen: list[tuple] = []
     pick = module.backward_of
 
@@ -247,8 +247,8 @@ def test_unused_output_reaches_the_backward_as_none(monkeypatch, use_custom_op):
     """The backward gets None for an output that was not used, not a tensor of zeros allocated
     for it on every call; the gradients still equal the reference's."""
     if use_custom_op:
-        monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
-    scan_seen = _record_backward_grads(monkeypatch, scan_mod)
+        monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
+    scan_seen = _record_backward_grads(monkeypatch, kernel_op)
     g = torch.Generator().manual_seed(1)
     a = torch.rand(2, 5, 3, dtype=torch.float64, generator=g).requires_grad_()
     b = torch.randn(2, 5, 3, dtype=torch.float64, generator=g).requires_grad_()

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ctrlrnn import Metagross
+from ctrlrnn.ops import backend
 from ctrlrnn.ops import metagross_level as ml
 from ctrlrnn.ops.backend import backend_info, kernel_for
 from ctrlrnn.ops.metagross_level import (
@@ -178,9 +179,9 @@ def test_reference_fallback(monkeypatch, h_form):
     leaves = [x for x in xs if x is not None]
     lengths = torch.tensor([4, 2])
     want = _run_both(xs, lengths, h_form)[0]
-    monkeypatch.setattr(ml, "kernel_for", lambda family, device: None)
+    monkeypatch.setattr(backend, "kernel_for", lambda family, device: None)
     _assert_close_all(_run_both(xs, lengths, h_form)[0], want, rtol=1e-12, atol=1e-12)
-    out, _c, last = ml._level_op(*xs, lengths, h_form)
+    out, _c, last = ml._level.op(*xs, lengths, h_form)
     ref, _s, ref_last = metagross_level_reference(*xs, lengths, h_form)
     for loss, ref_loss in (
         ((out * out).sum() + last.sum(), (ref * ref).sum() + ref_last.sum()),
@@ -214,9 +215,9 @@ def test_one_output_used(h_form):
 def test_opcheck(h_form):
     xs = _inputs(B=2, T=3, k=2, H=4)
     lengths = torch.tensor([3, 1])
-    torch.library.opcheck(ml._level_op, (*xs, lengths, h_form))
+    torch.library.opcheck(ml._level.op, (*xs, lengths, h_form))
     P = xs[0]
-    torch.library.opcheck(ml._level_op, (P, None, None, None, None, None, None, h_form))
+    torch.library.opcheck(ml._level.op, (P, None, None, None, None, None, None, h_form))
 
 
 def test_bad_arguments():

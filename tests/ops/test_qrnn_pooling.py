@@ -1,6 +1,6 @@
 """qrnn_pooling (f-, fo- and ifo-pooling, QRNN paper eq 3-6): the compiled path against the
 reference, gradients, its hand-written reference backward, the eager path
-(:mod:`ctrlrnn.ops.eager`), errors.
+(:mod:`ctrlrnn.ops.compiled_op`), errors.
 
 The non-finite and empty-shape cases of the op are in ``test_nonfinite.py`` and
 ``test_empty_shapes.py`` with those of every op; its Triton kernels in
@@ -14,8 +14,9 @@ import importlib
 import pytest
 import torch
 
-from ctrlrnn.ops import eager
+from ctrlrnn.ops import compiled_op, kernel_op
 from ctrlrnn.ops.backend import kernel_for
+from ctrlrnn.ops.qrnn_pooling_ref import qrnn_pooling_ref_backward
 
 # the module (``ctrlrnn.ops.qrnn_pooling`` the attribute is the function of the same name)
 qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")
@@ -78,7 +79,7 @@ def test_reference_backward_equals_compiled(pooling):
     args = (gates, c_seq, c0, kw["keep"], kw["keep_scale"], kw["lengths"], mode)
     ext = kernel_for("scan", gates.device)
     x = ext.qrnn_pooling_backward(*grads, *args)
-    y = qrnn_mod._reference_backward(*grads, *args)
+    y = qrnn_pooling_ref_backward(*grads, *args)
     for p, q in zip(x, y, strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
 
@@ -141,7 +142,7 @@ def test_eager_path_equals_the_custom_op(monkeypatch):
     calls = _spy(monkeypatch, qrnn_mod._qrnn_pooling, "op")
     eager_run = _pool_grads()
     assert calls == []  # eager: the custom op was not called
-    monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
     op_run = _pool_grads()
     assert calls == [1]
     for x, y in zip(eager_run, op_run):
@@ -150,7 +151,7 @@ def test_eager_path_equals_the_custom_op(monkeypatch):
 
 def _record_backward_grads(monkeypatch, module):
     """The arguments of each backward kernel call ``module``'s autograd formula makes (the
-    implementation or the backward custom op, whichever :func:`eager.backward_of` picks)."""
+    implementation or the backward custom op, whichever :func:`compiled_op.backward_of` picks)."""
     seen: list[tuple] = []
     pick = module.backward_of
 
@@ -172,8 +173,8 @@ def test_unused_outputs_reach_the_backward_as_none(monkeypatch, use_custom_op):
     """The backward gets None for the outputs that were not used, not tensors of zeros
     allocated for them on every call; the gradients still equal the reference's."""
     if use_custom_op:
-        monkeypatch.setattr(eager, "eager_ok", lambda *args: False)
-    qrnn_seen = _record_backward_grads(monkeypatch, qrnn_mod)
+        monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
+    qrnn_seen = _record_backward_grads(monkeypatch, kernel_op)
     g = torch.Generator().manual_seed(1)
     gates = torch.randn(2, 5, 6, dtype=torch.float64, generator=g).requires_grad_()
     h, _c, _last = qrnn_mod.qrnn_pooling(gates, pooling="fo")

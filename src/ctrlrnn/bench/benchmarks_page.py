@@ -14,13 +14,17 @@ from ctrlrnn.bench.result_rows import (
     MEMORY_HEADERS,
     MIB,
     TIME_HEADERS,
+    fmt_ratio,
     fmt_share,
+    fmt_time,
     memory_cells,
     memory_rows,
+    speedups,
     time_cells,
     time_rows,
 )
 from ctrlrnn.bench.targets import target_rows
+from ctrlrnn.ops import gemm_path
 
 
 def _md_table(headers: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -97,8 +101,69 @@ def repeats_text(doc: dict[str, Any]) -> str:
     return text
 
 
-def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
-    """BENCHMARKS.md text for the result document ``doc`` (``source``: the JSON's path)."""
+def gemm_lines(doc: dict[str, Any]) -> list[str]:
+    """Which GEMM path the run's compiled kernels took, overall and per row."""
+    g = doc.get("gemm")
+    if not g:
+        return []
+    how = ("each shape class on the path measured faster on this CPU (`CTRLRNN_GEMM=auto`)"
+           if g.get("path") == "auto" else f"forced to `{g.get('path')}` (`CTRLRNN_GEMM`)")
+    lines = [
+        "## GEMM path",
+        "",
+        f"ctrlrnn's compiled kernels ran their float32 GEMMs with {how}; oneDNN reachable from "
+        f"this torch: {'yes' if g.get('onednn_usable') else 'no'}. `step` = the per-step "
+        "recurrent products, `bulk` = input projections and weight gradients; `blas` = torch's "
+        "BLAS (MKL here), `onednn` = oneDNN (what `torch.nn.LSTM` runs on). Rows on torch's own "
+        "kernels only (nn.LSTM, nn.GRU, RCRN's controllers) show `-`.",
+        "",
+    ]
+    rows = []
+    for r in doc.get("results", []):
+        if r.get("kind") != "time" or r.get("status") != "ok":
+            continue
+        used = r.get("gemm_uses") or {}
+        rows.append([f"`{r['case']}`", str(r["batch"]), str(r["length"]), str(r["width"]),
+                     gemm_path.summary(used)])
+    lines += _md_table(["case", "B", "T", "C", "GEMM path"], rows)
+    return lines + [""]
+
+
+def compare_lines(doc: dict[str, Any], label: str, source: str, other: dict[str, Any]) -> list[str]:
+    """This run's fwd+bwd times beside another results file's, row by row."""
+    mine = {(r["case"], r["batch"], r["length"], r["width"]): r for r in doc.get("results", [])
+            if r.get("kind") == "time" and r.get("status") == "ok"}
+    om = other.get("machine", {})
+    og = (other.get("gemm") or {}).get("path", "torch.mm (before the GEMM path choice)")
+    lines = [
+        f"## Beside {label}",
+        "",
+        f"`{source}`: {other.get('grid')} grid, {other.get('created')}, CPU "
+        f"{om.get('cpu_model')}"
+        + (f" ({', '.join(om['cpu_isa'])})" if om.get("cpu_isa") else "")
+        + f", torch {om.get('torch')}, GEMM path {og}. Times from different runs: compare the "
+        "speed-ups (each measured within its own run), the times only on the same machine.",
+        "",
+    ]
+    rows = []
+    for r in other.get("results", []):
+        key = (r.get("case"), r.get("batch"), r.get("length"), r.get("width"))
+        here = mine.get(key)
+        if here is None or r.get("status") != "ok" or r.get("kind") != "time":
+            continue
+        t_here, t_there = here["fwdbwd"]["median_s"], r["fwdbwd"]["median_s"]
+        rows.append([f"`{key[0]}`", str(key[1]), str(key[2]), str(key[3]),
+                     fmt_time(t_here), fmt_time(t_there), fmt_ratio(t_here / t_there),
+                     speedups(here, "fwdbwd"), speedups(r, "fwdbwd")])
+    lines += _md_table(["case", "B", "T", "C", "fwd+bwd here", f"fwd+bwd {label}",
+                        "here / there", "speed-up here", f"speed-up {label}"], rows)
+    return lines + [""]
+
+
+def markdown(doc: dict[str, Any], *, source: str | None = None,
+             compare: list[tuple[str, str, dict[str, Any]]] | None = None) -> str:
+    """BENCHMARKS.md text for the result document ``doc`` (``source``: the JSON's path;
+    ``compare``: other runs as ``(label, path, document)``, set beside this one)."""
     m = doc["machine"]
     roof = doc["roofline"]
     mem_gb = (m.get("memory_bytes") or 0) / 1e9
@@ -157,7 +222,7 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
         ),
         "",
         f"- GEMM: **{roof['gemm_gflops']:.1f} GFLOP/s**, median of "
-        f"{len(roof['gemm_samples_s'])} `torch.mm` of "
+        f"{len(roof['gemm_samples_s'])} products (the faster of `torch.mm` and oneDNN) of "
         f"{' x '.join(map(str, roof['gemm_shape']))} (M x K x N, 2*M*K*N FLOPs each).",
         f"- Copy bandwidth: **{roof['copy_gb_per_s']:.1f} GB/s**, median of "
         f"{len(roof['copy_samples_s'])} `dst.copy_(src)` of {roof['copy_bytes'] / MIB:.0f} MiB "
@@ -182,11 +247,13 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
         "The floor of a row is `matmul FLOPs / GEMM rate + elementwise bytes / copy bandwidth`. "
         "Each case declares its FLOPs (forward; backward = 2x forward for the weight and input "
         "gradients) and the fewest elementwise bytes a fused implementation must move "
-        "(listed below). `time / floor` = 1.00x would be running at the floor. The floor uses "
-        "one measured GEMM rate for every matrix shape, so a row whose GEMMs run faster than "
-        "the measured shape did (e.g. mkldnn's fused LSTM inference) can come out slightly "
-        "below 1.00x; a row far above it is losing time outside its GEMMs and minimal "
-        "elementwise traffic (per-step overhead, extra passes, allocation).",
+        "(listed below). `time / floor` = 1.00x would be running at the floor. The GEMM rate "
+        "of each row is the faster of torch's BLAS and oneDNN measured at that row's own "
+        "point, at its input projection's shape `(B*T) x C` times `C x 4C` (the rates above "
+        "are at the fixed shape, for the machine's record). A row whose per-step products run "
+        "below that rate (small batches) cannot reach 1.00x; a row far above it is losing time "
+        "outside its GEMMs and minimal elementwise traffic (per-step overhead, extra passes, "
+        "allocation).",
         "",
         "## What each number is",
         "",
@@ -234,8 +301,8 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
     lines += [
         "## Targets",
         "",
-        "Goals stated in the benchmark issue, set beside this run's "
-        "measurements (they are measurements, not tests).",
+        "The project's performance goals, set beside this run's measurements (they are "
+        "measurements, not tests).",
         "",
     ]
     lines += _md_table(["target", "measured", "goal", "met"], [list(t) for t in targets])
@@ -295,6 +362,9 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
                 f"{fmt_share(r['fwdbwd']['cpu_share'])}"
             )
         lines.append("")
+    lines += gemm_lines(doc)
+    for label, path, other in compare or []:
+        lines += compare_lines(doc, label, path, other)
     bad = [r for r in doc.get("results", []) if r.get("status") != "ok"]
     if bad:
         lines += ["## Rows not measured", ""]
@@ -308,11 +378,12 @@ def markdown(doc: dict[str, Any], *, source: str | None = None) -> str:
 
 
 def write_markdown(
-    doc: dict[str, Any], path: str | os.PathLike[str], *, source: str | None = None
+    doc: dict[str, Any], path: str | os.PathLike[str], *, source: str | None = None,
+    compare: list[tuple[str, str, dict[str, Any]]] | None = None,
 ) -> Path:
     """Write :func:`markdown` of ``doc`` to ``path``; return the path."""
     p = Path(path)
-    p.write_text(markdown(doc, source=source), encoding="utf-8")
+    p.write_text(markdown(doc, source=source, compare=compare), encoding="utf-8")
     return p
 
 

@@ -27,6 +27,7 @@ import torch
 
 from ctrlrnn.bench import report, runner
 from ctrlrnn.bench.cases import REGISTRY, select
+from ctrlrnn.ops import gemm_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -98,9 +99,33 @@ def register(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(float32)")
+    p.add_argument(
+        "--gemm",
+        choices=sorted(gemm_path.PATHS),
+        help="the GEMM path of ctrlrnn's compiled kernels for this run: auto (each shape class "
+        "on the path measured faster), blas or onednn (default: CTRLRNN_GEMM, else auto)",
+    )
+    p.add_argument(
+        "--compare",
+        action="append",
+        metavar="LABEL=JSON",
+        help="with --markdown: set the rows of another results file (another GEMM path, "
+        "another machine) beside this run's (repeatable)",
+    )
     p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
     p.set_defaults(func=main)
     return p
+
+
+def _compared(specs: list[str] | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """``--compare LABEL=JSON`` values as ``(label, path, document)``."""
+    out = []
+    for spec in specs or []:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not path:
+            raise ValueError(f"--compare: expected LABEL=JSON, got {spec!r}")
+        out.append((label, path, report.load_json(path)))
+    return out
 
 
 def _patterns(only: list[str] | None) -> list[str]:
@@ -172,11 +197,17 @@ def main(args: argparse.Namespace) -> int:
         console = Console(width=max(console.width, 160))
     if args.list:
         return _list_cases()
+    try:
+        compare = _compared(args.compare)
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
     if args.source:
         doc = report.load_json(args.source)
         report.print_report(doc, console)
         if args.markdown:
-            path = report.write_markdown(doc, args.markdown, source=args.source)
+            path = report.write_markdown(doc, args.markdown, source=args.source,
+                                         compare=compare)
             console.print(f"markdown written to {path}")
         return 0
     if args.repeats < 1:
@@ -200,7 +231,10 @@ def main(args: argparse.Namespace) -> int:
     busy = _busy()
     if busy:
         console.print(f"[yellow]warning[/]: {busy}")
-    with progress_bar(console=console) as bar:
+    if args.gemm:
+        os.environ[gemm_path.ENV] = args.gemm  # for the kernels loaded from now on
+    with gemm_path.use(args.gemm or gemm_path.requested()), \
+            progress_bar(console=console) as bar:
         task = bar.add_task("starting", total=1)
 
         def progress(done: int, total: int, what: str) -> None:
@@ -221,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
     report.print_report(doc, console)
     console.print(f"results written to {path} ({doc['elapsed_s']:.0f} s)")
     if args.markdown:
-        md = report.write_markdown(doc, args.markdown, source=str(Path(out)))
+        md = report.write_markdown(doc, args.markdown, source=str(Path(out)), compare=compare)
         console.print(f"markdown written to {md}")
     errors = [r for r in doc["results"] if r["status"] == "error"]
     for r in errors:

@@ -13,7 +13,9 @@ def _grid(batches: Iterable[int], lengths: Iterable[int], widths: Iterable[int])
 
 
 #: Layers, quick: the training point of the targets and the B=1 long-sequence inference point.
-LAYER_QUICK = (Point(32, 256, 256), Point(1, 1024, 256), Point(8, 512, 512))
+#: (20, 35, 650): a word-level language model's shape (the QRNN paper's PTB model: batch 20,
+#: 35 steps of backpropagation through time, width 650).
+LAYER_QUICK = (Point(32, 256, 256), Point(1, 1024, 256), Point(8, 512, 512), Point(20, 35, 650))
 LAYER_FULL = tuple(_grid((1, 8, 32), (256, 1024), (256, 512, 1024)))
 #: Scan: the bandwidth target point (8M elements).
 SCAN_QUICK = (Point(32, 256, 1024),)

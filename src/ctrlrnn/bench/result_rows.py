@@ -31,7 +31,7 @@ def fmt_mib(n: float | None) -> str:
     return "-" if n is None else f"{n / MIB:.1f}"
 
 
-def _speedups(r: dict[str, Any], mode: str) -> str:
+def speedups(r: dict[str, Any], mode: str) -> str:
     sp = r.get("ratios", {}).get("speedup", {})
     return ", ".join(f"{v[mode]:.2f}x vs {k}" for k, v in sp.items()) or "-"
 
@@ -56,8 +56,8 @@ def time_cells(r: dict[str, Any]) -> list[str]:
         fmt_ratio(rat.get("fwd_over_floor")),
         fmt_time(r["fwdbwd"]["median_s"]),
         fmt_ratio(rat.get("fwdbwd_over_floor")),
-        _speedups(r, "fwd"),
-        _speedups(r, "fwdbwd"),
+        speedups(r, "fwd"),
+        speedups(r, "fwdbwd"),
         fmt_share(r["fwdbwd"].get("cpu_share")),
     ]
 

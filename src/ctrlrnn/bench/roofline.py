@@ -2,8 +2,11 @@
 
 Two rates bound every layer ctrlrnn benchmarks on CPU:
 
-* the GEMM throughput (FLOP/s of :func:`torch.mm` at a shape typical of an RNN's input
-  projection: ``(batch*length) x in_features`` times ``in_features x gates*hidden``), and
+* the GEMM throughput: FLOP/s of the faster of torch's two CPU GEMM libraries (its BLAS,
+  :func:`torch.mm`, and oneDNN, reached through ctrlrnn's kernels, :mod:`ctrlrnn.ops.gemm_path`)
+  at a shape typical of an RNN's input projection (``(batch*length) x in_features`` times
+  ``in_features x gates*hidden``); each time row's floor uses the rate measured at its own
+  point's projection shape (:func:`gemm_rate_at`), and
 * the copy bandwidth (bytes/s of ``dst.copy_(src)`` on tensors far larger than the caches,
   counting the bytes read plus the bytes written).
 
@@ -21,6 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
+
+from ctrlrnn.ops import _extension, gemm_path
 
 #: GEMM shape (M, K, N) used for the throughput measurement: batch 32 x 256 steps of a layer with
 #: 512 inputs (e.g. a window-2 QRNN of width 256) and 1024 gate outputs.
@@ -101,6 +106,22 @@ def _timed(fn: Any, warmup: int, repeats: int) -> list[float]:
     return samples
 
 
+def _onednn_mm() -> Any:
+    """``a @ b`` forced onto oneDNN by ctrlrnn's kernels, or None where that path is missing
+    (no compiled kernels, or a torch that runs no float32 GEMM on oneDNN)."""
+    if _extension.forced_reference():
+        return None
+    ext = _extension.load("scan")
+    if ext is None or not ext.gemm_onednn_usable():
+        return None
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with gemm_path.use("onednn"):
+            return ext.gemm(a, b)
+
+    return mm
+
+
 def measure_gemm(
     shape: tuple[int, int, int] = DEFAULT_GEMM_SHAPE,
     *,
@@ -108,9 +129,11 @@ def measure_gemm(
     warmup: int = 2,
     repeats: int = 7,
 ) -> tuple[float, list[float]]:
-    """Median FLOP/s of ``torch.mm(a, b, out=c)`` with ``a: (M, K)``, ``b: (K, N)``.
+    """Median FLOP/s of the faster GEMM path for ``a: (M, K)`` times ``b: (K, N)``:
+    ``torch.mm(a, b, out=c)`` (torch's BLAS) or, for float32, oneDNN (:func:`_onednn_mm`).
 
-    Returns ``(flops_per_s, samples_s)``; one product counts ``2*M*K*N`` FLOPs.
+    Returns ``(flops_per_s, samples_s)`` of the faster path; one product counts ``2*M*K*N``
+    FLOPs.
     """
     m, k, n = shape
     if min(shape) <= 0:
@@ -120,7 +143,26 @@ def measure_gemm(
     b = torch.randn(k, n, generator=gen).to(dtype)
     c = torch.empty(m, n, dtype=dtype)
     samples = _timed(lambda: torch.mm(a, b, out=c), warmup, repeats)
+    onednn = _onednn_mm() if dtype == torch.float32 else None
+    if onednn is not None:
+        other = _timed(lambda: onednn(a, b), warmup, repeats)
+        if statistics.median(other) < statistics.median(samples):
+            samples = other
     return 2.0 * m * k * n / statistics.median(samples), samples
+
+
+_RATES: dict[tuple[int, int, int, str, int], float] = {}
+
+
+def gemm_rate_at(shape: tuple[int, int, int], dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of the faster GEMM path at ``shape`` (measured once per shape, dtype and thread
+    count in this process; a few products, best of both paths)."""
+    key = (*shape, str(dtype), torch.get_num_threads())
+    if key not in _RATES:
+        m, k, n = shape
+        reps = max(3, min(15, int(2e9 / max(1.0, 2.0 * m * k * n))))
+        _RATES[key] = measure_gemm(shape, dtype=dtype, warmup=1, repeats=reps)[0]
+    return _RATES[key]
 
 
 def measure_copy(

@@ -26,6 +26,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from ctrlrnn.bench import roofline as _roofline
 from ctrlrnn.bench.case_registry import Case, CaseUnavailable, Point, Workload
 from ctrlrnn.bench.machine import machine
 from ctrlrnn.bench.memory import RSS_METHOD, SAVED_METHOD, linear_fit, measure_training_memory
+from ctrlrnn.ops import gemm_path
 from ctrlrnn.timing import Timer, forward_backward_timer, forward_timer
 
 SCHEMA = "ctrlrnn-bench/1"
@@ -96,11 +98,14 @@ def _interleave_safe(timers: dict[int, Timer], recs: list[dict[str, Any]]) -> di
     its record as an error and drops out; returns index -> Timing for the rest."""
     live = dict(timers)
     for i, t in list(live.items()):
+        gemm_path.uses(clear=True)
         try:
             t.warm_up()
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             _fail(recs[i], exc)
             del live[i]
+        # which GEMM path the row's kernels took (forward, then forward+backward warm-up)
+        recs[i].setdefault("gemm_uses", {}).update(gemm_path.uses())
     while True:
         pending = [i for i, t in live.items() if not t.done]
         if not pending:
@@ -168,13 +173,25 @@ def time_point(
     return recs
 
 
-def add_floors(results: list[dict[str, Any]], roof: _roofline.Roofline) -> None:
+def point_gemm_shape(r: dict[str, Any]) -> tuple[int, int, int]:
+    """The GEMM shape of a row's point: its input projection ``(B*T) x C`` times ``C x 4C``."""
+    return (max(1, r["batch"] * r["length"]), max(1, r["width"]), max(1, 4 * r["width"]))
+
+
+def add_floors(results: list[dict[str, Any]], roof: _roofline.Roofline,
+               per_point: bool = False) -> None:
     """Fill ``floor`` of every ok time record in place from its declared FLOPs and bytes:
     ``fwd_s`` (forward) and ``fwdbwd_s`` (forward + backward), each also split into its GEMM
-    part and its bytes part."""
+    part and its bytes part. ``per_point``: the GEMM rate is the one measured at the row's own
+    projection shape (:func:`point_gemm_shape`, the faster path), else the roofline's."""
     for r in results:
         if r.get("kind") != "time" or r.get("status") != "ok":
             continue
+        if per_point:
+            dtype = getattr(torch, r.get("dtype", "float32"))
+            rate = _roofline.gemm_rate_at(point_gemm_shape(r), dtype)
+            r["gemm_rate_flops_per_s"] = rate
+            roof = replace(roof, gemm_flops_per_s=rate)
         fl, by = r["flops"], r["bytes"]
         fb_flops, fb_bytes = fl["fwd"] + fl["bwd"], by["fwd"] + by["bwd"]
         r["floor"] = {
@@ -368,7 +385,10 @@ def run(
     doc["roofline"] = roof.to_dict()
     doc["roofline_start"] = roof_start.to_dict()
     doc["roofline_end"] = roof_end.to_dict()
-    add_floors(results, roof)
+    if progress:
+        progress(total - 1, total, "GEMM rate at each point's shape")
+    add_floors(results, roof, per_point=True)
+    doc["gemm"] = {"path": gemm_path.forced(), "onednn_usable": gemm_path.onednn_usable()}
     if progress:
         progress(total, total, "done")
     add_ratios(results)

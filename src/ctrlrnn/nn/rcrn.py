@@ -399,6 +399,9 @@ class RCRN(RecurrentBase):
                 out, _ = torch.nn.utils.rnn.pad_packed_sequence(
                     seq, batch_first=True, total_length=T)
                 out = out.index_select(0, unorder)
+            # batch-first outputs of torch's kernels are transposed views: one copy here keeps
+            # the scan's inputs and the layer's output dense
+            out = out.contiguous()
             finals = list(res[1:1 + k])
             if not full:
                 finals = [f.index_select(1, unorder) for f in finals]

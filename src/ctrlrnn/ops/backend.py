@@ -1,10 +1,19 @@
-"""The one dispatch point: which implementation runs an op for a given tensor.
+"""The one dispatch table: which implementation runs an op for a given tensor.
 
-CPU tensors use the compiled C++ extensions when they can be built (see :mod:`._extension`),
-otherwise the reference implementations after one warning. CUDA tensors use the Triton kernels
-of :mod:`ctrlrnn.ops.gpu` when Triton imports (it is imported lazily, on the first CUDA call),
-otherwise the reference implementations after one warning. Every op family has Triton kernels
-(:data:`ctrlrnn.ops.gpu.FAMILIES`): with Triton installed nothing runs the reference on CUDA.
+Two questions, asked by every op the same way:
+
+* :func:`path`: which of the three paths a public op takes: ``"export"`` (an ONNX export is
+  being traced: the scans of :mod:`ctrlrnn.ops.scan_export`), ``"kernel"`` (the op's custom op,
+  whose kernel for the tensor's device runs) or ``"reference"`` (the readable reference,
+  differentiated by autograd: no kernel here, ``CTRLRNN_BACKEND=reference``, or inside
+  ``torch.func`` transforms).
+* :func:`kernel_for`: which module implements an op family's kernels on a device. CPU tensors
+  use the compiled C++ extensions when they can be built (see :mod:`._extension`), otherwise
+  the reference implementations after one warning. CUDA tensors use the Triton kernels of
+  :data:`ctrlrnn.ops.gpu.FAMILIES` when Triton imports (it is imported lazily, on the first CUDA
+  call), otherwise the reference implementations after one warning. The CPU extension and the
+  Triton module of a family expose the same functions with the same signatures, so one custom
+  op per op serves both devices (:mod:`ctrlrnn.ops.kernel_op` registers them).
 """
 
 from __future__ import annotations
@@ -14,11 +23,11 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import _extension, gemm_path, gpu
+from ctrlrnn.ops import _extension, gemm_path, gpu, scan_export
+from ctrlrnn.ops.compiled_op import constant_under_compile
 
-#: Families whose GPU module has the CPU extension's API, so :func:`kernel_for` returns it
-#: (``cells`` is reached by :func:`gpu_kernels`: its GPU module has the reference's signatures).
-_GPU_MIRRORS_CPU = frozenset({"scan", "metagross"})
+#: The three paths of :func:`path`.
+EXPORT, KERNEL, REFERENCE = "export", "kernel", "reference"
 
 
 def cpu_extension(family: str) -> ModuleType | None:
@@ -28,28 +37,19 @@ def cpu_extension(family: str) -> ModuleType | None:
 
 
 def kernel_for(family: str, device: torch.device) -> ModuleType | None:
-    """The compiled implementation to use for tensors on ``device``, or None for the reference."""
+    """The module implementing ``family``'s kernels for tensors on ``device`` (the CPU
+    extension, or the Triton module on CUDA), or None for the reference."""
     if device.type == "cpu":
         return cpu_extension(family)
-    if family in _GPU_MIRRORS_CPU:
-        return gpu_kernels(family, device)
-    return None
+    return gpu_kernels(family, device)
 
 
-def _constant_under_compile(fn: Any) -> Any:
-    """``torch.compiler.assume_constant_result(fn)``, without its import of ``torch._dynamo``
-    (2 s at ``import ctrlrnn``): the decorator only sets this attribute, which dynamo reads
-    when it meets ``fn`` (tests/ops/test_backend_choice.py checks the two agree)."""
-    fn._dynamo_marked_constant = True
-    return fn
-
-
-@_constant_under_compile
+@constant_under_compile
 def _has_kernel(family: str, device_type: str) -> bool:
     return kernel_for(family, torch.device(device_type)) is not None
 
 
-@_constant_under_compile
+@constant_under_compile
 def reference_forced() -> bool:
     """``CTRLRNN_BACKEND=reference`` (read once while tracing, like :func:`has_kernel`: torch
     2.4's dynamo cannot trace ``os.environ``)."""
@@ -81,13 +81,20 @@ def has_kernel(family: str, device: torch.device) -> bool:
     return not functorch_active() and _has_kernel(family, device.type)
 
 
+def path(family: str, device: torch.device) -> str:
+    """The path a public op of ``family`` takes for tensors on ``device``: :data:`EXPORT`
+    while an ONNX export is traced, else :data:`KERNEL` where :func:`has_kernel`, else
+    :data:`REFERENCE`."""
+    if scan_export.active():
+        return EXPORT
+    return KERNEL if has_kernel(family, device) else REFERENCE
+
+
 def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:
     """The Triton module of an op family for CUDA tensors, or None (reference, warned once).
 
-    ``"scan"`` and ``"metagross"`` mirror the CPU extensions (also returned by
-    :func:`kernel_for`); ``"cells"`` exposes ``lstm_sequence``, ``gru_sequence``,
-    ``cas_lstm_sequence``, ``ncarnn_sequence`` and ``metagross_state_sequence`` with the
-    signatures of :mod:`ctrlrnn.ops.cells_ref` (:data:`ctrlrnn.ops.gpu.CELL_FUNCTIONS`).
+    Each mirrors the CPU extension of its family: the same functions (the names of
+    :data:`ctrlrnn.ops.gpu.FAMILY_FUNCTIONS`), the same signatures.
     """
     if device.type != "cuda":
         return None

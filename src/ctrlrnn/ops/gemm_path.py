@@ -49,6 +49,8 @@ PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1}
 _LOCK = threading.Lock()
 _MODULES: list[ModuleType] = []
 _STORE: dict[str, Any] = {"path": None, "saved": None}
+#: The path :func:`use` forces (None: ``CTRLRNN_GEMM`` decides), applied to kernels loaded later.
+_USING: list[str] = []
 
 
 def requested() -> str:
@@ -82,7 +84,7 @@ def attach(mod: ModuleType, folder: Path, cpu_signature: str) -> None:
     with _LOCK:
         if any(m is mod for m in _MODULES):
             return
-        _apply(mod, requested())
+        _apply(mod, _USING[-1] if _USING else requested())
         _MODULES.append(mod)
         if _STORE["path"] is None:
             path = _store_file(folder, cpu_signature)
@@ -146,7 +148,9 @@ def store_path() -> Path | None:
 def forced() -> str:
     """The path the loaded kernels are forced to (``auto`` when they choose)."""
     codes = {v: k for k, v in PATHS.items()}
-    return codes[_MODULES[0].gemm_forced()] if _MODULES else requested()
+    if _MODULES:
+        return codes[_MODULES[0].gemm_forced()]
+    return _USING[-1] if _USING else requested()
 
 
 def onednn_usable() -> bool | None:
@@ -156,15 +160,18 @@ def onednn_usable() -> bool | None:
 
 @contextlib.contextmanager
 def use(name: str) -> Iterator[None]:
-    """Force path ``name`` (``auto``, ``blas`` or ``onednn``) in this block, for every loaded
-    kernel; the tests run the kernels under each path this way."""
+    """Force path ``name`` (``auto``, ``blas`` or ``onednn``) in this block, for every kernel
+    loaded before or during it; the tests and ``ctrlrnn bench --gemm`` use it."""
     if name not in PATHS:
         raise ValueError(f"name: expected one of {sorted(PATHS)}, got {name!r}")
-    before = [m.gemm_forced() for m in _MODULES]
+    before = {id(m): m.gemm_forced() for m in _MODULES}
+    _USING.append(name)
     try:
         for mod in _MODULES:
             _apply(mod, name)
         yield
     finally:
-        for mod, code in zip(_MODULES, before):
-            mod.gemm_force(code)
+        _USING.pop()
+        outer = PATHS[_USING[-1] if _USING else requested()]
+        for mod in _MODULES:
+            mod.gemm_force(before.get(id(mod), outer))

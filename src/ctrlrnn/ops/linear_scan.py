@@ -1,15 +1,17 @@
 """The diagonal linear scan ``h_t = a_t * h_{t-1} + b_t``.
 
 Public entry point :func:`linear_scan`. Where a compiled kernel exists (CPU extension, Triton on
-CUDA) the work is done by the custom op ``ctrlrnn::linear_scan`` (registered with
-:mod:`torch.library`, so it traces under ``torch.compile``; in eager mode its implementation and
-autograd formula run through :mod:`ctrlrnn.ops.eager`, with less dispatch); elsewhere the reference
+CUDA) the work is done by the custom op ``ctrlrnn::linear_scan``, one op with both kernels
+registered on it (:mod:`ctrlrnn.ops.kernel_op`; it traces under ``torch.compile``, and in eager
+mode its kernels and autograd formula run through :mod:`ctrlrnn.ops.compiled_op`, with less
+dispatch); elsewhere the reference
 :func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref` runs, differentiated by autograd. The op's
 backward is the single reverse pass
 
     d = g_t + carry;  db_t = d;  da_t = d * h_{t-1};  carry = d * a_t
 
-started from the gradient of the final state, with ``carry`` at the end being ``dh_0``.
+started from the gradient of the final state, with ``carry`` at the end being ``dh_0``
+(:func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref_backward` writes it out).
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -18,105 +20,27 @@ started from the gradient of the final state, with ``carry`` at the end being ``
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops import scan_export
+from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
-from ctrlrnn.ops.backend import has_kernel, kernel_for
-from ctrlrnn.ops.double_backward import forbid_double_backward
-from ctrlrnn.ops.eager import CompiledOp, backward_of
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
-from ctrlrnn.ops.padding import reverse_padded
+from ctrlrnn.ops.kernel_op import Kernel, KernelOp
+from ctrlrnn.ops.linear_scan_ref import linear_scan_ref, linear_scan_ref_backward
 from ctrlrnn.ops.validation import check_flag, check_lengths, check_same
 
 
 def _reference_forward(
     a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool
 ) -> tuple[Tensor, Tensor]:
+    """The op without a kernel: :func:`linear_scan_ref`, not recorded by autograd."""
     with torch.no_grad():
         out, last = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths, return_last=True)
     return out.contiguous(), last.contiguous()
 
 
-def _linear_scan_impl(
-    a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool
-) -> tuple[Tensor, Tensor]:
-    ext = kernel_for("scan", a.device)
-    if ext is None:
-        return _reference_forward(a, b, h0, lengths, reverse)
-    out, last = ext.linear_scan_forward(a, b, h0, lengths, reverse)
-    return out, last
-
-
-_linear_scan_op = torch.library.custom_op("ctrlrnn::linear_scan", mutates_args=())(
-    _linear_scan_impl
-)
-
-
-@_linear_scan_op.register_fake
-def _(a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool):
+def _fake_forward(a, b, h0, lengths, reverse):
     return torch.empty_like(a), a.new_empty(a.shape[0], a.shape[2])
 
 
-def _linear_scan_backward_impl(
-    grad_out: Tensor | None,
-    grad_last: Tensor | None,
-    a: Tensor,
-    out: Tensor,
-    h0: Tensor | None,
-    lengths: Tensor | None,
-    reverse: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    ext = kernel_for("scan", a.device)
-    if ext is not None:
-        da, db, dh0 = ext.linear_scan_backward(grad_out, grad_last, a, out, h0, lengths, reverse)
-        return da, db, dh0
-    return _reference_backward(grad_out, grad_last, a, out, h0, lengths, reverse)
-
-
-_linear_scan_backward_op = torch.library.custom_op(
-    "ctrlrnn::linear_scan_backward", mutates_args=()
-)(_linear_scan_backward_impl)
-
-
-def _reference_backward(
-    grad_out: Tensor | None,
-    grad_last: Tensor | None,
-    a: Tensor,
-    out: Tensor,
-    h0: Tensor | None,
-    lengths: Tensor | None,
-    reverse: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The reverse pass of the module docstring, one Python step per time step."""
-    dtype = a.dtype
-    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    batch, steps, channels = a.shape
-
-    def fwd_order(x: Tensor) -> Tensor:
-        x = x.to(acc)
-        return reverse_padded(x, lengths) if reverse else x
-
-    a_, h_ = fwd_order(a), fwd_order(out)
-    g_ = fwd_order(grad_out) if grad_out is not None else torch.zeros_like(a_)
-    h_init = h0.to(acc) if h0 is not None else a_.new_zeros(batch, channels)
-    carry = grad_last.to(acc) if grad_last is not None else a_.new_zeros(batch, channels)
-    da, db = torch.zeros_like(a_), torch.zeros_like(a_)
-    for t in range(steps - 1, -1, -1):
-        prev = h_[:, t - 1] if t > 0 else h_init
-        d = g_[:, t] + carry
-        if lengths is None:
-            valid = torch.ones(batch, 1, dtype=torch.bool, device=a.device)
-        else:
-            valid = (lengths.to(a.device) > t).unsqueeze(1)
-        db[:, t] = torch.where(valid, d, 0.0)
-        da[:, t] = torch.where(valid, d * prev, 0.0)
-        carry = torch.where(valid, d * a_[:, t], carry)
-    if reverse:
-        da, db = reverse_padded(da, lengths), reverse_padded(db, lengths)
-    return da.to(dtype), db.to(dtype), carry.to(dtype)
-
-
-@_linear_scan_backward_op.register_fake
-def _(grad_out, grad_last, a, out, h0, lengths, reverse):
+def _fake_backward(grad_out, grad_last, a, out, h0, lengths, reverse):
     return torch.empty_like(a), torch.empty_like(a), a.new_empty(a.shape[0], a.shape[2])
 
 
@@ -137,17 +61,21 @@ def _backward(ctx, grad_out: Tensor | None, grad_last: Tensor | None):
         grad_out = grad_out.contiguous()
     if grad_last is not None:
         grad_last = grad_last.contiguous()
-    bwd = backward_of(_linear_scan_backward_op, _linear_scan_backward_impl, grad_out, grad_last, a)
-    da, db, dh0 = bwd(grad_out, grad_last, a, out, h0, lengths, ctx.reverse)
+    da, db, dh0 = _linear_scan.run_backward(grad_out, grad_last, a, out, h0, lengths, ctx.reverse)
     return da, db, (dh0 if ctx.has_h0 else None), None, None
 
 
-_linear_scan = CompiledOp(
-    "linear_scan", _linear_scan_op, _linear_scan_impl, _setup_context, _backward
+_linear_scan = KernelOp(
+    "linear_scan",
+    "scan",
+    Kernel("linear_scan_forward", _reference_forward, _fake_forward),
+    Kernel("linear_scan_backward", linear_scan_ref_backward, _fake_backward),
+    setup_context=_setup_context,
+    backward_fn=_backward,
+    used_by="RCRN, CARNN (i, s) and METAGROSS on CUDA",
 )
-forbid_double_backward(
-    _linear_scan_backward_op, "linear_scan", "RCRN, CARNN (i, s) and METAGROSS on CUDA"
-)
+#: The scan's custom ops, for the ops composed with it (the METAGROSS level's fallback).
+linear_scan_op = _linear_scan
 
 
 def linear_scan(
@@ -200,9 +128,10 @@ def linear_scan(
         lengths = check_lengths(lengths, batch, steps, allow_zero=True)
         if a.device.type != "cpu":
             lengths = lengths.to(a.device)
-    if scan_export.active():  # ONNX export: one scan of symbolic length (ops/scan_export.py)
+    route = backend.path("scan", a.device)
+    if route == backend.EXPORT:  # ONNX export: one scan of symbolic length (ops/scan_export.py)
         out, last = scan_export.linear_scan(a, b, h0, lengths, reverse)
-    elif has_kernel("scan", a.device):
+    elif route == backend.KERNEL:
         out, last = _linear_scan(a.contiguous(), b.contiguous(), h0, lengths, reverse)
     else:  # the readable reference, differentiated by autograd
         out, last = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths, return_last=True)

@@ -21,11 +21,12 @@ On CPU the work is the custom op ``ctrlrnn::metagross_level`` (registered with
 ``a``, ``b`` or the gates to memory, and a backward ``ctrlrnn::metagross_level_backward`` that
 recomputes ``f, o, z`` and runs the scan's reverse recurrence together with the gate gradients
 in one reverse pass. CUDA tensors run the same two custom ops on the Triton kernels of
-:mod:`ctrlrnn.ops.gpu.metagross_triton` (same arguments, same fusion; selected by
+:mod:`ctrlrnn.ops.gpu.metagross_triton`, registered on them as their CUDA kernels (same
+arguments, same fusion; :mod:`ctrlrnn.ops.kernel_op`; the module chosen by
 :func:`ctrlrnn.ops.backend.kernel_for`). ``CTRLRNN_BACKEND=reference``, CUDA without Triton and
 machines where the extension cannot be built run :func:`metagross_level_reference`, the
-composition of
-:func:`ctrlrnn.nn.metagross_gates.level_gates` and :func:`ctrlrnn.ops.linear_scan.linear_scan`
+composition of :func:`ctrlrnn.ops.metagross_gates.level_gates` and
+:func:`ctrlrnn.ops.linear_scan.linear_scan`
 (the custom ops also fall back to that composition by themselves, forward and backward, where
 a graph traced with the extension runs without it).
 
@@ -42,12 +43,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops import scan_export
+from ctrlrnn.ops import backend
 from ctrlrnn.ops.autocast import autocast_inputs
-from ctrlrnn.ops.backend import has_kernel, kernel_for
-from ctrlrnn.ops.double_backward import forbid_double_backward
-from ctrlrnn.ops.eager import CompiledOp, backward_of
-from ctrlrnn.ops.linear_scan import _linear_scan_backward_op, linear_scan
+from ctrlrnn.ops.kernel_op import Kernel, KernelOp
+from ctrlrnn.ops.linear_scan import linear_scan, linear_scan_op
+from ctrlrnn.ops.metagross_gates import _backward_recompute, _forward_math, level_gates
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
 
@@ -63,9 +63,6 @@ def metagross_level_reference(
     Returns ``(out, s, s_last)``: the level's output and its carried states ``(B, T, k*H)``
     (the same tensor for the ``"h"`` form) and the final states ``(B, k*H)``.
     """
-    # imported here: ctrlrnn.nn imports this module (MetagrossUnit runs its levels through it)
-    from ctrlrnn.nn.metagross_gates import level_gates
-
     B, T, _, k, H = P.shape
     a, b, o = level_gates(P, child, alpha, beta, res if h_form else None, h_form)
     s, last = linear_scan(
@@ -84,52 +81,22 @@ def metagross_level_reference(
 # ------------------------------------------------------------------ the compiled op
 
 
-def _level_impl(
+def _reference_forward(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """``(out, c, s_last)``; ``c`` (the carried states, saved for backward) is empty for the
-    ``"h"`` form, whose states are ``out`` itself."""
-    ext = kernel_for("metagross", P.device)
-    if ext is not None:
-        out, c, last = ext.forward(P, child, alpha, beta, res, s0, lengths, h_form)
-        return out, c, last
+    """The op without a kernel -> ``(out, c, s_last)``; ``c`` (the carried states, saved for
+    backward) is empty for the ``"h"`` form, whose states are ``out`` itself."""
     with torch.no_grad():
         out, s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
     c = P.new_empty(0) if h_form else s.contiguous()
     return out.contiguous(), c, last.contiguous()
 
 
-_level_op = torch.library.custom_op("ctrlrnn::metagross_level", mutates_args=())(_level_impl)
-
-
-@_level_op.register_fake
-def _(P, child, alpha, beta, res, s0, lengths, h_form):
+def _fake_forward(P, child, alpha, beta, res, s0, lengths, h_form):
     B, T, _, k, H = P.shape
     c = P.new_empty(0) if h_form else P.new_empty(B, T, k * H)
     return P.new_empty(B, T, k * H), c, P.new_empty(B, k * H)
-
-
-def _level_backward_impl(
-    grad_out: Tensor | None, grad_last: Tensor | None, P: Tensor, child: Tensor | None,
-    alpha: Tensor | None, beta: Tensor | None, s0: Tensor | None, lengths: Tensor | None,
-    saved: Tensor, h_form: bool, has_res: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    """``(dP, dchild, dalpha, dbeta, dres, ds0)``; an empty tensor for an absent input.
-
-    ``saved``: the carried states ``(B, T, k*H)`` of the forward (``out`` for the ``"h"``
-    form, ``c`` for the ``"c"`` form). The residual's values are not needed, only whether it
-    was given.
-    """
-    ext = kernel_for("metagross", P.device)
-    if ext is not None:
-        grads = ext.backward(
-            grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res
-        )
-        return tuple(grads)
-    return _reference_backward(
-        grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res
-    )
 
 
 def _reference_backward(
@@ -138,10 +105,8 @@ def _reference_backward(
     saved: Tensor, h_form: bool, has_res: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """The gradients of :func:`metagross_level_reference`, written out (a custom op's body runs
-    below autograd): the gates' forward of :mod:`ctrlrnn.nn.metagross_gates`, the scan's reverse
+    below autograd): the gates' forward of :mod:`ctrlrnn.ops.metagross_gates`, the scan's reverse
     pass (``ctrlrnn::linear_scan_backward``), then the gates' backward."""
-    from ctrlrnn.nn.metagross_gates import _backward_recompute, _forward_math
-
     B, T, _, k, H = P.shape
     a, _b, o, _f, _z = _forward_math(P, child, alpha, beta, None, h_form)  # res only shifts b
     g_s = grad_out  # gradient reaching the scan's states
@@ -152,7 +117,7 @@ def _reference_backward(
             grad_out = grad_out * mask.to(grad_out)
         g_o = (grad_out * saved).view(B, T, k, H)
         g_s = (grad_out * o.reshape(B, T, k * H)).contiguous()
-    da, db, ds0 = _linear_scan_backward_op(
+    da, db, ds0 = linear_scan_op.backward_op(
         g_s, grad_last, a.reshape(B, T, k * H).contiguous(), saved, s0, lengths, False
     )
     dP, dchild, dalpha, dbeta, dres = _backward_recompute(
@@ -171,13 +136,7 @@ def _reference_backward(
     return dP, given(dchild), given(dalpha), given(dbeta), given(dres), ds0
 
 
-_level_backward_op = torch.library.custom_op("ctrlrnn::metagross_level_backward", mutates_args=())(
-    _level_backward_impl
-)
-
-
-@_level_backward_op.register_fake
-def _(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res):
+def _fake_backward(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res):
     B, T, _, k, H = P.shape
     return (
         P.new_empty(B, T, 3, k, H),
@@ -208,8 +167,7 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
         grad_out = grad_out.contiguous()
     if grad_last is not None:
         grad_last = grad_last.contiguous()
-    bwd = backward_of(_level_backward_op, _level_backward_impl, grad_out, grad_last, P)
-    dP, dchild, dalpha, dbeta, dres, ds0 = bwd(
+    dP, dchild, dalpha, dbeta, dres, ds0 = _level.run_backward(
         grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, ctx.h_form, ctx.has_res
     )  # fmt: skip
     return (
@@ -224,18 +182,15 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
     )
 
 
-_level = CompiledOp("metagross_level", _level_op, _level_impl, _setup_context, _backward)
-forbid_double_backward(_level_backward_op, "metagross_level", "Metagross")
-
-
-# ------------------------------------------------------------------ dispatch
-
-
-def _compiled_on(device: torch.device) -> bool:
-    """Whether tensors on ``device`` go through the custom ops (CPU with the extension built,
-    CUDA with Triton; a constant under ``torch.compile``, see
-    :func:`ctrlrnn.ops.backend.has_kernel`)."""
-    return device.type in ("cpu", "cuda") and has_kernel("metagross", device)
+_level = KernelOp(
+    "metagross_level",
+    "metagross",
+    Kernel("forward", _reference_forward, _fake_forward),
+    Kernel("backward", _reference_backward, _fake_backward),
+    setup_context=_setup_context,
+    backward_fn=_backward,
+    used_by="Metagross",
+)
 
 
 # ------------------------------------------------------------------ public entry point
@@ -304,7 +259,7 @@ def metagross_level(
     _check_shape("s0", s0, (B, k * H), P)
     # ONNX export (ops/scan_export.py) runs the reference composition: its scan is one of
     # symbolic length there
-    if scan_export.active() or not _compiled_on(P.device):
+    if backend.path("metagross", P.device) != backend.KERNEL:
         out, _s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
         return out, last
     if lengths is not None:

@@ -2,10 +2,10 @@
 
 On Linux, glibc hands blocks above its mmap threshold (at most 32 MiB) straight back to the
 system when they are freed, so a training loop that allocates the same large outputs every step
-pays a page fault and a page clear on every first write to them again (measured at ~7 GB/s
-against ~35-40 GB/s for writes into mapped memory on this project's CPU machines). The compiled
-kernels therefore take their outputs of 1 MiB or more from a cache of freed blocks, like the
-CUDA caching allocator does on GPUs.
+pays a page fault and a page clear on every first write to them again (writing fresh pages
+runs several times slower than writing memory already mapped). The compiled kernels therefore
+take their outputs of 1 MiB or more from a cache of freed blocks, like the CUDA caching
+allocator does on GPUs.
 
 **One pool for all the extensions.** The three compiled extensions (``scan``, ``cells``,
 ``metagross``) share a single cache in the process: the pool is the function-local static of an

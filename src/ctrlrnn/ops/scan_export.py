@@ -17,6 +17,8 @@ kept equal to the references by hand, would only work when the user passes that 
 would not cover ``CTRLRNN_BACKEND=reference`` (whose ops are plain loops, not custom ops). The
 scan path reuses the step functions of :mod:`ctrlrnn.ops.cells_ref` as they are, works with a
 plain ``torch.onnx.export(..., dynamo=True)``, and is the same whichever backend is active.
+Each fused cell hands :func:`scan` its reference step (``ctrlrnn.ops.cells.<cell>``); the
+linear scan and QRNN pooling are below.
 
 When it runs (:func:`active`): while the dynamo ONNX exporter of torch runs
 (``torch.onnx.export(..., dynamo=True)``, the default from torch 2.9), or inside
@@ -41,25 +43,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops import cells_ref
-from ctrlrnn.ops.backend import _constant_under_compile
+from ctrlrnn.ops.compiled_op import constant_under_compile
 from ctrlrnn.ops.padding import length_mask, reverse_padded
+from ctrlrnn.ops.qrnn_pooling_ref import gate_activations, zoneout_factor
 
-__all__ = [
-    "active",
-    "cas_lstm_sequence",
-    "gru_sequence",
-    "linear_scan",
-    "lstm_sequence",
-    "metagross_state_sequence",
-    "ncarnn_sequence",
-    "qrnn_pooling",
-    "scan_mode",
-]
+__all__ = ["active", "linear_scan", "qrnn_pooling", "scan", "scan_mode"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _forced = 0  # depth of nested scan_mode() contexts
@@ -94,7 +87,7 @@ def _onnx_exporter_running() -> tuple[bool, bool]:
     return dynamo, legacy
 
 
-@_constant_under_compile
+@constant_under_compile
 def active() -> bool:
     """Whether the ops take this module's scan path (module docstring): inside
     :func:`scan_mode`, or while torch's dynamo ONNX exporter runs.
@@ -130,23 +123,42 @@ def scan_mode() -> Iterator[None]:
 # The loop over time
 # ------------------------------------------------------------------------------------------------
 
-Step = Callable[[Sequence[Tensor], Sequence[Tensor], Sequence[Tensor]], Sequence[Tensor]]
+#: ``step(x_t, states, consts) -> new states``: the tensors read at step ``t`` (None where an
+#: optional one is absent), the carried states, and the tensors every step reads.
+Step = Callable[
+    [Sequence[Tensor | None], Sequence[Tensor], Sequence[Tensor | None]], Sequence[Tensor]
+]
 
 
-def _scan(
+def _given(tensors: Sequence[Tensor | None]) -> tuple[list[Tensor], Callable[..., list[Any]]]:
+    """The tensors of ``tensors`` that are not None, and the function that puts a sequence of
+    that many back in their places, None in the others."""
+    present = [k for k, x in enumerate(tensors) if x is not None]
+
+    def placed(values: Sequence[Tensor]) -> list[Any]:
+        out: list[Any] = [None] * len(tensors)
+        for k, v in zip(present, values, strict=True):
+            out[k] = v
+        return out
+
+    return [tensors[k] for k in present], placed  # type: ignore[misc]
+
+
+def scan(
     step: Step,
     states: Sequence[Tensor],
-    xs: Sequence[Tensor],
-    consts: Sequence[Tensor],
+    xs: Sequence[Tensor | None],
+    consts: Sequence[Tensor | None],
     lengths: Tensor | None,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """``states = step(xs[:, t], states, consts)`` for every ``t``, as one scan over time.
 
     ``states``: ``(B, S)`` tensors; ``xs``: batch-first ``(B, T, ...)`` tensors; ``consts``: the
-    tensors every step reads (weights), passed to the scan explicitly rather than captured. With
-    ``lengths``, a step ``t >= lengths[b]`` keeps row ``b``'s states and outputs zeros (the rule
-    of :func:`ctrlrnn.ops.cells_ref._run`). Returns the per-state output sequences ``(B, T, S)``
-    and the final states.
+    tensors every step reads (weights), passed to the scan explicitly rather than captured; an
+    optional entry of ``xs`` or ``consts`` may be None (the step gets None). With ``lengths``, a
+    step ``t >= lengths[b]`` keeps row ``b``'s states and outputs zeros (the rule of
+    :func:`ctrlrnn.ops.cells.reference.run`). Returns the per-state output sequences
+    ``(B, T, S)`` and the final states.
 
     The scan is the operator ``scan_op`` itself, not the ``scan`` wrapper of
     :mod:`torch._higher_order_ops.scan`: the wrapper first compiles every call with dynamo (to
@@ -155,6 +167,8 @@ def _scan(
     """
     from torch._higher_order_ops.scan import scan_op
 
+    xs, place_xs = _given(xs)
+    consts, place_consts = _given(consts)
     unique: list[Tensor] = []  # each tensor once: the scan's inputs must not alias
     where: list[int] = []
     for c in consts:
@@ -170,9 +184,9 @@ def _scan(
 
     def body(*args: Tensor) -> list[Tensor]:
         carry = args[:n_states]
-        x_t = args[n_states : n_states + n_xs]
+        x_t = place_xs(args[n_states : n_states + n_xs])
         given = args[n_states + len(scanned) :]
-        new = list(step(x_t, carry, [given[k] for k in where]))
+        new = list(step(x_t, carry, place_consts([given[k] for k in where])))
         if lengths is None:
             return [*new, *(n.clone() for n in new)]  # outputs must not alias the carry
         valid_t = args[n_states + n_xs]
@@ -208,7 +222,7 @@ def linear_scan(
     if reverse:
         a, b = reverse_padded(a, lengths), reverse_padded(b, lengths)
     h = a.new_zeros(a.shape[0], a.shape[2]) if h0 is None else h0.to(acc)
-    (out,), (last,) = _scan(lambda x, s, _: (x[0] * s[0] + x[1],), [h], [a, b], [], lengths)
+    (out,), (last,) = scan(lambda x, s, _: (x[0] * s[0] + x[1],), [h], [a, b], [], lengths)
     if reverse:
         out = reverse_padded(out, lengths)
     return out.to(out_dtype), last.to(out_dtype)
@@ -222,15 +236,13 @@ def qrnn_pooling(
     keep_scale: float,
     lengths: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """QRNN pooling, QRNN paper eq 1-6 (:func:`ctrlrnn.ops.qrnn_pooling.qrnn_pooling_ref`)
+    """QRNN pooling, QRNN paper eq 1-6 (:func:`ctrlrnn.ops.qrnn_pooling_ref.qrnn_pooling_ref`)
     -> ``(h, c, c_last)``.
 
     The gates are computed for all steps at once; eq 3-5 is then the linear scan
     ``c_t = (1 - s (1 - f_t)) c_{t-1} + b_t`` with ``b = s (1 - f) z`` (eq 3-4) or ``i z``
     (eq 5), ``s`` the zoneout factor of eq 6, and ``h = o c`` (zero past a length, as ``c``).
     """
-    from ctrlrnn.ops.qrnn_pooling import gate_activations, zoneout_factor  # (imports this)
-
     out_dtype = gates.dtype
     g = gates.to(_acc_dtype(gates.dtype))
     z, f, o, i = gate_activations(g, pooling)
@@ -240,98 +252,3 @@ def qrnn_pooling(
     c_seq, c_last = linear_scan(1 - one_minus_f, b, c, lengths, False)
     h = c_seq if o is None else o * c_seq  # eq 4-5: h = o c
     return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)
-
-
-def lstm_sequence(
-    x_proj: Tensor, weight_hh: Tensor, h0: Tensor, c0: Tensor, lengths: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`ctrlrnn.ops.cells_ref.lstm_sequence_ref` -> ``(h_seq, c_seq, h_last, c_last)``."""
-    (h_seq, c_seq), (h, c) = _scan(
-        lambda x, s, w: cells_ref.lstm_step(x[0], w[0], s[0], s[1]),
-        [h0, c0],
-        [x_proj],
-        [weight_hh],
-        lengths,
-    )
-    return h_seq, c_seq, h, c
-
-
-def gru_sequence(
-    x_proj: Tensor, weight_hh: Tensor, bias_hh: Tensor, h0: Tensor, lengths: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """:func:`ctrlrnn.ops.cells_ref.gru_sequence_ref` -> ``(h_seq, h_last)``."""
-    (h_seq,), (h,) = _scan(
-        lambda x, s, w: (cells_ref.gru_step(x[0], w[0], w[1], s[0]),),
-        [h0],
-        [x_proj],
-        [weight_hh, bias_hh],
-        lengths,
-    )
-    return h_seq, h
-
-
-def cas_lstm_sequence(
-    x_proj: Tensor,
-    weight_hh: Tensor,
-    lower_c: Tensor,
-    h0: Tensor,
-    c0: Tensor,
-    scale_f: Tensor,
-    scale_g: Tensor,
-    peephole: Tensor | None,
-    lengths: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`ctrlrnn.ops.cells_ref.cas_lstm_sequence_ref` -> ``(h_seq, c_seq, h_last,
-    c_last)``; the lower layer's cells ``lower_c`` are scanned with the projections."""
-    consts = [weight_hh, scale_f, scale_g] + ([] if peephole is None else [peephole])
-    (h_seq, c_seq), (h, c) = _scan(
-        lambda x, s, w: cells_ref.cas_lstm_step(
-            x[0], w[0], x[1], s[0], s[1], w[1], w[2], w[3] if len(w) > 3 else None
-        ),
-        [h0, c0],
-        [x_proj, lower_c],
-        consts,
-        lengths,
-    )
-    return h_seq, c_seq, h, c
-
-
-def ncarnn_sequence(
-    x_proj: Tensor, weight_hh: Tensor, context_proj: Tensor, h0: Tensor, lengths: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """:func:`ctrlrnn.ops.cells_ref.ncarnn_sequence_ref` -> ``(h_seq, h_last)``; the context
-    projection is read by every step."""
-    (h_seq,), (h,) = _scan(
-        lambda x, s, w: (cells_ref.ncarnn_step(x[0], w[0], w[1], s[0]),),
-        [h0],
-        [x_proj],
-        [weight_hh, context_proj],
-        lengths,
-    )
-    return h_seq, h
-
-
-def metagross_state_sequence(
-    x_proj: Tensor,
-    weight_hh: Tensor,
-    alpha: Tensor,
-    beta: Tensor,
-    res: Tensor | None,
-    h0: Tensor,
-    lengths: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    """:func:`ctrlrnn.ops.cells_ref.metagross_state_sequence_ref` -> ``(h_seq, h_last)``; the
-    depth gates and the residual are scanned with the projections."""
-    xs = [x_proj, alpha, beta] + ([] if res is None else [res])
-    (h_seq,), (h,) = _scan(
-        lambda x, s, w: (
-            cells_ref.metagross_state_step(
-                x[0], w[0], x[1], x[2], x[3] if len(x) > 3 else None, s[0]
-            ),
-        ),
-        [h0],
-        xs,
-        [weight_hh],
-        lengths,
-    )
-    return h_seq, h

@@ -1,7 +1,8 @@
-// Helpers shared by the fused gated cells of the `cells` extension (cells.cpp: LSTM, GRU,
-// CAS-LSTM, nCARNN; metagross_cell.cpp: the METAGROSS unit as printed): activations, lengths, the
-// per-step GEMM, the batch-slice parallelism and the state-gradient bookkeeping of backward
-// through time. Everything is inline: the extension's translation units each get their own copy.
+// Helpers shared by the fused gated cells of the `cells` extension (lstm.cpp, gru.cpp,
+// cas_lstm.cpp, ncarnn.cpp, metagross_state.cpp; bound into one module by cells.cpp):
+// activations, lengths, the per-step GEMM, the batch-slice parallelism and the state-gradient
+// bookkeeping of backward through time. Everything is inline: the extension's translation units
+// each get their own copy.
 
 #pragma once
 
@@ -323,7 +324,12 @@ inline void check_state(const at::Tensor& s, int64_t B, int64_t H, const at::Ten
   TORCH_CHECK(s.scalar_type() == like.scalar_type(), what, ": dtype must match x_proj");
 }
 
-// Registers the METAGROSS cell's functions (defined in metagross_cell.cpp) on the module.
-void bind_metagross_cell(pybind11::module_& m);
+// Each registers one cell's functions (<cell>_forward, <cell>_backward; defined in <cell>.cpp)
+// on the module (cells.cpp).
+void bind_lstm(pybind11::module_& m);
+void bind_gru(pybind11::module_& m);
+void bind_cas_lstm(pybind11::module_& m);
+void bind_ncarnn(pybind11::module_& m);
+void bind_metagross_state(pybind11::module_& m);
 
 }  // namespace ctrlrnn::cells

@@ -115,9 +115,9 @@ inline double tanh_(double x) { return std::tanh(x); }
 // be found in cache by its reader anyway: when a kernel writes more than a fair share of the
 // last-level cache (a quarter of it, by default).
 
-// The last-level cache of the cores this process runs on. sysfs first: glibc's sysconf reports
-// the sum over all of an AMD EPYC's core complexes (320 MiB on this project's CPU machines,
-// where one core complex, the cache a core can use, has 32 MiB).
+// The last-level cache of the cores this process runs on. sysfs first: on a CPU of several core
+// complexes (an AMD EPYC) glibc's sysconf reports the sum over all of them, many times the cache
+// one core can use, which is one complex's.
 inline int64_t last_level_cache_bytes() {
   static const int64_t bytes = [] {
     std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");

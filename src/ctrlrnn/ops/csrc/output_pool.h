@@ -2,8 +2,8 @@
 //
 // Why: on Linux, glibc serves blocks larger than its mmap threshold (at most 32 MiB) with a
 // fresh mmap and returns them with munmap on free. The first write to each fresh page is a page
-// fault and a page clear by the kernel, measured at ~7 GB/s on this project's CPU machines
-// against ~35-40 GB/s for writes into memory already mapped. A recurrent layer in a training
+// fault and a page clear by the kernel, several times slower than a write into memory already
+// mapped. A recurrent layer in a training
 // loop allocates the same large outputs every step (the scan's h, its gradients da and db), so
 // without a cache every step pays the first-touch cost again. The CUDA caching allocator exists
 // for the same reason; PyTorch's CPU allocator has none on desktop builds.

@@ -3,9 +3,9 @@ fused METAGROSS level.
 
 Triton is an optional dependency (``pip install ctrlrnn[gpu]``) and is imported lazily: nothing
 here imports it at ``import ctrlrnn``, so a CPU-only install without Triton keeps working. The
-kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.cells_triton`,
-:mod:`.metagross_triton`) import Triton
-at their own import, which happens only when a CUDA tensor first asks for a kernel (through
+kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.metagross_triton`, and each
+cell's ``triton_kernels`` in :mod:`ctrlrnn.ops.cells`) import Triton at their own import, which
+happens only when a CUDA tensor first asks for a kernel (through
 :func:`ctrlrnn.ops.backend.kernel_for`) or when the tests load them under the Triton interpreter.
 
 Selection (never a silent fallback to a slow path): a CUDA tensor runs the Triton
@@ -33,25 +33,24 @@ __all__ = [
     "triton_status",
 ]
 
-#: Op families with a GPU implementation -> the module exposing it. ``scan`` mirrors the CPU
-#: extension of the same name (``linear_scan_forward`` / ``_backward``, ``qrnn_pooling_forward``
-#: / ``_backward``, same signatures) and so does ``metagross`` (``forward`` / ``backward`` of one
-#: METAGROSS level); ``cells`` exposes sequence functions with the signatures of
-#: :mod:`ctrlrnn.ops.cells_ref` (:data:`CELL_FUNCTIONS`).
+#: Op families with a GPU implementation -> the module exposing it. Each mirrors the CPU
+#: extension of the same name: the same functions with the same signatures, registered as the
+#: CUDA kernels of the same custom ops (:mod:`ctrlrnn.ops.kernel_op`).
 FAMILIES: dict[str, str] = {
-    "scan": "ctrlrnn.ops.gpu.scan_family",
-    "cells": "ctrlrnn.ops.gpu.cells_triton",
+    "scan": "ctrlrnn.ops.gpu.scan_and_pooling",
+    "cells": "ctrlrnn.ops.cells.triton_host",
     "metagross": "ctrlrnn.ops.gpu.metagross_triton",
 }
 
 #: The functions each family's GPU module must expose (the dispatch test and ``ctrlrnn info``
-#: check them): every cell of :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM, nCARNN and
-#: the METAGROSS unit as printed (``metagross_state_sequence``).
+#: check them): for ``cells``, the forward and backward of every cell of
+#: :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM, nCARNN and the METAGROSS unit as printed.
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "scan": ("linear_scan_forward", "linear_scan_backward", "qrnn_pooling_forward",
              "qrnn_pooling_backward"),
-    "cells": ("lstm_sequence", "gru_sequence", "cas_lstm_sequence", "ncarnn_sequence",
-              "metagross_state_sequence"),
+    "cells": tuple(f"{cell}_{way}" for cell in ("lstm", "gru", "cas_lstm", "ncarnn",
+                                                "metagross_state")
+                   for way in ("forward", "backward")),
     "metagross": ("forward", "backward"),
 }
 CELL_FUNCTIONS = FAMILY_FUNCTIONS["cells"]

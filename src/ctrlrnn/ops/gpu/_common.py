@@ -103,6 +103,22 @@ def tanh(x):
 
 
 @triton.jit
+def step_lanes(len_ptr, t, H, HAS_LEN: tl.constexpr, BLOCK: tl.constexpr):
+    """The lanes of a program of a fused cell's step kernel (grid ``(B, cdiv(H, BLOCK))``):
+    ``(row, channels, which channels exist, an int64 zero vector, which channels are valid at
+    step t)``; past the row's length (``HAS_LEN``) none is valid."""
+    pid_b = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < H
+    zero = tl.zeros([BLOCK], tl.int64)
+    if HAS_LEN:
+        valid = cmask & ((zero + t) < tl.load(len_ptr + pid_b))
+    else:
+        valid = cmask
+    return pid_b, cols, cmask, zero, valid
+
+
+@triton.jit
 def chunk_carry_kernel(
     prod_ptr,
     state_ptr,

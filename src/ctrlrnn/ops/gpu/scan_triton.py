@@ -32,7 +32,7 @@ Two ways to run each direction:
 
 :func:`ctrlrnn.ops.gpu._common.chunk_length` picks the variant.
 
-Non-finite values (issue 14): the sequential variant computes exactly the reference's
+Non-finite values: the sequential variant computes exactly the reference's
 ``a_t * h + b_t`` step by step (past the length ``a = 1, b = 0`` keep even an infinite or NaN
 state unchanged), so NaN and +-Inf land where the reference puts them, forward and backward.
 The chunked variant is exact for finite values and for NaN anywhere, but its combination

@@ -1,8 +1,9 @@
-"""The GPU counterpart of the CPU extension ``scan``: the same four functions, same signatures.
+"""The Triton linear scan and QRNN pooling: the GPU counterpart of the CPU extension ``scan``,
+the same four functions with the same signatures.
 
 :func:`ctrlrnn.ops.backend.kernel_for` returns this module for CUDA tensors when Triton is
-available, so :mod:`ctrlrnn.ops.linear_scan` and :mod:`ctrlrnn.ops.qrnn_pooling` call
-``ext.linear_scan_forward(...)`` etc. without knowing which device they run on.
+available, and the CUDA kernels of the custom ops of :mod:`ctrlrnn.ops.linear_scan` and
+:mod:`ctrlrnn.ops.qrnn_pooling` call its functions (:mod:`ctrlrnn.ops.kernel_op`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@
 // state gradient with one GEMM per step.
 
 #include "cells_common.h"
+#include "cells_time.h"
 
 #include <torch/extension.h>
 
@@ -175,35 +176,28 @@ std::vector<at::Tensor> metagross_state_forward(const at::Tensor& x_proj_in,
     const scalar_t* rec_p = rec.data_ptr<scalar_t>();
     scalar_t* h_p = h.data_ptr<scalar_t>();
     scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const at::Tensor h_s = h.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/true, b1 - b0);
+    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+        [&](int64_t b0, int64_t b1, const auto& run) {
       std::vector<scalar_t> hn(static_cast<size_t>(N * H));
-      for (int64_t t = 0; t < T; ++t) {
-        if (t < ml) gemm.run(h_s, rec_s, false);
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict hs = hs_p + bt * H;
-          scalar_t* __restrict P = saved.row<scalar_t>(b, bt, G);
-          if (t >= L.len[b]) {
-            fill_zero(hs, H);
-            fill_zero(P, G);
-            continue;
-          }
-          const scalar_t* __restrict xp = xp_all + bt * G;
-          const scalar_t* __restrict rr = rec_p + b * G;
-CTRLRNN_SIMD
-          for (int64_t g = 0; g < G; ++g) P[g] = xp[g] + rr[g];
-          scalar_t* hb = h_p + b * H;
-          tree_forward<scalar_t>(tr, P, hb, al_p + bt * I, be_p + bt * I,
-                                 res_p ? res_p + bt * H : nullptr, hn.data(), nullptr, nullptr,
-                                 nullptr, nullptr);
-          std::memcpy(hb, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
-          std::memcpy(hs, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict hs = hs_p + bt * H;
+        scalar_t* __restrict P = saved.row<scalar_t>(b, bt, G);
+        if (!valid) {
+          fill_zero(hs, H);
+          fill_zero(P, G);
+          return;
         }
-      }
+        const scalar_t* __restrict xp = xp_all + bt * G;
+        const scalar_t* __restrict rr = rec_p + b * G;
+CTRLRNN_SIMD
+        for (int64_t g = 0; g < G; ++g) P[g] = xp[g] + rr[g];
+        scalar_t* hb = h_p + b * H;
+        tree_forward<scalar_t>(tr, P, hb, al_p + bt * I, be_p + bt * I,
+                               res_p ? res_p + bt * H : nullptr, hn.data(), nullptr, nullptr,
+                               nullptr, nullptr);
+        std::memcpy(hb, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+        std::memcpy(hs, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+      });
     });
   });
   return {h_seq, h, saved.acts};
@@ -250,99 +244,93 @@ std::vector<at::Tensor> metagross_state_backward(
     scalar_t* db_p = dbeta.data_ptr<scalar_t>();
     scalar_t* dr_p = has_res ? dres.data_ptr<scalar_t>() : nullptr;
     const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
-    over_batch_slices(B, [&](int64_t b0, int64_t b1) {
-      at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
-      const int64_t ml = L.max_in(b0, b1);
-      const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
+    backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
+        [&](int64_t b0, int64_t b1, const auto& run) {
       const size_t NH = static_cast<size_t>(N * H);
       std::vector<scalar_t> hn(NH), fs(NH), os(NH), zs(NH), cs(NH), dn(NH);
       std::vector<scalar_t> ds(static_cast<size_t>(H));
-      for (int64_t t = T - 1; t >= 0; --t) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t bt = b * T + t;
-          scalar_t* __restrict d = dx_p + bt * G;
-          if (t >= L.len[b]) {
-            fill_zero(d, G);
-            fill_zero(da_p + bt * I, I);
-            fill_zero(db_p + bt * I, I);
-            if (dr_p) fill_zero(dr_p + bt * H, H);
-            continue;
-          }
-          const scalar_t* P = P_all + bt * G;
-          const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
-          const scalar_t* al = al_p + bt * I;
-          const scalar_t* be = be_p + bt * I;
-          // the children's outputs hn (residual included) enter d alpha, d beta
-          tree_forward<scalar_t>(tr, P, s, al, be, res_p ? res_p + bt * H : nullptr, hn.data(),
-                                 fs.data(), os.data(), zs.data(), cs.data());
-          const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
-          const scalar_t* g = gh_p ? gh_p + bt * H : nullptr;
-          for (int64_t j = 0; j < H; ++j) {
-            dn[static_cast<size_t>(j)] = dh_in[j] + (g ? g[j] : scalar_t(0));
-            ds[static_cast<size_t>(j)] = scalar_t(0);
-          }
-          scalar_t* dr = dr_p ? dr_p + bt * H : nullptr;
-          if (dr) fill_zero(dr, H);
-          for (int64_t i = 0; i < N; ++i) {  // parents before children
-            const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
-            const bool internal = i < I;
-            const scalar_t a = internal ? al[i] : scalar_t(0);
-            const scalar_t bb = internal ? be[i] : scalar_t(0);
-            const scalar_t* __restrict f_ = fs.data() + i * H;
-            const scalar_t* __restrict o_ = os.data() + i * H;
-            const scalar_t* __restrict z_ = zs.data() + i * H;
-            const scalar_t* __restrict c_ = cs.data() + i * H;
-            const scalar_t* __restrict dh = dn.data() + i * H;
-            scalar_t* __restrict dsp = ds.data();
-            scalar_t* __restrict dpf = d + m.f * H;
-            scalar_t* __restrict dpo = d + m.o * H;
-            scalar_t* __restrict dpz = d + m.z * H;
-            if (internal) {
-              const scalar_t* __restrict pf = P + m.f * H;
-              const scalar_t* __restrict po = P + m.o * H;
-              const scalar_t* __restrict mf = hn.data() + (2 * i + 1) * H;
-              const scalar_t* __restrict mo = hn.data() + (2 * i + 2) * H;
-              scalar_t* __restrict dmf = dn.data() + (2 * i + 1) * H;
-              scalar_t* __restrict dmo = dn.data() + (2 * i + 2) * H;
-              scalar_t sa = 0, sb = 0;
-CTRLRNN_SIMD
-              for (int64_t j = 0; j < H; ++j) {
-                const scalar_t f = f_[j], o = o_[j], z = z_[j];
-                const scalar_t dc = dh[j] * o;
-                const scalar_t duf = dc * (z - s[j]) * f * (scalar_t(1) - f);
-                const scalar_t duo = dh[j] * c_[j] * o * (scalar_t(1) - o);
-                dsp[j] += dc * (scalar_t(1) - f);
-                dpz[j] = dc * f * (scalar_t(1) - z * z);
-                dpf[j] = duf - duf * a;
-                dpo[j] = duo - duo * bb;
-                dmf[j] = duf * a;
-                dmo[j] = duo * bb;
-                sa += duf * (mf[j] - pf[j]);
-                sb += duo * (mo[j] - po[j]);
-              }
-              da_p[bt * I + i] = sa;
-              db_p[bt * I + i] = sb;
-            } else {
-CTRLRNN_SIMD
-              for (int64_t j = 0; j < H; ++j) {
-                const scalar_t f = f_[j], o = o_[j], z = z_[j];
-                const scalar_t dc = dh[j] * o;
-                dsp[j] += dc * (scalar_t(1) - f);
-                dpz[j] = dc * f * (scalar_t(1) - z * z);
-                dpf[j] = dc * (z - s[j]) * f * (scalar_t(1) - f);
-                dpo[j] = dh[j] * c_[j] * o * (scalar_t(1) - o);
-              }
-            }
-            if (dr) {
-CTRLRNN_SIMD
-              for (int64_t j = 0; j < H; ++j) dr[j] += dh[j];
-            }
-          }
-          std::memcpy(rec_p + b * H, ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+        scalar_t* __restrict d = dx_p + bt * G;
+        if (!valid) {
+          fill_zero(d, G);
+          fill_zero(da_p + bt * I, I);
+          fill_zero(db_p + bt * I, I);
+          if (dr_p) fill_zero(dr_p + bt * H, H);
+          return;
         }
-        if (t < ml) gemm.run(dx.select(1, t).narrow(0, b0, b1 - b0), rec_s, true);
-      }
-    });
+        const scalar_t* P = P_all + bt * G;
+        const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
+        const scalar_t* al = al_p + bt * I;
+        const scalar_t* be = be_p + bt * I;
+        // the children's outputs hn (residual included) enter d alpha, d beta
+        tree_forward<scalar_t>(tr, P, s, al, be, res_p ? res_p + bt * H : nullptr, hn.data(),
+                               fs.data(), os.data(), zs.data(), cs.data());
+        const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
+        const scalar_t* g = gh_p ? gh_p + bt * H : nullptr;
+        for (int64_t j = 0; j < H; ++j) {
+          dn[static_cast<size_t>(j)] = dh_in[j] + (g ? g[j] : scalar_t(0));
+          ds[static_cast<size_t>(j)] = scalar_t(0);
+        }
+        scalar_t* dr = dr_p ? dr_p + bt * H : nullptr;
+        if (dr) fill_zero(dr, H);
+        for (int64_t i = 0; i < N; ++i) {  // parents before children
+          const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
+          const bool internal = i < I;
+          const scalar_t a = internal ? al[i] : scalar_t(0);
+          const scalar_t bb = internal ? be[i] : scalar_t(0);
+          const scalar_t* __restrict f_ = fs.data() + i * H;
+          const scalar_t* __restrict o_ = os.data() + i * H;
+          const scalar_t* __restrict z_ = zs.data() + i * H;
+          const scalar_t* __restrict c_ = cs.data() + i * H;
+          const scalar_t* __restrict dh = dn.data() + i * H;
+          scalar_t* __restrict dsp = ds.data();
+          scalar_t* __restrict dpf = d + m.f * H;
+          scalar_t* __restrict dpo = d + m.o * H;
+          scalar_t* __restrict dpz = d + m.z * H;
+          if (internal) {
+            const scalar_t* __restrict pf = P + m.f * H;
+            const scalar_t* __restrict po = P + m.o * H;
+            const scalar_t* __restrict mf = hn.data() + (2 * i + 1) * H;
+            const scalar_t* __restrict mo = hn.data() + (2 * i + 2) * H;
+            scalar_t* __restrict dmf = dn.data() + (2 * i + 1) * H;
+            scalar_t* __restrict dmo = dn.data() + (2 * i + 2) * H;
+            scalar_t sa = 0, sb = 0;
+CTRLRNN_SIMD
+            for (int64_t j = 0; j < H; ++j) {
+              const scalar_t f = f_[j], o = o_[j], z = z_[j];
+              const scalar_t dc = dh[j] * o;
+              const scalar_t duf = dc * (z - s[j]) * f * (scalar_t(1) - f);
+              const scalar_t duo = dh[j] * c_[j] * o * (scalar_t(1) - o);
+              dsp[j] += dc * (scalar_t(1) - f);
+              dpz[j] = dc * f * (scalar_t(1) - z * z);
+              dpf[j] = duf - duf * a;
+              dpo[j] = duo - duo * bb;
+              dmf[j] = duf * a;
+              dmo[j] = duo * bb;
+              sa += duf * (mf[j] - pf[j]);
+              sb += duo * (mo[j] - po[j]);
+            }
+            da_p[bt * I + i] = sa;
+            db_p[bt * I + i] = sb;
+          } else {
+CTRLRNN_SIMD
+            for (int64_t j = 0; j < H; ++j) {
+              const scalar_t f = f_[j], o = o_[j], z = z_[j];
+              const scalar_t dc = dh[j] * o;
+              dsp[j] += dc * (scalar_t(1) - f);
+              dpz[j] = dc * f * (scalar_t(1) - z * z);
+              dpf[j] = dc * (z - s[j]) * f * (scalar_t(1) - f);
+              dpo[j] = dh[j] * c_[j] * o * (scalar_t(1) - o);
+            }
+          }
+          if (dr) {
+CTRLRNN_SIMD
+            for (int64_t j = 0; j < H; ++j) dr[j] += dh[j];
+          }
+        }
+        std::memcpy(rec_p + b * H, ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+      });
+    }, [&](int64_t t) { return dx.select(1, t); });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
@@ -351,7 +339,7 @@ CTRLRNN_SIMD
 
 }  // namespace
 
-void bind_metagross_cell(pybind11::module_& m) {
+void bind_metagross_state(pybind11::module_& m) {
   m.def("metagross_state_forward", &metagross_state_forward,
         "METAGROSS (section 2 as printed) forward -> h_seq, h_last, saved pre-activations");
   m.def("metagross_state_backward", &metagross_state_backward,

@@ -2,13 +2,9 @@
 
 Every compiled op is a :mod:`torch.library` custom op with its autograd formula registered
 (``register_autograd``), so that it traces under ``torch.compile`` and ``torch.export``. Called
-from eager Python, a custom op with autograd pays for the dispatcher and for the wrapper
-``torch.library`` builds around the formula, on every call, forward and backward. Measured on
-this project's 2-core machine with nothing else running (forward and backward of
-:func:`ctrlrnn.linear_scan` on a tiny input, median of 3 x 2000 calls): 193 us through the custom
-ops, 145 us through this module's path, 12 us for the kernels alone. On an H100 one
-forward+backward scan call of 32 x 1024 x 1024 took 0.92 ms of wall time for 0.49 ms of kernels:
-per-call CPU time matters on a GPU.
+from eager Python, a custom op with autograd pays, on every call forward and backward, for the
+dispatcher and for the wrapper ``torch.library`` builds around the formula: a fixed cost per
+call that does not shrink with the work, and that a GPU, whose kernels are short, waits on.
 
 So each op registers its autograd formula through :class:`CompiledOp`, which also builds the
 op's eager twin from the same functions (:func:`autograd_function`: the op's own
@@ -19,6 +15,9 @@ backward is being built (``create_graph=True``): then it goes through the backwa
 whose double-backward error (:mod:`ctrlrnn.ops.double_backward`) therefore stays. Under
 ``torch.compile``, ``torch.export``, TorchScript tracing, and for tensor subclasses (fake
 tensors, functional tensors), the custom op runs as before.
+
+:func:`constant_under_compile` marks the questions the dispatch asks (is there a kernel, is an
+export running) as constants while dynamo traces, so they are answered once, eagerly.
 """
 
 from __future__ import annotations
@@ -29,6 +28,14 @@ from typing import Any
 import torch
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def constant_under_compile(fn: Any) -> Any:
+    """``torch.compiler.assume_constant_result(fn)``, without its import of ``torch._dynamo``
+    (seconds at ``import ctrlrnn``): the decorator only sets this attribute, which dynamo reads
+    when it meets ``fn``."""
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 def eager_ok(*args: Any) -> bool:
@@ -63,7 +70,7 @@ def autograd_function(
     body = {
         "forward": staticmethod(forward),
         "backward": staticmethod(backward_),
-        "__doc__": f"Eager autograd of ctrlrnn::{name} (see ctrlrnn.ops.eager).",
+        "__doc__": f"Eager autograd of ctrlrnn::{name} (see ctrlrnn.ops.compiled_op).",
     }
     fn = type(name, (torch.autograd.Function,), body)
     return fn.apply
