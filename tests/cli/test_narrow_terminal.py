@@ -185,7 +185,7 @@ def test_data_list_fits_and_is_short(runner, short_tmp: Path) -> None:
 
 @pytest.fixture(scope="module")
 def bench_json():
-    """One real ``ctrlrnn bench --tiny`` run under the terminal (about 10 s)."""
+    """One real ``ctrlrnn bench --tiny`` run under the terminal."""
     folder = Path(tempfile.mkdtemp(prefix="nt"))
     out = folder / "r.json"
     code, raw = run_tty(CTRLRNN + ["bench", "--tiny", "--only", "gru", "--repeats", "1",

@@ -19,9 +19,9 @@ import pytest  # noqa: E402
 
 #: Test modules whose kernels loop over a kernel argument (``for j in range(0, CHUNK)``).
 _LOOPING_MODULES = {
-    "test_triton_interpret.py",
-    "test_triton_metagross.py",
-    "test_triton_nonfinite.py",
+    "test_triton_linear_scan.py",
+    "test_triton_metagross_level.py",
+    "test_triton_qrnn_pooling.py",
 }
 
 

@@ -1,7 +1,7 @@
 """The Triton METAGROSS unit as printed (METAGROSS paper section 2, eq 2-1..2-6) against the
 reference, in Triton's CPU interpreter.
 
-As ``test_triton_cas_ncarnn.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``, and
+As ``test_triton_fused_cells.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``, and
 :func:`kernel_routes.metagross_state_sequence` runs the op's Triton kernels on CPU tensors; it
 is compared with :func:`ctrlrnn.ops.cells_ref.metagross_state_sequence_ref` in float64
 differentiated by autograd: the output sequence, the final state and the gradients of every
@@ -27,7 +27,7 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrl
 
 import kernel_routes as cells_triton  # noqa: E402
 from kernel_routes import Spy, route, triton_cells, triton_module  # noqa: E402,F401
-from triton_tolerances import close  # noqa: E402
+from triton_tolerances import INF, NAN, close, parity  # noqa: E402
 
 from ctrlrnn.nn.metagross import Metagross  # noqa: E402
 from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
@@ -35,7 +35,6 @@ from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
 pytestmark = pytest.mark.usefixtures("triton_cells")
 
 B, T, H = 3, 5, 8
-NAN, INF = float("nan"), float("inf")
 NAMES = ("x_proj", "weight_hh", "alpha", "beta", "res", "h0")
 
 
@@ -161,20 +160,8 @@ def test_empty_shapes(batch, steps):
 
 
 # ------------------------------------------------------------------------------------------------
-# NaN / +-Inf parity with the reference (as tests/gpu/test_triton_nonfinite.py)
+# NaN / +-Inf parity with the reference
 # ------------------------------------------------------------------------------------------------
-
-
-def _parity(got: Tensor, want: Tensor, name: str) -> None:
-    """Equal NaN, +Inf and -Inf masks, close finite values (float32)."""
-    assert got.shape == want.shape and got.dtype == want.dtype, name
-    for label, mask in (("NaN", torch.isnan), ("+Inf", lambda t: t == INF),
-                        ("-Inf", lambda t: t == -INF)):  # fmt: skip
-        mg, mw = mask(got), mask(want)
-        assert torch.equal(mg, mw), f"{name}: {label} masks differ at {(mg != mw).nonzero()[:4]}"
-    fin = torch.isfinite(want)
-    scale = max(1.0, want[fin].abs().max().item()) if fin.any() else 1.0
-    torch.testing.assert_close(got[fin], want[fin], rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -200,13 +187,13 @@ def test_nonfinite():
     outs = cells_triton.metagross_state_sequence(*leaves)
     ref = cells_ref.metagross_state_sequence_ref(*ref_leaves)
     for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
-        _parity(o.detach(), r.detach(), f"output {k}")
+        parity(o.detach(), r.detach(), f"output {k}")
     g = torch.Generator().manual_seed(51)
     ws = [torch.randn(o.shape, generator=g) for o in outs]
     got = torch.autograd.grad(outs, [a for a in leaves if a is not None], ws)
     want = torch.autograd.grad(ref, [a for a in ref_leaves if a is not None], ws)
     for name, a, b in zip(NAMES, got, want, strict=True):
-        _parity(a, b, f"d {name}")
+        parity(a, b, f"d {name}")
     assert torch.isnan(outs[0]).any() and torch.isfinite(outs[0]).any()
 
 

@@ -1,6 +1,8 @@
 """Every layer test runs on both backends: the compiled kernels and the reference path
 (``CTRLRNN_BACKEND=reference``, what users without a compiler get), so a reference path that
-cannot train, differentiate or take packed input fails CI."""
+cannot train, differentiate or take packed input fails CI.
+
+A test that compares the two paths itself is marked ``compares_backends`` and runs once."""
 
 import pytest
 import torch
@@ -8,13 +10,27 @@ import torch
 from ctrlrnn.ops import backend
 
 
-@pytest.fixture(autouse=True, params=["compiled", "reference"])
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "compares_backends: the test runs both backends itself (it runs once)"
+    )
+
+
+def pytest_generate_tests(metafunc):
+    if "ctrlrnn_backend" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("compares_backends") is None:
+        metafunc.parametrize("ctrlrnn_backend", ["compiled", "reference"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def ctrlrnn_backend(request, monkeypatch):
-    if request.param == "reference":
+    which = getattr(request, "param", "compiled")
+    if which == "reference":
         monkeypatch.setenv("CTRLRNN_BACKEND", "reference")
     else:
         monkeypatch.delenv("CTRLRNN_BACKEND", raising=False)
     # graphs traced under the other backend hold its choice as a constant: trace again
     torch._dynamo.reset()
-    assert backend.has_kernel("scan", torch.device("cpu")) == (request.param == "compiled")
-    return request.param
+    assert backend.has_kernel("scan", torch.device("cpu")) == (which == "compiled")
+    return which

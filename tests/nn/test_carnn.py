@@ -1,13 +1,16 @@
-"""CARNN against step-by-step loops from the CARNN paper eq 3, 5, 6, 8, 11-13, and its contract."""
+"""CARNN against step-by-step loops from the CARNN paper eq 3, 5, 6, 8, 11-13, and what is specific
+to it (the variants, the context, the dialog pipeline and the contextual language model). What
+every layer shares (padding, packed input, unbatched input, dropout, half precision, ...) is
+checked over the configurations of ``contract.py``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from contract import gradcheck
 
-from ctrlrnn import CARNN, CARNNCell, ContextualCARNNLM, HistorySummary, PositionEncoder
+from ctrlrnn import CARNN, CARNNCell, ContextualCARNNLM, PositionEncoder
 
 D64 = torch.float64
 
@@ -122,19 +125,6 @@ def test_context_is_broadcast_over_time_and_matters():
         assert (a - b).abs().max() > 1e-3
 
 
-def _gradcheck(m, x, c, h0, lengths=None):
-    names = [n for n, _ in m.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
-
-    def f(x, c, h0, *ps):
-        return torch.func.functional_call(
-            m, dict(zip(names, ps)), (x, c, h0), dict(lengths=lengths)
-        )
-
-    full = torch.autograd.gradcheck(lambda x, c, h0: f(x, c, h0, *params), (x, c, h0))
-    return full and torch.autograd.gradcheck(f, (x, c, h0, *params), fast_mode=True)
-
-
 @pytest.mark.parametrize("variant", ["n", "i", "s"])
 def test_gradcheck(variant):
     torch.manual_seed(4)
@@ -145,53 +135,7 @@ def test_gradcheck(variant):
     x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
     c = torch.randn(2, 2, dtype=D64, requires_grad=True)
     h0 = torch.randn(2 * D, 2, 2, dtype=D64, requires_grad=True)
-    assert _gradcheck(m, x, c, h0, lengths=torch.tensor([3, 2]))
-
-
-@pytest.mark.parametrize("variant", ["n", "i", "s"])
-def test_packed_equals_padded_and_ignores_padding(variant):
-    torch.manual_seed(5)
-    bidir = variant != "s"
-    m = CARNN(3, 3, 2, variant=variant, num_layers=2, bidirectional=bidir,
-              batch_first=True).double()  # fmt: skip
-    lengths = torch.tensor([5, 2, 4])
-    x = torch.randn(3, 5, 3, dtype=D64)
-    c = torch.randn(3, 2, dtype=D64)
-    out, h_n = m(x, c, lengths=lengths)
-    for b in range(3):
-        ob, hb = m(x[b : b + 1, : lengths[b]], c[b : b + 1])
-        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
-        torch.testing.assert_close(h_n[:, b : b + 1], hb)
-        assert out[b, lengths[b] :].abs().sum() == 0
-    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
-    x2[1, 2:] = 1e3
-    out2, h_n2 = m(x2, c, lengths=lengths)
-    torch.testing.assert_close(out2[:, :5], out)
-    torch.testing.assert_close(h_n2, h_n)
-    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out_p, h_p = m(packed, c)
-    padded, lens = pad_packed_sequence(out_p, batch_first=True)
-    torch.testing.assert_close(padded, out)
-    assert lens.tolist() == lengths.tolist()
-    torch.testing.assert_close(h_p, h_n)
-
-
-@pytest.mark.parametrize("variant", ["n", "i"])
-def test_gradients_do_not_depend_on_padding(variant):
-    torch.manual_seed(6)
-    m = CARNN(3, 4, 2, variant=variant, bidirectional=True, batch_first=True).double()
-    lengths = torch.tensor([5, 3])
-    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
-    c = torch.randn(2, 2, dtype=D64, requires_grad=True)
-    out, h = m(x, c, lengths=lengths)
-    (out.sum() + h.sum()).backward()
-    assert x.grad[1, 3:].abs().max() == 0
-    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
-    c1 = c[1:2].detach().clone().requires_grad_(True)
-    o1, h1 = m(x1, c1)
-    (o1.sum() + h1.sum()).backward()
-    torch.testing.assert_close(x.grad[1, :3], x1.grad[0])
-    torch.testing.assert_close(c.grad[1], c1.grad[0])
+    assert gradcheck(m, x, h0, lengths=torch.tensor([3, 2]), ctx=c)
 
 
 @pytest.mark.parametrize("variant", ["n", "i", "s"])
@@ -213,20 +157,6 @@ def test_cell_equals_layer_and_unbatched(variant):
     o1, h1 = m(x[:, 1], c[1])  # unbatched (T, D) input with a (C,) context
     torch.testing.assert_close(o1, m(x, c)[0][:, 1])
     assert h1.shape == (1, 4)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("variant", ["n", "i"])
-def test_half_precision(variant, dtype):
-    torch.manual_seed(8)
-    m = CARNN(8, 16, 4, variant=variant, batch_first=True)
-    x, c = torch.randn(2, 10, 8), torch.randn(2, 4)
-    ref, _ = m(x, c)
-    mh = CARNN(8, 16, 4, variant=variant, batch_first=True).to(dtype)
-    mh.load_state_dict({k: v.to(dtype) for k, v in m.state_dict().items()})
-    out, _ = mh(x.to(dtype), c.to(dtype))
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
 
 
 @pytest.mark.parametrize(
@@ -303,41 +233,6 @@ def test_learns_context_selected_task(variant):
 
 
 # ------------------------------------------------------------------ the paper's model pieces
-
-
-def test_position_encoder_formula_and_padding():
-    torch.manual_seed(11)
-    pe = PositionEncoder()
-    x = torch.randn(2, 4, 3, dtype=D64)
-    out = pe(x, lengths=torch.tensor([4, 2]))
-    for b, J in enumerate([4, 2]):
-        ref = torch.zeros(3, dtype=D64)
-        for j in range(1, J + 1):
-            for k in range(1, 4):
-                lkj = (1 - j / J) - (k / 3) * (1 - 2 * j / J)
-                ref[k - 1] += lkj * x[b, j - 1, k - 1]
-        torch.testing.assert_close(out[b], ref)
-    x2 = x.clone()
-    x2[1, 2:] = 1e3
-    torch.testing.assert_close(pe(x2, lengths=torch.tensor([4, 2])), out)
-    torch.testing.assert_close(pe(x[:1]), out[:1])  # full length by default
-    with pytest.raises(ValueError, match="lengths"):
-        pe(x, lengths=torch.tensor([5, 2]))
-
-
-def test_history_summary_eq8():
-    torch.manual_seed(12)
-    h, e = torch.randn(2, 4, 3, dtype=D64), torch.randn(2, 4, 3, dtype=D64)
-    c = torch.randn(2, 3, dtype=D64)
-    h_his, alpha = HistorySummary()(h, e, c, lengths=torch.tensor([4, 2]))
-    for b, M in enumerate([4, 2]):
-        ht = [h[b, m] + e[b, m] for m in range(M)]
-        w = torch.softmax(torch.stack([t @ c[b] for t in ht]), 0)
-        torch.testing.assert_close(h_his[b], sum(w[m] * ht[m] for m in range(M)))
-        torch.testing.assert_close(alpha[b, :M], w)
-        assert alpha[b, M:].abs().sum() == 0
-    with pytest.raises(ValueError, match="c: expected shape"):
-        HistorySummary()(h, e, torch.randn(2, 4, dtype=D64))
 
 
 def test_dialog_history_pipeline_end_to_end():

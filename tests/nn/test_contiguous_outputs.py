@@ -1,41 +1,21 @@
-"""Outputs and states are laid out as torch.nn.LSTM returns them: contiguous in both layouts, so
-the common ``output.view(-1, H)`` (a decoder over all steps) works for every layer."""
+"""For every layer configuration of :mod:`contract`, outputs and states are laid out as
+torch.nn.LSTM returns them: contiguous in both layouts, so the common ``output.view(-1, H)`` (a
+decoder over all steps) works for every layer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import torch
-from torch import Tensor, nn
+from contract import NAMES, context, make, run, states
+from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import ctrlrnn
 
-T, B, D, H, C = 6, 3, 4, 5, 2
+T, B, D, H = 6, 3, 4, 5
 LENGTHS = torch.tensor([6, 2, 4])
-
-LAYERS: dict[str, Callable[..., nn.Module]] = {
-    "qrnn": lambda **kw: ctrlrnn.QRNN(D, H, num_layers=2, window=2, **kw),
-    "rcrn": lambda **kw: ctrlrnn.RCRN(D, H, **kw),
-    "rcrn-concat": lambda **kw: ctrlrnn.RCRN(D, H, listener="concat_forward", **kw),
-    "caslstm": lambda **kw: ctrlrnn.CASLSTM(D, H, num_layers=2, **kw),
-    "carnn-n": lambda **kw: ctrlrnn.CARNN(D, H, context_size=C, num_layers=2, **kw),
-    "carnn-i": lambda **kw: ctrlrnn.CARNN(D, H, context_size=C, variant="i", **kw),
-    "metagross": lambda **kw: ctrlrnn.Metagross(D, H, num_layers=2, **kw),
-    "metagross-state": lambda **kw: ctrlrnn.Metagross(D, H, gates="state", **kw),
-    "metagross-lstm": lambda **kw: ctrlrnn.Metagross(D, H, base="lstm", **kw),
-}
-
-
-def run(name: str, layer: nn.Module, x: Tensor | PackedSequence, **kw):
-    if name.startswith("carnn"):
-        return layer(x, torch.randn(B, C), **kw)
-    return layer(x, **kw)
-
-
-def states(h_n: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    return h_n if isinstance(h_n, tuple) else (h_n,)
+#: sCARNN stacks only in one direction (a bidirectional output is wider than its input)
+BIDIRECTIONAL = [(n, bi) for n in NAMES for bi in (False, True) if (n, bi) != ("scarnn", True)]
 
 
 def check_views(output: Tensor, h_n: Tensor | tuple[Tensor, ...]) -> None:
@@ -47,24 +27,22 @@ def check_views(output: Tensor, h_n: Tensor | tuple[Tensor, ...]) -> None:
         s.view(-1, s.shape[-1])
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
+@pytest.mark.parametrize(("name", "bidirectional"), BIDIRECTIONAL)
 @pytest.mark.parametrize("batch_first", [False, True])
-@pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
 def test_output_and_states_view(name, batch_first, bidirectional, padded):
-    layer = LAYERS[name](batch_first=batch_first, bidirectional=bidirectional)
+    layer = make(name, D, H, batch_first=batch_first, bidirectional=bidirectional)
     x = torch.randn(B, T, D) if batch_first else torch.randn(T, B, D)
-    output, h_n = run(name, layer, x, lengths=LENGTHS if padded else None)
+    output, h_n = run(layer, x, context(layer, B), lengths=LENGTHS if padded else None)
     assert output.shape == ((B, T) if batch_first else (T, B)) + (layer.output_size,)
     check_views(output, h_n)
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
-@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize(("name", "bidirectional"), BIDIRECTIONAL)
 def test_packed_output_and_states_view(name, bidirectional):
-    layer = LAYERS[name](bidirectional=bidirectional)
+    layer = make(name, D, H, bidirectional=bidirectional)
     packed = pack_padded_sequence(torch.randn(T, B, D), LENGTHS, enforce_sorted=False)
-    output, h_n = run(name, layer, packed)
+    output, h_n = run(layer, packed, context(layer, B))
     assert isinstance(output, PackedSequence)
     check_views(output.data, h_n)
 
@@ -73,12 +51,12 @@ def test_packed_output_and_states_view(name, bidirectional):
 def test_time_major_output_equals_the_batch_first_one(name):
     """The dense time-major output holds the same numbers as the batch-first run."""
     torch.manual_seed(0)
-    tm = LAYERS[name](bidirectional=True)
-    bf = LAYERS[name](bidirectional=True, batch_first=True)
+    tm = make(name, D, H, bidirectional=True)
+    bf = make(name, D, H, bidirectional=True, batch_first=True)
     bf.load_state_dict(tm.state_dict())
     x = torch.randn(T, B, D)
-    out_tm, _ = run(name, tm, x)
-    out_bf, _ = run(name, bf, x.transpose(0, 1))
+    out_tm, _ = run(tm, x)
+    out_bf, _ = run(bf, x.transpose(0, 1))
     assert torch.equal(out_tm, out_bf.transpose(0, 1))
 
 

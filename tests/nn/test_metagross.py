@@ -1,14 +1,21 @@
-"""METAGROSS against a recursive step-by-step loop written from the METAGROSS paper section 2."""
+"""METAGROSS against recursive step-by-step loops written from the METAGROSS paper section 2, in
+both readings (gates from the input, ``gates="input"``, and as printed, ``gates="state"``), and
+what is specific to it (bases, recurrences, depth gates, the gate backend). What every layer
+shares (padding, packed input, unbatched input, dropout, half precision, ...) is checked over the
+configurations of ``contract.py``; the position-wise variant (section 2.3) is
+``test_metagross_ffn.py``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from contract import gradcheck
 
-from ctrlrnn import Metagross, MetagrossFFN
+from ctrlrnn import Metagross
+from ctrlrnn.nn import metagross_gates
 from ctrlrnn.nn.metagross import MetagrossCell
+from ctrlrnn.ops import backend
 
 D64 = torch.float64
 
@@ -233,23 +240,6 @@ def test_bidirectional_multilayer_matches_paper_loop(base):
     torch.testing.assert_close(alpha, torch.stack(alphas).transpose(1, 2))
 
 
-def _gradcheck(m, x, hx, lengths=None):
-    names = [n for n, _ in m.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
-    hx = (hx,) if isinstance(hx, torch.Tensor) else tuple(hx)
-
-    def f(x, *rest):
-        states, ps = rest[: len(hx)], rest[len(hx) :]
-        state = states[0] if len(states) == 1 else tuple(states)
-        out, h_n = torch.func.functional_call(
-            m, dict(zip(names, ps)), (x, state), dict(lengths=lengths)
-        )
-        return (out, h_n) if isinstance(h_n, torch.Tensor) else (out, *h_n)
-
-    full = torch.autograd.gradcheck(lambda x, *s: f(x, *s, *params), (x, *hx))
-    return full and torch.autograd.gradcheck(f, (x, *hx, *params), fast_mode=True)
-
-
 @pytest.mark.parametrize(
     "base,recurrence,depth_gate",
     [("linear", "h", "token"), ("linear", "c", "static"), ("lstm", "h", "scalar"),
@@ -266,7 +256,7 @@ def test_gradcheck(base, recurrence, depth_gate):
     x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
     hx = _hx(m, 2)
     hx = hx.requires_grad_() if base == "linear" else tuple(h.requires_grad_() for h in hx)
-    assert _gradcheck(m, x, hx, lengths=torch.tensor([3, 2]))
+    assert gradcheck(m, x, hx, lengths=torch.tensor([3, 2]))
 
 
 @pytest.mark.parametrize(
@@ -274,48 +264,22 @@ def test_gradcheck(base, recurrence, depth_gate):
     [("linear", "h", "token"), ("linear", "c", "static"), ("lstm", "c", "token"),
      ("gru", "h", "static")],
 )  # fmt: skip
-def test_packed_equals_padded_and_ignores_padding(base, recurrence, depth_gate):
+def test_depth_gates_of_a_padded_batch(base, recurrence, depth_gate):
+    """``return_gates`` with lengths: each sequence's alpha and beta are those it has alone, and
+    zero past its length."""
     torch.manual_seed(5)
     m = Metagross(3, 3, num_layers=2, bidirectional=True, depth=2, base=base,
                   recurrence=recurrence, depth_gate=depth_gate,
                   batch_first=True).double()  # fmt: skip
     lengths = torch.tensor([5, 2, 4])
     x = torch.randn(3, 5, 3, dtype=D64)
-    out, h_n, (alpha, beta) = m(x, lengths=lengths, return_gates=True)
-    tree = h_n if base == "linear" else h_n[0]
+    _out, _h_n, (alpha, beta) = m(x, lengths=lengths, return_gates=True)
     for b in range(3):
-        ob, hb, (ab, bb) = m(x[b : b + 1, : lengths[b]], return_gates=True)
-        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
-        torch.testing.assert_close(tree[:, b : b + 1], hb if base == "linear" else hb[0])
+        _ob, _hb, (ab, bb) = m(x[b : b + 1, : lengths[b]], return_gates=True)
         torch.testing.assert_close(alpha[:, b : b + 1, : lengths[b]], ab)
         torch.testing.assert_close(beta[:, b : b + 1, : lengths[b]], bb)
-        assert out[b, lengths[b] :].abs().sum() == 0
         assert alpha[:, b, lengths[b] :].abs().sum() == 0
-    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
-    x2[1, 2:] = 1e3
-    out2, h_n2 = m(x2, lengths=lengths)
-    torch.testing.assert_close(out2[:, :5], out)
-    torch.testing.assert_close(h_n2, h_n)
-    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out_p, h_p = m(packed)
-    padded, lens = pad_packed_sequence(out_p, batch_first=True)
-    torch.testing.assert_close(padded, out)
-    assert lens.tolist() == lengths.tolist()
-    torch.testing.assert_close(h_p, h_n)
-
-
-def test_gradients_do_not_depend_on_padding():
-    torch.manual_seed(6)
-    m = Metagross(3, 3, bidirectional=True, depth=2, recurrence="c", batch_first=True).double()
-    lengths = torch.tensor([5, 3])
-    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
-    out, h = m(x, lengths=lengths)
-    (out.sum() + h.sum()).backward()
-    assert x.grad[1, 3:].abs().max() == 0
-    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
-    o1, h1 = m(x1)
-    (o1.sum() + h1.sum()).backward()
-    torch.testing.assert_close(x.grad[1, :3], x1.grad[0])
+        assert beta[:, b, lengths[b] :].abs().sum() == 0
 
 
 @pytest.mark.parametrize("base,recurrence", [("linear", "h"), ("linear", "c"), ("lstm", "h")])
@@ -387,22 +351,6 @@ def test_static_gate_uses_the_whole_sequence():
     torch.testing.assert_close(a[:, :-1], b[:, :-1])  # the token gate is causal
 
 
-def test_eval_dropout_and_half_precision():
-    torch.manual_seed(10)
-    m = Metagross(4, 8, num_layers=2, dropout=0.5, batch_first=True)
-    x = torch.randn(2, 6, 4)
-    m.eval()
-    torch.testing.assert_close(m(x)[0], m(x)[0])
-    m.train()
-    assert not torch.allclose(m.eval()(x)[0], m.train()(x)[0])
-    mh = Metagross(4, 8, batch_first=True)
-    ref, _ = mh(x)
-    mh = mh.to(torch.bfloat16)
-    out, _ = mh(x.to(torch.bfloat16))
-    assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
-
-
 def test_bad_arguments():
     with pytest.raises(ValueError, match="causal: depth_gate='static'"):
         Metagross(3, 4, depth_gate="static")  # unidirectional: causal by default
@@ -453,82 +401,247 @@ def test_depth3_lstm_base_learns_delayed_copy():
     assert end < 0.3 * start, (start, end)
 
 
-# ------------------------------------------------------------------ parallel variant (2.3)
+# ------------------------------------------------------------------ as printed: gates="state"
+# Every base map reads (x_t, h_{t-1}) and the children are called on the caller's (x_t, h_{t-1}):
+# against a recursive loop written from section 2 as printed, gradcheck, and that the recurrence
+# is not affine in the previous state.
 
 
-def paper_ffn(m, x):
-    """Section 2.3 for one position vector x (d,), recursively, from the module's weights."""
-    d, N, I = m.d_model, m.num_nodes, m.num_internal
-    W, b = m.weight, m.bias
+class PrintedTree(PaperTree):
+    """Section 2 as printed, one step at a time: ``Metagross_n(x_t, h_{t-1})`` calls its two
+    children on the same ``(x_t, h_{t-1})``; ``F^g_k(x_t, h_{t-1})`` is the base map of ``x_t``
+    (linear, or the base RNN over ``x`` of :class:`PaperTree`) plus ``U^g_k h_{t-1}``."""
 
-    def F_(gate, node):
-        k = gate * N + node
-        return W[k * d : (k + 1) * d] @ x + b[k * d : (k + 1) * d]
+    def run(self, x, state=None, base_state=None):  # type: ignore[override]
+        u, H = self.u, self.H
+        B, T, _ = x.shape
+        base, base_finals = self.base_sequences(x, base_state)
+        alpha, beta = self.depth_gates(x)
+        res = None
+        if u.residual:
+            res = x if u.residual_weight is None else x @ u.residual_weight.T
+        h = torch.zeros(B, H, dtype=x.dtype) if state is None else state
+        outs = []
+        for t in range(T):
 
-    if m.depth_gate == "token":
-        g = torch.sigmoid(W[3 * N * d :] @ x + b[3 * N * d :])
-    else:
-        g = torch.sigmoid(m.depth_logit) if I else None
+            def F(gate, node, t=t, h=h):  # F^gate_node(x_t, h_{t-1})
+                return base[gate, node][:, t] + h @ u.weight_hh[self.rows(gate, node, H)].T
 
-    def unit(node, level):
-        if level < m.depth:
-            a, bt = g[node], g[I + node]
-            f = torch.sigmoid(a * unit(2 * node + 1, level + 1) + (1 - a) * F_(0, node))
-            o = torch.sigmoid(bt * unit(2 * node + 2, level + 1) + (1 - bt) * F_(1, node))
-        else:
-            f, o = torch.sigmoid(F_(0, node)), torch.sigmoid(F_(1, node))
-        z = torch.tanh(F_(2, node))
-        h = f * x + o * z
-        return h + x if m.residual else h
+            def metagross(node, level, t=t, h=h):  # Metagross_n(x_t, h_{t-1})
+                pf, po, pz = F(0, node), F(1, node), F(2, node)
+                if level < u.depth:
+                    m_f = metagross(2 * node + 1, level + 1)
+                    m_o = metagross(2 * node + 2, level + 1)
+                    a, b = alpha[:, t, node : node + 1], beta[:, t, node : node + 1]
+                    f = torch.sigmoid(a * m_f + (1 - a) * pf)  # (2-1)
+                    o = torch.sigmoid(b * m_o + (1 - b) * po)  # (2-2)
+                else:
+                    f, o = torch.sigmoid(pf), torch.sigmoid(po)
+                z = torch.tanh(pz)  # (2-3), reading the previous state
+                c = (1 - f) * h + f * z  # (2-4)
+                out = o * c  # (2-5)
+                return out if res is None else out + res[:, t]  # (2-6)
 
-    return unit(0, 1)
-
-
-@pytest.mark.parametrize("depth", [1, 2, 3])
-@pytest.mark.parametrize("depth_gate,residual", [("token", True), ("scalar", False)])
-def test_ffn_matches_paper(depth, depth_gate, residual):
-    torch.manual_seed(13)
-    m = MetagrossFFN(4, depth, depth_gate=depth_gate, residual=residual).double()
-    x = torch.randn(2, 3, 4, dtype=D64)
-    out = m(x)
-    assert out.shape == x.shape
-    for i in range(2):
-        for j in range(3):
-            torch.testing.assert_close(out[i, j], paper_ffn(m, x[i, j]))
-    torch.testing.assert_close(m(x[0, 0]), out[0, 0])  # any leading shape, position-wise
+            h = metagross(0, 1)
+            outs.append(h)
+        base_last = None
+        if base_finals:
+            base_last = torch.cat([base_finals[k].reshape(B, -1) for k in sorted(base_finals)], 1)
+        return torch.stack(outs, 1), h, base_last, alpha, beta
 
 
-def test_ffn_gradcheck_and_transformer_drop_in():
-    torch.manual_seed(14)
-    m = MetagrossFFN(3, 2).double()
-    names = [n for n, _ in m.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
-    x = torch.randn(2, 2, 3, dtype=D64, requires_grad=True)
+def _printed_state(m, B, gen=None):
+    LD = m.num_layers * m.num_directions
+    tree = 0.5 * torch.randn(LD, B, m.state_size(0), dtype=D64, generator=gen)
+    if m.base == "linear":
+        return tree
+    return tree, 0.5 * torch.randn(LD, B, m.state_size(1), dtype=D64, generator=gen)
 
-    def f(x, *ps):
-        return torch.func.functional_call(m, dict(zip(names, ps)), (x,))
 
-    assert torch.autograd.gradcheck(lambda x: f(x, *params), (x,))
-    assert torch.autograd.gradcheck(f, (x, *params), fast_mode=True)
+PRINTED_CASES = [
+    ("linear", "token", 1, True),
+    ("linear", "token", 2, True),
+    ("linear", "scalar", 3, False),
+    ("linear", "static", 2, True),
+    ("lstm", "token", 2, False),
+    ("gru", "scalar", 2, True),
+]
 
-    class Block(torch.nn.Module):  # a pre-norm Transformer layer with METAGROSS as its FFN
-        def __init__(self, d):
-            super().__init__()
-            self.attn = torch.nn.MultiheadAttention(d, 2, batch_first=True)
-            self.n1, self.n2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-            self.ffn = MetagrossFFN(d, 2, residual=False)
 
-        def forward(self, x):
-            y = self.n1(x)
-            x = x + self.attn(y, y, y, need_weights=False)[0]
-            return x + self.ffn(self.n2(x))
+@pytest.mark.parametrize("base,depth_gate,depth,residual", PRINTED_CASES)
+def test_matches_printed_loop(base, depth_gate, depth, residual):
+    torch.manual_seed(0)
+    m = Metagross(3, 3, depth=depth, base=base, depth_gate=depth_gate, residual=residual,
+                  gates="state", batch_first=True, causal=depth_gate != "static").double()
+    x = torch.randn(2, 5, 3, dtype=D64)
+    hx = _printed_state(m, 2)
+    out, h_n, (alpha, beta) = m(x, hx, return_gates=True)
+    tree0 = hx if base == "linear" else hx[0]
+    base0 = None if base == "linear" else hx[1][0]
+    ref, ref_state, ref_base, ra, rb = PrintedTree(m.unit(0)).run(x, tree0[0], base0)
+    torch.testing.assert_close(out, ref)
+    tree = h_n if base == "linear" else h_n[0]
+    assert tree.shape == (1, 2, 3)  # only the root's h is carried
+    torch.testing.assert_close(tree[0], ref_state)
+    if base != "linear":
+        torch.testing.assert_close(h_n[1][0], ref_base)
+    if depth > 1:
+        torch.testing.assert_close(alpha[0], ra)
+        torch.testing.assert_close(beta[0], rb)
 
-    blk = Block(8)
-    y = blk(torch.randn(2, 5, 8))
-    assert y.shape == (2, 5, 8)
-    y.sum().backward()
-    assert blk.ffn.weight.grad.abs().sum() > 0
-    with pytest.raises(ValueError, match="x: expected"):
-        m(torch.randn(2, 4, dtype=D64))
-    with pytest.raises(ValueError, match="depth_gate"):
-        MetagrossFFN(3, 2, depth_gate="static")
+
+def test_projection_residual_and_no_bias():
+    torch.manual_seed(1)
+    m = Metagross(4, 3, depth=2, bias=False, gates="state", batch_first=True).double()
+    assert m.unit(0).residual_weight is not None and m.unit(0).bias is None
+    x = torch.randn(2, 6, 4, dtype=D64)
+    out, h_n = m(x)
+    ref, ref_state, *_ = PrintedTree(m.unit(0)).run(x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(h_n[0], ref_state)
+
+
+def test_not_affine_in_the_previous_state():
+    """As printed the step is nonlinear in the root's h_{t-1}; the input reading is exactly
+    affine in it (its gates read x_t only)."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 1, 4, dtype=D64)
+    for gates, affine in (("input", True), ("state", False)):
+        m = Metagross(4, 4, depth=2, gates=gates, batch_first=True).double()
+        width = m.state_size(0)
+        h0, dh = torch.randn(1, 2, width, dtype=D64), torch.zeros(1, 2, width, dtype=D64)
+        dh[..., :4] = torch.randn(1, 2, 4, dtype=D64)  # the root's state only
+        ys = [m(x, h0 + k * dh)[0][:, 0, :4] for k in (0, 1, 2)]
+        second = (ys[2] - 2 * ys[1] + ys[0]).abs().max().item()
+        assert (second < 1e-12) == affine, (gates, second)
+
+
+def test_bidirectional_multilayer_matches_printed_loop():
+    torch.manual_seed(3)
+    m = Metagross(3, 4, num_layers=2, bidirectional=True, depth=2, gates="state").double()
+    x = torch.randn(5, 2, 3, dtype=D64)
+    out, h_n = m(x)
+    layer_in, finals = x.transpose(0, 1), []
+    for layer in range(2):
+        outs = []
+        for d in range(2):
+            inp = layer_in if d == 0 else layer_in.flip(1)
+            o, s, *_ = PrintedTree(m.unit(layer, d)).run(inp)
+            outs.append(o if d == 0 else o.flip(1))
+            finals.append(s)
+        layer_in = torch.cat(outs, -1)
+    torch.testing.assert_close(out, layer_in.transpose(0, 1))
+    torch.testing.assert_close(h_n, torch.stack(finals))
+
+
+@pytest.mark.parametrize("base", ["linear", "gru"])
+def test_gradcheck_with_lengths_and_reverse(base):
+    torch.manual_seed(4)
+    big = base == "linear"
+    m = Metagross(2, 2, num_layers=2 if big else 1, bidirectional=True, depth=2, base=base,
+                  gates="state", batch_first=True).double()  # fmt: skip
+    x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
+    hx = _printed_state(m, 2)
+    hx = hx.requires_grad_() if base == "linear" else tuple(h.requires_grad_() for h in hx)
+    assert gradcheck(m, x, hx, lengths=torch.tensor([3, 2]))
+
+
+def test_state_carries_across_chunks_and_cell_equals_layer():
+    torch.manual_seed(7)
+    m = Metagross(3, 3, depth=3, gates="state", batch_first=True).double()
+    x = torch.randn(2, 8, 3, dtype=D64)
+    out, h_n = m(x)
+    o1, s1 = m(x[:, :5])
+    o2, s2 = m(x[:, 5:], s1)
+    torch.testing.assert_close(torch.cat([o1, o2], 1), out)
+    torch.testing.assert_close(s2, h_n)
+    cell = m.cell(0)
+    state, steps = None, []
+    for t in range(8):
+        h, state = cell(x[:, t], state)
+        steps.append(h)
+    torch.testing.assert_close(torch.stack(steps, 1), out)
+    torch.testing.assert_close(state, h_n[0])
+    with pytest.raises(ValueError, match="state"):
+        cell(x[:, 0], torch.zeros(2, 7 * 3, dtype=D64))  # the input reading's width
+
+
+def test_float32_trains_and_matches_float64():
+    torch.manual_seed(8)
+    m = Metagross(5, 6, depth=2, gates="state", bidirectional=True, batch_first=True)
+    x = torch.randn(4, 7, 5)
+    lengths = torch.tensor([7, 3, 5, 1])
+    out, h = m(x, lengths=lengths)
+    ref, rh = m.double()(x.double(), lengths=lengths)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(h.double(), rh, atol=1e-5, rtol=1e-4)
+    m = m.float()
+    opt = torch.optim.Adam(m.parameters(), lr=0.02)
+    target = torch.randn(4, 7, 12)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = ((m(x)[0] - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_bad_arguments_of_the_printed_reading():
+    with pytest.raises(ValueError, match="gates"):
+        Metagross(3, 3, gates="hidden")
+    with pytest.raises(ValueError, match="recurrence"):
+        Metagross(3, 3, gates="state", recurrence="c")
+    with pytest.raises(ValueError, match="recurrence"):
+        MetagrossCell(3, 3, gates="state", recurrence="c")
+    m = Metagross(3, 3, gates="state")
+    assert "gates='state'" in repr(m)
+    assert m.unit(0).weight_hh.shape == (9 * 3, 3)
+
+
+# ------------------------------------------------------------------ the level gates' backend
+# The level gates are the reference composition of ctrlrnn.ops.metagross_level (used on CUDA and
+# without the compiled extension); their torch.compile path equals the eager path (float32).
+# These tests force that path on CPU.
+
+
+@pytest.fixture
+def compiled_gates(monkeypatch):
+    # the composition path: no compiled level kernel (the scan keeps its kernel)
+    has_kernel = backend.has_kernel
+    monkeypatch.setattr(backend, "has_kernel",
+                        lambda family, device: family != "metagross" and has_kernel(family, device))
+    metagross_gates.set_gate_backend("compiled")
+    yield
+    metagross_gates.set_gate_backend("auto")
+
+
+def test_gate_backend_choice_is_reported():
+    assert metagross_gates.gate_backend(torch.zeros(4, dtype=torch.float64)) == "eager"
+    big = torch.zeros(metagross_gates.COMPILE_MIN_NUMEL)
+    assert metagross_gates.gate_backend(big).startswith(("compiled", "eager (torch.compile"))
+    with pytest.raises(ValueError, match="mode"):
+        metagross_gates.set_gate_backend("fast")
+
+
+def test_compiled_gates_equal_eager(compiled_gates):
+    torch.manual_seed(0)
+    m = Metagross(8, 8, depth=2, bidirectional=True, batch_first=True)
+    x = torch.randn(3, 6, 8, requires_grad=True)
+    lengths = torch.tensor([6, 4, 2])
+
+    def run():
+        out, h_n, (alpha, _) = m(x, lengths=lengths, return_gates=True)
+        loss = out.square().sum() + h_n.sum() + alpha.sum()
+        grads = torch.autograd.grad(loss, [x, *m.parameters()])
+        return out, h_n, grads
+
+    out_c, h_c, g_c = run()
+    assert metagross_gates.gate_backend(torch.zeros(1)) == "compiled"
+    metagross_gates.set_gate_backend("eager")
+    out_e, h_e, g_e = run()
+    torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h_c, h_e, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_c, g_e):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

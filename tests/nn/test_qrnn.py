@@ -1,10 +1,13 @@
-"""QRNN against a step-by-step loop written from the paper's equations, and its contract."""
+"""QRNN against a step-by-step loop written from the paper's equations, and what is specific to
+it (windows, the unmasked convolution, dense connections, the encoder state, zoneout, stateful
+chunks). What every layer shares (padding, packed input, unbatched input, dropout, half precision,
+torch.compile, ...) is checked over the configurations of ``contract.py``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from contract import gradcheck
 
 from ctrlrnn import QRNN, QRNNCell
 
@@ -151,22 +154,6 @@ def test_zoneout_keeps_previous_cell_exactly():
     assert 0.4 < same < 0.6  # half the units copy c_{t-1} unchanged (F = 1)
 
 
-def _gradcheck_params(m, x, c0, lengths=None):
-    names = [n for n, _ in m.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
-
-    def f(x, c0, *ps):
-        out, c_n = torch.func.functional_call(
-            m, dict(zip(names, ps)), (x, c0), dict(lengths=lengths)
-        )
-        return out, c_n
-
-    # Full Jacobians w.r.t. the input and initial state; random directions (fast mode) over
-    # the parameters too, which keeps the check thorough yet quick.
-    full = torch.autograd.gradcheck(lambda x, c0: f(x, c0, *params), (x, c0))
-    return full and torch.autograd.gradcheck(f, (x, c0, *params), fast_mode=True)
-
-
 @pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
 def test_gradcheck(pooling):
     torch.manual_seed(6)
@@ -174,49 +161,7 @@ def test_gradcheck(pooling):
              batch_first=True).double()
     x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
     c0 = torch.randn(4, 2, 2, dtype=D64, requires_grad=True)
-    assert _gradcheck_params(m, x, c0, lengths=torch.tensor([3, 2]))
-
-
-def test_packed_equals_padded_and_ignores_padding():
-    torch.manual_seed(7)
-    m = QRNN(3, 4, num_layers=2, bidirectional=True, window=3, batch_first=True).double()
-    lengths = torch.tensor([5, 2, 4])
-    x = torch.randn(3, 5, 3, dtype=D64)
-    out, c_n = m(x, lengths=lengths)
-    # each sequence on its own, no padding at all
-    for b in range(3):
-        ob, cb = m(x[b : b + 1, : lengths[b]])
-        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
-        torch.testing.assert_close(c_n[:, b : b + 1], cb)
-        assert out[b, lengths[b] :].abs().max() == 0 if lengths[b] < 5 else True
-    # other padding values and more padding
-    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
-    x2[1, 2:] = 1e3
-    out2, c_n2 = m(x2, lengths=lengths)
-    torch.testing.assert_close(out2[:, :5], out)
-    torch.testing.assert_close(c_n2, c_n)
-    # packed input gives the same, in the same batch order
-    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out_p, c_p = m(packed)
-    padded, lens = pad_packed_sequence(out_p, batch_first=True)
-    torch.testing.assert_close(padded, out)
-    assert lens.tolist() == lengths.tolist()
-    torch.testing.assert_close(c_p, c_n)
-
-
-def test_gradients_do_not_depend_on_padding():
-    torch.manual_seed(8)
-    m = QRNN(3, 4, bidirectional=True, batch_first=True).double()
-    lengths = torch.tensor([5, 3])
-    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
-    out, c = m(x, lengths=lengths)
-    (out.sum() + c.sum()).backward()
-    assert x.grad[1, 3:].abs().max() == 0
-    g_padded = x.grad[1, :3].clone()
-    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
-    o1, c1 = m(x1)
-    (o1.sum() + c1.sum()).backward()
-    torch.testing.assert_close(g_padded, x1.grad[0])
+    assert gradcheck(m, x, c0, lengths=torch.tensor([3, 2]))
 
 
 @pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
@@ -235,62 +180,6 @@ def test_cell_equals_layer(pooling):
         steps.append(h)
     torch.testing.assert_close(torch.stack(steps, 1), out)
     torch.testing.assert_close(state[0], c_n[0])
-
-
-def test_unbatched_and_time_major():
-    torch.manual_seed(10)
-    m = QRNN(3, 4, num_layers=2).double()
-    x = torch.randn(6, 2, 3, dtype=D64)
-    out, c_n = m(x)
-    assert out.shape == (6, 2, 4) and c_n.shape == (2, 2, 4)
-    o1, c1 = m(x[:, 0])
-    torch.testing.assert_close(o1, out[:, 0])
-    torch.testing.assert_close(c1, c_n[:, 0])
-
-
-def test_eval_dropout_is_identity_and_train_dropout_changes():
-    torch.manual_seed(11)
-    m = QRNN(3, 8, num_layers=2, dropout=0.5, batch_first=True)
-    x = torch.randn(2, 6, 3)
-    m.eval()
-    a, _ = m(x)
-    b, _ = m(x)
-    torch.testing.assert_close(a, b)
-    m.train()
-    c, _ = m(x)
-    assert not torch.allclose(a, c)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision(dtype):
-    torch.manual_seed(12)
-    m = QRNN(8, 16, batch_first=True)
-    x = torch.randn(2, 10, 8)
-    ref, _ = m(x)
-    mh = QRNN(8, 16, batch_first=True).to(dtype)
-    mh.load_state_dict({k: v.to(dtype) for k, v in m.state_dict().items()})
-    out, c = mh(x.to(dtype))
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
-    out.float().sum().backward()
-    assert mh.cell(0).weight.grad.dtype == dtype
-
-
-def test_torch_compile_forward_backward():
-    torch.manual_seed(13)
-    m = QRNN(4, 8, num_layers=2, bidirectional=True, batch_first=True)
-    x = torch.randn(2, 7, 4, requires_grad=True)
-    lengths = torch.tensor([7, 4])
-
-    def loss(x):
-        out, c = m(x, lengths=lengths)
-        return out.square().sum() + c.sum()
-
-    compiled = torch.compile(loss, fullgraph=False)
-    g1 = torch.autograd.grad(compiled(x), [x, *m.parameters()])
-    g2 = torch.autograd.grad(loss(x), [x, *m.parameters()])
-    for a, b in zip(g1, g2):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -462,52 +351,7 @@ def test_unmasked_convolution_gradcheck():
              batch_first=True).double()
     x = torch.randn(2, 4, 2, dtype=D64, requires_grad=True)
     c0 = torch.randn(4, 2, 2, dtype=D64, requires_grad=True)
-    assert _gradcheck_params(m, x, c0, lengths=torch.tensor([4, 3]))
-
-
-def test_unmasked_convolution_ignores_padding_packed_and_gradients():
-    torch.manual_seed(24)
-    m = QRNN(3, 4, num_layers=2, bidirectional=True, window=(6, 2), causal=False,
-             batch_first=True).double()
-    lengths = torch.tensor([5, 2, 4])
-    x = torch.randn(3, 5, 3, dtype=D64, requires_grad=True)
-    out, c_n = m(x, lengths=lengths)
-    for b in range(3):
-        ob, cb = m(x[b : b + 1, : lengths[b]])
-        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
-        torch.testing.assert_close(c_n[:, b : b + 1], cb)
-    longer = torch.cat([x.detach(), torch.full((3, 4, 3), 7.0, dtype=D64)], 1)
-    out2, c_n2 = m(longer, lengths=lengths)
-    torch.testing.assert_close(out2[:, :5], out)
-    torch.testing.assert_close(c_n2, c_n)
-    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out_p, c_p = m(packed)
-    torch.testing.assert_close(pad_packed_sequence(out_p, batch_first=True)[0], out)
-    torch.testing.assert_close(c_p, c_n)
-    (out.sum() + c_n.sum()).backward()
-    assert x.grad[1, 2:].abs().max() == 0 and x.grad[2, 4:].abs().max() == 0
-    x1 = x[1:2, :2].detach().clone().requires_grad_(True)
-    o1, c1 = m(x1)
-    (o1.sum() + c1.sum()).backward()
-    torch.testing.assert_close(x.grad[1, :2], x1.grad[0])
-
-
-def test_unmasked_convolution_under_torch_compile():
-    torch.manual_seed(25)
-    m = QRNN(4, 8, num_layers=2, bidirectional=True, window=(6, 2), causal=False,
-             batch_first=True)
-    x = torch.randn(2, 7, 4, requires_grad=True)
-    lengths = torch.tensor([7, 4])
-
-    def loss(x):
-        out, c = m(x, lengths=lengths)
-        return out.square().sum() + c.sum()
-
-    compiled = torch.compile(loss, fullgraph=False)
-    g1 = torch.autograd.grad(compiled(x), [x, *m.parameters()])
-    g2 = torch.autograd.grad(loss(x), [x, *m.parameters()])
-    for a, b in zip(g1, g2):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert gradcheck(m, x, c0, lengths=torch.tensor([4, 3]))
 
 
 @pytest.mark.parametrize(

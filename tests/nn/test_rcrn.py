@@ -1,12 +1,18 @@
-"""RCRN against a step-by-step loop written from the paper's equations, and its contract."""
+"""RCRN against a step-by-step loop written from the paper's equations, and what is specific to
+it (cells, listeners, output gates, parameter counts, the controllers on torch's LSTM/GRU). What
+every layer shares (padding, packed input, unbatched input, dropout, half precision,
+torch.compile, training) is checked over the configurations of ``contract.py``."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from contract import gradcheck
 
 from ctrlrnn import RCRN, RCRNCell
+from ctrlrnn.ops import scan_export
 
 D64 = torch.float64
 CELL_STATES = {"lstm": 2, "gru": 1}
@@ -199,23 +205,6 @@ def test_cell_equals_layer(cell, output_gate):
     assert state_u[0].shape == (4,)
 
 
-def _gradcheck(m, x, hx, lengths):
-    names = [n for n, _ in m.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_(True) for _, p in m.named_parameters())
-    n = len(hx)
-
-    def f(x, *rest):
-        states, ps = rest[:n], rest[n:]
-        out, h_n = torch.func.functional_call(
-            m, dict(zip(names, ps)), (x, states), dict(lengths=lengths)
-        )
-        return (out, *h_n)
-
-    # full Jacobians w.r.t. input and initial states; random directions over the parameters
-    full = torch.autograd.gradcheck(lambda x, *s: f(x, *s, *params), (x, *hx))
-    return full and torch.autograd.gradcheck(f, (x, *hx, *params), fast_mode=True)
-
-
 @pytest.mark.parametrize(
     "cell,listener,output_gate,layers",
     [
@@ -231,48 +220,7 @@ def test_gradcheck(cell, listener, output_gate, layers):
              listener=listener, output_gate=output_gate).double()  # fmt: skip
     x = torch.randn(2, 3, 2, dtype=D64, requires_grad=True)
     hx = tuple(s.requires_grad_(True) for s in _random_state(m, 2))
-    assert _gradcheck(m, x, hx, torch.tensor([3, 2]))
-
-
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-@pytest.mark.parametrize("listener", ["per_direction", "concat_forward"])
-def test_packed_equals_padded_and_ignores_padding(listener, cell):
-    torch.manual_seed(7)
-    m = RCRN(3, 4, num_layers=2, bidirectional=True, batch_first=True, listener=listener,
-             cell=cell).double()  # fmt: skip
-    lengths = torch.tensor([5, 2, 4])
-    x = torch.randn(3, 5, 3, dtype=D64)
-    out, h_n = m(x, lengths=lengths)
-    for b in range(3):
-        ob, hb = m(x[b : b + 1, : lengths[b]])
-        torch.testing.assert_close(out[b : b + 1, : lengths[b]], ob)
-        for s, sb in zip(h_n, hb):
-            torch.testing.assert_close(s[:, b : b + 1], sb)
-        assert out[b, lengths[b] :].abs().sum() == 0
-    x2 = torch.cat([x, torch.randn(3, 3, 3, dtype=D64)], 1)
-    x2[1, 2:] = 1e3
-    out2, h_n2 = m(x2, lengths=lengths)
-    torch.testing.assert_close(out2[:, :5], out)
-    torch.testing.assert_close(h_n2, h_n)
-    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out_p, h_p = m(packed)
-    padded, lens = pad_packed_sequence(out_p, batch_first=True)
-    torch.testing.assert_close(padded, out)
-    assert lens.tolist() == lengths.tolist()
-    torch.testing.assert_close(h_p, h_n)
-
-
-def test_gradients_do_not_depend_on_padding():
-    torch.manual_seed(8)
-    m = RCRN(3, 4, bidirectional=True, batch_first=True, listener="concat_forward").double()
-    x = torch.randn(2, 5, 3, dtype=D64, requires_grad=True)
-    out, h_n = m(x, lengths=torch.tensor([5, 3]))
-    (out.sum() + sum(s.sum() for s in h_n)).backward()
-    assert x.grad[1, 3:].abs().max() == 0
-    x1 = x[1:2, :3].detach().clone().requires_grad_(True)
-    o1, h1 = m(x1)
-    (o1.sum() + sum(s.sum() for s in h1)).backward()
-    torch.testing.assert_close(x.grad[1, :3], x1.grad[0])
+    assert gradcheck(m, x, hx, torch.tensor([3, 2]))
 
 
 def _count(m):
@@ -292,28 +240,6 @@ def test_parameter_counts_of_section_3_3(cell, d, h):
     assert _count(RCRN(2 * h, h, bidirectional=True, cell=cell)) == _count(
         rnn(2 * h, h, num_layers=3, bidirectional=True)
     )
-
-
-def test_training_loss_falls():
-    # tiny synthetic task: the sign of the running sum of the input's first feature
-    torch.manual_seed(9)
-    m = RCRN(2, 12, bidirectional=True, batch_first=True)
-    head = torch.nn.Linear(24, 1)
-    opt = torch.optim.Adam([*m.parameters(), *head.parameters()], lr=0.02)
-    x = torch.randn(32, 12, 2)
-    y = (x[..., 0].cumsum(1) > 0).float()
-
-    def loss_fn():
-        out, _ = m(x)
-        return torch.nn.functional.binary_cross_entropy_with_logits(head(out)[..., 0], y)
-
-    first = loss_fn().item()
-    for _ in range(25):
-        opt.zero_grad()
-        loss = loss_fn()
-        loss.backward()
-        opt.step()
-    assert loss_fn().item() < 0.5 * first
 
 
 @pytest.mark.parametrize(
@@ -364,39 +290,111 @@ def test_cell_bad_inputs():
         c(torch.randn(2, 3), (torch.zeros(2, 4),) * 6 + (torch.zeros(2, 5),))
 
 
-def test_unbatched_time_major_and_dropout():
-    torch.manual_seed(10)
-    m = RCRN(3, 8, num_layers=2, dropout=0.5, bidirectional=True, cell="gru").double()
-    x = torch.randn(6, 2, 3, dtype=D64)
-    m.eval()
-    out, h_n = m(x)
-    assert out.shape == (6, 2, 16) and all(s.shape == (4, 2, 8) for s in h_n)
-    o1, h1 = m(x[:, 0])
-    torch.testing.assert_close(o1, out[:, 0])
-    torch.testing.assert_close(h1, tuple(s[:, 0] for s in h_n))
-    m.train()
-    assert not torch.allclose(m(x)[0], out)
+# ------------------------------------------------------------------ controllers="native"
+# RCRN's controllers on torch's own LSTM/GRU (controllers="native") against the fused-cell engine
+# ("fused"): the same outputs, final states and gradients, for every option that changes how the
+# layer is run, and the cases where the native engine must step aside.
 
 
-def test_bfloat16_and_torch_compile():
+def _pair(**kw):
+    torch.manual_seed(3)
+    native = RCRN(6, 5, batch_first=True, **kw).double()
+    fused = RCRN(6, 5, batch_first=True, controllers="fused", **kw).double()
+    fused.load_state_dict(native.state_dict())
+    return native, fused
+
+
+def _everything(m, x, hx, lengths):
+    out, h_n = m(x, hx, lengths=lengths)
+    loss = (out * torch.linspace(-1, 1, out.shape[-1], dtype=D64)).sum()
+    loss = loss + sum((s * (i + 1)).sum() for i, s in enumerate(h_n))
+    grads = torch.autograd.grad(loss, [x, *m.parameters()])
+    return [out, *h_n, *grads]
+
+
+CASES = list(itertools.product(
+    ("lstm", "gru"), ("per_direction", "concat_forward"), (False, True), (1, 2)))
+
+
+@pytest.mark.parametrize("cell,listener,bidirectional,num_layers", CASES)
+@pytest.mark.parametrize("lengths", [None, [7, 3, 5, 1], [7, 7, 7, 7]])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_native_equals_fused(cell, listener, bidirectional, num_layers, lengths, with_state,
+                             ctrlrnn_backend):
+    if ctrlrnn_backend == "reference":
+        pytest.skip("a forced reference backend runs the controllers on the reference cells")
+    native, fused = _pair(cell=cell, listener=listener, bidirectional=bidirectional,
+                          num_layers=num_layers)
+    x = torch.randn(4, 7, 6, dtype=D64, requires_grad=True)
+    lens = None if lengths is None else torch.tensor(lengths)
+    D = 2 if bidirectional else 1
+    hx = None
+    if with_state:
+        hx = tuple(torch.randn(num_layers * D, 4, 5, dtype=D64) for _ in native.state_names)
+    assert native.native_applies(x, lens) and not fused.native_applies(x, lens)
+    for a, b in zip(_everything(native, x, hx, lens), _everything(fused, x, hx, lens)):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+
+
+def test_native_equals_fused_float32_no_bias_weight_drop_eval():
+    native, fused = _pair(bidirectional=True, bias=False, weight_drop=0.3)
+    native.float().eval()
+    fused.float().eval()
+    x = torch.randn(3, 9, 6)
+    for a, b in zip(native(x), fused(x)):
+        if isinstance(a, tuple):
+            for u, v in zip(a, b):
+                torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_drop_draws_the_same_masks_on_both_engines():
+    native, fused = _pair(bidirectional=True, weight_drop=0.5)
+    x = torch.randn(2, 5, 6, dtype=D64)
     torch.manual_seed(11)
-    m = RCRN(8, 16, bidirectional=True, batch_first=True, listener="concat_forward")
-    x = torch.randn(2, 10, 8)
-    lengths = torch.tensor([10, 7])
-    ref, _ = m(x, lengths=lengths)
-    mh = RCRN(8, 16, bidirectional=True, batch_first=True, listener="concat_forward")
-    mh = mh.to(torch.bfloat16)
-    mh.load_state_dict({k: v.to(torch.bfloat16) for k, v in m.state_dict().items()})
-    out, h_n = mh(x.to(torch.bfloat16), lengths=lengths)
-    assert out.dtype == torch.bfloat16 and h_n[-1].dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
+    a, _ = native(x)
+    torch.manual_seed(11)
+    b, _ = fused(x)
+    torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+    torch.manual_seed(12)
+    c, _ = native(x)
+    assert not torch.allclose(a, c)  # a fresh mask per call: the check above could fail
 
-    def loss(x):
-        return m(x, lengths=lengths)[0].square().sum()
 
-    xg = x.clone().requires_grad_(True)
-    compiled = torch.compile(loss, backend="aot_eager")  # dynamo + AOT autograd tracing
-    g1 = torch.autograd.grad(compiled(xg), [xg, *m.parameters()])
-    g2 = torch.autograd.grad(loss(xg), [xg, *m.parameters()])
-    for a, b in zip(g1, g2):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+def test_gradcheck_native_with_lengths(ctrlrnn_backend):
+    if ctrlrnn_backend == "reference":
+        pytest.skip("a forced reference backend runs the controllers on the reference cells")
+    torch.manual_seed(0)
+    m = RCRN(3, 2, bidirectional=True, batch_first=True).double()
+    x = torch.randn(2, 4, 3, dtype=D64, requires_grad=True)
+    lens = torch.tensor([4, 2])
+    assert m.native_applies(x, lens)
+    assert torch.autograd.gradcheck(lambda x: m(x, lengths=lens)[0], (x,))
+
+
+@pytest.mark.parametrize("why", ["empty_batch", "fused", "reference", "export"])
+def test_falls_back_where_native_does_not_apply(why, monkeypatch):
+    native, fused = _pair(bidirectional=True)
+    x = torch.randn(3, 5, 6, dtype=D64)
+    lens = None
+    if why == "empty_batch":
+        x = x[:0]
+    elif why == "reference":
+        monkeypatch.setenv("CTRLRNN_BACKEND", "reference")
+    m = fused if why == "fused" else native
+    if why == "export":
+        with scan_export.scan_mode():
+            assert not m.native_applies(x, lens)
+        return
+    assert not m.native_applies(x, lens)
+    out, _ = m(x, lengths=lens)
+    ref, _ = fused(x, lengths=lens)
+    torch.testing.assert_close(out, ref)
+
+
+def test_controllers_is_checked_and_shown():
+    with pytest.raises(ValueError, match="controllers"):
+        RCRN(4, 4, controllers="cudnn")
+    assert "controllers='fused'" in repr(RCRN(4, 4, controllers="fused"))
+    assert "controllers" not in repr(RCRN(4, 4))

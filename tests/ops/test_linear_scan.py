@@ -1,13 +1,20 @@
-"""linear_scan: compiled path against the reference, gradients, lengths, reverse, errors."""
+"""linear_scan: compiled path against the reference, gradients, lengths, reverse, errors; its
+eager path (:mod:`ctrlrnn.ops.compiled_op`) and its streaming stores."""
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
 
 from ctrlrnn import linear_scan, linear_scan_ref
-from ctrlrnn.ops.backend import backend_info
+from ctrlrnn.ops import compiled_op, kernel_op
+from ctrlrnn.ops.backend import backend_info, cpu_extension
 from ctrlrnn.ops.linear_scan_ref import linear_scan_ref_backward as _reference_backward
+
+# the module (``ctrlrnn.ops.linear_scan`` the attribute is the function of the same name)
+scan_mod = importlib.import_module("ctrlrnn.ops.linear_scan")
 
 CASES = [
     dict(reverse=False, lengths=None, h0=False),
@@ -163,3 +170,131 @@ def test_bad_inputs(kwargs, match):
 def test_bad_rank():
     with pytest.raises(ValueError, match="a: expected a"):
         linear_scan(torch.rand(7, 5), torch.rand(7, 5))
+
+
+# ------------------------------------------------------------------------------------------------
+# the eager path: outside tracing the op runs the custom op's implementation and autograd formula
+# through a plain autograd.Function, bit for bit the custom op's values and gradients
+# ------------------------------------------------------------------------------------------------
+
+
+def _spy(monkeypatch, owner, name):
+    calls = []
+    op = getattr(owner, name)
+
+    def counted(*args):
+        calls.append(1)
+        return op(*args)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def _scan_grads(lengths):
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(3, 6, 4, dtype=torch.float64, generator=g).requires_grad_()
+    b = torch.randn(3, 6, 4, dtype=torch.float64, generator=g).requires_grad_()
+    h0 = torch.randn(3, 4, dtype=torch.float64, generator=g).requires_grad_()
+    out, last = scan_mod.linear_scan(a, b, h0, reverse=True, lengths=lengths, return_last=True)
+    (out.sin().sum() + last.cos().sum()).backward()
+    return out, last, a.grad, b.grad, h0.grad
+
+
+@pytest.mark.parametrize("lengths", [None, torch.tensor([6, 0, 3])])
+def test_eager_path_equals_the_custom_op(monkeypatch, lengths):
+    calls = _spy(monkeypatch, scan_mod._linear_scan, "op")
+    eager_run = _scan_grads(lengths)
+    assert calls == []  # eager: the custom op was not called
+    monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
+    op_run = _scan_grads(lengths)
+    assert calls == [1]
+    for x, y in zip(eager_run, op_run):
+        assert torch.equal(x, y)
+
+
+def test_eager_path_gradcheck_and_double_backward_error():
+    g = torch.Generator().manual_seed(2)
+    a = torch.rand(2, 4, 3, dtype=torch.float64, generator=g).requires_grad_()
+    b = torch.randn(2, 4, 3, dtype=torch.float64, generator=g).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: scan_mod.linear_scan(a, b), (a, b))
+    (ga,) = torch.autograd.grad(scan_mod.linear_scan(a, b).sum(), a, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"double backward through the compiled op "
+                                           r"ctrlrnn::linear_scan"):  # fmt: skip
+        ga.sum().backward()
+
+
+def _record_backward_grads(monkeypatch, module):
+    """The arguments of each backward kernel call ``module``'s autograd formula makes (the
+    implementation or the backward custom op, whichever :func:`compiled_op.backward_of` picks)."""
+    seen: list[tuple] = []
+    pick = module.backward_of
+
+    def recording_pick(op, impl, *args):
+        chosen = pick(op, impl, *args)
+
+        def recording(*call_args):
+            seen.append(call_args)
+            return chosen(*call_args)
+
+        return recording
+
+    monkeypatch.setattr(module, "backward_of", recording_pick)
+    return seen
+
+
+@pytest.mark.parametrize("use_custom_op", [False, True], ids=["eager", "custom-op"])
+def test_unused_output_reaches_the_backward_as_none(monkeypatch, use_custom_op):
+    """The backward gets None for an output that was not used, not a tensor of zeros allocated
+    for it on every call; the gradients still equal the reference's."""
+    if use_custom_op:
+        monkeypatch.setattr(compiled_op, "eager_ok", lambda *args: False)
+    scan_seen = _record_backward_grads(monkeypatch, kernel_op)
+    g = torch.Generator().manual_seed(1)
+    a = torch.rand(2, 5, 3, dtype=torch.float64, generator=g).requires_grad_()
+    b = torch.randn(2, 5, 3, dtype=torch.float64, generator=g).requires_grad_()
+    out, last = scan_mod.linear_scan(a, b, return_last=True)
+    da, db = torch.autograd.grad(out.sin().sum(), (a, b))
+    grad_out, grad_last = scan_seen[-1][:2]
+    assert grad_out is not None and grad_last is None
+    ra, rb = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    ref = linear_scan_ref(ra, rb)
+    ref_da, ref_db = torch.autograd.grad(ref.sin().sum(), (ra, rb))
+    torch.testing.assert_close((da, db), (ref_da, ref_db))
+    _, last = scan_mod.linear_scan(a, b, return_last=True)
+    torch.autograd.grad(last.sum(), (a, b))
+    assert scan_seen[-1][0] is None and scan_seen[-1][1] is not None
+
+
+# ------------------------------------------------------------------------------------------------
+# streaming stores: the compiled scan writes large outputs with non-temporal stores
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def streaming_everywhere():
+    """Every scan call streams its outputs, however small."""
+    scan_ext = cpu_extension("scan")
+    assert scan_ext is not None
+    before = scan_ext.streaming_threshold()
+    scan_ext.set_streaming_threshold(0)
+    yield
+    scan_ext.set_streaming_threshold(before)
+
+
+# channel counts that leave unaligned heads and tails around the 8-wide vector loop
+@pytest.mark.parametrize("C", [1, 7, 8, 13, 64])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_streaming_path_matches_reference(streaming_everywhere, C, reverse):
+    g = torch.Generator().manual_seed(C)
+    a = torch.rand(3, 9, C, generator=g, requires_grad=True)
+    b = torch.randn(3, 9, C, generator=g, requires_grad=True)
+    h0 = torch.randn(3, C, generator=g, requires_grad=True)
+    lengths = torch.tensor([9, 4, 1])
+    gy = torch.randn(3, 9, C, generator=g)
+    out = linear_scan(a, b, h0, reverse=reverse, lengths=lengths)
+    grads = torch.autograd.grad(out, (a, b, h0), gy)
+    ref = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths)
+    ref_grads = torch.autograd.grad(ref, (a, b, h0), gy)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,5 @@
-"""The compiled kernels' output cache and the scan's streaming-store path."""
+"""The compiled kernels' output cache (ops/output_cache.py): freed outputs reused, its limit,
+emptying it, one pool shared by the extensions."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 import ctrlrnn
-from ctrlrnn import linear_scan, linear_scan_ref
+from ctrlrnn import linear_scan
 from ctrlrnn.ops.backend import cpu_extension
 
 DEFAULT_MB = 512  # CTRLRNN_OUTPUT_CACHE_MB unset
@@ -17,34 +18,6 @@ def scan_ext():
     ext = cpu_extension("scan")
     assert ext is not None
     return ext
-
-
-@pytest.fixture
-def streaming_everywhere(scan_ext):
-    """Every scan call streams its outputs, however small."""
-    before = scan_ext.streaming_threshold()
-    scan_ext.set_streaming_threshold(0)
-    yield
-    scan_ext.set_streaming_threshold(before)
-
-
-# channel counts that leave unaligned heads and tails around the 8-wide vector loop
-@pytest.mark.parametrize("C", [1, 7, 8, 13, 64])
-@pytest.mark.parametrize("reverse", [False, True])
-def test_streaming_path_matches_reference(streaming_everywhere, C, reverse):
-    g = torch.Generator().manual_seed(C)
-    a = torch.rand(3, 9, C, generator=g, requires_grad=True)
-    b = torch.randn(3, 9, C, generator=g, requires_grad=True)
-    h0 = torch.randn(3, C, generator=g, requires_grad=True)
-    lengths = torch.tensor([9, 4, 1])
-    gy = torch.randn(3, 9, C, generator=g)
-    out = linear_scan(a, b, h0, reverse=reverse, lengths=lengths)
-    grads = torch.autograd.grad(out, (a, b, h0), gy)
-    ref = linear_scan_ref(a, b, h0, reverse=reverse, lengths=lengths)
-    ref_grads = torch.autograd.grad(ref, (a, b, h0), gy)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    for got, want in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_large_outputs_reuse_freed_blocks(scan_ext):
@@ -126,30 +99,3 @@ def test_one_pool_shared_and_reported_once(scan_ext):
 def test_bad_cache_limit(value):
     with pytest.raises(ValueError, match="megabytes"):
         ctrlrnn.set_output_cache_limit(value)
-
-
-def test_cached_linear_matches_linear_and_gradchecks():
-    from ctrlrnn.ops.cached_linear import _cached_linear_op, cached_linear
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, 5, dtype=torch.float64, generator=g, requires_grad=True)
-    w = torch.randn(4, 5, dtype=torch.float64, generator=g, requires_grad=True)
-    b = torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True)
-    torch.testing.assert_close(cached_linear(x, w, b), torch.nn.functional.linear(x, w, b))
-    assert torch.autograd.gradcheck(cached_linear, (x, w, b))
-    assert torch.autograd.gradcheck(lambda x, w: cached_linear(x, w, None), (x, w))
-    torch.library.opcheck(_cached_linear_op, (x, w, b))
-
-
-def test_cached_linear_output_comes_from_the_cache(scan_ext):
-    from ctrlrnn.ops.cached_linear import cached_linear
-
-    x = torch.randn(64, 128, 64)
-    w = torch.randn(256, 64)  # output (64, 128, 256) fp32 = 8 MiB
-    first = cached_linear(x, w)
-    expected = first.clone()
-    del first
-    _held, _limit, _fresh, reused0 = scan_ext.output_cache_stats()
-    second = cached_linear(x, w)
-    assert scan_ext.output_cache_stats()[3] == reused0 + 1
-    torch.testing.assert_close(second, expected, rtol=0, atol=0)

@@ -1,13 +1,14 @@
-"""The Triton CAS-LSTM and nCARNN cells against the references, in Triton's CPU interpreter.
+"""The Triton kernels of the fused cells (LSTM, GRU, CAS-LSTM, nCARNN) against the references,
+in Triton's CPU interpreter.
 
-As ``test_triton_interpret.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``, the cell ops run
+As ``test_triton_linear_scan.py``: ``conftest.py`` sets ``TRITON_INTERPRET=1``; the cell ops run
 their Triton kernels on CPU tensors (``kernel_routes.py``) and are compared with
 :mod:`ctrlrnn.ops.cells_ref` in float64 differentiated by autograd: forward outputs, final
-states and the gradients of every input. The layer tests route the cell ops' CPU kernels to
-the Triton module (what a CUDA tensor gets) and check that the
-CASLSTM and CARNN layers reach the kernels and equal the reference path. Shapes are tiny
+states and the gradients of every input; NaN and Inf parity; empty shapes. The layer tests
+route the cell ops' CPU kernels to the Triton module (what a CUDA tensor gets) and check that
+the CASLSTM and CARNN layers reach the kernels and equal the reference path. Shapes are tiny
 (B = 3, T = 5, H = 8 or 5: a partial block of 16 under the interpreter) because the
-interpreter is slow.
+interpreter is slow. The METAGROSS cell of the same module is ``test_triton_metagross_state.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrl
 
 import kernel_routes as cells_triton  # noqa: E402
 from kernel_routes import Spy, route, triton_cells, triton_module  # noqa: E402,F401
-from triton_tolerances import close  # noqa: E402
+from triton_tolerances import INF, NAN, close, parity, poke, weights  # noqa: E402
 
 from ctrlrnn.nn.carnn import CARNN  # noqa: E402
 from ctrlrnn.nn.cas_lstm import CASLSTM  # noqa: E402
@@ -31,9 +32,6 @@ from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
 pytestmark = pytest.mark.usefixtures("triton_cells")
 
 B, T, H = 3, 5, 8
-NAN, INF = float("nan"), float("inf")
-
-
 
 
 def _compare(
@@ -60,6 +58,116 @@ def _compare(
     for k, (x, y) in enumerate(zip(got, want, strict=True)):
         close(x, y, dtype, f"gradient {k}")
     return list(outs), list(got)
+
+
+# ------------------------------------------------------------------------------------------------
+# LSTM and GRU (torch GEMMs + Triton pointwise kernels)
+# ------------------------------------------------------------------------------------------------
+
+
+def _cell_inputs(kind: str, dtype: torch.dtype, H: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    G = 4 if kind == "lstm" else 3
+    x = torch.randn(B, 5, G * H, generator=g)
+    w = 0.4 * torch.randn(G * H, H, generator=g)
+    h0 = torch.randn(B, H, generator=g)
+    third = torch.randn(B, H, generator=g) if kind == "lstm" else torch.randn(G * H, generator=g)
+    # argument order of the references: lstm (x, w, h0, c0), gru (x, w, bias_hh, h0)
+    args = [x, w, h0, third] if kind == "lstm" else [x, w, third, h0]
+    return [t.to(dtype).requires_grad_() for t in args]
+
+
+CELL_PARAMS = [
+    (kind, dtype, lengths)
+    for kind in ("lstm", "gru")
+    for dtype, lengths in (
+        (torch.float32, None),
+        (torch.float32, [5, 0, 2]),
+        (torch.bfloat16, [5, 0, 2]),
+    )  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("kind", "dtype", "lengths"), CELL_PARAMS)
+def test_lstm_gru_forward_backward(kind, dtype, lengths):
+    args = _cell_inputs(kind, dtype, H=10, seed=8)
+    lens = torch.tensor(lengths) if lengths is not None else None
+    fn = cells_triton.lstm_sequence if kind == "lstm" else cells_triton.gru_sequence
+    ref_fn = cells_ref.lstm_sequence_ref if kind == "lstm" else cells_ref.gru_sequence_ref
+    outs = fn(*args, lens)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    ref = ref_fn(*args64, lens)
+    for x, y in zip(outs, ref):
+        close(x, y, dtype)
+    ws = [torch.randn(x.shape, generator=torch.Generator().manual_seed(9)) for x in outs]
+    got = torch.autograd.grad(outs, args, [w.to(dtype) for w in ws])
+    want = torch.autograd.grad(ref, args64, [w.double() for w in ws])
+    for x, y in zip(got, want):
+        close(x, y, dtype)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_lstm_gru_gradcheck_float64(kind):
+    g = torch.Generator().manual_seed(10)
+    H, G = 2, (4 if kind == "lstm" else 3)
+    x = torch.randn(2, 3, G * H, generator=g, dtype=torch.float64).requires_grad_()
+    w = (0.5 * torch.randn(G * H, H, generator=g, dtype=torch.float64)).requires_grad_()
+    h0 = torch.randn(2, H, generator=g, dtype=torch.float64).requires_grad_()
+    lens = torch.tensor([3, 2])
+    if kind == "lstm":
+        c0 = torch.randn(2, H, generator=g, dtype=torch.float64).requires_grad_()
+        assert torch.autograd.gradcheck(
+            lambda *a: cells_triton.lstm_sequence(*a, lens), (x, w, h0, c0), fast_mode=True
+        )
+    else:
+        bias = torch.randn(G * H, generator=g, dtype=torch.float64).requires_grad_()
+        assert torch.autograd.gradcheck(
+            lambda *a: cells_triton.gru_sequence(*a, lens), (x, w, bias, h0), fast_mode=True
+        )
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_lstm_gru_nonfinite(kind):
+    B, H = 3, 5
+    g = torch.Generator().manual_seed(3)
+    G = 4 if kind == "lstm" else 3
+    x = poke(torch.randn(B, 5, G * H, generator=g),
+              [((0, 4, 1), NAN), ((1, 1, H), INF), ((1, 2, 2 * H + 2), -INF),
+               ((2, 0, 3), 1e4), ((2, 3, 0), -1e4)])  # fmt: skip
+    w = 0.4 * torch.randn(G * H, H, generator=g)
+    h0 = poke(torch.randn(B, H, generator=g), [((2, 3), -INF)])
+    third = poke(torch.randn(B, H, generator=g), [((1, 1), INF)]) if kind == "lstm" else (
+        torch.randn(G * H, generator=g))  # fmt: skip
+    args = [x, w, h0, third] if kind == "lstm" else [x, w, third, h0]
+    fn = cells_triton.lstm_sequence if kind == "lstm" else cells_triton.gru_sequence
+    ref_fn = cells_ref.lstm_sequence_ref if kind == "lstm" else cells_ref.gru_sequence_ref
+    leaves = [t.clone().requires_grad_() for t in args]
+    ref_leaves = [t.clone().requires_grad_() for t in args]
+    outs, ref = fn(*leaves), ref_fn(*ref_leaves)
+    for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
+        parity(o.detach(), r.detach(), f"output {k}")
+    ws = weights(*outs)
+    got = torch.autograd.grad(outs, leaves, ws)
+    want = torch.autograd.grad(ref, ref_leaves, ws)
+    for k, (x_, y_) in enumerate(zip(got, want, strict=True)):
+        parity(x_, y_, f"gradient {k}")
+
+
+@pytest.mark.parametrize(("batch", "steps"), [(0, 4), (2, 0)], ids=["B0", "T0"])
+def test_lstm_empty_shapes(batch, steps):
+    """Right shapes, final states = initial states, no launch failure."""
+    H = 5
+    g = torch.Generator().manual_seed(4)
+    h0 = torch.randn(batch, H, generator=g)
+    w = torch.randn(4 * H, H, generator=g).requires_grad_()
+    x = torch.randn(batch, steps, 4 * H, generator=g).requires_grad_()
+    h_seq, c_seq, h_n, c_n = cells_triton.lstm_sequence(x, w, h0, h0)
+    assert h_seq.shape == (batch, steps, H) and h_n.shape == (batch, H)
+    assert steps > 0 or (torch.equal(h_n, h0) and torch.equal(c_n, h0))
+    (h_seq.sum() + h_n.sum() + c_n.sum()).backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape and not w.grad.any()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -171,67 +279,46 @@ def test_ncarnn_gradcheck_float64():
 
 
 # ------------------------------------------------------------------------------------------------
-# NaN / +-Inf parity (as tests/gpu/test_triton_nonfinite.py) and empty shapes
+# CAS-LSTM and nCARNN: NaN / +-Inf parity and empty shapes
 # ------------------------------------------------------------------------------------------------
-
-
-def _parity(got: Tensor, want: Tensor, name: str) -> None:
-    """Equal NaN, +Inf and -Inf masks, close finite values (float32)."""
-    assert got.shape == want.shape and got.dtype == want.dtype, name
-    for label, mask in (("NaN", torch.isnan), ("+Inf", lambda t: t == INF),
-                        ("-Inf", lambda t: t == -INF)):  # fmt: skip
-        mg, mw = mask(got), mask(want)
-        assert torch.equal(mg, mw), f"{name}: {label} masks differ at {(mg != mw).nonzero()[:4]}"
-    fin = torch.isfinite(want)
-    scale = max(1.0, want[fin].abs().max().item()) if fin.any() else 1.0
-    torch.testing.assert_close(got[fin], want[fin], rtol=1e-4, atol=1e-5 * scale, msg=name)
-
-
-def _poke(x: Tensor | None, pokes: Sequence[tuple[tuple[int, ...], float]]) -> Tensor | None:
-    if x is None:
-        return None
-    x = x.clone()
-    for idx, value in pokes:
-        x[idx] = value
-    return x
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("kind", ["cas", "cas-peephole", "ncarnn"])
-def test_nonfinite(kind):
+def test_cas_ncarnn_nonfinite(kind):
     h = 5
     if kind == "ncarnn":
         args = _ncarnn_args(seed=7, hidden=h)
         fn, ref_fn = cells_triton.ncarnn_sequence, cells_ref.ncarnn_sequence_ref
         x_pokes = [((0, 4, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
                    ((2, 0, 3), 1e4), ((2, 3, 2 * h), -1e4)]  # fmt: skip
-        args[2] = _poke(args[2], [((2, 1), -INF)])  # the context projection
+        args[2] = poke(args[2], [((2, 1), -INF)])  # the context projection
     else:
         args = _cas_args("vector", kind == "cas-peephole", seed=7, hidden=h)
         fn, ref_fn = cells_triton.cas_lstm_sequence, cells_ref.cas_lstm_sequence_ref
         x_pokes = [((0, 4, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
                    ((2, 0, 4 * h + 3), 1e4), ((2, 3, 4 * h), -1e4)]  # fmt: skip
-        args[2] = _poke(args[2], [((0, 2, 2), INF), ((2, 4, 0), NAN)])  # lower_c
-        args[4] = _poke(args[4], [((1, 1), INF)])  # c0
-    args[0] = _poke(args[0], x_pokes)
-    args[3] = _poke(args[3], [((2, 3), -INF)])  # h0
+        args[2] = poke(args[2], [((0, 2, 2), INF), ((2, 4, 0), NAN)])  # lower_c
+        args[4] = poke(args[4], [((1, 1), INF)])  # c0
+    args[0] = poke(args[0], x_pokes)
+    args[3] = poke(args[3], [((2, 3), -INF)])  # h0
     leaves = [a.clone().requires_grad_() if a is not None else None for a in args]
     ref_leaves = [a.clone().requires_grad_() if a is not None else None for a in args]
     outs, ref = fn(*leaves), ref_fn(*ref_leaves)
     for k, (o, r) in enumerate(zip(outs, ref, strict=True)):
-        _parity(o.detach(), r.detach(), f"output {k}")
+        parity(o.detach(), r.detach(), f"output {k}")
     g = torch.Generator().manual_seed(8)
     ws = [torch.randn(o.shape, generator=g) for o in outs]
     got = torch.autograd.grad(outs, [a for a in leaves if a is not None], ws)
     want = torch.autograd.grad(ref, [a for a in ref_leaves if a is not None], ws)
     for k, (x, y) in enumerate(zip(got, want, strict=True)):
-        _parity(x, y, f"gradient {k}")
+        parity(x, y, f"gradient {k}")
     assert torch.isnan(outs[0]).any() and torch.isfinite(outs[0]).any()
 
 
 @pytest.mark.parametrize(("batch", "steps"), [(0, 4), (2, 0)], ids=["B0", "T0"])
-def test_empty_shapes(batch, steps):
+def test_cas_ncarnn_empty_shapes(batch, steps):
     g = torch.Generator().manual_seed(9)
     h0, c0 = torch.randn(batch, H, generator=g), torch.randn(batch, H, generator=g)
     x = torch.randn(batch, steps, 5 * H, generator=g).requires_grad_()

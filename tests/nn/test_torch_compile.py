@@ -1,0 +1,38 @@
+"""``torch.compile`` of a layer's forward and backward gives the eager gradients (of the input
+and of every weight), with lengths: the custom ops trace (fake implementations, autograd
+formulas) under TorchDynamo and AOT autograd, and Inductor compiles around them. The ops'
+own cases are in ``tests/ops``; a compile that is a process's first call in
+``tests/api/test_compile_first_call.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from contract import make, run, states
+
+#: (configuration, input size, hidden size, its overrides, torch.compile backend)
+CASES = [
+    pytest.param("qrnn", 4, 8, dict(window=2), "inductor", id="qrnn"),
+    pytest.param("qrnn-centred", 4, 8, {}, "inductor", id="qrnn-centred"),
+    pytest.param("rcrn-concat", 8, 16, dict(num_layers=1), "aot_eager", id="rcrn-concat"),
+    pytest.param("caslstm-trainable", 8, 16, dict(num_layers=2), "aot_eager",
+                 id="caslstm-trainable"),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("name", "input_size", "hidden_size", "overrides", "backend"), CASES)
+def test_forward_backward_equal_eager(name, input_size, hidden_size, overrides, backend):
+    torch.manual_seed(13)
+    m = make(name, input_size, hidden_size, batch_first=True, **overrides)
+    x = torch.randn(2, 7, input_size, requires_grad=True)
+    lengths = torch.tensor([7, 4])
+
+    def loss(x):
+        out, h_n = run(m, x, lengths=lengths)
+        return out.square().sum() + sum(s.sum() for s in states(h_n))
+
+    compiled = torch.compile(loss, backend=backend, fullgraph=False)
+    g1 = torch.autograd.grad(compiled(x), [x, *m.parameters()])
+    g2 = torch.autograd.grad(loss(x), [x, *m.parameters()])
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
