@@ -188,9 +188,11 @@ def add_floors(results: list[dict[str, Any]], roof: _roofline.Roofline,
         if r.get("kind") != "time" or r.get("status") != "ok":
             continue
         if per_point:
-            dtype = getattr(torch, r.get("dtype", "float32"))
-            rate = _roofline.gemm_rate_at(point_gemm_shape(r), dtype)
-            r["gemm_rate_flops_per_s"] = rate
+            rate = r.get("gemm_rate_flops_per_s")
+            if rate is None:
+                dtype = getattr(torch, r.get("dtype", "float32"))
+                rate = _roofline.gemm_rate_at(point_gemm_shape(r), dtype)
+                r["gemm_rate_flops_per_s"] = rate
             roof = replace(roof, gemm_flops_per_s=rate)
         fl, by = r["flops"], r["bytes"]
         fb_flops, fb_bytes = fl["fwd"] + fl["bwd"], by["fwd"] + by["bwd"]
@@ -364,9 +366,14 @@ def run(
             copy_samples += _roofline.measure_copy(
                 roof_start.copy_bytes, dtype=dtype, warmup=1, repeats=3
             )[1]
+            # the GEMM rate at this point's shape, measured beside its rows (load changes)
+            shape = point_gemm_shape({"batch": p.batch, "length": p.length, "width": p.width})
+            rate = _roofline.gemm_rate_at(shape, dtype)
             recs = time_point(
                 group, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds
             )
+            for r in recs:
+                r["gemm_rate_flops_per_s"] = rate
         else:
             recs = [memory_point(c, p, dtype) for c in group]
         wall = time.perf_counter() - t0
@@ -386,7 +393,7 @@ def run(
     doc["roofline_start"] = roof_start.to_dict()
     doc["roofline_end"] = roof_end.to_dict()
     if progress:
-        progress(total - 1, total, "GEMM rate at each point's shape")
+        progress(total - 1, total, "floors")
     add_floors(results, roof, per_point=True)
     doc["gemm"] = {"path": gemm_path.forced(), "onednn_usable": gemm_path.onednn_usable()}
     if progress:
