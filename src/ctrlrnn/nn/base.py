@@ -70,7 +70,14 @@ def _pack(out: Tensor, lengths: Tensor) -> PackedSequence:
 
 
 class RecurrentBase(nn.Module):
-    """Base class with the ``torch.nn.LSTM`` interface (see the module docstring)."""
+    """Base class with the ``torch.nn.LSTM`` interface (see the module docstring).
+
+    Examples:
+        >>> from ctrlrnn import QRNN, RecurrentBase
+        >>> layer = QRNN(input_size=4, hidden_size=8, bidirectional=True)
+        >>> isinstance(layer, RecurrentBase), layer.output_size, layer.state_names
+        (True, 16, ('c',))
+    """
 
     #: names of the state variables carried between steps, e.g. ``("h", "c")``
     state_names: tuple[str, ...] = ("h",)

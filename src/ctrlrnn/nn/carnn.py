@@ -62,12 +62,23 @@ class CARNNCell(nn.Module):
     ``forward(input, context=None, h=None) -> h'`` with ``input`` ``(B, input_size)``,
     ``context`` ``(B, context_size)`` and ``h`` ``(B, hidden_size)`` (zeros when omitted).
 
-    Parameters (gate blocks in the order ``u, f, ebar``):
+    Attributes:
+        weight_ih: ``[W^e_u; W^e_f; W_e]`` (gate blocks in the order ``u, f, ebar``), of shape
+            ``(G * hidden_size, input_size)``: ``G`` = 3, or 2 for sCARNN (no ``W_e``).
+        bias_ih: ``[b_u; b_f; b_e]``, of shape ``(G * hidden_size,)``.
+        weight_hh: ``[W^h_u; W^h_f]`` (nCARNN only), of shape ``(2 * hidden_size, hidden_size)``.
+        weight_ch: ``[W^c_u; W^c_f]`` (absent with ``context_size=None``), of shape
+            ``(2 * hidden_size, context_size)``.
 
-    * ``weight_ih`` ``(G*H, input_size)`` and ``bias_ih`` ``(G*H,)``: ``W^e_u, W^e_f, W_e`` and
-      ``b_u, b_f, b_e`` (``G = 3``; sCARNN has no ``W_e``, ``G = 2``);
-    * ``weight_hh`` ``(2H, H)``: ``W^h_u; W^h_f`` (nCARNN only);
-    * ``weight_ch`` ``(2H, context_size)``: ``W^c_u; W^c_f`` (absent with ``context_size=None``).
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import CARNNCell
+        >>> cell = CARNNCell(input_size=4, hidden_size=8, context_size=3)
+        >>> context, h = torch.randn(2, 3), None
+        >>> for x_t in torch.randn(5, 2, 4):  # five steps of a batch of 2
+        ...     h = cell(x_t, context, h)
+        >>> h.shape
+        torch.Size([2, 8])
     """
 
     def __init__(
@@ -231,6 +242,26 @@ class CARNN(RecurrentBase):
 
     ``forward(input, context, hx=None, lengths=None) -> (output, h_n)`` with ``context``
     ``(B, context_size)`` (``(context_size,)`` for unbatched input).
+
+    Attributes:
+        cells[k].weight_ih: ``[W^e_u; W^e_f; W_e]`` of layer ``k // num_directions`` in
+            direction ``k % num_directions``, of shape ``(G * hidden_size, input_size_l)``:
+            ``G`` = 3, or 2 for sCARNN (no ``W_e``); ``input_size_l`` = ``input_size`` for the
+            first layer, ``num_directions * hidden_size`` above.
+        cells[k].bias_ih: ``[b_u; b_f; b_e]``, of shape ``(G * hidden_size,)``.
+        cells[k].weight_hh: ``[W^h_u; W^h_f]`` (nCARNN), of shape
+            ``(2 * hidden_size, hidden_size)``.
+        cells[k].weight_ch: ``[W^c_u; W^c_f]`` (a ``context_size`` given), of shape
+            ``(2 * hidden_size, context_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import CARNN
+        >>> carnn = CARNN(input_size=4, hidden_size=8, context_size=3, batch_first=True)
+        >>> x, context = torch.randn(2, 5, 4), torch.randn(2, 3)  # one context per sequence
+        >>> output, h_n = carnn(x, context)
+        >>> output.shape, h_n.shape
+        (torch.Size([2, 5, 8]), torch.Size([1, 2, 8]))
     """
 
     state_names = ("h",)

@@ -36,6 +36,28 @@ class ContextualCARNNLM(nn.Module):
             its dropout (0: none, the paper's eq 11 as printed).
         num_latent_labels: size of the latent label set of eq 12 (``None``: no latent head).
         alpha: the mixing weight of eq 13 (0.5 in the paper).
+
+    Attributes:
+        embedding.weight: the word embeddings, of shape ``(vocab_size, embedding_dim)``.
+        context_encoder.cells[k].{weight_ih,bias_ih,weight_hh}: the previous sentence's
+            context-free nCARNN (as :class:`CARNN`'s), ``context_size`` wide.
+        carnn.cells[k].{weight_ih,bias_ih,weight_hh,weight_ch}: the current sentence's CARNN
+            (as :class:`CARNN`'s; ``weight_hh`` with ``variant="n"``).
+        output.{weight,bias}: the softmax layer over the vocabulary, of shapes
+            ``(vocab_size, hidden_size)`` and ``(vocab_size,)``.
+        latent_head.{weight,bias}: eq 12's classifier of the context
+            (``num_latent_labels`` given), of shapes ``(num_latent_labels, context_size)`` and
+            ``(num_latent_labels,)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import ContextualCARNNLM
+        >>> lm = ContextualCARNNLM(vocab_size=20, embedding_dim=8, hidden_size=8, variant="s",
+        ...                        num_latent_labels=3)
+        >>> previous, tokens = torch.randint(0, 20, (2, 6)), torch.randint(0, 20, (2, 5))
+        >>> logits, latent = lm(tokens, previous)
+        >>> logits.shape, latent.shape
+        (torch.Size([2, 5, 20]), torch.Size([2, 3]))
     """
 
     def __init__(

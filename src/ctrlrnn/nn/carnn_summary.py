@@ -44,7 +44,17 @@ def history_summary(
 
 
 class HistorySummary(nn.Module):
-    """Module form of :func:`history_summary` (eq 8); no parameters of its own."""
+    """Module form of :func:`history_summary` (eq 8); no parameters of its own.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import HistorySummary
+        >>> h, e = torch.randn(2, 4, 8), torch.randn(2, 4, 8)  # CARNN outputs and inputs
+        >>> c = torch.randn(2, 8)  # the current utterance
+        >>> h_his, alpha = HistorySummary()(h, e, c, lengths=torch.tensor([4, 2]))
+        >>> h_his.shape, alpha.shape
+        (torch.Size([2, 8]), torch.Size([2, 4]))
+    """
 
     def forward(
         self, h: Tensor, e: Tensor, c: Tensor, lengths: Tensor | None = None

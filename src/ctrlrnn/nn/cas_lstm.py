@@ -185,6 +185,31 @@ class CASLSTMCell(nn.Module):
         lambda_, peephole: as :class:`CASLSTM` (a vertical cell's).
         layer: the :class:`CASLayer` whose weights to use (its sizes, ``vertical`` and
             peepholes are then the cell's); new weights when None.
+
+    Attributes:
+        weights.weight_ih: the input weights ``W``, gate rows ``(i, f, c~, o)`` and, in a
+            ``vertical`` cell, ``g`` (eq 9), of shape ``(G * hidden_size, input_size)``: ``G`` =
+            5 (``vertical``) or 4.
+        weights.weight_hh: the recurrent weights ``U``, of shape
+            ``(G * hidden_size, hidden_size)`` (``(4 * hidden_size, hidden_size)`` with
+            ``peephole=True``).
+        weights.bias: one bias per gate, of shape ``(G * hidden_size,)``.
+        weights.lambda_logit: ``theta`` of ``lambda = sigmoid(theta)``
+            (``lambda_="trainable"``), of shape ``(hidden_size,)``.
+        weights.peephole: ``[p_g1; p_g2]`` of eq 17 (``peephole=True``), of shape
+            ``(2, hidden_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import CASLSTMCell
+        >>> first = CASLSTMCell(4, 8, vertical=False)  # layer 1 reads x_t
+        >>> second = CASLSTMCell(8, 8)  # layer 2 reads h^1_t and c^1_t
+        >>> s1 = s2 = None
+        >>> for x_t in torch.randn(5, 3, 4):  # five steps of a batch of 3
+        ...     h1, s1 = first(x_t, state=s1)
+        ...     h2, s2 = second(h1, lower_c=s1[1], state=s2)
+        >>> h2.shape, s2[1].shape
+        (torch.Size([3, 8]), torch.Size([3, 8]))
     """
 
     def __init__(
@@ -339,6 +364,29 @@ class CASLSTM(RecurrentBase):
     :class:`torch.nn.LSTM` (``h_n``/``c_n`` ``(num_layers * num_directions, B, hidden_size)``,
     layer-major). ``caslstm.layer(l, d)`` is the :class:`CASLayer` of layer ``l`` (0-based) in
     direction ``d``.
+
+    Attributes:
+        layers[k].weight_ih: the input weights ``W`` of layer ``k // num_directions`` in
+            direction ``k % num_directions``, gate rows ``(i, f, c~, o)`` and, in layers
+            ``l > 1``, ``g`` (eq 9), of shape ``(4 * hidden_size, input_size)`` for the first
+            layer, ``(5 * hidden_size, hidden_size)`` above.
+        layers[k].weight_hh: the recurrent weights ``U``, of shape
+            ``(4 * hidden_size, hidden_size)`` for the first layer and with ``peephole=True``,
+            ``(5 * hidden_size, hidden_size)`` otherwise.
+        layers[k].bias: one bias per gate, of shape ``(4 * hidden_size,)`` for the first
+            layer, ``(5 * hidden_size,)`` above.
+        layers[k].lambda_logit: ``theta`` of ``lambda = sigmoid(theta)``
+            (``lambda_="trainable"``, layers ``l > 1``), of shape ``(hidden_size,)``.
+        layers[k].peephole: ``[p_g1; p_g2]`` of eq 17 (``peephole=True``, layers ``l > 1``),
+            of shape ``(2, hidden_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import CASLSTM
+        >>> lstm = CASLSTM(input_size=4, hidden_size=8, num_layers=2, batch_first=True)
+        >>> output, (h_n, c_n) = lstm(torch.randn(3, 5, 4))
+        >>> output.shape, h_n.shape, c_n.shape
+        (torch.Size([3, 5, 8]), torch.Size([2, 3, 8]), torch.Size([2, 3, 8]))
     """
 
     state_names = ("h", "c")

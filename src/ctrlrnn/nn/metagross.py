@@ -264,6 +264,40 @@ class MetagrossCell(nn.Module):
     :class:`Metagross`'s ``hx``. Feeding a sequence step by step
     gives the outputs of the layer with the same weights (``Metagross.cell(layer, direction)``
     shares them). ``depth_gate="static"`` reads the whole sequence and is refused here.
+
+    Attributes:
+        unit.weight: the linear base maps ``W x_t + b`` (``base="linear"``): the ``F``, ``O``
+            and ``Z`` maps of the ``N = 2^depth - 1`` units, level by level (each level
+            ``[F | O | Z]`` of its units, heap order), of shape
+            ``(3 * N * hidden_size, input_size)``.
+        unit.bias: their biases, of shape ``(3 * N * hidden_size,)``.
+        unit.base_weight_ih: the base RNNs' input weights (``base="lstm"`` or ``"gru"``: one
+            RNN per map, in the maps' order, ``torch.nn.LSTMCell``/``GRUCell`` layout), of
+            shape ``(3 * N * G * hidden_size, input_size)``, ``G`` = 4 or 3.
+        unit.base_bias_ih: of shape ``(3 * N * G * hidden_size,)``.
+        unit.base_weight_hh: the base RNNs' recurrent weights, of shape
+            ``(3 * N, G * hidden_size, hidden_size)``.
+        unit.base_bias_hh: the GRU bases' recurrent biases, of shape
+            ``(3 * N, G * hidden_size)``.
+        unit.weight_hh: the maps ``U^g_k h_{t-1}`` of every gate (``gates="state"``), of shape
+            ``(3 * N * hidden_size, hidden_size)``.
+        unit.depth_weight: the depth gates ``alpha``, ``beta`` of the ``I = 2^(depth-1) - 1``
+            internal units (``depth_gate="token"``), of shape ``(2 * I, input_size)``.
+        unit.depth_bias: their biases, of shape ``(2 * I,)``.
+        unit.depth_logit: the depth gates' logits (``depth_gate="scalar"``), of shape
+            ``(2 * I,)``.
+        unit.residual_weight: the projection ``W_r`` of the residual (``residual=True`` with
+            ``input_size != hidden_size``), of shape ``(hidden_size, input_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import MetagrossCell
+        >>> cell = MetagrossCell(input_size=4, hidden_size=8, depth=2)
+        >>> state = None
+        >>> for x_t in torch.randn(5, 3, 4):  # five steps of a batch of 3
+        ...     h, state = cell(x_t, state)
+        >>> h.shape, state.shape  # the 3 units' states, root first
+        (torch.Size([3, 8]), torch.Size([3, 24]))
     """
 
     def __init__(
@@ -403,6 +437,43 @@ class Metagross(RecurrentBase):
     ``(output, h_n, (alpha, beta))``, each ``(num_layers * num_directions, B, T, I)``
     (time-major ``(L*D, T, B, I)`` unless ``batch_first``; zeros past each length) over the
     ``I = 2^(L-1) - 1`` internal units in heap order, for the figures of section 3.6.2.
+
+    Attributes:
+        units[k].weight: the linear base maps ``W x_t + b`` (``base="linear"``) of the tree of
+            layer ``k // num_directions`` in direction ``k % num_directions``: the ``F``, ``O``
+            and ``Z`` maps of its ``N = 2^depth - 1`` units, level by level (each level
+            ``[F | O | Z]`` of its units, heap order), of shape ``(3 * N * hidden_size,
+            input_size_l)``; ``input_size_l`` = ``input_size`` for the first layer,
+            ``num_directions * hidden_size`` above.
+        units[k].bias: their biases, of shape ``(3 * N * hidden_size,)``.
+        units[k].base_weight_ih: the base RNNs' input weights (``base="lstm"`` or ``"gru"``:
+            one RNN per map, in the maps' order, ``torch.nn.LSTMCell``/``GRUCell`` layout), of
+            shape ``(3 * N * G * hidden_size, input_size_l)``, ``G`` = 4 or 3.
+        units[k].base_bias_ih: of shape ``(3 * N * G * hidden_size,)``.
+        units[k].base_weight_hh: the base RNNs' recurrent weights, of shape
+            ``(3 * N, G * hidden_size, hidden_size)``.
+        units[k].base_bias_hh: the GRU bases' recurrent biases, of shape
+            ``(3 * N, G * hidden_size)``.
+        units[k].weight_hh: the maps ``U^g_k h_{t-1}`` of every gate (``gates="state"``), of
+            shape ``(3 * N * hidden_size, hidden_size)``.
+        units[k].depth_weight: the depth gates ``alpha``, ``beta`` of the
+            ``I = 2^(depth-1) - 1`` internal units (``depth_gate="token"`` or ``"static"``), of
+            shape ``(2 * I, input_size_l)``.
+        units[k].depth_bias: their biases, of shape ``(2 * I,)``.
+        units[k].depth_logit: the depth gates' logits (``depth_gate="scalar"``), of shape
+            ``(2 * I,)``.
+        units[k].residual_weight: the projection ``W_r`` of the residual (``residual=True``
+            with ``input_size_l != hidden_size``), of shape ``(hidden_size, input_size_l)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import Metagross
+        >>> layer = Metagross(input_size=4, hidden_size=8, depth=2, batch_first=True)
+        >>> output, h_n, (alpha, beta) = layer(torch.randn(3, 5, 4), return_gates=True)
+        >>> output.shape, h_n.shape  # h_n: the 2^2 - 1 = 3 units' states, root first
+        (torch.Size([3, 5, 8]), torch.Size([1, 3, 24]))
+        >>> alpha.shape  # (layers * directions, batch, time, internal units)
+        torch.Size([1, 3, 5, 1])
     """
 
     def __init__(

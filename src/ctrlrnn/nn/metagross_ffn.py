@@ -45,10 +45,21 @@ class MetagrossFFN(nn.Module):
         bias: biases of the base maps and depth gates.
         dropout: dropout on the output (as a Transformer feed-forward block has).
 
-    Parameters: ``weight`` ``(3*N*d + 2*I, d)`` and ``bias``: the ``F, O, Z`` maps of the
-    ``N = 2^L - 1`` units (``[F nodes | O nodes | Z nodes]``, heap order) followed by the
-    ``alpha``, ``beta`` maps of the ``I = 2^(L-1) - 1`` internal units (``"token"``); or
-    ``depth_logit`` ``(2I,)`` (``"scalar"``).
+    Attributes:
+        weight: the ``F, O, Z`` maps of the ``N = 2^L - 1`` units (``[F nodes | O nodes |
+            Z nodes]``, heap order) followed, with ``depth_gate="token"``, by the ``alpha``,
+            ``beta`` maps of the ``I = 2^(L-1) - 1`` internal units: of shape
+            ``(3 * N * d_model + 2 * I, d_model)`` (``(3 * N * d_model, d_model)`` with
+            ``"scalar"``).
+        bias: their biases (``bias=True``), of shape ``(weight.shape[0],)``.
+        depth_logit: the depth gates' logits (``depth_gate="scalar"``), of shape ``(2 * I,)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import MetagrossFFN
+        >>> ffn = MetagrossFFN(d_model=8, depth=2)
+        >>> ffn(torch.randn(3, 5, 8)).shape  # any leading shape, position by position
+        torch.Size([3, 5, 8])
     """
 
     def __init__(

@@ -34,6 +34,13 @@ class PositionEncoder(nn.Module):
     ``embeddings`` is ``(..., J, d)``; ``lengths`` (optional, integer, shape ``...``) gives each
     utterance's true number of words, and padded words past it are ignored. No parameters: the
     word embeddings are trained by the model that owns them.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import PositionEncoder
+        >>> words = torch.randn(2, 6, 8)  # 2 utterances of up to 6 words, embeddings of width 8
+        >>> PositionEncoder()(words, lengths=torch.tensor([6, 3])).shape
+        torch.Size([2, 8])
     """
 
     def forward(self, embeddings: Tensor, lengths: Tensor | None = None) -> Tensor:

@@ -80,6 +80,24 @@ class QRNNCell(nn.Module):
     The state dict records ``window`` and ``causal`` (``_extra_state``); loading one saved with
     other values raises ``ValueError``. (A state dict saved before the record existed loads
     without the check.)
+
+    Attributes:
+        weight: the convolution weights ``[W_z; W_f (; W_o (; W_i))]`` of eq 1-2, of shape
+            ``(G * hidden_size, window * input_size)`` (``G`` = 2, 3 or 4 for f-, fo- or
+            ifo-pooling; the taps oldest first).
+        bias: the gates' biases, of shape ``(G * hidden_size,)``.
+        encoder_weight: the ``V`` of eq 7 (``encoder_state_size`` given), of shape
+            ``(G * hidden_size, encoder_state_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import QRNNCell
+        >>> cell = QRNNCell(input_size=4, hidden_size=8)
+        >>> state = None
+        >>> for x_t in torch.randn(5, 3, 4):  # five steps of a batch of 3
+        ...     h, state = cell(x_t, state)
+        >>> h.shape, state[0].shape, state[1].shape  # output, memory cell, window history
+        (torch.Size([3, 8]), torch.Size([3, 8]), torch.Size([3, 1, 4]))
     """
 
     def __init__(
@@ -346,6 +364,28 @@ class QRNN(RecurrentBase):
     ``(B, encoder_state_size)`` shared by all layers. ``hx`` and ``h_n`` hold the memory cells.
     :meth:`forward_with_layer_states` also returns every layer's last hidden state (the
     ``h~^l_T`` that eq 7 feeds to decoder layer ``l``).
+
+    Attributes:
+        cells[k].weight: the convolution weights ``[W_z; W_f (; W_o (; W_i))]`` of eq 1-2 of
+            layer ``k // num_directions`` in direction ``k % num_directions`` (1: backward), of
+            shape ``(G * hidden_size, window_l * input_size_l)``: ``G`` = 2, 3 or 4 for f-, fo-
+            or ifo-pooling, ``window_l`` the layer's width, ``input_size_l`` the width it reads
+            (``input_size`` for the first layer, ``num_directions * hidden_size`` above, plus
+            the lower layers' inputs with ``dense=True``); the taps oldest first.
+        cells[k].bias: the gates' biases, of shape ``(G * hidden_size,)``.
+        cells[k].encoder_weight: the ``V`` of eq 7 (``encoder_state_size`` given), of shape
+            ``(G * hidden_size, encoder_state_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import QRNN
+        >>> qrnn = QRNN(input_size=4, hidden_size=8, num_layers=2, batch_first=True)
+        >>> x = torch.randn(3, 5, 4)  # (batch, time, features)
+        >>> output, c_n = qrnn(x, lengths=torch.tensor([5, 3, 2]))
+        >>> output.shape, c_n.shape
+        (torch.Size([3, 5, 8]), torch.Size([2, 3, 8]))
+        >>> qrnn.cells[1].weight.shape  # fo-pooling, window 2, over layer 0's 8 outputs
+        torch.Size([24, 16])
     """
 
     state_names = ("c",)

@@ -175,6 +175,25 @@ class RCRNCell(nn.Module):
 
     Submodules: ``controller1`` (gives ``h^1``, the listener's forget gate, eq 1-6),
     ``controller2`` (``h^2``, the output gate), ``listener`` (the base RNN of eq 10-14, ``h^3``).
+
+    Attributes:
+        {controller1,controller2,listener}.weight_ih: the input weights of the three RNNs
+            (``torch.nn.LSTM``'s ``weight_ih_l0`` layout), of shape ``(G * hidden_size,
+            input_size)``, ``G`` = 4 (``cell="lstm"``) or 3 (``"gru"``).
+        {controller1,controller2,listener}.weight_hh: their recurrent weights, of shape
+            ``(G * hidden_size, hidden_size)``.
+        {controller1,controller2,listener}.bias_ih: of shape ``(G * hidden_size,)``.
+        {controller1,controller2,listener}.bias_hh: of shape ``(G * hidden_size,)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import RCRNCell
+        >>> cell = RCRNCell(input_size=4, hidden_size=8)
+        >>> state = None
+        >>> for x_t in torch.randn(5, 3, 4):  # five steps of a batch of 3
+        ...     h4, state = cell(x_t, state)
+        >>> h4.shape, len(state)
+        (torch.Size([3, 8]), 7)
     """
 
     def __init__(
@@ -290,6 +309,27 @@ class RCRN(RecurrentBase):
     bidirectional RCRN has exactly three times the parameters of a one-layer bidirectional
     ``torch.nn.LSTM`` of the same sizes, and as many as a three-layer one when
     ``input_size == 2 * hidden_size`` (section 3.3).
+
+    Attributes:
+        cells[k].{controller1,controller2,listener}.weight_ih: the input weights of the three
+            RNNs of layer ``k // num_directions`` in direction ``k % num_directions``
+            (``torch.nn.LSTM``'s ``weight_ih_l0`` layout), of shape ``(G * hidden_size,
+            input_size_l)``: ``G`` = 4 (``cell="lstm"``) or 3 (``"gru"``), ``input_size_l`` =
+            ``input_size`` for the first layer, ``num_directions * hidden_size`` above.
+        cells[k].{controller1,controller2,listener}.weight_hh: their recurrent weights, of
+            shape ``(G * hidden_size, hidden_size)``.
+        cells[k].{controller1,controller2,listener}.bias_ih: of shape ``(G * hidden_size,)``.
+        cells[k].{controller1,controller2,listener}.bias_hh: of shape ``(G * hidden_size,)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import RCRN
+        >>> rcrn = RCRN(input_size=4, hidden_size=8, bidirectional=True, batch_first=True)
+        >>> output, h_n = rcrn(torch.randn(3, 5, 4))
+        >>> output.shape
+        torch.Size([3, 5, 16])
+        >>> rcrn.state_names, h_n[-1].shape
+        (('h1', 'c1', 'h2', 'c2', 'h3', 'c3', 'c4'), torch.Size([2, 3, 8]))
     """
 
     def __init__(

@@ -1,5 +1,5 @@
 """A results file's seeds and tunings stand only for the setting they were trained in: another
-model or data size trains them again (ctrlrnn.reproduce.holding and the runner)."""
+model or data size trains them again (ctrlrnn.reproduce.cache_validity and the runner)."""
 
 from __future__ import annotations
 
