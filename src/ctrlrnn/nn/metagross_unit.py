@@ -1,0 +1,286 @@
+"""METAGROSS's unit (section 2: the recursive tree of gates over one base, a level at a time) and
+:class:`MetagrossCell`, one step of it, usable for step-by-step decoding; :class:`Metagross`
+(:mod:`ctrlrnn.nn.metagross`) is the layer built on them."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ctrlrnn.nn import metagross_tree as tree
+from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
+from ctrlrnn.nn.metagross_tree import (
+    BASES,
+    DEPTH_GATES,
+    RECURRENCES,
+    check_gates,
+    tree_nodes,
+)
+
+
+class MetagrossUnit(nn.Module):
+    """One METAGROSS tree (one layer, one direction): all nodes' parameters and the forward.
+
+    Parameters (``N = 2^depth - 1`` nodes, ``I = 2^(depth-1) - 1`` internal nodes, ``H`` hidden),
+    all ``3N`` base functions in the level-major order of
+    :func:`~ctrlrnn.nn.metagross_tree.base_index`:
+
+    * linear base: ``weight`` ``(3*N*H, D)`` and ``bias`` ``(3*N*H,)``: rows
+      ``base_index(g, k) * H ...`` hold ``W^g_k``, ``b^g_k``;
+    * RNN base (``G = 4`` for LSTM, ``3`` for GRU, torch gate order): RNN ``j = base_index(g,
+      k)`` has ``base_weight_ih[j*G*H : (j+1)*G*H]`` ``(G*H, D)``, ``base_bias_ih`` likewise (for
+      LSTM ``b_ih + b_hh`` in one), ``base_weight_hh[j]`` ``(G*H, H)`` and for GRU
+      ``base_bias_hh[j]`` ``(3H,)``;
+    * ``depth_weight`` ``(2I, D)`` and ``depth_bias`` ``(2I,)``: ``[alpha | beta]`` maps of the
+      internal nodes in heap order (``"token"``, ``"static"``), or ``depth_logit`` ``(2I,)``
+      (``"scalar"``);
+    * ``residual_weight`` ``(H, D)``: only when ``residual`` and ``D != H`` (a projection
+      shortcut; the paper adds ``x_t`` itself, which needs ``D == H``);
+    * ``weight_hh`` ``(3*N*H, H)``: only with ``gates="state"``, the maps ``U^g_k`` of the
+      previous state, rows in the order of ``weight`` (``base_index(g, k) * H ...``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        depth: int = 2,
+        base: str = "linear",
+        depth_gate: str = "token",
+        residual: bool = True,
+        recurrence: str = "h",
+        bias: bool = True,
+        gates: str = "input",
+    ) -> None:
+        super().__init__()
+        self.gates = check_gates(gates, recurrence)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.depth = check_positive_int("depth", depth)
+        self.base = check_choice("base", base, BASES)
+        self.depth_gate = check_choice("depth_gate", depth_gate, DEPTH_GATES)
+        self.recurrence = check_choice("recurrence", recurrence, RECURRENCES)
+        self.residual = check_flag("residual", residual)
+        D, H = input_size, hidden_size
+        N = self.num_nodes = tree_nodes(depth)
+        I = self.num_internal = tree_nodes(depth - 1)
+        self.depth_weight: nn.Parameter | None = None
+        self.depth_bias: nn.Parameter | None = None
+        self.depth_logit: nn.Parameter | None = None
+        if base == "linear":
+            self.weight = nn.Parameter(torch.empty(3 * N * H, D))
+            self.bias = nn.Parameter(torch.empty(3 * N * H)) if bias else None
+        else:
+            G = self.base_gates
+            K = 3 * N
+            self.base_weight_ih = nn.Parameter(torch.empty(K * G * H, D))
+            self.base_bias_ih = nn.Parameter(torch.empty(K * G * H)) if bias else None
+            self.base_weight_hh = nn.Parameter(torch.empty(K, G * H, H))
+            self.base_bias_hh = (
+                nn.Parameter(torch.empty(K, G * H)) if bias and base == "gru" else None
+            )
+        if I > 0 and depth_gate in ("token", "static"):
+            self.depth_weight = nn.Parameter(torch.empty(2 * I, D))
+            self.depth_bias = nn.Parameter(torch.empty(2 * I)) if bias else None
+        if I > 0 and depth_gate == "scalar":
+            self.depth_logit = nn.Parameter(torch.empty(2 * I))
+        self.residual_weight = (
+            nn.Parameter(torch.empty(H, D)) if self.residual and D != H else None
+        )
+        self.weight_hh = (
+            nn.Parameter(torch.empty(3 * N * H, H)) if self.gates == "state" else None
+        )
+        self.reset_parameters()
+
+    @property
+    def base_gates(self) -> int:
+        """Gate blocks of one base RNN (4 for LSTM, 3 for GRU, 0 for the linear base)."""
+        return {"linear": 0, "lstm": 4, "gru": 3}[self.base]
+
+    @property
+    def tree_state_size(self) -> int:
+        """Width of the tree's carried state: every unit's ``(2^L - 1) * H`` with
+        ``gates="input"``, the root's ``H`` with ``gates="state"``."""
+        return self.hidden_size if self.gates == "state" else self.num_nodes * self.hidden_size
+
+    @property
+    def base_state_size(self) -> int:
+        """Width of the carried state of all base RNNs together (``h`` and, for LSTM, ``c``)."""
+        per = {"linear": 0, "lstm": 2, "gru": 1}[self.base]
+        return 3 * self.num_nodes * per * self.hidden_size
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+        if self.residual_weight is not None:
+            nn.init.uniform_(self.residual_weight, -1 / math.sqrt(self.input_size),
+                             1 / math.sqrt(self.input_size))  # fmt: skip
+
+    # ------------------------------------------------------------------ the pass
+    def base_preactivations(
+        self,
+        x: Tensor,
+        lengths: Tensor | None,
+        base_state: Tensor | None,
+        weight_drop: float = 0.0,
+    ) -> tuple[list[Tensor], Tensor | None, Tensor | None]:
+        """``F^*_k(x_t)`` of all base functions, one block ``(B, T, 3*k*H)`` per level, the
+        token depth-gate logits and the base RNNs' final states
+        (:func:`ctrlrnn.nn.metagross_tree.base_preactivations`)."""
+        return tree.base_preactivations(self, x, lengths, base_state, weight_drop)
+
+    def depth_gates(
+        self, x: Tensor, lengths: Tensor | None, logits: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``alpha``, ``beta`` ``(B, T, I)`` in ``[0, 1]`` (section 2.1) for the internal nodes
+        (:func:`ctrlrnn.nn.metagross_tree.depth_gates`)."""
+        return tree.depth_gates(self, x, lengths, logits)
+
+    def forward(
+        self,
+        x: Tensor,
+        lengths: Tensor | None = None,
+        state: Tensor | None = None,
+        base_state: Tensor | None = None,
+        weight_drop: float = 0.0,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+        """Run the tree over batch-first ``x`` ``(B, T, D)``.
+
+        Args:
+            state: ``(B, N*H)`` the units' carried states in heap order (``h`` or ``c``,
+                per ``recurrence``); zeros when None. With ``gates="state"``: the root's
+                ``(B, H)``.
+            base_state: ``(B, base_state_size)`` the base RNNs' states; zeros when None.
+            weight_drop: DropConnect probability on the recurrent matrices (``weight_hh``
+                with ``gates="state"``, the base RNNs' ``base_weight_hh``) in training: one
+                mask per matrix for the whole sequence (:mod:`ctrlrnn.nn.weight_drop`).
+
+        Returns:
+            ``(output, last_state, last_base_state, alpha, beta)``: the root's output
+            ``(B, T, H)`` (zero past each length), the final carried states ``(B, N*H)``, the
+            base RNNs' final states (None for the linear base), and the depth gates
+            ``(B, T, I)``.
+        """
+        if self.gates == "state":
+            return tree.forward_as_printed(self, x, lengths, state, base_state, weight_drop)
+        return tree.forward_input_gates(self, x, lengths, state, base_state, weight_drop)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, depth={self.depth}, base={self.base!r}, "
+            f"depth_gate={self.depth_gate!r}, residual={self.residual}, "
+            f"recurrence={self.recurrence!r}, gates={self.gates!r}"
+        )
+
+
+class MetagrossCell(nn.Module):
+    """One METAGROSS tree (one layer direction) for step-by-step use (decoding).
+
+    ``forward(input, state=None) -> (h, state')`` with ``input`` ``(B, input_size)`` (or
+    ``(input_size,)``); ``state`` is the tree's carried states ``(B, (2^L - 1) * H)`` (heap
+    order, root first; the root's ``(B, H)`` alone with ``gates="state"``), or ``(tree, base)``
+    with an RNN base, zeros when None, exactly the per-layer-direction slice of
+    :class:`Metagross`'s ``hx``. Feeding a sequence step by step
+    gives the outputs of the layer with the same weights (``Metagross.cell(layer, direction)``
+    shares them). ``depth_gate="static"`` reads the whole sequence and is refused here.
+
+    Attributes:
+        unit.weight: the linear base maps ``W x_t + b`` (``base="linear"``): the ``F``, ``O``
+            and ``Z`` maps of the ``N = 2^depth - 1`` units, level by level (each level
+            ``[F | O | Z]`` of its units, heap order), of shape
+            ``(3 * N * hidden_size, input_size)``.
+        unit.bias: their biases, of shape ``(3 * N * hidden_size,)``.
+        unit.base_weight_ih: the base RNNs' input weights (``base="lstm"`` or ``"gru"``: one
+            RNN per map, in the maps' order, ``torch.nn.LSTMCell``/``GRUCell`` layout), of
+            shape ``(3 * N * G * hidden_size, input_size)``, ``G`` = 4 or 3.
+        unit.base_bias_ih: of shape ``(3 * N * G * hidden_size,)``.
+        unit.base_weight_hh: the base RNNs' recurrent weights, of shape
+            ``(3 * N, G * hidden_size, hidden_size)``.
+        unit.base_bias_hh: the GRU bases' recurrent biases, of shape
+            ``(3 * N, G * hidden_size)``.
+        unit.weight_hh: the maps ``U^g_k h_{t-1}`` of every gate (``gates="state"``), of shape
+            ``(3 * N * hidden_size, hidden_size)``.
+        unit.depth_weight: the depth gates ``alpha``, ``beta`` of the ``I = 2^(depth-1) - 1``
+            internal units (``depth_gate="token"``), of shape ``(2 * I, input_size)``.
+        unit.depth_bias: their biases, of shape ``(2 * I,)``.
+        unit.depth_logit: the depth gates' logits (``depth_gate="scalar"``), of shape
+            ``(2 * I,)``.
+        unit.residual_weight: the projection ``W_r`` of the residual (``residual=True`` with
+            ``input_size != hidden_size``), of shape ``(hidden_size, input_size)``.
+
+    Examples:
+        >>> import torch
+        >>> from ctrlrnn import MetagrossCell
+        >>> cell = MetagrossCell(input_size=4, hidden_size=8, depth=2)
+        >>> state = None
+        >>> for x_t in torch.randn(5, 3, 4):  # five steps of a batch of 3
+        ...     h, state = cell(x_t, state)
+        >>> h.shape, state.shape  # the 3 units' states, root first
+        (torch.Size([3, 8]), torch.Size([3, 24]))
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        depth: int = 2,
+        base: str = "linear",
+        depth_gate: str = "token",
+        residual: bool = True,
+        recurrence: str = "h",
+        bias: bool = True,
+        gates: str = "input",
+        unit: MetagrossUnit | None = None,
+    ) -> None:
+        super().__init__()
+        if unit is None:
+            unit = MetagrossUnit(
+                input_size, hidden_size, depth=depth, base=base, depth_gate=depth_gate,
+                residual=residual, recurrence=recurrence, bias=bias, gates=gates,
+            )  # fmt: skip
+        if unit.depth_gate == "static":
+            raise ValueError(
+                "depth_gate: 'static' computes alpha, beta from the whole sequence (section "
+                "2.1) and cannot run step by step; use 'token' or 'scalar'"
+            )
+        self.unit = unit
+
+    def forward(
+        self, input: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
+        u = self.unit
+        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
+            raise ValueError("input: expected a (B, input_size) or (input_size,) tensor")
+        unbatched = input.dim() == 1
+        x = input.unsqueeze(0) if unbatched else input
+        if x.shape[-1] != u.input_size:
+            raise ValueError(f"input: expected input_size={u.input_size}, got {x.shape[-1]}")
+        B = x.shape[0]
+        rnn = u.base != "linear"
+        tree: Tensor | None = None
+        base_state: Tensor | None = None
+        if state is not None:
+            parts = list(state) if isinstance(state, (tuple, list)) else [state]
+            if len(parts) != (2 if rnn else 1):
+                want = "a tuple (tree, base)" if rnn else "a Tensor"
+                raise ValueError(f"state: expected {want}")
+            if unbatched:
+                parts = [p.unsqueeze(0) for p in parts]
+            sizes = [u.tree_state_size, u.base_state_size][: len(parts)]
+            for p, size in zip(parts, sizes):
+                if tuple(p.shape) != (B, size):
+                    raise ValueError(f"state: expected shape {(B, size)}, got {tuple(p.shape)}")
+            tree = parts[0]
+            base_state = parts[1] if rnn else None
+        out, last, base_last, _, _ = u(x.unsqueeze(1), None, tree, base_state)
+        h = out[:, 0]
+        new: Tensor | tuple[Tensor, Tensor] = last if base_last is None else (last, base_last)
+        if unbatched:
+            h = h[0]
+            new = new[0] if isinstance(new, Tensor) else (new[0][0], new[1][0])
+        return h, new
