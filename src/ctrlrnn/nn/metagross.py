@@ -92,6 +92,10 @@ from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
+# Defined in metagross_unit, named here (their module until they moved) so that whole-module
+# pickles keep one class path: ``torch.load(weights_only=True)`` allows a class by that path.
+MetagrossUnit.__module__ = MetagrossCell.__module__ = __name__
+
 __all__ = ["BASES", "DEPTH_GATES", "GATES", "RECURRENCES", "Metagross", "MetagrossCell",
            "MetagrossUnit", "base_index", "check_gates", "level_slice", "tree_nodes"]
 

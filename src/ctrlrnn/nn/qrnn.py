@@ -57,6 +57,10 @@ from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.padding import last_valid
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
 
+# Defined in qrnn_cell, named here (its module until it moved) so that whole-module pickles
+# keep one class path: ``torch.load(weights_only=True)`` allows a class by that path.
+QRNNCell.__module__ = __name__
+
 __all__ = ["QRNN", "QRNNCell", "ZONEOUT_EVAL", "causal_windows", "centred_taps",
            "centred_windows", "check_windows", "zoneout_keep"]
 
