@@ -143,3 +143,18 @@ def test_choices_persist_beside_the_build(tmp_path):
     r = _python("from ctrlrnn.ops import _extension, gemm_path; _extension.load('scan'); "
                 "print(sorted(gemm_path.table()))")
     assert "bulk M64 K32 N128 nn" in r.stdout
+
+
+def test_measuring_a_class_leaves_the_random_stream_alone():
+    """A class measured mid-run must not draw from torch's generator: a resumed run (whose
+    classes are already known) would otherwise get other dropout masks than the run it
+    continues."""
+    from ctrlrnn.ops.fused_cells import lstm_sequence
+
+    with gemm_path.use("auto"):
+        ext.gemm_table_clear()
+        state = torch.get_rng_state()
+        ext.gemm(torch.ones(48, 20), torch.ones(20, 36))  # a bulk class, measured now
+        lstm_sequence(torch.zeros(6, 5, 4 * 24), torch.zeros(4 * 24, 24))  # per-step classes
+        assert any(k.startswith("step ") for k in gemm_path.table())
+        assert torch.equal(torch.get_rng_state(), state)

@@ -169,7 +169,7 @@ class StepGemm {
                                                 gemm::threads_here());
         path_ = gemm::choose(key, [&] {
           return std::function<void(int)>(
-              [this, a = at::rand({M_, K_}, W.options()),
+              [this, a = gemm::scratch({M_, K_}, W.options()),
                o = at::empty({M_, N_}, W.options())](int path) {
                 if (path == gemm::kOneDnn) {
                   gemm::onednn_into(o, a, w_op_, false);

@@ -164,11 +164,19 @@ inline int choose(const std::string& key,
   return note(p);
 }
 
-// A scratch tensor of t's sizes and layout, filled with values in [0, 1).
+// A scratch tensor of sizes `sizes`, filled with a constant. Not random: drawing from torch's
+// generator here would shift the random stream of the caller's run (its dropout masks) by
+// whether this process had measured the class yet, and a GEMM's time does not depend on the
+// values of normal floats.
+inline at::Tensor scratch(at::IntArrayRef sizes, const at::TensorOptions& opts) {
+  return at::full(sizes, 0.5, opts);
+}
+
+// A scratch tensor of t's sizes and layout (scratch()).
 inline at::Tensor scratch_like(const at::Tensor& t) {
   const auto opts = t.options();
-  if (layout(t) == 't') return at::rand({t.size(1), t.size(0)}, opts).t();
-  return at::rand(t.sizes(), opts);
+  if (layout(t) == 't') return scratch({t.size(1), t.size(0)}, opts).t();
+  return scratch(t.sizes(), opts);
 }
 
 inline void blas_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
