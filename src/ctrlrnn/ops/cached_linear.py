@@ -47,7 +47,10 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 def _matmul(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` on the GEMM path chosen for its shape (compiled kernels), else torch's (also
     under ``create_graph=True``: the double backward needs a differentiable product)."""
-    ext = kernel_for("scan", a.device) if a.device.type == "cpu" else None
+    # traced backwards (torch.compile, make_fx) see tensor subclasses (fake, functional) that
+    # hold no data: they take torch's product, which the tracer records
+    plain = type(a) is torch.Tensor and type(b) is torch.Tensor
+    ext = kernel_for("scan", a.device) if plain and a.device.type == "cpu" else None
     float32 = a.dtype == torch.float32 and b.dtype == torch.float32
     if ext is None or not float32 or torch.is_grad_enabled():
         return a @ b
