@@ -181,7 +181,8 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         "draw: re-run before trusting a difference of a few percent (every sample is in the "
         "JSON).",
         "",
-        "Reproduce: `ctrlrnn bench` (quick grid, 95 s on an idle 2-core machine, 2026-11-22) "
+        f"Reproduce: `ctrlrnn bench` (the {doc['grid']} grid took {doc.get('elapsed_s', 0):.0f} s "
+        "in this run) "
         "or `ctrlrnn bench --full`; "
         "`ctrlrnn bench --from RESULTS.json --markdown BENCHMARKS.md` rewrites this page from a "
         "saved run.",
