@@ -34,9 +34,11 @@ def _print_gemm(g: dict) -> None:
     usable = {True: "yes", False: "no", None: "unknown (no kernel loaded)"}[g["onednn_usable"]]
     how = ("chosen per shape class by measurement" if g["forced"] == "auto"
            else f"forced to {g['forced']}")
-    print(f"float32 GEMMs (CTRLRNN_GEMM={g['requested']}): {how}; oneDNN reachable: {usable}")
+    one = {True: "yes", False: "no", None: "unknown"}[g.get("one_thread_usable")]
+    print(f"float32 GEMMs (CTRLRNN_GEMM={g['requested']}): {how}; oneDNN reachable: {usable}; "
+          f"BLAS on one thread (blas1): {one}")
     print("  step = the per-step recurrent products, bulk = input projections and weight "
-          "gradients")
+          "gradients; blas1 = BLAS held to the calling thread (tiny products)")
     if g["store"]:
         print(f"  choices kept in {g['store']}")
     classes = g["classes"]
@@ -44,7 +46,7 @@ def _print_gemm(g: dict) -> None:
         print("  none measured yet (the first GEMM of each shape class measures it)")
     for key, c in classes.items():
         ratio = c["blas_over_onednn"]
-        speed = f"oneDNN {ratio:.2f}x BLAS's speed" if ratio else "loaded"
+        speed = f"oneDNN {ratio:.2f}x BLAS's speed" if ratio else "oneDNN not timed"
         print(f"  {key:32s} {c['path']:7s} ({speed})")
 
 

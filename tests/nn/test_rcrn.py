@@ -13,6 +13,7 @@ from contract import gradcheck
 
 from ctrlrnn import RCRN, RCRNCell
 from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.backend import reference_forced
 
 D64 = torch.float64
 CELL_STATES = {"lstm": 2, "gru": 1}
@@ -298,7 +299,7 @@ def test_cell_bad_inputs():
 
 def _pair(**kw):
     torch.manual_seed(3)
-    native = RCRN(6, 5, batch_first=True, **kw).double()
+    native = RCRN(6, 5, batch_first=True, controllers="native", **kw).double()
     fused = RCRN(6, 5, batch_first=True, controllers="fused", **kw).double()
     fused.load_state_dict(native.state_dict())
     return native, fused
@@ -366,7 +367,7 @@ def test_gradcheck_native_with_lengths(ctrlrnn_backend):
     if ctrlrnn_backend == "reference":
         pytest.skip("a forced reference backend runs the controllers on the reference cells")
     torch.manual_seed(0)
-    m = RCRN(3, 2, bidirectional=True, batch_first=True).double()
+    m = RCRN(3, 2, bidirectional=True, batch_first=True, controllers="native").double()
     x = torch.randn(2, 4, 3, dtype=D64, requires_grad=True)
     lens = torch.tensor([4, 2])
     assert m.native_applies(x, lens)
@@ -397,4 +398,25 @@ def test_controllers_is_checked_and_shown():
     with pytest.raises(ValueError, match="controllers"):
         RCRN(4, 4, controllers="cudnn")
     assert "controllers='fused'" in repr(RCRN(4, 4, controllers="fused"))
+    assert "controllers='native'" in repr(RCRN(4, 4, controllers="native"))
     assert "controllers" not in repr(RCRN(4, 4))
+
+
+@pytest.mark.parametrize("hidden", [8, 64, 65, 200])
+def test_auto_controllers_take_fused_for_narrow_cpu_layers(hidden):
+    """controllers="auto" (the default): torch's kernels on CPU from width 65 up, the fused
+    engine at 64 and below; the same numbers either way."""
+    from ctrlrnn.nn.rcrn import AUTO_FUSED_MAX_HIDDEN
+
+    torch.manual_seed(0)
+    auto = RCRN(3, hidden, bidirectional=True, batch_first=True).double()
+    fused = RCRN(3, hidden, bidirectional=True, batch_first=True, controllers="fused").double()
+    fused.load_state_dict(auto.state_dict())
+    x = torch.randn(2, 5, 3, dtype=D64)
+    lens = torch.tensor([5, 3])
+    if reference_forced():
+        assert not auto.native_applies(x, lens)
+    else:
+        assert auto.native_applies(x, lens) == (hidden > AUTO_FUSED_MAX_HIDDEN)
+    torch.testing.assert_close(auto(x, lengths=lens)[0], fused(x, lengths=lens)[0],
+                               rtol=1e-11, atol=1e-12)

@@ -17,12 +17,14 @@ from ctrlrnn.ops import _extension, gemm_path
 
 ext = _extension.load("scan")
 pytestmark = pytest.mark.skipif(ext is None, reason="needs the compiled kernels")
-PATHS = ["blas", "onednn"]
+PATHS = ["blas", "onednn", "blas1"]
 
 
 def _usable(path: str) -> None:
     if path == "onednn" and not ext.gemm_onednn_usable():
         pytest.skip("this torch runs no float32 GEMM on oneDNN")
+    if path == "blas1" and not ext.gemm_one_thread_usable():
+        pytest.skip("this torch's BLAS cannot be held to one thread")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -98,8 +100,58 @@ def test_choices_are_measured_and_listed():
     key = f"bulk M64 K128 N128 nn t{torch.get_num_threads()}"
     assert key in table, table
     path, advantage = table[key]
-    assert path in ("blas", "onednn") and advantage > 0
-    assert (path == "onednn") == (advantage > 1.03) or not ext.gemm_onednn_usable()
+    assert path in ("blas", "onednn", "blas1")
+    if ext.gemm_onednn_usable():
+        assert advantage > 0
+        # oneDNN is taken only where it beat BLAS by the margin
+        assert path != "onednn" or advantage > 1.03
+
+
+def _mkl_local_threads_reset() -> int | None:
+    """MKL's per-thread setting of the calling thread, reset to 0 (None without MKL)."""
+    import ctypes
+    from pathlib import Path
+
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    fn = getattr(lib, "MKL_Set_Num_Threads_Local", None)
+    return None if fn is None else int(fn(0))
+
+
+@pytest.mark.parametrize("forced", ["blas1", "auto"])
+def test_one_thread_path_restores_mkl_threads(forced):
+    """The blas1 path holds MKL to the calling thread only while its product runs: afterwards
+    the thread's MKL setting is back to torch's (0, none of its own), through the per-step
+    GEMMs of a small batch (the case the path is for) and the bulk ones."""
+    _usable("blas1")
+    from ctrlrnn.ops.fused_cells import lstm_sequence
+
+    if _mkl_local_threads_reset() is None:
+        pytest.skip("no MKL in this torch")
+    with gemm_path.use(forced):
+        ext.gemm_table_clear()
+        gemm_path.uses(clear=True)
+        x = torch.randn(2, 7, 4 * 8, requires_grad=True)
+        w = torch.randn(4 * 8, 8, requires_grad=True)
+        lstm_sequence(x, w)[0].sum().backward()
+        ext.gemm(torch.randn(3, 5), torch.randn(5, 4))
+    assert _mkl_local_threads_reset() == 0
+    if forced == "blas1":
+        assert set(p for p, _ in gemm_path.uses().values()) <= {"blas1"}
+
+
+def test_small_batches_offer_the_one_thread_path():
+    """A tiny per-step product on the calling thread with more than one thread is timed on
+    BLAS held to one thread too; its class records whichever path won."""
+    _usable("blas1")
+    if torch.get_num_threads() < 2:
+        pytest.skip("one thread: nothing to hold back")
+    from ctrlrnn.ops.fused_cells import lstm_sequence
+
+    with gemm_path.use("auto"):
+        ext.gemm_table_clear()
+        lstm_sequence(torch.randn(2, 3, 4 * 8), torch.randn(4 * 8, 8))
+        steps = {k: p for k, (p, _) in gemm_path.table().items() if k.startswith("step ")}
+    assert steps and set(steps.values()) <= {"blas", "onednn", "blas1"}, steps
 
 
 def test_use_rejects_unknown_paths():

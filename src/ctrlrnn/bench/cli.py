@@ -103,7 +103,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "--gemm",
         choices=sorted(gemm_path.PATHS),
         help="the GEMM path of ctrlrnn's compiled kernels for this run: auto (each shape class "
-        "on the path measured faster), blas or onednn (default: CTRLRNN_GEMM, else auto)",
+        "on the path measured fastest), blas, onednn or blas1 (BLAS on one thread) (default: "
+        "CTRLRNN_GEMM, else auto)",
     )
     p.add_argument(
         "--compare",

@@ -177,6 +177,7 @@ def backend_info() -> dict[str, Any]:
         "requested": gemm_path.requested(),
         "forced": gemm_path.forced(),
         "onednn_usable": gemm_path.onednn_usable(),
+        "one_thread_usable": gemm_path.one_thread_usable(),
         "store": str(gemm_path.store_path() or ""),
         "classes": {k: {"path": p, "blas_over_onednn": a} for k, (p, a) in
                     sorted(gemm_path.table().items())},

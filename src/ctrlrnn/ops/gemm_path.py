@@ -4,22 +4,30 @@ torch's CPU build carries its BLAS (MKL on x86) and oneDNN. For float32, which i
 on the CPU generation and the shape: on recent AVX-512 cores oneDNN's JIT kernels run large and
 mid-sized products up to twice as fast as MKL's, while on tiny products (a batch of 1-2 rows of
 width 64) BLAS wins because oneDNN's per-call set-up dominates. ``torch.nn.LSTM`` on CPU runs on
-oneDNN; ctrlrnn's kernels take whichever path measures faster here.
+oneDNN; ctrlrnn's kernels take whichever path measures faster here. A third path, ``blas1``, is
+BLAS held to the calling thread: a small batch runs its time loop on the calling thread, and
+there torch lets MKL thread every tiny per-step product, which costs several times the product
+(3.6 us against 0.43 us per step for an LSTM at batch 2, width 8, on a 2-core EPYC); it is a
+candidate where the caller has more than one thread and torch's MKL exports its per-thread
+setting.
 
-The kernels time both paths the first time they meet a shape class (each dimension rounded up to
-a power of two, the operands' layout, the threads), a few milliseconds, and remember the faster.
+The kernels time the paths the first time they meet a shape class (each dimension rounded up to
+a power of two, the operands' layout, the threads), a few milliseconds, and remember the fastest.
 This module persists those choices beside the kernel build, one file per CPU model and torch
 build, so a later process starts with them; it also forces a path:
 
 ``CTRLRNN_GEMM=auto`` (default)
     choose per shape class by measurement;
 ``CTRLRNN_GEMM=blas``
-    torch's BLAS (``at::mm``, MKL's packed GEMM for the per-step products) everywhere;
+    torch's BLAS (``at::mm``, MKL's packed GEMM for the per-step products) everywhere, threaded
+    as torch threads it;
 ``CTRLRNN_GEMM=onednn``
-    oneDNN everywhere (an error where this torch cannot run float32 on oneDNN).
+    oneDNN everywhere (an error where this torch cannot run float32 on oneDNN);
+``CTRLRNN_GEMM=blas1``
+    BLAS held to the calling thread everywhere (an error where torch's BLAS is not MKL).
 
 Only float32 has a choice: torch already runs bfloat16/float16 ``mm`` on oneDNN, and float64 on
-BLAS. The choice never changes results beyond float32 rounding (both paths are exact GEMMs), and
+BLAS. The choice never changes results beyond float32 rounding (every path is an exact GEMM), and
 the tests run the kernels under both.
 """
 
@@ -39,12 +47,12 @@ import torch
 
 from ctrlrnn import files
 
-__all__ = ["ENV", "PATHS", "forced", "requested", "table", "use", "uses"]
+__all__ = ["ENV", "PATHS", "forced", "one_thread_usable", "requested", "table", "use", "uses"]
 
 #: The environment variable that forces a path.
 ENV = "CTRLRNN_GEMM"
 #: Its values, and the code each means to the kernels (-1: choose by measurement).
-PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1}
+PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1, "blas1": 2}
 
 _LOCK = threading.Lock()
 _MODULES: list[ModuleType] = []
@@ -61,9 +69,14 @@ def requested() -> str:
     return value
 
 
+#: Bumped when the set of candidate paths changes, so choices measured among fewer paths are
+#: measured again rather than kept (2: BLAS on one thread joined).
+STORE_VERSION = 2
+
+
 def _store_file(folder: Path, cpu_signature: str) -> Path:
     git = str(getattr(torch.version, "git_version", ""))
-    ident = "|".join([cpu_signature, torch.__version__, git])
+    ident = "|".join([cpu_signature, torch.__version__, git, f"paths-v{STORE_VERSION}"])
     return folder / f"gemm-paths-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
 
 
@@ -73,6 +86,10 @@ def _apply(mod: ModuleType, name: str) -> None:
             f"{ENV}=onednn: this torch ({torch.__version__}) cannot run float32 GEMMs on oneDNN "
             f"(torch.backends.mkldnn.is_available()={torch.backends.mkldnn.is_available()}); "
             f"unset {ENV} or set it to blas")
+    if name == "blas1" and not mod.gemm_one_thread_usable():
+        raise RuntimeError(
+            f"{ENV}=blas1: this torch's BLAS cannot be held to one thread (its MKL does not "
+            f"export MKL_Set_Num_Threads_Local); unset {ENV} or set it to blas")
     mod.gemm_force(PATHS[name])
 
 
@@ -98,7 +115,8 @@ def attach(mod: ModuleType, folder: Path, cpu_signature: str) -> None:
 
 
 def table() -> dict[str, tuple[str, float]]:
-    """Shape class -> (path, BLAS time / oneDNN time), as measured by the loaded kernels."""
+    """Shape class -> (path, BLAS time / oneDNN time), as measured by the loaded kernels (the
+    ratio is 0 where oneDNN was not timed: it cannot run here)."""
     out: dict[str, tuple[str, float]] = {}
     for mod in list(_MODULES):
         out.update({k: (str(v[0]), float(v[1])) for k, v in mod.gemm_table().items()})
@@ -158,10 +176,18 @@ def onednn_usable() -> bool | None:
     return bool(_MODULES[0].gemm_onednn_usable()) if _MODULES else None
 
 
+def one_thread_usable() -> bool | None:
+    """Whether the kernels can hold BLAS to the calling thread (the ``blas1`` path; None before
+    any kernel is loaded)."""
+    if not _MODULES or not hasattr(_MODULES[0], "gemm_one_thread_usable"):
+        return None
+    return bool(_MODULES[0].gemm_one_thread_usable())
+
+
 @contextlib.contextmanager
 def use(name: str) -> Iterator[None]:
-    """Force path ``name`` (``auto``, ``blas`` or ``onednn``) in this block, for every kernel
-    loaded before or during it; the tests and ``ctrlrnn bench --gemm`` use it."""
+    """Force path ``name`` (``auto``, ``blas``, ``onednn`` or ``blas1``) in this block, for
+    every kernel loaded before or during it; the tests and ``ctrlrnn bench --gemm`` use it."""
     if name not in PATHS:
         raise ValueError(f"name: expected one of {sorted(PATHS)}, got {name!r}")
     before = {id(m): m.gemm_forced() for m in _MODULES}

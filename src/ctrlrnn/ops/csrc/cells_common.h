@@ -126,7 +126,9 @@ inline Lengths read_lengths(const c10::optional<at::Tensor>& lengths, int64_t B,
 // cblas_sgemm_pack and each step calls cblas_sgemm_compute, so MKL does not re-pack the weights
 // every step. The MKL symbols are weak: where torch exports no MKL (other BLAS, other platforms)
 // they are null and the BLAS path is at::mm_out / addmm_. The oneDNN path: mkldnn_matmul on
-// the step's rows (its primitive comes from oneDNN's cache after the first step).
+// the step's rows (its primitive comes from oneDNN's cache after the first step). The "blas1"
+// path is the BLAS path held to the calling thread (gemm_path.h): what a small batch, which runs
+// its time loop on the calling thread (over_batch_slices), wants for its tiny per-step products.
 // ---------------------------------------------------------------------------------------------
 
 extern "C" {
@@ -174,7 +176,7 @@ class StepGemm {
                 if (path == gemm::kOneDnn) {
                   gemm::onednn_into(o, a, w_op_, false);
                 } else {
-                  run_blas(a, o, false);
+                  gemm::blas_as(path, [&] { run_blas(a, o, false); });
                 }
               });
         });
@@ -190,10 +192,10 @@ class StepGemm {
       gemm::onednn_into(out, A, w_op_, accumulate);
       return;
     }
-    run_blas(A, out, accumulate);
+    gemm::blas_as(path_, [&] { run_blas(A, out, accumulate); });
   }
 
-  // The path this GEMM takes ("blas" or "onednn").
+  // The path this GEMM takes ("blas", "blas1" or "onednn").
   const char* path() const { return gemm::path_name(path_); }
 
  private:
@@ -222,8 +224,8 @@ class StepGemm {
 // contiguous slice of the batch and runs the *whole* time loop on it: its own per-step GEMM
 // (M = rows in the slice; MKL runs single-threaded inside an OpenMP region by default) followed by
 // the pointwise step, with no barrier per time step. Slices have at least kMinRows rows; a batch
-// too small for two slices runs on the calling thread, where the per-step GEMM is free to use
-// MKL's threads.
+// too small for two slices runs on the calling thread, where the per-step GEMM may use MKL's
+// threads or, where that measures slower (tiny products), not (the "blas1" path).
 constexpr int64_t kMinRows = 4;
 
 template <typename F>

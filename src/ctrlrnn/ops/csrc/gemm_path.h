@@ -15,6 +15,12 @@
 // oneDNN) or refuses float32 (torch versions whose mkldnn_matmul takes bf16/fp16 only), the
 // probe below fails once and every GEMM takes the BLAS path.
 //
+// A third path is BLAS on the calling thread alone ("blas1"): outside a parallel region torch lets
+// MKL thread every product, and on tiny products (a batch of 1-7 rows of width <= 128, the per-step
+// GEMMs of small recurrences) waking the other threads costs several times the product itself
+// (measured: 3.6 us against 0.43 us per step at B=2, width 8). It is offered where the caller has
+// more than one thread and torch exports MKL's per-thread setting (MKL_Set_Num_Threads_Local).
+//
 // Only float32 has a choice: bfloat16 / float16 `at::mm` already goes to oneDNN inside torch,
 // float64 has BLAS only.
 //
@@ -35,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace at::native {
 TORCH_API void mkldnn_matmul(const at::Tensor& mat1, const at::Tensor& mat2,
@@ -42,13 +49,53 @@ TORCH_API void mkldnn_matmul(const at::Tensor& mat1, const at::Tensor& mat2,
     __attribute__((weak));
 }  // namespace at::native
 
+extern "C" {
+// MKL's thread count for the calling thread only (0: back to the global setting); returns the
+// previous local value. Weak: absent where torch's BLAS is not MKL.
+int MKL_Set_Num_Threads_Local(int nt) __attribute__((weak));
+}
+
 namespace ctrlrnn::gemm {
 
-enum Path : int { kBlas = 0, kOneDnn = 1 };
+enum Path : int { kBlas = 0, kOneDnn = 1, kBlasOne = 2 };
 
-inline const char* path_name(int p) { return p == kOneDnn ? "onednn" : "blas"; }
+inline const char* path_name(int p) {
+  return p == kOneDnn ? "onednn" : p == kBlasOne ? "blas1" : "blas";
+}
 
-// -1: choose by measurement; kBlas / kOneDnn: forced (CTRLRNN_GEMM, set from Python).
+inline int path_code(const std::string& name) {
+  return name == "onednn" ? kOneDnn : name == "blas1" ? kBlasOne : kBlas;
+}
+
+// Whether the BLAS path can be held to the calling thread (MKL_Set_Num_Threads_Local exists).
+inline bool one_thread_usable() { return MKL_Set_Num_Threads_Local != nullptr; }
+
+// MKL on the calling thread alone while it lives (the kBlasOne path).
+class OneThread {
+ public:
+  OneThread() : prev_(one_thread_usable() ? MKL_Set_Num_Threads_Local(1) : -1) {}
+  ~OneThread() {
+    if (prev_ >= 0) MKL_Set_Num_Threads_Local(prev_);
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int prev_;
+};
+
+// Runs f() as `path` runs a BLAS product: on one thread for kBlasOne, else as torch set MKL.
+template <typename F>
+inline void blas_as(int path, const F& f) {
+  if (path == kBlasOne) {
+    const OneThread one;
+    f();
+  } else {
+    f();
+  }
+}
+
+// -1: choose by measurement; kBlas / kOneDnn / kBlasOne: forced (CTRLRNN_GEMM, set from Python).
 inline std::atomic<int>& forced() {
   static std::atomic<int> f{-1};
   return f;
@@ -121,22 +168,31 @@ inline double seconds_per_call(const std::function<void(int)>& run, int path, in
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
-inline int measure(const std::function<void(int)>& run, double* advantage) {
-  run(kBlas);
-  run(kOneDnn);
+// Times the candidate paths (oneDNN where usable; BLAS on one thread where the caller has more
+// than one and MKL allows it) against BLAS as torch threads it, and returns the fastest: another
+// path only where it is clearly faster (3%), since on a tie BLAS has the steadier per-call cost.
+inline int measure(const std::function<void(int)>& run, bool onednn, bool one_thread,
+                   double* advantage) {
+  std::vector<int> paths{kBlas};
+  if (onednn) paths.push_back(kOneDnn);
+  if (one_thread) paths.push_back(kBlasOne);
+  for (int p : paths) run(p);
   int reps = 1;
   for (;;) {  // calibrate: enough calls for ~0.5 ms on the BLAS path
     const double s = seconds_per_call(run, kBlas, reps);
     if (s * reps >= 5e-4 || reps >= 256) break;
     reps *= 2;
   }
-  double best[2] = {1e30, 1e30};
+  double best[3] = {1e30, 1e30, 1e30};
   for (int round = 0; round < 3; ++round) {
-    for (int p : {kBlas, kOneDnn}) best[p] = std::min(best[p], seconds_per_call(run, p, reps));
+    for (int p : paths) best[p] = std::min(best[p], seconds_per_call(run, p, reps));
   }
-  *advantage = best[kBlas] / best[kOneDnn];
-  // oneDNN only where it is clearly faster: on a tie BLAS has the steadier per-call cost.
-  return best[kOneDnn] * 1.03 < best[kBlas] ? kOneDnn : kBlas;
+  *advantage = onednn ? best[kBlas] / best[kOneDnn] : 0.0;
+  int choice = kBlas;
+  for (int p : paths) {
+    if (best[p] * 1.03 < best[choice]) choice = p;
+  }
+  return choice;
 }
 
 // The path for shape class `key`. The first time the class is seen (in this process or the
@@ -153,12 +209,19 @@ inline int choose(const std::string& key,
     use.second += 1;
     return p;
   };
-  if (f == kBlas || !onednn_usable()) return note(kBlas);
-  if (f == kOneDnn) return note(kOneDnn);
+  if (f == kBlas) return note(kBlas);
+  if (f == kOneDnn && onednn_usable()) return note(kOneDnn);
+  if (f == kBlasOne) return note(one_thread_usable() ? kBlasOne : kBlas);
+  const bool one_thread = one_thread_usable() && threads_here() > 1;
   const auto it = t.choice.find(key);
-  if (it != t.choice.end()) return note(it->second);
-  double adv = 1.0;
-  const int p = measure(prepare(), &adv);
+  if (it != t.choice.end()) {
+    // a persisted choice this process cannot take falls back to BLAS
+    const int p = it->second;
+    return note((p == kOneDnn && !onednn_usable()) || (p == kBlasOne && !one_thread) ? kBlas : p);
+  }
+  if (!onednn_usable() && !one_thread) return note(kBlas);
+  double adv = 0.0;
+  const int p = measure(prepare(), onednn_usable(), one_thread, &adv);
   t.choice[key] = p;
   t.advantage[key] = adv;
   return note(p);
@@ -207,14 +270,14 @@ inline void into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b
           if (path == kOneDnn) {
             onednn_into(so, sa, sb, false);
           } else {
-            blas_into(so, sa, sb, false);
+            blas_as(path, [&] { blas_into(so, sa, sb, false); });
           }
         });
   });
   if (p == kOneDnn) {
     onednn_into(out, a, b, accumulate);
   } else {
-    blas_into(out, a, b, accumulate);
+    blas_as(p, [&] { blas_into(out, a, b, accumulate); });
   }
 }
 
@@ -243,7 +306,7 @@ inline void load(const pybind11::dict& d) {
   for (const auto& item : d) {
     const auto key = item.first.cast<std::string>();
     const auto value = item.second.cast<std::pair<std::string, double>>();
-    t.choice[key] = value.first == "onednn" ? kOneDnn : kBlas;
+    t.choice[key] = path_code(value.first);
     t.advantage[key] = value.second;
   }
 }
@@ -252,8 +315,11 @@ inline void load(const pybind11::dict& d) {
 inline void bind(pybind11::module& m) {
   m.def("gemm_onednn_usable", &onednn_usable,
         "whether oneDNN's float32 matmul is reachable through this torch");
+  m.def("gemm_one_thread_usable", &one_thread_usable,
+        "whether BLAS can be held to the calling thread (MKL_Set_Num_Threads_Local)");
   m.def("gemm_force", [](int p) { forced().store(p); },
-        "-1: choose per shape by measurement; 0: BLAS always; 1: oneDNN always");
+        "-1: choose per shape by measurement; 0: BLAS always; 1: oneDNN always; 2: BLAS on "
+        "the calling thread alone always");
   m.def("gemm_forced", [] { return forced().load(); }, "the forced path (-1: none)");
   m.def("gemm_table", &dump, "shape class -> (path, BLAS time / oneDNN time)");
   m.def("gemm_table_load", &load, "add measured choices (as gemm_table returns them)");
