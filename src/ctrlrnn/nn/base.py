@@ -15,13 +15,17 @@ bidirectional=False, ...)`` and ``forward(input, hx=None, lengths=None) -> (outp
 * wrong shapes, dtypes, devices, lengths or states raise ``ValueError`` naming the argument.
 
 Internally everything is batch-first ``(B, T, D)``. A subclass implements
-:meth:`RecurrentBase._run_direction` (one direction of one layer, forward in time) and may
-override :meth:`_run_layer` (both directions of a layer) or :meth:`_run_stack` (all layers) when
-its layers or directions interact.
+:meth:`RecurrentBase._run_direction` (one direction of one layer, forward in time), may
+implement :meth:`RecurrentBase._direction_call` (the same direction as one recurrence of the
+fused-cell engine, so both directions run in one call) and may override :meth:`_run_layer`
+(both directions of a layer) or :meth:`_run_stack` (all layers) when its layers or directions
+interact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,6 +39,18 @@ from ctrlrnn.ops.padding import reverse_padded, zero_padding
 from ctrlrnn.ops.validation import check_lengths
 
 State = list[Tensor]  # one tensor per state variable of the unit
+
+
+@dataclass(frozen=True)
+class DirectionCall:
+    """One direction of a layer as one recurrence of the fused-cell engine: ``run`` is the
+    cell's ``<cell>_sequences`` (:mod:`ctrlrnn.ops.fused_cells`), ``arguments`` this
+    direction's keyword arguments to it, ``finish`` turns its result into the direction's
+    ``(output, final states)``."""
+
+    run: Callable[[list[dict[str, Any]], Tensor | None], list[tuple[Tensor, ...]]]
+    arguments: dict[str, Any]
+    finish: Callable[[tuple[Tensor, ...]], tuple[Tensor, State]]
 
 
 def _pad(input: PackedSequence) -> tuple[Tensor, Tensor]:
@@ -302,16 +318,44 @@ class RecurrentBase(nn.Module):
         state: State | None,
         **kwargs: Any,
     ) -> tuple[Tensor, State]:
-        """Both directions of one layer; the backward one runs on each reversed sequence."""
+        """Both directions of one layer; the backward one runs on each reversed sequence.
+
+        Where every direction is one recurrence of the fused-cell engine
+        (:meth:`_direction_call`), the directions run as one call of it (on CPU concurrently
+        where one direction cannot fill the threads); else one :meth:`_run_direction` each.
+        """
         outs, fins = [], []
-        for d in range(self.num_directions):
-            xd = x if d == 0 else reverse_padded(x, lengths)
-            sd = None if state is None else [s[d] for s in state]
-            o, f = self._run_direction(layer, d, xd, lengths, sd, **kwargs)
+        xs = [x if d == 0 else reverse_padded(x, lengths) for d in range(self.num_directions)]
+        sds = [None if state is None else [s[d] for s in state] for d in range(len(xs))]
+        calls = [self._direction_call(layer, d, xd, lengths, sd, **kwargs)
+                 for d, (xd, sd) in enumerate(zip(xs, sds, strict=True))] if len(xs) > 1 else []
+        if calls and all(c is not None for c in calls):
+            ready = [c for c in calls if c is not None]
+            results = ready[0].run([c.arguments for c in ready], lengths)
+            done = [c.finish(r) for c, r in zip(ready, results, strict=True)]
+        else:
+            done = [self._run_direction(layer, d, xd, lengths, sd, **kwargs)
+                    for d, (xd, sd) in enumerate(zip(xs, sds, strict=True))]  # fmt: skip
+        for d, (o, f) in enumerate(done):
             outs.append(o if d == 0 else reverse_padded(o, lengths))
             fins.append(f)
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
         return out, [torch.stack([f[k] for f in fins], 0) for k in range(self.num_states)]
+
+    def _direction_call(
+        self,
+        layer: int,
+        direction: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> DirectionCall | None:
+        """What :meth:`_run_direction` would run, as one recurrence of the fused-cell engine,
+        so that :meth:`_run_layer` runs the directions in one call; None (the default) where
+        the direction is not one such recurrence. Must draw random numbers (weight-drop masks)
+        exactly as :meth:`_run_direction` does."""
+        return None
 
     def _run_direction(
         self,

@@ -29,10 +29,10 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
-from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
-from ctrlrnn.ops.fused_cells import ncarnn_sequence
+from ctrlrnn.ops.fused_cells import ncarnn_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
 
 VARIANTS = ("n", "i", "s")
@@ -333,6 +333,32 @@ class CARNN(RecurrentBase):
             raise TypeError(f"forward() got unexpected keyword arguments {sorted(extra)}")
         _check_context(self.context_size, kwargs.get("context"), x.shape[0], x)
 
+    def _direction_call(
+        self,
+        layer: int,
+        direction: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> DirectionCall | None:
+        """nCARNN: the direction as one recurrence of the fused cell (both directions of a
+        layer then run in one call)."""
+        if self.variant != "n":
+            return None
+        cell = self.cell(layer, direction)
+        proj = cell.input_projection(x)  # (B, T, 3H): one GEMM for all steps
+        ctx = cell.context_projection(kwargs.get("context"))  # (B, 2H): once per sequence
+        if ctx is None:
+            ctx = x.new_zeros(x.shape[0], 2 * self.hidden_size)
+        weight_hh = drop_weight(cell.weight_hh, self.weight_drop, self.training)
+        h0 = None if state is None else state[0]
+        return DirectionCall(
+            ncarnn_sequences,
+            {"x_proj": proj, "weight_hh": weight_hh, "context_proj": ctx, "h0": h0},
+            lambda out: (out[0], [out[1]]),
+        )
+
     def _run_direction(
         self,
         layer: int,
@@ -342,17 +368,14 @@ class CARNN(RecurrentBase):
         state: State | None,
         **kwargs: Any,
     ) -> tuple[Tensor, State]:
+        call = self._direction_call(layer, direction, x, lengths, state, **kwargs)
+        if call is not None:
+            return call.finish(call.run([call.arguments], lengths)[0])
         cell = self.cell(layer, direction)
         H = self.hidden_size
         h0 = None if state is None else state[0]
         proj = cell.input_projection(x)  # (B, T, G*H): one GEMM for all steps
         ctx = cell.context_projection(kwargs.get("context"))  # (B, 2H): once per sequence
-        if self.variant == "n":
-            if ctx is None:
-                ctx = x.new_zeros(x.shape[0], 2 * H)
-            weight_hh = drop_weight(cell.weight_hh, self.weight_drop, self.training)
-            h_seq, h_last = ncarnn_sequence(proj, weight_hh, ctx, h0, lengths)
-            return h_seq, [h_last]
         pre = proj[..., : 2 * H]
         if ctx is not None:
             pre = pre + ctx.unsqueeze(1)

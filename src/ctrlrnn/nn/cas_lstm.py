@@ -36,7 +36,12 @@ from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import cells_ref
-from ctrlrnn.ops.fused_cells import cas_lstm_sequence, lstm_sequence
+from ctrlrnn.ops.fused_cells import (
+    cas_lstm_sequence,
+    cas_lstm_sequences,
+    lstm_sequence,
+    lstm_sequences,
+)
 from ctrlrnn.ops.padding import reverse_padded
 
 LambdaArg = float | Sequence[float] | Tensor | str | None
@@ -454,46 +459,40 @@ class CASLSTM(RecurrentBase):
         """Each direction's stack, layer by layer: eq 1-6 for layer 1, eq 7-13 (17-18) above.
 
         Direction 1 runs on each sequence reversed within its own length (Bi-CAS-LSTM); the top
-        layers' outputs are concatenated.
+        layers' outputs are concatenated. The two directions' stacks never interact, so each
+        layer runs in both as one call of the fused-cell engine (``*_sequences``: concurrently
+        on CPU where one direction cannot fill the threads).
         """
         L, D = self.num_layers, self.num_directions
         finals_h: list[Tensor | None] = [None] * (L * D)
         finals_c: list[Tensor | None] = [None] * (L * D)
-        outs = []
         x = x.contiguous()  # a time-major input arrives as a transposed view
-        for d in range(D):
-            h_in = x if d == 0 else reverse_padded(x, lengths)
-            lower_c: Tensor | None = None
-            h_seq = h_in
-            for layer in range(L):
+        h_in = [x if d == 0 else reverse_padded(x, lengths) for d in range(D)]
+        lower_c: list[Tensor] = []
+        for layer in range(L):
+            calls = []  # the directions' stacks are independent: one call runs the layer in both
+            for d in range(D):
                 idx = layer * D + d
                 w = self.layer(layer, d)
-                h0 = None if states is None else states[0][idx]
-                c0 = None if states is None else states[1][idx]
-                x_proj = F.linear(h_in, w.weight_ih, w.bias)  # all steps in one GEMM
-                weight_hh = drop_weight(w.weight_hh, self.weight_drop, self.training)
-                if layer == 0:
-                    h_seq, c_seq, h_last, c_last = lstm_sequence(
-                        x_proj, weight_hh, h0, c0, lengths
-                    )
-                else:
-                    assert lower_c is not None
-                    h_seq, c_seq, h_last, c_last = cas_lstm_sequence(
-                        x_proj,
-                        weight_hh,
-                        lower_c,
-                        h0,
-                        c0,
-                        lengths,
-                        lambda_=self.lambda_value(layer, d),
-                        peephole=w.peephole,
-                    )
-                finals_h[idx], finals_c[idx] = h_last, c_last
-                lower_c = c_seq
-                h_in = h_seq
+                call: dict[str, Any] = {
+                    "x_proj": F.linear(h_in[d], w.weight_ih, w.bias),  # all steps in one GEMM
+                    "weight_hh": drop_weight(w.weight_hh, self.weight_drop, self.training),
+                    "h0": None if states is None else states[0][idx],
+                    "c0": None if states is None else states[1][idx],
+                }
+                if layer > 0:
+                    call.update(lower_c=lower_c[d], lambda_=self.lambda_value(layer, d),
+                                peephole=w.peephole)  # fmt: skip
+                calls.append(call)
+            results = (lstm_sequences if layer == 0 else cas_lstm_sequences)(calls, lengths)
+            lower_c, h_in = [], []
+            for d, (h_seq, c_seq, h_last, c_last) in enumerate(results):
+                finals_h[layer * D + d], finals_c[layer * D + d] = h_last, c_last
+                lower_c.append(c_seq)
                 if layer + 1 < L and self.dropout > 0 and self.training:
-                    h_in = F.dropout(h_seq, self.dropout, training=True)
-            outs.append(h_seq if d == 0 else reverse_padded(h_seq, lengths))
+                    h_seq = F.dropout(h_seq, self.dropout, training=True)
+                h_in.append(h_seq)
+        outs = [h if d == 0 else reverse_padded(h, lengths) for d, h in enumerate(h_in)]
         out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
         return out, [torch.stack(finals_h, 0), torch.stack(finals_c, 0)]  # type: ignore[arg-type]
 

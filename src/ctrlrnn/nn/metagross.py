@@ -76,7 +76,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
-from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State
 from ctrlrnn.nn.metagross_tree import (
     BASES,
     DEPTH_GATES,
@@ -85,11 +85,13 @@ from ctrlrnn.nn.metagross_tree import (
     base_index,
     check_gates,
     level_slice,
+    printed_arguments,
     tree_nodes,
 )
 from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
+from ctrlrnn.ops.fused_cells import metagross_state_sequences
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
 # Defined in metagross_unit, named here (their module until they moved) so that whole-module
@@ -337,6 +339,34 @@ class Metagross(RecurrentBase):
                     a, b = a * mask, b * mask
                 record[j] = (a, b)
         return out, fin
+
+    def _direction_call(
+        self,
+        layer: int,
+        direction: int,
+        x: Tensor,
+        lengths: Tensor | None,
+        state: State | None,
+        **kwargs: Any,
+    ) -> DirectionCall | None:
+        """As printed (``gates="state"``): the direction's tree as one recurrence of the
+        fused cell, so both directions of a layer run in one call."""
+        if self.gates != "state":
+            return None
+        unit = self.unit(layer, direction)
+        tree0 = None if state is None else state[0]
+        base0 = None if state is None or len(state) < 2 else state[1]
+        arguments, base_last, alpha, beta = printed_arguments(
+            unit, x, lengths, tree0, base0, self.weight_drop
+        )
+        record = kwargs.get("gate_record")
+
+        def finish(out: tuple[Tensor, ...]) -> tuple[Tensor, State]:
+            if record is not None:
+                record.append((alpha, beta))
+            return out[0], [out[1]] if base_last is None else [out[1], base_last]
+
+        return DirectionCall(metagross_state_sequences, arguments, finish)
 
     def _run_direction(
         self,

@@ -19,7 +19,7 @@ from ctrlrnn.nn.arguments import check_choice
 from ctrlrnn.nn.weight_drop import drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.cells_ref import metagross_maps
-from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequence
+from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequences
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask
 
@@ -214,6 +214,21 @@ def forward_as_printed(
     for all steps at once (one GEMM, depth-gate rows included, or the base RNNs), then the
     fused recurrence of the whole tree (:mod:`ctrlrnn.nn.metagross`). ``state``: the root's
     ``(B, H)``."""
+    arguments, base_last, alpha, beta = printed_arguments(
+        unit, x, lengths, state, base_state, weight_drop
+    )
+    out, last = metagross_state_sequences([arguments], lengths)[0]
+    return out, last, base_last, alpha, beta
+
+
+def printed_arguments(
+    unit: nn.Module, x: Tensor, lengths: Tensor | None, state: Tensor | None,
+    base_state: Tensor | None, weight_drop: float = 0.0,
+) -> tuple[dict[str, Tensor | None], Tensor | None, Tensor, Tensor]:  # fmt: skip
+    """What :func:`forward_as_printed` runs before the fused tree: the keyword arguments of
+    :func:`~ctrlrnn.ops.fused_cells.metagross_state_sequence` (but ``lengths``), the base
+    RNNs' final states (None for the linear base) and the depth gates ``alpha``, ``beta``.
+    The two directions of a layer run their trees in one call from these."""
     x = x.contiguous()
     base_last: Tensor | None = None
     if unit.base == "linear":
@@ -226,7 +241,6 @@ def forward_as_printed(
     alpha, beta = depth_gates(unit, x, lengths)
     assert unit.weight_hh is not None
     weight_hh = drop_weight(unit.weight_hh, weight_drop, unit.training)
-    out, last = metagross_state_sequence(
-        proj, weight_hh, alpha, beta, residual(unit, x), state, lengths
-    )
-    return out, last, base_last, alpha, beta
+    arguments = {"x_proj": proj, "weight_hh": weight_hh, "alpha": alpha, "beta": beta,
+                 "res": residual(unit, x), "h0": state}  # fmt: skip
+    return arguments, base_last, alpha, beta

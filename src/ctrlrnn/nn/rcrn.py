@@ -46,7 +46,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import functorch_active, reference_forced
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
-from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence
+from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
 from ctrlrnn.ops.padding import reverse_padded
 
@@ -120,15 +120,28 @@ class GatedRNN(nn.Module):
         ``weight_drop``: DropConnect on ``weight_hh`` in training (one mask for the whole
         sequence, :mod:`ctrlrnn.nn.weight_drop`).
         """
+        return self.results(run_sequences([self.call(x, state, weight_drop)], lengths)[0])
+
+    def call(
+        self, x: Tensor, state: list[Tensor] | None, weight_drop: float = 0.0
+    ) -> tuple[str, dict[str, Tensor | None]]:
+        """What :meth:`sequence` runs on ``x``: ``(cell, keyword arguments)`` of
+        ``<cell>_sequence`` (:func:`run_sequences` runs several in one call)."""
         x_proj = F.linear(x, self.weight_ih, self._input_bias())
         weight_hh = drop_weight(self.weight_hh, weight_drop, self.training)
         if self.cell == "lstm":
             h0, c0 = (None, None) if state is None else state
-            h_seq, _c_seq, h, c = lstm_sequence(x_proj, weight_hh, h0, c0, lengths)
-            return h_seq, [h, c]
+            return "lstm", {"x_proj": x_proj, "weight_hh": weight_hh, "h0": h0, "c0": c0}
         h0 = None if state is None else state[0]
-        h_seq, h = gru_sequence(x_proj, weight_hh, self.bias_hh, h0, lengths)
-        return h_seq, [h]
+        return "gru", {"x_proj": x_proj, "weight_hh": weight_hh, "bias_hh": self.bias_hh,
+                       "h0": h0}  # fmt: skip
+
+    @staticmethod
+    def results(out: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
+        """``(h_seq, final states)`` from what ``<cell>_sequence`` returned."""
+        if len(out) == 4:  # lstm: h_seq, c_seq, h, c
+            return out[0], [out[2], out[3]]
+        return out[0], [out[1]]
 
     def step(self, x: Tensor, state: list[Tensor]) -> list[Tensor]:
         """One step (decoding): ``x`` ``(B, D)``, ``state`` ``[h, c]`` or ``[h]``."""
@@ -168,6 +181,18 @@ def listener_scan(
     b = torch.addcmul(h3, a, h3, value=-1.0)  # (1 - a) * h3
     c4, c_last = linear_scan(a, b, c0, reverse=reverse, lengths=lengths, return_last=True)
     return _gate(h2, output_gate) * c4, c_last
+
+
+def run_sequences(
+    calls: list[tuple[str, dict[str, Tensor | None]]], lengths: Tensor | None
+) -> list[tuple[Tensor, ...]]:
+    """Independent RNNs of one cell type (:meth:`GatedRNN.call`) over one batch, in one call of the
+    fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequences`: on CPU concurrently
+    where one cannot fill the threads)."""
+    kinds = {kind for kind, _ in calls}
+    assert len(kinds) == 1, kinds
+    run = lstm_sequences if kinds == {"lstm"} else gru_sequences
+    return run([kw for _, kw in calls], lengths)  # type: ignore[arg-type]
 
 
 class RCRNCell(nn.Module):
@@ -464,24 +489,24 @@ class RCRN(RecurrentBase):
     def _controllers_fused(
         self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
     ) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
-        """The three RNNs of ``layer`` on the fused-cell engine, one direction at a time; the
-        backward direction runs on each sequence reversed within its length, and its outputs
-        are returned in that reversed frame."""
+        """The three RNNs of ``layer`` in both directions on the fused-cell engine, as one call
+        (:func:`run_sequences`); the backward direction runs on each sequence reversed within
+        its length, and its outputs are returned in that reversed frame."""
         D = self.num_directions
         k = 2 if self.cell_type == "lstm" else 1
+        calls = []  # the 3 * D RNNs, direction-major (the order of the weight-drop masks)
+        for d in range(D):
+            xd = x if d == 0 else reverse_padded(x, lengths)
+            for j, rnn in enumerate(self.cell(layer, d).rnns()):
+                st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
+                calls.append(rnn.call(xd, st, self.weight_drop))
+        results = [GatedRNN.results(out) for out in run_sequences(calls, lengths)]
         hs: list[list[Tensor]] = []  # per direction: [h1, h2, h3] in that direction's frame
         fins: list[list[Tensor]] = []  # per direction: final states of the three RNNs
         for d in range(D):
-            xd = x if d == 0 else reverse_padded(x, lengths)
-            cell = self.cell(layer, d)
-            h_d, fin_d = [], []
-            for j, rnn in enumerate(cell.rnns()):
-                st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
-                h_seq, fin = rnn.sequence(xd, st, lengths, self.weight_drop)
-                h_d.append(h_seq)
-                fin_d.extend(fin)
-            hs.append(h_d)
-            fins.append(fin_d)
+            mine = results[3 * d : 3 * d + 3]
+            hs.append([h for h, _ in mine])
+            fins.append([f for _, fin in mine for f in fin])
         return hs, fins
 
     def _run_layer(

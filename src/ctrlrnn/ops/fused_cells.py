@@ -10,6 +10,10 @@ with its cell in :mod:`ctrlrnn.ops.cells`):
 * :func:`metagross_state_sequence` - the METAGROSS unit as printed (section 2, gates reading
   ``h_{t-1}``): one tree of ``2^L - 1`` units per step.
 
+Each also has a plural, ``<cell>_sequences(calls, lengths)``: independent recurrences of the
+cell over one batch (the two directions of a bidirectional layer, RCRN's three RNNs) in one
+call, which on CPU runs them concurrently where one recurrence cannot fill the threads.
+
 Variable lengths: ``lengths`` (B,) integer; for ``t >= lengths[b]`` row ``b`` keeps its state and
 its outputs are zero, so the final states are those at each row's last valid step and nothing
 (values or gradients) depends on the padding.
@@ -24,17 +28,26 @@ one scan (:mod:`ctrlrnn.ops.scan_export`). float16/bfloat16 inputs are computed 
 the outputs cast back.
 """
 
-from ctrlrnn.ops.cells.cas_lstm import cas_lstm_sequence
-from ctrlrnn.ops.cells.gru import gru_sequence
-from ctrlrnn.ops.cells.lstm import lstm_sequence
-from ctrlrnn.ops.cells.metagross_state import metagross_state_sequence, metagross_tree_size
-from ctrlrnn.ops.cells.ncarnn import ncarnn_sequence
+from ctrlrnn.ops.cells.cas_lstm import cas_lstm_sequence, cas_lstm_sequences
+from ctrlrnn.ops.cells.gru import gru_sequence, gru_sequences
+from ctrlrnn.ops.cells.lstm import lstm_sequence, lstm_sequences
+from ctrlrnn.ops.cells.metagross_state import (
+    metagross_state_sequence,
+    metagross_state_sequences,
+    metagross_tree_size,
+)
+from ctrlrnn.ops.cells.ncarnn import ncarnn_sequence, ncarnn_sequences
 
 __all__ = [
     "cas_lstm_sequence",
+    "cas_lstm_sequences",
     "gru_sequence",
+    "gru_sequences",
     "lstm_sequence",
+    "lstm_sequences",
     "metagross_state_sequence",
+    "metagross_state_sequences",
     "metagross_tree_size",
     "ncarnn_sequence",
+    "ncarnn_sequences",
 ]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ctrlrnn.ops import backend, scan_export
@@ -103,6 +104,21 @@ def split(cell: Cell, args: Sequence[Tensor | None]) -> tuple[list[Any], list[An
     return states, xs, consts
 
 
+def _stacked(weight_hh: Any) -> bool:
+    """Whether an op call carries a stack of recurrences (``weight_hh`` (R, G_h, H))."""
+    return isinstance(weight_hh, Tensor) and weight_hh.dim() == 3
+
+
+def _per_recurrence(fn: Callable[..., Any], args: Sequence[Any], weight_at: int,
+                    lengths_at: int) -> Any:  # fmt: skip
+    """``fn`` on every recurrence of a stacked call (each tensor but the lengths sliced on its
+    first dimension), the outputs stacked: what the CPU kernels do (``csrc/recurrences.h``)."""
+    outs = [fn(*(a[r] if isinstance(a, Tensor) and i != lengths_at else a
+                 for i, a in enumerate(args)))
+            for r in range(args[weight_at].shape[0])]  # fmt: skip
+    return tuple(torch.stack(list(parts)) for parts in zip(*outs, strict=True))
+
+
 def define(cell: Cell) -> KernelOp:
     """The cell's forward and backward ops with their kernels, fakes and autograd."""
     n_states = len(cell.states)
@@ -115,6 +131,9 @@ def define(cell: Cell) -> KernelOp:
         )
 
     def fake_forward(*args: Any) -> tuple[Tensor, ...]:
+        w = cell.args.index("weight_hh")
+        if _stacked(args[w]):
+            return _per_recurrence(fake_forward, args, w, lengths_at=len(cell.args))
         a = SimpleNamespace(**dict(zip((*cell.args, "lengths", "save"), args, strict=True)))
         x = a.x_proj
         batch, steps, width = x.shape
@@ -126,6 +145,9 @@ def define(cell: Cell) -> KernelOp:
         return (*seqs, *last, acts)
 
     def fake_backward(*args: Any) -> tuple[Tensor, ...]:
+        w = cell.backward_args.index("weight_hh")
+        if _stacked(args[w]):
+            return _per_recurrence(fake_backward, args, w, lengths_at=len(cell.backward_args) - 1)
         a = SimpleNamespace(**dict(zip(cell.backward_args, args, strict=True)))
         return tuple(a.acts.new_empty(tuple(shape)) for shape in cell.grad_shapes(a))
 
@@ -170,3 +192,61 @@ def sequence(
     loop = scan_export.scan if route == backend.EXPORT else reference.run
     seqs, last = loop(cell.step, states, xs, consts, lengths)
     return (*seqs, *last)
+
+
+def sequences(
+    cell: Cell, op: KernelOp, calls: Sequence[Sequence[Tensor | None]], lengths: Tensor | None
+) -> list[tuple[Tensor, ...]]:
+    """Independent recurrences of the cell over one batch (the directions of a layer, RCRN's
+    three RNNs...): ``calls`` holds each one's op inputs, validated, in the compute dtype and
+    of equal sizes; returns each one's ``(<state>_seq..., <state>_last...)``.
+
+    On the CPU kernels they run as one op call on their inputs stacked (``csrc/recurrences.h``:
+    concurrently, a thread each, where one recurrence cannot fill the threads); elsewhere one
+    call each."""
+    if not calls:
+        return []
+    x_proj = calls[0][0]
+    assert x_proj is not None
+    if len(calls) == 1 or x_proj.device.type != "cpu" or (
+            backend.path("cells", x_proj.device) != backend.KERNEL):  # fmt: skip
+        return [sequence(cell, op, args, lengths) for args in calls]
+    stacked: list[Tensor | None] = []
+    for name, parts in zip(cell.args, zip(*calls, strict=True), strict=True):
+        given = [p is not None for p in parts]
+        if not any(given):
+            stacked.append(None)
+            continue
+        if not all(given):
+            raise ValueError(f"{name}: given for some recurrences and None for others")
+        shapes = {tuple(p.shape) for p in parts if p is not None}
+        if len(shapes) > 1:
+            raise ValueError(f"{name}: the recurrences differ in shape: {sorted(shapes)}")
+        stacked.append(torch.stack([p for p in parts if p is not None]))
+    out = op(*stacked, lengths, needs_grad(*stacked))
+    n = 2 * len(cell.states)
+    return [tuple(o[r] for o in out[:n]) for r in range(len(calls))]
+
+
+def many(
+    cell: Cell,
+    op: KernelOp,
+    arguments: Callable[..., tuple[Sequence[Tensor | None], Tensor | None]],
+    calls: Sequence[dict[str, Any]],
+    lengths: Tensor | None,
+) -> list[tuple[Tensor, ...]]:
+    """A cell's public ``<cell>_sequences``: each of ``calls`` (the keyword arguments of its
+    ``<cell>_sequence`` but ``lengths``) validated and cast by ``arguments(**call, lengths=...)``,
+    all run by :func:`sequences`, each result cast back to its call's ``x_proj`` dtype."""
+    if isinstance(calls, dict) or not all(isinstance(c, dict) for c in calls):
+        raise ValueError("calls: expected a sequence of dicts of keyword arguments, one per "
+                         "recurrence")  # fmt: skip
+    prepared = [arguments(**call, lengths=lengths) for call in calls]
+    if not prepared:
+        return []
+    dtypes = {c["x_proj"].dtype for c in calls}
+    if len(dtypes) > 1:
+        raise ValueError(f"x_proj: the recurrences differ in dtype: {sorted(map(str, dtypes))}")
+    outs = sequences(cell, op, [args for args, _ in prepared], prepared[0][1])
+    dtype = calls[0]["x_proj"].dtype
+    return [tuple(o.to(dtype) if o.dtype != dtype else o for o in out) for out in outs]

@@ -11,6 +11,7 @@
 // acts (B, T, 5H) saves i, f, c~, o, g.
 
 #include "cells_common.h"
+#include "recurrences.h"
 #include "cells_time.h"
 
 #include <torch/extension.h>
@@ -268,9 +269,9 @@ std::vector<at::Tensor> cas_lstm_backward(
 }  // namespace
 
 void bind_cas_lstm(pybind11::module_& m) {
-  m.def("cas_lstm_forward", &cas_lstm_forward,
+  m.def("cas_lstm_forward", &Recurrences<&cas_lstm_forward, 1, 0, 8>::run,
         "CAS-LSTM forward -> h_seq, c_seq, h_last, c_last, acts");
-  m.def("cas_lstm_backward", &cas_lstm_backward,
+  m.def("cas_lstm_backward", &Recurrences<&cas_lstm_backward, 4, 11, 14>::run,
         "CAS-LSTM backward -> dx_proj, dweight_hh, dlower_c, dscale_f, dscale_g, dpeephole, dh0, "
         "dc0");
 }

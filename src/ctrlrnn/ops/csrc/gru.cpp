@@ -7,6 +7,7 @@
 // acts (B, T, 4H) saves r, z, n and U_n h + b_hn.
 
 #include "cells_common.h"
+#include "recurrences.h"
 #include "cells_time.h"
 
 #include <torch/extension.h>
@@ -150,8 +151,8 @@ CTRLRNN_SIMD
 }  // namespace
 
 void bind_gru(pybind11::module_& m) {
-  m.def("gru_forward", &gru_forward, "GRU forward -> h_seq, h_last, acts");
-  m.def("gru_backward", &gru_backward, "GRU backward -> dx_proj, dweight_hh, dbias_hh, dh0");
+  m.def("gru_forward", &Recurrences<&gru_forward, 1, 0, 4>::run, "GRU forward -> h_seq, h_last, acts");
+  m.def("gru_backward", &Recurrences<&gru_backward, 2, 4, 6>::run, "GRU backward -> dx_proj, dweight_hh, dbias_hh, dh0");
 }
 
 }  // namespace ctrlrnn::cells

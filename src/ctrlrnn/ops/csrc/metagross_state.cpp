@@ -27,6 +27,7 @@
 // state gradient with one GEMM per step.
 
 #include "cells_common.h"
+#include "recurrences.h"
 #include "cells_time.h"
 
 #include <torch/extension.h>
@@ -340,9 +341,9 @@ CTRLRNN_SIMD
 }  // namespace
 
 void bind_metagross_state(pybind11::module_& m) {
-  m.def("metagross_state_forward", &metagross_state_forward,
+  m.def("metagross_state_forward", &Recurrences<&metagross_state_forward, 1, 0, 6>::run,
         "METAGROSS (section 2 as printed) forward -> h_seq, h_last, saved pre-activations");
-  m.def("metagross_state_backward", &metagross_state_backward,
+  m.def("metagross_state_backward", &Recurrences<&metagross_state_backward, 2, 7, 9>::run,
         "METAGROSS (section 2 as printed) backward -> dx_proj, dweight_hh, dalpha, dbeta, dres, "
         "dh0");
 }

@@ -9,6 +9,7 @@
 // acts (B, T, 2H) saves g^u, g^f.
 
 #include "cells_common.h"
+#include "recurrences.h"
 #include "cells_time.h"
 
 #include <torch/extension.h>
@@ -148,8 +149,8 @@ CTRLRNN_SIMD
 }  // namespace
 
 void bind_ncarnn(pybind11::module_& m) {
-  m.def("ncarnn_forward", &ncarnn_forward, "nCARNN forward -> h_seq, h_last, acts");
-  m.def("ncarnn_backward", &ncarnn_backward,
+  m.def("ncarnn_forward", &Recurrences<&ncarnn_forward, 1, 0, 4>::run, "nCARNN forward -> h_seq, h_last, acts");
+  m.def("ncarnn_backward", &Recurrences<&ncarnn_backward, 3, 2, 7>::run,
         "nCARNN backward -> dx_proj, dweight_hh, dcontext_proj, dh0");
 }
 

@@ -4,14 +4,17 @@ variant eq 17-18.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_sequence_ref, cas_lstm_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
 
-__all__ = ["cas_lstm_sequence", "cas_lstm_sequence_ref", "cas_lstm_step"]
+__all__ = ["cas_lstm_sequence", "cas_lstm_sequences", "cas_lstm_sequence_ref", "cas_lstm_step"]
 
 
 CELL = Cell(
@@ -67,6 +70,41 @@ def cas_lstm_sequence(
     Returns:
         ``(h_seq, c_seq, h_last, c_last)`` as in :func:`lstm_sequence`.
     """
+    args, lengths = _arguments(
+        x_proj, weight_hh, lower_c, h0, c0, lambda_=lambda_, peephole=peephole, lengths=lengths
+    )
+    out = sequence(CELL, OP, args, lengths)
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+
+
+def cas_lstm_sequences(
+    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
+) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Independent recurrences of :func:`cas_lstm_sequence` over one batch, in one call.
+
+    ``calls``: one dict per recurrence of :func:`cas_lstm_sequence`'s keyword arguments
+    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
+    :func:`cas_lstm_sequence` returns for each.
+
+    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
+    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
+    the results are those of one call each.
+    """
+    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
+
+
+def _arguments(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    lower_c: Tensor,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    lengths: Tensor | None = None,
+    lambda_: float | Tensor | None = 0.5,
+    peephole: Tensor | tuple[Tensor, Tensor] | None = None,
+) -> tuple[tuple[Tensor | None, ...], Tensor | None]:
+    """:func:`cas_lstm_sequence`'s arguments checked and cast to the compute dtype: the op's
+    inputs and the lengths."""
     gates_h = 4 if peephole is not None else 5
     batch, steps, hidden = checks.check_x_proj(x_proj, 5, weight_hh, gates_h)
     checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
@@ -96,5 +134,4 @@ def cas_lstm_sequence(
         checks.check_tensor("peephole", pp, (2, hidden), x_proj)
 
     xp, w, low, p, h, c = checks.cast((x_proj, weight_hh, lower_c, pp, h0, c0), dtype)
-    out = sequence(CELL, OP, (xp, w, low, scale_f, scale_g, p, h, c), lengths)
-    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return (xp, w, low, scale_f, scale_g, p, h, c), lengths

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.gru.reference import gru_sequence_ref, gru_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
 
-__all__ = ["gru_sequence", "gru_sequence_ref", "gru_step"]
+__all__ = ["gru_sequence", "gru_sequences", "gru_sequence_ref", "gru_step"]
 
 
 CELL = Cell(
@@ -52,6 +55,36 @@ def gru_sequence(
     Returns:
         ``(h_seq, h_last)``: (B, T, H) outputs (zero at padded steps) and the (B, H) final state.
     """
+    args, lengths = _arguments(x_proj, weight_hh, bias_hh, h0, lengths=lengths)
+    out = sequence(CELL, OP, args, lengths)
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+
+
+def gru_sequences(
+    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
+) -> list[tuple[Tensor, Tensor]]:
+    """Independent recurrences of :func:`gru_sequence` over one batch, in one call.
+
+    ``calls``: one dict per recurrence of :func:`gru_sequence`'s keyword arguments
+    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
+    :func:`gru_sequence` returns for each.
+
+    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
+    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
+    the results are those of one call each.
+    """
+    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
+
+
+def _arguments(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None = None,
+    h0: Tensor | None = None,
+    lengths: Tensor | None = None,
+) -> tuple[tuple[Tensor | None, ...], Tensor | None]:
+    """:func:`gru_sequence`'s arguments checked and cast to the compute dtype: the op's
+    inputs and the lengths."""
     batch, steps, hidden = checks.check_x_proj(x_proj, 3, weight_hh, 3)
     checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
     if bias_hh is None:
@@ -61,5 +94,4 @@ def gru_sequence(
     lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
     dtype = checks.compute_dtype(x_proj)
     xp, w, b, h = checks.cast((x_proj, weight_hh, bias_hh, h0), dtype)
-    out = sequence(CELL, OP, (xp, w, b, h), lengths)
-    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return (xp, w, b, h), lengths

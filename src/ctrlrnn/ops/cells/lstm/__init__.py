@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.lstm.reference import lstm_sequence_ref, lstm_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
 
-__all__ = ["lstm_sequence", "lstm_sequence_ref", "lstm_step"]
+__all__ = ["lstm_sequence", "lstm_sequences", "lstm_sequence_ref", "lstm_step"]
 
 
 CELL = Cell(
@@ -45,6 +48,36 @@ def lstm_sequence(
         ``(h_seq, c_seq, h_last, c_last)``: (B, T, H) hidden and cell sequences (zero at padded
         steps) and the (B, H) final states.
     """
+    args, lengths = _arguments(x_proj, weight_hh, h0, c0, lengths=lengths)
+    out = sequence(CELL, OP, args, lengths)
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+
+
+def lstm_sequences(
+    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
+) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Independent recurrences of :func:`lstm_sequence` over one batch, in one call.
+
+    ``calls``: one dict per recurrence of :func:`lstm_sequence`'s keyword arguments
+    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
+    :func:`lstm_sequence` returns for each.
+
+    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
+    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
+    the results are those of one call each.
+    """
+    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
+
+
+def _arguments(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    h0: Tensor | None = None,
+    c0: Tensor | None = None,
+    lengths: Tensor | None = None,
+) -> tuple[tuple[Tensor | None, ...], Tensor | None]:
+    """:func:`lstm_sequence`'s arguments checked and cast to the compute dtype: the op's
+    inputs and the lengths."""
     batch, steps, hidden = checks.check_x_proj(x_proj, 4, weight_hh, 4)
     checks.check_tensor("weight_hh", weight_hh, weight_hh.shape, x_proj)
     h0 = checks.state("h0", h0, batch, hidden, x_proj)
@@ -52,5 +85,4 @@ def lstm_sequence(
     lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
     dtype = checks.compute_dtype(x_proj)
     xp, w, h, c = checks.cast((x_proj, weight_hh, h0, c0), dtype)
-    out = sequence(CELL, OP, (xp, w, h, c), lengths)
-    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return (xp, w, h, c), lengths

@@ -4,6 +4,9 @@ of ``2^L - 1`` units per step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
@@ -13,7 +16,7 @@ from ctrlrnn.ops.cells.metagross_state.reference import (
     metagross_state_step,
     step,
 )
-from ctrlrnn.ops.cells.shell import Cell, define, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
 
 __all__ = [
     "metagross_maps",
@@ -89,6 +92,38 @@ def metagross_state_sequence(
     Returns:
         ``(h_seq, h_last)``: (B, T, H) outputs (zero at padded steps) and the (B, H) final state.
     """
+    args, lengths = _arguments(x_proj, weight_hh, alpha, beta, res, h0, lengths=lengths)
+    out = sequence(CELL, OP, args, lengths)
+    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+
+
+def metagross_state_sequences(
+    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
+) -> list[tuple[Tensor, Tensor]]:
+    """Independent recurrences of :func:`metagross_state_sequence` over one batch, in one call.
+
+    ``calls``: one dict per recurrence of :func:`metagross_state_sequence`'s keyword
+    arguments but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
+    :func:`metagross_state_sequence` returns for each.
+
+    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
+    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
+    the results are those of one call each.
+    """
+    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
+
+
+def _arguments(
+    x_proj: Tensor,
+    weight_hh: Tensor,
+    alpha: Tensor | None = None,
+    beta: Tensor | None = None,
+    res: Tensor | None = None,
+    h0: Tensor | None = None,
+    lengths: Tensor | None = None,
+) -> tuple[tuple[Tensor | None, ...], Tensor | None]:
+    """:func:`metagross_state_sequence`'s arguments checked and cast to the compute dtype: the op's
+    inputs and the lengths."""
     if not isinstance(x_proj, Tensor) or x_proj.dim() != 3 or not x_proj.is_floating_point():
         raise ValueError("x_proj: expected a 3-D floating-point tensor (batch, time, 3*N*hidden)")
     if not isinstance(weight_hh, Tensor) or weight_hh.dim() != 2:
@@ -109,5 +144,4 @@ def metagross_state_sequence(
     lengths = checks.checked_lengths(lengths, batch, steps, x_proj)
     dtype = checks.compute_dtype(x_proj)
     xp, w, a, b, r, h = checks.cast((x_proj, weight_hh, alpha, beta, res, h0), dtype)
-    out = sequence(CELL, OP, (xp, w, a, b, r, h), lengths)
-    return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
+    return (xp, w, a, b, r, h), lengths

@@ -1,0 +1,152 @@
+"""Independent recurrences in one call (``<cell>_sequences``; ``csrc/recurrences.h``): the same
+outputs and gradients as one call each, for every cell, with lengths, whether the recurrences
+run concurrently (a batch too small to split over the threads) or one after another; the
+stacked op traces under ``torch.compile``; bad stacks are refused naming the argument."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["CTRLRNN_REQUIRE_COMPILED"] = "1"  # a broken build must fail, not fall back
+
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from ctrlrnn.ops import backend, fused_cells  # noqa: E402
+
+D64 = torch.float64
+
+
+def _inputs(cell: str, B: int, T: int, H: int, seed: int) -> dict[str, Any]:
+    """One recurrence's keyword arguments (leaves requiring grad where differentiable)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape: int, scale: float = 0.5) -> Tensor:
+        return (scale * torch.randn(*shape, generator=g, dtype=D64)).requires_grad_()
+
+    if cell == "lstm":
+        return dict(x_proj=r(B, T, 4 * H), weight_hh=r(4 * H, H), h0=r(B, H), c0=r(B, H))
+    if cell == "gru":
+        return dict(x_proj=r(B, T, 3 * H), weight_hh=r(3 * H, H), bias_hh=r(3 * H), h0=r(B, H))
+    if cell == "ncarnn":
+        return dict(x_proj=r(B, T, 3 * H), weight_hh=r(2 * H, H), context_proj=r(B, 2 * H),
+                    h0=r(B, H))  # fmt: skip
+    if cell in ("cas_lstm", "cas_peephole"):
+        peep = cell == "cas_peephole"
+        lam = torch.rand(H, generator=g, dtype=D64).requires_grad_()
+        return dict(x_proj=r(B, T, 5 * H), weight_hh=r((4 if peep else 5) * H, H),
+                    lower_c=r(B, T, H), h0=r(B, H), c0=r(B, H), lambda_=lam,
+                    peephole=r(2, H) if peep else None)  # fmt: skip
+    gates = torch.rand(B, T, 1, generator=g, dtype=D64)  # depth 2: 3 units, 1 internal
+    return dict(x_proj=r(B, T, 9 * H), weight_hh=r(9 * H, H), alpha=gates.requires_grad_(),
+                beta=(1 - gates).detach().requires_grad_(), res=r(B, T, H), h0=r(B, H))
+
+
+RUNS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "lstm": (fused_cells.lstm_sequence, fused_cells.lstm_sequences),
+    "gru": (fused_cells.gru_sequence, fused_cells.gru_sequences),
+    "ncarnn": (fused_cells.ncarnn_sequence, fused_cells.ncarnn_sequences),
+    "cas_lstm": (fused_cells.cas_lstm_sequence, fused_cells.cas_lstm_sequences),
+    "cas_peephole": (fused_cells.cas_lstm_sequence, fused_cells.cas_lstm_sequences),
+    "metagross_state": (fused_cells.metagross_state_sequence,
+                        fused_cells.metagross_state_sequences),
+}  # fmt: skip
+
+
+def _leaves(calls: list[dict[str, Any]]) -> list[Tensor]:
+    return [v for c in calls for v in c.values() if isinstance(v, Tensor) and v.requires_grad]
+
+
+def _loss(outs: list[tuple[Tensor, ...]]) -> Tensor:
+    g = torch.Generator().manual_seed(7)
+    return sum(((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum()
+                for out in outs for o in out), torch.zeros((), dtype=D64))  # fmt: skip
+
+
+@pytest.mark.parametrize("cell", list(RUNS))
+@pytest.mark.parametrize("batch", [1, 3, 12])  # concurrent (1, 3) and one after another (12)
+@pytest.mark.parametrize("count", [2, 3])
+def test_recurrences_equal_one_call_each(cell, batch, count):
+    one, many = RUNS[cell]
+    T, H = 6, 5
+    calls = [_inputs(cell, batch, T, H, seed=10 * k + batch) for k in range(count)]
+    lengths = torch.tensor([T, 0, 3, 1, T, 2, 5, T, 4, 0, 1, 6][:batch])
+    got = many(calls, lengths)
+    want = [one(**c, lengths=lengths) for c in calls]
+    assert len(got) == count
+    for g, w in zip(got, want, strict=True):
+        assert len(g) == len(w)
+        for a, b in zip(g, w, strict=True):
+            assert a.shape == b.shape
+            # equal up to the GEMM's summation order (a product on one thread or several)
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+    leaves = _leaves(calls)
+    grads_got = torch.autograd.grad(_loss(got), leaves, allow_unused=True)
+    grads_want = torch.autograd.grad(_loss(want), leaves, allow_unused=True)
+    for a, b in zip(grads_got, grads_want, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_concurrent_recurrences_with_every_thread_count(threads):
+    """Two directions at batch 1: concurrent on two threads, sequential on one; same values."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        calls = [_inputs("lstm", 1, 9, 4, seed=s) for s in (1, 2)]
+        got = fused_cells.lstm_sequences(calls)
+    finally:
+        torch.set_num_threads(before)
+    for g, c in zip(got, calls, strict=True):
+        for a, b in zip(g, fused_cells.lstm_sequence(**c), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+
+
+def test_the_stack_is_one_op_call(monkeypatch):
+    if backend.path("cells", torch.device("cpu")) != backend.KERNEL:
+        pytest.skip("the kernels are not in use")
+    from ctrlrnn.ops.cells import gru
+
+    seen: list[tuple[int, ...]] = []
+    real = gru.OP
+
+    def spy(*args: Any) -> Any:
+        seen.append(tuple(args[1].shape))  # weight_hh: (R, 3H, H) when stacked
+        return real(*args)
+
+    monkeypatch.setattr(gru, "OP", spy)
+    calls = [_inputs("gru", 2, 4, 3, seed=s) for s in (3, 4)]
+    fused_cells.gru_sequences(calls)
+    assert seen == [(2, 9, 3)]
+
+
+def test_stacked_op_traces_under_compile():
+    calls = [_inputs("lstm", 3, 5, 4, seed=s) for s in (5, 6)]
+    lengths = torch.tensor([5, 2, 0])
+    compiled = torch.compile(lambda cs: fused_cells.lstm_sequences(cs, lengths), backend="eager")
+    got = compiled(calls)
+    for g, c in zip(got, calls, strict=True):
+        for a, b in zip(g, fused_cells.lstm_sequence(**c, lengths=lengths), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+
+
+def test_bad_stacks_name_the_argument():
+    a = _inputs("lstm", 2, 4, 3, seed=1)
+    b = _inputs("lstm", 2, 4, 5, seed=2)
+    with pytest.raises(ValueError, match="x_proj"):
+        fused_cells.lstm_sequences([a, b])
+    with pytest.raises(ValueError, match="calls"):
+        fused_cells.lstm_sequences(a)  # type: ignore[arg-type]
+    c = _inputs("cas_peephole", 2, 4, 3, seed=1)
+    d = {**_inputs("cas_lstm", 2, 4, 3, seed=2), "weight_hh": c["weight_hh"]}
+    with pytest.raises(ValueError, match="peephole|weight_hh"):
+        fused_cells.cas_lstm_sequences([c, d])
+    with pytest.raises(ValueError, match="x_proj"):
+        fused_cells.lstm_sequences([a, {**a, "x_proj": a["x_proj"].float()}])
+    assert fused_cells.lstm_sequences([]) == []
