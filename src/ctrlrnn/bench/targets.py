@@ -150,6 +150,30 @@ TARGETS: list[Target] = [
         "<= 2x",
     ),
     Target(
+        "fused LSTM fwd+bwd time / nn.LSTM, small shape (B=2, T=128, C=64)",
+        _inverse(_speedup("fused_lstm", (2, 128, 64), "lstm", "fwdbwd")),
+        lambda v: v <= 1.1,
+        "<= 1.1x",
+    ),
+    Target(
+        "CAS-LSTM 2x64 fwd+bwd time / 2-layer nn.LSTM, small shape (B=2, T=128)",
+        _inverse(_speedup("caslstm", (2, 128, 64), "lstm2", "fwdbwd")),
+        lambda v: v <= 1.3,
+        "<= 1.3x",
+    ),
+    Target(
+        "RCRN 64 bidirectional fwd+bwd time / 3-layer BiLSTM, small shape (B=2, T=128)",
+        _inverse(_speedup("rcrn", (2, 128, 64), "lstm3bi", "fwdbwd")),
+        lambda v: v <= 0.8,
+        "<= 0.8x",
+    ),
+    Target(
+        "METAGROSS depth 2 linear fwd+bwd time / nn.LSTM, small shape (B=2, T=128, C=64)",
+        _inverse(_speedup("metagross", (2, 128, 64), "lstm", "fwdbwd")),
+        lambda v: v <= 1.2,
+        "<= 1.2x",
+    ),
+    Target(
         "QRNN fo training memory linear in T up to 16,384 (min R^2 of the fit)",
         _memory_r2("qrnn_fo_memory"),
         lambda v: v >= 0.999,
