@@ -423,3 +423,26 @@ def test_public_op_scalar_lambda_half(monkeypatch):
     close(outs[0], ref[0], torch.float16)
     want = torch.autograd.grad(ref[0].sum(), lam)[0]
     torch.testing.assert_close(got[1], want, rtol=3e-2, atol=3e-2)
+
+
+def test_triton_host_takes_a_stack_of_recurrences():
+    """The cell op takes stacked recurrences on every device: the Triton host runs a stack one
+    recurrence after another, each as its own call would, forward and backward."""
+    g = torch.Generator().manual_seed(21)
+    args = [torch.randn(2, B, T, 4 * H, generator=g), 0.3 * torch.randn(2, 4 * H, H, generator=g),
+            torch.randn(2, B, H, generator=g), torch.randn(2, B, H, generator=g)]  # fmt: skip
+    lengths = torch.tensor([T, 0, 2])
+    kernels = triton_module("cells")
+    out = kernels.lstm_forward(*args, lengths, True)
+    for r in range(2):
+        one = kernels.lstm_forward(*(a[r] for a in args), lengths, True)
+        for a, b in zip(out, one, strict=True):
+            torch.testing.assert_close(a[r], b, rtol=0, atol=0)
+    grads = [torch.randn_like(out[0]), None, torch.randn_like(out[2]), None]
+    saved = [args[1], args[2], args[3], out[0], out[1], out[4]]
+    back = kernels.lstm_backward(*grads, *saved, lengths)
+    for r in range(2):
+        one = kernels.lstm_backward(grads[0][r], None, grads[2][r], None,
+                                    *(s[r] for s in saved), lengths)  # fmt: skip
+        for a, b in zip(back, one, strict=True):
+            torch.testing.assert_close(a[r], b, rtol=0, atol=0)

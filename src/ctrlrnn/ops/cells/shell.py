@@ -104,12 +104,12 @@ def split(cell: Cell, args: Sequence[Tensor | None]) -> tuple[list[Any], list[An
     return states, xs, consts
 
 
-def _stacked(weight_hh: Any) -> bool:
+def stacked(weight_hh: Any) -> bool:
     """Whether an op call carries a stack of recurrences (``weight_hh`` (R, G_h, H))."""
     return isinstance(weight_hh, Tensor) and weight_hh.dim() == 3
 
 
-def _per_recurrence(fn: Callable[..., Any], args: Sequence[Any], weight_at: int,
+def per_recurrence(fn: Callable[..., Any], args: Sequence[Any], weight_at: int,
                     lengths_at: int) -> Any:  # fmt: skip
     """``fn`` on every recurrence of a stacked call (each tensor but the lengths sliced on its
     first dimension), the outputs stacked: what the CPU kernels do (``csrc/recurrences.h``)."""
@@ -132,8 +132,8 @@ def define(cell: Cell) -> KernelOp:
 
     def fake_forward(*args: Any) -> tuple[Tensor, ...]:
         w = cell.args.index("weight_hh")
-        if _stacked(args[w]):
-            return _per_recurrence(fake_forward, args, w, lengths_at=len(cell.args))
+        if stacked(args[w]):
+            return per_recurrence(fake_forward, args, w, lengths_at=len(cell.args))
         a = SimpleNamespace(**dict(zip((*cell.args, "lengths", "save"), args, strict=True)))
         x = a.x_proj
         batch, steps, width = x.shape
@@ -146,8 +146,8 @@ def define(cell: Cell) -> KernelOp:
 
     def fake_backward(*args: Any) -> tuple[Tensor, ...]:
         w = cell.backward_args.index("weight_hh")
-        if _stacked(args[w]):
-            return _per_recurrence(fake_backward, args, w, lengths_at=len(cell.backward_args) - 1)
+        if stacked(args[w]):
+            return per_recurrence(fake_backward, args, w, lengths_at=len(cell.backward_args) - 1)
         a = SimpleNamespace(**dict(zip(cell.backward_args, args, strict=True)))
         return tuple(a.acts.new_empty(tuple(shape)) for shape in cell.grad_shapes(a))
 
@@ -202,14 +202,17 @@ def sequences(
     of equal sizes; returns each one's ``(<state>_seq..., <state>_last...)``.
 
     On the CPU kernels they run as one op call on their inputs stacked (``csrc/recurrences.h``:
-    concurrently, a thread each, where one recurrence cannot fill the threads); elsewhere one
+    concurrently, a thread each, where one recurrence cannot fill the threads); elsewhere (the
+    Triton kernels, which would run a stack one recurrence after another, the references) one
     call each."""
     if not calls:
         return []
     x_proj = calls[0][0]
     assert x_proj is not None
-    if len(calls) == 1 or x_proj.device.type != "cpu" or (
-            backend.path("cells", x_proj.device) != backend.KERNEL):  # fmt: skip
+    module = None
+    if len(calls) > 1 and backend.path("cells", x_proj.device) == backend.KERNEL:
+        module = backend.kernel_for("cells", x_proj.device)
+    if not getattr(module, "runs_recurrences_concurrently", False):
         return [sequence(cell, op, args, lengths) for args in calls]
     stacked: list[Tensor | None] = []
     for name, parts in zip(cell.args, zip(*calls, strict=True), strict=True):

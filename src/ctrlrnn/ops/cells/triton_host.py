@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cells import cas_lstm, gru, lstm, metagross_state, ncarnn
-from ctrlrnn.ops.cells.shell import Cell
+from ctrlrnn.ops.cells.shell import Cell, per_recurrence, stacked
 from ctrlrnn.ops.gpu._common import acc_dtype
 
 
@@ -78,7 +78,11 @@ def _block_of(kernels: ModuleType, hidden: int) -> tuple[int, int]:
 
 
 def forward(cell: Cell, kernels: ModuleType, *args: Any) -> tuple[Tensor, ...]:
-    """The cell op's forward (:mod:`ctrlrnn.ops.cells.shell`) on the cell's Triton kernels."""
+    """The cell op's forward (:mod:`ctrlrnn.ops.cells.shell`) on the cell's Triton kernels
+    (a stack of recurrences: one after another)."""
+    w = cell.args.index("weight_hh")
+    if stacked(args[w]):
+        return per_recurrence(partial(forward, cell, kernels), args, w, len(cell.args))
     a = SimpleNamespace(**dict(zip((*cell.args, "lengths", "save"), args, strict=True)))
     x = a.x_proj.contiguous()
     batch, steps, width = x.shape
@@ -112,7 +116,12 @@ def forward(cell: Cell, kernels: ModuleType, *args: Any) -> tuple[Tensor, ...]:
 
 
 def backward(cell: Cell, kernels: ModuleType, *args: Any) -> tuple[Tensor, ...]:
-    """The cell op's backward through time on the cell's Triton kernels."""
+    """The cell op's backward through time on the cell's Triton kernels (a stack of
+    recurrences: one after another)."""
+    w = cell.backward_args.index("weight_hh")
+    if stacked(args[w]):
+        return per_recurrence(partial(backward, cell, kernels), args, w,
+                              len(cell.backward_args) - 1)  # fmt: skip
     a = SimpleNamespace(**dict(zip(cell.backward_args, args, strict=True)))
     batch, steps, hidden = a.h_seq.shape
     running = []

@@ -34,6 +34,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ctrlrnn fused gated cells (LSTM, GRU, CAS-LSTM, nCARNN, METAGROSS as printed) on CPU";
   m.def("num_threads", &num_threads, "at::get_num_threads() as seen by this extension");
   ctrlrnn::bind_output_pool(m);
+  // The ops take stacked recurrences and run them concurrently (recurrences.h); the Python
+  // side stacks independent recurrences only for a module that says so.
+  m.attr("runs_recurrences_concurrently") = true;
   m.def("mkl_packed_gemm", &mkl::available,
         "whether float32 per-step GEMMs use MKL's packed weights (else at::mm_out)");
   ctrlrnn::cells::bind_lstm(m);
