@@ -150,3 +150,42 @@ def test_bad_stacks_name_the_argument():
     with pytest.raises(ValueError, match="x_proj"):
         fused_cells.lstm_sequences([a, {**a, "x_proj": a["x_proj"].float()}])
     assert fused_cells.lstm_sequences([]) == []
+
+
+def test_slices_of_one_tensor_go_in_whole(monkeypatch):
+    """Recurrences given as the consecutive slices of one tensor (METAGROSS's K base RNNs) reach
+    the op as that tensor itself (no copy), with the same values and gradients as one call
+    each; slices out of order are stacked."""
+    if backend.path("cells", torch.device("cpu")) != backend.KERNEL:
+        pytest.skip("the kernels are not in use")
+    from ctrlrnn.ops.cells import lstm
+
+    g = torch.Generator().manual_seed(8)
+    R, B, T, H = 4, 3, 6, 5
+    xp = torch.randn(R, B, T, 4 * H, generator=g, dtype=D64).requires_grad_()
+    w = (0.4 * torch.randn(R, 4 * H, H, generator=g, dtype=D64)).requires_grad_()
+    seen: list[bool] = []
+    real = lstm.OP
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[0]._base is None and args[0].shape == (R, B, T, 4 * H))
+        return real(*args)
+
+    monkeypatch.setattr(lstm, "OP", spy)
+    lengths = torch.tensor([6, 1, 0])
+    h_in = xp * 1.0  # a non-leaf, as the projections are
+    got = fused_cells.lstm_sequences(
+        [{"x_proj": h_in[r], "weight_hh": w[r]} for r in range(R)], lengths)
+    order = [2, 0, 1, 3]
+    shuffled = fused_cells.lstm_sequences(
+        [{"x_proj": h_in[r], "weight_hh": w[r]} for r in order], lengths)
+    assert seen == [True, True]
+    want = [fused_cells.lstm_sequence(h_in[r], w[r], lengths=lengths) for r in range(R)]
+    for r in range(R):
+        for a, b, c in zip(got[r], want[r], shuffled[order.index(r)], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+            torch.testing.assert_close(c, b, rtol=1e-13, atol=1e-14)
+    grads = torch.autograd.grad(_loss(got), [xp, w], retain_graph=True)
+    grads_want = torch.autograd.grad(_loss(want), [xp, w])
+    for a, b in zip(grads, grads_want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)

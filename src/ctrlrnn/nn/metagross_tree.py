@@ -19,7 +19,7 @@ from ctrlrnn.nn.arguments import check_choice
 from ctrlrnn.nn.weight_drop import drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.cells_ref import metagross_maps
-from ctrlrnn.ops.fused_cells import gru_sequence, lstm_sequence, metagross_state_sequences
+from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences, metagross_state_sequences
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask
 
@@ -108,22 +108,24 @@ def base_preactivations(
     per = 2 if unit.base == "lstm" else 1
     st = None if base_state is None else base_state.view(B, K, per, H)
     base_weight_hh = drop_weight(unit.base_weight_hh, weight_drop, unit.training)
+    # the K base RNNs are independent recurrences over the same batch: one call runs them all
+    # (on CPU concurrently where one cannot fill the threads)
     outs: list[Tensor] = []
     finals: list[Tensor] = []
-    for k in range(K):
-        if unit.base == "lstm":
-            h0 = None if st is None else st[:, k, 0]
-            c0 = None if st is None else st[:, k, 1]
-            h_seq, _c_seq, h_last, c_last = lstm_sequence(
-                proj[k], base_weight_hh[k], h0, c0, lengths
-            )
+    if unit.base == "lstm":
+        calls = [{"x_proj": proj[k], "weight_hh": base_weight_hh[k],
+                  "h0": None if st is None else st[:, k, 0],
+                  "c0": None if st is None else st[:, k, 1]} for k in range(K)]  # fmt: skip
+        for h_seq, _c_seq, h_last, c_last in lstm_sequences(calls, lengths):
+            outs.append(h_seq)
             finals.append(torch.stack([h_last, c_last], 1))
-        else:
-            h0 = None if st is None else st[:, k, 0]
-            bhh = None if unit.base_bias_hh is None else unit.base_bias_hh[k]
-            h_seq, h_last = gru_sequence(proj[k], base_weight_hh[k], bhh, h0, lengths)
+    else:
+        calls = [{"x_proj": proj[k], "weight_hh": base_weight_hh[k],
+                  "bias_hh": None if unit.base_bias_hh is None else unit.base_bias_hh[k],
+                  "h0": None if st is None else st[:, k, 0]} for k in range(K)]  # fmt: skip
+        for h_seq, h_last in gru_sequences(calls, lengths):
+            outs.append(h_seq)
             finals.append(h_last.unsqueeze(1))
-        outs.append(h_seq)
     blocks = [
         torch.cat(outs[bounds[n - 1] // H : bounds[n] // H], -1) for n in range(1, L + 1)
     ]

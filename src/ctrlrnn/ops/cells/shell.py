@@ -225,10 +225,29 @@ def sequences(
         shapes = {tuple(p.shape) for p in parts if p is not None}
         if len(shapes) > 1:
             raise ValueError(f"{name}: the recurrences differ in shape: {sorted(shapes)}")
-        stacked.append(torch.stack([p for p in parts if p is not None]))
+        stacked.append(_stack([p for p in parts if p is not None]))
     out = op(*stacked, lengths, needs_grad(*stacked))
-    n = 2 * len(cell.states)
-    return [tuple(o[r] for o in out[:n]) for r in range(len(calls))]
+    # unbind, not indexing: its backward gathers the recurrences' gradients in one tensor,
+    # where R selects would each build a zero tensor of the whole stack
+    per_output = [o.unbind(0) for o in out[: 2 * len(cell.states)]]
+    return [tuple(o[r] for o in per_output) for r in range(len(calls))]
+
+
+def _stack(parts: list[Tensor]) -> Tensor:
+    """``torch.stack(parts)``, or the tensor they are the consecutive slices ``base[0]``,
+    ``base[1]``, ... of (the K base RNNs of a METAGROSS unit hold their inputs and weights so),
+    which needs no copy and whose gradient arrives in one piece."""
+    base = parts[0]._base
+    if (
+        base is not None
+        and base.dim() == parts[0].dim() + 1
+        and base.shape[0] == len(parts)
+        and all(p._base is base and p.shape == base.shape[1:] and p.stride() == base.stride()[1:]
+                and p.storage_offset() == base.storage_offset() + r * base.stride(0)
+                for r, p in enumerate(parts))
+    ):  # fmt: skip
+        return base
+    return torch.stack(parts)
 
 
 def many(
