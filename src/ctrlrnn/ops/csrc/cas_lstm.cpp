@@ -211,7 +211,7 @@ CTRLRNN_SIMD
         dl[j] = dlw;
       }
     });
-  }, [&](int64_t t) { return dx.select(1, t).narrow(1, 0, Gh); });
+  }, dx, Gh);
 }
 
 // Returns {dx_proj (B,T,5H), dweight_hh, dlower_c (B,T,H), dscale_f (H,), dscale_g (H,),

@@ -195,6 +195,30 @@ class StepGemm {
     gemm::blas_as(path_, [&] { run_blas(A, out, accumulate); });
   }
 
+  // out (M rows, leading dimension ldo) (+)= A (M rows, leading dimension lda) @ op(W) on raw
+  // pointers, with no tensor views made: only on MKL's packed BLAS path (the one small batches
+  // take, where building two tensor views per step costs as much as the product). Returns false
+  // (nothing done) on any other path; the caller then calls run().
+  bool run_raw(const scalar_t* A, int64_t lda, scalar_t* out, int64_t ldo,
+               bool accumulate) const {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (!packed_.defined() || path_ == gemm::kOneDnn || !mkl::fits_int(lda) ||
+          !mkl::fits_int(ldo)) {
+        return false;
+      }
+      gemm::blas_as(path_, [&] {
+        cblas_sgemm_compute(mkl::kRowMajor, mkl::kNoTrans, mkl::kPacked, static_cast<int>(M_),
+                            static_cast<int>(N_), static_cast<int>(K_), A, static_cast<int>(lda),
+                            packed_.data_ptr<float>(), static_cast<int>(N_),
+                            accumulate ? 1.0f : 0.0f, out, static_cast<int>(ldo));
+      });
+      return true;
+    } else {
+      (void)A, (void)lda, (void)out, (void)ldo, (void)accumulate;
+      return false;
+    }
+  }
+
   // The path this GEMM takes ("blas", "blas1" or "onednn").
   const char* path() const { return gemm::path_name(path_); }
 

@@ -33,20 +33,33 @@ void forward_in_time(const Lengths& L, int64_t B, int64_t T, const at::Tensor& w
 }
 
 // Backward, from the last step to the first: the rows (which read the recurrent part of
-// dh_t from rec, see incoming()), then rec (+)= dG_t U with dG_t = step_grad(t) (B, G_h), the
-// gradient of the step's GEMM output the rows just wrote (`accumulate`: add to rec).
-template <typename scalar_t, typename Slice, typename StepGrad>
+// dh_t from rec, see incoming()), then rec (+)= dG_t U with dG_t (B, G_h) the first G_h columns
+// of step t of dG_all (B, T, >= G_h, contiguous): the gradient of the step's GEMM output the
+// rows just wrote (`accumulate`: add to rec). On MKL's packed path the product reads dG_t in
+// place through pointers; elsewhere through a view of it.
+template <typename scalar_t, typename Slice>
 void backward_in_time(const Lengths& L, int64_t B, int64_t T, const at::Tensor& weight_hh,
                       at::Tensor& rec, bool accumulate, const Slice& slice,
-                      const StepGrad& step_grad) {
+                      const at::Tensor& dG_all, int64_t G_h) {
+  TORCH_CHECK(dG_all.is_contiguous() && dG_all.dim() == 3 && dG_all.size(2) >= G_h,
+              "backward_in_time: dG_all must be a contiguous (B, T, >= G_h) tensor");
+  const int64_t width = dG_all.size(2);
   over_batch_slices(B, [&](int64_t b0, int64_t b1) {
     at::Tensor rec_s = rec.narrow(0, b0, b1 - b0);
     const int64_t ml = L.max_in(b0, b1);
     const StepGemm<scalar_t> gemm(weight_hh, /*transpose=*/false, b1 - b0);
+    scalar_t* rec_p = rec_s.data_ptr<scalar_t>();
+    const int64_t ld_rec = rec_s.stride(0);
+    const scalar_t* dg_p = dG_all.data_ptr<scalar_t>();
     slice(b0, b1, [&](const auto& row) {
       for (int64_t t = T - 1; t >= 0; --t) {
         for (int64_t b = b0; b < b1; ++b) row(b, t, b * T + t, t < L.len[b]);
-        if (t < ml) gemm.run(step_grad(t).narrow(0, b0, b1 - b0), rec_s, accumulate);
+        if (t >= ml) continue;
+        const scalar_t* a = dg_p + (b0 * T + t) * width;
+        if (!gemm.run_raw(a, T * width, rec_p, ld_rec, accumulate)) {
+          gemm.run(dG_all.select(1, t).narrow(1, 0, G_h).narrow(0, b0, b1 - b0), rec_s,
+                   accumulate);
+        }
       }
     });
   });

@@ -139,7 +139,7 @@ CTRLRNN_SIMD
           out[j] = dh * zg;  // direct path h_t <- z h_{t-1}; the GEMM adds drec U below
         }
       });
-    }, [&](int64_t t) { return drec.select(1, t); });
+    }, drec, drec.size(2));
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   const at::Tensor drec2 = drec.view({B * T, G});

@@ -145,7 +145,7 @@ CTRLRNN_SIMD
           dcb[j] = dc * fg;
         }
       });
-    }, [&](int64_t t) { return dx.select(1, t); });
+    }, dx, G);
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));

@@ -331,7 +331,7 @@ CTRLRNN_SIMD
         }
         std::memcpy(rec_p + b * H, ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
       });
-    }, [&](int64_t t) { return dx.select(1, t); });
+    }, dx, dx.size(2));
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));

@@ -138,7 +138,7 @@ CTRLRNN_SIMD
           out[j] = dh * (scalar_t(1) - ug);  // direct path; the GEMM adds dG U below
         }
       });
-    }, [&](int64_t t) { return dx.select(1, t).narrow(1, 0, 2 * H); });
+    }, dx, 2 * H);
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).narrow(1, 0, 2 * H).t(),
