@@ -236,8 +236,9 @@ def sequences(
 def _stack(parts: list[Tensor]) -> Tensor:
     """``torch.stack(parts)``, or the tensor they are the consecutive slices ``base[0]``,
     ``base[1]``, ... of (the K base RNNs of a METAGROSS unit hold their inputs and weights so),
-    which needs no copy and whose gradient arrives in one piece."""
-    base = parts[0]._base
+    which needs no copy and whose gradient arrives in one piece (not under ``torch.compile``,
+    whose tracer has no storage offsets: it stacks, and its graph optimises the copy)."""
+    base = None if torch.compiler.is_compiling() else parts[0]._base
     if (
         base is not None
         and base.dim() == parts[0].dim() + 1
@@ -272,3 +273,32 @@ def many(
     outs = sequences(cell, op, [args for args, _ in prepared], prepared[0][1])
     dtype = calls[0]["x_proj"].dtype
     return [tuple(o.to(dtype) if o.dtype != dtype else o for o in out) for out in outs]
+
+
+def plural(
+    cell: Cell,
+    op: KernelOp,
+    arguments: Callable[..., tuple[Sequence[Tensor | None], Tensor | None]],
+    singular: Callable[..., Any],
+) -> Callable[..., list[tuple[Tensor, ...]]]:
+    """The public ``<cell>_sequences`` of a cell whose one-recurrence function is ``singular``
+    (its arguments checked and cast by ``arguments``): :func:`many` with its docstring."""
+    name = singular.__name__
+
+    def run(calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
+            ) -> list[tuple[Tensor, ...]]:  # fmt: skip
+        return many(cell, op, arguments, calls, lengths)
+
+    run.__name__ = run.__qualname__ = f"{name}s"
+    run.__module__ = singular.__module__
+    run.__doc__ = f"""Independent recurrences of :func:`{name}` over one batch, in one call.
+
+    ``calls``: one dict per recurrence of :func:`{name}`'s keyword arguments but ``lengths``
+    (all of equal sizes and dtype); ``lengths`` is shared. Returns what :func:`{name}` returns
+    for each.
+
+    On CPU they run as one op on their stacked inputs, concurrently where one recurrence cannot
+    fill the threads (the two directions of a bidirectional layer at a small batch); the results
+    are those of one call each.
+    """
+    return run

@@ -4,15 +4,12 @@ variant eq 17-18.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_sequence_ref, cas_lstm_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, plural, sequence
 
 __all__ = ["cas_lstm_sequence", "cas_lstm_sequences", "cas_lstm_sequence_ref", "cas_lstm_step"]
 
@@ -77,21 +74,6 @@ def cas_lstm_sequence(
     return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
 
 
-def cas_lstm_sequences(
-    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
-) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """Independent recurrences of :func:`cas_lstm_sequence` over one batch, in one call.
-
-    ``calls``: one dict per recurrence of :func:`cas_lstm_sequence`'s keyword arguments
-    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
-    :func:`cas_lstm_sequence` returns for each.
-
-    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
-    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
-    the results are those of one call each.
-    """
-    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
-
 
 def _arguments(
     x_proj: Tensor,
@@ -135,3 +117,6 @@ def _arguments(
 
     xp, w, low, p, h, c = checks.cast((x_proj, weight_hh, lower_c, pp, h0, c0), dtype)
     return (xp, w, low, scale_f, scale_g, p, h, c), lengths
+
+
+cas_lstm_sequences = plural(CELL, OP, _arguments, cas_lstm_sequence)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.gru.reference import gru_sequence_ref, gru_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, plural, sequence
 
 __all__ = ["gru_sequence", "gru_sequences", "gru_sequence_ref", "gru_step"]
 
@@ -60,21 +57,6 @@ def gru_sequence(
     return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
 
 
-def gru_sequences(
-    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
-) -> list[tuple[Tensor, Tensor]]:
-    """Independent recurrences of :func:`gru_sequence` over one batch, in one call.
-
-    ``calls``: one dict per recurrence of :func:`gru_sequence`'s keyword arguments
-    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
-    :func:`gru_sequence` returns for each.
-
-    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
-    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
-    the results are those of one call each.
-    """
-    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
-
 
 def _arguments(
     x_proj: Tensor,
@@ -95,3 +77,6 @@ def _arguments(
     dtype = checks.compute_dtype(x_proj)
     xp, w, b, h = checks.cast((x_proj, weight_hh, bias_hh, h0), dtype)
     return (xp, w, b, h), lengths
+
+
+gru_sequences = plural(CELL, OP, _arguments, gru_sequence)

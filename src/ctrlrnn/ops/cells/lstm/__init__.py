@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.lstm.reference import lstm_sequence_ref, lstm_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, plural, sequence
 
 __all__ = ["lstm_sequence", "lstm_sequences", "lstm_sequence_ref", "lstm_step"]
 
@@ -53,21 +50,6 @@ def lstm_sequence(
     return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
 
 
-def lstm_sequences(
-    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
-) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """Independent recurrences of :func:`lstm_sequence` over one batch, in one call.
-
-    ``calls``: one dict per recurrence of :func:`lstm_sequence`'s keyword arguments
-    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
-    :func:`lstm_sequence` returns for each.
-
-    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
-    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
-    the results are those of one call each.
-    """
-    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
-
 
 def _arguments(
     x_proj: Tensor,
@@ -86,3 +68,6 @@ def _arguments(
     dtype = checks.compute_dtype(x_proj)
     xp, w, h, c = checks.cast((x_proj, weight_hh, h0, c0), dtype)
     return (xp, w, h, c), lengths
+
+
+lstm_sequences = plural(CELL, OP, _arguments, lstm_sequence)

@@ -4,9 +4,6 @@ of ``2^L - 1`` units per step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
@@ -16,7 +13,7 @@ from ctrlrnn.ops.cells.metagross_state.reference import (
     metagross_state_step,
     step,
 )
-from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, plural, sequence
 
 __all__ = [
     "metagross_maps",
@@ -97,21 +94,6 @@ def metagross_state_sequence(
     return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
 
 
-def metagross_state_sequences(
-    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
-) -> list[tuple[Tensor, Tensor]]:
-    """Independent recurrences of :func:`metagross_state_sequence` over one batch, in one call.
-
-    ``calls``: one dict per recurrence of :func:`metagross_state_sequence`'s keyword
-    arguments but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
-    :func:`metagross_state_sequence` returns for each.
-
-    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
-    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
-    the results are those of one call each.
-    """
-    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
-
 
 def _arguments(
     x_proj: Tensor,
@@ -145,3 +127,6 @@ def _arguments(
     dtype = checks.compute_dtype(x_proj)
     xp, w, a, b, r, h = checks.cast((x_proj, weight_hh, alpha, beta, res, h0), dtype)
     return (xp, w, a, b, r, h), lengths
+
+
+metagross_state_sequences = plural(CELL, OP, _arguments, metagross_state_sequence)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from torch import Tensor
 
 from ctrlrnn.ops.cells import checks
 from ctrlrnn.ops.cells.ncarnn.reference import ncarnn_sequence_ref, ncarnn_step, step
-from ctrlrnn.ops.cells.shell import Cell, define, many, sequence
+from ctrlrnn.ops.cells.shell import Cell, define, plural, sequence
 
 __all__ = ["ncarnn_sequence", "ncarnn_sequences", "ncarnn_sequence_ref", "ncarnn_step"]
 
@@ -59,21 +56,6 @@ def ncarnn_sequence(
     return checks.uncast(out, x_proj.dtype)  # type: ignore[return-value]
 
 
-def ncarnn_sequences(
-    calls: Sequence[dict[str, Any]], lengths: Tensor | None = None
-) -> list[tuple[Tensor, Tensor]]:
-    """Independent recurrences of :func:`ncarnn_sequence` over one batch, in one call.
-
-    ``calls``: one dict per recurrence of :func:`ncarnn_sequence`'s keyword arguments
-    but ``lengths`` (all of equal sizes and dtype); ``lengths`` is shared. Returns what
-    :func:`ncarnn_sequence` returns for each.
-
-    On CPU they run as one op on their stacked inputs, concurrently where one recurrence
-    cannot fill the threads (the two directions of a bidirectional layer at a small batch);
-    the results are those of one call each.
-    """
-    return many(CELL, OP, _arguments, calls, lengths)  # type: ignore[return-value]
-
 
 def _arguments(
     x_proj: Tensor,
@@ -92,3 +74,6 @@ def _arguments(
     dtype = checks.compute_dtype(x_proj)
     xp, w, ctx, h = checks.cast((x_proj, weight_hh, context_proj, h0), dtype)
     return (xp, w, ctx, h), lengths
+
+
+ncarnn_sequences = plural(CELL, OP, _arguments, ncarnn_sequence)
