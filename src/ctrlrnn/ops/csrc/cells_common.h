@@ -206,12 +206,7 @@ class StepGemm {
           !mkl::fits_int(ldo)) {
         return false;
       }
-      gemm::blas_as(path_, [&] {
-        cblas_sgemm_compute(mkl::kRowMajor, mkl::kNoTrans, mkl::kPacked, static_cast<int>(M_),
-                            static_cast<int>(N_), static_cast<int>(K_), A, static_cast<int>(lda),
-                            packed_.data_ptr<float>(), static_cast<int>(N_),
-                            accumulate ? 1.0f : 0.0f, out, static_cast<int>(ldo));
-      });
+      gemm::blas_as(path_, [&] { packed_compute(A, lda, out, ldo, accumulate); });
       return true;
     } else {
       (void)A, (void)lda, (void)out, (void)ldo, (void)accumulate;
@@ -227,15 +222,21 @@ class StepGemm {
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (packed_.defined() && A.size(0) == M_ && A.stride(1) == 1 && out.stride(1) == 1 &&
           mkl::fits_int(A.stride(0)) && mkl::fits_int(out.stride(0))) {
-        cblas_sgemm_compute(mkl::kRowMajor, mkl::kNoTrans, mkl::kPacked, static_cast<int>(M_),
-                            static_cast<int>(N_), static_cast<int>(K_), A.data_ptr<float>(),
-                            static_cast<int>(A.stride(0)), packed_.data_ptr<float>(),
-                            static_cast<int>(N_), accumulate ? 1.0f : 0.0f,
-                            out.data_ptr<float>(), static_cast<int>(out.stride(0)));
+        packed_compute(A.data_ptr<float>(), A.stride(0), out.data_ptr<float>(), out.stride(0),
+                       accumulate);
         return;
       }
     }
     gemm::blas_into(out, A, w_op_, accumulate);
+  }
+
+  // MKL's packed product on M_ rows: out (+)= A @ op(W), leading dimensions lda and ldo.
+  void packed_compute(const float* A, int64_t lda, float* out, int64_t ldo,
+                      bool accumulate) const {
+    cblas_sgemm_compute(mkl::kRowMajor, mkl::kNoTrans, mkl::kPacked, static_cast<int>(M_),
+                        static_cast<int>(N_), static_cast<int>(K_), A, static_cast<int>(lda),
+                        packed_.data_ptr<float>(), static_cast<int>(N_),
+                        accumulate ? 1.0f : 0.0f, out, static_cast<int>(ldo));
   }
 
   at::Tensor w_op_;

@@ -16,10 +16,10 @@
 // probe below fails once and every GEMM takes the BLAS path.
 //
 // A third path is BLAS on the calling thread alone ("blas1"): outside a parallel region torch lets
-// MKL thread every product, and on tiny products (a batch of 1-7 rows of width <= 128, the per-step
-// GEMMs of small recurrences) waking the other threads costs several times the product itself
-// (measured: 3.6 us against 0.43 us per step at B=2, width 8). It is offered where the caller has
-// more than one thread and torch exports MKL's per-thread setting (MKL_Set_Num_Threads_Local).
+// MKL thread every product, and on tiny products (the per-step GEMMs of small recurrences: a
+// few rows of a narrow layer) waking the other threads can cost several times the product
+// itself. It is offered where the caller has more than one thread and torch exports MKL's
+// per-thread setting (MKL_Set_Num_Threads_Local), and taken only where it measures faster.
 //
 // Only float32 has a choice: bfloat16 / float16 `at::mm` already goes to oneDNN inside torch,
 // float64 has BLAS only.

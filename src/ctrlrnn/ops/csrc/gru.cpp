@@ -151,8 +151,10 @@ CTRLRNN_SIMD
 }  // namespace
 
 void bind_gru(pybind11::module_& m) {
-  m.def("gru_forward", &Recurrences<&gru_forward, 1, 0, 4>::run, "GRU forward -> h_seq, h_last, acts");
-  m.def("gru_backward", &Recurrences<&gru_backward, 2, 4, 6>::run, "GRU backward -> dx_proj, dweight_hh, dbias_hh, dh0");
+  m.def("gru_forward", &Recurrences<&gru_forward, 1, 0, 4>::run,
+        "GRU forward -> h_seq, h_last, acts");
+  m.def("gru_backward", &Recurrences<&gru_backward, 2, 4, 6>::run,
+        "GRU backward -> dx_proj, dweight_hh, dbias_hh, dh0");
 }
 
 }  // namespace ctrlrnn::cells

@@ -155,8 +155,10 @@ CTRLRNN_SIMD
 }  // namespace
 
 void bind_lstm(pybind11::module_& m) {
-  m.def("lstm_forward", &Recurrences<&lstm_forward, 1, 0, 4>::run, "LSTM forward -> h_seq, c_seq, h_last, c_last, acts");
-  m.def("lstm_backward", &Recurrences<&lstm_backward, 4, 7, 10>::run, "LSTM backward -> dx_proj, dweight_hh, dh0, dc0");
+  m.def("lstm_forward", &Recurrences<&lstm_forward, 1, 0, 4>::run,
+        "LSTM forward -> h_seq, c_seq, h_last, c_last, acts");
+  m.def("lstm_backward", &Recurrences<&lstm_backward, 4, 7, 10>::run,
+        "LSTM backward -> dx_proj, dweight_hh, dh0, dc0");
 }
 
 }  // namespace ctrlrnn::cells

@@ -149,7 +149,8 @@ CTRLRNN_SIMD
 }  // namespace
 
 void bind_ncarnn(pybind11::module_& m) {
-  m.def("ncarnn_forward", &Recurrences<&ncarnn_forward, 1, 0, 4>::run, "nCARNN forward -> h_seq, h_last, acts");
+  m.def("ncarnn_forward", &Recurrences<&ncarnn_forward, 1, 0, 4>::run,
+        "nCARNN forward -> h_seq, h_last, acts");
   m.def("ncarnn_backward", &Recurrences<&ncarnn_backward, 3, 2, 7>::run,
         "nCARNN backward -> dx_proj, dweight_hh, dcontext_proj, dh0");
 }
