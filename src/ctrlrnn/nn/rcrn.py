@@ -13,12 +13,11 @@ The three RNNs are ordinary LSTMs/GRUs over the input (eq 1-14), so with
 (oneDNN on CPU, cuDNN on CUDA; packed sequences for ``lengths``): the construction the paper
 calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except on CPU for
 narrow layers (``hidden_size <= 64``), where torch's per-call and threading costs dominate its
-kernels and the fused engine measured 1.3-5x faster (B=1-8, T=128, width 8-64, 2-core EPYC),
-while from width 200 torch's kernels are as fast or faster. Where torch's kernels do not apply
-(ONNX export, ``torch.func`` transforms, ``torch.compile``, autocast, a forced reference backend,
-empty batches, dtypes torch's kernel lacks on that device) and with ``controllers="fused"`` they
-run on the
-fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
+kernels and the fused engine, whose tiny per-step products stay on one thread, is faster
+(docs/rcrn.md has the measurement). Where torch's kernels do not apply (ONNX export,
+``torch.func`` transforms, ``torch.compile``, autocast, a forced reference backend, empty
+batches, dtypes torch's kernel lacks on that device) and with ``controllers="fused"`` they run
+on the fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
 :func:`~ctrlrnn.ops.fused_cells.gru_sequence`: one GEMM for the input projections of all steps,
 then the compiled recurrence). Eq 15 runs on :func:`ctrlrnn.linear_scan` with
 ``a_t = sigmoid(h1_t)`` and ``b_t = (1 - sigmoid(h1_t)) h3_t``. No Python loop over time.
@@ -49,6 +48,7 @@ from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
 from ctrlrnn.ops.padding import reverse_padded
+from ctrlrnn.ops.validation import step_input
 
 CELLS = ("lstm", "gru")
 OUTPUT_GATES = ("sigmoid", "identity")
@@ -253,20 +253,7 @@ class RCRNCell(nn.Module):
     def forward(
         self, input: Tensor, state: tuple[Tensor, ...] | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
-            raise ValueError(
-                "input: expected a (B, input_size) or (input_size,) tensor, got "
-                f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}"
-            )
-        unbatched = input.dim() == 1
-        x = input.unsqueeze(0) if unbatched else input
-        w = self.controller1.weight_ih
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
-        if x.dtype != w.dtype or x.device != w.device:
-            raise ValueError(
-                f"input: expected dtype {w.dtype} on {w.device}, got {x.dtype} on {x.device}"
-            )
+        x, unbatched = step_input(input, self.input_size, self.controller1.weight_ih)
         B, H, n = x.shape[0], self.hidden_size, len(self.state_names)
         if state is None:
             st = [x.new_zeros(B, H) for _ in range(n)]

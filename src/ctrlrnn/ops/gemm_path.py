@@ -6,10 +6,9 @@ mid-sized products up to twice as fast as MKL's, while on tiny products (a batch
 width 64) BLAS wins because oneDNN's per-call set-up dominates. ``torch.nn.LSTM`` on CPU runs on
 oneDNN; ctrlrnn's kernels take whichever path measures faster here. A third path, ``blas1``, is
 BLAS held to the calling thread: a small batch runs its time loop on the calling thread, and
-there torch lets MKL thread every tiny per-step product, which costs several times the product
-(3.6 us against 0.43 us per step for an LSTM at batch 2, width 8, on a 2-core EPYC); it is a
-candidate where the caller has more than one thread and torch's MKL exports its per-thread
-setting.
+there torch lets MKL thread every tiny per-step product, and waking the other threads can cost
+several times the product; it is a candidate where the caller has more than one thread and
+torch's MKL exports its per-thread setting (BENCHMARKS.md has what it gives where measured).
 
 The kernels time the paths the first time they meet a shape class (each dimension rounded up to
 a power of two, the operands' layout, the threads), a few milliseconds, and remember the fastest.
