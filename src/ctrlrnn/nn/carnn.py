@@ -34,6 +34,7 @@ from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import ncarnn_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
+from ctrlrnn.ops.validation import step_input
 
 VARIANTS = ("n", "i", "s")
 
@@ -124,17 +125,7 @@ class CARNNCell(nn.Module):
     def forward(
         self, input: Tensor, context: Tensor | None = None, h: Tensor | None = None
     ) -> Tensor:
-        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
-            raise ValueError("input: expected a (B, input_size) or (input_size,) tensor")
-        unbatched = input.dim() == 1
-        x = input.unsqueeze(0) if unbatched else input
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
-        if x.dtype != self.weight_ih.dtype or x.device != self.weight_ih.device:
-            raise ValueError(
-                f"input: expected dtype {self.weight_ih.dtype} on {self.weight_ih.device}, "
-                f"got {x.dtype} on {x.device}"
-            )
+        x, unbatched = step_input(input, self.input_size, self.weight_ih)
         B, H = x.shape[0], self.hidden_size
         if context is not None and unbatched and context.dim() == 1:
             context = context.unsqueeze(0)

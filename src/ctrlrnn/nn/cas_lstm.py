@@ -43,6 +43,7 @@ from ctrlrnn.ops.fused_cells import (
     lstm_sequences,
 )
 from ctrlrnn.ops.padding import reverse_padded
+from ctrlrnn.ops.validation import step_input
 
 LambdaArg = float | Sequence[float] | Tensor | str | None
 
@@ -261,18 +262,7 @@ class CASLSTMCell(nn.Module):
         state: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         w = self.weights
-        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
-            raise ValueError(
-                "input: expected a (B, input_size) or (input_size,) tensor, got "
-                f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}"
-            )
-        unbatched = input.dim() == 1
-        x = input.unsqueeze(0) if unbatched else input
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
-        if x.dtype != w.weight_ih.dtype or x.device != w.weight_ih.device:
-            raise ValueError(f"input: expected dtype {w.weight_ih.dtype} on "
-                             f"{w.weight_ih.device}, got {x.dtype} on {x.device}")
+        x, unbatched = step_input(input, self.input_size, w.weight_ih)
         B, H = x.shape[0], self.hidden_size
         if state is None:
             h, c = x.new_zeros(B, H), x.new_zeros(B, H)

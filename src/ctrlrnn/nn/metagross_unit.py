@@ -18,6 +18,7 @@ from ctrlrnn.nn.metagross_tree import (
     check_gates,
     tree_nodes,
 )
+from ctrlrnn.ops.validation import step_input
 
 
 class MetagrossUnit(nn.Module):
@@ -254,12 +255,7 @@ class MetagrossCell(nn.Module):
         self, input: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
         u = self.unit
-        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
-            raise ValueError("input: expected a (B, input_size) or (input_size,) tensor")
-        unbatched = input.dim() == 1
-        x = input.unsqueeze(0) if unbatched else input
-        if x.shape[-1] != u.input_size:
-            raise ValueError(f"input: expected input_size={u.input_size}, got {x.shape[-1]}")
+        x, unbatched = step_input(input, u.input_size, None)
         B = x.shape[0]
         rnn = u.base != "linear"
         tree: Tensor | None = None

@@ -22,6 +22,7 @@ from ctrlrnn.nn.qrnn_windows import (
 )
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
+from ctrlrnn.ops.validation import step_input
 
 
 class QRNNCell(nn.Module):
@@ -149,20 +150,7 @@ class QRNNCell(nn.Module):
         encoder_state: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         self._require_causal()
-        if not isinstance(input, Tensor) or input.dim() not in (1, 2):
-            raise ValueError(
-                "input: expected a (B, input_size) or (input_size,) tensor, got "
-                f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}"
-            )
-        unbatched = input.dim() == 1
-        x = input.unsqueeze(0) if unbatched else input
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"input: expected input_size={self.input_size}, got {x.shape[-1]}")
-        if x.dtype != self.weight.dtype or x.device != self.weight.device:
-            raise ValueError(
-                f"input: expected dtype {self.weight.dtype} on {self.weight.device}, "
-                f"got {x.dtype} on {x.device}"
-            )
+        x, unbatched = step_input(input, self.input_size, self.weight)
         B, H, k = x.shape[0], self.hidden_size, self.window
         if state is None:
             c = x.new_zeros(B, H)

@@ -31,6 +31,24 @@ def check_same(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
         raise ValueError(f"{name_b}: expected device {a.device} of {name_a}, got {b.device}")
 
 
+def step_input(input: object, input_size: int, like: Tensor | None) -> tuple[Tensor, bool]:
+    """A cell's one-step ``input``: ``(B, input_size)`` or unbatched ``(input_size,)``, of the
+    dtype and device of the weight ``like`` (unchecked when None). Returns the batched view and
+    whether it was unbatched."""
+    if not isinstance(input, Tensor) or input.dim() not in (1, 2):
+        got = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
+        raise ValueError(f"input: expected a (B, input_size) or (input_size,) tensor, got {got}")
+    unbatched = input.dim() == 1
+    x = input.unsqueeze(0) if unbatched else input
+    if x.shape[-1] != input_size:
+        raise ValueError(f"input: expected input_size={input_size}, got {x.shape[-1]}")
+    if like is not None and (x.dtype != like.dtype or x.device != like.device):
+        raise ValueError(
+            f"input: expected dtype {like.dtype} on {like.device}, got {x.dtype} on {x.device}"
+        )
+    return x, unbatched
+
+
 def check_lengths(
     lengths: Tensor | Sequence[int],
     batch: int,
