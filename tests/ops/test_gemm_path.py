@@ -139,19 +139,25 @@ def test_one_thread_path_restores_mkl_threads(forced):
         assert set(p for p, _ in gemm_path.uses().values()) <= {"blas1"}
 
 
-def test_small_batches_offer_the_one_thread_path():
-    """A tiny per-step product on the calling thread with more than one thread is timed on
-    BLAS held to one thread too; its class records whichever path won."""
+def test_small_batches_run_their_products_on_the_calling_thread():
+    """Where BLAS held to one thread is a candidate: a batch too small to split runs its time
+    loop, and so its per-step products, on the calling thread with all its threads (classes
+    ``t<threads>``); a batch that splits runs them inside its slices' parallel region (``t1``),
+    where MKL is single-threaded already and the candidate is not offered."""
     _usable("blas1")
-    if torch.get_num_threads() < 2:
+    threads = torch.get_num_threads()
+    if threads < 2:
         pytest.skip("one thread: nothing to hold back")
     from ctrlrnn.ops.fused_cells import lstm_sequence
 
     with gemm_path.use("auto"):
-        ext.gemm_table_clear()
-        lstm_sequence(torch.randn(2, 3, 4 * 8), torch.randn(4 * 8, 8))
-        steps = {k: p for k, (p, _) in gemm_path.table().items() if k.startswith("step ")}
-    assert steps and set(steps.values()) <= {"blas", "onednn", "blas1"}, steps
+        for batch, want in ((2, threads), (16, 1)):
+            ext.gemm_table_clear()
+            gemm_path.uses(clear=True)
+            lstm_sequence(torch.randn(batch, 3, 4 * 8), torch.randn(4 * 8, 8))
+            steps = {k: p for k, (p, _) in gemm_path.uses().items() if k.startswith("step ")}
+            assert steps and all(k.endswith(f" t{want}") for k in steps), (batch, steps)
+            assert set(steps.values()) <= {"blas", "onednn", "blas1"}
 
 
 def test_use_rejects_unknown_paths():
