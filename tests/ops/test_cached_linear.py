@@ -38,3 +38,23 @@ def test_output_comes_from_the_cache(scan_ext):
     second = cached_linear(x, w)
     assert scan_ext.output_cache_stats()[3] == reused0 + 1
     torch.testing.assert_close(second, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("as_parameter", [False, True])
+def test_backward_products_take_the_chosen_gemm_path(scan_ext, as_parameter):
+    """Both backward products (``dx = g W``, ``dW = g^T x``) run on the GEMM path chosen for
+    their shape, also when the weight is an ``nn.Parameter`` (as in every layer): they went to
+    torch's ``mm`` before, slower where oneDNN is the faster path."""
+    from ctrlrnn.ops import gemm_path
+
+    x = torch.randn(3, 7, 5, requires_grad=True)
+    w = torch.randn(6, 5)
+    w = torch.nn.Parameter(w) if as_parameter else w.requires_grad_()
+    out = cached_linear(x, w)
+    g = torch.randn_like(out)
+    gemm_path.uses(clear=True)
+    out.backward(g)
+    calls = sum(n for key, (_path, n) in gemm_path.uses().items() if key.startswith("bulk "))
+    assert calls == 2, gemm_path.uses()
+    torch.testing.assert_close(x.grad, g @ w.detach())
+    torch.testing.assert_close(w.grad, g.reshape(21, 6).t() @ x.detach().reshape(21, 5))

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ctrlrnn.bench.case_registry import Point, Workload, case
@@ -12,6 +11,7 @@ from ctrlrnn.bench.costs import GRU_UNIT_VALUES, LSTM_UNIT_VALUES, gated_rnn_flo
 from ctrlrnn.bench.grids import LAYER_FULL, LAYER_QUICK
 from ctrlrnn.bench.workloads import make_input, module_workload
 from ctrlrnn.ops import fused_cells
+from ctrlrnn.ops.cached_linear import cached_linear
 
 
 class _FusedLayer(nn.Module):
@@ -26,7 +26,7 @@ class _FusedLayer(nn.Module):
         self.b_hh = nn.Parameter(torch.zeros(gates * width)) if kind == "gru" else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        proj = F.linear(x, self.w_ih, self.b)
+        proj = cached_linear(x, self.w_ih, self.b)
         if self.kind == "lstm":
             return fused_cells.lstm_sequence(proj, self.w_hh)
         return fused_cells.gru_sequence(proj, self.w_hh, self.b_hh)

@@ -32,6 +32,7 @@ from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
+from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import ncarnn_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
 from ctrlrnn.ops.validation import step_input
@@ -113,7 +114,7 @@ class CARNNCell(nn.Module):
 
     def input_projection(self, x: Tensor) -> Tensor:
         """``(W^e_u e + b_u, W^e_f e + b_f, W_e e + b_e)`` for all steps (one GEMM)."""
-        return F.linear(x, self.weight_ih, self.bias_ih)
+        return cached_linear(x, self.weight_ih, self.bias_ih)
 
     def context_projection(self, context: Tensor | None) -> Tensor | None:
         """``(W^c_u c, W^c_f c)`` ``(B, 2H)``: once per sequence, broadcast over time."""

@@ -36,6 +36,7 @@ from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import cells_ref
+from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import (
     cas_lstm_sequence,
     cas_lstm_sequences,
@@ -465,7 +466,7 @@ class CASLSTM(RecurrentBase):
                 idx = layer * D + d
                 w = self.layer(layer, d)
                 call: dict[str, Any] = {
-                    "x_proj": F.linear(h_in[d], w.weight_ih, w.bias),  # all steps in one GEMM
+                    "x_proj": cached_linear(h_in[d], w.weight_ih, w.bias),  # all steps in one GEMM
                     "weight_hh": drop_weight(w.weight_hh, self.weight_drop, self.training),
                     "h0": None if states is None else states[0][idx],
                     "c0": None if states is None else states[1][idx],
@@ -501,7 +502,7 @@ class CASLSTM(RecurrentBase):
             lower_c: Tensor | None = None
             for layer in range(self.num_layers):
                 w = self.layer(layer, d)
-                x_proj = F.linear(h_in, w.weight_ih, w.bias)
+                x_proj = cached_linear(h_in, w.weight_ih, w.bias)
                 if layer == 0:
                     h_seq, c_seq, _, _ = lstm_sequence(x_proj, w.weight_hh, None, None, lens)
                 else:

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.metagross_tree import level_slice, tree_nodes
 from ctrlrnn.ops.autocast import accepts_dtype
+from ctrlrnn.ops.cached_linear import cached_linear
 
 FFN_DEPTH_GATES = ("token", "scalar")
 
@@ -113,7 +114,7 @@ class MetagrossFFN(nn.Module):
         lead = x.shape[:-1]
         d, N, I = self.d_model, self.num_nodes, self.num_internal
         x2 = x.reshape(-1, d)
-        proj = F.linear(x2, self.weight, self.bias)
+        proj = cached_linear(x2, self.weight, self.bias)
         x2 = x2.to(proj.dtype)  # under autocast the GEMM's dtype (bfloat16) for everything
         P = proj[:, : 3 * N * d].view(-1, 3, N, d)
         if self.depth_gate == "token":

@@ -103,7 +103,7 @@ def base_preactivations(
                 blocks.append(cached_linear(x, w, b))
         return blocks, logits, None
     K, G = 3 * N, unit.base_gates
-    proj = F.linear(x, unit.base_weight_ih, unit.base_bias_ih).view(B, T, K, G * H)
+    proj = cached_linear(x, unit.base_weight_ih, unit.base_bias_ih).view(B, T, K, G * H)
     proj = proj.permute(2, 0, 1, 3).contiguous()  # (K, B, T, G*H), each RNN contiguous
     per = 2 if unit.base == "lstm" else 1
     st = None if base_state is None else base_state.view(B, K, per, H)

@@ -44,6 +44,7 @@ from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import functorch_active, reference_forced
+from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -127,7 +128,7 @@ class GatedRNN(nn.Module):
     ) -> tuple[str, dict[str, Tensor | None]]:
         """What :meth:`sequence` runs on ``x``: ``(cell, keyword arguments)`` of
         ``<cell>_sequence`` (:func:`run_sequences` runs several in one call)."""
-        x_proj = F.linear(x, self.weight_ih, self._input_bias())
+        x_proj = cached_linear(x, self.weight_ih, self._input_bias())  # all steps in one GEMM
         weight_hh = drop_weight(self.weight_hh, weight_drop, self.training)
         if self.cell == "lstm":
             h0, c0 = (None, None) if state is None else state

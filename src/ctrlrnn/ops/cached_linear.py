@@ -24,6 +24,9 @@ from ctrlrnn.ops.backend import has_kernel, kernel_for
 
 __all__ = ["cached_linear"]
 
+#: Tensor types that hold their data, as opposed to the tracers' subclasses (:func:`_matmul`).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
 
 @torch.library.custom_op("ctrlrnn::cached_linear", mutates_args=())
 def _cached_linear_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -48,8 +51,9 @@ def _matmul(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` on the GEMM path chosen for its shape (compiled kernels), else torch's (also
     under ``create_graph=True``: the double backward needs a differentiable product)."""
     # traced backwards (torch.compile, make_fx) see tensor subclasses (fake, functional) that
-    # hold no data: they take torch's product, which the tracer records
-    plain = type(a) is torch.Tensor and type(b) is torch.Tensor
+    # hold no data: they take torch's product, which the tracer records. A parameter holds its
+    # data (the saved weight of ``dx = g W`` is one): it takes the chosen path.
+    plain = type(a) in _PLAIN and type(b) in _PLAIN
     ext = kernel_for("scan", a.device) if plain and a.device.type == "cpu" else None
     float32 = a.dtype == torch.float32 and b.dtype == torch.float32
     if ext is None or not float32 or torch.is_grad_enabled():
