@@ -22,6 +22,7 @@ _LOOPING_MODULES = {
     "test_triton_linear_scan.py",
     "test_triton_metagross_level.py",
     "test_triton_qrnn_pooling.py",
+    "test_triton_rcrn_listener.py",
 }
 
 

@@ -24,7 +24,7 @@ from ctrlrnn.ops.cells import cas_lstm, gru, lstm, metagross_state, ncarnn  # no
 
 CELLS = {"lstm": lstm, "gru": gru, "cas_lstm": cas_lstm, "ncarnn": ncarnn,
          "metagross_state": metagross_state}  # fmt: skip
-SCAN_OPS = ("linear_scan", "qrnn_pooling", "metagross_level")
+SCAN_OPS = ("linear_scan", "qrnn_pooling", "rcrn_listener", "metagross_level")
 OPS = [*(f"{op}{way}" for op in SCAN_OPS for way in ("", "_backward")),
        *(f"{cell}_cell_{way}" for cell in CELLS for way in ("fwd", "bwd"))]  # fmt: skip
 CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -116,5 +116,27 @@ def test_scan_op_serves_cpu_and_cuda(monkeypatch):
         )
         results.append([out, last, *grads])
     assert spy.calls == {"linear_scan_forward": 1, "linear_scan_backward": 1}
+    for x, y in zip(*results, strict=True):
+        torch.testing.assert_close(x, y)
+
+
+@pytest.mark.usefixtures("cuda_and_triton")
+def test_rcrn_listener_op_serves_cpu_and_cuda(monkeypatch):
+    spy = Spy(triton_module("scan"))
+    monkeypatch.setattr(backend, "gpu_kernels", lambda family, device: spy)
+    g = torch.Generator().manual_seed(4)
+    hs = [torch.randn(T, B, 2 * H, generator=g, dtype=torch.float64).transpose(0, 1)
+          for _ in range(3)]
+    c0 = torch.randn(B, 2 * H, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([T, 0, 2])
+    grad = torch.randn(B, T, 2 * H, generator=g, dtype=torch.float64)
+    results = []
+    for keys in (CPU, CUDA):
+        h4, c4, last = torch.ops.ctrlrnn.rcrn_listener.default.redispatch(
+            keys, *hs, c0, lengths, H, True)
+        grads = torch.ops.ctrlrnn.rcrn_listener_backward.default.redispatch(
+            keys, grad, None, *hs, c4, c0, lengths, H, True)
+        results.append([h4, c4, last, *grads])
+    assert spy.calls == {"rcrn_listener_forward": 1, "rcrn_listener_backward": 1}
     for x, y in zip(*results, strict=True):
         torch.testing.assert_close(x, y)

@@ -98,6 +98,24 @@ def case_qrnn_pooling(shape: str) -> None:
             _assert_state_kept(outs[2], init, T, lengths)
 
 
+@CASES.case("scan", *SHAPES)
+def case_rcrn_listener(shape: str) -> None:
+    from ctrlrnn.ops.rcrn_listener import rcrn_listener
+
+    B, T, C, lengths = _shape(shape)
+    hs, c0 = [_r(B, T, C, seed=s) for s in (7, 8, 9)], _r(B, C, seed=10)
+    for split in (C, C // 2, 0):
+        for init in (None, c0):
+            outs = both_paths(
+                lambda h1, h2, h3, c0, split=split: rcrn_listener(
+                    h1, h2, h3, c0, lengths=lengths, split=split
+                ),
+                [*hs, init],
+            )
+            assert outs[0].shape == (B, T, C) and outs[1].shape == (B, C)
+            _assert_state_kept(outs[1], init, T, lengths)
+
+
 @CASES.case("scan", "B0", "T0", "D0", "N0", "size1")
 def case_cached_linear(shape: str) -> None:
     from ctrlrnn.ops.cached_linear import cached_linear

@@ -19,8 +19,9 @@ kernels and the fused engine, whose tiny per-step products stay on one thread, i
 batches, dtypes torch's kernel lacks on that device) and with ``controllers="fused"`` they run
 on the fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
 :func:`~ctrlrnn.ops.fused_cells.gru_sequence`: one GEMM for the input projections of all steps,
-then the compiled recurrence). Eq 15 runs on :func:`ctrlrnn.linear_scan` with
-``a_t = sigmoid(h1_t)`` and ``b_t = (1 - sigmoid(h1_t)) h3_t``. No Python loop over time.
+then the compiled recurrence). Eq 15-16 run for both directions in one op,
+:func:`~ctrlrnn.ops.rcrn_listener.rcrn_listener` (gates, the diagonal scan and the output in one
+pass, reading torch's bidirectional outputs in place). No Python loop over time.
 
 Options: ``cell`` ("lstm" as eq 1-14, or "gru", the paper's "simplified variant" in
 torch.nn.GRU's formulation), ``output_gate``, and ``listener``: with ``bidirectional=True``,
@@ -47,12 +48,11 @@ from ctrlrnn.ops.backend import functorch_active, reference_forced
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
-from ctrlrnn.ops.linear_scan import linear_scan
 from ctrlrnn.ops.padding import reverse_padded
+from ctrlrnn.ops.rcrn_listener import OUTPUT_GATES, rcrn_listener
 from ctrlrnn.ops.validation import step_input
 
 CELLS = ("lstm", "gru")
-OUTPUT_GATES = ("sigmoid", "identity")
 LISTENERS = ("per_direction", "concat_forward")
 CONTROLLERS = ("auto", "native", "fused")
 #: ``controllers="auto"`` on CPU: layers this narrow or narrower run on the fused engine.
@@ -160,28 +160,6 @@ class GatedRNN(nn.Module):
 def _gate(h2: Tensor, output_gate: str) -> Tensor:
     """The output gate of eq 16: ``sigmoid(h2)`` (the text) or ``h2`` (eq 16 as printed)."""
     return torch.sigmoid(h2) if output_gate == "sigmoid" else h2
-
-
-def listener_scan(
-    h1: Tensor,
-    h2: Tensor,
-    h3: Tensor,
-    c0: Tensor | None,
-    lengths: Tensor | None,
-    output_gate: str,
-    reverse: bool = False,
-) -> tuple[Tensor, Tensor]:
-    """Eq 15-16 over batch-first ``(B, T, C)`` controller/base outputs.
-
-    ``c4`` is :func:`ctrlrnn.linear_scan` with ``a = sigmoid(h1)``, ``b = (1 - a) h3`` (eq 15),
-    run from each sequence's last valid step back to step 0 when ``reverse`` (the backward
-    direction, its inputs in forward time); returns ``h4 = gate(h2) c4`` (eq 16, zero past each
-    length) and the final ``c4``.
-    """
-    a = torch.sigmoid(h1)
-    b = torch.addcmul(h3, a, h3, value=-1.0)  # (1 - a) * h3
-    c4, c_last = linear_scan(a, b, c0, reverse=reverse, lengths=lengths, return_last=True)
-    return _gate(h2, output_gate) * c4, c_last
 
 
 def run_sequences(
@@ -409,12 +387,13 @@ class RCRN(RecurrentBase):
 
     def _controllers_native(
         self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
-    ) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
+    ) -> tuple[list[Tensor], list[list[Tensor]]]:
         """The three RNNs of ``layer`` on torch's kernels, each one call for both directions.
 
-        Returns, per direction, ``[h1, h2, h3]`` in forward time (the backward direction's
-        outputs aligned with the input steps, as torch's bidirectional LSTM gives them) and the
-        final states of the three RNNs.
+        Returns ``[h1, h2, h3]``, each ``(B, T, D * H)`` in forward time with the directions'
+        channels ``[forward | backward]`` (torch's bidirectional LSTM output as it comes, a
+        transposed view: the listener reads it in place), and, per direction, the final states
+        of the three RNNs.
         """
         D, H = self.num_directions, self.hidden_size
         B, T = x.shape[0], x.shape[1]
@@ -435,7 +414,7 @@ class RCRN(RecurrentBase):
             unorder[order] = torch.arange(B, device=x.device)
             packed = torch.nn.utils.rnn.pack_padded_sequence(
                 x.index_select(0, order), sorted_lens, batch_first=True)
-        hs: list[list[Tensor]] = [[] for _ in range(D)]
+        hs: list[Tensor] = []
         fins: list[list[Tensor]] = [[] for _ in range(D)]
         for j in range(3):
             weights: list[Tensor] = []
@@ -463,23 +442,21 @@ class RCRN(RecurrentBase):
                 out, _ = torch.nn.utils.rnn.pad_packed_sequence(
                     seq, batch_first=True, total_length=T)
                 out = out.index_select(0, unorder)
-            # batch-first outputs of torch's kernels are transposed views: one copy here keeps
-            # the scan's inputs and the layer's output dense
-            out = out.contiguous()
             finals = list(res[1:1 + k])
             if not full:
                 finals = [f.index_select(1, unorder) for f in finals]
+            hs.append(out)
             for d in range(D):
-                hs[d].append(out[..., d * H : (d + 1) * H] if D == 2 else out)
                 fins[d].extend(f[d] for f in finals)
         return hs, fins
 
     def _controllers_fused(
         self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
-    ) -> tuple[list[list[Tensor]], list[list[Tensor]]]:
+    ) -> tuple[list[Tensor], list[list[Tensor]]]:
         """The three RNNs of ``layer`` in both directions on the fused-cell engine, as one call
         (:func:`run_sequences`); the backward direction runs on each sequence reversed within
-        its length, and its outputs are returned in that reversed frame."""
+        its length. Returns what :meth:`_controllers_native` returns: ``[h1, h2, h3]`` in
+        forward time, channels ``[forward | backward]``, and the final states per direction."""
         D = self.num_directions
         k = 2 if self.cell_type == "lstm" else 1
         calls = []  # the 3 * D RNNs, direction-major (the order of the weight-drop masks)
@@ -489,12 +466,13 @@ class RCRN(RecurrentBase):
                 st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
                 calls.append(rnn.call(xd, st, self.weight_drop))
         results = [GatedRNN.results(out) for out in run_sequences(calls, lengths)]
-        hs: list[list[Tensor]] = []  # per direction: [h1, h2, h3] in that direction's frame
         fins: list[list[Tensor]] = []  # per direction: final states of the three RNNs
         for d in range(D):
-            mine = results[3 * d : 3 * d + 3]
-            hs.append([h for h, _ in mine])
-            fins.append([f for _, fin in mine for f in fin])
+            fins.append([f for _, fin in results[3 * d : 3 * d + 3] for f in fin])
+        hs = [h for h, _ in results[:3]]
+        if D == 2:  # the backward direction's outputs to forward time, beside the forward's
+            hs = [torch.cat([h, reverse_padded(hb, lengths)], dim=-1)
+                  for h, (hb, _) in zip(hs, results[3:])]
         return hs, fins
 
     def _run_layer(
@@ -516,24 +494,15 @@ class RCRN(RecurrentBase):
         native = self.native_applies(x, lengths)
         run = self._controllers_native if native else self._controllers_fused
         hs, fins = run(layer, x, lengths, state)
-        if D == 2 and not native:  # the backward direction's outputs to forward time
-            hs[1] = [reverse_padded(h, lengths) for h in hs[1]]
         c40 = None if state is None else state[-1]  # (D, B, H)
-        if D == 1 or self.listener == "per_direction":
-            outs, c4_last = [], []
-            for d in range(D):
-                h4, c_last = listener_scan(
-                    *hs[d], None if c40 is None else c40[d], lengths, self.output_gate,
-                    reverse=d == 1,
-                )
-                outs.append(h4)
-                c4_last.append(c_last)
-            out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
-        else:  # concat_forward: scan all [fw; bw] channels forward
-            h1, h2, h3 = (torch.cat([hs[0][j], hs[1][j]], dim=-1) for j in range(3))
-            c0 = None if c40 is None else torch.cat([c40[0], c40[1]], dim=-1)
-            out, c_last = listener_scan(h1, h2, h3, c0, lengths, self.output_gate)
-            c4_last = [c_last[:, :H], c_last[:, H:]]
+        c0 = None if c40 is None else (c40[0] if D == 1 else torch.cat([c40[0], c40[1]], -1))
+        # eq 15-16 for every channel of both directions in one op: the backward direction's
+        # channels (from H) scanned from each sequence's last valid step back (per_direction),
+        # or all channels forward (concat_forward, the authors' code)
+        split = H if D == 2 and self.listener == "per_direction" else D * H
+        out, c_last = rcrn_listener(*hs, c0, lengths=lengths, output_gate=self.output_gate,
+                                    split=split)
+        c4_last = [c_last[:, d * H : (d + 1) * H] for d in range(D)]
         for d in range(D):
             fins[d].append(c4_last[d])
         return out, [torch.stack([f[i] for f in fins], 0) for i in range(self.num_states)]

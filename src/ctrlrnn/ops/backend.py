@@ -117,7 +117,7 @@ def _cuda_status(family: str) -> str:
             f"{type(exc).__name__}: {exc})"
     where = "" if torch.cuda.is_available() else " (no CUDA device here)"
     what = {
-        "scan": "linear scan, QRNN f/fo/ifo pooling",
+        "scan": "linear scan, QRNN f/fo/ifo pooling, RCRN listener",
         "cells": "LSTM, GRU, CAS-LSTM and nCARNN cells, METAGROSS as printed (gates='state')",
         "metagross": "fused METAGROSS level (gates + linear scan)",
     }.get(family, family)
@@ -134,7 +134,8 @@ def _compiler_line() -> str:
 
 #: What each op family runs, by the layers a user builds (``ctrlrnn info`` prints it).
 FAMILY_OPS: dict[str, str] = {
-    "scan": "linear scan and QRNN f/fo/ifo pooling: QRNN, RCRN's listener, iCARNN, sCARNN",
+    "scan": "linear scan, QRNN f/fo/ifo pooling and the RCRN listener (eq 15-16): QRNN, RCRN, "
+            "iCARNN, sCARNN",
     "cells": "fused gated cells: LSTM, GRU, CAS-LSTM, nCARNN, and METAGROSS as printed "
              "(Metagross(gates='state'))",
     "metagross": "fused METAGROSS level, gates from x_t: Metagross(gates='input')",

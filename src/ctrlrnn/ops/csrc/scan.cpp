@@ -3,6 +3,8 @@
 // linear_scan:   h_t = a_t * h_{t-1} + b_t
 // qrnn_pooling:  f-, fo- and ifo-pooling of the QRNN paper (eq 3-5) with zoneout
 //                (eq 6) fused with the gate activations of eq 1-2, reading raw pre-activations.
+// (rcrn_listener.cpp, bound here: the RCRN listener, eq 15-16, gates, scan and output in one
+// pass.)
 //
 // Layout: batch-first contiguous (B, T, C). Work is split over (batch, block of channels) with
 // at::parallel_for; each work item walks time sequentially with its state in registers, in the
@@ -516,12 +518,17 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
 
 }  // namespace
 
+namespace ctrlrnn {
+void bind_rcrn_listener(pybind11::module_& m);  // rcrn_listener.cpp
+}  // namespace ctrlrnn
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "ctrlrnn compiled CPU kernels: linear scan and QRNN pooling";
+  m.doc() = "ctrlrnn compiled CPU kernels: linear scan, QRNN pooling, the RCRN listener";
   m.def("linear_scan_forward", &linear_scan_forward);
   m.def("linear_scan_backward", &linear_scan_backward);
   m.def("qrnn_pooling_forward", &qrnn_pooling_forward);
   m.def("qrnn_pooling_backward", &qrnn_pooling_backward);
+  ctrlrnn::bind_rcrn_listener(m);
   m.def("num_threads", &num_threads);
   ctrlrnn::bind_output_pool(m);
   m.def("streaming_threshold", &streaming_threshold,

@@ -1,5 +1,5 @@
-"""The GPU path: Triton kernels for the linear scan, QRNN pooling, the fused gated cells and the
-fused METAGROSS level.
+"""The GPU path: Triton kernels for the linear scan, QRNN pooling, the RCRN listener, the fused
+gated cells and the fused METAGROSS level.
 
 Triton is an optional dependency (``pip install ctrlrnn[gpu]``) and is imported lazily: nothing
 here imports it at ``import ctrlrnn``, so a CPU-only install without Triton keeps working. The
@@ -47,7 +47,7 @@ FAMILIES: dict[str, str] = {
 #: :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM, nCARNN and the METAGROSS unit as printed.
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "scan": ("linear_scan_forward", "linear_scan_backward", "qrnn_pooling_forward",
-             "qrnn_pooling_backward"),
+             "qrnn_pooling_backward", "rcrn_listener_forward", "rcrn_listener_backward"),
     "cells": tuple(f"{cell}_{way}" for cell in ("lstm", "gru", "cas_lstm", "ncarnn",
                                                 "metagross_state")
                    for way in ("forward", "backward")),
