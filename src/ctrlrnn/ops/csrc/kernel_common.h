@@ -7,6 +7,9 @@
 #pragma once
 
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,6 +51,22 @@ inline int64_t grain_for(int64_t T, int64_t elements_per_step) {
 
 inline int64_t length_of(const int64_t* lengths, int64_t b, int64_t T) {
   return lengths ? lengths[b] : T;
+}
+
+// The lengths of a batch of B sequences of T steps, checked (a contiguous int64 CPU tensor
+// (B,) of values in [0, T]), or nullptr when absent (every sequence has T steps).
+inline const int64_t* lengths_ptr(const c10::optional<at::Tensor>& lengths, int64_t B,
+                                  int64_t T) {
+  if (!lengths.has_value()) return nullptr;
+  const auto& l = *lengths;
+  TORCH_CHECK(l.dim() == 1 && l.size(0) == B && l.scalar_type() == at::kLong &&
+                  l.is_contiguous() && l.device().is_cpu(),
+              "lengths must be a contiguous int64 CPU tensor of shape (B,)");
+  const int64_t* p = l.data_ptr<int64_t>();
+  for (int64_t i = 0; i < B; ++i) {
+    TORCH_CHECK(p[i] >= 0 && p[i] <= T, "lengths must lie in [0, T]");
+  }
+  return p;
 }
 
 inline int64_t num_threads() { return at::get_num_threads(); }

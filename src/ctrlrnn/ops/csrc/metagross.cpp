@@ -223,18 +223,6 @@ const scalar_t* ptr_or_null(const OptTensor& x) {
   return x.has_value() ? x->data_ptr<scalar_t>() : nullptr;
 }
 
-const int64_t* lengths_ptr(const OptTensor& lengths, int64_t B, int64_t T) {
-  if (!lengths.has_value()) return nullptr;
-  const auto& l = *lengths;
-  TORCH_CHECK(l.dim() == 1 && l.size(0) == B && l.scalar_type() == torch::kLong &&
-                  l.is_contiguous() && l.device().is_cpu(),
-              "lengths must be a contiguous int64 CPU tensor of shape (B,)");
-  const int64_t* p = l.data_ptr<int64_t>();
-  for (int64_t i = 0; i < B; ++i) {
-    TORCH_CHECK(p[i] >= 0 && p[i] <= T, "lengths must lie in [0, T]");
-  }
-  return p;
-}
 
 void check_input(const OptTensor& x, const torch::Tensor& P, int64_t numel, const char* name,
                  const char* shape) {

@@ -32,7 +32,7 @@
 namespace ctrlrnn {
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, length_of, sigmoid
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths, sigmoid
 
 // A (B, T, C) view with unit channel stride: the row of (b, t) starts at b * sb + t * st.
 template <typename T>
@@ -70,16 +70,6 @@ void check_input(const torch::Tensor& x, const torch::Tensor& like, const char* 
               "unit channel stride");
 }
 
-const int64_t* lengths_of(const c10::optional<torch::Tensor>& lengths, int64_t B, int64_t T) {
-  if (!lengths.has_value()) return nullptr;
-  const auto& l = *lengths;
-  TORCH_CHECK(l.dim() == 1 && l.size(0) == B && l.scalar_type() == torch::kLong &&
-                  l.is_contiguous() && l.device().is_cpu(),
-              "lengths must be a contiguous int64 CPU tensor of shape (B,)");
-  const int64_t* p = l.data_ptr<int64_t>();
-  for (int64_t i = 0; i < B; ++i) TORCH_CHECK(p[i] >= 0 && p[i] <= T, "lengths must lie in [0, T]");
-  return p;
-}
 
 // The work items: for every batch row, the blocks of channels of each direction's segment
 // ([0, split) forward, [split, C) reverse), so that no block mixes the two directions.
@@ -240,7 +230,7 @@ std::vector<torch::Tensor> rcrn_listener_forward(const torch::Tensor& h1, const 
   const int64_t B = h1.size(0), T = h1.size(1), C = h1.size(2);
   TORCH_CHECK(split >= 0 && split <= C, "split must lie in [0, C]");
   check_state(c0, h1, B, C, "c0");
-  const int64_t* lp = lengths_of(lengths, B, T);
+  const int64_t* lp = lengths_ptr(lengths, B, T);
   auto out = ctrlrnn::pooled_empty({B, T, C}, h1.options());
   auto cseq = ctrlrnn::pooled_empty({B, T, C}, h1.options());
   auto clast = torch::empty({B, C}, h1.options());
@@ -272,7 +262,7 @@ std::vector<torch::Tensor> rcrn_listener_backward(
   TORCH_CHECK(split >= 0 && split <= C, "split must lie in [0, C]");
   check_state(c0, h1, B, C, "c0");
   check_state(grad_last, h1, B, C, "grad_last");
-  const int64_t* lp = lengths_of(lengths, B, T);
+  const int64_t* lp = lengths_ptr(lengths, B, T);
   auto d1 = pooled_like(h1), d2 = pooled_like(h2), d3 = pooled_like(h3);
   auto dc0 = torch::empty({B, C}, h1.options());
   if (B == 0 || C == 0) return {d1, d2, d3, dc0};

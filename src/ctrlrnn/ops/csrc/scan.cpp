@@ -187,18 +187,6 @@ void check_btc(const torch::Tensor& x, const char* name) {
               " must be a contiguous CPU tensor of shape (B, T, C)");
 }
 
-const int64_t* lengths_ptr(const c10::optional<torch::Tensor>& lengths, int64_t B, int64_t T) {
-  if (!lengths.has_value()) return nullptr;
-  const auto& l = *lengths;
-  TORCH_CHECK(l.dim() == 1 && l.size(0) == B && l.scalar_type() == torch::kLong &&
-                  l.is_contiguous() && l.device().is_cpu(),
-              "lengths must be a contiguous int64 CPU tensor of shape (B,)");
-  const int64_t* p = l.data_ptr<int64_t>();
-  for (int64_t i = 0; i < B; ++i) {
-    TORCH_CHECK(p[i] >= 0 && p[i] <= T, "lengths must lie in [0, T]");
-  }
-  return p;
-}
 
 std::vector<torch::Tensor> linear_scan_forward(const torch::Tensor& a, const torch::Tensor& b,
                                                const c10::optional<torch::Tensor>& h0,
