@@ -28,6 +28,9 @@ from triton_tolerances import INF, NAN, close, parity, poke, weights  # noqa: E4
 from ctrlrnn.nn.carnn import CARNN  # noqa: E402
 from ctrlrnn.nn.cas_lstm import CASLSTM  # noqa: E402
 from ctrlrnn.ops import cells_ref, fused_cells  # noqa: E402
+from ctrlrnn.ops.cells import gru as gru_mod  # noqa: E402
+from ctrlrnn.ops.cells import lstm as lstm_mod  # noqa: E402
+from ctrlrnn.ops.cells import ncarnn as ncarnn_mod  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("triton_cells")
 
@@ -378,8 +381,9 @@ def test_caslstm_layer_runs_the_kernels(monkeypatch, peephole):
 
     spy = _force(monkeypatch, gpu=True)
     got = _layer_run(model, call)
-    # layer 1 of each direction on the LSTM kernel, layer 2 on the CAS-LSTM kernel
-    assert spy.calls == {"lstm_forward": 2, "lstm_backward": 2, "cas_lstm_forward": 2,
+    # layer 1 on the LSTM kernel, both directions as one stack (one batch of rows); layer 2 on
+    # the CAS-LSTM kernel, one call per direction (its lambda is per recurrence)
+    assert spy.calls == {"lstm_forward": 1, "lstm_backward": 1, "cas_lstm_forward": 2,
                          "cas_lstm_backward": 2}  # fmt: skip
     _force(monkeypatch, gpu=False)
     want = _layer_run(model, call)
@@ -425,9 +429,85 @@ def test_public_op_scalar_lambda_half(monkeypatch):
     torch.testing.assert_close(got[1], want, rtol=3e-2, atol=3e-2)
 
 
+def _stack_inputs(cell: str, R: int, seed: int) -> list[Tensor]:
+    """The op inputs of R recurrences of ``cell`` stacked on a leading dimension (float64)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape: int, scale: float = 1.0) -> Tensor:
+        return scale * torch.randn(R, *shape, generator=g, dtype=torch.float64)
+
+    if cell == "lstm":
+        return [r(B, T, 4 * H), r(4 * H, H, scale=0.3), r(B, H), r(B, H)]
+    if cell == "gru":
+        return [r(B, T, 3 * H), r(3 * H, H, scale=0.3), r(3 * H), r(B, H)]
+    return [r(B, T, 3 * H), r(2 * H, H, scale=0.3), r(B, 2 * H), r(B, H)]  # ncarnn
+
+
+class _Launches:
+    """Stands for a step kernel and records the grid of every launch."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "ncarnn"])
+def test_triton_host_batches_a_stack_of_recurrences(cell, monkeypatch):
+    """A stack of R recurrences of a cell whose step kernels read nothing per recurrence but U
+    runs as one batch of R * B rows: one step kernel launch per step (forward and backward)
+    for all of them, each recurrence's rows with its own U (and GRU's own recurrent bias), with
+    the results of one call each, outputs and every gradient."""
+    from ctrlrnn.ops.cells import triton_host
+
+    R = 3
+    kernels = triton_host._KERNELS[cell]
+    assert triton_host.takes_stack(cell)
+    args = _stack_inputs(cell, R, seed=21)
+    lengths = torch.tensor([T, 0, 2])
+    forward = getattr(triton_host, f"{cell}_forward")
+    backward = getattr(triton_host, f"{cell}_backward")
+    launches = _Launches(kernels.step_forward)
+    monkeypatch.setattr(kernels, "step_forward", launches)
+    out = forward(*args, lengths, True)
+    assert [grid[0] for grid in launches.grids] == [R * B] * T  # one launch a step, all rows
+    monkeypatch.undo()
+    n_states = 2 if cell == "lstm" else 1
+    g = torch.Generator().manual_seed(3)
+    grads = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in out[: 2 * n_states]]
+    named = {"x_proj": args[0], "weight_hh": args[1], "h0": args[2 if cell == "lstm" else 3],
+             "c0": args[3], "h_seq": out[0], "c_seq": out[1] if cell == "lstm" else None,
+             "acts": out[-1]}  # fmt: skip
+    cell_module = {"lstm": lstm_mod, "gru": gru_mod, "ncarnn": ncarnn_mod}[cell]
+    saved = [named[n] for n in cell_module.CELL.saved]
+    launches = _Launches(kernels.step_backward)
+    monkeypatch.setattr(kernels, "step_backward", launches)
+    back = backward(*grads, *saved, lengths)
+    assert [grid[0] for grid in launches.grids] == [R * B] * T
+    monkeypatch.undo()
+    for r in range(R):
+        one = forward(*(a[r] for a in args), lengths, True)
+        for x, y in zip(out, one, strict=True):
+            torch.testing.assert_close(x[r], y, rtol=0, atol=1e-12)
+        one_back = backward(*(x[r] for x in grads), *(s[r] for s in saved), lengths)
+        for x, y in zip(back, one_back, strict=True):
+            torch.testing.assert_close(x[r], y, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cell", ["cas_lstm", "metagross_state"])
+def test_triton_host_runs_other_stacks_one_after_another(cell):
+    """Cells whose step kernels read per-recurrence parameters (CAS-LSTM's lambda, the
+    METAGROSS tree) are not batched: the caller makes one call per recurrence."""
+    from ctrlrnn.ops.cells import triton_host
+
+    assert not triton_host.takes_stack(cell)
+
+
 def test_triton_host_takes_a_stack_of_recurrences():
-    """The cell op takes stacked recurrences on every device: the Triton host runs a stack one
-    recurrence after another, each as its own call would, forward and backward."""
+    """The cell op takes stacked recurrences on every device: the Triton host runs a stack as
+    each recurrence's own call would, forward and backward."""
     g = torch.Generator().manual_seed(21)
     args = [torch.randn(2, B, T, 4 * H, generator=g), 0.3 * torch.randn(2, 4 * H, H, generator=g),
             torch.randn(2, B, H, generator=g), torch.randn(2, B, H, generator=g)]  # fmt: skip
@@ -437,7 +517,7 @@ def test_triton_host_takes_a_stack_of_recurrences():
     for r in range(2):
         one = kernels.lstm_forward(*(a[r] for a in args), lengths, True)
         for a, b in zip(out, one, strict=True):
-            torch.testing.assert_close(a[r], b, rtol=0, atol=0)
+            torch.testing.assert_close(a[r], b, rtol=1e-5, atol=1e-6)
     grads = [torch.randn_like(out[0]), None, torch.randn_like(out[2]), None]
     saved = [args[1], args[2], args[3], out[0], out[1], out[4]]
     back = kernels.lstm_backward(*grads, *saved, lengths)
@@ -445,4 +525,34 @@ def test_triton_host_takes_a_stack_of_recurrences():
         one = kernels.lstm_backward(grads[0][r], None, grads[2][r], None,
                                     *(s[r] for s in saved), lengths)  # fmt: skip
         for a, b in zip(back, one, strict=True):
-            torch.testing.assert_close(a[r], b, rtol=0, atol=0)
+            torch.testing.assert_close(a[r], b, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_directions_reach_the_triton_host_as_one_stack(monkeypatch):
+    """An RCRN on the fused engine (six LSTMs a layer, both directions) sends its recurrences to
+    the Triton host as one stacked call, with the CPU kernels' results."""
+    import ctrlrnn
+    from ctrlrnn.ops.cells import triton_host
+
+    torch.manual_seed(0)
+    m = ctrlrnn.RCRN(4, 6, bidirectional=True, batch_first=True, controllers="fused").double()
+    x = torch.randn(3, T, 4, dtype=torch.float64, requires_grad=True)
+    lens = torch.tensor([T, 2, 4])
+    monkeypatch.undo()  # the CPU kernels for the expected values
+    want = m(x, lengths=lens)[0]
+    want_grads = torch.autograd.grad(want.square().sum(), (x, *m.parameters()))
+    route(monkeypatch, "cells", triton_host)
+    calls = []
+    real = triton_host.lstm_forward
+
+    def counted(*args):
+        calls.append(args[1].shape)
+        return real(*args)
+
+    monkeypatch.setattr(triton_host, "lstm_forward", counted)
+    got = m(x, lengths=lens)[0]
+    got_grads = torch.autograd.grad(got.square().sum(), (x, *m.parameters()))
+    assert calls == [torch.Size([6, 4 * 6, 6])]
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b)

@@ -202,9 +202,9 @@ def sequences(
     of equal sizes; returns each one's ``(<state>_seq..., <state>_last...)``.
 
     On the CPU kernels they run as one op call on their inputs stacked (``csrc/recurrences.h``:
-    concurrently, a thread each, where one recurrence cannot fill the threads); elsewhere (the
-    Triton kernels, which would run a stack one recurrence after another, the references) one
-    call each."""
+    concurrently, a thread each, where one recurrence cannot fill the threads), on the Triton
+    kernels as one batch of rows for the cells that allow it (one batched GEMM and one launch
+    per step); elsewhere (the other cells on Triton, the references) one call each."""
     if not calls:
         return []
     x_proj = calls[0][0]
@@ -212,7 +212,7 @@ def sequences(
     module = None
     if len(calls) > 1 and backend.path("cells", x_proj.device) == backend.KERNEL:
         module = backend.kernel_for("cells", x_proj.device)
-    if not getattr(module, "runs_recurrences_concurrently", False):
+    if not _takes_stack(module, cell):
         return [sequence(cell, op, args, lengths) for args in calls]
     stacked: list[Tensor | None] = []
     for name, parts in zip(cell.args, zip(*calls, strict=True), strict=True):
@@ -231,6 +231,18 @@ def sequences(
     # where R selects would each build a zero tensor of the whole stack
     per_output = [o.unbind(0) for o in out[: 2 * len(cell.states)]]
     return [tuple(o[r] for o in per_output) for r in range(len(calls))]
+
+
+def _takes_stack(module: Any, cell: Cell) -> bool:
+    """Whether the kernel module runs a stack of ``cell``'s recurrences better than one call
+    each: the CPU extension where it runs them concurrently, the Triton host for the cells it
+    batches (:func:`ctrlrnn.ops.cells.triton_host.takes_stack`)."""
+    if module is None:
+        return False
+    takes = getattr(module, "takes_stack", None)
+    if callable(takes):
+        return bool(takes(cell.name))
+    return bool(getattr(module, "runs_recurrences_concurrently", False))
 
 
 def _stack(parts: list[Tensor]) -> Tensor:

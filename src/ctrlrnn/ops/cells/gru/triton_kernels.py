@@ -112,6 +112,11 @@ def step_backward(
 RECURRENT_BIAS = "bias_hh"
 
 
+#: The step kernels read nothing per recurrence but U (and the recurrent bias): a stack of
+#: recurrences runs as one batch of rows (:mod:`ctrlrnn.ops.cells.triton_host`).
+ROWS_ONLY = True
+
+
 def forward_operands(a: SimpleNamespace) -> dict[str, Any]:
     return {}
 
@@ -126,6 +131,10 @@ def backward_operands(a: SimpleNamespace, blocks: int) -> tuple[dict[str, Any], 
 
 def backward_result(a: SimpleNamespace, ops: dict[str, Any], dw: Tensor,
                     running: list[Tensor]) -> tuple[Tensor, ...]:  # fmt: skip
-    """``(dx_proj, dweight_hh, dbias_hh, dh0)``: ``dbias_hh`` sums the GEMM's gradient."""
+    """``(dx_proj, dweight_hh, dbias_hh, dh0)``: ``dbias_hh`` sums the GEMM's gradient (per
+    recurrence, for the rows of ``a.recurrences`` recurrences)."""
     drec = ops["drec_ptr"]
-    return ops["dx_ptr"], dw, drec.reshape(-1, drec.shape[-1]).sum(0), running[0]
+    R = getattr(a, "recurrences", None)
+    if R is None:
+        return ops["dx_ptr"], dw, drec.reshape(-1, drec.shape[-1]).sum(0), running[0]
+    return ops["dx_ptr"], dw, drec.reshape(R, -1, drec.shape[-1]).sum(1), running[0]

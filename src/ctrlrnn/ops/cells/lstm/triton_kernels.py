@@ -127,6 +127,11 @@ def step_backward(
     tl.store(dh_ptr + srow, tl.where(valid, 0.0, dh_in).to(dh_ptr.dtype.element_ty), mask=cmask)
 
 
+#: The step kernels read nothing per recurrence but U (and the recurrent bias): a stack of
+#: recurrences runs as one batch of rows (:mod:`ctrlrnn.ops.cells.triton_host`).
+ROWS_ONLY = True
+
+
 def forward_operands(a: SimpleNamespace) -> dict[str, Any]:
     return {}
 

@@ -124,6 +124,11 @@ def step_backward(
              mask=cmask)  # fmt: skip
 
 
+#: The step kernels read nothing per recurrence but U (and the recurrent bias): a stack of
+#: recurrences runs as one batch of rows (:mod:`ctrlrnn.ops.cells.triton_host`).
+ROWS_ONLY = True
+
+
 def forward_operands(a: SimpleNamespace) -> dict[str, Any]:
     return {"ctx_ptr": a.context_proj.contiguous()}
 
