@@ -8,6 +8,10 @@ A map (public entry point, then where its parts live):
 * :func:`~ctrlrnn.ops.qrnn_pooling.qrnn_pooling` (:mod:`.qrnn_pooling`): QRNN f/fo/ifo pooling
   with the gate activations and zoneout; reference in :mod:`.qrnn_pooling_ref`; kernels in
   ``csrc/scan.cpp`` and :mod:`.gpu.qrnn_triton`.
+* :func:`~ctrlrnn.ops.rcrn_listener.rcrn_listener` (:mod:`.rcrn_listener`): RCRN's listener
+  (eq 15-16), gates, scan and output of both directions in one op; reference in
+  :mod:`.rcrn_listener_ref`; kernels in ``csrc/rcrn_listener.cpp`` and
+  :mod:`.gpu.listener_triton`.
 * :func:`~ctrlrnn.ops.metagross_level.metagross_level` (:mod:`.metagross_level`): one
   METAGROSS tree level, gates and scan fused; its gates in :mod:`.metagross_gates`; kernels in
   ``csrc/metagross*.cpp`` and :mod:`.gpu.metagross_triton`.
@@ -15,7 +19,8 @@ A map (public entry point, then where its parts live):
   METAGROSS as printed, one folder each in :mod:`.cells` (reference, Triton step kernels,
   description, public function; CPU kernels in ``csrc/<cell>.cpp``), sharing
   :mod:`.cells.shell` (ops, fakes, autograd, dispatch), :mod:`.cells.triton_host` (the Triton
-  host loop) and ``csrc/cells_time.h`` (the CPU loops over time); :mod:`.cells_ref` re-exports
+  host loop, which runs a stack of LSTM, GRU or nCARNN recurrences as one batch of rows) and
+  ``csrc/cells_time.h`` (the CPU loops over time); :mod:`.cells_ref` re-exports
   the references.
 * :func:`~ctrlrnn.ops.cached_linear.cached_linear` (:mod:`.cached_linear`): a linear layer
   writing into the output cache of :mod:`.output_cache` (``csrc/output_pool.h``).
