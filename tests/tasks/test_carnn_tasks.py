@@ -105,6 +105,59 @@ def test_carnn_lm_pairs_each_sentence_with_the_previous_one():
         assert (not torch.allclose(a, b)) == depends
 
 
+@pytest.mark.parametrize("encoder,args", [("carnn", {"variant": "n"}), ("carnn", {"variant": "s"}),
+                                          ("lstm", {})])
+def test_carnn_lm_loss_runs_the_softmax_at_target_words_only(encoder, args):
+    """The task's loss computes the logits at the valid positions only: the same sum of word
+    log-losses and the same gradients as over the whole padded batch (pad targets ignored),
+    with the same dropout draws."""
+    import torch.nn.functional as F
+
+    task = _make("carnn-lm", "sentences", SENTENCES)
+    torch.manual_seed(0)
+    model = task.build_model(encoder, {"hidden_size": 8, "dropout": 0.3, **args})
+    model.train()
+    batch = task._batch(task.encoded["train"][:6])
+    assert int(batch["lengths"].min()) < batch["tokens"].shape[1]  # there is padding
+    torch.manual_seed(5)
+    got = task._nll(model, batch)
+    got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    torch.manual_seed(5)
+    logits = model(batch["tokens"], batch["prev"], batch["lengths"], batch["prev_lengths"])
+    assert logits.shape[:2] == batch["tokens"].shape
+    want = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(),
+                           ignore_index=task.vocab.pad_id, reduction="sum")
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b)
+
+
+def test_contextual_carnn_lm_loss_skips_the_padding():
+    """ContextualCARNNLM.loss (eq 13) with lengths: the mean log-loss over the valid words, as
+    over the whole padded batch with the padded targets ignored."""
+    import torch.nn.functional as F
+
+    from ctrlrnn import ContextualCARNNLM
+
+    torch.manual_seed(1)
+    lm = ContextualCARNNLM(vocab_size=20, embedding_dim=8, hidden_size=8, variant="i",
+                           num_latent_labels=3)
+    tokens, targets = torch.randint(0, 20, (3, 6)), torch.randint(0, 20, (3, 6))
+    prev, lengths = torch.randint(0, 20, (3, 4)), torch.tensor([6, 2, 4])
+    labels = torch.tensor([0, 2, 1])
+    got = lm.loss(tokens, targets, prev, lengths=lengths, latent_labels=labels)
+    logits, latent = lm(tokens, prev, lengths)
+    valid = torch.arange(6) < lengths[:, None]
+    loss_w = F.cross_entropy(logits.flatten(0, 1), targets.masked_fill(~valid, -100).flatten(),
+                             ignore_index=-100)
+    torch.testing.assert_close(got, 0.5 * loss_w + 0.5 * F.cross_entropy(latent, labels))
+    picked, _ = lm(tokens, prev, lengths, positions=valid)
+    torch.testing.assert_close(picked, logits[valid])
+
+
 def test_carnn_lm_reads_a_source_directory(tmp_path):
     for split, sentences in SENTENCES.items():
         (tmp_path / f"{split}.txt").write_text("".join(" ".join(s) + "\n" for s in sentences))

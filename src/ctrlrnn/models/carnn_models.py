@@ -139,9 +139,12 @@ class ContextualLM(nn.Module):
                                     num_layers=num_layers, dropout=dropout, io_dropout=dropout)
 
     def forward(
-        self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor
+        self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        logits, _ = self.lm(tokens, prev_tokens, lengths, prev_lengths)
+        """Logits ``(B, T, V)``, or ``(N, V)`` at the ``N`` true entries of the bool mask
+        ``positions`` ``(B, T)`` only (the softmax layer is not run elsewhere)."""
+        logits, _ = self.lm(tokens, prev_tokens, lengths, prev_lengths, positions=positions)
         return logits
 
 
@@ -166,8 +169,11 @@ class SentenceLM(nn.Module):
         self.output = nn.Linear(self.encoder.output_size, vocab_size)
 
     def forward(
-        self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor
+        self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor,
+        positions: Tensor | None = None,
     ) -> Tensor:
+        """Logits ``(B, T, V)``, or ``(N, V)`` at the true entries of ``positions`` only."""
         out, _, _ = self.encoder(self.drop(self.embedding(tokens)), lengths)
-        return self.output(self.drop(out))
+        features = self.drop(out)  # over every position: the dropout draws do not depend on it
+        return self.output(features if positions is None else features[positions])
 

@@ -106,15 +106,20 @@ class ContextualCARNNLM(nn.Module):
         prev_tokens: Tensor,
         lengths: Tensor | None = None,
         prev_lengths: Tensor | None = None,
+        *,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Next-word logits ``(B, T, vocab)`` (eq 11) and latent logits ``(B, K)`` or None (eq 12).
 
         ``tokens`` ``(B, T)`` is the current sentence (inputs ``w_1 .. w_T``; the logits at
-        ``m`` predict ``w_{m+1}``), ``prev_tokens`` ``(B, T')`` the previous one.
+        ``m`` predict ``w_{m+1}``), ``prev_tokens`` ``(B, T')`` the previous one. With a bool
+        mask ``positions`` ``(B, T)`` the logits are ``(N, vocab)``, at its ``N`` true entries
+        only: the softmax layer, the largest product of the model, skips the padding.
         """
         context = self.encode_context(prev_tokens, prev_lengths)
         h, _ = self.carnn(self.drop(self.embedding(tokens)), context, lengths=lengths)
-        logits = self.output(self.drop(h))
+        features = self.drop(h)  # over every position: the dropout draws do not depend on it
+        logits = self.output(features if positions is None else features[positions])
         latent = self.latent_head(context) if self.latent_head is not None else None
         return logits, latent
 
@@ -133,13 +138,16 @@ class ContextualCARNNLM(nn.Module):
         positions past ``lengths`` ignored); ``L_l`` the log-loss of the previous sentence's
         latent label ``latent_labels`` ``(B,)``.
         """
-        logits, latent = self(tokens, prev_tokens, lengths, prev_lengths)
+        valid = None
         if lengths is not None:
             valid = torch.arange(tokens.shape[1], device=tokens.device) < lengths.to(
                 tokens.device
             ).unsqueeze(1)
-            targets = targets.masked_fill(~valid, -100)
-        loss_w = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        logits, latent = self(tokens, prev_tokens, lengths, prev_lengths, positions=valid)
+        if valid is None:
+            loss_w = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        else:  # the logits of the valid positions only
+            loss_w = F.cross_entropy(logits, targets[valid], ignore_index=-100)
         if latent_labels is None:
             return loss_w
         if latent is None:

@@ -155,9 +155,12 @@ class CarnnLmTask(Task):
                 for k in range(0, len(order) - batch_size + 1, batch_size)]
 
     def _nll(self, model: nn.Module, batch: Batch) -> Tensor:
-        logits = model(batch["tokens"], batch["prev"], batch["lengths"], batch["prev_lengths"])
-        return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(),
-                               ignore_index=self.vocab.pad_id, reduction="sum")
+        # the softmax layer only where a target word is (half the padded batch, or less)
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        valid = torch.arange(tokens.shape[1], device=tokens.device) < lengths.to(
+            tokens.device).unsqueeze(1)  # fmt: skip
+        logits = model(tokens, batch["prev"], lengths, batch["prev_lengths"], positions=valid)
+        return F.cross_entropy(logits, batch["targets"][valid], reduction="sum")
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         # normalised by the global batch's token count (see Task.shard)
