@@ -355,3 +355,32 @@ def test_chorales_pickle_source(tmp_path):
     assert first.shape == (4, 88) and float(first[0, 60 - 21]) == 1.0
     with pytest.raises(ValueError, match="task.pickle"):
         make_task("chorales", pickle=str(path), source=str(tmp_path))
+
+
+@pytest.mark.parametrize("attention", ["dot", "bahdanau"])
+def test_seq2seq_loss_runs_the_output_layer_at_target_tokens_only(attention):
+    """The seq2seq tasks' loss computes the logits at the non-pad targets only: the value and
+    gradients of the loss over the whole padded batch (pad targets ignored)."""
+    import torch.nn.functional as F
+
+    task = make_task("tree-traversal", max_depth=3, train_size=40, valid_size=8, test_size=8,
+                     attention=attention, decoder_layers=1)
+    torch.manual_seed(0)
+    model = task.build_model("lstm", {"hidden_size": 8, "bidirectional": True, "dropout": 0.2})
+    model.train()
+    batch = task._batch(task.encoded["train"][:6])
+    assert bool((batch["tgt_out"] == task.vocab.pad_id).any())
+    torch.manual_seed(1)
+    got = task.loss(model, batch)
+    params = list(model.parameters())
+    got_grads = torch.autograd.grad(got, params, allow_unused=True)
+    torch.manual_seed(1)
+    logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+    want = F.cross_entropy(logits.flatten(0, 1), batch["tgt_out"].flatten(),
+                           ignore_index=task.vocab.pad_id, reduction="sum") / batch["ntokens"]
+    torch.testing.assert_close(got, want)
+    want_grads = torch.autograd.grad(want, params, allow_unused=True)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b)

@@ -127,6 +127,43 @@ def test_translate_word_trains_end_to_end(tmp_path, arch, encoder, extra):
     _check_run(result, losses, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("arch", "encoder", "extra"),
+    [("rnn", "qrnn", {}), ("rnn", "lstm", {}),
+     ("transformer", "lstm", {"ffn": "metagross", "ffn_depth": 2}), ("cas", "caslstm", {}),
+     ("cas", "lstm", {"input_feeding": False})],
+)
+def test_loss_runs_the_output_layer_at_target_words_only(arch, encoder, extra):
+    """The seq2seq loss computes the logits at the non-pad targets only: the same sum of
+    log-losses, the same gradients and dropout draws as over the whole padded batch."""
+    import torch.nn.functional as F
+
+    try:
+        task = _task("translate-word", arch=arch, heads=2, **extra)
+    except ValueError:
+        pytest.skip(f"translate-word has no option among {sorted(extra)}")
+    args = encoder_options(encoder, {"hidden_size": 8, "dropout": 0.3,
+                                     "num_layers": 2 if arch == "cas" else 1})
+    torch.manual_seed(0)
+    model = task.build_model(encoder, args)
+    model.train()
+    batch = task._batch(task.encoded["train"][:5])
+    assert bool((batch["tgt_out"] == task.vocab.pad_id).any())  # there is padding
+    torch.manual_seed(4)
+    got = task.loss(model, batch)
+    got_grads = torch.autograd.grad(got, list(model.parameters()), allow_unused=True)
+    torch.manual_seed(4)
+    logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+    want = F.cross_entropy(logits.flatten(0, 1), batch["tgt_out"].flatten(),
+                           ignore_index=task.vocab.pad_id, reduction="sum") / batch["ntokens"]
+    want_grads = torch.autograd.grad(want, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b)
+
+
 def test_word_task_builds_each_architecture():
     task = _task("translate-word", arch="transformer", heads=2, ffn="metagross")
     model = task.build_model("lstm", encoder_options("lstm", {"hidden_size": 8}))

@@ -53,6 +53,12 @@ def decoder_stack(
     raise ValueError(f"decoder: expected one of {DECODER_CELLS}, got {cell!r}")
 
 
+def _at(features: Tensor, positions: Tensor | None) -> Tensor:
+    """``features`` ``(B, T, D)`` at the true entries of ``positions`` (all when None); the
+    dropout before it ran over every position, so its draws do not depend on the mask."""
+    return features if positions is None else features[positions]
+
+
 class AttnLSTMSeq2Seq(IncrementalDecoding, nn.Module):
     """Attentional encoder-decoder of the CAS-LSTM paper 4.4 (see the module docstring).
 
@@ -131,19 +137,22 @@ class AttnLSTMSeq2Seq(IncrementalDecoding, nn.Module):
         return hc[:, 0].transpose(0, 1).contiguous(), hc[:, 1].transpose(0, 1).contiguous()
 
     # ------------------------------------------------------------------ teacher forcing
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
-        """Logits ``(B, T_tgt, V)`` for the target prefix ``tgt_in`` (teacher forcing)."""
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
+                positions: Tensor | None = None) -> Tensor:
+        """Logits ``(B, T_tgt, V)`` for the target prefix ``tgt_in`` (teacher forcing); with a
+        bool mask ``positions`` ``(B, T_tgt)``, ``(N, V)`` at its ``N`` true entries only (the
+        output layer skips the padding)."""
         enc = self.encode(src, src_lengths)
         y = self.dropout(self.tgt_embed(tgt_in))
         if not self.input_feeding:
             hs, _ = self.rnn(y, self._initial(enc["final"]))
-            return self.out(self.dropout(self._attentional(hs, enc)))
+            return self.out(_at(self.dropout(self._attentional(hs, enc)), positions))
         state = self.init_state(enc)
         outs = []
         for t in range(y.shape[1]):
             h_att, state = self._advance(y[:, t], state, enc)
             outs.append(h_att)
-        return self.out(self.dropout(torch.stack(outs, dim=1)))
+        return self.out(_at(self.dropout(torch.stack(outs, dim=1)), positions))
 
     # ------------------------------------------------------------------ incremental decoding
     def init_state(self, enc: dict[str, Tensor]) -> list[Tensor]:

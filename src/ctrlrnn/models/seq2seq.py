@@ -62,6 +62,12 @@ def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1)
 
 
+def _at(features: Tensor, positions: Tensor | None) -> Tensor:
+    """``features`` ``(B, T, D)`` at the true entries of ``positions`` (all when None); the
+    dropout before it ran over every position, so its draws do not depend on the mask."""
+    return features if positions is None else features[positions]
+
+
 class Seq2Seq(IncrementalDecoding, nn.Module):
     """Encoder-decoder with attention; see the module docstring."""
 
@@ -194,8 +200,11 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         return torch.bmm(_masked_softmax(scores, enc["mask"]), enc["memory"])
 
     # ------------------------------------------------------------------ teacher forcing
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
-        """Logits ``(B, T_tgt, V)`` for the target prefix ``tgt_in`` (teacher forcing)."""
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
+                positions: Tensor | None = None) -> Tensor:
+        """Logits ``(B, T_tgt, V)`` for the target prefix ``tgt_in`` (teacher forcing); with a
+        bool mask ``positions`` ``(B, T_tgt)``, ``(N, V)`` at its ``N`` true entries only (the
+        output layer skips the padding)."""
         enc = self.encode(src, src_lengths)
         y = self.dropout(self.tgt_embed(tgt_in))
         if self.decoder_kind == "qrnn":
@@ -221,7 +230,7 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             hs, _ = self.rnn(y, h0)
             k = self._attend(hs, enc)
             h = torch.tanh(self.mix(torch.cat([k, hs], dim=-1)))
-        return self.out(self.dropout(h))
+        return self.out(_at(self.dropout(h), positions))
 
     def _lstm_init(self, final: Tensor) -> tuple[Tensor, Tensor]:
         B = final.shape[0]

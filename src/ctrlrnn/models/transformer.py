@@ -276,11 +276,14 @@ class TransformerSeq2Seq(IncrementalDecoding, nn.Module):
         return self.dec_norm(x), new
 
     # ------------------------------------------------------------------ teacher forcing
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
-        """Logits ``(B, T_tgt, V)`` for the target prefix ``tgt_in`` (teacher forcing)."""
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
+                positions: Tensor | None = None) -> Tensor:
+        """Logits ``(B, T_tgt, V)`` for the target prefix ``tgt_in`` (teacher forcing); with a
+        bool mask ``positions`` ``(B, T_tgt)``, ``(N, V)`` at its ``N`` true entries only (the
+        output layer skips the padding)."""
         enc = self.encode(src, src_lengths)
         h, _ = self._decode(self._embed(self.tgt_embed, tgt_in), enc, None)
-        return self.out(h)
+        return self.out(h if positions is None else h[positions])
 
     # ------------------------------------------------------------------ incremental decoding
     def init_state(self, enc: dict[str, Tensor]) -> list[Tensor]:

@@ -99,9 +99,10 @@ class Seq2SeqTask(Task):
                 for k in range(0, len(order) - batch_size + 1, batch_size)]
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
-        logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
-        total = F.cross_entropy(logits.flatten(0, 1), batch["tgt_out"].flatten(),
-                                ignore_index=self.vocab.pad_id, reduction="sum")
+        # the output layer at the target words only, not over the padding
+        valid = batch["tgt_out"] != self.vocab.pad_id
+        logits = model(batch["src"], batch["src_lengths"], batch["tgt_in"], positions=valid)
+        total = F.cross_entropy(logits, batch["tgt_out"][valid], reduction="sum")
         # normalised by the global batch's token count, so the average over processes equals
         # the single-process mean (see Task.shard)
         return total * batch.get("world_size", 1) / batch["ntokens"]
