@@ -1,6 +1,7 @@
 """The GPU benchmarks of ``scripts/gpu-check``, each within a time :class:`Budget`: the linear
 scan against the copy bandwidth measured in the same run; the QRNN against cuDNN ``nn.LSTM``
-over the QRNN paper's figure 4 grid; RCRN against a 3-layer cuDNN BiLSTM (RCRN paper table 10);
+over the QRNN paper's figure 4 grid; RCRN against a 3-layer cuDNN BiLSTM (RCRN paper table 10),
+on torch's LSTM (the default) and on the fused-cell engine;
 CAS-LSTM against a 2-layer cuDNN LSTM; METAGROSS (both readings) against a cuDNN LSTM.
 
 Timings are medians of repeats after a warm-up, timed by CUDA events, the compared rows one
@@ -243,6 +244,27 @@ def bench_rcrn(budget: Budget) -> dict[str, Any]:
         r["paper_train_ratio"] = p_tr[0] / p_tr[1] if p_tr[0] else None
         r["paper_infer_ratio"] = p_inf[0] / p_inf[1] if p_inf[0] else None
     return {"ours": "RCRN (bidirectional, LSTM cells, per-direction listener)",
+            "baseline": "cuDNN nn.LSTM, 3 layers, bidirectional", "rows": rows,
+            "skipped": skipped}  # fmt: skip
+
+
+#: The lengths of the RCRN rows on the fused-cell engine (a subset of table 10's).
+RCRN_FUSED_LENGTH = (16, 64, 256)
+
+
+def bench_rcrn_fused(budget: Budget) -> dict[str, Any]:
+    """RCRN with ``controllers="fused"``: its six LSTMs a layer as one stack on the Triton host
+    (one batched GEMM and one step kernel launch per step for all of them), the listener fused."""
+    def build(Bn: int, Tn: int, W: int) -> tuple[Any, Any, list[Any]]:
+        torch.manual_seed(0)
+        ours = RCRN(W, W, bidirectional=True, batch_first=True, controllers="fused").cuda()
+        base = torch.nn.LSTM(W, W, num_layers=3, bidirectional=True, batch_first=True).cuda()
+        return ours, base, []
+
+    rows, skipped = _pair_rows(budget, build,
+                               [(RCRN_BATCH, t, RCRN_DIM) for t in RCRN_FUSED_LENGTH])
+    return {"ours": "RCRN (controllers='fused': the six LSTMs of a layer as one stack of the "
+                    "Triton fused cell)",
             "baseline": "cuDNN nn.LSTM, 3 layers, bidirectional", "rows": rows,
             "skipped": skipped}  # fmt: skip
 

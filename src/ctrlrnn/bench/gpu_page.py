@@ -211,6 +211,8 @@ def render_page(results: dict[str, Any] | None) -> str:
                           bench.get("qrnn_fig4"), _qrnn_tables)  # fmt: skip
         lines += _section("RCRN vs 3-layer cuDNN BiLSTM (RCRN paper table 10)",
                           bench.get("rcrn_table10"), lambda d: _pair_table(d, paper=True))
+        lines += _section("RCRN on the fused-cell engine vs 3-layer cuDNN BiLSTM",
+                          bench.get("rcrn_fused"), _pair_table)
         lines += _section("CAS-LSTM vs 2-layer cuDNN LSTM", bench.get("caslstm"), _pair_table)
         lines += _section("METAGROSS vs cuDNN LSTM", bench.get("metagross"), _pair_table)
         lines += _section("METAGROSS as printed (gates='state') vs cuDNN LSTM",
