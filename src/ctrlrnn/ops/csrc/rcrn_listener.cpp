@@ -81,8 +81,10 @@ struct Blocks {
     n_bw = (C - split + blk - 1) / blk;
   }
   int64_t per_row() const { return n_fw + n_bw; }
-  // first channel, channel count and direction of block k of a row
-  void get(int64_t k, int64_t& c0, int64_t& n, bool& reverse) const {
+  // batch row, first channel, channel count and direction of work item w
+  void item(int64_t w, int64_t& b, int64_t& c0, int64_t& n, bool& reverse) const {
+    b = w / per_row();
+    const int64_t k = w % per_row();
     reverse = k >= n_fw;
     const int64_t lo = reverse ? split : 0, hi = reverse ? C : split;
     c0 = lo + (reverse ? k - n_fw : k) * blk;
@@ -106,10 +108,9 @@ void listener_forward_kernel(Rows<const scalar_t> h1, Rows<const scalar_t> h2,
     acc_t* __restrict__ av = c + blk;
     acc_t* __restrict__ gv = av + blk;
     for (int64_t w = begin; w < end; ++w) {
-      const int64_t b = w / blocks.per_row();
-      int64_t ch, n;
+      int64_t b, ch, n;
       bool reverse;
-      blocks.get(w % blocks.per_row(), ch, n, reverse);
+      blocks.item(w, b, ch, n, reverse);
       const int64_t L = length_of(lengths, b, T);
       for (int64_t j = 0; j < n; ++j) c[j] = c0 ? acc_t(c0[b * C + ch + j]) : acc_t(0);
       for (int64_t s = 0; s < L; ++s) {
@@ -155,10 +156,9 @@ void listener_backward_kernel(Rows<const scalar_t> gout, const scalar_t* gclast,
     acc_t* __restrict__ dgv = gv + blk;
     const std::vector<scalar_t> zeros(blk, scalar_t(0));  // stands in for absent inputs
     for (int64_t w = begin; w < end; ++w) {
-      const int64_t b = w / blocks.per_row();
-      int64_t ch, n;
+      int64_t b, ch, n;
       bool reverse;
-      blocks.get(w % blocks.per_row(), ch, n, reverse);
+      blocks.item(w, b, ch, n, reverse);
       const int64_t L = length_of(lengths, b, T);
       for (int64_t j = 0; j < n; ++j) carry[j] = gclast ? acc_t(gclast[b * C + ch + j]) : acc_t(0);
       for (int64_t s = L - 1; s >= 0; --s) {

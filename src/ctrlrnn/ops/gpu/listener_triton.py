@@ -38,6 +38,18 @@ def _row(tile, steps, j: tl.constexpr):
 
 
 @triton.jit
+def _inputs(h1_ptr, h2_ptr, h3_ptr, s1b, s1t, s2b, s2t, s3b, s3t, b, tc, cols, m_valid,
+            ACC: tl.constexpr):  # fmt: skip
+    """A tile of ``h1``, ``h2``, ``h3`` at steps ``tc`` (through their strides); past the
+    lengths ``h1 = +inf`` (so ``a = 1``) and ``h2 = h3 = 0``."""
+    x1 = tl.load(h1_ptr + b * s1b + tc * s1t + cols[None, :], mask=m_valid,
+                 other=float("inf")).to(ACC)
+    x2 = tl.load(h2_ptr + b * s2b + tc * s2t + cols[None, :], mask=m_valid, other=0.0).to(ACC)
+    x3 = tl.load(h3_ptr + b * s3b + tc * s3t + cols[None, :], mask=m_valid, other=0.0).to(ACC)
+    return x1, x2, x3
+
+
+@triton.jit
 def _lanes(len_ptr, T, C, SPLIT, HAS_LEN: tl.constexpr, BLOCK: tl.constexpr):
     """``(b, cols, cmask, reverse, L)`` of this program: its batch row, its block of channels
     (of the forward segment ``[0, SPLIT)`` or the reverse one ``[SPLIT, C)``), its direction
@@ -77,12 +89,8 @@ def _listener_fwd_kernel(
         m_inside = inside[:, None] & cmask[None, :]
         m_valid = valid[:, None] & cmask[None, :]
         tc = t[:, None]
-        x1 = tl.load(h1_ptr + b * s1b + tc * s1t + cols[None, :], mask=m_valid,
-                     other=float("inf")).to(ACC)
-        x2 = tl.load(h2_ptr + b * s2b + tc * s2t + cols[None, :], mask=m_valid,
-                     other=0.0).to(ACC)
-        x3 = tl.load(h3_ptr + b * s3b + tc * s3t + cols[None, :], mask=m_valid,
-                     other=0.0).to(ACC)
+        x1, x2, x3 = _inputs(h1_ptr, h2_ptr, h3_ptr, s1b, s1t, s2b, s2t, s3b, s3t, b, tc,
+                             cols, m_valid, ACC)
         cs = tl.zeros([STEPS, BLOCK], ACC)
         for j in tl.static_range(STEPS):
             a = sigmoid(_row(x1, steps, j))
@@ -128,12 +136,8 @@ def _listener_bwd_kernel(
         m_inside = inside[:, None] & cmask[None, :]
         m_valid = valid[:, None] & cmask[None, :]
         tc = t[:, None]
-        x1 = tl.load(h1_ptr + b * s1b + tc * s1t + cols[None, :], mask=m_valid,
-                     other=float("inf")).to(ACC)
-        x2 = tl.load(h2_ptr + b * s2b + tc * s2t + cols[None, :], mask=m_valid,
-                     other=0.0).to(ACC)
-        x3 = tl.load(h3_ptr + b * s3b + tc * s3t + cols[None, :], mask=m_valid,
-                     other=0.0).to(ACC)
+        x1, x2, x3 = _inputs(h1_ptr, h2_ptr, h3_ptr, s1b, s1t, s2b, s2t, s3b, s3t, b, tc,
+                             cols, m_valid, ACC)
         cs = tl.load(cseq_ptr + b * T * C + tc * C + cols[None, :], mask=m_valid,
                      other=0.0).to(ACC)
         has_prev = (s > 0)[:, None]
