@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctrlrnn.reproduce import experiment_notes as notes
 from ctrlrnn.reproduce.experiment_spec import PAGES, Arm, Claim, Experiment
 from ctrlrnn.reproduce.tuning import Tuning, lr_and_dropout
 
@@ -45,33 +46,6 @@ def _equal_search(key: str, budget: dict[str, Any], dropout: tuple[float, float]
                           overrides=budget)
 
 
-def _budget_note(steps: int, measured: str) -> str:
-    return (f" Each search trial trains {steps:,} steps, a third of the median steps to the "
-            f"best checkpoint of the slowest arm in the previous full run ({measured}).")
-_PIXEL_NOTE = ("METAGROSS here is one layer of depth 2 with the linear base, whose gates see "
-               "only the current pixel; the paper's table 3 model (3 layers of 128, recurrent "
-               "base, table 9) was not run at this budget.")
-#: why the pixel MNIST-5k budget is what it is
-_MNIST_BUDGET_NOTE = (" In full mode the search trains 10 epochs per trial and the runs stop "
-                      "after 10 epochs without improvement, under a 100-epoch cap: a "
-                      "pixel-by-pixel classifier reading its last state stays at chance for "
-                      "hundreds of steps (the first tuned full runs, with 1-epoch trials and a "
-                      "patience of 3 epochs, all stopped at chance after 4 epochs). With "
-                      "this budget too, every trial and seed of both arms stayed at chance "
-                      "(validation loss ln 10 = 2.3026, one class predicted): the last 100 "
-                      "pixels of these images are nearly blank (mean intensity 0.017, against "
-                      "0.131 over the whole image), so the last state must carry the digit "
-                      "across them, which these runs never learned within 11 epochs (682 "
-                      "steps). The data are not at fault: a nearest-class-mean classifier on "
-                      "the raw pixels scores 83.6% on the same test split.")
-_FASHION_NOTE = (" In full mode the models train on 10,000 of the 55,000 training images (a "
-                 "fixed random sample), 156 steps an epoch at batch 64, evaluated on the whole "
-                 "validation split every epoch, stopped after 5 epochs without improvement or "
-                 "at 100 (raised from 40 after two of METAGROSS's seeds reached 40 still "
-                 "improving; those two continued from their checkpoints); each search trial "
-                 "trains 3 epochs. The whole set, 859 steps an epoch "
-                 "at the 0.18-0.24 s a step measured here, would take about 3.6 hours for the "
-                 "seeds alone at a 12-epoch cap.")
 #: the translation experiments in full mode: whole-epoch evaluations (beam 4 on 100 validation
 #: verses), stopped after 4 epochs without improvement, at 30 epochs at most (the
 #: character-level experiment raises the cap: see its note)
@@ -88,78 +62,22 @@ _CHAR_TRANSLATION_FULL: dict[str, Any] = {
 #: when the LSTM's first seed still gained 0.05 nats a word an epoch at 18, then to 100 when that
 #: seed reached 50 with its best validation loss at epoch 48)
 _CAS_TRANSLATION_FULL: dict[str, Any] = {**_WORD_TRANSLATION_FULL, "epochs": 100}
+_WORD_TRANSLATION_NOTE = notes.TRANSLATION_NOTE.format(
+    cap=_TRANSLATION_FULL["epochs"], data=notes.WORD_TRANSLATION_DATA,
+    whole=notes.WORD_TRANSLATION_WHOLE)
+
+_CAS_TRANSLATION_NOTE = notes.TRANSLATION_NOTE.format(
+    cap=_CAS_TRANSLATION_FULL["epochs"], data=notes.WORD_TRANSLATION_DATA,
+    whole=notes.WORD_TRANSLATION_WHOLE + " The cap was raised from 30 to 50 epochs after the "
+    "LSTM's first seed still gained 0.05 nats a word an epoch at epoch 18, and to 100 after "
+    "that seed reached 50 with its best validation loss (2.065) at epoch 48.")
 #: the QRNN encoder of the QRNN paper's section 3.3, at our depth: width 6 in the first encoder
 #: layer and 2 in the other, unmasked ("the encoder convolutions were not masked"); the
 #: decoder's convolutions stay masked, width 2 (table 3: "k = 2 for all layers other than the
 #: first encoder layer")
 _CHAR_TRANSLATION_QRNN: dict[str, Any] = {"num_layers": 2, "window": [6, 2], "causal": False}
-_CHAR_TRANSLATION_QRNN_NOTE = (
-    " The QRNN's encoder is the paper's (section 3.3): filter width 6 in its first layer and 2 "
-    "in its second, convolutions not masked (`model.window=[6, 2]`, `model.causal=false`: "
-    "centred on each step); its decoder's are masked, width 2, and decoder layer l reads the "
-    "final state of encoder layer l (eq 7). Until this definition the QRNN arm ran with "
-    "width 2 and masked convolutions in every layer, and every decoder layer read the top "
-    "encoder layer's final state; runs stored from then are marked *earlier setting*.")
 _TRANSLATION_TUNING = lr_and_dropout("model.dropout", trials=4,
                                      overrides={"epochs": 2, "patience": 2})
-_TRANSLATION_NOTE = ("In full mode the models train on {data}, evaluated with beam 4 on 100 "
-                     "validation verses every epoch and stopped after 4 epochs without "
-                     "improvement or at {cap} epochs; each search trial trains 2 epochs; the "
-                     "test BLEU is on 300 verses. {whole}")
-#: why the character-level and CAS-LSTM translation runs select by the validation loss
-_BY_LOSS_NOTE = (" The runs select by the validation loss (its early stopping, the checkpoint "
-                 "the test BLEU is scored at, and the search's choice), as fairseq selects its "
-                 "checkpoints. Selected by BLEU, the first full runs chose on noise: the "
-                 "character-level LSTM's search trials scored validation BLEU 0.67-2.4, the "
-                 "CAS experiment's LSTM trials 0.0-0.18, and a character-level LSTM seed "
-                 "stopped by BLEU patience at epoch 7 (best BLEU 2.5 at epoch 3) while its "
-                 "validation loss fell every epoch, from 1.79 to 1.26 nats a character.")
-_WORD_TRANSLATION_DATA = ("12,000 of the 25,478 training verses, words, the 8,000 most "
-                          "frequent of each language (the rest are unknown words), batch 32 "
-                          "(375 steps an epoch)")
-_WORD_TRANSLATION_WHOLE = ("On the whole set with every word kept (747 steps an epoch, "
-                           "0.31-0.40 s a step, measured here with `ctrlrnn reproduce "
-                           "--estimate`) an epoch took 4-5 minutes and the seeds alone could "
-                           "take 12-15 hours at a 30-epoch cap; this cut brings a step to "
-                           "0.12-0.21 s.")
-_WORD_TRANSLATION_NOTE = _TRANSLATION_NOTE.format(
-    cap=_TRANSLATION_FULL["epochs"], data=_WORD_TRANSLATION_DATA, whole=_WORD_TRANSLATION_WHOLE)
-_CAS_TRANSLATION_NOTE = _TRANSLATION_NOTE.format(
-    cap=_CAS_TRANSLATION_FULL["epochs"], data=_WORD_TRANSLATION_DATA,
-    whole=_WORD_TRANSLATION_WHOLE + " The cap was raised from 30 to 50 epochs after the "
-    "LSTM's first seed still gained 0.05 nats a word an epoch at epoch 18, and to 100 after "
-    "that seed reached 50 with its best validation loss (2.065) at epoch 48.")
-_CARNN_LM_NOTE = ("In full mode the models train on the first 10,000 training sentences of "
-                  "PTB (of 42,068), batch 32, about 313 steps an epoch: on the whole set "
-                  "(1,315 steps an epoch at the 0.2-0.3 s a step measured here) the 12 runs to "
-                  "convergence were estimated at about a day of this 2-core machine. "
-                  "Validation: the first 500 sentences, test: the first 1,000. PTB is not the "
-                  "paper's corpus (PDTB), so the paper's perplexities are shown for "
-                  "orientation, not compared. Every arm has the same dropout placement: the "
-                  "one tuned `model.dropout` acts on the word embeddings (for the CARNNs, of "
-                  "both the current and the previous sentence) and on the recurrent layer's "
-                  "output before the softmax layer, as in the LSTM LM. (In the previous full "
-                  "run it acted between layers only, so on none of the one-layer CARNNs: they "
-                  "peaked within 2 epochs, at step 300 or 600, and overfit, while the LSTM "
-                  "improved for about 7 epochs.)"
-                  + _budget_note(750, "LSTM LM, 2,250 steps")
-                  + " Changed since the previous verdict: the dropout placement above, and the "
-                  "search (4 random points of 500 steps, the same for every arm).")
-_PTB_LM_NOTE = ("In full mode: 2 layers of 256 units, batch 20, BPTT 35 (1,328 steps an "
-                "epoch; 0.12-0.14 s a step for every arm, measured here with `ctrlrnn "
-                "reproduce --estimate`), evaluated on the whole validation split 4 times an "
-                "epoch and stopped after 1.5 epochs without improvement, at 12 epochs at most; "
-                "each search trial trains one epoch. The paper trains 640-unit layers for 72 "
-                "epochs with a decaying learning rate: 72 epochs are about 3.5 hours a run "
-                "here even at 256 units, so the paper's numbers are for orientation.")
-#: why the tree traversal n = 4 baselines stay below the paper's level here
-_TREE4_NOTE = ("The paper states neither its hidden size nor its training-set size. This "
-               "setting (64 hidden units, 10,000 training trees, a cap of 100 epochs) is the "
-               "one at which the baselines reach the paper's level on sorting n = 5 and 10 "
-               "and on tree traversal n = 3; at n = 4 they stop improving (by patience) well "
-               "below it, so their level here is the measured ceiling of this setting, and a "
-               "larger model or training set, which this machine's budget did not allow for "
-               "all four arms, is what the gap points to.")
 
 
 #: the seq2seq tasks' search: the learning rate and the encoder-decoder's dropout, 3 trials of
@@ -190,29 +108,9 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
     )
 
 
-
 #: the shared decoder of every table 1 arm: one LSTM layer with additive attention ("a standard
 #: encoder-decoder architecture with attention (Bahdanau et al.)"; "we vary the encoder module")
 _TABLE1_DECODER = {"decoder_layers": 1, "attention": "bahdanau"}
-_TABLE1_NOTE = ("Every arm has the same decoder, one LSTM layer of 64 units with Bahdanau's "
-                "additive attention (the paper: \"a standard encoder-decoder architecture with "
-                "attention (Bahdanau et al.)\", \"we vary the encoder module\"); only the "
-                "encoder differs. Both METAGROSS arms are table 9's unit for this task (depth "
-                "N = 2, recurrent base: an LSTM per gate and unit), in the two readings of "
-                "section 2: `METAGROSS (LSTM base)` with gates from x_t (section 2.2 and the "
-                "authors' code), `METAGROSS as printed (LSTM base)` with every gate and child "
-                "reading h_{t-1} (docs/metagross.md). Dropout (tuned) acts on the embeddings "
-                "and on the decoder's output for every arm.")
-
-
-#: what changed in the table 1 experiments since the verdicts of 2026-11-23, and why
-_TABLE1_CHANGED = (" Changed since the previous verdict (runs of 2026-11-22/23), to compare the "
-                   "arms on equal footing: the decoder's depth followed the encoder's, so the "
-                   "S-BiLSTM had a 3-layer decoder (455k parameters against about 160k); the "
-                   "attention was Luong's dot product without input feeding; every arm's search "
-                   "was the same 3 random points of 6 epochs, which favours fast starters; and "
-                   "the METAGROSS arms were the linear base and the recurrent base in the input "
-                   "reading only.")
 
 
 def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float],
@@ -238,13 +136,13 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
     where = f"table 1: {ppl[2]} vs {ppl[0]}"
     claims = (*_TABLE1_CLAIMS, Claim(_MG_RNN, "BiLSTM", where, "perplexity"),
               Claim(_MG_PRINTED, "BiLSTM", where, "perplexity"))
-    note = _TABLE1_NOTE + _TABLE1_CHANGED
+    note = notes.TABLE1_NOTE + notes.TABLE1_CHANGED
     if not ordered:
         claims = ()
         note += (" The paper reports every model at the same level here (section 3.1: \"All "
                  "models solve the task with n = 3\"), so no ordering is claimed.")
     epochs = -(-trial_steps // 156)
-    note += _budget_note(epochs * 156, measured)
+    note += notes.budget_note(epochs * 156, measured)
     if setting_note:
         note += " " + setting_note
     search = _equal_search("model.dropout", {"epochs": epochs, "patience": epochs},
@@ -277,7 +175,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               "eval_batches": 0},
         tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 1328}),
         paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
-        note=_PTB_LM_NOTE,
+        note=notes.PTB_LM_NOTE,
     ),
     _seq2seq(
         "copy", "qrnn-copy", "Copy task, 5 digits (appendix)",
@@ -376,7 +274,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             "tree traversal, n = 3", 1248, "S-BiLSTM, 3,744 steps", ordered=False),
     _table1("tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
             (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
-            2236, "S-BiLSTM, 6,708 steps", setting_note=_TREE4_NOTE),
+            2236, "S-BiLSTM, 6,708 steps", setting_note=notes.TREE4_NOTE),
     Experiment(
         id="metagross-logic",
         paper="metagross",
@@ -404,7 +302,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               "it: 11.6 minutes an epoch), so its search (8 trials of 1,560 steps) would take "
               "7.6 hours and its three seeds about 7 hours more at the 12 epochs the linear "
               "unit trained for, per reading; it was not run at this budget."
-              + _budget_note(1560, "LSTM, 4,368 steps")
+              + notes.budget_note(1560, "LSTM, 4,368 steps")
               + " Changed since the previous verdict (runs of 2026-11-23): its arms were the "
               "depth-2 and depth-3 units in the input reading only, and every arm's search was "
               "the same 6 random points of 2 epochs."),
@@ -457,7 +355,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=lr_and_dropout("task.dropout", trials=4,
                                    overrides={"epochs": 10, "patience": 5}),
         paper_metric="pixel MNIST test accuracy (%)",
-        note=_PIXEL_NOTE + _MNIST_BUDGET_NOTE,
+        note=notes.PIXEL_NOTE + notes.MNIST_BUDGET_NOTE,
         chance=0.1,
     ),
     Experiment(
@@ -476,7 +374,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=lr_and_dropout("task.dropout", trials=4,
                                    overrides={"epochs": 3, "patience": 3}),
         paper_metric="no Fashion-MNIST result in the paper",
-        note=_PIXEL_NOTE + _FASHION_NOTE,
+        note=notes.PIXEL_NOTE + notes.FASHION_NOTE,
         chance=0.1,
     ),
     # ------------------------------------------------------------------ translation
@@ -498,7 +396,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         select="loss",
         paper_metric="IWSLT De-En character-level BLEU (not available here)",
         seeds_quick=1,
-        note=_TRANSLATION_NOTE.format(
+        note=notes.TRANSLATION_NOTE.format(
             cap=_CHAR_TRANSLATION_FULL["epochs"],
             data="10,000 of the 25,478 training verses, characters, batch 16 (625 steps an "
                  "epoch)",
@@ -507,7 +405,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                   "the seeds alone could take 13.7 hours at this cap, against 4.7 here. (The "
                   "cap was 30 epochs until one of the LSTM's first two seeds reached it with "
                   "its best validation loss at epoch 29.)")
-        + _BY_LOSS_NOTE + _CHAR_TRANSLATION_QRNN_NOTE,
+        + notes.BY_LOSS_NOTE + notes.CHAR_TRANSLATION_QRNN_NOTE,
     ),
     Experiment(
         id="translation-transformer-metagross",
@@ -532,7 +430,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         note=_WORD_TRANSLATION_NOTE.replace(" each search trial trains 2 epochs;", "")
         + " The METAGROSS feed-forward block has table 9's depth for machine translation "
         "(N = 3) and linear bases (section 3.4); the two arms differ in nothing else."
-        + _budget_note(1125, "Transformer, 3,375 steps")
+        + notes.budget_note(1125, "Transformer, 3,375 steps")
         + " Changed since the previous verdict (runs of 2026-11-24): the METAGROSS block had "
         "depth 2, and both arms' searches were the same 4 random points of 2 epochs.",
     ),
@@ -556,7 +454,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         select="loss",
         paper_metric="IWSLT14 De-En BLEU, 256D",
         seeds_quick=1,
-        note=_CAS_TRANSLATION_NOTE + _BY_LOSS_NOTE,
+        note=_CAS_TRANSLATION_NOTE + notes.BY_LOSS_NOTE,
     ),
     # ------------------------------------------------------------------ CARNN
     Experiment(
@@ -584,7 +482,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               "task.train_size": 10000, "task.valid_size": 500, "task.test_size": 1000},
         tuning_full=_equal_search("model.dropout", {"max_steps": 750}),
         paper_metric="Penn Discourse Treebank test perplexity (w/o latent)",
-        note=_CARNN_LM_NOTE,
+        note=notes.CARNN_LM_NOTE,
     ),
 )
 
