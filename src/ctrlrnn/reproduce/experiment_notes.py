@@ -5,9 +5,24 @@ definitions; these strings become the ``note`` of each)."""
 from __future__ import annotations
 
 
-def budget_note(steps: int, measured: str) -> str:
+def budget_note(steps: int, measured: str, kept: str = "") -> str:
+    """The sentence stating a search's trial budget and where it comes from; ``kept``: why it
+    is longer than the rule (a third of the slowest arm's median steps to its best checkpoint)
+    gives."""
+    if kept:
+        return (f" Each search trial trains {steps:,} steps ({kept}), at least a third of the "
+                f"median steps to the best checkpoint of the slowest arm in the previous full run "
+                f"({measured}).")
     return (f" Each search trial trains {steps:,} steps, a third of the median steps to the "
             f"best checkpoint of the slowest arm in the previous full run ({measured}).")
+
+
+def search_changed(date: str, before: str) -> str:
+    """What changed in an experiment's search since its previous verdict (runs of ``date``):
+    ``before`` describes the earlier search."""
+    return (f" Changed since the previous verdict (runs of {date}): every arm's search was "
+            f"{before}, the same points for every arm (one sampler stream); now each arm has its "
+            f"own 8-trial search (its own stream, 4 random points, then TPE) of the budget above.")
 
 
 PIXEL_NOTE = ("METAGROSS here is one layer of depth 2 with the linear base, whose gates see "
@@ -32,8 +47,8 @@ FASHION_NOTE = (" In full mode the models train on 10,000 of the 55,000 training
                 "fixed random sample), 156 steps an epoch at batch 64, evaluated on the whole "
                 "validation split every epoch, stopped after 5 epochs without improvement or "
                 "at 100 (raised from 40 after two of METAGROSS's seeds reached 40 still "
-                "improving; those two continued from their checkpoints); each search trial "
-                "trains 3 epochs. The whole set, 859 steps an epoch "
+                "improving; those two continued from their checkpoints). The whole set, 859 steps "
+                "an epoch "
                 "at the 0.18-0.24 s a step measured here, would take about 3.6 hours for the "
                 "seeds alone at a 12-epoch cap.")
 
@@ -47,7 +62,7 @@ CHAR_TRANSLATION_QRNN_NOTE = (
 
 TRANSLATION_NOTE = ("In full mode the models train on {data}, evaluated with beam 4 on 100 "
                     "validation verses every epoch and stopped after 4 epochs without "
-                    "improvement or at {cap} epochs; each search trial trains 2 epochs; the "
+                    "improvement or at {cap} epochs; the "
                     "test BLEU is on 300 verses. {whole}")
 
 #: why the character-level and CAS-LSTM translation runs select by the validation loss
@@ -89,8 +104,8 @@ CARNN_LM_NOTE = ("In full mode the models train on the first 10,000 training sen
 PTB_LM_NOTE = ("In full mode: 2 layers of 256 units, batch 20, BPTT 35 (1,328 steps an "
                "epoch; 0.12-0.14 s a step for every arm, measured here with `ctrlrnn "
                "reproduce --estimate`), evaluated on the whole validation split 4 times an "
-               "epoch and stopped after 1.5 epochs without improvement, at 12 epochs at most; "
-               "each search trial trains one epoch. The paper trains 640-unit layers for 72 "
+               "epoch and stopped after 1.5 epochs without improvement, at 12 epochs at most. "
+               "The paper trains 640-unit layers for 72 "
                "epochs with a decaying learning rate: 72 epochs are about 3.5 hours a run "
                "here even at 256 units, so the paper's numbers are for orientation.")
 

@@ -17,9 +17,6 @@ __all__ = ["EXPERIMENTS", "PAGES", "Arm", "Claim", "Experiment", "by_id"]
 
 
 _SMALL = {"hidden_size": 64}
-#: the classifiers' search: the learning rate and the classifier's dropout (eq 14 of RCRN's
-#: MLP, the pair classifier's), 6 trials of 2 epochs per arm
-_CLASSIFIER_TUNING = lr_and_dropout("task.dropout", overrides={"epochs": 2, "patience": 1})
 #: the logical inference cap: the LSTM's validation accuracy still rose by ~0.6 points an
 #: epoch at the 12 epochs first set, so its runs stop by patience well before this cap
 _LOGIC_EPOCHS = 50
@@ -44,6 +41,23 @@ def _equal_search(key: str, budget: dict[str, Any], dropout: tuple[float, float]
     ``budget`` (long enough to rank the arms by where their runs end)."""
     return lr_and_dropout(key, trials=8, startup=4, arm_streams=True, lr=lr, dropout=dropout,
                           overrides=budget)
+
+
+def _epochs_search(key: str, epochs: int, steps_per_epoch: int,
+                   dropout: tuple[float, float] = (0.0, 0.4)) -> Tuning:
+    """:func:`_equal_search` whose trials train ``epochs`` whole epochs (no early stop: every
+    trial is ranked where it ends); ``steps_per_epoch`` only documents the budget in steps."""
+    del steps_per_epoch
+    return _equal_search(key, {"epochs": epochs, "patience": epochs}, dropout=dropout)
+
+
+#: what changed in the searches of the experiments tuned before the equal-footing rules
+_CLASSIFIER_CHANGED = notes.search_changed(
+    "2026-11-23", "the same 6 points of 2 epochs (patience 1), 3 drawn at random")
+_SEQ2SEQ_CHANGED = notes.search_changed(
+    "2026-11-23", "the same 3 random points of at most 6 epochs (patience 2)")
+_TRANSLATION_CHANGED = notes.search_changed(
+    "2026-11-24", "the same 4 points of 2 epochs, 3 drawn at random")
 
 
 #: the translation experiments in full mode: whole-epoch evaluations (beam 4 on 100 validation
@@ -76,23 +90,17 @@ _CAS_TRANSLATION_NOTE = notes.TRANSLATION_NOTE.format(
 #: decoder's convolutions stay masked, width 2 (table 3: "k = 2 for all layers other than the
 #: first encoder layer")
 _CHAR_TRANSLATION_QRNN: dict[str, Any] = {"num_layers": 2, "window": [6, 2], "causal": False}
-_TRANSLATION_TUNING = lr_and_dropout("model.dropout", trials=4,
-                                     overrides={"epochs": 2, "patience": 2})
 
 
-#: the seq2seq tasks' search: the learning rate and the encoder-decoder's dropout, 3 trials of
-#: at most 6 epochs (patience 2 evaluations) per arm: what this machine's budget allows
-_SEQ2SEQ_TUNING = lr_and_dropout("model.dropout", trials=3, dropout=(0.0, 0.3),
-                                 overrides={"epochs": 6, "patience": 2})
 
 
 def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
-             claims: tuple[Claim, ...], task_args: dict[str, Any], paper_metric: str,
-             metric: str = "exact_match", page: str = "metagross",
+             claims: tuple[Claim, ...], task_args: dict[str, Any], paper_metric: str, *,
+             tuning: Tuning, metric: str = "exact_match", page: str = "metagross",
              also: tuple[str, ...] = (), note: str = "",
-             paper_comparable: bool = False, tuning: Tuning | None = None) -> Experiment:
+             paper_comparable: bool = False) -> Experiment:
     """A seq2seq experiment: full mode trains to a patience of 4 evaluations (one per epoch)
-    or a cap of 100 epochs, after the arms' equal tuning. (The cap was 30 epochs until the
+    or a cap of 100 epochs, after the arms' equal ``tuning``. (The cap was 30 epochs until the
     runs at sorting n = 10 and tree traversal n = 4 hit it while still improving; runs that
     stopped at it continue from their checkpoints, see :mod:`ctrlrnn.reproduce.stopping`.)"""
     return Experiment(
@@ -104,7 +112,7 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"epochs": 100, "batch_size": 64, "patience": 4,
               "task.train_size": 10000, "task.valid_size": 1000, "task.test_size": 1000},
-        tuning_full=tuning or _SEQ2SEQ_TUNING,
+        tuning_full=tuning,
     )
 
 
@@ -173,21 +181,29 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 200, "epochs": 1, "model.hidden_size": 128, "eval_batches": 20},
         full={"epochs": 12, "model.hidden_size": 256, "eval_every": 332, "patience": 6,
               "eval_batches": 0},
-        tuning_full=lr_and_dropout("model.dropout", trials=4, overrides={"max_steps": 1328}),
+        tuning_full=_equal_search("model.dropout", {"max_steps": 4316}),
         paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
-        note=notes.PTB_LM_NOTE,
+        note=notes.PTB_LM_NOTE + notes.budget_note(4316, "QRNN + zoneout 0.1, 12,948 steps")
+        + notes.search_changed("2026-11-24", "4 points of one epoch (1,328 steps), 3 drawn at "
+                               "random"),
     ),
     _seq2seq(
         "copy", "qrnn-copy", "Copy task, 5 digits (appendix)",
         (Arm("LSTM", "lstm", _SMALL), Arm("QRNN", "qrnn", _SMALL)),
         (Claim("LSTM", "QRNN", "appendix: the LSTM converges with smaller models"),),
         {"digits": 5}, "converges (>99% validation character accuracy) or not", page="qrnn",
+        tuning=_epochs_search("model.dropout", 6, 156, dropout=(0.0, 0.3)),
+        note=notes.budget_note(936, "QRNN, 2,184 steps", kept="6 epochs, the earlier trials' "
+                               "length") + _SEQ2SEQ_CHANGED,
     ),
     _seq2seq(
         "addition", "qrnn-addition", "Addition task, 5 digits (appendix)",
         (Arm("LSTM", "lstm", _SMALL), Arm("QRNN", "qrnn", _SMALL)),
         (Claim("LSTM", "QRNN", "appendix: LSTMs need 2x128, QRNNs > 3x256"),),
         {"digits": 5}, "converges (>99% validation character accuracy) or not", page="qrnn",
+        tuning=_epochs_search("model.dropout", 12, 156, dropout=(0.0, 0.3)),
+        note=notes.budget_note(1872, "LSTM, 5,304 steps", kept="12 whole epochs")
+        + _SEQ2SEQ_CHANGED,
     ),
     # ------------------------------------------------------------------ RCRN
     Experiment(
@@ -205,7 +221,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         claims=(Claim("RCRN", "BiLSTM", "tables 1-5"), Claim("RCRN", "3L-BiLSTM", "tables 1-5")),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
         full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
-        tuning_full=_CLASSIFIER_TUNING,
+        tuning_full=_epochs_search("task.dropout", 2, 317),
+        note=notes.budget_note(634, "BiLSTM, 1,585 steps", kept="2 whole epochs")
+        + _CLASSIFIER_CHANGED,
         paper_metric="accuracy on 16 Amazon review sets, SST, IMDb, TREC (not available here)",
     ),
     Experiment(
@@ -223,7 +241,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         claims=(Claim("RCRN", "BiLSTM", "table 2"), Claim("RCRN", "3L-BiLSTM", "table 2")),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
         full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
-        tuning_full=_CLASSIFIER_TUNING,
+        tuning_full=_epochs_search("task.dropout", 2, 264),
+        note=notes.budget_note(528, "3L-BiLSTM, 1,056 steps", kept="2 whole epochs")
+        + _CLASSIFIER_CHANGED,
         paper_metric="SST-5 test accuracy (%)",
     ),
     # ------------------------------------------------------------------ CAS-LSTM
@@ -241,7 +261,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         claims=(Claim("2-layer CAS-LSTM", "2-layer LSTM", "table 4"),),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
         full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
-        tuning_full=_CLASSIFIER_TUNING,
+        tuning_full=_epochs_search("task.dropout", 2, 264),
+        note=notes.budget_note(528, "2-layer CAS-LSTM, 792 steps", kept="the earlier trials' "
+                               "2 epochs") + _CLASSIFIER_CHANGED,
         paper_metric="SST-5 test accuracy (%)",
     ),
     Experiment(
@@ -259,7 +281,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
                "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
         full={"epochs": _LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
-        tuning_full=_CLASSIFIER_TUNING,
+        tuning_full=_epochs_search("task.dropout", 5, 312),
+        note=notes.budget_note(1560, "2-layer LSTM, 4,680 steps") + _CLASSIFIER_CHANGED,
         paper_metric="SNLI / MultiNLI accuracy (not available here)",
     ),
     # ------------------------------------------------------------------ METAGROSS
@@ -330,11 +353,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                 Claim("METAGROSS (depth 3)", "GRU", "table 7 with table 9's depth")),
         note=("`METAGROSS` has depth 2 and the linear base; `METAGROSS (depth 3)` is table 9's "
               "unit for this task (depth 3, linear base). The cap was 60 epochs until 5 of the "
-              "9 tuned runs stopped at it."),
+              "9 tuned runs stopped at it."
+              + notes.budget_note(378, "METAGROSS, 1,134 steps")
+              + notes.search_changed("2026-11-23", "the same 4 points of 10 epochs (patience 3), "
+                                     "3 drawn at random")),
         quick={"max_steps": 150, "epochs": 10, "model.hidden_size": 64},
         full={"epochs": 200, "model.hidden_size": 128, "patience": 8},
-        tuning_full=lr_and_dropout("task.dropout", trials=4,
-                                   overrides={"epochs": 10, "patience": 3}),
+        tuning_full=_epochs_search("task.dropout", 21, 18),
         paper_metric="JSB Chorales test NLL",
     ),
     Experiment(
@@ -352,10 +377,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 60, "epochs": 1, "model.hidden_size": 32, "batch_size": 64,
                "eval_batches": 4},
         full={"epochs": 100, "model.hidden_size": 128, "batch_size": 64, "patience": 10},
-        tuning_full=lr_and_dropout("task.dropout", trials=4,
-                                   overrides={"epochs": 10, "patience": 5}),
+        tuning_full=_epochs_search("task.dropout", 10, 62),
         paper_metric="pixel MNIST test accuracy (%)",
-        note=notes.PIXEL_NOTE + notes.MNIST_BUDGET_NOTE,
+        note=notes.PIXEL_NOTE + notes.MNIST_BUDGET_NOTE
+        + notes.search_changed("2026-11-23", "4 points of 10 epochs (patience 5), 3 drawn at "
+                               "random"),
         chance=0.1,
     ),
     Experiment(
@@ -371,10 +397,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "eval_batches": 4},
         full={"epochs": 100, "model.hidden_size": 128, "batch_size": 64, "patience": 5,
               "task.train_size": 10000},
-        tuning_full=lr_and_dropout("task.dropout", trials=4,
-                                   overrides={"epochs": 3, "patience": 3}),
+        tuning_full=_epochs_search("task.dropout", 13, 156),
         paper_metric="no Fashion-MNIST result in the paper",
-        note=notes.PIXEL_NOTE + notes.FASHION_NOTE,
+        note=notes.PIXEL_NOTE + notes.FASHION_NOTE
+        + notes.budget_note(2028, "METAGROSS, 5,928 steps", kept="13 whole epochs")
+        + notes.search_changed("2026-11-23", "4 points of 3 epochs, 3 drawn at random"),
         chance=0.1,
     ),
     # ------------------------------------------------------------------ translation
@@ -392,7 +419,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
         full=_CHAR_TRANSLATION_FULL,
-        tuning_full=_TRANSLATION_TUNING,
+        tuning_full=_epochs_search("model.dropout", 10, 625),
         select="loss",
         paper_metric="IWSLT De-En character-level BLEU (not available here)",
         seeds_quick=1,
@@ -405,7 +432,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                   "the seeds alone could take 13.7 hours at this cap, against 4.7 here. (The "
                   "cap was 30 epochs until one of the LSTM's first two seeds reached it with "
                   "its best validation loss at epoch 29.)")
-        + notes.BY_LOSS_NOTE + notes.CHAR_TRANSLATION_QRNN_NOTE,
+        + notes.BY_LOSS_NOTE + notes.CHAR_TRANSLATION_QRNN_NOTE
+        + notes.budget_note(6250, "LSTM, 18,125 steps", kept="10 whole epochs")
+        + _TRANSLATION_CHANGED,
     ),
     Experiment(
         id="translation-transformer-metagross",
@@ -427,7 +456,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=_equal_search("model.dropout", {"epochs": 3, "patience": 3}),
         paper_metric="IWSLT14 De-En BLEU, Transformer small",
         seeds_quick=1,
-        note=_WORD_TRANSLATION_NOTE.replace(" each search trial trains 2 epochs;", "")
+        note=_WORD_TRANSLATION_NOTE
         + " The METAGROSS feed-forward block has table 9's depth for machine translation "
         "(N = 3) and linear bases (section 3.4); the two arms differ in nothing else."
         + notes.budget_note(1125, "Transformer, 3,375 steps")
@@ -450,11 +479,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "task.train_size": 3000, "task.valid_size": 64, "task.test_size": 64,
                "task.beam": 4},
         full=_CAS_TRANSLATION_FULL,
-        tuning_full=_TRANSLATION_TUNING,
+        tuning_full=_epochs_search("model.dropout", 16, 375),
         select="loss",
         paper_metric="IWSLT14 De-En BLEU, 256D",
         seeds_quick=1,
-        note=_CAS_TRANSLATION_NOTE + notes.BY_LOSS_NOTE,
+        note=_CAS_TRANSLATION_NOTE + notes.BY_LOSS_NOTE
+        + notes.budget_note(6000, "LSTM, 18,000 steps") + _TRANSLATION_CHANGED,
     ),
     # ------------------------------------------------------------------ CARNN
     Experiment(

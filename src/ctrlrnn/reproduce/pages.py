@@ -130,7 +130,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if exp.chance is not None:
         lines[-1] += f" Chance level: {_fmt(exp.chance * scale)}{unit.strip(' ()')}."
     if exp.note:
-        lines += ["", exp.note]
+        lines += ["", exp.note.strip()]
     # how the stored runs evaluated and stopped: the definition they ran under (stored with them)
     standing = Standing(exp, mode, data)
     ran = standing.stored_overrides or exp.overrides(mode)
