@@ -77,3 +77,32 @@ def test_gemm_rate_at_is_cached_per_shape():
     a = roofline.gemm_rate_at((64, 32, 48))
     assert a > 0 and roofline.gemm_rate_at((64, 32, 48)) == a
     assert (64, 32, 48, str(torch.float32), torch.get_num_threads()) in roofline._RATES
+
+
+def test_backend_is_a_readable_list_not_a_json_blob():
+    from ctrlrnn.bench.benchmarks_page import backend_lines
+
+    backend = {
+        "cache": "/c", "compiler": "g++ 12", "forced_reference": False,
+        "require_compiled": True,
+        "families": {"scan": {"ops": "linear scan", "cpu": "compiled", "reason": "cached",
+                              "parallel_threads": 2, "cuda": "triton kernels"},
+                     "cells": {"cpu": "reference", "reason": "no compiler", "cuda": "none"}},
+        "cuda": {"available": False, "device": None, "triton": None},
+        "gemm": {"requested": "auto", "forced": "auto", "onednn_usable": True,
+                 "classes": {"a": {"path": "blas"}, "b": {"path": "onednn"},
+                             "c": {"path": "blas"}}},
+    }
+    lines = backend_lines(backend)
+    assert lines[0].startswith("- ctrlrnn backend: compiled kernels cached in `/c`")
+    assert "compiled kernels required: yes" in lines[0]
+    assert "  - `scan` (linear scan): CPU compiled, cached, 2 parallel threads; CUDA: " \
+           "triton kernels" in lines
+    assert "  - `cells`: CPU reference, no compiler; CUDA: none" in lines
+    assert "  - CUDA device: none; Triton: not installed" in lines
+    assert "3 shape classes measured on this CPU: 2 blas, 1 onednn" in lines[-1]
+    assert not any("{" in ln for ln in lines)
+    # a run saved before the backend was recorded, or by an older ctrlrnn (no GEMM map)
+    assert backend_lines(None) == ["- ctrlrnn backend: not recorded"]
+    older = backend_lines({"cache": "/c", "families": {}})
+    assert len(older) == 1 and "GEMM" not in older[0]

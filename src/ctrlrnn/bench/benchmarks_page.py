@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ctrlrnn import files
 from ctrlrnn.bench.result_rows import (
     LOW_CPU_SHARE,
     MEMORY_HEADERS,
@@ -101,6 +100,50 @@ def repeats_text(doc: dict[str, Any]) -> str:
     return text
 
 
+def _yes(v: Any) -> str:
+    return "yes" if v else "no"
+
+
+def backend_lines(backend: Any) -> list[str]:
+    """The ctrlrnn backend of a run (``ctrlrnn.backend_info()``) as a short Markdown list: the
+    compiler and cache, each kernel family's CPU and CUDA status, and how many GEMM shape
+    classes went to each path (the full map stays in the result JSON)."""
+    if not isinstance(backend, dict):
+        return ["- ctrlrnn backend: not recorded"]
+    head = (f"- ctrlrnn backend: compiled kernels cached in `{backend.get('cache')}`, compiler "
+            f"`{backend.get('compiler') or 'none found'}`; reference forced: "
+            f"{_yes(backend.get('forced_reference'))}, compiled kernels required: "
+            f"{_yes(backend.get('require_compiled'))}")
+    lines = [head]
+    for name, fam in (backend.get("families") or {}).items():
+        if not isinstance(fam, dict):
+            continue
+        what = f" ({fam['ops']})" if fam.get("ops") else ""
+        threads = (f", {fam['parallel_threads']} parallel threads"
+                   if fam.get("parallel_threads") else "")
+        lines.append(f"  - `{name}`{what}: CPU {fam.get('cpu')}, {fam.get('reason')}{threads}; "
+                     f"CUDA: {fam.get('cuda')}")
+    cuda = backend.get("cuda")
+    if isinstance(cuda, dict):
+        lines.append(f"  - CUDA device: {cuda.get('device') or 'none'}; Triton: "
+                     f"{cuda.get('triton') or 'not installed'}")
+    g = backend.get("gemm")
+    if isinstance(g, dict):
+        classes = g.get("classes") or {}
+        counts: dict[str, int] = {}
+        for v in classes.values():
+            path = v.get("path", "?") if isinstance(v, dict) else str(v)
+            counts[path] = counts.get(path, 0) + 1
+        split = ", ".join(f"{n} {p}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        lines.append(f"  - GEMM path: `{g.get('forced')}` (`CTRLRNN_GEMM` requested "
+                     f"`{g.get('requested')}`), oneDNN usable: {_yes(g.get('onednn_usable'))}; "
+                     f"{len(classes)} shape classes measured on this CPU"
+                     + (f": {split}" if split else "")
+                     + " (each class and its BLAS/oneDNN time ratio: `machine.backend.gemm` in "
+                     "the result JSON)")
+    return lines
+
+
 def gemm_lines(doc: dict[str, Any]) -> list[str]:
     """Which GEMM path the run's compiled kernels took, overall and per row."""
     g = doc.get("gemm")
@@ -114,7 +157,8 @@ def gemm_lines(doc: dict[str, Any]) -> list[str]:
         f"ctrlrnn's compiled kernels ran their float32 GEMMs with {how}; oneDNN reachable from "
         f"this torch: {'yes' if g.get('onednn_usable') else 'no'}. `step` = the per-step "
         "recurrent products, `bulk` = input projections and weight gradients; `blas` = torch's "
-        "BLAS (MKL here), `onednn` = oneDNN (what `torch.nn.LSTM` runs on). Rows on torch's own "
+        "BLAS (MKL here), `blas1` = that BLAS held to the calling thread, `onednn` = oneDNN "
+        "(what `torch.nn.LSTM` runs on). Rows on torch's own "
         "kernels only (nn.LSTM, nn.GRU, RCRN's controllers) show `-`.",
         "",
     ]
@@ -201,7 +245,7 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         f"{_load(m.get('load_average_at_start'))}, "
         f"when it ended (this includes the run itself): {_load(doc.get('load_average_at_end'))}",
         f"- ctrlrnn {m.get('ctrlrnn_version')}, git {m.get('git_commit')}",
-        f"- ctrlrnn backend: `{files.dumps(m.get('backend'), default=str)}`",
+        *backend_lines(m.get("backend")),
     ]
     par = [ln for ln in m.get("torch_parallel_info", []) if "backend" in ln or "Library" in ln]
     if par:
