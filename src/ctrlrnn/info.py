@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         elif st["log"] and not st["log"].startswith("cached"):
             print(f"            build log: {st['log']}")
         print(f"            cuda: {st['cuda']}")
+    print(f"CUDA graphs of the fused cells' step loops: {info['cuda']['step_graphs']}")
     _print_gemm(info["gemm"])
     return 0
 

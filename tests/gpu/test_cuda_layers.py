@@ -134,3 +134,41 @@ def test_every_family_runs_triton_on_this_device():
     for family in ("scan", "cells", "metagross"):
         line = backend._cuda_status(family)
         assert "reference" not in line and "kernels" in line, line
+
+
+def _graph_layer(name: str) -> torch.nn.Module:
+    """The layers whose recurrences run on the Triton host's step loops."""
+    import ctrlrnn
+
+    if name == "rcrn_fused_bi":
+        return ctrlrnn.RCRN(D, H, bidirectional=True, batch_first=True, controllers="fused")
+    return _layers()[name]()
+
+
+@pytest.mark.parametrize("name", ["caslstm_bi", "carnn_n", "metagross_state_bi", "rcrn_fused_bi"])
+def test_step_loops_as_cuda_graphs_equal_launched_loops(name, monkeypatch):
+    """``CTRLRNN_CUDA_GRAPHS``: three calls with new inputs each (eager, capture, replay) give
+    what the loops launched per step give, outputs and gradients, and graphs were captured."""
+    from ctrlrnn.ops.gpu import step_graphs
+
+    torch.manual_seed(0)
+    layer = _graph_layer(name).cuda()
+    lengths = torch.tensor(LENGTHS)
+
+    def calls(on: bool) -> list[list[torch.Tensor]]:
+        graphs = step_graphs.StepGraphs(force=on)
+        monkeypatch.setattr(step_graphs, "GRAPHS", graphs)
+        results = []
+        for seed in range(3):
+            x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))
+            x = x.cuda().requires_grad_()
+            out, states = _run(layer, name, x, lengths, packed=False)
+            grads = torch.autograd.grad(out.square().sum() + sum(s.sum() for s in states),
+                                        [x, *layer.parameters()])  # fmt: skip
+            results.append([out.detach(), *(s.detach() for s in states), *grads])
+        assert (graphs.captures > 0) is on
+        return results
+
+    for got, want in zip(calls(True), calls(False), strict=True):
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

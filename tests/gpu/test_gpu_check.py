@@ -161,6 +161,11 @@ def _sample() -> dict:
                            "rows": [dict(row, length=16)]},
             "caslstm": {"ours": "CASLSTM", "baseline": "LSTM-2", "rows": [row]},
             "metagross": {"error": "RuntimeError: out of memory"},
+            "cells_graphs": {"baseline": "cuDNN", "skipped": ["CAS-LSTM T=256"], "rows": [
+                {"model": "RCRN (controllers='fused')", "batch": 32, "length": 16, "width": 200,
+                 "launched_train_ms": 20.0, "graphs_train_ms": 8.0, "base_train_ms": 10.0,
+                 "launched_infer_ms": 6.0, "graphs_infer_ms": 3.0, "base_infer_ms": 4.0,
+                 "captures": 4, "repeats": 5}]},
         },
     }  # fmt: skip
 
@@ -182,6 +187,11 @@ def test_render_page_tables():
     assert "### RCRN on the fused-cell engine vs 3-layer cuDNN BiLSTM" in page
     assert any(ln.startswith("| 32 | 16 | 200 |") for ln in lines)
     assert "Failed: `RuntimeError: out of memory`" in page
+    assert "### The fused cells' step loops as CUDA graphs" in page
+    graphs = next(ln for ln in lines if ln.startswith("| RCRN (controllers='fused') |"))
+    assert graphs.split(" | ")[4:10] == ["20.00", "8.00", "0.40", "10.00", "0.80", "6.00"]
+    assert graphs.endswith("| 0.50 | 4.00 | 4 |")
+    assert "Not measured (time budget): CAS-LSTM T=256" in page
     assert gc.HOWTO in page  # the how-to part stays on the rendered page
 
 

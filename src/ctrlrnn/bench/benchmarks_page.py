@@ -126,7 +126,9 @@ def backend_lines(backend: Any) -> list[str]:
     cuda = backend.get("cuda")
     if isinstance(cuda, dict):
         lines.append(f"  - CUDA device: {cuda.get('device') or 'none'}; Triton: "
-                     f"{cuda.get('triton') or 'not installed'}")
+                     f"{cuda.get('triton') or 'not installed'}"
+                     + (f"; step loops as CUDA graphs: {cuda['step_graphs']}"
+                        if cuda.get("step_graphs") else ""))
     g = backend.get("gemm")
     if isinstance(g, dict):
         classes = g.get("classes") or {}

@@ -2,7 +2,9 @@
 scan against the copy bandwidth measured in the same run; the QRNN against cuDNN ``nn.LSTM``
 over the QRNN paper's figure 4 grid; RCRN against a 3-layer cuDNN BiLSTM (RCRN paper table 10),
 on torch's LSTM (the default) and on the fused-cell engine;
-CAS-LSTM against a 2-layer cuDNN LSTM; METAGROSS (both readings) against a cuDNN LSTM.
+CAS-LSTM against a 2-layer cuDNN LSTM; METAGROSS (both readings) against a cuDNN LSTM; the
+fused cells' step loops launched step by step against the same loops replayed as CUDA graphs
+(``CTRLRNN_CUDA_GRAPHS``).
 
 Timings are medians of repeats after a warm-up, timed by CUDA events, the compared rows one
 sample each in turn (:func:`ctrlrnn.timing.interleave`); a benchmark reduces its repeats
@@ -20,6 +22,7 @@ import torch
 
 from ctrlrnn import CASLSTM, QRNN, RCRN, Metagross, __version__
 from ctrlrnn.ops import backend, gpu
+from ctrlrnn.ops.gpu import step_graphs
 from ctrlrnn.ops.linear_scan import linear_scan
 from ctrlrnn.timing import Timer, cuda_event_seconds, interleave
 
@@ -303,6 +306,68 @@ def bench_metagross_state(budget: Budget) -> dict[str, Any]:
     rows, skipped = _pair_rows(budget, build, ARCH_POINTS)
     return {"ours": "Metagross as printed (gates='state'), depth 2, linear base, residual",
             "baseline": "cuDNN nn.LSTM, 1 layer", "rows": rows, "skipped": skipped}
+
+
+#: The lengths of the CUDA-graph rows (batch 32, width 200: RCRN's table 10 setting).
+GRAPHS_LENGTH = (16, 64, 256)
+
+
+def _graphs(fn: Callable[[], None], on: bool) -> Callable[[], None]:
+    """``fn`` with the fused cells' step loops as CUDA graphs (``on``) or launched per step."""
+    def step() -> None:
+        before = step_graphs.GRAPHS.force
+        step_graphs.GRAPHS.force = on
+        try:
+            fn()
+        finally:
+            step_graphs.GRAPHS.force = before
+
+    return step
+
+
+def bench_cells_graphs(budget: Budget) -> dict[str, Any]:
+    """RCRN on the fused engine (six LSTMs a layer as one stack) and a 2-layer CAS-LSTM, their
+    step loops launched per step from Python against the same loops captured in CUDA graphs,
+    beside the cuDNN baseline; the warm-up's second call captures each graph."""
+    models: dict[str, Callable[[int], tuple[Any, Any]]] = {
+        "RCRN (controllers='fused')": lambda W: (
+            RCRN(W, W, bidirectional=True, batch_first=True, controllers="fused"),
+            torch.nn.LSTM(W, W, num_layers=3, bidirectional=True, batch_first=True)),
+        "CAS-LSTM, 2 layers": lambda W: (
+            CASLSTM(W, W, num_layers=2, batch_first=True),
+            torch.nn.LSTM(W, W, num_layers=2, batch_first=True)),
+    }  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    points = [(name, t) for name in models for t in GRAPHS_LENGTH]
+    for i, (name, Tn) in enumerate(points):
+        if budget.left() <= 0:
+            skipped.append(f"{name} T={Tn}")
+            continue
+        torch.manual_seed(0)
+        ours, base = (m.cuda() for m in models[name](RCRN_DIM))
+        x = torch.randn(RCRN_BATCH, Tn, RCRN_DIM, device="cuda")
+        xr = x.clone().requires_grad_()
+        captures = step_graphs.GRAPHS.captures
+        reps = _reps(budget, 2 * (len(points) - i), 8e-3 * (1 + Tn / 64), cap=15)
+        t_inf = time_interleaved([_graphs(_infer(ours, [x]), False),
+                                  _graphs(_infer(ours, [x]), True), _infer(base, [x])],
+                                 2, reps, budget)  # fmt: skip
+        t_tr = time_interleaved([_graphs(_train_step(ours, [xr]), False),
+                                 _graphs(_train_step(ours, [xr]), True),
+                                 _train_step(base, [xr])], 2, reps, budget)  # fmt: skip
+        row: dict[str, Any] = {"model": name, "batch": RCRN_BATCH, "length": Tn,
+                               "width": RCRN_DIM}
+        for what, timed in (("train", t_tr), ("infer", t_inf)):
+            for k, how in enumerate(("launched", "graphs", "base")):
+                row[f"{how}_{what}_ms"] = timed[k]["median_ms"]
+        row["captures"] = step_graphs.GRAPHS.captures - captures
+        row["repeats"] = t_tr[0]["repeats"]
+        rows.append(row)
+        step_graphs.GRAPHS.clear()  # each point's graphs hold its activations: free them
+        del ours, base, x, xr
+    return {"baseline": "cuDNN nn.LSTM (3-layer BiLSTM for RCRN, 2-layer LSTM for CAS-LSTM)",
+            "rows": rows, "skipped": skipped}
 
 
 def device_info() -> dict[str, Any]:

@@ -101,6 +101,29 @@ def _pair_table(d: dict[str, Any], paper: bool = False) -> list[str]:
     return [*lines, ""]
 
 
+def _graphs_table(d: dict[str, Any]) -> list[str]:
+    """The fused cells' step loops launched per step against the same loops as CUDA graphs."""
+    lines = ["The same model with its step loops launched step by step from Python "
+             "(`CTRLRNN_CUDA_GRAPHS=0`, the default) and replayed as CUDA graphs "
+             f"(`CTRLRNN_CUDA_GRAPHS=1`), beside {d.get('baseline', 'the baseline')}; "
+             "graphs / launched below 1: the graphs are faster.", "",
+             "| model | batch | length | width | train ms launched | train ms graphs | "
+             "graphs / launched | train ms cuDNN | graphs / cuDNN | inference ms launched | "
+             "inference ms graphs | graphs / launched | inference ms cuDNN | graphs captured |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in d.get("rows", []):
+        cells = [r["model"], r["batch"], r["length"], r["width"], _f(r["launched_train_ms"]),
+                 _f(r["graphs_train_ms"]), _f(_ratio(r["graphs_train_ms"], r["launched_train_ms"])),
+                 _f(r["base_train_ms"]), _f(_ratio(r["graphs_train_ms"], r["base_train_ms"])),
+                 _f(r["launched_infer_ms"]), _f(r["graphs_infer_ms"]),
+                 _f(_ratio(r["graphs_infer_ms"], r["launched_infer_ms"])),
+                 _f(r["base_infer_ms"]), r.get("captures", "-")]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    if d.get("skipped"):
+        lines += ["", f"Not measured (time budget): {', '.join(d['skipped'])}."]
+    return [*lines, ""]
+
+
 def _section(title: str, d: dict[str, Any] | None, body: Callable[[dict[str, Any]], list[str]]
              ) -> list[str]:  # fmt: skip
     lines = [f"### {title}", ""]
@@ -217,6 +240,8 @@ def render_page(results: dict[str, Any] | None) -> str:
         lines += _section("METAGROSS vs cuDNN LSTM", bench.get("metagross"), _pair_table)
         lines += _section("METAGROSS as printed (gates='state') vs cuDNN LSTM",
                           bench.get("metagross_state"), _pair_table)
+        lines += _section("The fused cells' step loops as CUDA graphs",
+                          bench.get("cells_graphs"), _graphs_table)
     lines += [HOWTO]
     return "\n".join(lines)
 

@@ -142,6 +142,19 @@ FAMILY_OPS: dict[str, str] = {
 }
 
 
+def _step_graphs_status() -> str:
+    """Whether the fused cells' step loops are captured in CUDA graphs on CUDA tensors."""
+    from ctrlrnn.ops.gpu import step_graphs
+
+    try:
+        on = step_graphs.enabled()
+    except ValueError as e:
+        return f"invalid: {e}"
+    return ("on: each call signature's loop captured on its second call, then replayed "
+            f"({step_graphs.ENV}=1)" if on
+            else f"off: one launch per step from Python ({step_graphs.ENV}=0, the default)")
+
+
 def backend_info() -> dict[str, Any]:
     """Which backend each op family uses on CPU (and CUDA), and why.
 
@@ -159,6 +172,7 @@ def backend_info() -> dict[str, Any]:
             "available": torch.cuda.is_available(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "triton": gpu.triton_status()[1],
+            "step_graphs": _step_graphs_status(),
         },
     }
     for family in _extension.EXTENSIONS:

@@ -54,6 +54,7 @@ from torch import Tensor
 
 from ctrlrnn.ops.cells import cas_lstm, gru, lstm, metagross_state, ncarnn
 from ctrlrnn.ops.cells.shell import Cell, per_recurrence, stacked
+from ctrlrnn.ops.gpu import step_graphs
 from ctrlrnn.ops.gpu._common import acc_dtype
 
 
@@ -124,12 +125,29 @@ def forward(cell: Cell, kernels: ModuleType, *args: Any) -> tuple[Tensor, ...]:
         per = _per_recurrence_inputs(kernels)
         flat = [_rows(v, n, per) for n, v in zip(cell.args, args, strict=False)]
         lengths = args[len(cell.args)]
-        out = _forward(cell, kernels, SimpleNamespace(
+        out = _looped(_forward, cell, kernels, SimpleNamespace(
             **dict(zip(cell.args, flat, strict=True)),
             lengths=None if lengths is None else lengths.repeat(R), save=args[-1]), R)
         return tuple(_unrows(o, "", per, R) for o in out)
     a = SimpleNamespace(**dict(zip((*cell.args, "lengths", "save"), args, strict=True)))
-    return _forward(cell, kernels, a, None)
+    return _looped(_forward, cell, kernels, a, None)
+
+
+Loop = Callable[[Cell, ModuleType, SimpleNamespace, "int | None"], tuple[Tensor, ...]]
+
+
+def _looped(loop: Loop, cell: Cell, kernels: ModuleType, a: SimpleNamespace, R: int | None
+            ) -> tuple[Tensor, ...]:  # fmt: skip
+    """``loop`` (:func:`_forward` or :func:`_backward`) on ``a``, through a CUDA graph of the
+    whole step loop where ``CTRLRNN_CUDA_GRAPHS`` asks for one (:mod:`..gpu.step_graphs`).
+    The lengths go to the device first: a graph cannot capture a copy from the host."""
+    seq = a.x_proj if loop is _forward else a.h_seq
+    if a.lengths is not None:
+        a.lengths = _lengths(a.lengths, seq)
+    if seq.numel() == 0:
+        return loop(cell, kernels, a, R)
+    return step_graphs.GRAPHS.run((cell.name, loop.__name__, R), a,
+                                  lambda ns: loop(cell, kernels, ns, R))
 
 
 def _forward(cell: Cell, kernels: ModuleType, a: SimpleNamespace, R: int | None
@@ -196,10 +214,10 @@ def backward(cell: Cell, kernels: ModuleType, *args: Any) -> tuple[Tensor, ...]:
         per = _per_recurrence_inputs(kernels)
         a = SimpleNamespace(**{n: _rows(v, n, per) for n, v in named.items() if n != "lengths"})
         a.lengths = None if named["lengths"] is None else named["lengths"].repeat(R)
-        grads = _backward(cell, kernels, a, R)
+        grads = _looped(_backward, cell, kernels, a, R)
         return tuple(_unrows(g, n, per, R) for n, g in zip(cell.args, grads, strict=True))
     a = SimpleNamespace(**dict(zip(cell.backward_args, args, strict=True)))
-    return _backward(cell, kernels, a, None)
+    return _looped(_backward, cell, kernels, a, None)
 
 
 def _backward(cell: Cell, kernels: ModuleType, a: SimpleNamespace, R: int | None
