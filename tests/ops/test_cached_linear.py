@@ -58,3 +58,44 @@ def test_backward_products_take_the_chosen_gemm_path(scan_ext, as_parameter):
     assert calls == 2, gemm_path.uses()
     torch.testing.assert_close(x.grad, g @ w.detach())
     torch.testing.assert_close(w.grad, g.reshape(21, 6).t() @ x.detach().reshape(21, 5))
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_grouped_is_linear_split_by_group_and_gradchecks(groups, with_bias):
+    """``(K, ..., N / K)``: block k of the output features, each contiguous; gradients of x, W
+    and b against F.linear's in float64; the op's registration (fake, autograd) checked."""
+    from ctrlrnn.ops.cached_linear import _cached_linear_grouped_op, cached_linear_grouped
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(6, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(6, dtype=torch.float64, generator=g, requires_grad=True) if with_bias else None
+    out = cached_linear_grouped(x, w, b, groups)
+    ref = torch.nn.functional.linear(x, w, b)
+    assert out.shape == (groups, 2, 3, 6 // groups) and out.is_contiguous()
+    for k in range(groups):
+        torch.testing.assert_close(out[k], ref[..., k * 6 // groups: (k + 1) * 6 // groups])
+    inputs = (x, w) if b is None else (x, w, b)
+    assert torch.autograd.gradcheck(
+        lambda *a: cached_linear_grouped(a[0], a[1], a[2] if len(a) > 2 else None, groups),
+        inputs)
+    torch.library.opcheck(_cached_linear_grouped_op, (x, w, b, groups))
+
+
+def test_grouped_output_comes_from_the_cache_and_bad_groups_are_named(scan_ext):
+    from ctrlrnn.ops.cached_linear import cached_linear_grouped
+
+    x = torch.randn(64, 32, 64)
+    w = torch.randn(9 * 64, 64)  # output (9, 64, 32, 64) fp32 = 4.5 MiB
+    first = cached_linear_grouped(x, w, None, 9)
+    expected = first.clone()
+    del first
+    reused0 = scan_ext.output_cache_stats()[3]
+    second = cached_linear_grouped(x, w, None, 9)
+    assert scan_ext.output_cache_stats()[3] == reused0 + 1
+    torch.testing.assert_close(second, expected, rtol=0, atol=0)
+    torch.testing.assert_close(second.movedim(0, -2).flatten(-2), x @ w.t())
+    for bad in (0, 5, -1):
+        with pytest.raises(ValueError, match="groups"):
+            cached_linear_grouped(x, w, None, bad)

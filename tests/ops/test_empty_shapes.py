@@ -126,6 +126,11 @@ def case_cached_linear(shape: str) -> None:
     }[shape]  # fmt: skip
     outs = both_paths(cached_linear, [_r(*lead, D), _r(N, D, seed=1), _r(N, seed=2)])
     assert outs[0].shape == (*lead, N)
+    from ctrlrnn.ops.cached_linear import cached_linear_grouped
+
+    outs = both_paths(lambda x, w, b: cached_linear_grouped(x, w, b, 3),
+                      [_r(*lead, D), _r(3 * N, D, seed=1), _r(3 * N, seed=2)])
+    assert outs[0].shape == (3, *lead, N)
 
 
 @CASES.case("cells", *SHAPES)

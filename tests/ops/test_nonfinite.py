@@ -21,7 +21,7 @@ from backend_parity import compare_nonfinite as _compare
 from backend_parity import poke as _poke
 from torch import Tensor
 
-from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_grouped
 from ctrlrnn.ops.fused_cells import (
     cas_lstm_sequence,
     gru_sequence,
@@ -272,3 +272,6 @@ def test_cached_linear(monkeypatch, dtype):
     w = _poke(torch.randn(5, 6, generator=g, dtype=dtype), [((4, 2), -1e4)])
     bias = _poke(torch.randn(5, generator=g, dtype=dtype), [((3,), INF)])
     _compare(monkeypatch, cached_linear, [x, w, bias])
+    w3 = _poke(torch.randn(15, 6, generator=g, dtype=dtype), [((11, 2), -1e4)])
+    b3 = _poke(torch.randn(15, generator=g, dtype=dtype), [((8,), INF)])
+    _compare(monkeypatch, lambda x, w, b: cached_linear_grouped(x, w, b, 3), [x, w3, b3])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ctrlrnn.models.search import IncrementalDecoding
 from ctrlrnn.models.seq2seq import Seq2Seq
 
 
@@ -372,3 +373,41 @@ def test_one_decoder_whatever_the_encoder_depth():
     with pytest.raises(ValueError, match="decoder_layers"):
         Seq2Seq(12, 10, encoder="lstm", decoder="lstm", encoder_args={"hidden_size": 8},
                 decoder_layers=0)
+
+
+class _Scripted(IncrementalDecoding):
+    """A decoder whose step emits a fixed token per (row, step): greedy decoding's bookkeeping
+    alone (eos = 2)."""
+
+    pad_id, bos_id, eos_id = 0, 1, 2
+
+    def __init__(self, script: list[list[int]]) -> None:
+        self.script = torch.tensor(script)  # (B, steps)
+
+    def encode(self, src, src_lengths):
+        return {"lengths": src_lengths}
+
+    def init_state(self, enc):
+        return [torch.zeros((), dtype=torch.long)]
+
+    def step(self, token, state, enc):
+        t = int(state[0])
+        logp = torch.nn.functional.one_hot(self.script[:, t], 5).float().log()
+        return logp, [state[0] + 1]
+
+
+@pytest.mark.parametrize(("script", "max_len", "want"), [
+    # ends at each row's first eos; a row without one runs to the last step taken; the loop
+    # stops once every row has ended
+    ([[3, 4, 2, 3], [2, 3, 3, 3], [4, 4, 4, 4]], 4, [[3, 4], [], [4, 4, 4, 4]]),
+    ([[3, 2, 4, 4], [4, 3, 2, 4]], 4, [[3], [4, 3]]),
+    ([[3, 4, 2], [4, 3, 4]], 2, [[3, 4], [4, 3]]),  # max_len reached first
+    ([[3], [4]], 0, [[], []]),  # no step at all: an empty hypothesis per row, not shared
+])
+def test_greedy_keeps_each_rows_tokens_before_its_first_eos(script, max_len, want):
+    m = _Scripted(script)
+    src = torch.zeros(len(script), 1, dtype=torch.long)
+    got = m.greedy(src, torch.ones(len(script), dtype=torch.long), max_len)
+    assert got == want
+    got[0].append(9)
+    assert all(9 not in row for row in got[1:])

@@ -33,17 +33,18 @@ class IncrementalDecoding:
         B = src.shape[0]
         token = torch.full((B,), self.bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        out: list[list[int]] = [[] for _ in range(B)]
+        steps: list[Tensor] = []
         for _ in range(max_len):
             logp, state = self.step(token, state, enc)
             token = logp.argmax(-1)
-            for b in range(B):
-                if not done[b] and token[b].item() != self.eos_id:
-                    out[b].append(int(token[b]))
+            steps.append(token)
             done |= token == self.eos_id
             if bool(done.all()):
                 break
-        return out
+        # each row's tokens before its first end-of-sequence (one transfer for the batch)
+        rows: list[list[int]] = (torch.stack(steps, 1).tolist() if steps
+                                 else [[] for _ in range(B)])
+        return [row[: row.index(self.eos_id)] if self.eos_id in row else row for row in rows]
 
     @torch.no_grad()
     def beam_search(

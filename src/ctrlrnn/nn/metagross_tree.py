@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice
 from ctrlrnn.nn.weight_drop import drop_weight
-from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_grouped
 from ctrlrnn.ops.cells_ref import metagross_maps
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences, metagross_state_sequences
 from ctrlrnn.ops.metagross_level import metagross_level
@@ -102,9 +102,10 @@ def base_preactivations(
             else:
                 blocks.append(cached_linear(x, w, b))
         return blocks, logits, None
-    K, G = 3 * N, unit.base_gates
-    proj = cached_linear(x, unit.base_weight_ih, unit.base_bias_ih).view(B, T, K, G * H)
-    proj = proj.permute(2, 0, 1, 3).contiguous()  # (K, B, T, G*H), each RNN contiguous
+    K = 3 * N
+    # (K, B, T, G * H) with G = unit.base_gates: each RNN's input projection contiguous, as
+    # the cell kernels read it
+    proj = cached_linear_grouped(x, unit.base_weight_ih, unit.base_bias_ih, K)
     per = 2 if unit.base == "lstm" else 1
     st = None if base_state is None else base_state.view(B, K, per, H)
     base_weight_hh = drop_weight(unit.base_weight_hh, weight_drop, unit.training)

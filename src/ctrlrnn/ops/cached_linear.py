@@ -7,6 +7,12 @@ is often the largest tensor of a step, and its GEMM the largest cost. Above glib
 threshold a fresh tensor of that size page-faults on every first write, every step; the cached
 block does not. The GEMMs, forward and backward (``dx = g W``, ``dW = g^T x``), run on torch's
 BLAS or on oneDNN, whichever measured faster for their shape class on this CPU.
+
+:func:`cached_linear_grouped` is the same product for the input projections of ``K``
+independent recurrences that read one input (a METAGROSS unit's base RNNs, section 2.2): its
+output is laid out recurrence first, ``(K, ..., N / K)``, each recurrence's block contiguous as
+the cell kernels read it, without a permuted copy of the ``(..., N)`` output forward or of its
+gradient backward.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -22,7 +28,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 
-__all__ = ["cached_linear"]
+__all__ = ["cached_linear", "cached_linear_grouped"]
 
 #: Tensor types that hold their data, as opposed to the tracers' subclasses (:func:`_matmul`).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -89,3 +95,68 @@ def cached_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     if not _uses_cache(x):
         return F.linear(x, weight, bias)
     return _cached_linear_op(x, weight, bias)
+
+
+@torch.library.custom_op("ctrlrnn::cached_linear_grouped", mutates_args=())
+def _cached_linear_grouped_op(x: Tensor, weight: Tensor, bias: Tensor | None,
+                              groups: int) -> Tensor:
+    ext = kernel_for("scan", x.device)
+    if ext is not None and x.device.type == "cpu":
+        return ext.cached_linear_grouped(x, weight, bias, groups)
+    return _grouped_reference(x, weight, bias, groups)
+
+
+@_cached_linear_grouped_op.register_fake
+def _(x, weight, bias, groups):
+    return x.new_empty(groups, *x.shape[:-1], weight.shape[0] // groups)
+
+
+def _grouped_reference(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
+    """``F.linear`` with its last dimension split into ``groups`` blocks, moved to the front."""
+    out = F.linear(x, weight, bias)
+    return out.unflatten(-1, (groups, -1)).movedim(-2, 0).contiguous()
+
+
+def _setup_grouped(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, weight, bias, groups = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias, ctx.groups = bias is not None, groups
+
+
+def _backward_grouped(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    """``dx = sum_k g_k W_k``, ``dW_k = g_k^T x``, ``db_k = sum g_k`` over the K blocks."""
+    x, weight = ctx.saved_tensors
+    K = ctx.groups
+    rows = x.shape[:-1].numel()
+    D = x.shape[-1]
+    n = weight.shape[0] // K
+    g3 = grad.reshape(K, rows, n)
+    w3 = weight.view(K, n, D)
+    need_x, need_w, need_b, _ = ctx.needs_input_grad
+    dx = dw = None
+    if need_x:  # K products on the chosen GEMM path, summed
+        dx = _matmul(g3[0], w3[0])
+        for k in range(1, K):
+            dx = dx + _matmul(g3[k], w3[k])
+        dx = dx.view(x.shape)
+    if need_w:
+        x2 = x.reshape(rows, D)
+        dw = torch.cat([_matmul(g3[k].t(), x2) for k in range(K)]) if K else weight.new_zeros(
+            weight.shape)
+    db = g3.sum(1).reshape(K * n) if (ctx.has_bias and need_b) else None
+    return dx, dw, db, None
+
+
+_cached_linear_grouped_op.register_autograd(_backward_grouped, setup_context=_setup_grouped)
+
+
+def cached_linear_grouped(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
+    """``F.linear(x, weight, bias)`` as ``groups`` blocks of its output features, laid out
+    ``(groups, ..., N / groups)`` (module docstring), in a cached block on CPU; elsewhere the
+    same layout from ``F.linear``. ``groups`` must divide ``weight``'s rows."""
+    if groups < 1 or weight.shape[0] % groups:
+        raise ValueError(f"groups: {groups} must be a positive divisor of the weight's "
+                         f"{weight.shape[0]} rows")
+    if not _uses_cache(x):
+        return _grouped_reference(x, weight, bias, groups)
+    return _cached_linear_grouped_op(x, weight, bias, groups)

@@ -213,8 +213,38 @@ inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& 
   return out;
 }
 
+// x W^T + b with weight's N rows taken as `groups` consecutive blocks of N / groups, the output
+// laid out group first: (groups, ..., N / groups), each group's block contiguous. The input
+// projections of independent recurrences that read the same x (a METAGROSS unit's base RNNs)
+// arrive so without the permuted copy of a (..., N) output: one GEMM per group, each into its
+// slice of one cached output block.
+inline torch::Tensor cached_linear_grouped(const torch::Tensor& x, const torch::Tensor& weight,
+                                           const c10::optional<torch::Tensor>& bias,
+                                           int64_t groups) {
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
+                  x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
+              "cached_linear_grouped: expected x (..., D) and weight (N, D) of one dtype on CPU");
+  TORCH_CHECK(groups >= 1 && weight.size(0) % groups == 0, "cached_linear_grouped: groups=",
+              groups, " must divide the weight's ", weight.size(0), " rows");
+  const int64_t n = weight.size(0) / groups;
+  auto sizes = x.sizes().vec();
+  sizes.back() = n;
+  sizes.insert(sizes.begin(), groups);
+  int64_t rows = 1;
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+  auto out = pooled_empty(sizes, x.options());
+  const auto x2 = x.reshape({rows, x.size(-1)});
+  for (int64_t k = 0; k < groups; ++k) {
+    auto out2 = out.select(0, k).view({rows, n});
+    if (bias.has_value()) out2.copy_(bias->slice(0, k * n, (k + 1) * n).expand_as(out2));
+    gemm::into(out2, x2, weight.slice(0, k * n, (k + 1) * n).t(),
+               /*accumulate=*/bias.has_value());
+  }
+  return out;
+}
+
 // Python bindings every extension adds: output_cache_stats, output_cache_release,
-// output_cache_set_limit, cached_linear, and the GEMM path's (gemm_path.h).
+// output_cache_set_limit, cached_linear, cached_linear_grouped, and the GEMM path's (gemm_path.h).
 inline void bind_output_pool(pybind11::module& m) {
   m.def("output_cache_stats", [] { return OutputPool::instance().stats(); },
         "[held bytes, limit bytes, fresh allocations, reuses] of this extension's output cache");
@@ -224,6 +254,9 @@ inline void bind_output_pool(pybind11::module& m) {
         "cap on the bytes of free blocks held (0 disables the cache)");
   m.def("cached_linear", &cached_linear,
         "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
+  m.def("cached_linear_grouped", &cached_linear_grouped,
+        "(x (..., D), weight (N, D), bias (N,) or None, groups) -> x W^T + b as (groups, ..., "
+        "N / groups) in a cached output block");
   gemm::bind(m);
 }
 
