@@ -76,6 +76,21 @@ def test_second_call_captures_then_replays_with_each_calls_inputs():
         torch.testing.assert_close(s, a.x.sum(0), rtol=0, atol=0)
 
 
+def test_inputs_that_require_grad_leave_no_history():
+    """The cell op's inputs may be parameters: the static copies and the replayed outputs
+    carry no autograd history (the op's own backward is the loops' gradient)."""
+    graphs, calls = StepGraphs(ReplayByRerun(), force=True), []
+    for seed in range(3):
+        a = _args(seed)
+        a.w.requires_grad_()
+        y, s = graphs.run("t", a, _body(calls))
+        if seed:  # captured and replayed (the first call runs the body as it is)
+            assert not y.requires_grad and y.grad_fn is None
+        torch.testing.assert_close(y.detach(), (a.x * a.w).detach(), rtol=0, atol=0)
+    assert graphs.captures == 1
+    assert all(not v.requires_grad for g in graphs._graphs.values() for v in g.inputs.values())
+
+
 def test_a_graph_per_signature_and_a_bound_on_graphs():
     graphs = StepGraphs(ReplayByRerun(), max_graphs=2, force=True)
     calls: list[int] = []

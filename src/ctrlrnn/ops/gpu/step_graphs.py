@@ -149,16 +149,20 @@ class StepGraphs:
             graph = self._capture(key, args, body)
         else:
             self._graphs.move_to_end(key)
-        for name, static in graph.inputs.items():
-            static.copy_(getattr(args, name))
-        graph.replay()
-        self.replays += 1
-        return tuple(o.clone() if isinstance(o, Tensor) else o for o in graph.outputs)
+        # the loops are raw compute below the cell op's own autograd: no history on the copies
+        with torch.no_grad():
+            for name, static in graph.inputs.items():
+                static.copy_(getattr(args, name))
+            graph.replay()
+            self.replays += 1
+            return tuple(o.clone() if isinstance(o, Tensor) else o for o in graph.outputs)
 
     def _capture(self, key: Hashable, args: SimpleNamespace, body: Body) -> _Graph:
-        inputs = {n: v.clone() for n, v in vars(args).items() if isinstance(v, Tensor)}
-        namespace = SimpleNamespace(**{**vars(args), **inputs})
-        replay, outputs = self.backend.capture(lambda: body(namespace))
+        with torch.no_grad():
+            inputs = {n: v.detach().clone() for n, v in vars(args).items()
+                      if isinstance(v, Tensor)}
+            namespace = SimpleNamespace(**{**vars(args), **inputs})
+            replay, outputs = self.backend.capture(lambda: body(namespace))
         graph = _Graph(inputs, namespace, replay, tuple(outputs))
         self._seen.pop(key, None)
         self._graphs[key] = graph
