@@ -34,6 +34,11 @@ results file: `python -m ctrlrnn.bench.gpu_check --render OUT/results.json --pag
 Timings are medians of repeats timed with CUDA events after a warm-up, the rows compared with
 each other timed in turn; every ratio on this page comes from one run on one device. fp32 runs
 with TF32 off for both sides (cuDNN and the GEMMs), as on the papers' K40 and GTX 1070.
+
+The "step loops as CUDA graphs" rows time the fused cells' loops launched per step (the
+default) against the same loops captured in CUDA graphs (`CTRLRNN_CUDA_GRAPHS=1`), and the CUDA
+tests check that both give the same outputs and gradients: where the graphs are faster at every
+length, `ctrlrnn/ops/gpu/step_graphs.py` is the place to make them the default.
 """
 
 
