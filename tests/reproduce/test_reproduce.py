@@ -370,3 +370,52 @@ def test_a_page_states_the_evaluation_limit_its_runs_had(tmp_path):
         "evaluation batches of its split."]
     assert limit_line({"full": {"eval_batches": 0}}) == []
     assert "first 7 evaluation" in limit_line({"full": {"eval_batches": 7}})[0]
+
+
+def test_cli_checks_every_experiments_data_before_training(tmp_path, monkeypatch, capsys):
+    """A data source that cannot be set up (a missing package, a fetch that fails) is reported
+    for every experiment it stops, before any experiment trains; experiments already cached
+    are not set up again."""
+    from ctrlrnn import cli
+    from ctrlrnn.data.errors import MissingSourceError
+    from ctrlrnn.reproduce import experiments
+    from ctrlrnn.tasks.seq2seq_tasks import CopyTask
+
+    # the same task with other options stands for an experiment whose data source is missing
+    broken = dataclasses.replace(TINY, id="tiny-verses", title="tiny verses",
+                                 task_args={"digits": 4})
+    monkeypatch.setattr(experiments, "EXPERIMENTS", (TINY, broken))
+    monkeypatch.setattr(pages, "EXPERIMENTS", (TINY, broken))
+    set_up = []
+
+    def setup(self):
+        set_up.append(dict(self.opts))
+        if self.opts.get("digits") == 4:
+            raise MissingSourceError("verses-en-es", "pip install pysword==0.2.8",
+                                     "pysword is not installed")
+
+    real_setup = CopyTask.setup
+
+    def setup_or_fail(self):
+        setup(self)
+        real_setup(self)
+
+    monkeypatch.setattr(CopyTask, "setup", setup_or_fail)
+    trained = []
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: trained.append(a) or _fake_result(1))
+    paths = ["--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"),
+             "--docs", str(tmp_path / "docs"), "--quick", "--no-speed", "--no-progress"]
+    assert cli.main(["reproduce", *paths]) == 2
+    out = capsys.readouterr().out
+    assert ("tiny-verses: its data cannot be set up here: MissingSourceError: data source "
+            "'verses-en-es': pysword is not installed. Install it with: pip install "
+            "pysword==0.2.8") in out
+    assert "nothing trained" in out and not trained
+    assert "tiny-copy" not in out  # its data set up
+    # without the broken one, everything trains; once cached, nothing is set up again
+    monkeypatch.setattr(experiments, "EXPERIMENTS", (TINY,))
+    monkeypatch.setattr(pages, "EXPERIMENTS", (TINY,))
+    assert cli.main(["reproduce", *paths]) == 0 and trained
+    set_up.clear()
+    assert cli.main(["reproduce", *paths]) == 0
+    assert set_up == []

@@ -30,6 +30,7 @@ from ctrlrnn.reproduce.estimate import estimate
 from ctrlrnn.reproduce.experiment_spec import Experiment
 from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
 from ctrlrnn.reproduce.pages import write_pages
+from ctrlrnn.reproduce.preflight import data_problems
 from ctrlrnn.reproduce.speed import (
     forget_speed,
     missing_speed_parts,
@@ -118,6 +119,14 @@ def _run(args: argparse.Namespace) -> int:
         for exp in chosen:
             if exp.id in rerun:
                 runner.forget(exp, mode, runs, results)
+        to_train = [e for e in chosen if not runner.is_cached(results, mode, e)]
+        problems = data_problems(to_train, mode, runs, show_progress=not args.no_progress)
+        if problems:
+            for exp_id, problem in problems.items():
+                print(f"ctrlrnn reproduce: {exp_id}: its data cannot be set up here: {problem}")
+            print("ctrlrnn reproduce: nothing trained; fix the above, or leave those "
+                  "experiments out with --only")
+            return 2
         for i, exp in enumerate(chosen, 1):
             print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
             if not runner.is_cached(results, mode, exp):
