@@ -141,8 +141,7 @@ def _backward_grouped(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         dx = dx.view(x.shape)
     if need_w:
         x2 = x.reshape(rows, D)
-        dw = torch.cat([_matmul(g3[k].t(), x2) for k in range(K)]) if K else weight.new_zeros(
-            weight.shape)
+        dw = torch.cat([_matmul(g3[k].t(), x2) for k in range(K)])  # K >= 1 (checked)
     db = g3.sum(1).reshape(K * n) if (ctx.has_bias and need_b) else None
     return dx, dw, db, None
 
