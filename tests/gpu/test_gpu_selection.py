@@ -61,7 +61,8 @@ def test_cpu_tensors_never_take_the_gpu_path():
 
 def test_backend_info_reports_cuda():
     info = backend.backend_info()
-    assert set(info["cuda"]) == {"available", "device", "triton"}
+    assert set(info["cuda"]) == {"available", "device", "triton", "step_graphs"}
+    assert info["cuda"]["step_graphs"].startswith(("on:", "off:"))
     assert info["cuda"]["triton"] == gpu.triton_status()[1]
     for fam in info["families"].values():
         assert isinstance(fam["cuda"], str) and fam["cuda"]

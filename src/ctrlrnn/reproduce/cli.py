@@ -30,7 +30,6 @@ from ctrlrnn.reproduce.estimate import estimate
 from ctrlrnn.reproduce.experiment_spec import Experiment
 from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
 from ctrlrnn.reproduce.pages import write_pages
-from ctrlrnn.reproduce.preflight import data_problems
 from ctrlrnn.reproduce.speed import (
     forget_speed,
     missing_speed_parts,
@@ -119,6 +118,8 @@ def _run(args: argparse.Namespace) -> int:
         for exp in chosen:
             if exp.id in rerun:
                 runner.forget(exp, mode, runs, results)
+        from ctrlrnn.reproduce.preflight import data_problems  # the data layer: `train` extra
+
         to_train = [e for e in chosen if not runner.is_cached(results, mode, e)]
         problems = data_problems(to_train, mode, runs, show_progress=not args.no_progress)
         if problems:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctrlrnn.data.errors import DataError
-from ctrlrnn.progress import track
 from ctrlrnn.reproduce.experiment_spec import Experiment
 
 
@@ -24,6 +23,7 @@ def data_problems(experiments: list[Experiment], mode: str, runs_dir: Path,
     One set-up per distinct (task, task options) of ``experiments``' first arms and mode, in
     experiment order; the data layer caches what it prepares, so the runs that follow find it.
     """
+    from ctrlrnn.progress import track
     from ctrlrnn.reproduce.runner import config_for  # runner imports the trainer: lazily
 
     problems: dict[str, str] = {}
