@@ -158,30 +158,30 @@ def _lstm_inputs(seed: int, stack: int | None) -> list[Tensor]:
             torch.randn(*lead, B, H, generator=g), torch.randn(*lead, B, H, generator=g)]
 
 
-@pytest.mark.parametrize("stack", [None, 2])
-def test_triton_host_loops_replayed_equal_the_eager_loops(stack, monkeypatch):
-    pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
+def _three_lstm_calls(stack: int | None) -> list[tuple[tuple[Tensor, ...], tuple[Tensor, ...]]]:
+    """Forward and backward of the Triton host's LSTM loops on three new inputs (the first
+    call runs eagerly, the second captures, the third replays where graphs are on)."""
     from ctrlrnn.ops.cells import triton_host
 
     lengths = torch.tensor([T, 0, 2])
-    eager = []
+    calls = []
     for seed in range(3):
         torch.manual_seed(seed)
         args = _lstm_inputs(seed, stack)
         out = triton_host.lstm_forward(*args, lengths, True)
         grads = [torch.randn_like(out[0]), None, torch.randn_like(out[2]), None]
         saved = [args[1], args[2], args[3], out[0], out[1], out[4]]
-        eager.append((out, triton_host.lstm_backward(*grads, *saved, lengths)))
+        calls.append((out, triton_host.lstm_backward(*grads, *saved, lengths)))
+    return calls
+
+
+@pytest.mark.parametrize("stack", [None, 2])
+def test_triton_host_loops_replayed_equal_the_eager_loops(stack, monkeypatch):
+    pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]')")
+    eager = _three_lstm_calls(stack)
     graphs = StepGraphs(ReplayByRerun(), force=True)
     monkeypatch.setattr(step_graphs, "GRAPHS", graphs)
-    got = []
-    for seed in range(3):
-        torch.manual_seed(seed)
-        args = _lstm_inputs(seed, stack)
-        out = triton_host.lstm_forward(*args, lengths, True)
-        grads = [torch.randn_like(out[0]), None, torch.randn_like(out[2]), None]
-        saved = [args[1], args[2], args[3], out[0], out[1], out[4]]
-        got.append((out, triton_host.lstm_backward(*grads, *saved, lengths)))
+    got = _three_lstm_calls(stack)
     assert graphs.captures == 2 and graphs.replays == 4  # forward and backward, calls 2 and 3
     for (out, back), (want_out, want_back) in zip(got, eager, strict=True):
         for x, y in zip((*out, *back), (*want_out, *want_back), strict=True):

@@ -67,15 +67,32 @@ def _matmul(a: Tensor, b: Tensor) -> Tensor:
     return ext.gemm(a, b)
 
 
-def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+def _linear_grads(ctx: Any, grad: Tensor, groups: int) -> tuple[Tensor | None, ...]:
+    """``(dx, dW, db)`` of ``x W^T + b`` whose output features come as ``groups`` blocks laid
+    out block first (one block: :func:`cached_linear`'s own layout): ``dx = sum_k g_k W_k``,
+    ``dW_k = g_k^T x``, ``db_k = sum g_k``, each product on the chosen GEMM path."""
     x, weight = ctx.saved_tensors
     rows = x.shape[:-1].numel()  # not -1 in reshape: ambiguous for empty tensors (N or D = 0)
-    g2 = grad.reshape(rows, weight.shape[0])
-    need_x, need_w, need_b = ctx.needs_input_grad
-    dx = _matmul(g2, weight).view(x.shape) if need_x else None
-    dw = _matmul(g2.t(), x.reshape(rows, x.shape[-1])) if need_w else None
-    db = g2.sum(0) if (ctx.has_bias and need_b) else None
+    n = weight.shape[0] // groups
+    g3 = grad.reshape(groups, rows, n)
+    blocks = [weight[k * n : (k + 1) * n] for k in range(groups)]
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx = dw = None
+    if need_x:
+        dx = _matmul(g3[0], blocks[0])
+        for k in range(1, groups):
+            dx = dx + _matmul(g3[k], blocks[k])
+        dx = dx.view(x.shape)
+    if need_w:
+        x2 = x.reshape(rows, x.shape[-1])
+        parts = [_matmul(g3[k].t(), x2) for k in range(groups)]
+        dw = parts[0] if groups == 1 else torch.cat(parts)
+    db = g3.sum(1).reshape(groups * n) if (ctx.has_bias and need_b) else None
     return dx, dw, db
+
+
+def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    return _linear_grads(ctx, grad, 1)
 
 
 _cached_linear_op.register_autograd(_backward, setup_context=_setup_context)
@@ -124,26 +141,7 @@ def _setup_grouped(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 
 def _backward_grouped(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-    """``dx = sum_k g_k W_k``, ``dW_k = g_k^T x``, ``db_k = sum g_k`` over the K blocks."""
-    x, weight = ctx.saved_tensors
-    K = ctx.groups
-    rows = x.shape[:-1].numel()
-    D = x.shape[-1]
-    n = weight.shape[0] // K
-    g3 = grad.reshape(K, rows, n)
-    w3 = weight.view(K, n, D)
-    need_x, need_w, need_b, _ = ctx.needs_input_grad
-    dx = dw = None
-    if need_x:  # K products on the chosen GEMM path, summed
-        dx = _matmul(g3[0], w3[0])
-        for k in range(1, K):
-            dx = dx + _matmul(g3[k], w3[k])
-        dx = dx.view(x.shape)
-    if need_w:
-        x2 = x.reshape(rows, D)
-        dw = torch.cat([_matmul(g3[k].t(), x2) for k in range(K)])  # K >= 1 (checked)
-    db = g3.sum(1).reshape(K * n) if (ctx.has_bias and need_b) else None
-    return dx, dw, db, None
+    return (*_linear_grads(ctx, grad, ctx.groups), None)
 
 
 _cached_linear_grouped_op.register_autograd(_backward_grouped, setup_context=_setup_grouped)

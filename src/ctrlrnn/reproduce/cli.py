@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         for i, exp in enumerate(chosen, 1):
             print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
-            if not runner.is_cached(results, mode, exp):
+            if exp in to_train:
                 changed = True
             data = runner.run_experiment(exp, mode, runs, results,
                                          show_progress=not args.no_progress)

@@ -41,8 +41,9 @@ def data_problems(experiments: list[Experiment], mode: str, runs_dir: Path,
         key = (exp.task, repr(sorted(cfg.task_args.items())))
         if key not in seen:
             seen[key] = _set_up(task_cls, cfg)
-        if seen[key] is not None:
-            problems[exp.id] = str(seen[key])
+        problem = seen[key]
+        if problem is not None:
+            problems[exp.id] = problem
     return problems
 
 

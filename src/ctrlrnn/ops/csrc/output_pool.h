@@ -190,31 +190,9 @@ inline torch::Tensor pooled_empty_like(const torch::Tensor& like) {
   return pooled_empty(like.sizes(), like.options());
 }
 
-// x W^T + b, x (..., D), weight (N, D), bias (N,) or None -> (..., N), written into a cached
-// block: the GEMM output of a layer's input projection is often the largest tensor of a step
-// (a METAGROSS level's pre-activations, a QRNN's gates), above glibc's mmap threshold, so a fresh
-// one would page-fault on every first write, every step. The GEMM takes the path gemm_path.h
-// chooses for its shape class.
-inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& weight,
-                                   const c10::optional<torch::Tensor>& bias) {
-  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
-                  x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
-              "cached_linear: expected x (..., D) and weight (N, D) of one dtype on CPU");
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  // rows counted explicitly: a -1 in view/reshape is ambiguous for empty tensors (N or D = 0)
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < sizes.size(); ++i) rows *= sizes[i];
-  auto out = pooled_empty(sizes, x.options());
-  auto out2 = out.view({rows, weight.size(0)});
-  const auto x2 = x.reshape({rows, x.size(-1)});
-  if (bias.has_value()) out2.copy_(bias->expand_as(out2));
-  gemm::into(out2, x2, weight.t(), /*accumulate=*/bias.has_value());
-  return out;
-}
-
-// x W^T + b with weight's N rows taken as `groups` consecutive blocks of N / groups, the output
-// laid out group first: (groups, ..., N / groups), each group's block contiguous. The input
+// x W^T + b (into a cached block, as cached_linear below) with weight's N rows taken as
+// `groups` consecutive blocks of N / groups, the output laid out group first:
+// (groups, ..., N / groups), each group's block contiguous. The input
 // projections of independent recurrences that read the same x (a METAGROSS unit's base RNNs)
 // arrive so without the permuted copy of a (..., N) output: one GEMM per group, each into its
 // slice of one cached output block.
@@ -223,13 +201,14 @@ inline torch::Tensor cached_linear_grouped(const torch::Tensor& x, const torch::
                                            int64_t groups) {
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
                   x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
-              "cached_linear_grouped: expected x (..., D) and weight (N, D) of one dtype on CPU");
+              "cached_linear: expected x (..., D) and weight (N, D) of one dtype on CPU");
   TORCH_CHECK(groups >= 1 && weight.size(0) % groups == 0, "cached_linear_grouped: groups=",
               groups, " must divide the weight's ", weight.size(0), " rows");
   const int64_t n = weight.size(0) / groups;
   auto sizes = x.sizes().vec();
   sizes.back() = n;
   sizes.insert(sizes.begin(), groups);
+  // rows counted explicitly: a -1 in view/reshape is ambiguous for empty tensors (N or D = 0)
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
   auto out = pooled_empty(sizes, x.options());
@@ -241,6 +220,17 @@ inline torch::Tensor cached_linear_grouped(const torch::Tensor& x, const torch::
                /*accumulate=*/bias.has_value());
   }
   return out;
+}
+
+// x W^T + b, x (..., D), weight (N, D), bias (N,) or None -> (..., N), written into a cached
+// block: the GEMM output of a layer's input projection is often the largest tensor of a step
+// (a METAGROSS level's pre-activations, a QRNN's gates), above glibc's mmap threshold, so a fresh
+// one would page-fault on every first write, every step. The GEMM takes the path gemm_path.h
+// chooses for its shape class.
+// It is the one-group case of cached_linear_grouped: (1, ..., N) viewed as (..., N).
+inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                                   const c10::optional<torch::Tensor>& bias) {
+  return cached_linear_grouped(x, weight, bias, 1).squeeze(0);
 }
 
 // Python bindings every extension adds: output_cache_stats, output_cache_release,

@@ -91,7 +91,6 @@ class CudaGraphs:
 @dataclass
 class _Graph:
     inputs: dict[str, Tensor]
-    namespace: SimpleNamespace
     replay: Callable[[], None]
     outputs: tuple[Any, ...]
 
@@ -163,7 +162,7 @@ class StepGraphs:
                       if isinstance(v, Tensor)}
             namespace = SimpleNamespace(**{**vars(args), **inputs})
             replay, outputs = self.backend.capture(lambda: body(namespace))
-        graph = _Graph(inputs, namespace, replay, tuple(outputs))
+        graph = _Graph(inputs, replay, tuple(outputs))
         self._seen.pop(key, None)
         self._graphs[key] = graph
         while len(self._graphs) > self.max_graphs:
