@@ -22,10 +22,33 @@ def test_matches_linear_and_gradchecks():
     x = torch.randn(2, 3, 5, dtype=torch.float64, generator=g, requires_grad=True)
     w = torch.randn(4, 5, dtype=torch.float64, generator=g, requires_grad=True)
     b = torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True)
-    torch.testing.assert_close(cached_linear(x, w, b), torch.nn.functional.linear(x, w, b))
-    assert torch.autograd.gradcheck(cached_linear, (x, w, b))
-    assert torch.autograd.gradcheck(lambda x, w: cached_linear(x, w, None), (x, w))
+    for fn in (cached_linear, _cached_linear_op):  # the op itself too: small calls skip it
+        torch.testing.assert_close(fn(x, w, b), torch.nn.functional.linear(x, w, b))
+        assert torch.autograd.gradcheck(fn, (x, w, b))
+        assert torch.autograd.gradcheck(lambda x, w, fn=fn: fn(x, w, None), (x, w))
     torch.library.opcheck(_cached_linear_op, (x, w, b))
+
+
+@pytest.mark.parametrize(("rows", "d", "n", "takes_op"), [
+    (2 * 128, 64, 194, False),  # 3.2M multiply-adds, 194 KiB out: F.linear
+    (4096, 64, 64, True),  # 16.8M multiply-adds (SMALL_MACS): the op
+    (4096, 1, 256, True),  # 1M multiply-adds but a 4 MiB output, the cache's: the op
+])
+def test_small_products_take_f_linear_in_eager_mode(monkeypatch, scan_ext, rows, d, n, takes_op):
+    """Under SMALL_MACS with an output under the cache's 1 MiB, the custom op's own cost is
+    more than its GEMM path saves: eager calls take F.linear (same values)."""
+    from ctrlrnn.ops import cached_linear as module
+
+    calls = []
+
+    def spy(*args):
+        calls.append(args)
+        return _cached_linear_op(*args)
+
+    monkeypatch.setattr(module, "_cached_linear_op", spy)
+    x, w = torch.randn(rows, d), torch.randn(n, d)
+    torch.testing.assert_close(cached_linear(x, w), x @ w.t())
+    assert len(calls) == int(takes_op)
 
 
 def test_output_comes_from_the_cache(scan_ext):
@@ -50,7 +73,7 @@ def test_backward_products_take_the_chosen_gemm_path(scan_ext, as_parameter):
     x = torch.randn(3, 7, 5, requires_grad=True)
     w = torch.randn(6, 5)
     w = torch.nn.Parameter(w) if as_parameter else w.requires_grad_()
-    out = cached_linear(x, w)
+    out = _cached_linear_op(x, w, None)  # the op itself: cached_linear takes F.linear this small
     g = torch.randn_like(out)
     gemm_path.uses(clear=True)
     out.backward(g)

@@ -118,17 +118,16 @@ def case_rcrn_listener(shape: str) -> None:
 
 @CASES.case("scan", "B0", "T0", "D0", "N0", "size1")
 def case_cached_linear(shape: str) -> None:
-    from ctrlrnn.ops.cached_linear import cached_linear
+    from ctrlrnn.ops.cached_linear import _cached_linear_grouped_op, _cached_linear_op
 
     lead, D, N = {
         "B0": ((0, 3), 4, 3), "T0": ((2, 0), 4, 3), "D0": ((2, 3), 0, 3),
         "N0": ((2, 3), 4, 0), "size1": ((1, 1), 1, 1),
     }[shape]  # fmt: skip
-    outs = both_paths(cached_linear, [_r(*lead, D), _r(N, D, seed=1), _r(N, seed=2)])
+    # the ops themselves: cached_linear takes F.linear for products this small
+    outs = both_paths(_cached_linear_op, [_r(*lead, D), _r(N, D, seed=1), _r(N, seed=2)])
     assert outs[0].shape == (*lead, N)
-    from ctrlrnn.ops.cached_linear import cached_linear_grouped
-
-    outs = both_paths(lambda x, w, b: cached_linear_grouped(x, w, b, 3),
+    outs = both_paths(lambda x, w, b: _cached_linear_grouped_op(x, w, b, 3),
                       [_r(*lead, D), _r(3 * N, D, seed=1), _r(3 * N, seed=2)])
     assert outs[0].shape == (3, *lead, N)
 
