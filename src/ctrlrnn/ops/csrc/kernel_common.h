@@ -30,13 +30,23 @@ namespace ctrlrnn::kernels {
 // ----------------------------------------------------------------------------------------------
 // Work splitting
 
+// Work items per thread chunk hold at least this many elements (grain_for).
+constexpr int64_t kMinElementsPerTask = 1 << 15;
+
 // Channels per work item. Whole rows when the batch alone gives every thread several items
-// (each thread then streams contiguous memory), otherwise rows split into enough blocks of a
-// multiple of 16 channels.
+// (each thread then streams contiguous memory), or when the whole call is one task's work
+// (B * C * per_channel elements at most kMinElementsPerTask, per_channel = the steps times the
+// units each channel of a batch row carries; 0: not known): grain_for runs it on one thread,
+// where whole rows make the fewest loop trips per step (METAGROSS at B=2, T=128, 64 channels
+// in blocks of 16 spent most of its time in per-step overhead). Otherwise rows split into enough
+// blocks of a multiple of 16 channels.
 // An empty batch (B <= 0) has no work items; it gets whole rows too (and no division by B).
-inline int64_t block_size(int64_t B, int64_t C) {
+inline int64_t block_size(int64_t B, int64_t C, int64_t per_channel = 0) {
   const int64_t want = 4 * std::max<int64_t>(1, at::get_num_threads());
   if (B <= 0 || B >= want) return std::max<int64_t>(C, 1);
+  if (per_channel > 0 && B * C * per_channel <= kMinElementsPerTask) {
+    return std::max<int64_t>(C, 1);
+  }
   const int64_t parts = (want + B - 1) / B;
   const int64_t blk = (C + parts - 1) / parts;
   return std::max<int64_t>(16, (blk + 15) / 16 * 16);
@@ -45,7 +55,6 @@ inline int64_t block_size(int64_t B, int64_t C) {
 // Work items per thread chunk: small problems run on one thread (waking a second thread costs
 // more than a few thousand elements of work, and much more on a loaded machine).
 inline int64_t grain_for(int64_t T, int64_t elements_per_step) {
-  constexpr int64_t kMinElementsPerTask = 1 << 15;
   return std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, T * elements_per_step));
 }
 

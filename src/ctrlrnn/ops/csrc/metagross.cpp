@@ -61,7 +61,7 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
                           scalar_t* last, bool stream) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
-  const int64_t kBlock = block_size(B, H);
+  const int64_t kBlock = block_size(B, H, T * k);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   at::parallel_for(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
     const int64_t ld = scratch_stride<acc_t>(kBlock);
@@ -326,7 +326,7 @@ std::vector<torch::Tensor> metagross_level_backward(
   auto dbeta = beta.has_value() ? torch::empty(beta->sizes(), opts) : torch::empty({0}, opts);
   auto dres = has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts) : torch::empty({0}, opts);
   auto ds0 = torch::empty({d.B, kH}, opts);
-  const int64_t kBlock = block_size(d.B, d.H);
+  const int64_t kBlock = block_size(d.B, d.H, d.T * d.k);
   const int64_t nblk = (d.H + kBlock - 1) / kBlock;
   const bool stream = use_streaming_stores(dP.nbytes() + dchild.nbytes() + dres.nbytes());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(),

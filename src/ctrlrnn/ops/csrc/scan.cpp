@@ -112,7 +112,7 @@ void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h
                          const int64_t* lengths, scalar_t* out, scalar_t* hlast, int64_t B,
                          int64_t T, int64_t C, bool reverse) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t kBlock = block_size(B, C);
+  const int64_t kBlock = block_size(B, C, T);
   const int64_t nblk = (C + kBlock - 1) / kBlock;
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> h_buf(kBlock);
@@ -146,7 +146,7 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
                           scalar_t* da, scalar_t* db, scalar_t* dh0, int64_t B, int64_t T,
                           int64_t C, bool reverse) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t kBlock = block_size(B, C);
+  const int64_t kBlock = block_size(B, C, T);
   const int64_t nblk = (C + kBlock - 1) / kBlock;
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> carry_buf(kBlock);
@@ -277,7 +277,7 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
   // vectorises (activations included: fast_exp is branch-free).
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
-  const int64_t kBlock = block_size(B, H);
+  const int64_t kBlock = block_size(B, H, T);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
@@ -355,7 +355,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
                           scalar_t* dgates, scalar_t* dc0, int64_t B, int64_t T, int64_t H) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
-  const int64_t kBlock = block_size(B, H);
+  const int64_t kBlock = block_size(B, H, T);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
