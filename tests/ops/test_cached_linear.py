@@ -31,7 +31,7 @@ def test_matches_linear_and_gradchecks():
 
 @pytest.mark.parametrize(("rows", "d", "n", "takes_op"), [
     (2 * 128, 64, 194, False),  # 3.2M multiply-adds, 194 KiB out: F.linear
-    (4096, 64, 64, True),  # 16.8M multiply-adds (SMALL_MACS): the op
+    (256, 1024, 128, True),  # 33.5M multiply-adds, over SMALL_MACS, 128 KiB out: the op
     (4096, 1, 256, True),  # 1M multiply-adds but a 4 MiB output, the cache's: the op
 ])
 def test_small_products_take_f_linear_in_eager_mode(monkeypatch, scan_ext, rows, d, n, takes_op):

@@ -16,9 +16,8 @@ gradient backward.
 
 Small products take ``F.linear`` (and its layout for the grouped one) in eager mode: below
 :data:`SMALL_MACS` multiply-adds with an output under the cache's 1 MiB minimum, the cache does
-not apply and the custom op's own dispatch and Python backward cost more than the GEMM path
-saves (at ``x`` (2, 128, 64) and 194 output features, 348 us forward and backward against
-``F.linear``'s 218 us; at 770 features from 256 inputs, 16x the work, the op was faster).
+not apply, and the custom op's own dispatch and Python backward, a fixed cost per call, outweigh
+what the GEMM path choice saves on so little work. BENCHMARKS.md's small-shape rows measure it.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the

@@ -37,9 +37,8 @@ constexpr int64_t kMinElementsPerTask = 1 << 15;
 // (each thread then streams contiguous memory), or when the whole call is one task's work
 // (B * C * per_channel elements at most kMinElementsPerTask, per_channel = the steps times the
 // units each channel of a batch row carries; 0: not known): grain_for runs it on one thread,
-// where whole rows make the fewest loop trips per step (METAGROSS at B=2, T=128, 64 channels
-// in blocks of 16 spent most of its time in per-step overhead). Otherwise rows split into enough
-// blocks of a multiple of 16 channels.
+// where whole rows make the fewest loop trips per step, and blocks would only add per-step
+// overhead. Otherwise rows split into enough blocks of a multiple of 16 channels.
 // An empty batch (B <= 0) has no work items; it gets whole rows too (and no division by B).
 inline int64_t block_size(int64_t B, int64_t C, int64_t per_channel = 0) {
   const int64_t want = 4 * std::max<int64_t>(1, at::get_num_threads());
