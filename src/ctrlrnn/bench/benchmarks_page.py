@@ -352,6 +352,18 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         "measurements, not tests).",
         "",
     ]
+    processes = doc.get("settings", {}).get("processes", 1)
+    if processes > 1:
+        points = ", ".join(f"B={b}, T={t}, C={c}"
+                           for b, t, c in doc["settings"].get("process_points", []))
+        lines += [
+            f"At {points} every row was timed in {processes} processes (this run's and "
+            f"{processes - 1} fresh ones, each interleaving the rows), and each ratio there is "
+            "the median over the processes, with their range: at that shape the time of "
+            "nn.LSTM itself differs from one process to the next, so one process's ratio is "
+            "one draw.",
+            "",
+        ]
     lines += _md_table(["target", "measured", "goal", "met"], [list(t) for t in targets])
     lines.append("")
     rows = time_rows(doc)

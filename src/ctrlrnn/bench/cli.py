@@ -27,6 +27,7 @@ import torch
 
 from ctrlrnn.bench import report, runner
 from ctrlrnn.bench.cases import REGISTRY, select
+from ctrlrnn.bench.fresh_processes import DEFAULT_PROCESSES
 from ctrlrnn.ops import gemm_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -96,6 +97,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="stop adding repeats (after 3) once a measurement has taken this long (10)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=DEFAULT_PROCESSES,
+        help="time the small-shape point's rows in this many processes in all, this one and "
+        "fresh ones, and take each ratio's median over them: there the time of nn.LSTM itself "
+        f"differs from process to process ({DEFAULT_PROCESSES}; 1: this process only)",
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(float32)")
@@ -214,6 +223,9 @@ def main(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         console.print("[red]--repeats: expected at least 1[/]")
         return 2
+    if args.processes < 1:
+        console.print("[red]--processes: expected at least 1[/]")
+        return 2
     if args.threads is not None:
         if args.threads < 1:
             console.print("[red]--threads: expected at least 1[/]")
@@ -251,6 +263,7 @@ def main(args: argparse.Namespace) -> int:
             progress=progress,
             threads=args.threads,
             argv=["ctrlrnn", *sys.argv[1:]],
+            processes=args.processes,
         )
     path = report.save_json(doc, out)
     report.print_report(doc, console)

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ctrlrnn.bench import fresh_processes as _fresh
 from ctrlrnn.bench import roofline as _roofline
 from ctrlrnn.bench.case_registry import Case, CaseUnavailable, Point, Workload
 from ctrlrnn.bench.machine import machine
@@ -301,8 +302,14 @@ def run(
     machine_info: dict[str, Any] | None = None,
     threads: int | None = None,
     argv: Sequence[str] | None = None,
+    processes: int = 1,
+    fresh_points: Sequence[Point] = _fresh.FRESH_POINTS,
 ) -> dict[str, Any]:
     """Measure the roofline, then every (case, point) of ``grid``; return the result document.
+
+    ``processes`` > 1: the rows at ``fresh_points`` are timed again in ``processes - 1`` fresh
+    Python processes, and their ratios are the medians over the processes
+    (:mod:`ctrlrnn.bench.fresh_processes`).
 
     ``threads`` only records the ``--threads`` the caller asked for (None: the default); the
     caller sets it with :func:`torch.set_num_threads` before calling.
@@ -310,8 +317,12 @@ def run(
     A builder raising :class:`CaseUnavailable` gives a ``"skipped"`` record with the reason; any
     other exception an ``"error"`` record with the traceback's last lines (the run goes on).
     """
+    if processes < 1:
+        raise ValueError(f"processes: expected at least 1, got {processes}")
     steps = plan(cases, grid)
-    total = len(steps) + 2
+    fresh_steps = (processes - 1) * sum(1 for c, p in steps if p in fresh_points
+                                        and c.kind == "time")
+    total = len(steps) + fresh_steps + 2
     started = time.time()
     if progress:
         progress(0, total, "roofline: GEMM throughput and copy bandwidth")
@@ -330,6 +341,8 @@ def run(
             "max_seconds": max_seconds,
             "threads": threads,
             "interleaved": True,
+            "processes": processes,
+            "process_points": [[p.batch, p.length, p.width] for p in fresh_points],
         },
         "machine": machine_info if machine_info is not None else machine(),
         "roofline": roof_start.to_dict(),
@@ -382,6 +395,19 @@ def run(
         results.extend(recs)
         done += len(group)
         gc.collect()
+    fresh: dict[Point, list[list[dict[str, Any]]]] = {}
+    if processes > 1:
+        fresh_groups = [(p, g) for p, g in groups if p in fresh_points and g[0].kind == "time"]
+        for p, group in fresh_groups:
+            def said(what: str, n: int = len(group)) -> None:
+                nonlocal done
+                if progress:
+                    progress(done + 1, total, what)
+                done += n
+
+            fresh.update(_fresh.time_points_in_fresh_processes(
+                [(p, group)], dtype, processes, warmup=warmup, repeats=repeats,
+                max_seconds=max_seconds, points=fresh_points, progress=said))
     if progress:
         progress(total - 1, total, "roofline again: GEMM throughput and copy bandwidth")
     roof_end = _roofline.measure(
@@ -399,6 +425,7 @@ def run(
     if progress:
         progress(total, total, "done")
     add_ratios(results)
+    _fresh.add_process_medians(results, fresh)
     doc["memory_fits"] = memory_fits(results)
     doc["elapsed_s"] = time.time() - started
     try:

@@ -8,7 +8,7 @@ measurements, not pass/fail tests.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -42,26 +42,47 @@ def _ratio(case: str, point: tuple[int, int, int], key: str) -> Callable[[dict[s
     return get
 
 
-def _speedup(
-    case: str, point: tuple[int, int, int], other: str, mode: str
-) -> Callable[[dict[str, Any]], Any]:
-    def get(doc: dict[str, Any]) -> float | None:
-        r = _find(doc, case, *point)
-        if r is None:
+@dataclass(frozen=True)
+class _SpeedUp:
+    """The speed-up of ``case`` over ``other`` at ``point`` in ``mode`` (its inverse, a time
+    ratio, with ``inverse``): the median over fresh processes where the run timed the point in
+    several (:mod:`ctrlrnn.bench.fresh_processes`), else this run's."""
+
+    case: str
+    point: tuple[int, int, int]
+    other: str
+    mode: str
+    inverse: bool = False
+
+    def _ratios(self, doc: dict[str, Any]) -> dict[str, Any]:
+        r = _find(doc, self.case, *self.point)
+        return {} if r is None else r.get("ratios", {})
+
+    def _out(self, v: float | None) -> float | None:
+        if not v:
             return None
-        return r.get("ratios", {}).get("speedup", {}).get(other, {}).get(mode)
+        return 1.0 / v if self.inverse else float(v)
 
-    return get
+    def __call__(self, doc: dict[str, Any]) -> float | None:
+        ratios = self._ratios(doc)
+        median = ratios.get("speedup_median", {}).get(self.other, {}).get(self.mode)
+        if median is not None:
+            return self._out(median)
+        return self._out(ratios.get("speedup", {}).get(self.other, {}).get(self.mode))
+
+    def samples(self, doc: dict[str, Any]) -> list[float]:
+        """Every process's value behind a median (empty when the point ran in one process)."""
+        got = self._ratios(doc).get("speedup_processes", {}).get(self.other, {})
+        return [v for v in map(self._out, got.get(self.mode, [])) if v is not None]
 
 
-def _inverse(get: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+def _speedup(case: str, point: tuple[int, int, int], other: str, mode: str) -> _SpeedUp:
+    return _SpeedUp(case, point, other, mode)
+
+
+def _inverse(get: _SpeedUp) -> _SpeedUp:
     """A time ratio from a speed-up (1 / speed-up)."""
-
-    def inv(doc: dict[str, Any]) -> float | None:
-        v = get(doc)
-        return None if not v else 1.0 / v
-
-    return inv
+    return replace(get, inverse=not get.inverse)
 
 
 def _memory_r2(case: str) -> Callable[[dict[str, Any]], Any]:
@@ -184,12 +205,19 @@ TARGETS: list[Target] = [
 
 
 def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(label, measured, goal, met?) for every target; 'not measured' where the row is absent."""
+    """(label, measured, goal, met?) for every target; 'not measured' where the row is absent.
+    A value that is a median over fresh processes says so, with the range of the processes."""
     out = []
     for t in TARGETS:
         v = t.value(doc)
         if v is None:
             out.append((t.label, "not measured", t.goal_text, "-"))
-        else:
-            out.append((t.label, t.fmt.format(v), t.goal_text, "yes" if t.goal(v) else "no"))
+            continue
+        text = t.fmt.format(v)
+        samples = getattr(t.value, "samples", None)
+        spread = samples(doc) if samples is not None else []
+        if len(spread) > 1:
+            text += (f" (median of {len(spread)} processes, {t.fmt.format(min(spread))}-"
+                     f"{t.fmt.format(max(spread))})")
+        out.append((t.label, text, t.goal_text, "yes" if t.goal(v) else "no"))
     return out

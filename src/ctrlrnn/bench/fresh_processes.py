@@ -1,0 +1,172 @@
+"""The small-shape rows timed again in fresh processes; their ratios are the medians.
+
+At the small-shape point (:data:`ctrlrnn.bench.grids.SMALL`: batch 2, width 64) one
+forward+backward takes a few milliseconds, and the time of ``torch.nn.LSTM`` itself there
+differs between processes of the same program on an idle machine (by up to 1.7x on the
+benchmark's machine: where the allocator and the thread pool land, not the code). A ratio
+against it from one process is then one draw. So :func:`time_points_in_fresh_processes` times
+every row of such a point again in ``processes - 1`` new Python processes, each interleaving
+the rows as the main run does (:func:`ctrlrnn.bench.runner.time_point`), and
+:func:`add_process_medians` sets, per row and comparison, the median of the per-process
+speed-ups (the main run's included) beside the list of them; the targets read the median.
+
+Each process runs ``python -m ctrlrnn.bench.fresh_processes SPEC OUT``: it reads the cases, the
+point, the dtype, the thread count and the timing settings from the JSON file ``SPEC`` and
+writes its records to ``OUT``. The GEMM path is the parent's (``CTRLRNN_GEMM`` is inherited).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ctrlrnn.bench.case_registry import Case, Point
+from ctrlrnn.bench.grids import SMALL
+
+#: The points whose rows are timed in several processes: those where per-call costs, not
+#: FLOPs, decide the time.
+FRESH_POINTS: tuple[Point, ...] = (SMALL,)
+#: Processes in all at those points, the main run's included (``ctrlrnn bench --processes``).
+DEFAULT_PROCESSES = 5
+#: Longest one process may take before the run records it as failed (seconds).
+PROCESS_TIMEOUT_S = 600.0
+
+
+def _spec(
+    cases: Sequence[Case], p: Point, dtype: torch.dtype, settings: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "cases": [c.name for c in cases],
+        "point": [p.batch, p.length, p.width],
+        "dtype": str(dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+        **settings,
+    }
+
+
+def time_point_in_fresh_process(
+    cases: Sequence[Case], p: Point, dtype: torch.dtype, *, warmup: int, repeats: int,
+    max_seconds: float | None,
+) -> list[dict[str, Any]]:
+    """Time ``cases`` at ``p`` in a new Python process; return its records (as
+    :func:`ctrlrnn.bench.runner.time_point` gives them). Raises ``RuntimeError`` with the
+    process's last output lines when it fails."""
+    settings = {"warmup": warmup, "repeats": repeats, "max_seconds": max_seconds}
+    with tempfile.TemporaryDirectory(prefix="ctrlrnn-bench-") as tmp:
+        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
+        spec_path.write_text(json.dumps(_spec(cases, p, dtype, settings)))
+        proc = subprocess.run(
+            [sys.executable, "-m", "ctrlrnn.bench.fresh_processes", str(spec_path),
+             str(out_path)],
+            capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, check=False,
+        )
+        if proc.returncode != 0 or not out_path.exists():
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+            raise RuntimeError(
+                f"the fresh process timing B={p.batch} T={p.length} C={p.width} exited with "
+                f"{proc.returncode}:\n{tail}"
+            )
+        records: list[dict[str, Any]] = json.loads(out_path.read_text())
+        return records
+
+
+def time_points_in_fresh_processes(
+    groups: Sequence[tuple[Point, Sequence[Case]]], dtype: torch.dtype, processes: int, *,
+    warmup: int, repeats: int, max_seconds: float | None,
+    points: Sequence[Point] = FRESH_POINTS, progress: Callable[[str], None] | None = None,
+) -> dict[Point, list[list[dict[str, Any]]]]:
+    """For each ``(point, cases)`` of ``groups`` at one of ``points``, the records
+    of ``processes - 1`` fresh processes (a failed process gives one record per case with
+    ``status == "error"``)."""
+    out: dict[Point, list[list[dict[str, Any]]]] = {}
+    for p, cases in groups:
+        if p not in points or not cases or cases[0].kind != "time":
+            continue
+        runs = out.setdefault(p, [])
+        for k in range(1, processes):
+            if progress:
+                progress(f"B={p.batch} T={p.length} C={p.width} again, process {k + 1} of "
+                         f"{processes}")
+            try:
+                runs.append(time_point_in_fresh_process(
+                    cases, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds))
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                runs.append([{"case": c.name, "status": "error", "reason": str(exc)}
+                             for c in cases])
+    return out
+
+
+def _speedups(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+    """(case, other, mode) -> other's median / case's median, within one process's records."""
+    ok = {r["case"]: r for r in records if r.get("status") == "ok"}
+    out = {}
+    for name, r in ok.items():
+        for other in r.get("compare_to", []):
+            if other in ok:
+                for mode in ("fwd", "fwdbwd"):
+                    out[(name, other, mode)] = ok[other][mode]["median_s"] / r[mode]["median_s"]
+    return out
+
+
+def add_process_medians(
+    results: list[dict[str, Any]], fresh: dict[Point, list[list[dict[str, Any]]]]
+) -> None:
+    """For each ok time record of ``results`` at a point of ``fresh``, set ``ratios
+    ["speedup_processes"][other][mode]`` (every process's speed-up, this run's first) and
+    ``ratios["speedup_median"][other][mode]`` (their median), and ``processes`` (each
+    process's forward and forward+backward medians, this run's first). Call after
+    :func:`ctrlrnn.bench.runner.add_ratios`."""
+    for p, runs in fresh.items():
+        here = [r for r in results if (r.get("batch"), r.get("length"), r.get("width"))
+                == (p.batch, p.length, p.width) and r.get("kind") == "time"]
+        per_process = [_speedups(here), *(_speedups(run) for run in runs)]
+        for r in here:
+            if r.get("status") != "ok":
+                continue
+            mine = [r, *(next((o for o in run if o["case"] == r["case"]), {}) for run in runs)]
+            r["processes"] = {
+                mode: [o[mode]["median_s"] if o.get("status") == "ok" else None for o in mine]
+                for mode in ("fwd", "fwdbwd")
+            }
+            lists: dict[str, dict[str, list[float]]] = {}
+            for other in r.get("compare_to", []):
+                for mode in ("fwd", "fwdbwd"):
+                    vals = [s[(r["case"], other, mode)] for s in per_process
+                            if (r["case"], other, mode) in s]
+                    if vals:
+                        lists.setdefault(other, {})[mode] = vals
+            ratios = r.setdefault("ratios", {})
+            ratios["speedup_processes"] = lists
+            ratios["speedup_median"] = {
+                other: {mode: statistics.median(v) for mode, v in modes.items()}
+                for other, modes in lists.items()
+            }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The fresh process: ``SPEC OUT`` (module docstring)."""
+    from ctrlrnn.bench.cases import REGISTRY
+    from ctrlrnn.bench.runner import time_point
+
+    spec_path, out_path = argv if argv is not None else sys.argv[1:]
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(int(spec["threads"]))
+    cases = [REGISTRY[name] for name in spec["cases"]]
+    records = time_point(
+        cases, Point(*spec["point"]), getattr(torch, spec["dtype"]), warmup=spec["warmup"],
+        repeats=spec["repeats"], max_seconds=spec["max_seconds"],
+    )
+    Path(out_path).write_text(json.dumps(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

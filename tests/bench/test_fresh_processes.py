@@ -1,0 +1,118 @@
+"""The small-shape point timed in several processes: its ratios are medians over them.
+
+No test asserts a speed: only that every process's ratio is recorded and the median and the
+targets are taken from them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+from ctrlrnn.bench import fresh_processes, runner
+from ctrlrnn.bench.cases import REGISTRY, Point, select
+from ctrlrnn.bench.grids import SMALL
+from ctrlrnn.bench.targets import target_rows
+
+TINY = Point(2, 8, 8)
+
+
+def _rec(case: str, fwd: float, fwdbwd: float, compare_to: tuple[str, ...] = ()) -> dict[str, Any]:
+    p = SMALL
+    return {
+        "case": case, "kind": "time", "status": "ok", "batch": p.batch, "length": p.length,
+        "width": p.width, "dtype": "float32", "compare_to": list(compare_to),
+        "fwd": {"median_s": fwd}, "fwdbwd": {"median_s": fwdbwd},
+    }
+
+
+def test_medians_are_over_every_process_this_runs_first() -> None:
+    results = [_rec("lstm", 1.0, 4.0), _rec("fused_lstm", 1.0, 4.0, ("lstm",))]
+    results[1]["ratios"] = {"speedup": {"lstm": {"fwd": 1.0, "fwdbwd": 1.0}}}
+    runs = [
+        [_rec("lstm", 2.0, 6.0), _rec("fused_lstm", 1.0, 2.0, ("lstm",))],  # 2x, 3x
+        [_rec("lstm", 1.0, 3.0), _rec("fused_lstm", 2.0, 6.0, ("lstm",))],  # 0.5x, 0.5x
+        [{"case": "lstm", "status": "error", "reason": "boom"},
+         _rec("fused_lstm", 1.0, 1.0, ("lstm",))],  # no ratio: its baseline failed
+    ]
+    fresh_processes.add_process_medians(results, {SMALL: runs})
+    ratios = results[1]["ratios"]
+    assert ratios["speedup_processes"]["lstm"] == {"fwd": [1.0, 2.0, 0.5],
+                                                   "fwdbwd": [1.0, 3.0, 0.5]}
+    assert ratios["speedup_median"]["lstm"] == {"fwd": 1.0, "fwdbwd": 1.0}
+    assert ratios["speedup"]["lstm"]["fwd"] == 1.0  # this run's own ratio is kept
+    assert results[1]["processes"]["fwdbwd"] == [4.0, 2.0, 6.0, 1.0]
+    assert results[0]["processes"]["fwd"] == [1.0, 2.0, 1.0, None]
+
+
+def test_targets_read_the_median_and_show_the_range() -> None:
+    doc = {"results": [_rec("fused_lstm", 1.0, 1.0, ("lstm",))], "memory_fits": []}
+    doc["results"][0]["ratios"] = {
+        "speedup": {"lstm": {"fwd": 0.5, "fwdbwd": 0.5}},  # this process's draw
+        "speedup_processes": {"lstm": {"fwdbwd": [0.5, 1.0, 1.25]}},
+        "speedup_median": {"lstm": {"fwdbwd": 1.0}},
+    }
+    rows = {label: (val, met) for label, val, _, met in target_rows(doc)}
+    small = next(k for k in rows if k.startswith("fused LSTM") and "small shape" in k)
+    # time ratios: 1 / speed-up, so the 0.5x draw is a 2.00x time ratio
+    assert rows[small] == ("1.00x (median of 3 processes, 0.80x-2.00x)", "yes")
+    # without a median (a one-process run's record), the run's own value
+    del doc["results"][0]["ratios"]["speedup_median"]
+    without = {label: (val, met) for label, val, _, met in target_rows(doc)}
+    assert without[small][0].startswith("2.00x") and without[small][1] == "no"
+
+
+def test_a_run_times_the_fresh_points_again_in_new_processes() -> None:
+    """A real run over a tiny point, in 3 processes: every ratio there has 3 values."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        doc = runner.run(
+            select(["fused_lstm"]), grid="tiny", warmup=1, repeats=2, max_seconds=None,
+            gemm_shape=(64, 32, 48), copy_bytes=1 << 20, roofline_repeats=3,
+            processes=3, fresh_points=(TINY,), argv=["ctrlrnn", "bench", "(test)"],
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert doc["settings"]["processes"] == 3
+    assert doc["settings"]["process_points"] == [[2, 8, 8]]
+    row = next(r for r in doc["results"] if r["case"] == "fused_lstm")
+    assert row["status"] == "ok"
+    for mode in ("fwd", "fwdbwd"):
+        values = row["ratios"]["speedup_processes"]["lstm"][mode]
+        assert len(values) == 3 and all(v > 0 for v in values)
+        assert values[0] == row["ratios"]["speedup"]["lstm"][mode]
+        assert row["ratios"]["speedup_median"]["lstm"][mode] == statistics.median(values)
+        assert len(row["processes"][mode]) == 3
+
+
+def test_a_failing_process_is_recorded_not_raised() -> None:
+    missing = replace(REGISTRY["lstm"], name="no-such-case")  # unknown to the new process
+    out = fresh_processes.time_points_in_fresh_processes(
+        [(TINY, [missing])], torch.float32, 2, warmup=1, repeats=1, max_seconds=None,
+        points=(TINY,),
+    )
+    (record,) = out[TINY][0]
+    assert record["status"] == "error"
+    assert "no-such-case" in record["reason"] and "exited with 1" in record["reason"]
+
+
+def test_processes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="processes"):
+        runner.run([], grid="tiny", processes=0)
+
+
+def test_the_time_table_shows_the_median_where_there_is_one() -> None:
+    from ctrlrnn.bench.result_rows import speedups
+
+    r = _rec("fused_lstm", 1.0, 1.0, ("lstm",))
+    r["ratios"] = {"speedup": {"lstm": {"fwd": 0.5, "fwdbwd": 0.5}}}
+    assert speedups(r, "fwdbwd") == "0.50x vs lstm"
+    r["ratios"]["speedup_processes"] = {"lstm": {"fwdbwd": [0.5, 1.0, 1.25]}}
+    r["ratios"]["speedup_median"] = {"lstm": {"fwdbwd": 1.0}}
+    assert speedups(r, "fwdbwd") == "1.00x vs lstm (med. of 3)"
+    assert speedups(r, "fwd") == "0.50x vs lstm"
