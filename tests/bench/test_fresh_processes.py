@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ctrlrnn.bench import fresh_processes, runner
+from ctrlrnn.bench.benchmarks_page import fresh_process_lines
 from ctrlrnn.bench.cases import REGISTRY, Point, select
 from ctrlrnn.bench.grids import SMALL
 from ctrlrnn.bench.targets import target_rows
@@ -30,7 +31,7 @@ def _rec(case: str, fwd: float, fwdbwd: float, compare_to: tuple[str, ...] = ())
     }
 
 
-def test_medians_are_over_every_process_this_runs_first() -> None:
+def test_medians_are_over_the_fresh_processes() -> None:
     results = [_rec("lstm", 1.0, 4.0), _rec("fused_lstm", 1.0, 4.0, ("lstm",))]
     results[1]["ratios"] = {"speedup": {"lstm": {"fwd": 1.0, "fwdbwd": 1.0}}}
     runs = [
@@ -41,12 +42,11 @@ def test_medians_are_over_every_process_this_runs_first() -> None:
     ]
     fresh_processes.add_process_medians(results, {SMALL: runs})
     ratios = results[1]["ratios"]
-    assert ratios["speedup_processes"]["lstm"] == {"fwd": [1.0, 2.0, 0.5],
-                                                   "fwdbwd": [1.0, 3.0, 0.5]}
-    assert ratios["speedup_median"]["lstm"] == {"fwd": 1.0, "fwdbwd": 1.0}
+    assert ratios["speedup_processes"]["lstm"] == {"fwd": [2.0, 0.5], "fwdbwd": [3.0, 0.5]}
+    assert ratios["speedup_median"]["lstm"] == {"fwd": 1.25, "fwdbwd": 1.75}
     assert ratios["speedup"]["lstm"]["fwd"] == 1.0  # this run's own ratio is kept
-    assert results[1]["processes"]["fwdbwd"] == [4.0, 2.0, 6.0, 1.0]
-    assert results[0]["processes"]["fwd"] == [1.0, 2.0, 1.0, None]
+    assert results[1]["processes"]["fwdbwd"] == [2.0, 6.0, 1.0]
+    assert results[0]["processes"]["fwd"] == [2.0, 1.0, None]
 
 
 def test_targets_read_the_median_and_show_the_range() -> None:
@@ -59,7 +59,7 @@ def test_targets_read_the_median_and_show_the_range() -> None:
     rows = {label: (val, met) for label, val, _, met in target_rows(doc)}
     small = next(k for k in rows if k.startswith("fused LSTM") and "small shape" in k)
     # time ratios: 1 / speed-up, so the 0.5x draw is a 2.00x time ratio
-    assert rows[small] == ("1.00x (median of 3 processes, 0.80x-2.00x)", "yes")
+    assert rows[small] == ("1.00x (median of 3 fresh processes, 0.80x-2.00x)", "yes")
     # without a median (a one-process run's record), the run's own value
     del doc["results"][0]["ratios"]["speedup_median"]
     without = {label: (val, met) for label, val, _, met in target_rows(doc)}
@@ -67,33 +67,35 @@ def test_targets_read_the_median_and_show_the_range() -> None:
 
 
 def test_a_run_times_the_fresh_points_again_in_new_processes() -> None:
-    """A real run over a tiny point, in 3 processes: every ratio there has 3 values."""
+    """A real run over a tiny point, again in 2 fresh processes: every ratio there has their 2
+    values, and the page says what they were."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         doc = runner.run(
             select(["fused_lstm"]), grid="tiny", warmup=1, repeats=2, max_seconds=None,
             gemm_shape=(64, 32, 48), copy_bytes=1 << 20, roofline_repeats=3,
-            processes=3, fresh_points=(TINY,), argv=["ctrlrnn", "bench", "(test)"],
+            processes=2, fresh_points=(TINY,), argv=["ctrlrnn", "bench", "(test)"],
         )
     finally:
         torch.set_num_threads(threads)
-    assert doc["settings"]["processes"] == 3
+    assert doc["settings"]["processes"] == 2
     assert doc["settings"]["process_points"] == [[2, 8, 8]]
     row = next(r for r in doc["results"] if r["case"] == "fused_lstm")
     assert row["status"] == "ok"
     for mode in ("fwd", "fwdbwd"):
         values = row["ratios"]["speedup_processes"]["lstm"][mode]
-        assert len(values) == 3 and all(v > 0 for v in values)
-        assert values[0] == row["ratios"]["speedup"]["lstm"][mode]
+        assert len(values) == 2 and all(v > 0 for v in values)
         assert row["ratios"]["speedup_median"]["lstm"][mode] == statistics.median(values)
-        assert len(row["processes"][mode]) == 3
+        assert len(row["processes"][mode]) == 2 and all(row["processes"][mode])
+    page = "\n".join(fresh_process_lines(doc))
+    assert "timed again in 2 fresh processes" in page and "nn.LSTM's forward+backward" in page
 
 
 def test_a_failing_process_is_recorded_not_raised() -> None:
     missing = replace(REGISTRY["lstm"], name="no-such-case")  # unknown to the new process
     out = fresh_processes.time_points_in_fresh_processes(
-        [(TINY, [missing])], torch.float32, 2, warmup=1, repeats=1, max_seconds=None,
+        [(TINY, [missing])], torch.float32, 1, warmup=1, repeats=1, max_seconds=None,
         points=(TINY,),
     )
     (record,) = out[TINY][0]
@@ -101,9 +103,9 @@ def test_a_failing_process_is_recorded_not_raised() -> None:
     assert "no-such-case" in record["reason"] and "exited with 1" in record["reason"]
 
 
-def test_processes_must_be_positive() -> None:
+def test_processes_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="processes"):
-        runner.run([], grid="tiny", processes=0)
+        runner.run([], grid="tiny", processes=-1)
 
 
 def test_the_time_table_shows_the_median_where_there_is_one() -> None:
@@ -114,5 +116,5 @@ def test_the_time_table_shows_the_median_where_there_is_one() -> None:
     assert speedups(r, "fwdbwd") == "0.50x vs lstm"
     r["ratios"]["speedup_processes"] = {"lstm": {"fwdbwd": [0.5, 1.0, 1.25]}}
     r["ratios"]["speedup_median"] = {"lstm": {"fwdbwd": 1.0}}
-    assert speedups(r, "fwdbwd") == "1.00x vs lstm (med. of 3)"
+    assert speedups(r, "fwdbwd") == "1.00x vs lstm (med. of 3 fresh)"
     assert speedups(r, "fwd") == "0.50x vs lstm"

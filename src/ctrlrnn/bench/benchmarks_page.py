@@ -4,6 +4,7 @@ cases, the targets, the time and memory tables and the rows that did not measure
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,31 @@ def compare_lines(doc: dict[str, Any], label: str, source: str, other: dict[str,
     return lines + [""]
 
 
+def fresh_process_lines(doc: dict[str, Any]) -> list[str]:
+    """What the fresh processes of a run were (:mod:`ctrlrnn.bench.fresh_processes`), with
+    nn.LSTM's time at each such point in the run's own process against the fresh ones."""
+    processes = doc.get("settings", {}).get("processes", 0)
+    if not processes:
+        return []
+    lines = []
+    for b, t, c in doc["settings"].get("process_points", []):
+        base = next((r for r in doc.get("results", []) if r.get("case") == "lstm"
+                     and (r["batch"], r["length"], r["width"]) == (b, t, c)
+                     and r.get("status") == "ok"), None)
+        said = (f"At B={b}, T={t}, C={c} every row was timed again in {processes} fresh "
+                "processes (each interleaving the rows, as the run does), and each ratio there "
+                "is the median over those, with their range. ")
+        fresh = [v for v in (base or {}).get("processes", {}).get("fwdbwd", []) if v]
+        if base is not None and fresh:
+            said += (f"nn.LSTM's forward+backward there took {fmt_time(base['fwdbwd']['median_s'])}"
+                     f" in this run's own process, after the larger shapes, and "
+                     f"{fmt_time(statistics.median(fresh))} (median; {fmt_time(min(fresh))}-"
+                     f"{fmt_time(max(fresh))}) in the fresh ones: the run's own ratios there, in "
+                     "the JSON as `ratios.speedup`, compare against that process's baseline.")
+        lines += [said, ""]
+    return lines
+
+
 def markdown(doc: dict[str, Any], *, source: str | None = None,
              compare: list[tuple[str, str, dict[str, Any]]] | None = None) -> str:
     """BENCHMARKS.md text for the result document ``doc`` (``source``: the JSON's path;
@@ -352,18 +378,7 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         "measurements, not tests).",
         "",
     ]
-    processes = doc.get("settings", {}).get("processes", 1)
-    if processes > 1:
-        points = ", ".join(f"B={b}, T={t}, C={c}"
-                           for b, t, c in doc["settings"].get("process_points", []))
-        lines += [
-            f"At {points} every row was timed in {processes} processes (this run's and "
-            f"{processes - 1} fresh ones, each interleaving the rows), and each ratio there is "
-            "the median over the processes, with their range: at that shape the time of "
-            "nn.LSTM itself differs from one process to the next, so one process's ratio is "
-            "one draw.",
-            "",
-        ]
+    lines += fresh_process_lines(doc)
     lines += _md_table(["target", "measured", "goal", "met"], [list(t) for t in targets])
     lines.append("")
     rows = time_rows(doc)

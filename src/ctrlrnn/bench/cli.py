@@ -102,9 +102,9 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "--processes",
         type=int,
         default=DEFAULT_PROCESSES,
-        help="time the small-shape point's rows in this many processes in all, this one and "
-        "fresh ones, and take each ratio's median over them: there the time of nn.LSTM itself "
-        f"differs from process to process ({DEFAULT_PROCESSES}; 1: this process only)",
+        help="time the small-shape point's rows again in this many fresh processes and take "
+        "each ratio's median over them: there torch's LSTMs run slower in a process that has "
+        f"run the larger shapes ({DEFAULT_PROCESSES}; 0: this process only)",
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(float32)")
@@ -223,8 +223,8 @@ def main(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         console.print("[red]--repeats: expected at least 1[/]")
         return 2
-    if args.processes < 1:
-        console.print("[red]--processes: expected at least 1[/]")
+    if args.processes < 0:
+        console.print("[red]--processes: expected 0 or more[/]")
         return 2
     if args.threads is not None:
         if args.threads < 1:

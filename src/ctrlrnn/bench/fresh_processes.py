@@ -1,14 +1,16 @@
 """The small-shape rows timed again in fresh processes; their ratios are the medians.
 
 At the small-shape point (:data:`ctrlrnn.bench.grids.SMALL`: batch 2, width 64) one
-forward+backward takes a few milliseconds, and the time of ``torch.nn.LSTM`` itself there
-differs between processes of the same program on an idle machine (by up to 1.7x on the
-benchmark's machine: where the allocator and the thread pool land, not the code). A ratio
-against it from one process is then one draw. So :func:`time_points_in_fresh_processes` times
-every row of such a point again in ``processes - 1`` new Python processes, each interleaving
-the rows as the main run does (:func:`ctrlrnn.bench.runner.time_point`), and
-:func:`add_process_medians` sets, per row and comparison, the median of the per-process
-speed-ups (the main run's included) beside the list of them; the targets read the median.
+forward+backward takes a few milliseconds, and there the time of ``torch.nn.LSTM`` depends on
+the process's history: in the benchmark's own process, after the larger shapes, torch's LSTMs
+ran there 1.4-1.7x slower than in a new process, while ctrlrnn's rows did not (the idle runs
+of 2026-11-26, both GEMM paths), and new processes differ among themselves by some 10%. A
+ratio from the run's own process is then a ratio to a handicapped baseline. So
+:func:`time_points_in_fresh_processes` times every row of such a point again in ``processes``
+new Python processes, each interleaving the rows as the main run does
+(:func:`ctrlrnn.bench.runner.time_point`), and :func:`add_process_medians` sets, per row and
+comparison, the median of the fresh processes' speed-ups beside the list of them; the targets
+and the tables read the median. The run's own ratio stays in ``ratios["speedup"]``.
 
 Each process runs ``python -m ctrlrnn.bench.fresh_processes SPEC OUT``: it reads the cases, the
 point, the dtype, the thread count and the timing settings from the JSON file ``SPEC`` and
@@ -34,7 +36,7 @@ from ctrlrnn.bench.grids import SMALL
 #: The points whose rows are timed in several processes: those where per-call costs, not
 #: FLOPs, decide the time.
 FRESH_POINTS: tuple[Point, ...] = (SMALL,)
-#: Processes in all at those points, the main run's included (``ctrlrnn bench --processes``).
+#: Fresh processes timing those points (``ctrlrnn bench --processes``).
 DEFAULT_PROCESSES = 5
 #: Longest one process may take before the run records it as failed (seconds).
 PROCESS_TIMEOUT_S = 600.0
@@ -84,17 +86,17 @@ def time_points_in_fresh_processes(
     points: Sequence[Point] = FRESH_POINTS, progress: Callable[[str], None] | None = None,
 ) -> dict[Point, list[list[dict[str, Any]]]]:
     """For each ``(point, cases)`` of ``groups`` at one of ``points``, the records
-    of ``processes - 1`` fresh processes (a failed process gives one record per case with
+    of ``processes`` fresh processes (a failed process gives one record per case with
     ``status == "error"``)."""
     out: dict[Point, list[list[dict[str, Any]]]] = {}
     for p, cases in groups:
         if p not in points or not cases or cases[0].kind != "time":
             continue
         runs = out.setdefault(p, [])
-        for k in range(1, processes):
+        for k in range(processes):
             if progress:
-                progress(f"B={p.batch} T={p.length} C={p.width} again, process {k + 1} of "
-                         f"{processes}")
+                progress(f"B={p.batch} T={p.length} C={p.width} again, fresh process {k + 1} "
+                         f"of {processes}")
             try:
                 runs.append(time_point_in_fresh_process(
                     cases, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds))
@@ -120,18 +122,18 @@ def add_process_medians(
     results: list[dict[str, Any]], fresh: dict[Point, list[list[dict[str, Any]]]]
 ) -> None:
     """For each ok time record of ``results`` at a point of ``fresh``, set ``ratios
-    ["speedup_processes"][other][mode]`` (every process's speed-up, this run's first) and
-    ``ratios["speedup_median"][other][mode]`` (their median), and ``processes`` (each
-    process's forward and forward+backward medians, this run's first). Call after
-    :func:`ctrlrnn.bench.runner.add_ratios`."""
+    ["speedup_processes"][other][mode]`` (each fresh process's speed-up) and
+    ``ratios["speedup_median"][other][mode]`` (their median), and ``processes`` (each fresh
+    process's forward and forward+backward medians, None where it failed). Call after
+    :func:`ctrlrnn.bench.runner.add_ratios`; the run's own values are left as they are."""
     for p, runs in fresh.items():
         here = [r for r in results if (r.get("batch"), r.get("length"), r.get("width"))
                 == (p.batch, p.length, p.width) and r.get("kind") == "time"]
-        per_process = [_speedups(here), *(_speedups(run) for run in runs)]
+        per_process = [_speedups(run) for run in runs]
         for r in here:
             if r.get("status") != "ok":
                 continue
-            mine = [r, *(next((o for o in run if o["case"] == r["case"]), {}) for run in runs)]
+            mine = [next((o for o in run if o["case"] == r["case"]), {}) for run in runs]
             r["processes"] = {
                 mode: [o[mode]["median_s"] if o.get("status") == "ok" else None for o in mine]
                 for mode in ("fwd", "fwdbwd")

@@ -32,16 +32,16 @@ def fmt_mib(n: float | None) -> str:
 
 
 def speedups(r: dict[str, Any], mode: str) -> str:
-    """``1.23x vs lstm, ...``: where the row was timed in several processes, the median over
-    them, marked ``(med. of N)`` (:mod:`ctrlrnn.bench.fresh_processes`)."""
+    """``1.23x vs lstm, ...``: where the row was timed in fresh processes, the median over
+    them, marked ``(med. of N fresh)`` (:mod:`ctrlrnn.bench.fresh_processes`)."""
     ratios = r.get("ratios", {})
     sp = ratios.get("speedup", {})
     median = ratios.get("speedup_median", {})
     cells = []
     for other, v in sp.items():
         n = len(ratios.get("speedup_processes", {}).get(other, {}).get(mode, []))
-        if mode in median.get(other, {}) and n > 1:
-            cells.append(f"{median[other][mode]:.2f}x vs {other} (med. of {n})")
+        if mode in median.get(other, {}) and n:
+            cells.append(f"{median[other][mode]:.2f}x vs {other} (med. of {n} fresh)")
         else:
             cells.append(f"{v[mode]:.2f}x vs {other}")
     return ", ".join(cells) or "-"

@@ -302,13 +302,13 @@ def run(
     machine_info: dict[str, Any] | None = None,
     threads: int | None = None,
     argv: Sequence[str] | None = None,
-    processes: int = 1,
+    processes: int = 0,
     fresh_points: Sequence[Point] = _fresh.FRESH_POINTS,
 ) -> dict[str, Any]:
     """Measure the roofline, then every (case, point) of ``grid``; return the result document.
 
-    ``processes`` > 1: the rows at ``fresh_points`` are timed again in ``processes - 1`` fresh
-    Python processes, and their ratios are the medians over the processes
+    ``processes`` > 0: the rows at ``fresh_points`` are timed again in that many fresh Python
+    processes, and their ratios are the medians over those
     (:mod:`ctrlrnn.bench.fresh_processes`).
 
     ``threads`` only records the ``--threads`` the caller asked for (None: the default); the
@@ -317,10 +317,10 @@ def run(
     A builder raising :class:`CaseUnavailable` gives a ``"skipped"`` record with the reason; any
     other exception an ``"error"`` record with the traceback's last lines (the run goes on).
     """
-    if processes < 1:
-        raise ValueError(f"processes: expected at least 1, got {processes}")
+    if processes < 0:
+        raise ValueError(f"processes: expected 0 or more, got {processes}")
     steps = plan(cases, grid)
-    fresh_steps = (processes - 1) * sum(1 for c, p in steps if p in fresh_points
+    fresh_steps = processes * sum(1 for c, p in steps if p in fresh_points
                                         and c.kind == "time")
     total = len(steps) + fresh_steps + 2
     started = time.time()
@@ -396,7 +396,7 @@ def run(
         done += len(group)
         gc.collect()
     fresh: dict[Point, list[list[dict[str, Any]]]] = {}
-    if processes > 1:
+    if processes > 0:
         fresh_groups = [(p, g) for p, g in groups if p in fresh_points and g[0].kind == "time"]
         for p, group in fresh_groups:
             def said(what: str, n: int = len(group)) -> None:

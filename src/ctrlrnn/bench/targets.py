@@ -46,7 +46,7 @@ def _ratio(case: str, point: tuple[int, int, int], key: str) -> Callable[[dict[s
 class _SpeedUp:
     """The speed-up of ``case`` over ``other`` at ``point`` in ``mode`` (its inverse, a time
     ratio, with ``inverse``): the median over fresh processes where the run timed the point in
-    several (:mod:`ctrlrnn.bench.fresh_processes`), else this run's."""
+    them (:mod:`ctrlrnn.bench.fresh_processes`), else this run's."""
 
     case: str
     point: tuple[int, int, int]
@@ -71,7 +71,7 @@ class _SpeedUp:
         return self._out(ratios.get("speedup", {}).get(self.other, {}).get(self.mode))
 
     def samples(self, doc: dict[str, Any]) -> list[float]:
-        """Every process's value behind a median (empty when the point ran in one process)."""
+        """Every fresh process's value behind a median (empty when there were none)."""
         got = self._ratios(doc).get("speedup_processes", {}).get(self.other, {})
         return [v for v in map(self._out, got.get(self.mode, [])) if v is not None]
 
@@ -206,7 +206,7 @@ TARGETS: list[Target] = [
 
 def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(label, measured, goal, met?) for every target; 'not measured' where the row is absent.
-    A value that is a median over fresh processes says so, with the range of the processes."""
+    A value that is a median over fresh processes says so, with their range."""
     out = []
     for t in TARGETS:
         v = t.value(doc)
@@ -216,8 +216,8 @@ def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         text = t.fmt.format(v)
         samples = getattr(t.value, "samples", None)
         spread = samples(doc) if samples is not None else []
-        if len(spread) > 1:
-            text += (f" (median of {len(spread)} processes, {t.fmt.format(min(spread))}-"
+        if spread:
+            text += (f" (median of {len(spread)} fresh processes, {t.fmt.format(min(spread))}-"
                      f"{t.fmt.format(max(spread))})")
         out.append((t.label, text, t.goal_text, "yes" if t.goal(v) else "no"))
     return out
