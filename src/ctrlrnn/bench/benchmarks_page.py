@@ -224,10 +224,10 @@ def fresh_process_lines(doc: dict[str, Any]) -> list[str]:
         fresh = [v for v in (base or {}).get("processes", {}).get("fwdbwd", []) if v]
         if base is not None and fresh:
             said += (f"nn.LSTM's forward+backward there took {fmt_time(base['fwdbwd']['median_s'])}"
-                     f" in this run's own process, after the larger shapes, and "
-                     f"{fmt_time(statistics.median(fresh))} (median; {fmt_time(min(fresh))}-"
-                     f"{fmt_time(max(fresh))}) in the fresh ones: the run's own ratios there, in "
-                     "the JSON as `ratios.speedup`, compare against that process's baseline.")
+                     f" in this run's own process and {fmt_time(statistics.median(fresh))} "
+                     f"(median; {fmt_time(min(fresh))}-{fmt_time(max(fresh))}) in the fresh "
+                     "ones: at this shape one process's ratio is one draw (the run's own is in "
+                     "the JSON, as `ratios.speedup`).")
         lines += [said, ""]
     return lines
 

@@ -103,8 +103,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_PROCESSES,
         help="time the small-shape point's rows again in this many fresh processes and take "
-        "each ratio's median over them: there torch's LSTMs run slower in a process that has "
-        f"run the larger shapes ({DEFAULT_PROCESSES}; 0: this process only)",
+        "each ratio's median over them: there the times differ from one process to the next "
+        f"({DEFAULT_PROCESSES}; 0: this process only)",
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(float32)")

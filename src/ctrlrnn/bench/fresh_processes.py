@@ -1,16 +1,16 @@
 """The small-shape rows timed again in fresh processes; their ratios are the medians.
 
 At the small-shape point (:data:`ctrlrnn.bench.grids.SMALL`: batch 2, width 64) one
-forward+backward takes a few milliseconds, and there the time of ``torch.nn.LSTM`` depends on
-the process's history: in the benchmark's own process, after the larger shapes, torch's LSTMs
-ran there 1.4-1.7x slower than in a new process, while ctrlrnn's rows did not (the idle runs
-of 2026-11-26, both GEMM paths), and new processes differ among themselves by some 10%. A
-ratio from the run's own process is then a ratio to a handicapped baseline. So
-:func:`time_points_in_fresh_processes` times every row of such a point again in ``processes``
-new Python processes, each interleaving the rows as the main run does
-(:func:`ctrlrnn.bench.runner.time_point`), and :func:`add_process_medians` sets, per row and
-comparison, the median of the fresh processes' speed-ups beside the list of them; the targets
-and the tables read the median. The run's own ratio stays in ``ratios["speedup"]``.
+forward+backward takes a few milliseconds, and there the time of ``torch.nn.LSTM`` and of
+ctrlrnn's rows depends on the process: in two idle quick runs of 2026-11-26, nn.LSTM's
+forward+backward took 1.7 to 3.2 ms across eleven processes, and the run's own process was
+the slowest of its six in one run and the fastest in the other. A ratio from one process is
+then one draw. So :func:`time_points_in_fresh_processes` times every row of such a point again
+in ``processes`` new Python processes, each interleaving the rows as the main run does
+(:func:`ctrlrnn.bench.runner.time_point`) and timing nothing else, and
+:func:`add_process_medians` sets, per row and comparison, the median of the fresh processes'
+speed-ups beside the list of them; the targets and the tables read the median. The run's own
+ratio stays in ``ratios["speedup"]``.
 
 Each process runs ``python -m ctrlrnn.bench.fresh_processes SPEC OUT``: it reads the cases, the
 point, the dtype, the thread count and the timing settings from the JSON file ``SPEC`` and
