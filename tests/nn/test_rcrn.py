@@ -420,3 +420,32 @@ def test_auto_controllers_take_fused_for_narrow_cpu_layers(hidden):
         assert auto.native_applies(x, lens) == (hidden > AUTO_FUSED_MAX_HIDDEN)
     torch.testing.assert_close(auto(x, lengths=lens)[0], fused(x, lengths=lens)[0],
                                rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_layers_projections_are_one_batched_gemm_equal_to_each_rnns(cell, bias):
+    """:func:`project_all` (the fused path's 3 * D input projections, eq 1-6 / 10-14, in one
+    batched GEMM) equals each RNN's own projection over its own input, biases folded as each
+    cell folds them (both LSTM biases; the GRU's ``b_ih`` only), and so do its gradients."""
+    from ctrlrnn.nn.rcrn import project_all
+
+    torch.manual_seed(3)
+    m = RCRN(5, 4, bidirectional=True, batch_first=True, cell=cell, bias=bias).double()
+    x = torch.randn(3, 7, 5, dtype=D64, requires_grad=True)
+    xr = x.flip(1)
+    rnns = [r for d in range(2) for r in m.cell(0, d).rnns()]
+    xs = [x, x, x, xr, xr, xr]
+    got = project_all(rnns, xs)
+    assert got.shape == (6, 3, 7, (4 if cell == "lstm" else 3) * 4)
+    want = torch.stack([torch.nn.functional.linear(xi, r.weight_ih, r._input_bias())
+                        for r, xi in zip(rnns, xs, strict=True)])
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
+    g = torch.randn_like(got)
+    leaves = [x, *(p for r in rnns for p in r.parameters())]
+    for a, b in zip(torch.autograd.grad(got, leaves, g, allow_unused=True),
+                    torch.autograd.grad(want, leaves, g, allow_unused=True), strict=True):
+        if b is None:
+            assert a is None or not a.abs().any()
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)

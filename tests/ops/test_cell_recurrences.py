@@ -192,3 +192,39 @@ def test_slices_of_one_tensor_go_in_whole(monkeypatch):
     grads_want = torch.autograd.grad(_loss(want), [xp, w])
     for a, b in zip(grads, grads_want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_blocks_of_one_flat_tensor_go_in_whole(monkeypatch):
+    """Recurrences given as consecutive blocks of one contiguous tensor of another shape (a
+    batched GEMM's ``(R, B*T, 4H)`` output viewed per recurrence: RCRN's projections) reach the
+    op as a view of that tensor (no copy), with the same values and gradients as one call
+    each."""
+    if backend.path("cells", torch.device("cpu")) != backend.KERNEL:
+        pytest.skip("the kernels are not in use")
+    from ctrlrnn.ops.cells import lstm
+
+    g = torch.Generator().manual_seed(9)
+    R, B, T, H = 3, 2, 5, 4
+    flat_leaf = torch.randn(R, B * T, 4 * H, generator=g, dtype=D64).requires_grad_()
+    w = (0.4 * torch.randn(R, 4 * H, H, generator=g, dtype=D64)).requires_grad_()
+    seen: list[bool] = []
+    real = KernelOp.__call__
+
+    def spy(self: KernelOp, *args: Any) -> Any:
+        if self is lstm.OP:
+            seen.append(args[0]._base is flat and args[0].data_ptr() == flat.data_ptr())
+        return real(self, *args)
+
+    monkeypatch.setattr(KernelOp, "__call__", spy)
+    flat = flat_leaf * 1.0
+    blocks = flat.view(R, B, T, 4 * H)
+    got = fused_cells.lstm_sequences([{"x_proj": blocks[r], "weight_hh": w[r]} for r in range(R)])
+    assert seen == [True]
+    want = [fused_cells.lstm_sequence(blocks[r], w[r]) for r in range(R)]
+    for r in range(R):
+        for a, b in zip(got[r], want[r], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+    grads = torch.autograd.grad(_loss(got), [flat_leaf, w], retain_graph=True)
+    grads_want = torch.autograd.grad(_loss(want), [flat_leaf, w])
+    for a, b in zip(grads, grads_want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)

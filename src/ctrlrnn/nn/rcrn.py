@@ -124,11 +124,14 @@ class GatedRNN(nn.Module):
         return self.results(run_sequences([self.call(x, state, weight_drop)], lengths)[0])
 
     def call(
-        self, x: Tensor, state: list[Tensor] | None, weight_drop: float = 0.0
+        self, x: Tensor, state: list[Tensor] | None, weight_drop: float = 0.0,
+        x_proj: Tensor | None = None,
     ) -> tuple[str, dict[str, Tensor | None]]:
         """What :meth:`sequence` runs on ``x``: ``(cell, keyword arguments)`` of
-        ``<cell>_sequence`` (:func:`run_sequences` runs several in one call)."""
-        x_proj = cached_linear(x, self.weight_ih, self._input_bias())  # all steps in one GEMM
+        ``<cell>_sequence`` (:func:`run_sequences` runs several in one call). ``x_proj``: the
+        input projection of ``x`` where the caller has it (:func:`project_all`)."""
+        if x_proj is None:
+            x_proj = cached_linear(x, self.weight_ih, self._input_bias())  # all steps, one GEMM
         weight_hh = drop_weight(self.weight_hh, weight_drop, self.training)
         if self.cell == "lstm":
             h0, c0 = (None, None) if state is None else state
@@ -160,6 +163,33 @@ class GatedRNN(nn.Module):
 def _gate(h2: Tensor, output_gate: str) -> Tensor:
     """The output gate of eq 16: ``sigmoid(h2)`` (the text) or ``h2`` (eq 16 as printed)."""
     return torch.sigmoid(h2) if output_gate == "sigmoid" else h2
+
+
+def project_all(rnns: list[GatedRNN], xs: list[Tensor]) -> Tensor:
+    """The input projections of RNNs of equal sizes, ``rnns[r]`` over ``xs[r]`` (each ``(B, T,
+    I)``), in one batched GEMM: ``(R, B, T, G*H)``, whose slices :func:`run_sequences` hands
+    to the fused-cell engine without stacking them again. Inputs read by several RNNs (RCRN's
+    three of a direction) are given as the same tensor and are not copied for each."""
+    R = len(rnns)
+    B, T, input_size = xs[0].shape
+    # (R, B*T, I): each distinct input once, expanded (not copied) to the RNNs that read it
+    groups: list[Tensor] = []
+    start = 0
+    while start < R:
+        end = start
+        while end < R and xs[end] is xs[start]:
+            end += 1
+        groups.append(xs[start].reshape(1, B * T, input_size).expand(end - start, -1, -1))
+        start = end
+    inputs = groups[0] if len(groups) == 1 else torch.cat(groups)
+    weight = torch.stack([r.weight_ih for r in rnns]).transpose(1, 2)  # (R, I, G*H)
+    biases = [r._input_bias() for r in rnns]
+    if all(b is not None for b in biases):
+        bias = torch.stack(biases).unsqueeze(1)  # type: ignore[arg-type]
+        out = torch.baddbmm(bias, inputs, weight)
+    else:
+        out = torch.bmm(inputs, weight)
+    return out.view(R, B, T, out.shape[-1])
 
 
 def run_sequences(
@@ -460,11 +490,14 @@ class RCRN(RecurrentBase):
         D = self.num_directions
         k = 2 if self.cell_type == "lstm" else 1
         calls = []  # the 3 * D RNNs, direction-major (the order of the weight-drop masks)
-        for d in range(D):
-            xd = x if d == 0 else reverse_padded(x, lengths)
-            for j, rnn in enumerate(self.cell(layer, d).rnns()):
-                st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
-                calls.append(rnn.call(xd, st, self.weight_drop))
+        xs = [x if d == 0 else reverse_padded(x, lengths) for d in range(D)]
+        rnns = [rnn for d in range(D) for rnn in self.cell(layer, d).rnns()]
+        # the 3 * D input projections (eq 1-6, 10-14: W x_t + b) in one batched GEMM
+        x_proj = project_all(rnns, [xs[r // 3] for r in range(len(rnns))])
+        for r, rnn in enumerate(rnns):
+            d, j = divmod(r, 3)
+            st = None if state is None else [s[d] for s in state[j * k : (j + 1) * k]]
+            calls.append(rnn.call(xs[d], st, self.weight_drop, x_proj=x_proj[r]))
         results = [GatedRNN.results(out) for out in run_sequences(calls, lengths)]
         fins: list[list[Tensor]] = []  # per direction: final states of the three RNNs
         for d in range(D):

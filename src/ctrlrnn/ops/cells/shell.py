@@ -246,20 +246,32 @@ def _takes_stack(module: Any, cell: Cell) -> bool:
 
 
 def _stack(parts: list[Tensor]) -> Tensor:
-    """``torch.stack(parts)``, or the tensor they are the consecutive slices ``base[0]``,
-    ``base[1]``, ... of (the K base RNNs of a METAGROSS unit hold their inputs and weights so),
-    which needs no copy and whose gradient arrives in one piece (not under ``torch.compile``,
-    whose tracer has no storage offsets: it stacks, and its graph optimises the copy)."""
+    """``torch.stack(parts)``, or the tensor they are the consecutive slices of, which needs no
+    copy and whose gradient arrives in one piece: ``base[0]``, ``base[1]``, ... (the K base
+    RNNs of a METAGROSS unit hold their inputs and weights so), or consecutive contiguous
+    blocks of a contiguous base of any shape (RCRN's projections of a layer, one batched GEMM's
+    output). Not under ``torch.compile``, whose tracer has no storage offsets: it stacks, and
+    its graph optimises the copy."""
     base = None if torch.compiler.is_compiling() else parts[0]._base
+    if base is None:
+        return torch.stack(parts)
+    first = parts[0]
     if (
-        base is not None
-        and base.dim() == parts[0].dim() + 1
+        base.dim() == first.dim() + 1
         and base.shape[0] == len(parts)
         and all(p._base is base and p.shape == base.shape[1:] and p.stride() == base.stride()[1:]
                 and p.storage_offset() == base.storage_offset() + r * base.stride(0)
                 for r, p in enumerate(parts))
     ):  # fmt: skip
         return base
+    if (
+        base.is_contiguous()
+        and base.numel() == len(parts) * first.numel()
+        and all(p._base is base and p.shape == first.shape and p.is_contiguous()
+                and p.storage_offset() == base.storage_offset() + r * first.numel()
+                for r, p in enumerate(parts))
+    ):  # fmt: skip
+        return base.view(len(parts), *first.shape)
     return torch.stack(parts)
 
 
