@@ -102,7 +102,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "--processes",
         type=int,
         default=DEFAULT_PROCESSES,
-        help="time the small-shape point's rows again in this many fresh processes and take "
+        help="time the rows of the small-shape and batch-1 points again in this many fresh "
+        "processes and take "
         "each ratio's median over them: there the times differ from one process to the next "
         f"({DEFAULT_PROCESSES}; 0: this process only)",
     )

@@ -1,7 +1,8 @@
-"""The small-shape rows timed again in fresh processes; their ratios are the medians.
+"""The small-shape and B=1 rows timed again in fresh processes; their ratios are the medians.
 
 At the small-shape point (:data:`ctrlrnn.bench.grids.SMALL`: batch 2, width 64) one
-forward+backward takes a few milliseconds, and there the time of ``torch.nn.LSTM`` and of
+forward+backward takes a few milliseconds, and there (and at the B=1 inference point, see
+:data:`FRESH_POINTS`) the time of ``torch.nn.LSTM`` and of
 ctrlrnn's rows depends on the process: in two idle quick runs of 2026-11-26, nn.LSTM's
 forward+backward took 1.7 to 3.2 ms across eleven processes, and the run's own process was
 the slowest of its six in one run and the fastest in the other. A ratio from one process is
@@ -31,11 +32,13 @@ from typing import Any
 import torch
 
 from ctrlrnn.bench.case_registry import Case, Point
-from ctrlrnn.bench.grids import SMALL
+from ctrlrnn.bench.grids import B1_INFERENCE, SMALL
 
-#: The points whose rows are timed in several processes: those where per-call costs, not
-#: FLOPs, decide the time.
-FRESH_POINTS: tuple[Point, ...] = (SMALL,)
+#: The points whose rows are timed in fresh processes: the small-shape point, where per-call
+#: costs rather than FLOPs decide the time, and the B=1 inference point, where nn.LSTM's
+#: forward took 11.6 to 21.1 ms in four idle runs of 2026-11-26 (one of them a BLAS-only run,
+#: which does not change nn.LSTM's path).
+FRESH_POINTS: tuple[Point, ...] = (SMALL, B1_INFERENCE)
 #: Fresh processes timing those points (``ctrlrnn bench --processes``).
 DEFAULT_PROCESSES = 5
 #: Longest one process may take before the run records it as failed (seconds).

@@ -15,11 +15,13 @@ def _grid(batches: Iterable[int], lengths: Iterable[int], widths: Iterable[int])
 #: The small-shape point: batch 2, width 64, where per-call and per-step costs (threading a tiny
 #: GEMM, waking threads) rather than FLOPs decide the time.
 SMALL = Point(2, 128, 64)
+#: The inference point of the targets: batch 1, a long sequence.
+B1_INFERENCE = Point(1, 1024, 256)
 #: Layers, quick: the training point of the targets and the B=1 long-sequence inference point.
 #: (20, 35, 650): a word-level language model's shape (the QRNN paper's PTB model: batch 20,
 #: 35 steps of backpropagation through time, width 650); and the small-shape point.
 LAYER_QUICK = (
-    Point(32, 256, 256), Point(1, 1024, 256), Point(8, 512, 512), Point(20, 35, 650), SMALL
+    Point(32, 256, 256), B1_INFERENCE, Point(8, 512, 512), Point(20, 35, 650), SMALL
 )  # fmt: skip
 LAYER_FULL = tuple(_grid((1, 8, 32), (256, 1024), (256, 512, 1024)))
 #: Scan: the bandwidth target point (8M elements).
