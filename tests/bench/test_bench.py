@@ -363,3 +363,14 @@ def test_busy_warning_follows_load_and_cpu_share() -> None:
     text = "\n".join(report.busy_warning(doc(6.0, [0.99])))
     assert "shared the machine" in text and "6.0 on 2 CPUs" in text
     assert report.busy_warning(doc(0.3, [0.4, 0.5, 0.99])) != []
+
+
+def test_compare_labels_may_hold_an_equals_sign(tmp_path: Path) -> None:
+    from ctrlrnn.bench.cli import _compared
+
+    doc = {"schema": runner.SCHEMA, "results": []}
+    src = report.save_json(doc, tmp_path / "r.json")
+    with pytest.raises(ValueError, match="LABEL=JSON"):
+        _compared(["no-separator"])
+    assert _compared([f"rows at B=1 from one process={src}"]) == [
+        ("rows at B=1 from one process", str(src), doc)]

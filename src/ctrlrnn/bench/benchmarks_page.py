@@ -221,13 +221,16 @@ def fresh_process_lines(doc: dict[str, Any]) -> list[str]:
         said = (f"At B={b}, T={t}, C={c} every row was timed again in {processes} fresh "
                 "processes (each interleaving the rows, as the run does), and each ratio there "
                 "is the median over those, with their range. ")
-        fresh = [v for v in (base or {}).get("processes", {}).get("fwdbwd", []) if v]
-        if base is not None and fresh:
-            said += (f"nn.LSTM's forward+backward there took {fmt_time(base['fwdbwd']['median_s'])}"
-                     f" in this run's own process and {fmt_time(statistics.median(fresh))} "
-                     f"(median; {fmt_time(min(fresh))}-{fmt_time(max(fresh))}) in the fresh "
-                     "ones: at this shape one process's ratio is one draw (the run's own is in "
-                     "the JSON, as `ratios.speedup`).")
+        parts = []
+        for mode, what in (("fwd", "forward"), ("fwdbwd", "forward+backward")):
+            fresh = [v for v in (base or {}).get("processes", {}).get(mode, []) if v]
+            if base is not None and fresh:
+                parts.append(f"{what} {fmt_time(base[mode]['median_s'])} in this run's own "
+                             f"process and {fmt_time(statistics.median(fresh))} (median; "
+                             f"{fmt_time(min(fresh))}-{fmt_time(max(fresh))}) in the fresh ones")
+        if parts:
+            said += (f"nn.LSTM there took: {'; '.join(parts)}. At such a point one process's "
+                     "ratio is one draw (the run's own is in the JSON, as `ratios.speedup`).")
         lines += [said, ""]
     return lines
 

@@ -132,7 +132,7 @@ def _compared(specs: list[str] | None) -> list[tuple[str, str, dict[str, Any]]]:
     """``--compare LABEL=JSON`` values as ``(label, path, document)``."""
     out = []
     for spec in specs or []:
-        label, sep, path = spec.partition("=")
+        label, sep, path = spec.rpartition("=")  # labels may hold "=" (B=1)
         if not sep or not label or not path:
             raise ValueError(f"--compare: expected LABEL=JSON, got {spec!r}")
         out.append((label, path, report.load_json(path)))
