@@ -13,7 +13,7 @@ in ``processes`` new Python processes, each interleaving the rows as the main ru
 speed-ups beside the list of them; the targets and the tables read the median. The run's own
 ratio stays in ``ratios["speedup"]``.
 
-Each process runs ``python -m ctrlrnn.bench.fresh_processes SPEC OUT``: it reads the cases, the
+Each process runs ``python -m ctrlrnn.bench.fresh_process_child SPEC OUT``: it reads the cases, the
 point, the dtype, the thread count and the timing settings from the JSON file ``SPEC`` and
 writes its records to ``OUT``. The GEMM path is the parent's (``CTRLRNN_GEMM`` is inherited).
 """
@@ -67,9 +67,9 @@ def time_point_in_fresh_process(
     settings = {"warmup": warmup, "repeats": repeats, "max_seconds": max_seconds}
     with tempfile.TemporaryDirectory(prefix="ctrlrnn-bench-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
-        spec_path.write_text(json.dumps(_spec(cases, p, dtype, settings)))
+        spec_path.write_text(json.dumps(_spec(cases, p, dtype, settings), allow_nan=False))
         proc = subprocess.run(
-            [sys.executable, "-m", "ctrlrnn.bench.fresh_processes", str(spec_path),
+            [sys.executable, "-m", "ctrlrnn.bench.fresh_process_child", str(spec_path),
              str(out_path)],
             capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, check=False,
         )
@@ -154,24 +154,3 @@ def add_process_medians(
                 other: {mode: statistics.median(v) for mode, v in modes.items()}
                 for other, modes in lists.items()
             }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The fresh process: ``SPEC OUT`` (module docstring)."""
-    from ctrlrnn.bench.cases import REGISTRY
-    from ctrlrnn.bench.runner import time_point
-
-    spec_path, out_path = argv if argv is not None else sys.argv[1:]
-    spec = json.loads(Path(spec_path).read_text())
-    torch.set_num_threads(int(spec["threads"]))
-    cases = [REGISTRY[name] for name in spec["cases"]]
-    records = time_point(
-        cases, Point(*spec["point"]), getattr(torch, spec["dtype"]), warmup=spec["warmup"],
-        repeats=spec["repeats"], max_seconds=spec["max_seconds"],
-    )
-    Path(out_path).write_text(json.dumps(records))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
