@@ -2,21 +2,21 @@
 
 At the small-shape point (:data:`ctrlrnn.bench.grids.SMALL`: batch 2, width 64) one
 forward+backward takes a few milliseconds, and there (and at the B=1 inference point, see
-:data:`FRESH_POINTS`) the time of ``torch.nn.LSTM`` and of
-ctrlrnn's rows depends on the process: in two idle quick runs of 2026-11-26, nn.LSTM's
-forward+backward took 1.7 to 3.2 ms across eleven processes, and the run's own process was
-the slowest of its six in one run and the fastest in the other. A ratio from one process is
-then one draw. So :func:`time_points_in_fresh_processes` times every row of such a point again
-in ``processes`` new Python processes, each interleaving the rows as the main run does
+:data:`FRESH_POINTS`) the time of ``torch.nn.LSTM`` and of ctrlrnn's rows depends on the
+process: in three idle quick runs of 2026-11-26, nn.LSTM's forward+backward there took 1.6 to
+3.2 ms across seventeen processes, and the run's own process was the slowest of its run's in
+two runs and the fastest in one. A ratio from one process is then one draw. So
+:func:`time_points_in_fresh_processes` times every row of such a point again in ``processes``
+new Python processes, each interleaving the rows as the main run does
 (:func:`ctrlrnn.bench.runner.time_point`) and timing nothing else, and
 :func:`add_process_medians` sets, per row and comparison, the median of the fresh processes'
 speed-ups beside the list of them; the targets and the tables read the median. The run's own
 ratio stays in ``ratios["speedup"]``.
 
-Each process runs ``python -m ctrlrnn.bench.fresh_process_child SPEC OUT``: it reads the cases, the
-point, the dtype, the thread count and the timing settings from the JSON file ``SPEC`` and
-writes its records to ``OUT``. The GEMM path is the parent's (``CTRLRNN_GEMM`` is inherited).
-"""
+Each process runs ``python -m ctrlrnn.bench.fresh_process_child SPEC OUT``: it reads the
+cases, the point, the dtype, the thread count and the timing settings from the JSON file
+``SPEC`` and writes its records to ``OUT``. The GEMM path is the parent's (``CTRLRNN_GEMM``
+is inherited)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from ctrlrnn.bench.grids import B1_INFERENCE, SMALL
 
 #: The points whose rows are timed in fresh processes: the small-shape point, where per-call
 #: costs rather than FLOPs decide the time, and the B=1 inference point, where nn.LSTM's
-#: forward took 11.6 to 21.1 ms in four idle runs of 2026-11-26 (one of them a BLAS-only run,
-#: which does not change nn.LSTM's path).
+#: forward took 11.6 to 24.4 ms across the idle runs of 2026-11-26 and their fresh processes
+#: (BLAS-only runs among them, which leave nn.LSTM's path as it is).
 FRESH_POINTS: tuple[Point, ...] = (SMALL, B1_INFERENCE)
 #: Fresh processes timing those points (``ctrlrnn bench --processes``).
 DEFAULT_PROCESSES = 5

@@ -168,11 +168,13 @@ def _gate(h2: Tensor, output_gate: str) -> Tensor:
 def project_all(rnns: list[GatedRNN], xs: list[Tensor]) -> Tensor:
     """The input projections of RNNs of equal sizes, ``rnns[r]`` over ``xs[r]`` (each ``(B, T,
     I)``), in one batched GEMM: ``(R, B, T, G*H)``, whose slices :func:`run_sequences` hands
-    to the fused-cell engine without stacking them again. Inputs read by several RNNs (RCRN's
-    three of a direction) are given as the same tensor and are not copied for each."""
+    to the fused-cell engine without stacking them again. Consecutive RNNs reading the same
+    tensor (RCRN's three of a direction) share it: one input is expanded to all of them, not
+    copied; two or more are laid side by side once per reader (``R * B * T * I`` values, less
+    than the ``G * H``-wide output)."""
     R = len(rnns)
     B, T, input_size = xs[0].shape
-    # (R, B*T, I): each distinct input once, expanded (not copied) to the RNNs that read it
+    # (R, B*T, I): each run of readers of one input as an expanded view of it
     groups: list[Tensor] = []
     start = 0
     while start < R:
