@@ -3,9 +3,10 @@
 At the small-shape point (:data:`ctrlrnn.bench.grids.SMALL`: batch 2, width 64) one
 forward+backward takes a few milliseconds, and there (and at the B=1 inference point, see
 :data:`FRESH_POINTS`) the time of ``torch.nn.LSTM`` and of ctrlrnn's rows depends on the
-process: in three idle quick runs of 2026-11-26, nn.LSTM's forward+backward there took 1.6 to
-3.2 ms across seventeen processes, and the run's own process was the slowest of its run's in
-two runs and the fastest in one. A ratio from one process is then one draw. So
+process: on an idle machine it differs between processes of the same program by more than
+the gaps the targets measure, and the run's own process, which has timed every other shape
+before, is sometimes the slowest and sometimes the fastest. A ratio from one process is then
+one draw. So
 :func:`time_points_in_fresh_processes` times every row of such a point again in ``processes``
 new Python processes, each interleaving the rows as the main run does
 (:func:`ctrlrnn.bench.runner.time_point`) and timing nothing else, and
@@ -36,8 +37,7 @@ from ctrlrnn.bench.grids import B1_INFERENCE, SMALL
 
 #: The points whose rows are timed in fresh processes: the small-shape point, where per-call
 #: costs rather than FLOPs decide the time, and the B=1 inference point, where nn.LSTM's
-#: forward took 11.6 to 24.4 ms across the idle runs of 2026-11-26 and their fresh processes
-#: (BLAS-only runs among them, which leave nn.LSTM's path as it is).
+#: forward time moves from process to process as much (GEMM path aside: it is oneDNN's own).
 FRESH_POINTS: tuple[Point, ...] = (SMALL, B1_INFERENCE)
 #: Fresh processes timing those points (``ctrlrnn bench --processes``).
 DEFAULT_PROCESSES = 5
