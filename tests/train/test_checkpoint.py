@@ -77,3 +77,87 @@ def test_loading_never_unpickles(tmp_path):
         ck.Checkpoint(tmp_path / "missing.safetensors")
     source = open(ck.__file__).read()
     assert not re.search(r"(?<![\w.])torch\.load\(|^import pickle|pickle\.load", source, re.M)
+
+
+class _WithSpare(torch.nn.Module):
+    """Two layers, and (``spare``) a parameter between them the forward never reads, as
+    ``Seq2Seq.query`` was in the additive mode: it never gets a gradient, so no optimizer
+    state."""
+
+    def __init__(self, spare: bool) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(3, 4)
+        if spare:
+            self.spare = torch.nn.Parameter(torch.zeros(5))
+        self.second = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.tanh(self.first(x)))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        if not hasattr(self, "spare"):  # what Seq2Seq does with its legacy query.weight
+            state_dict.pop(prefix + "spare", None)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+
+def _adam_steps(model, opt, x, steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+
+def test_optimizer_state_follows_parameter_names_past_a_dropped_stateless_parameter(tmp_path):
+    """A checkpoint records the name of every optimizer index; a model that no longer holds a
+    parameter the optimizer never updated resumes with each other parameter's Adam moments on
+    that parameter (by position they would land one parameter off, or not load at all)."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 3)
+    old = _WithSpare(spare=True)
+    opt = torch.optim.Adam(old.parameters(), lr=1e-2)
+    _adam_steps(old, opt, x, 3)
+    assert len(opt.state) == 4  # the spare parameter has none
+    path = ck.save_checkpoint(tmp_path / "c.safetensors", old, opt)
+    new = _WithSpare(spare=False)
+    opt2 = torch.optim.Adam(new.parameters(), lr=1e-2)
+    ck.Checkpoint(path).restore(new, opt2)
+    for (name, p_old), p_new in zip(
+        [(n, p) for n, p in old.named_parameters() if n != "spare"], new.parameters(),
+        strict=True,
+    ):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(opt2.state[p_new][key], opt.state[p_old][key],
+                                       rtol=0, atol=0, msg=name)
+    _adam_steps(old, opt, x, 2)
+    _adam_steps(new, opt2, x, 2)
+    for n, p in new.named_parameters():
+        torch.testing.assert_close(p, dict(old.named_parameters())[n], rtol=0, atol=0)
+
+
+def test_optimizer_state_of_a_parameter_the_model_lost_is_refused(tmp_path):
+    torch.manual_seed(0)
+    old = _WithSpare(spare=True)
+    opt = torch.optim.Adam(old.parameters(), lr=1e-2)
+    _adam_steps(old, opt, torch.randn(6, 3), 1)
+    path = ck.save_checkpoint(tmp_path / "c.safetensors", old, opt)
+    smaller = torch.nn.Module()
+    smaller.first = torch.nn.Linear(3, 4)
+    loaded = ck.Checkpoint(path)
+    loaded.model_state = lambda: smaller.state_dict()  # the model side is not under test
+    with pytest.raises(ck.CheckpointError, match="'second.weight'"):
+        loaded.restore(smaller, torch.optim.Adam(smaller.parameters()), rng=False)
+
+
+def test_checkpoint_without_names_of_another_model_names_the_way_out(tmp_path):
+    """A checkpoint written before the names were recorded loads by position; when the
+    positions do not fit, the error says to resume with the version that wrote it."""
+    torch.manual_seed(0)
+    old = _WithSpare(spare=True)
+    opt = torch.optim.Adam(old.parameters(), lr=1e-2)
+    _adam_steps(old, opt, torch.randn(6, 3), 1)
+    path = ck.save_checkpoint(tmp_path / "c.safetensors", old, opt)
+    loaded = ck.Checkpoint(path)
+    del loaded.meta["optimizer"]["param_names"]
+    new = _WithSpare(spare=False)
+    with pytest.raises(ck.CheckpointError, match="version that wrote it"):
+        loaded.restore(new, torch.optim.Adam(new.parameters()), rng=False)

@@ -411,3 +411,52 @@ def test_greedy_keeps_each_rows_tokens_before_its_first_eos(script, max_len, wan
     assert got == want
     got[0].append(9)
     assert all(9 not in row for row in got[1:])
+
+
+@pytest.mark.parametrize("decoder,attention", [("qrnn", "dot"), ("lstm", "dot"),
+                                               ("lstm", "bahdanau")])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("decoder_hidden", [6, None])
+def test_every_parameter_gets_a_gradient(decoder, attention, bidirectional, decoder_hidden):
+    """No parameter sits unused in any mode, so the parameter counts on the pages are the
+    model's: the additive attention has no dot-product query projection (it once did)."""
+    torch.manual_seed(0)
+    m = Seq2Seq(12, 10, encoder="lstm", decoder=decoder, embedding_size=8, attention=attention,
+                encoder_args={"hidden_size": 8, "bidirectional": bidirectional},
+                decoder_hidden=decoder_hidden)
+    src, lens = torch.randint(4, 12, (3, 5)), torch.tensor([5, 2, 4])
+    m(src, lens, torch.randint(4, 10, (3, 6))).square().mean().backward()
+    unused = [n for n, p in m.named_parameters() if p.grad is None]
+    assert not unused
+    assert hasattr(m, "query") == (attention == "dot")
+
+
+def test_additive_mode_keeps_the_initial_values_of_the_runs_before_it_lost_query():
+    """The dropped projection's draw is still made, so a seed gives every parameter built
+    after it (the bridge first) the values it had: the bridge is drawn right after the query
+    in both modes, and the dot mode still builds the query."""
+    def build(attention):
+        torch.manual_seed(5)
+        return Seq2Seq(12, 10, encoder="lstm", decoder="lstm", embedding_size=8,
+                       encoder_args={"hidden_size": 8, "bidirectional": True},
+                       decoder_hidden=6, attention=attention)
+
+    dot, additive = build("dot"), build("bahdanau")
+    torch.testing.assert_close(additive.bridge.weight, dot.bridge.weight, rtol=0, atol=0)
+    torch.testing.assert_close(additive.bridge.bias, dot.bridge.bias, rtol=0, atol=0)
+
+
+def test_state_dict_with_the_former_unused_query_loads():
+    m = _bahdanau()
+    state = m.state_dict()
+    state["query.weight"] = torch.zeros(16, 6)  # what it saved before 2026-11-26
+    fresh = _bahdanau()
+    fresh.load_state_dict(state)  # strict
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(fresh.state_dict()[k], v, rtol=0, atol=0)
+    assert "query.weight" in state  # the caller's dict is left as it was
+    with pytest.raises(RuntimeError, match="query.weight"):
+        _dot = Seq2Seq(12, 10, encoder="lstm", decoder="lstm", embedding_size=8,
+                       encoder_args={"hidden_size": 8, "bidirectional": True},
+                       decoder_hidden=6)
+        _dot.load_state_dict({k: v for k, v in _dot.state_dict().items() if k != "query.weight"})

@@ -32,7 +32,9 @@ The encoder is any :class:`~ctrlrnn.models.encoders.SequenceEncoder`. Two decode
 so arms that differ in their encoder can share one decoder.
 
 When the encoder and decoder widths differ, ``c_t`` (or ``h_t``) is projected to the encoder
-width before the dot product.
+width before the dot product (``query``; the additive attention has no such projection).
+A state dict saved before that projection was left out of the additive mode still loads: its
+``query.weight`` is dropped (:meth:`Seq2Seq._load_from_state_dict`).
 
 Decoding (greedy and the length-normalised beam search of the appendix) comes from
 :class:`ctrlrnn.models.search.IncrementalDecoding`.
@@ -120,7 +122,14 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         self.layers = L
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.dropout = nn.Dropout(dropout)
-        self.query = nn.Linear(H, enc, bias=False) if H != enc else nn.Identity()
+        # the dot products (eq 8, Luong) compare a width-H query with width-enc outputs; the
+        # additive score projects both sides itself (U_a, W_a), so it has no such projection.
+        # Versions before 2026-11-26 built this one in every mode, unused in Bahdanau's: its
+        # draw is still made there, and dropped, so that a seed gives every other parameter
+        # the initial values of the runs in docs/results.
+        query = nn.Linear(H, enc, bias=False) if H != enc else nn.Identity()
+        if attention == "dot":
+            self.query = query
         if decoder == "qrnn":
             if L != self.encoder.num_layers:
                 raise ValueError(
@@ -157,6 +166,24 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
                 self.att_query = nn.Linear(H, H)  # W_a (and the score's bias)
                 self.att_v = nn.Linear(H, 1, bias=False)  # v
         self.out = nn.Linear(H, tgt_vocab)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """Drop the unused ``query.weight`` that state dicts of the additive mode saved before
+        2026-11-26 hold (the module docstring); everything else loads as usual."""
+        legacy = prefix + "query.weight"
+        if self.attention != "dot" and legacy in state_dict:
+            del state_dict[legacy]
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
 
     # ------------------------------------------------------------------ encoder
     def encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:

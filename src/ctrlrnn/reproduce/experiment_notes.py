@@ -143,4 +143,8 @@ TABLE1_CHANGED = (" Changed since the previous verdict (runs of 2026-11-22/23), 
                   "attention was Luong's dot product without input feeding; every arm's search "
                   "was the same 3 random points of 6 epochs, which favours fast starters; and "
                   "the METAGROSS arms were the linear base and the recurrent base in the input "
-                  "reading only.")
+                  "reading only. The parameter counts are the models' as built since "
+                  "2026-11-26: these runs' models also held a 64 x 128 projection that only the "
+                  "dot-product attention reads, 8,192 parameters with no gradient in every "
+                  "arm; it is gone, its initial draw kept, so training is unchanged "
+                  "(ctrlrnn.reproduce.parameter_counts).")

@@ -119,7 +119,8 @@ def forget(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
         log(f"[reproduce] {exp.id}: earlier runs moved to {previous}")
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_results(path: Path, data: dict[str, Any]) -> None:
+    """Write a results file atomically, in the one format they all share."""
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_atomically(path, lambda fh: files.dump(data, fh, indent=1, sort_keys=True))
 
@@ -266,7 +267,7 @@ def run_experiment(
     if exp.task not in TASKS:
         data["errors"]["*"] = f"task {exp.task!r} is not available in this version"
         data["complete"] = False
-        _write_json(results_path(results_dir, mode, exp), data)
+        write_results(results_path(results_dir, mode, exp), data)
         log(f"[reproduce] {exp.id}: skipped, task {exp.task!r} not available")
         return data
     started = time.perf_counter()
@@ -312,7 +313,7 @@ def run_experiment(
                 todo.append(seed)
         if tuned is not None:  # the search, with the seeds that stand, is in the file before
             # the others train (a run killed meanwhile must lose neither)
-            _write_json(results_path(results_dir, mode, exp),
+            write_results(results_path(results_dir, mode, exp),
                         _partial(data, cached_arms, spent()))
         for seed in todo:
             earlier = done.get(arm.label, {}).get(str(seed))
@@ -334,7 +335,7 @@ def run_experiment(
                 _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
             # finished runs are in the results file at once (a partial file can be committed
             # and continued elsewhere, without the run directories)
-            _write_json(results_path(results_dir, mode, exp),
+            write_results(results_path(results_dir, mode, exp),
                         _partial(data, cached_arms, spent()))
     if data["errors"] and cached is not None and cached.get("complete") \
             and data["arms"] == cached_arms:
@@ -346,7 +347,7 @@ def run_experiment(
     data["seconds"] = spent()
     data["complete"] = not data["errors"]
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    _write_json(results_path(results_dir, mode, exp), data)
+    write_results(results_path(results_dir, mode, exp), data)
     return data
 
 

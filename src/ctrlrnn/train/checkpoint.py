@@ -134,12 +134,62 @@ def _join_state(meta: Any, tensors: dict[str, torch.Tensor]) -> Any:
     return meta
 
 
-def _optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> Any:
+def _optimized_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str | None]:
+    """The model's name of each parameter the optimizer holds, in the optimizer's index order
+    (its groups one after the other, as ``optimizer.state_dict()`` numbers them); None for a
+    parameter the model does not hold."""
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    return [names.get(id(p)) for g in optimizer.param_groups for p in g["params"]]
+
+
+def _optimizer_state(
+    optimizer: torch.optim.Optimizer, model: torch.nn.Module, tensors: dict[str, torch.Tensor]
+) -> Any:
     sd = optimizer.state_dict()
     return {
         "state": _split_state("optim", {str(k): v for k, v in sd["state"].items()}, tensors),
         "param_groups": _to_jsonable(sd["param_groups"]),
+        "param_names": _optimized_names(model, optimizer),
     }
+
+
+def _optimizer_by_name(
+    path: Path, saved: dict[str, Any], state: dict[int, Any], model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> tuple[dict[int, Any], list[dict[str, Any]]]:
+    """The saved optimizer state and groups renumbered to the optimizer's current indices by
+    parameter name, so a model that dropped a parameter the optimizer never updated (no state:
+    it never had a gradient) resumes with every other parameter's state where it belongs.
+    Checkpoints written before the names were recorded load by position, as they were saved."""
+    groups = saved["param_groups"]
+    before = saved.get("param_names")
+    now = _optimized_names(model, optimizer)
+    if before is None or None in before or None in now:
+        return state, groups
+    position = {n: i for i, n in enumerate(now)}
+    for k in state:
+        if before[k] not in position:
+            raise CheckpointError(
+                path, f"holds optimizer state for parameter {before[k]!r}, which the model does "
+                "not have"
+            )
+    if len(groups) != len(optimizer.param_groups):
+        raise CheckpointError(
+            path, f"holds {len(groups)} optimizer parameter groups, the optimizer has "
+            f"{len(optimizer.param_groups)}"
+        )
+    renumbered, start = [], 0
+    for group, current in zip(groups, optimizer.param_groups, strict=True):
+        indices = list(range(start, start + len(current["params"])))
+        start += len(current["params"])
+        kept = [before[i] for i in group["params"] if before[i] in position]
+        if kept != [now[i] for i in indices]:
+            raise CheckpointError(
+                path, "the optimizer's parameters differ from the saved ones beyond parameters "
+                f"without state (saved {kept}, now {[now[i] for i in indices]})"
+            )
+        renumbered.append({**group, "params": indices})
+    return {position[before[k]]: v for k, v in state.items()}, renumbered
 
 
 def rng_state(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -193,7 +243,7 @@ def save_checkpoint(
         "rng": rng_state(tensors),
     }
     if optimizer is not None:
-        meta["optimizer"] = _optimizer_state(optimizer, tensors)
+        meta["optimizer"] = _optimizer_state(optimizer, model, tensors)
     if scheduler is not None:
         meta["scheduler"] = _split_state("sched", scheduler.state_dict(), tensors)
     if task_state is not None:
@@ -428,10 +478,16 @@ class Checkpoint:
                 raise ValueError(f"checkpoint: {self.path} holds no optimizer state")
             opt = self.meta["optimizer"]
             state = _join_state(opt["state"], self.tensors)
-            groups = opt["param_groups"]
-            optimizer.load_state_dict(
-                {"state": {int(k): v for k, v in state.items()}, "param_groups": groups}
-            )
+            state, groups = _optimizer_by_name(self.path, opt,
+                                               {int(k): v for k, v in state.items()},
+                                               model, optimizer)
+            try:
+                optimizer.load_state_dict({"state": state, "param_groups": groups})
+            except ValueError as exc:  # a checkpoint without names, of another model
+                raise CheckpointError(
+                    self.path, f"its optimizer state does not fit this model's parameters "
+                    f"({exc}); resume it with the ctrlrnn version that wrote it"
+                ) from exc
         if scheduler is not None and "scheduler" in self.meta:
             scheduler.load_state_dict(_join_state(self.meta["scheduler"], self.tensors))
         if rng:
