@@ -34,6 +34,7 @@ import torch
 
 from ctrlrnn.bench.case_registry import Case, Point
 from ctrlrnn.bench.grids import B1_INFERENCE, SMALL
+from ctrlrnn.bench.speedups import speedups
 
 #: The points whose rows are timed in fresh processes: the small-shape point, where per-call
 #: costs rather than FLOPs decide the time, and the B=1 inference point, where nn.LSTM's
@@ -109,18 +110,6 @@ def time_points_in_fresh_processes(
     return out
 
 
-def _speedups(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
-    """(case, other, mode) -> other's median / case's median, within one process's records."""
-    ok = {r["case"]: r for r in records if r.get("status") == "ok"}
-    out = {}
-    for name, r in ok.items():
-        for other in r.get("compare_to", []):
-            if other in ok:
-                for mode in ("fwd", "fwdbwd"):
-                    out[(name, other, mode)] = ok[other][mode]["median_s"] / r[mode]["median_s"]
-    return out
-
-
 def add_process_medians(
     results: list[dict[str, Any]], fresh: dict[Point, list[list[dict[str, Any]]]]
 ) -> None:
@@ -132,7 +121,7 @@ def add_process_medians(
     for p, runs in fresh.items():
         here = [r for r in results if (r.get("batch"), r.get("length"), r.get("width"))
                 == (p.batch, p.length, p.width) and r.get("kind") == "time"]
-        per_process = [_speedups(run) for run in runs]
+        per_process = [speedups(run) for run in runs]
         for r in here:
             if r.get("status") != "ok":
                 continue
@@ -144,8 +133,9 @@ def add_process_medians(
             lists: dict[str, dict[str, list[float]]] = {}
             for other in r.get("compare_to", []):
                 for mode in ("fwd", "fwdbwd"):
-                    vals = [s[(r["case"], other, mode)] for s in per_process
-                            if (r["case"], other, mode) in s]
+                    key = (r["case"], r["batch"], r["length"], r["width"], r["dtype"])
+                    vals = [s[key][other][mode] for s in per_process
+                            if other in s.get(key, {})]
                     if vals:
                         lists.setdefault(other, {})[mode] = vals
             ratios = r.setdefault("ratios", {})

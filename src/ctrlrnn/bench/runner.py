@@ -36,6 +36,7 @@ from ctrlrnn.bench import roofline as _roofline
 from ctrlrnn.bench.case_registry import Case, CaseUnavailable, Point, Workload
 from ctrlrnn.bench.machine import machine
 from ctrlrnn.bench.memory import RSS_METHOD, SAVED_METHOD, linear_fit, measure_training_memory
+from ctrlrnn.bench.speedups import speedups, time_rows
 from ctrlrnn.ops import gemm_path
 from ctrlrnn.timing import Timer, forward_backward_timer, forward_timer
 
@@ -225,15 +226,10 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
 
     * ``fwd_over_floor`` / ``fwdbwd_over_floor``: measured median / roofline floor (1.0 is the
       floor; the fraction of the floor reached is the inverse, ``*_floor_fraction``);
-    * ``speedup[other][mode]``: ``other``'s median / this row's median at the same point and
-      dtype, for each comparison case measured in this run (> 1: this row is faster).
+    * ``speedup[other][mode]``: :func:`ctrlrnn.bench.speedups.speedups`.
     """
-    index = {
-        (r["case"], r["batch"], r["length"], r["width"], r["dtype"]): r
-        for r in results
-        if r.get("kind") == "time" and r.get("status") == "ok"
-    }
-    for r in index.values():
+    ups = speedups(results)
+    for key, r in time_rows(results).items():
         ratios: dict[str, Any] = {}
         for mode in ("fwd", "fwdbwd"):
             t = r[mode]["median_s"]
@@ -241,15 +237,7 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
             if floor > 0 and t > 0:
                 ratios[f"{mode}_over_floor"] = t / floor
                 ratios[f"{mode}_floor_fraction"] = floor / t
-        speedup: dict[str, dict[str, float]] = {}
-        for other in r.get("compare_to", []):
-            o = index.get((other, r["batch"], r["length"], r["width"], r["dtype"]))
-            if o is None:
-                continue
-            speedup[other] = {
-                mode: o[mode]["median_s"] / r[mode]["median_s"] for mode in ("fwd", "fwdbwd")
-            }
-        ratios["speedup"] = speedup
+        ratios["speedup"] = ups[key]
         r["ratios"] = ratios
 
 
