@@ -6,8 +6,11 @@ One file holds everything a run needs to continue exactly where it stopped:
   state (``optim/<param index>/<name>``), the LR scheduler's tensors if any, and the RNG
   states of torch (``rng/torch``);
 * JSON in the safetensors header metadata — the optimizer's scalars and param groups, the
-  scheduler's scalars, the Python and NumPy RNG states, the trainer's progress (step, epoch,
-  position in the epoch, best metric...) and the run configuration.
+  model's name of each optimizer index (restoring matches the state to the parameters by name,
+  so a model that has since dropped a parameter the optimizer never updated still resumes
+  exactly; files written before the names load by position), the scheduler's scalars, the
+  Python and NumPy RNG states, the trainer's progress (step, epoch, position in the epoch,
+  best metric...) and the run configuration.
 
 Writing goes to a temporary file in the same directory (``.<name>.<pid>.<random>.tmp``), is
 flushed to disk, then renamed over the target (``os.replace``), so a crash leaves either the old
