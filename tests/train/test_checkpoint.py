@@ -161,3 +161,28 @@ def test_checkpoint_without_names_of_another_model_names_the_way_out(tmp_path):
     new = _WithSpare(spare=False)
     with pytest.raises(ck.CheckpointError, match="version that wrote it"):
         loaded.restore(new, torch.optim.Adam(new.parameters()), rng=False)
+
+
+class _Reordered(_WithSpare):
+    """_WithSpare(spare=False)'s parameters, registered in the other order."""
+
+    def __init__(self) -> None:
+        torch.nn.Module.__init__(self)
+        self.second = torch.nn.Linear(4, 2)
+        self.first = torch.nn.Linear(3, 4)
+
+
+def test_optimizer_state_follows_names_when_the_registration_order_changes(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(6, 3)
+    old = _WithSpare(spare=False)
+    opt = torch.optim.Adam(old.parameters(), lr=1e-2)
+    _adam_steps(old, opt, x, 3)
+    path = ck.save_checkpoint(tmp_path / "c.safetensors", old, opt)
+    new = _Reordered()
+    opt2 = torch.optim.Adam(new.parameters(), lr=1e-2)
+    ck.Checkpoint(path).restore(new, opt2)
+    _adam_steps(old, opt, x, 2)
+    _adam_steps(new, opt2, x, 2)
+    for n, p in new.named_parameters():
+        torch.testing.assert_close(p, dict(old.named_parameters())[n], rtol=0, atol=0)

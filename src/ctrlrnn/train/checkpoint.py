@@ -162,7 +162,8 @@ def _optimizer_by_name(
 ) -> tuple[dict[int, Any], list[dict[str, Any]]]:
     """The saved optimizer state and groups renumbered to the optimizer's current indices by
     parameter name, so a model that dropped a parameter the optimizer never updated (no state:
-    it never had a gradient) resumes with every other parameter's state where it belongs.
+    it never had a gradient), or registers its parameters in another order, resumes with every
+    other parameter's state where it belongs.
     Checkpoints written before the names were recorded load by position, as they were saved."""
     groups = saved["param_groups"]
     before = saved.get("param_names")
@@ -186,7 +187,7 @@ def _optimizer_by_name(
         indices = list(range(start, start + len(current["params"])))
         start += len(current["params"])
         kept = [before[i] for i in group["params"] if before[i] in position]
-        if kept != [now[i] for i in indices]:
+        if sorted(kept) != sorted(now[i] for i in indices):  # the order may differ
             raise CheckpointError(
                 path, "the optimizer's parameters differ from the saved ones beyond parameters "
                 f"without state (saved {kept}, now {[now[i] for i in indices]})"
