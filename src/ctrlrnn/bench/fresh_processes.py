@@ -34,7 +34,7 @@ import torch
 
 from ctrlrnn.bench.case_registry import Case, Point
 from ctrlrnn.bench.grids import B1_INFERENCE, SMALL
-from ctrlrnn.bench.speedups import speedups
+from ctrlrnn.bench.speedups import row_key, speedups
 
 #: The points whose rows are timed in fresh processes: the small-shape point, where per-call
 #: costs rather than FLOPs decide the time, and the B=1 inference point, where nn.LSTM's
@@ -131,9 +131,9 @@ def add_process_medians(
                 for mode in ("fwd", "fwdbwd")
             }
             lists: dict[str, dict[str, list[float]]] = {}
+            key = row_key(r)
             for other in r.get("compare_to", []):
                 for mode in ("fwd", "fwdbwd"):
-                    key = (r["case"], r["batch"], r["length"], r["width"], r["dtype"])
                     vals = [s[key][other][mode] for s in per_process
                             if other in s.get(key, {})]
                     if vals:

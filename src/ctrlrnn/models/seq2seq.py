@@ -124,9 +124,9 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         self.dropout = nn.Dropout(dropout)
         # the dot products (eq 8, Luong) compare a width-H query with width-enc outputs; the
         # additive score projects both sides itself (U_a, W_a), so it has no such projection.
-        # Versions before 2026-11-26 built this one in every mode, unused in Bahdanau's: its
-        # draw is still made there, and dropped, so that a seed gives every other parameter
-        # the initial values of the runs in docs/results.
+        # Earlier versions built this one in every mode, unused in Bahdanau's: its draw is
+        # still made there, and dropped, so that a seed gives every other parameter the
+        # initial values of the runs in docs/results.
         query = nn.Linear(H, enc, bias=False) if H != enc else nn.Identity()
         if attention == "dot":
             self.query = query
@@ -177,8 +177,8 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        """Drop the unused ``query.weight`` that state dicts of the additive mode saved before
-        2026-11-26 hold (the module docstring); everything else loads as usual."""
+        """Drop the unused ``query.weight`` that state dicts of the additive mode saved by
+        earlier versions hold (the module docstring); everything else loads as usual."""
         legacy = prefix + "query.weight"
         if self.attention != "dot" and legacy in state_dict:
             del state_dict[legacy]

@@ -2,8 +2,8 @@
 records, so the counts on the pages are those of the models the current code builds.
 
 A results file stores each seed's count as its run measured it. When a model loses a
-parameter that never trained (``Seq2Seq`` in the additive mode lost the dot-product query
-projection it built unused, 2026-11-26) while its training is unchanged, the stored runs stay
+parameter that never trained (as ``Seq2Seq`` in the additive mode lost the dot-product query
+projection it used to build unused) while its training is unchanged, the stored runs stay
 valid but their counts are stale: :func:`recount` rewrites them, and the test
 ``tests/reproduce/test_parameter_counts.py`` fails while a synthetic task's file holds one.
 ``python -m ctrlrnn.reproduce.parameter_counts [FILE ...]`` runs it (default: every results file
