@@ -39,7 +39,8 @@ def _print_gemm(g: dict) -> None:
     print(f"float32 GEMMs (CTRLRNN_GEMM={g['requested']}): {how}; oneDNN reachable: {usable}; "
           f"BLAS on one thread (blas1): {one}")
     print("  step = the per-step recurrent products, bulk = input projections and weight "
-          "gradients; blas1 = BLAS held to the calling thread (tiny products)")
+          "gradients; blas1 = BLAS held to the calling thread; tiny = ctrlrnn's own kernel "
+          "for per-step products of at most 8 rows")
     if g["store"]:
         print(f"  choices kept in {g['store']}")
     classes = g["classes"]

@@ -17,7 +17,7 @@ from ctrlrnn.ops import _extension, gemm_path
 
 ext = _extension.load("scan")
 pytestmark = pytest.mark.skipif(ext is None, reason="needs the compiled kernels")
-PATHS = ["blas", "onednn", "blas1"]
+PATHS = ["blas", "onednn", "blas1", "tiny"]
 
 
 def _usable(path: str) -> None:
@@ -157,7 +157,54 @@ def test_small_batches_run_their_products_on_the_calling_thread():
             lstm_sequence(torch.randn(batch, 3, 4 * 8), torch.randn(4 * 8, 8))
             steps = {k: p for k, (p, _) in gemm_path.uses().items() if k.startswith("step ")}
             assert steps and all(k.endswith(f" t{want}") for k in steps), (batch, steps)
-            assert set(steps.values()) <= {"blas", "onednn", "blas1"}
+            assert set(steps.values()) <= {"blas", "onednn", "blas1", "tiny"}
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("inner", [1, 7, 64, 65])
+@pytest.mark.parametrize("cols", [1, 17, 31, 32, 64, 65, 130, 256])
+def test_tiny_kernel_equals_torch(rows, inner, cols, accumulate):
+    """The tiny kernel (every register-block width and its tail, odd and even row counts) on
+    rows of wider buffers (leading dimensions above the width), overwriting or accumulating."""
+    torch.manual_seed(rows * 1000 + inner * 10 + cols)
+    a = torch.randn(rows, inner + 3)[:, 2 : inner + 2]
+    b = torch.randn(inner, cols)
+    buf = torch.randn(rows, cols + 5)
+    before = buf.clone()
+    out = buf[:, 1 : cols + 1]
+    want = a @ b + (out if accumulate else 0)
+    ext.gemm_tiny(a, b, out, accumulate)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+    # nothing outside the output's columns is written
+    assert torch.equal(buf[:, 0], before[:, 0])
+    assert torch.equal(buf[:, cols + 1 :], before[:, cols + 1 :])
+
+
+def test_tiny_kernel_rejects_what_it_cannot_run():
+    with pytest.raises(RuntimeError, match="gemm_tiny"):
+        ext.gemm_tiny(torch.randn(9, 4), torch.randn(4, 3), torch.empty(9, 3), False)
+    with pytest.raises(RuntimeError, match="gemm_tiny"):
+        ext.gemm_tiny(torch.randn(2, 4, dtype=torch.float64), torch.randn(4, 3), torch.empty(2, 3),
+                      False)
+
+
+def test_forced_tiny_runs_the_small_per_step_products_only():
+    """CTRLRNN_GEMM=tiny: the per-step products of a batch of a few rows take the tiny kernel,
+    every other product (input projections, weight gradients) BLAS."""
+    from ctrlrnn.ops.fused_cells import lstm_sequence
+
+    with gemm_path.use("tiny"):
+        gemm_path.uses(clear=True)
+        x = torch.randn(3, 5, 4 * 8, requires_grad=True)
+        w = torch.randn(4 * 8, 8, requires_grad=True)
+        lstm_sequence(x, w)[0].sum().backward()
+        ext.gemm(torch.randn(3, 5), torch.randn(5, 4))
+        used = gemm_path.uses()
+    steps = {p for k, (p, _) in used.items() if k.startswith("step ")}
+    others = {p for k, (p, _) in used.items() if not k.startswith("step ")}
+    assert steps == {"tiny"}, used
+    assert others <= {"blas"}, used
 
 
 def test_use_rejects_unknown_paths():

@@ -160,7 +160,8 @@ def gemm_lines(doc: dict[str, Any]) -> list[str]:
         f"ctrlrnn's compiled kernels ran their float32 GEMMs with {how}; oneDNN reachable from "
         f"this torch: {'yes' if g.get('onednn_usable') else 'no'}. `step` = the per-step "
         "recurrent products, `bulk` = input projections and weight gradients; `blas` = torch's "
-        "BLAS (MKL here), `blas1` = that BLAS held to the calling thread, `onednn` = oneDNN "
+        "BLAS (MKL here), `blas1` = that BLAS held to the calling thread, `tiny` = ctrlrnn's "
+        "own kernel for per-step products of at most 8 rows, `onednn` = oneDNN "
         "(what `torch.nn.LSTM` runs on). Rows on torch's own "
         "kernels only (nn.LSTM, nn.GRU, RCRN's controllers) show `-`.",
         "",

@@ -113,7 +113,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "--gemm",
         choices=sorted(gemm_path.PATHS),
         help="the GEMM path of ctrlrnn's compiled kernels for this run: auto (each shape class "
-        "on the path measured fastest), blas, onednn or blas1 (BLAS on one thread) (default: "
+        "on the path measured fastest), blas, onednn, blas1 (BLAS on one thread) or tiny "
+        "(ctrlrnn's kernel for per-step products of at most 8 rows, BLAS elsewhere) (default: "
         "CTRLRNN_GEMM, else auto)",
     )
     p.add_argument(

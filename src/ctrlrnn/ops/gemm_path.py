@@ -8,7 +8,11 @@ oneDNN; ctrlrnn's kernels take whichever path measures faster here. A third path
 BLAS held to the calling thread: a small batch runs its time loop on the calling thread, and
 there torch lets MKL thread every tiny per-step product, and waking the other threads can cost
 several times the product; it is a candidate where the caller has more than one thread and
-torch's MKL exports its per-thread setting (BENCHMARKS.md has what it gives where measured).
+torch's MKL exports its per-thread setting (BENCHMARKS.md has what it gives where measured). A
+fourth, ``tiny``, is ctrlrnn's own register-blocked kernel for the per-step products of at most
+8 rows (a small batch's recurrent GEMMs), on the calling thread: MKL chooses its code path by CPU
+vendor, and on AMD cores it runs these products on its generic, unvectorised path, several times
+slower than a plain vectorised loop.
 
 The kernels time the paths the first time they meet a shape class (each dimension rounded up to
 a power of two, the operands' layout, the threads), a few milliseconds, and remember the fastest.
@@ -23,7 +27,9 @@ build, so a later process starts with them; it also forces a path:
 ``CTRLRNN_GEMM=onednn``
     oneDNN everywhere (an error where this torch cannot run float32 on oneDNN);
 ``CTRLRNN_GEMM=blas1``
-    BLAS held to the calling thread everywhere (an error where torch's BLAS is not MKL).
+    BLAS held to the calling thread everywhere (an error where torch's BLAS is not MKL);
+``CTRLRNN_GEMM=tiny``
+    the tiny kernel for every per-step product of at most 8 rows, BLAS for the others.
 
 Only float32 has a choice: torch already runs bfloat16/float16 ``mm`` on oneDNN, and float64 on
 BLAS. The choice never changes results beyond float32 rounding (every path is an exact GEMM), and
@@ -51,7 +57,7 @@ __all__ = ["ENV", "PATHS", "forced", "one_thread_usable", "requested", "table", 
 #: The environment variable that forces a path.
 ENV = "CTRLRNN_GEMM"
 #: Its values, and the code each means to the kernels (-1: choose by measurement).
-PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1, "blas1": 2}
+PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1, "blas1": 2, "tiny": 3}
 
 _LOCK = threading.Lock()
 _MODULES: list[ModuleType] = []
@@ -69,8 +75,8 @@ def requested() -> str:
 
 
 #: Bumped when the set of candidate paths changes, so choices measured among fewer paths are
-#: measured again rather than kept (2: BLAS on one thread joined).
-STORE_VERSION = 2
+#: measured again rather than kept (2: BLAS on one thread joined; 3: the tiny kernel joined).
+STORE_VERSION = 3
 
 
 def _store_file(folder: Path, cpu_signature: str) -> Path:
@@ -185,8 +191,9 @@ def one_thread_usable() -> bool | None:
 
 @contextlib.contextmanager
 def use(name: str) -> Iterator[None]:
-    """Force path ``name`` (``auto``, ``blas``, ``onednn`` or ``blas1``) in this block, for
-    every kernel loaded before or during it; the tests and ``ctrlrnn bench --gemm`` use it."""
+    """Force path ``name`` (``auto``, ``blas``, ``onednn``, ``blas1`` or ``tiny``) in this
+    block, for every kernel loaded before or during it; the tests and ``ctrlrnn bench --gemm``
+    use it."""
     if name not in PATHS:
         raise ValueError(f"name: expected one of {sorted(PATHS)}, got {name!r}")
     before = {id(m): m.gemm_forced() for m in _MODULES}

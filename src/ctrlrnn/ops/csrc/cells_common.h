@@ -129,6 +129,8 @@ inline Lengths read_lengths(const c10::optional<at::Tensor>& lengths, int64_t B,
 // the step's rows (its primitive comes from oneDNN's cache after the first step). The "blas1"
 // path is the BLAS path held to the calling thread (gemm_path.h): what a small batch, which runs
 // its time loop on the calling thread (over_batch_slices), wants for its tiny per-step products.
+// The "tiny" path (M <= gemm::tiny::kMaxRows) is ctrlrnn's own kernel on a contiguous copy of
+// op(W) made once per batch slice, also on the calling thread (gemm_path.h says why).
 // ---------------------------------------------------------------------------------------------
 
 extern "C" {
@@ -169,18 +171,23 @@ class StepGemm {
       if (M_ > 0 && K_ > 0 && N_ > 0) {
         const std::string key = gemm::class_key("step", M_, K_, N_, 'n', gemm::layout(w_op_),
                                                 gemm::threads_here());
+        const bool tiny = M_ <= gemm::tiny::kMaxRows;
+        if (tiny) w_contig_ = w_op_.contiguous();
         path_ = gemm::choose(key, [&] {
           return std::function<void(int)>(
               [this, a = gemm::scratch({M_, K_}, W.options()),
                o = at::empty({M_, N_}, W.options())](int path) {
                 if (path == gemm::kOneDnn) {
                   gemm::onednn_into(o, a, w_op_, false);
+                } else if (path == gemm::kTiny) {
+                  tiny_compute(a.data_ptr<float>(), K_, o.data_ptr<float>(), N_, false);
                 } else {
                   gemm::blas_as(path, [&] { run_blas(a, o, false); });
                 }
               });
-        });
-        if (path_ == gemm::kOneDnn) packed_ = at::Tensor();
+        }, tiny);
+        if (path_ == gemm::kOneDnn || path_ == gemm::kTiny) packed_ = at::Tensor();
+        if (path_ != gemm::kTiny) w_contig_ = at::Tensor();
       }
     }
   }
@@ -188,6 +195,13 @@ class StepGemm {
   // out = A @ op(W) (accumulate: out += A @ op(W)); A (M, K) and out (M, N) with unit inner
   // stride.
   void run(const at::Tensor& A, const at::Tensor& out, bool accumulate) const {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (path_ == gemm::kTiny && A.size(0) == M_ && A.stride(1) == 1 && out.stride(1) == 1) {
+        tiny_compute(A.data_ptr<float>(), A.stride(0), out.data_ptr<float>(), out.stride(0),
+                     accumulate);
+        return;
+      }
+    }
     if (path_ == gemm::kOneDnn && out.is_contiguous()) {
       gemm::onednn_into(out, A, w_op_, accumulate);
       return;
@@ -196,12 +210,16 @@ class StepGemm {
   }
 
   // out (M rows, leading dimension ldo) (+)= A (M rows, leading dimension lda) @ op(W) on raw
-  // pointers, with no tensor views made: only on MKL's packed BLAS path (the one small batches
-  // take, where building two tensor views per step costs as much as the product). Returns false
-  // (nothing done) on any other path; the caller then calls run().
+  // pointers, with no tensor views made: only on MKL's packed BLAS path and the tiny path (the
+  // ones small batches take, where building two tensor views per step costs as much as the
+  // product). Returns false (nothing done) on any other path; the caller then calls run().
   bool run_raw(const scalar_t* A, int64_t lda, scalar_t* out, int64_t ldo,
                bool accumulate) const {
     if constexpr (std::is_same_v<scalar_t, float>) {
+      if (path_ == gemm::kTiny) {
+        tiny_compute(A, lda, out, ldo, accumulate);
+        return true;
+      }
       if (!packed_.defined() || path_ == gemm::kOneDnn || !mkl::fits_int(lda) ||
           !mkl::fits_int(ldo)) {
         return false;
@@ -239,9 +257,15 @@ class StepGemm {
                         accumulate ? 1.0f : 0.0f, out, static_cast<int>(ldo));
   }
 
+  // The tiny kernel on M_ rows: out (+)= A @ op(W), leading dimensions lda and ldo.
+  void tiny_compute(const float* A, int64_t lda, float* out, int64_t ldo, bool accumulate) const {
+    gemm::tiny::gemm(A, lda, w_contig_.data_ptr<float>(), M_, K_, N_, out, ldo, accumulate);
+  }
+
   at::Tensor w_op_;
   int64_t M_, K_, N_;
   at::Tensor packed_;
+  at::Tensor w_contig_;  // op(W) contiguous, (K, N): the tiny path's operand
   int path_ = gemm::kBlas;
 };
 

@@ -21,6 +21,12 @@
 // itself. It is offered where the caller has more than one thread and torch exports MKL's
 // per-thread setting (MKL_Set_Num_Threads_Local), and taken only where it measures faster.
 //
+// A fourth path, for the per-step products of a few rows only ("tiny": M <= tiny::kMaxRows), is
+// ctrlrnn's own register-blocked kernel (tiny::gemm below), on the calling thread. MKL picks its
+// code path by CPU vendor: on AMD cores it takes its generic one ("def") for these products, which
+// there runs several times slower than a plain vectorised loop. It is a candidate like the others,
+// and taken only where it measures faster.
+//
 // Only float32 has a choice: bfloat16 / float16 `at::mm` already goes to oneDNN inside torch,
 // float64 has BLAS only.
 //
@@ -57,15 +63,69 @@ int MKL_Set_Num_Threads_Local(int nt) __attribute__((weak));
 
 namespace ctrlrnn::gemm {
 
-enum Path : int { kBlas = 0, kOneDnn = 1, kBlasOne = 2 };
+enum Path : int { kBlas = 0, kOneDnn = 1, kBlasOne = 2, kTiny = 3 };
+constexpr int kPaths = 4;
 
 inline const char* path_name(int p) {
-  return p == kOneDnn ? "onednn" : p == kBlasOne ? "blas1" : "blas";
+  return p == kOneDnn ? "onednn" : p == kBlasOne ? "blas1" : p == kTiny ? "tiny" : "blas";
 }
 
 inline int path_code(const std::string& name) {
-  return name == "onednn" ? kOneDnn : name == "blas1" ? kBlasOne : kBlas;
+  return name == "onednn" ? kOneDnn : name == "blas1" ? kBlasOne : name == "tiny" ? kTiny : kBlas;
 }
+
+// The "tiny" path: out (M, N) (+)= A (M, K) @ B (K, N) for a few rows M, B contiguous, by
+// blocks of output columns held in vector registers across the whole K loop (each B row read
+// once per pair of output rows, each output element written once).
+namespace tiny {
+constexpr int64_t kMaxRows = 8;
+#if defined(__AVX512F__)
+constexpr int64_t kCols = 64;  // four 16-float registers per output row
+#else
+constexpr int64_t kCols = 32;
+#endif
+
+// R output rows, columns [n0, n0 + width): W > 0 a constant width (kCols, unrolled and
+// vectorised by the compiler), W == 0 the tail, of width w < kCols.
+template <int R, int64_t W>
+inline void block(const float* __restrict A, int64_t lda, const float* __restrict B, int64_t K,
+                  int64_t N, float* __restrict out, int64_t ldo, int64_t n0, int64_t w,
+                  bool accumulate) {
+  const int64_t width = W > 0 ? W : w;
+  float c[R][kCols];
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < width; ++j) c[r][j] = accumulate ? out[r * ldo + n0 + j] : 0.0f;
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    const float* __restrict b = B + k * N + n0;
+    for (int r = 0; r < R; ++r) {
+      const float a = A[r * lda + k];
+      for (int64_t j = 0; j < width; ++j) c[r][j] += a * b[j];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < width; ++j) out[r * ldo + n0 + j] = c[r][j];
+  }
+}
+
+template <int R>
+inline void rows(const float* A, int64_t lda, const float* B, int64_t K, int64_t N, float* out,
+                 int64_t ldo, bool accumulate) {
+  int64_t n0 = 0;
+  for (; n0 + kCols <= N; n0 += kCols) {
+    block<R, kCols>(A, lda, B, K, N, out, ldo, n0, kCols, accumulate);
+  }
+  if (n0 < N) block<R, 0>(A, lda, B, K, N, out, ldo, n0, N - n0, accumulate);
+}
+
+// out (M, N; row stride ldo) (+)= A (M, K; row stride lda) @ B (K, N, contiguous).
+inline void gemm(const float* A, int64_t lda, const float* B, int64_t M, int64_t K, int64_t N,
+                 float* out, int64_t ldo, bool accumulate) {
+  int64_t m = 0;
+  for (; m + 2 <= M; m += 2) rows<2>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, accumulate);
+  if (m < M) rows<1>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, accumulate);
+}
+}  // namespace tiny
 
 // Whether the BLAS path can be held to the calling thread (MKL_Set_Num_Threads_Local exists).
 inline bool one_thread_usable() { return MKL_Set_Num_Threads_Local != nullptr; }
@@ -169,13 +229,15 @@ inline double seconds_per_call(const std::function<void(int)>& run, int path, in
 }
 
 // Times the candidate paths (oneDNN where usable; BLAS on one thread where the caller has more
-// than one and MKL allows it) against BLAS as torch threads it, and returns the fastest: another
-// path only where it is clearly faster (3%), since on a tie BLAS has the steadier per-call cost.
-inline int measure(const std::function<void(int)>& run, bool onednn, bool one_thread,
+// than one and MKL allows it; the tiny kernel where the caller offers it) against BLAS as torch
+// threads it, and returns the fastest: another path only where it is clearly faster (3%), since
+// on a tie BLAS has the steadier per-call cost.
+inline int measure(const std::function<void(int)>& run, bool onednn, bool one_thread, bool tiny,
                    double* advantage) {
   std::vector<int> paths{kBlas};
   if (onednn) paths.push_back(kOneDnn);
   if (one_thread) paths.push_back(kBlasOne);
+  if (tiny) paths.push_back(kTiny);
   for (int p : paths) run(p);
   int reps = 1;
   for (;;) {  // calibrate: enough calls for ~0.5 ms on the BLAS path
@@ -183,7 +245,7 @@ inline int measure(const std::function<void(int)>& run, bool onednn, bool one_th
     if (s * reps >= 5e-4 || reps >= 256) break;
     reps *= 2;
   }
-  double best[3] = {1e30, 1e30, 1e30};
+  double best[kPaths] = {1e30, 1e30, 1e30, 1e30};
   for (int round = 0; round < 3; ++round) {
     for (int p : paths) best[p] = std::min(best[p], seconds_per_call(run, p, reps));
   }
@@ -197,9 +259,10 @@ inline int measure(const std::function<void(int)>& run, bool onednn, bool one_th
 
 // The path for shape class `key`. The first time the class is seen (in this process or the
 // persisted table), `prepare()` returns a function performing one representative GEMM of the
-// class on scratch operands, on the path it is given, and both paths are timed.
+// class on scratch operands, on the path it is given, and the candidate paths are timed. `tiny`:
+// whether the caller can run the class on the tiny kernel (kTiny).
 inline int choose(const std::string& key,
-                  const std::function<std::function<void(int)>()>& prepare) {
+                  const std::function<std::function<void(int)>()>& prepare, bool tiny = false) {
   const int f = forced().load();
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
@@ -212,16 +275,19 @@ inline int choose(const std::string& key,
   if (f == kBlas) return note(kBlas);
   if (f == kOneDnn && onednn_usable()) return note(kOneDnn);
   if (f == kBlasOne) return note(one_thread_usable() ? kBlasOne : kBlas);
+  if (f == kTiny) return note(tiny ? kTiny : kBlas);
   const bool one_thread = one_thread_usable() && threads_here() > 1;
   const auto it = t.choice.find(key);
   if (it != t.choice.end()) {
     // a persisted choice this process cannot take falls back to BLAS
     const int p = it->second;
-    return note((p == kOneDnn && !onednn_usable()) || (p == kBlasOne && !one_thread) ? kBlas : p);
+    const bool cannot = (p == kOneDnn && !onednn_usable()) || (p == kBlasOne && !one_thread) ||
+                        (p == kTiny && !tiny);
+    return note(cannot ? kBlas : p);
   }
-  if (!onednn_usable() && !one_thread) return note(kBlas);
+  if (!onednn_usable() && !one_thread && !tiny) return note(kBlas);
   double adv = 0.0;
-  const int p = measure(prepare(), onednn_usable(), one_thread, &adv);
+  const int p = measure(prepare(), onednn_usable(), one_thread, tiny, &adv);
   t.choice[key] = p;
   t.advantage[key] = adv;
   return note(p);
@@ -319,7 +385,8 @@ inline void bind(pybind11::module& m) {
         "whether BLAS can be held to the calling thread (MKL_Set_Num_Threads_Local)");
   m.def("gemm_force", [](int p) { forced().store(p); },
         "-1: choose per shape by measurement; 0: BLAS always; 1: oneDNN always; 2: BLAS on "
-        "the calling thread alone always");
+        "the calling thread alone always; 3: the tiny kernel for every product of a few rows "
+        "(BLAS elsewhere)");
   m.def("gemm_forced", [] { return forced().load(); }, "the forced path (-1: none)");
   m.def("gemm_table", &dump, "shape class -> (path, BLAS time / oneDNN time)");
   m.def("gemm_table_load", &load, "add measured choices (as gemm_table returns them)");
@@ -330,6 +397,17 @@ inline void bind(pybind11::module& m) {
     t.advantage.clear();
   }, "forget every choice (the next GEMM of each class measures again)");
   m.def("gemm", &mm, "(a (M, K), b (K, N)) -> a @ b on the path chosen for the shape class");
+  m.def("gemm_tiny", [](const at::Tensor& a, const at::Tensor& b, at::Tensor out, bool accumulate) {
+    TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+                    out.scalar_type() == at::kFloat && a.dim() == 2 && b.dim() == 2 &&
+                    out.dim() == 2 && a.size(1) == b.size(0) && out.size(0) == a.size(0) &&
+                    out.size(1) == b.size(1) && a.size(0) <= tiny::kMaxRows,
+                "gemm_tiny: expected float32 a (M <= ", tiny::kMaxRows, ", K), b (K, N), out (M, N)");
+    TORCH_CHECK(a.stride(1) == 1 && out.stride(1) == 1, "gemm_tiny: a and out need unit inner stride");
+    const at::Tensor bc = b.contiguous();
+    tiny::gemm(a.data_ptr<float>(), a.stride(0), bc.data_ptr<float>(), a.size(0), a.size(1),
+               b.size(1), out.data_ptr<float>(), out.stride(0), accumulate);
+  }, "out (+)= a @ b on the tiny kernel (a of at most 8 rows; out and a rows of unit stride)");
   m.def("gemm_uses", [] {
     Table& t = table();
     std::lock_guard<std::mutex> lock(t.mu);
