@@ -234,6 +234,32 @@ def test_environment_rejects_unknown_values():
     assert "CTRLRNN_GEMM='mkl'" in r.stderr and "onednn" in r.stderr
 
 
+def test_saving_adds_to_the_store_rather_than_replacing_it(tmp_path, monkeypatch):
+    """A process whose table lacks classes another process stored (it measured others, or
+    cleared its table) keeps them in the store when it saves its own."""
+    store = tmp_path / "gemm-paths.json"
+    other = {"step M7 K8 N16 nt t9": ["tiny", 0.5], "bulk M8 K8 N8 nn t9": ["onednn", 1.5]}
+    store.write_text(json.dumps(other), encoding="utf-8")
+    monkeypatch.setitem(gemm_path._STORE, "path", store)
+    monkeypatch.setitem(gemm_path._STORE, "saved", {})
+    ext.gemm_table_clear()
+    ext.gemm(torch.randn(40, 24), torch.randn(24, 72))
+    mine = gemm_path.table()
+    assert mine and not set(mine) & set(other)
+    gemm_path.save()
+    saved = json.loads(store.read_text(encoding="utf-8"))
+    assert set(saved) == set(other) | set(mine)
+    assert all(saved[k] == v for k, v in other.items())
+    assert all(saved[k][0] == p for k, (p, _) in mine.items())
+    # a choice measured again here replaces the stored one
+    key = next(iter(mine))
+    stale = ["onednn" if mine[key][0] != "onednn" else "blas", 9.0]
+    store.write_text(json.dumps({**saved, key: stale}), encoding="utf-8")
+    monkeypatch.setitem(gemm_path._STORE, "saved", {})
+    gemm_path.save()
+    assert json.loads(store.read_text(encoding="utf-8"))[key] == saved[key] != stale
+
+
 def test_choices_persist_beside_the_build(tmp_path):
     code = ("import torch; from ctrlrnn.ops import _extension, gemm_path; "
             "e = _extension.load('scan'); e.gemm_table_clear(); "

@@ -152,14 +152,22 @@ def summary(used: dict[str, tuple[str, int]]) -> str:
 
 
 def save() -> None:
-    """Write the measured choices (when any are new) to the store beside the kernel build."""
+    """Add the measured choices (when any are new) to the store beside the kernel build.
+
+    The store is read again and merged, this process's choices over the stored ones, so
+    processes that measured different classes (two trainings, a benchmark beside a test run, a
+    process that cleared its table to measure again) each add theirs rather than the last one to
+    exit replacing the others'."""
     path = _STORE["path"]
     if path is None:
         return
     current = {k: [p, round(a, 4)] for k, (p, a) in table().items()}
     if not current or current == _STORE["saved"]:
         return
-    files.write_quietly(path, current)
+    stored = files.read_dict(path) or {}
+    merged = {**stored, **current}
+    if merged != stored:
+        files.write_quietly(path, merged)
     _STORE["saved"] = current
 
 
