@@ -181,6 +181,24 @@ def test_tiny_kernel_equals_torch(rows, inner, cols, accumulate):
     assert torch.equal(buf[:, cols + 1 :], before[:, cols + 1 :])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 256, 1024), (2, 200, 800), (8, 64, 300)])
+def test_tiny_kernel_splits_wide_products_over_the_threads(shape, threads):
+    """Products wide enough to split their column blocks over the threads (the batch-1 step of
+    a wide layer) give the same result split or not."""
+    rows, inner, cols = shape
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(rows, inner), torch.randn(inner, cols)
+        out = torch.randn(rows, cols)
+        want = a @ b + out
+        ext.gemm_tiny(a, b, out, True)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-3)
+
+
 def test_tiny_kernel_rejects_what_it_cannot_run():
     with pytest.raises(RuntimeError, match="gemm_tiny"):
         ext.gemm_tiny(torch.randn(9, 4), torch.randn(4, 3), torch.empty(9, 3), False)

@@ -75,8 +75,9 @@ def requested() -> str:
 
 
 #: Bumped when the set of candidate paths changes, so choices measured among fewer paths are
-#: measured again rather than kept (2: BLAS on one thread joined; 3: the tiny kernel joined).
-STORE_VERSION = 3
+#: measured again rather than kept (2: BLAS on one thread joined; 3: the tiny kernel joined;
+#: 4: the tiny kernel splits wide products over the threads).
+STORE_VERSION = 4
 
 
 def _store_file(folder: Path, cpu_signature: str) -> Path:

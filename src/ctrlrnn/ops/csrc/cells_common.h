@@ -130,7 +130,7 @@ inline Lengths read_lengths(const c10::optional<at::Tensor>& lengths, int64_t B,
 // path is the BLAS path held to the calling thread (gemm_path.h): what a small batch, which runs
 // its time loop on the calling thread (over_batch_slices), wants for its tiny per-step products.
 // The "tiny" path (M <= gemm::tiny::kMaxRows) is ctrlrnn's own kernel on a contiguous copy of
-// op(W) made once per batch slice, also on the calling thread (gemm_path.h says why).
+// op(W) made once per batch slice (gemm_path.h says why and how it uses the threads).
 // ---------------------------------------------------------------------------------------------
 
 extern "C" {

@@ -22,7 +22,8 @@
 // per-thread setting (MKL_Set_Num_Threads_Local), and taken only where it measures faster.
 //
 // A fourth path, for the per-step products of a few rows only ("tiny": M <= tiny::kMaxRows), is
-// ctrlrnn's own register-blocked kernel (tiny::gemm below), on the calling thread. MKL picks its
+// ctrlrnn's own register-blocked kernel (tiny::gemm below), on the calling thread (a wide product
+// with threads to spare splits its columns over them). MKL picks its
 // code path by CPU vendor: on AMD cores it takes its generic one ("def") for these products, which
 // there runs several times slower than a plain vectorised loop. It is a candidate like the others,
 // and taken only where it measures faster.
@@ -76,7 +77,8 @@ inline int path_code(const std::string& name) {
 
 // The "tiny" path: out (M, N) (+)= A (M, K) @ B (K, N) for a few rows M, B contiguous, by
 // blocks of output columns held in vector registers across the whole K loop (each B row read
-// once per pair of output rows, each output element written once).
+// once per pair of output rows, each output element written once); a wide enough product called
+// with threads to spare splits its columns over them.
 namespace tiny {
 constexpr int64_t kMaxRows = 8;
 #if defined(__AVX512F__)
@@ -85,8 +87,8 @@ constexpr int64_t kCols = 64;  // four 16-float registers per output row
 constexpr int64_t kCols = 32;
 #endif
 
-// R output rows, columns [n0, n0 + width): W > 0 a constant width (kCols, unrolled and
-// vectorised by the compiler), W == 0 the tail, of width w < kCols.
+// R output rows, columns [n0, n0 + width) (B's rows of stride N): W > 0 a constant width
+// (kCols, unrolled and vectorised by the compiler), W == 0 the tail, of width w < kCols.
 template <int R, int64_t W>
 inline void block(const float* __restrict A, int64_t lda, const float* __restrict B, int64_t K,
                   int64_t N, float* __restrict out, int64_t ldo, int64_t n0, int64_t w,
@@ -108,22 +110,49 @@ inline void block(const float* __restrict A, int64_t lda, const float* __restric
   }
 }
 
+// Columns [c0, c1) of R output rows.
 template <int R>
 inline void rows(const float* A, int64_t lda, const float* B, int64_t K, int64_t N, float* out,
-                 int64_t ldo, bool accumulate) {
-  int64_t n0 = 0;
-  for (; n0 + kCols <= N; n0 += kCols) {
+                 int64_t ldo, int64_t c0, int64_t c1, bool accumulate) {
+  int64_t n0 = c0;
+  for (; n0 + kCols <= c1; n0 += kCols) {
     block<R, kCols>(A, lda, B, K, N, out, ldo, n0, kCols, accumulate);
   }
-  if (n0 < N) block<R, 0>(A, lda, B, K, N, out, ldo, n0, N - n0, accumulate);
+  if (n0 < c1) block<R, 0>(A, lda, B, K, N, out, ldo, n0, c1 - n0, accumulate);
 }
 
-// out (M, N; row stride ldo) (+)= A (M, K; row stride lda) @ B (K, N, contiguous).
+// Columns [c0, c1) of out (M, N; row stride ldo) (+)= A (M, K; row stride lda) @ B (K, N,
+// contiguous).
+inline void gemm_columns(const float* A, int64_t lda, const float* B, int64_t M, int64_t K,
+                         int64_t N, float* out, int64_t ldo, int64_t c0, int64_t c1,
+                         bool accumulate) {
+  int64_t m = 0;
+  for (; m + 2 <= M; m += 2) {
+    rows<2>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, c0, c1, accumulate);
+  }
+  if (m < M) rows<1>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, c0, c1, accumulate);
+}
+
+// At least this many multiply-adds before a product called outside a parallel region splits
+// its columns over the threads: below, waking them costs more than the product.
+constexpr int64_t kSplitMacs = int64_t(1) << 16;
+
+// out (M, N; row stride ldo) (+)= A (M, K; row stride lda) @ B (K, N, contiguous). Called
+// outside a parallel region with more than one thread and enough work (a batch of one or two
+// rows of a wide layer), the column blocks are split over the threads, each thread taking the
+// same columns every step, so its part of B stays in its own core's cache.
 inline void gemm(const float* A, int64_t lda, const float* B, int64_t M, int64_t K, int64_t N,
                  float* out, int64_t ldo, bool accumulate) {
-  int64_t m = 0;
-  for (; m + 2 <= M; m += 2) rows<2>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, accumulate);
-  if (m < M) rows<1>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, accumulate);
+  const int64_t blocks = (N + kCols - 1) / kCols;
+  if (blocks >= 2 && M * K * N >= kSplitMacs && !at::in_parallel_region() &&
+      at::get_num_threads() > 1) {
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      gemm_columns(A, lda, B, M, K, N, out, ldo, b0 * kCols, std::min(N, b1 * kCols),
+                   accumulate);
+    });
+    return;
+  }
+  gemm_columns(A, lda, B, M, K, N, out, ldo, 0, N, accumulate);
 }
 }  // namespace tiny
 
