@@ -172,8 +172,8 @@ class StepGemm {
         const std::string key = gemm::class_key("step", M_, K_, N_, 'n', gemm::layout(w_op_),
                                                 gemm::threads_here());
         const bool tiny = M_ <= gemm::tiny::kMaxRows;
-        if (tiny) w_contig_ = w_op_.contiguous();
         path_ = gemm::choose(key, [&] {
+          if (tiny) w_contig_ = w_op_.contiguous();  // the tiny candidate's operand
           return std::function<void(int)>(
               [this, a = gemm::scratch({M_, K_}, W.options()),
                o = at::empty({M_, N_}, W.options())](int path) {
@@ -187,6 +187,8 @@ class StepGemm {
               });
         }, tiny);
         if (path_ == gemm::kOneDnn || path_ == gemm::kTiny) packed_ = at::Tensor();
+        // op(W) copied only where the tiny kernel runs (or was just measured)
+        if (path_ == gemm::kTiny && !w_contig_.defined()) w_contig_ = w_op_.contiguous();
         if (path_ != gemm::kTiny) w_contig_ = at::Tensor();
       }
     }
