@@ -10,9 +10,10 @@ there torch lets MKL thread every tiny per-step product, and waking the other th
 several times the product; it is a candidate where the caller has more than one thread and
 torch's MKL exports its per-thread setting (BENCHMARKS.md has what it gives where measured). A
 fourth, ``tiny``, is ctrlrnn's own register-blocked kernel for the per-step products of at most
-8 rows (a small batch's recurrent GEMMs), on the calling thread: MKL chooses its code path by CPU
-vendor, and on AMD cores it runs these products on its generic, unvectorised path, several times
-slower than a plain vectorised loop.
+8 rows (a small batch's recurrent GEMMs), on the calling thread, a wide one's columns split over
+the threads when it is called outside a parallel region: MKL chooses its code path by CPU vendor,
+and on AMD cores it runs these products on its generic, unvectorised path, several times slower
+than a plain vectorised loop.
 
 The kernels time the paths the first time they meet a shape class (each dimension rounded up to
 a power of two, the operands' layout, the threads), a few milliseconds, and remember the fastest.
