@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+import ctrlrnn
 from ctrlrnn.bench import report, roofline, runner, timing
 from ctrlrnn.bench.cases import (
     REGISTRY,
@@ -280,12 +281,62 @@ def test_targets_read_measured_values() -> None:
         ],
         "memory_fits": [],
     }
-    rows = {label: (val, met) for label, val, _, met in report.target_rows(doc)}
+    rows = {label: (val, met) for label, val, _, met, _ in report.target_rows(doc)}
     share = next(k for k in rows if k.startswith("linear_scan fwd+bwd, share"))
     loop = next(k for k in rows if "Python loop" in k)
     assert rows[share] == ("0.80", "yes")
     assert rows[loop] == ("4.00x", "no")
     assert all(v == ("not measured", "-") for k, v in rows.items() if k.startswith("QRNN"))
+
+
+def _timed(case: str, point: tuple[int, int, int], fwdbwd_s: float, floor_s: float,
+           **ratios: Any) -> dict[str, Any]:
+    b, t, c = point
+    return {"case": case, "batch": b, "length": t, "width": c, "status": "ok",
+            "fwd": {"median_s": fwdbwd_s / 3}, "fwdbwd": {"median_s": fwdbwd_s},
+            "floor": {"fwd_s": floor_s / 3, "fwdbwd_s": floor_s}, "ratios": ratios}
+
+
+def test_targets_at_equal_efficiency_is_the_floors_ratio() -> None:
+    p = (32, 256, 256)
+    doc = {"results": [
+        _timed("lstm", p, 0.2, 0.16),
+        _timed("metagross_state", p, 0.5, 0.36,
+               speedup={"lstm": {"fwd": 0.4, "fwdbwd": 0.4}}),
+        _timed("qrnn_fo", p, 0.1, 0.12, speedup={"lstm": {"fwd": 2.0, "fwdbwd": 2.0}}),
+    ], "memory_fits": []}
+    rows = {r[0]: r for r in report.target_rows(doc)}
+    printed = rows[next(k for k in rows if k.startswith("METAGROSS as printed"))]
+    # a time ratio: row floor / baseline floor; measured 1 / 0.4
+    assert printed[1:] == ("2.50x", "<= 2x", "no", "2.25x")
+    qrnn = rows[next(k for k in rows if k.startswith("QRNN fo fwd+bwd speed-up over nn.LSTM ("))]
+    # a speed-up: baseline floor / row floor
+    assert qrnn[4] == "1.33x"
+    # a floor-relative target has no second row; an absent row no floors
+    assert rows[next(k for k in rows if k.startswith("QRNN fo fwd+bwd time"))][4] == "-"
+    assert rows[next(k for k in rows if k.startswith("CAS-LSTM 2x256"))][4] == "-"
+
+
+def test_rcrn_target_notes_its_floor_on_torch_lstms(tiny_doc: dict[str, Any]) -> None:
+    p = (32, 256, 200)
+    doc = {"results": [_timed("lstm3bi", p, 1.0, 0.7), _timed("rcrn", p, 0.8, 0.5),
+                       _timed("rcrn_torch_lstms", p, 0.75, 0.45)], "memory_fits": []}
+    (note,) = report.target_notes(doc)
+    assert "0.75x the 3-layer BiLSTM's time" in note and "1.07x its BiLSTMs' time" in note
+    assert report.target_notes({"results": doc["results"][:2]}) == []
+    assert "| at equal efficiency |" in report.markdown(tiny_doc)
+
+
+def test_rcrn_torch_lstms_is_the_rcrns_three_bilstms() -> None:
+    w = REGISTRY["rcrn_torch_lstms"].build(Point(2, 5, 8), torch.float32)
+    outs = w.fn()
+    assert len(outs) == 3 and all(o.shape == (2, 5, 16) for o in outs)
+    rcrn = ctrlrnn.RCRN(8, 8, bidirectional=True)
+    assert len(w.params) == 3 * 2 * 4  # 3 BiLSTMs: per direction W_ih, W_hh, b_ih, b_hh
+    shapes = sorted(tuple(q.shape) for q in w.params)
+    ref = sorted(tuple(q.shape) for q in rcrn.parameters())
+    assert shapes == ref
+    assert "rcrn_torch_lstms" in REGISTRY["rcrn"].compare_to
 
 
 def test_cli_from_json_and_list(tiny_doc: dict[str, Any], tmp_path: Path) -> None:

@@ -56,13 +56,13 @@ def test_targets_read_the_median_and_show_the_range() -> None:
         "speedup_processes": {"lstm": {"fwdbwd": [0.5, 1.0, 1.25]}},
         "speedup_median": {"lstm": {"fwdbwd": 1.0}},
     }
-    rows = {label: (val, met) for label, val, _, met in target_rows(doc)}
+    rows = {label: (val, met) for label, val, _, met, _ in target_rows(doc)}
     small = next(k for k in rows if k.startswith("fused LSTM") and "small shape" in k)
     # time ratios: 1 / speed-up, so the 0.5x draw is a 2.00x time ratio
     assert rows[small] == ("1.00x (median of 3 fresh processes, 0.80x-2.00x)", "yes")
     # without a median (a one-process run's record), the run's own value
     del doc["results"][0]["ratios"]["speedup_median"]
-    without = {label: (val, met) for label, val, _, met in target_rows(doc)}
+    without = {label: (val, met) for label, val, _, met, _ in target_rows(doc)}
     assert without[small][0].startswith("2.00x") and without[small][1] == "no"
 
 

@@ -23,7 +23,7 @@ from ctrlrnn.bench.result_rows import (
     time_cells,
     time_rows,
 )
-from ctrlrnn.bench.targets import target_rows
+from ctrlrnn.bench.targets import target_notes, target_rows
 from ctrlrnn.ops import gemm_path
 
 
@@ -383,8 +383,19 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         "",
     ]
     lines += fresh_process_lines(doc)
-    lines += _md_table(["target", "measured", "goal", "met"], [list(t) for t in targets])
-    lines.append("")
+    lines += _md_table(["target", "measured", "goal", "met", "at equal efficiency"],
+                       [list(t) for t in targets])
+    lines += [
+        "",
+        "**at equal efficiency**: where a target compares two rows' times, the same ratio "
+        "from their roofline floors (below), i.e. what it would read if both rows ran at the "
+        "same share of their own floors. A goal beyond it asks the row to use the machine "
+        "better than its baseline does.",
+        "",
+    ]
+    notes = target_notes(doc)
+    if notes:
+        lines += [*(f"- {note}" for note in notes), ""]
     rows = time_rows(doc)
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:

@@ -74,3 +74,26 @@ def lstm3bi(p: Point, dtype: torch.dtype) -> Workload:
     m = nn.LSTM(H, H, num_layers=3, bidirectional=True, batch_first=True).to(dtype)
     flops = sum_costs(*(2 * [gated_rnn_flops(p, H, H, 4)] + 4 * [gated_rnn_flops(p, 2 * H, H, 4)]))
     return module_workload(m, make_input(p, dtype), flops, _lstm_bytes(p, dtype, 6 * H))
+
+
+@case("rcrn_torch_lstms", group="layer", quick=RCRN_QUICK[:1], full=RCRN_FULL,
+      compare_to=("lstm3bi",),
+      description="3 one-layer bidirectional torch.nn.LSTMs over one input: RCRN's controllers "
+                  "and listener base as it runs them on torch's kernels, without the listener "
+                  "(its floor there)")
+def rcrn_torch_lstms(p: Point, dtype: torch.dtype) -> Workload:
+    """The three BiLSTMs of an ``RCRN(width, width, bidirectional=True)`` layer (eq 1-14: the
+    two controllers and the listener's base) as separate ``nn.LSTM`` calls on the same
+    batch-first input, as ``RCRN`` makes them where its controllers run natively; the outputs
+    are the three, so the backward takes a gradient for each, as the listener gives them."""
+    H = p.width
+    ms = [nn.LSTM(H, H, bidirectional=True, batch_first=True).to(dtype) for _ in range(3)]
+    x = make_input(p, dtype)
+    params = [q for m in ms for q in m.parameters()]
+    return Workload(
+        fn=lambda: tuple(m(x)[0] for m in ms),
+        flops=sum_costs(*(6 * [gated_rnn_flops(p, H, H, 4)])),
+        bytes=_lstm_bytes(p, dtype, 6 * H),
+        leaves=[x, *params],
+        params=params,
+    )

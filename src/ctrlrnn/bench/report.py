@@ -34,7 +34,7 @@ from ctrlrnn.bench.result_rows import (
 )
 from ctrlrnn.bench.runner import SCHEMA
 from ctrlrnn.bench.screen import print_report
-from ctrlrnn.bench.targets import TARGETS, Target, target_rows
+from ctrlrnn.bench.targets import TARGETS, Target, target_notes, target_rows
 
 __all__ = [
     "LOW_CPU_SHARE",
@@ -54,6 +54,7 @@ __all__ = [
     "print_report",
     "repeats_text",
     "save_json",
+    "target_notes",
     "target_rows",
     "time_rows",
     "write_markdown",

@@ -8,7 +8,7 @@ from typing import Any
 
 from ctrlrnn.bench.machine import machine_summary
 from ctrlrnn.bench.result_rows import memory_cells, memory_rows, time_cells, time_rows
-from ctrlrnn.bench.targets import target_rows
+from ctrlrnn.bench.targets import target_notes, target_rows
 
 #: The screen's time table: when the console is narrow the columns of highest ``drop`` are
 #: left out first (the JSON file and BENCHMARKS.md keep every column).
@@ -113,7 +113,10 @@ def print_report(doc: dict[str, Any], console: Any = None) -> None:
                 f"step, R^2 {tb['r2']:.5f}; T x{f['growth']['length_ratio']:.0f} -> train bytes "
                 f"x{f['growth']['train_bytes_ratio']:.2f}"
             )
-    cols = [Col("target", wrap=True, min_width=30), Col("measured"), Col("goal"), Col("met")]
+    cols = [Col("target", wrap=True, min_width=30), Col("measured"), Col("goal"), Col("met"),
+            Col("at equal efficiency")]
     trows = [list(row) for row in target_rows(doc)]
     layout = fit_table(width, cols, trows)
     console.print(layout.table(trows, title="targets (measured values, not pass/fail tests)"))
+    for note in target_notes(doc):
+        console.print(escape(f"  {note}"))

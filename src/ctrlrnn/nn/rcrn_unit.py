@@ -22,6 +22,6 @@ register_unit(
         values=lambda C: [(6 * C, 7, 10), (2 * C, 5, 8)],
         options={"bidirectional": True},
         grid="rcrn_table10",
-        compare_to=("lstm3bi",),
+        compare_to=("lstm3bi", "rcrn_torch_lstms"),
     )],
 )(RCRN)
