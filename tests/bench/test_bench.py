@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -414,6 +415,37 @@ def test_busy_warning_follows_load_and_cpu_share() -> None:
     text = "\n".join(report.busy_warning(doc(6.0, [0.99])))
     assert "shared the machine" in text and "6.0 on 2 CPUs" in text
     assert report.busy_warning(doc(0.3, [0.4, 0.5, 0.99])) != []
+
+
+def test_busy_warning_prefers_the_measured_contention_to_the_load_average() -> None:
+    def doc(load: float, elsewhere: float) -> dict[str, Any]:
+        return {"machine": {"cpus_available": 2, "load_average_at_start": [load, 1.0, 1.0],
+                            "busy_cpus_elsewhere_at_start": elsewhere},
+                "results": [{"kind": "time", "status": "ok", "fwdbwd": {"cpu_share": 0.99}}]}
+
+    # the load average still trails work stopped a minute ago; the measure says idle
+    assert report.busy_warning(doc(1.6, 0.02)) == []
+    text = "\n".join(report.busy_warning(doc(0.1, 1.5)))
+    assert "kept 1.5 of its 2 CPUs busy" in text
+
+
+def test_busy_cpus_elsewhere_sees_a_busy_child_process() -> None:
+    import subprocess
+    import sys
+
+    from ctrlrnn.bench.machine import busy_cpus_elsewhere
+
+    idle = busy_cpus_elsewhere(0.3)
+    if idle is None:
+        pytest.skip("no /proc/stat here")
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = busy_cpus_elsewhere(0.5)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy is not None and busy >= 0.5  # one spinning process: about a whole CPU
 
 
 def test_compare_labels_may_hold_an_equals_sign(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.bench.result_rows import (
+    BUSY_ELSEWHERE,
     LOW_CPU_SHARE,
     MEMORY_HEADERS,
     MIB,
@@ -43,35 +44,51 @@ def _load(v: Any) -> str:
 def busy_warning(doc: dict[str, Any]) -> list[str]:
     """Markdown lines warning that the run shared its CPUs, or nothing.
 
-    Judged by the 1-minute load average at the start (above half the CPU count) and by the
-    rows' CPU shares (more than a quarter of the timed rows below :data:`LOW_CPU_SHARE`). The
-    load at the end is not used: it includes the run itself.
+    Judged by what other processes took of the CPUs when the run started
+    (``busy_cpus_elsewhere_at_start``, measured over half a second: more than
+    :data:`BUSY_ELSEWHERE` CPUs), or, in results that predate that measure, by the 1-minute load
+    average at the start (above half the CPU count; it trails the last minute, so it stays high
+    for a while after other work stops); and by the rows' CPU shares (more than a quarter of the
+    timed rows below :data:`LOW_CPU_SHARE`). The load at the end is not used: it includes the
+    run itself.
     """
     m = doc.get("machine", {})
     cpus = m.get("cpus_available") or m.get("logical_cpus") or 1
     start = m.get("load_average_at_start")
+    elsewhere = m.get("busy_cpus_elsewhere_at_start")
     shares = [
         r["fwdbwd"].get("cpu_share")
         for r in time_rows(doc)
         if r.get("status") == "ok" and r["fwdbwd"].get("cpu_share") is not None
     ]
     starved = sum(1 for v in shares if v < LOW_CPU_SHARE)
-    busy_start = bool(start) and start[0] > 0.5 * cpus
+    if elsewhere is not None:
+        busy_start = elsewhere > BUSY_ELSEWHERE
+        at_start = f"other processes kept {elsewhere:.1f} of its {cpus} CPUs busy at the start"
+    else:
+        busy_start = bool(start) and start[0] > 0.5 * cpus
+        at_start = (f"the 1-minute load average was {start[0] if start else 0.0:.1f} on {cpus} "
+                    "CPUs at the start")
     if not busy_start and starved * 4 <= len(shares):
         return []
-    loads = [start[0]] if start else [0.0]
     return [
-        f"> **This run shared the machine**: the 1-minute load average was {max(loads):.1f} on "
-        f"{cpus} CPUs at the start and {starved} of {len(shares)} timed rows got less than "
-        f"{100 * LOW_CPU_SHARE:.0f}% of their threads' CPU time. Every time below may be "
-        "inflated, the roofline rates are depressed, and contention does not hit all rows "
-        "alike: rows made of many small parallel regions (torch.nn.LSTM/GRU run one small "
-        "GEMM per time step, each ending in a thread barrier) suffer far more than rows made of "
-        "a few large ones (a QRNN's one GEMM and one scan), which inflates speed-ups over "
-        "LSTM/GRU. The CPU share column shows how much CPU each row actually got. Re-run on "
-        "an idle machine before quoting these numbers.",
+        f"> **This run shared the machine**: {at_start} and {starved} of {len(shares)} timed "
+        f"rows got less than {100 * LOW_CPU_SHARE:.0f}% of their threads' CPU time. Every time "
+        "below may be inflated, the roofline rates are depressed, and contention does not hit "
+        "all rows alike: rows made of many small parallel regions (torch.nn.LSTM/GRU run one "
+        "small GEMM per time step, each ending in a thread barrier) suffer far more than rows "
+        "made of a few large ones (a QRNN's one GEMM and one scan), which inflates speed-ups "
+        "over LSTM/GRU. The CPU share column shows how much CPU each row actually got. Re-run "
+        "on an idle machine before quoting these numbers.",
         "",
     ]
+
+
+def _elsewhere(busy: float | None) -> str:
+    if busy is None:
+        return ""
+    return (f"; CPUs kept busy by other processes over half a second at the start: {busy:.2f} "
+            "(the load average trails the last minute)")
 
 
 def repeats_text(doc: dict[str, Any]) -> str:
@@ -275,7 +292,8 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         f"{m.get('torch_interop_threads')} inter-op threads",
         "- load average (1, 5, 15 min) when the run started: "
         f"{_load(m.get('load_average_at_start'))}, "
-        f"when it ended (this includes the run itself): {_load(doc.get('load_average_at_end'))}",
+        f"when it ended (this includes the run itself): {_load(doc.get('load_average_at_end'))}"
+        + _elsewhere(m.get("busy_cpus_elsewhere_at_start")),
         f"- ctrlrnn {m.get('ctrlrnn_version')}, git {m.get('git_commit')}",
         *backend_lines(m.get("backend")),
     ]

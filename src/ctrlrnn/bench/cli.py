@@ -28,6 +28,8 @@ import torch
 from ctrlrnn.bench import report, runner
 from ctrlrnn.bench.cases import REGISTRY, select
 from ctrlrnn.bench.fresh_processes import DEFAULT_PROCESSES
+from ctrlrnn.bench.machine import busy_cpus_elsewhere
+from ctrlrnn.bench.result_rows import BUSY_ELSEWHERE
 from ctrlrnn.ops import gemm_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -145,10 +147,21 @@ def _patterns(only: list[str] | None) -> list[str]:
 
 
 def _busy() -> str | None:
-    """A warning when other work already occupies the CPUs (timings will be noisy), else None."""
+    """A warning when other work already occupies the CPUs (timings will be noisy), else None:
+    judged by what other processes take of this process's CPUs now (half a second's
+    measurement), or by the 1-minute load average where that cannot be measured."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    elsewhere = busy_cpus_elsewhere()
+    if elsewhere is not None:
+        if elsewhere > BUSY_ELSEWHERE:
+            return (f"other processes keep {elsewhere:.1f} of {cpus} CPUs busy: every timing "
+                    "will be slower and noisier (the JSON records it)")
+        return None
     try:
         load = os.getloadavg()[0]
-        cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return None
     if load > 0.5 * cpus:

@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,47 @@ def git_changed(repo: str | os.PathLike[str]) -> list[str]:
     return sorted(line[3:] for line in res.stdout.splitlines() if len(line) > 3)
 
 
+def _cpu_jiffies(cpus: set[int] | None) -> float | None:
+    """Clock ticks the CPUs in ``cpus`` (all when None) spent not idle (user, nice, system,
+    irq, softirq, and steal: time a hypervisor gave to others) since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    total = 0.0
+    for line in lines:
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or len(fields) < 8:
+            continue
+        if cpus is not None and int(name[3:]) not in cpus:
+            continue
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(float, fields[:8])
+        total += user + nice + system + irq + softirq + steal
+    return total
+
+
+def busy_cpus_elsewhere(seconds: float = 0.5) -> float | None:
+    """How many of this process's CPUs other processes kept busy over the next ``seconds``
+    (this process sleeping meanwhile): the CPUs' busy time from /proc/stat less this process's
+    own CPU time, over the wall time. Unlike the load average, which trails the last minute,
+    this is the contention at the moment a run starts. None where /proc/stat is not readable."""
+    try:
+        cpus: set[int] | None = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = None
+    tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+    before, own0, t0 = _cpu_jiffies(cpus), os.times(), time.perf_counter()
+    if before is None:
+        return None
+    time.sleep(seconds)
+    after, own1, t1 = _cpu_jiffies(cpus), os.times(), time.perf_counter()
+    if after is None:
+        return None
+    own = (own1.user - own0.user) + (own1.system - own0.system)
+    return max(0.0, ((after - before) / tick - own) / (t1 - t0))
+
+
 def machine() -> dict[str, Any]:
     """Describe this machine and software: CPU model, cores, memory, threads, versions, and the
     active ctrlrnn backend (``ctrlrnn.backend_info()``)."""
@@ -118,6 +160,7 @@ def machine() -> dict[str, Any]:
             if k in os.environ
         },
         "load_average_at_start": load,
+        "busy_cpus_elsewhere_at_start": busy_cpus_elsewhere(),
         "ctrlrnn_version": version,
         "git_commit": git_commit(Path(__file__).resolve().parent, short=True),
         "backend": backend_info(),

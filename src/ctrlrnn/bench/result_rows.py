@@ -7,6 +7,9 @@ from typing import Any
 MIB = 1024.0 * 1024.0
 #: Rows whose fwd+bwd CPU share is below this are listed in BENCHMARKS.md.
 LOW_CPU_SHARE = 0.7
+#: CPUs that other processes may keep busy at a run's start (measured over half a second) before
+#: BENCHMARKS.md calls the run shared: an idle machine's daemons take a few hundredths.
+BUSY_ELSEWHERE = 0.2
 
 
 def fmt_time(s: float | None) -> str:
