@@ -318,6 +318,22 @@ def test_targets_at_equal_efficiency_is_the_floors_ratio() -> None:
     assert rows[next(k for k in rows if k.startswith("CAS-LSTM 2x256"))][4] == "-"
 
 
+def test_targets_show_the_decimals_that_decide() -> None:
+    p = (32, 256, 256)
+
+    def shown(speedup: float) -> tuple[str, str]:
+        doc = {"results": [_timed("metagross", p, 1.0, 1.0,
+                                  speedup={"lstm": {"fwd": 1.0, "fwdbwd": speedup}})]}
+        rows = {r[0]: r for r in report.target_rows(doc)}
+        row = rows[next(k for k in rows if k.startswith("METAGROSS depth 2 linear fwd+bwd time "
+                                                        "/ nn.LSTM (B=32"))]
+        return row[1], row[3]
+
+    assert shown(1 / 1.2049) == ("1.205x", "no")  # not "1.20x" beside "<= 1.2x", "no"
+    assert shown(1 / 1.1949) == ("1.19x", "yes")
+    assert shown(1 / 1.25) == ("1.25x", "no")
+
+
 def test_rcrn_target_notes_its_floor_on_torch_lstms(tiny_doc: dict[str, Any]) -> None:
     p = (32, 256, 200)
     doc = {"results": [_timed("lstm3bi", p, 1.0, 0.7), _timed("rcrn", p, 0.8, 0.5),

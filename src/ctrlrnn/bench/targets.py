@@ -249,6 +249,19 @@ def equal_efficiency_text(t: Target, doc: dict[str, Any]) -> str:
     return "-" if v is None else t.fmt.format(v)
 
 
+def _shown(t: Target, v: float) -> str:
+    """``v`` in the target's format, with as many more decimals as it takes for the text not
+    to read as meeting the goal when the value does not (1.2049 against <= 1.2: 1.205x, not
+    1.20x), or the reverse."""
+    text = t.fmt.format(v)
+    for extra in range(1, 4):
+        shown = float("".join(ch for ch in text if ch.isdigit() or ch in ".-"))
+        if t.goal(shown) == t.goal(v):
+            break
+        text = t.fmt.replace(".2f", f".{2 + extra}f").format(v)
+    return text
+
+
 def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(label, measured, goal, met?, at equal efficiency) for every target; 'not measured'
     where the row is absent. A value that is a median over fresh processes says so, with their
@@ -260,7 +273,7 @@ def target_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         if v is None:
             out.append((t.label, "not measured", t.goal_text, "-", same))
             continue
-        text = t.fmt.format(v)
+        text = _shown(t, v)
         samples = getattr(t.value, "samples", None)
         spread = samples(doc) if samples is not None else []
         if spread:
