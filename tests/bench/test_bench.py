@@ -336,11 +336,20 @@ def test_targets_show_the_decimals_that_decide() -> None:
 
 def test_rcrn_target_notes_its_floor_on_torch_lstms(tiny_doc: dict[str, Any]) -> None:
     p = (32, 256, 200)
-    doc = {"results": [_timed("lstm3bi", p, 1.0, 0.7), _timed("rcrn", p, 0.8, 0.5),
-                       _timed("rcrn_torch_lstms", p, 0.75, 0.45)], "memory_fits": []}
+    alone = _timed("rcrn_torch_lstms", p, 0.75, 0.45,
+                   speedup={"lstm3bi": {"fwd": 1.0, "fwdbwd": 1 / 0.75}})
+    rcrn = _timed("rcrn", p, 0.8, 0.5, speedup={"lstm3bi": {"fwd": 1.0, "fwdbwd": 1 / 0.8},
+                                                "rcrn_torch_lstms": {"fwd": 1.0,
+                                                                     "fwdbwd": 0.75 / 0.8}})
+    doc = {"results": [_timed("lstm3bi", p, 1.0, 0.7), rcrn, alone], "memory_fits": []}
     (note,) = report.target_notes(doc)
-    assert "0.75x the 3-layer BiLSTM's time" in note and "1.07x its BiLSTMs' time" in note
+    assert "0.75x the 3-layer BiLSTM's time:" in note and "1.07x its BiLSTMs' time" in note
     assert report.target_notes({"results": doc["results"][:2]}) == []
+    # timed again in fresh processes: the medians, and it says so
+    alone["ratios"]["speedup_median"] = {"lstm3bi": {"fwd": 1.0, "fwdbwd": 1 / 0.7}}
+    alone["ratios"]["speedup_processes"] = {"lstm3bi": {"fwdbwd": [1.4, 1 / 0.7, 1.5]}}
+    (note,) = report.target_notes(doc)
+    assert "0.70x the 3-layer BiLSTM's time (medians of 3 fresh processes)" in note
     assert "| at equal efficiency |" in report.markdown(tiny_doc)
 
 

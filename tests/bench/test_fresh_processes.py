@@ -118,3 +118,36 @@ def test_the_time_table_shows_the_median_where_there_is_one() -> None:
     r["ratios"]["speedup_median"] = {"lstm": {"fwdbwd": 1.0}}
     assert speedups(r, "fwdbwd") == "1.00x vs lstm (med. of 3 fresh)"
     assert speedups(r, "fwd") == "0.50x vs lstm"
+
+
+def test_target_points_time_only_the_targets_rows_with_few_repeats(monkeypatch) -> None:
+    """At the targets' large points the fresh processes time the rows the targets read, each
+    with at most TARGET_POINT_REPEATS repeats; elsewhere every row, at the run's repeats; and a
+    row they did not time keeps no process medians."""
+    seen: list[tuple[Point, list[str], int]] = []
+
+    def fake(cases, p, dtype, *, warmup, repeats, max_seconds):
+        seen.append((p, [c.name for c in cases], repeats))
+        return [_rec(c.name, 1.0, 1.0) for c in cases]
+
+    monkeypatch.setattr(fresh_processes, "time_point_in_fresh_process", fake)
+    big = Point(32, 256, 256)
+    every = list(REGISTRY.values())
+    out = fresh_processes.time_points_in_fresh_processes(
+        [(big, every), (SMALL, [REGISTRY["lstm"], REGISTRY["gru"]])], torch.float32, 2,
+        warmup=1, repeats=7, max_seconds=None)
+    assert set(out) == {big, SMALL}
+    wanted = fresh_processes.TARGET_POINT_CASES[big]
+    assert [s for s in seen if s[0] == big] == 2 * [(big, list(wanted), 3)]
+    assert [s for s in seen if s[0] == SMALL] == 2 * [(SMALL, ["lstm", "gru"], 7)]
+    # every row a target reads at that point is among them
+    from ctrlrnn.bench.targets import TARGETS
+
+    for t in TARGETS:
+        point, case = getattr(t.value, "point", None), getattr(t.value, "case", None)
+        rows = fresh_processes.TARGET_POINT_CASES.get(Point(*point)) if point else None
+        if rows is not None:
+            assert case in rows and t.value.other in rows
+    gru = {**_rec("gru", 1.0, 1.0, ("lstm",)), "batch": 32, "length": 256, "width": 256}
+    fresh_processes.add_process_medians([gru], {big: [[_rec("lstm", 1.0, 1.0)]]})
+    assert "processes" not in gru

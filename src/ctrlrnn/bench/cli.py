@@ -104,9 +104,9 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "--processes",
         type=int,
         default=DEFAULT_PROCESSES,
-        help="time the rows of the small-shape and batch-1 points again in this many fresh "
-        "processes and take "
-        "each ratio's median over them: there the times differ from one process to the next "
+        help="time the rows of the small-shape and batch-1 points, and the rows the targets "
+        "read at their batch-32 points, again in this many fresh processes and take each "
+        "ratio's median over them: there the times differ from one process to the next "
         f"({DEFAULT_PROCESSES}; 0: this process only)",
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")

@@ -309,7 +309,7 @@ def run(
         raise ValueError(f"processes: expected 0 or more, got {processes}")
     steps = plan(cases, grid)
     fresh_steps = processes * sum(1 for c, p in steps if p in fresh_points
-                                        and c.kind == "time")
+                                  and c.kind == "time" and _fresh.fresh_cases(p, [c]))
     total = len(steps) + fresh_steps + 2
     started = time.time()
     if progress:
@@ -387,7 +387,7 @@ def run(
     if processes > 0:
         fresh_groups = [(p, g) for p, g in groups if p in fresh_points and g[0].kind == "time"]
         for p, group in fresh_groups:
-            def said(what: str, n: int = len(group)) -> None:
+            def said(what: str, n: int = len(_fresh.fresh_cases(p, group))) -> None:
                 nonlocal done
                 if progress:
                     progress(done + 1, total, what)

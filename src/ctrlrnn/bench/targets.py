@@ -113,22 +113,21 @@ def _memory_r2(case: str) -> Callable[[dict[str, Any]], Any]:
     return get
 
 
-def _time(doc: dict[str, Any], case: str, point: tuple[int, int, int], mode: str) -> float | None:
-    r = _find(doc, case, *point)
-    return None if r is None else r.get(mode, {}).get("median_s")
-
-
 def _rcrn_on_torch_lstms(doc: dict[str, Any]) -> str | None:
-    """RCRN's floor on torch's kernels: its three BiLSTMs alone against the 3-layer BiLSTM."""
+    """RCRN's floor on torch's kernels: its three BiLSTMs alone against the 3-layer BiLSTM,
+    and the RCRN against its BiLSTMs (medians over the fresh processes where there were any)."""
     p = (32, 256, 200)
-    alone, base = _time(doc, "rcrn_torch_lstms", p, "fwdbwd"), _time(doc, "lstm3bi", p, "fwdbwd")
-    rcrn = _time(doc, "rcrn", p, "fwdbwd")
-    if not (alone and base and rcrn):
+    floor = _inverse(_speedup("rcrn_torch_lstms", p, "lstm3bi", "fwdbwd"))
+    over = _inverse(_speedup("rcrn", p, "rcrn_torch_lstms", "fwdbwd"))
+    a, b = floor(doc), over(doc)
+    if a is None or b is None:
         return None
+    n = len(floor.samples(doc))
+    how = f" (medians of {n} fresh processes)" if n else ""
     return (f"RCRN's three BiLSTMs alone, on torch's kernels as the RCRN runs them "
-            f"(`rcrn_torch_lstms`), took {alone / base:.2f}x the 3-layer BiLSTM's time: no "
-            f"RCRN on those kernels goes below that; the RCRN took {rcrn / alone:.2f}x its "
-            "BiLSTMs' time (the listener, eq 15-16, and the glue between them).")
+            f"(`rcrn_torch_lstms`), took {a:.2f}x the 3-layer BiLSTM's time{how}: no RCRN on "
+            f"those kernels goes below that; the RCRN took {b:.2f}x its BiLSTMs' time (the "
+            "listener, eq 15-16, and the glue between them).")
 
 
 TARGETS: list[Target] = [
