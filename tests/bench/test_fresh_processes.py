@@ -151,3 +151,11 @@ def test_target_points_time_only_the_targets_rows_with_few_repeats(monkeypatch) 
     gru = {**_rec("gru", 1.0, 1.0, ("lstm",)), "batch": 32, "length": 256, "width": 256}
     fresh_processes.add_process_medians([gru], {big: [[_rec("lstm", 1.0, 1.0)]]})
     assert "processes" not in gru
+
+
+def test_page_names_the_rows_timed_again_at_a_target_point() -> None:
+    doc = {"settings": {"processes": 5, "process_points": [[2, 128, 64], [32, 256, 200]]},
+           "results": []}
+    small, big = (line for line in fresh_process_lines(doc) if line)
+    assert "every row was timed again in 5 fresh processes" in small
+    assert "the rows the targets read (`lstm3bi`, `rcrn_torch_lstms`, `rcrn`) were" in big

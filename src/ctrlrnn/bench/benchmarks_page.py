@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.bench.case_registry import Point
+from ctrlrnn.bench.fresh_processes import TARGET_POINT_CASES
 from ctrlrnn.bench.result_rows import (
     BUSY_ELSEWHERE,
     LOW_CPU_SHARE,
@@ -236,7 +238,10 @@ def fresh_process_lines(doc: dict[str, Any]) -> list[str]:
         base = next((r for r in doc.get("results", []) if r.get("case") == "lstm"
                      and (r["batch"], r["length"], r["width"]) == (b, t, c)
                      and r.get("status") == "ok"), None)
-        said = (f"At B={b}, T={t}, C={c} every row was timed again in {processes} fresh "
+        rows = TARGET_POINT_CASES.get(Point(b, t, c))
+        which = ("every row was" if rows is None else
+                 f"the rows the targets read ({', '.join(f'`{r}`' for r in rows)}) were")
+        said = (f"At B={b}, T={t}, C={c} {which} timed again in {processes} fresh "
                 "processes (each interleaving the rows, as the run does), and each ratio there "
                 "is the median over those, with their range. ")
         parts = []

@@ -53,7 +53,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
         dest="grid",
         action="store_const",
         const="quick",
-        help="the quick grid (default; about 1.5 min on an idle 2-core machine)",
+        help="the quick grid (default; about 5 min on an idle 2-core machine, its fresh "
+        "processes included)",
     )
     grid.add_argument(
         "--full",
