@@ -402,11 +402,13 @@ def test_controllers_is_checked_and_shown():
     assert "controllers" not in repr(RCRN(4, 4))
 
 
-@pytest.mark.parametrize("hidden", [8, 64, 65, 200])
-def test_auto_controllers_take_fused_for_narrow_cpu_layers(hidden):
-    """controllers="auto" (the default): torch's kernels on CPU from width 65 up, the fused
-    engine at 64 and below; the same numbers either way."""
-    from ctrlrnn.nn.rcrn import AUTO_FUSED_MAX_HIDDEN
+@pytest.mark.parametrize("hidden", [8, 64, 65, 128, 129, 200])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("training", [True, False])
+def test_auto_controllers_take_the_engine_measured_faster(hidden, threads, training):
+    """controllers="auto" (the default) on CPU follows fused_controllers_faster (the fused
+    engine where it measured faster, torch's kernels elsewhere); the same numbers either way."""
+    from ctrlrnn.nn.rcrn import fused_controllers_faster
 
     torch.manual_seed(0)
     auto = RCRN(3, hidden, bidirectional=True, batch_first=True).double()
@@ -414,12 +416,31 @@ def test_auto_controllers_take_fused_for_narrow_cpu_layers(hidden):
     fused.load_state_dict(auto.state_dict())
     x = torch.randn(2, 5, 3, dtype=D64)
     lens = torch.tensor([5, 3])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.set_grad_enabled(training):
+            native = auto.native_applies(x, lens)
+            out = auto(x, lengths=lens)[0]
+    finally:
+        torch.set_num_threads(before)
     if reference_forced():
-        assert not auto.native_applies(x, lens)
+        assert not native
     else:
-        assert auto.native_applies(x, lens) == (hidden > AUTO_FUSED_MAX_HIDDEN)
-    torch.testing.assert_close(auto(x, lengths=lens)[0], fused(x, lengths=lens)[0],
-                               rtol=1e-11, atol=1e-12)
+        assert native == (not fused_controllers_faster(hidden, 2, training, threads))
+    torch.testing.assert_close(out, fused(x, lengths=lens)[0], rtol=1e-11, atol=1e-12)
+
+
+def test_auto_controllers_rule():
+    """The measured rule (docs/rcrn.md): training on 2+ threads, fused up to width 128 at any
+    batch; otherwise batches up to 8, up to width 128 on 2+ threads and 64 on one."""
+    from ctrlrnn.nn.rcrn import fused_controllers_faster as faster
+
+    assert faster(128, 512, training=True, threads=2) and not faster(129, 2, True, 2)
+    assert faster(128, 8, training=False, threads=2) and not faster(128, 9, False, 2)
+    assert not faster(129, 1, training=False, threads=4)
+    assert faster(64, 8, training=True, threads=1) and not faster(64, 9, True, 1)
+    assert not faster(65, 1, training=False, threads=1)
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -11,10 +11,10 @@ runs the diagonal recurrence (eq 15) and the output gate (eq 16)::
 The three RNNs are ordinary LSTMs/GRUs over the input (eq 1-14), so with
 ``controllers="native"`` they run on torch's own recurrent kernels, both directions in one call
 (oneDNN on CPU, cuDNN on CUDA; packed sequences for ``lengths``): the construction the paper
-calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except on CPU for
-narrow layers (``hidden_size <= 64``), where torch's per-call and threading costs dominate its
-kernels and the fused engine, whose tiny per-step products stay on one thread, is faster
-(docs/rcrn.md has the measurement). Where torch's kernels do not apply (ONNX export,
+calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except on CPU
+where the fused engine measured faster (:func:`fused_controllers_faster`: training layers up to
+128 wide on two or more threads, small batches of narrow layers; docs/rcrn.md has the
+measurements). Where torch's kernels do not apply (ONNX export,
 ``torch.func`` transforms, ``torch.compile``, autocast, a forced reference backend, empty
 batches, dtypes torch's kernel lacks on that device) and with ``controllers="fused"`` they run
 on the fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
@@ -55,8 +55,33 @@ from ctrlrnn.ops.validation import step_input
 CELLS = ("lstm", "gru")
 LISTENERS = ("per_direction", "concat_forward")
 CONTROLLERS = ("auto", "native", "fused")
-#: ``controllers="auto"`` on CPU: layers this narrow or narrower run on the fused engine.
-AUTO_FUSED_MAX_HIDDEN = 64
+#: ``controllers="auto"`` on CPU (:func:`fused_controllers_faster`): the widest layer that trains
+#: on the fused engine with two or more threads,
+AUTO_FUSED_MAX_HIDDEN_TRAINING = 128
+#: the widest that runs on it otherwise (inference, or one thread): with two or more threads,
+AUTO_FUSED_MAX_HIDDEN = 128
+#: with one thread,
+AUTO_FUSED_MAX_HIDDEN_ONE_THREAD = 64
+#: and the largest batch it takes then.
+AUTO_FUSED_MAX_BATCH = 8
+
+
+def fused_controllers_faster(hidden: int, batch: int, training: bool, threads: int) -> bool:
+    """Whether ``controllers="auto"`` runs an RCRN layer's RNNs on the fused engine on CPU.
+
+    From the measurements in docs/rcrn.md (bidirectional LSTM cells on a 2-core EPYC, T=128;
+    the fused engine's time over torch's): training with two or more threads, the fused engine
+    is faster at widths up to 128 at every batch (0.52-0.96; fresh processes at batch 32, width
+    128: 0.65-0.69), and at width 200 as fast (0.94-1.25); in inference torch's kernels win from
+    batch 16 up (1.18-1.86 at width 64) and the fused engine at batches up to 8 (0.53-0.95 at
+    widths 64-128). With one thread the fused engine was not faster at batch 32 (0.99-1.06 in
+    training, 1.4-1.7 in inference), and the rule is the one it was first measured for: batches
+    up to 8 of layers up to 64 wide (1.3-5x faster at widths 8-64).
+    """
+    if threads >= 2 and training:
+        return hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING
+    widest = AUTO_FUSED_MAX_HIDDEN if threads >= 2 else AUTO_FUSED_MAX_HIDDEN_ONE_THREAD
+    return hidden <= widest and batch <= AUTO_FUSED_MAX_BATCH
 
 #: The dtypes torch's own LSTM/GRU kernels train in, per device type.
 _NATIVE_DTYPES = {
@@ -323,8 +348,8 @@ class RCRN(RecurrentBase):
         controllers: ``"native"`` (the three RNNs of each layer run on torch's own LSTM/GRU
             kernels, both directions per call, wherever those apply; module docstring),
             ``"fused"`` (always ctrlrnn's fused-cell engine) or ``"auto"`` (default: native,
-            but fused on CPU when ``hidden_size <= 64``, where it is faster). All compute eq
-            1-16 exactly (the tests hold them to each other and to the step-by-step
+            but fused on CPU where it measured faster: :func:`fused_controllers_faster`). All
+            compute eq 1-16 exactly (the tests hold them to each other and to the step-by-step
             reference), and draw the same weight-drop masks.
 
     ``forward(input, hx=None, lengths=None) -> (output, h_n)``: ``output`` is ``h^4``
@@ -408,14 +433,18 @@ class RCRN(RecurrentBase):
         """Whether this call's controllers run on torch's own LSTM/GRU (module docstring)."""
         if self.controllers == "fused" or x.dtype not in _NATIVE_DTYPES.get(x.device.type, ()):
             return False
-        if (self.controllers == "auto" and x.device.type == "cpu"
-                and self.hidden_size <= AUTO_FUSED_MAX_HIDDEN):
-            return False
         if x.shape[0] == 0 or x.shape[1] == 0 or reference_forced() or functorch_active():
             return False
         if torch.compiler.is_compiling() or scan_export.active():
             return False
-        return autocast_dtype(x.device) is None
+        if autocast_dtype(x.device) is not None:
+            return False
+        if self.controllers == "auto" and x.device.type == "cpu":
+            training = torch.is_grad_enabled() and (
+                x.requires_grad or any(p.requires_grad for p in self.parameters()))
+            return not fused_controllers_faster(self.hidden_size, x.shape[0], training,
+                                                torch.get_num_threads())
+        return True
 
     def _controllers_native(
         self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
