@@ -38,10 +38,8 @@ from ctrlrnn.bench.grids import B1_INFERENCE, SMALL
 from ctrlrnn.bench.speedups import row_key, speedups
 
 #: The large points of the targets (:mod:`ctrlrnn.bench.targets`) and the rows the targets read
-#: there. nn.LSTM's time moves from process to process at these points too: in eight idle
-#: processes of one script its forward+backward at B=32, T=256, C=256 took 178-201 ms, and
-#: METAGROSS depth 2 over it read 0.95-1.07x, where one benchmark process had read 1.21x (its
-#: nn.LSTM at 165 ms): more than some goals' margins. Only these rows are timed again there,
+#: there. nn.LSTM's time moves from process to process at these points too, by more than some
+#: goals' margins (docs and BENCHMARKS.md show the spread). Only these rows are timed again there,
 #: with at most :data:`TARGET_POINT_REPEATS` repeats a process, to keep the quick run short.
 TARGET_POINT_CASES: dict[Point, tuple[str, ...]] = {
     Point(32, 256, 256): ("lstm", "lstm2", "fused_lstm", "qrnn_fo", "caslstm", "metagross",

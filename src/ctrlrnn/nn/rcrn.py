@@ -69,14 +69,11 @@ AUTO_FUSED_MAX_BATCH = 8
 def fused_controllers_faster(hidden: int, batch: int, training: bool, threads: int) -> bool:
     """Whether ``controllers="auto"`` runs an RCRN layer's RNNs on the fused engine on CPU.
 
-    From the measurements in docs/rcrn.md (bidirectional LSTM cells on a 2-core EPYC, T=128;
-    the fused engine's time over torch's): training with two or more threads, the fused engine
-    is faster at widths up to 128 at every batch (0.52-0.96; fresh processes at batch 32, width
-    128: 0.65-0.69), and at width 200 as fast (0.94-1.25); in inference torch's kernels win from
-    batch 16 up (1.18-1.86 at width 64) and the fused engine at batches up to 8 (0.53-0.95 at
-    widths 64-128). With one thread the fused engine was not faster at batch 32 (0.99-1.06 in
-    training, 1.4-1.7 in inference), and the rule is the one it was first measured for: batches
-    up to 8 of layers up to 64 wide (1.3-5x faster at widths 8-64).
+    The rule follows the measurements in docs/rcrn.md: trained on two or more threads, the
+    fused engine is faster up to width 128 at every batch (and level at width 200); in
+    inference torch's kernels win from batch 16 up and the fused engine at small batches; with
+    one thread the fused engine only wins at small batches of narrow layers, the regime the rule
+    was first measured for.
     """
     if threads >= 2 and training:
         return hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING
