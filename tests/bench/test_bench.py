@@ -351,6 +351,14 @@ def test_rcrn_target_notes_its_floor_on_torch_lstms(tiny_doc: dict[str, Any]) ->
     (note,) = report.target_notes(doc)
     assert "0.70x the 3-layer BiLSTM's time (medians of 3 fresh processes)" in note
     assert "| at equal efficiency |" in report.markdown(tiny_doc)
+    # the engine controllers="auto" trains this shape on, at the run's threads
+    doc["machine"] = {"torch_threads": 2}
+    (note,) = report.target_notes(doc)
+    assert "which trains this shape on ctrlrnn's fused-cell engine at 2 threads" in note
+    assert "took 1.07x their time" in note
+    doc["machine"] = {"torch_threads": 1}
+    (note,) = report.target_notes(doc)
+    assert "fused-cell" not in note and "1.07x its BiLSTMs' time" in note
 
 
 def test_rcrn_torch_lstms_is_the_rcrns_three_bilstms() -> None:

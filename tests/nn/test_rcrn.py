@@ -402,10 +402,12 @@ def test_controllers_is_checked_and_shown():
     assert "controllers" not in repr(RCRN(4, 4))
 
 
-@pytest.mark.parametrize("hidden", [8, 64, 65, 128, 129, 200])
+@pytest.mark.parametrize(("hidden", "batch"),
+                         [(8, 2), (64, 2), (65, 2), (128, 2), (129, 2), (200, 2), (129, 16),
+                          (256, 16), (257, 16)])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("training", [True, False])
-def test_auto_controllers_take_the_engine_measured_faster(hidden, threads, training):
+def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads, training):
     """controllers="auto" (the default) on CPU follows fused_controllers_faster (the fused
     engine where it measured faster, torch's kernels elsewhere); the same numbers either way."""
     from ctrlrnn.nn.rcrn import fused_controllers_faster
@@ -414,8 +416,8 @@ def test_auto_controllers_take_the_engine_measured_faster(hidden, threads, train
     auto = RCRN(3, hidden, bidirectional=True, batch_first=True).double()
     fused = RCRN(3, hidden, bidirectional=True, batch_first=True, controllers="fused").double()
     fused.load_state_dict(auto.state_dict())
-    x = torch.randn(2, 5, 3, dtype=D64)
-    lens = torch.tensor([5, 3])
+    x = torch.randn(batch, 5, 3, dtype=D64)
+    lens = torch.tensor([5, 3] * (batch // 2))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -427,16 +429,19 @@ def test_auto_controllers_take_the_engine_measured_faster(hidden, threads, train
     if reference_forced():
         assert not native
     else:
-        assert native == (not fused_controllers_faster(hidden, 2, training, threads))
+        assert native == (not fused_controllers_faster(hidden, batch, training, threads))
     torch.testing.assert_close(out, fused(x, lengths=lens)[0], rtol=1e-11, atol=1e-12)
 
 
 def test_auto_controllers_rule():
     """The measured rule (docs/rcrn.md): training on 2+ threads, fused up to width 128 at any
-    batch; otherwise batches up to 8, up to width 128 on 2+ threads and 64 on one."""
+    batch and up to width 256 from batch 16; otherwise batches up to 8, up to width 128 on 2+
+    threads and 64 on one."""
     from ctrlrnn.nn.rcrn import fused_controllers_faster as faster
 
-    assert faster(128, 512, training=True, threads=2) and not faster(129, 2, True, 2)
+    assert faster(128, 512, training=True, threads=2) and not faster(129, 15, True, 2)
+    assert faster(129, 16, training=True, threads=2) and faster(256, 512, True, 2)
+    assert not faster(257, 512, training=True, threads=2) and not faster(200, 32, True, 1)
     assert faster(128, 8, training=False, threads=2) and not faster(128, 9, False, 2)
     assert not faster(129, 1, training=False, threads=4)
     assert faster(64, 8, training=True, threads=1) and not faster(64, 9, True, 1)

@@ -125,3 +125,48 @@ def test_grouped_output_comes_from_the_cache_and_bad_groups_are_named(scan_ext):
     for bad in (0, 5, -1):
         with pytest.raises(ValueError, match="groups"):
             cached_linear_grouped(x, w, None, bad)
+
+
+@pytest.mark.parametrize(("inputs", "readers"), [(1, 3), (2, 3), (4, 1)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_stacked_is_each_readers_linear_and_gradchecks(inputs, readers, with_bias):
+    """``out[r] = x[r // readers] W_r^T + b_r``; gradients of x (summed over its readers), of
+    each W_r and b_r against F.linear's in float64; the op's registration checked."""
+    from ctrlrnn.ops.cached_linear import _cached_linear_stacked_op, cached_linear_stacked
+
+    g = torch.Generator().manual_seed(2)
+    R = inputs * readers
+    x = torch.randn(inputs, 4, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(R, 6, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    b = (torch.randn(R, 6, dtype=torch.float64, generator=g, requires_grad=True) if with_bias
+         else None)
+    out = cached_linear_stacked(x, w, b)
+    assert out.shape == (R, 4, 6)
+    for r in range(R):
+        want = torch.nn.functional.linear(x[r // readers], w[r], None if b is None else b[r])
+        torch.testing.assert_close(out[r], want)
+    args = (x, w) if b is None else (x, w, b)
+    assert torch.autograd.gradcheck(
+        lambda *a: cached_linear_stacked(a[0], a[1], a[2] if len(a) > 2 else None), args)
+    assert torch.autograd.gradcheck(
+        lambda *a: _cached_linear_stacked_op(a[0], a[1], a[2] if len(a) > 2 else None), args)
+    torch.library.opcheck(_cached_linear_stacked_op, (x, w, b))
+
+
+def test_stacked_runs_the_op_on_large_products_and_names_bad_shapes(scan_ext):
+    from ctrlrnn.ops.cached_linear import cached_linear_stacked
+
+    x = torch.randn(2, 4096, 64)
+    w = torch.randn(6, 256, 64)  # each reader's output 4 MiB: the cached op
+    b = torch.randn(6, 256)
+    fresh0 = sum(scan_ext.output_cache_stats()[2:])
+    out = cached_linear_stacked(x, w, b)
+    assert sum(scan_ext.output_cache_stats()[2:]) == fresh0 + 1  # one block from the cache
+    for r in range(6):
+        torch.testing.assert_close(out[r], x[r // 3] @ w[r].t() + b[r], rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="multiple"):
+        cached_linear_stacked(torch.randn(4, 3, 64), w, b)
+    with pytest.raises(ValueError, match="bias"):
+        cached_linear_stacked(x, w, torch.randn(6, 255))
+    with pytest.raises(ValueError, match="x, weight"):
+        cached_linear_stacked(x[0], w, b)

@@ -228,3 +228,37 @@ def test_blocks_of_one_flat_tensor_go_in_whole(monkeypatch):
     grads_want = torch.autograd.grad(_loss(want), [flat_leaf, w])
     for a, b in zip(grads, grads_want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("batch", [1, 12])  # concurrent and one after another
+def test_large_outputs_are_written_into_their_stack(batch):
+    """The sequences, saved activations and input gradients each recurrence allocates are slices
+    of one block per output (StackedBlocks, csrc/output_pool.h): the stack is that block, so a
+    call takes one cached block per large output, not one per recurrence and one more for the
+    copy; the values and gradients are one call's each."""
+    if backend.path("cells", torch.device("cpu")) != backend.KERNEL:
+        pytest.skip("the kernels are not in use")
+    ext = backend.kernel_for("cells", torch.device("cpu"))
+    T, H = 1024 // batch, 176  # each recurrence's h_seq over the cache's 1 MiB minimum
+    calls = [_inputs("lstm", batch, T, H, seed=s) for s in (5, 6, 7)]
+    for c in calls:  # a contracting recurrence: rounding differences do not grow over T
+        c["weight_hh"] = (c["weight_hh"].detach() / H).requires_grad_()
+
+    def blocks_taken() -> int:
+        stats = ext.output_cache_stats()
+        return stats[2] + stats[3]  # fresh allocations + reuses
+
+    before = blocks_taken()
+    got = fused_cells.lstm_sequences(calls)
+    assert blocks_taken() - before == 3  # h_seq, c_seq, the saved activations
+    assert got[0][0].data_ptr() != got[0][1].data_ptr()
+    leaves = _leaves(calls)
+    loss = _loss(got)
+    before = blocks_taken()
+    grads = torch.autograd.grad(loss, leaves)
+    # the input gradients dx_proj; and the stack of the weight gradients, each recurrence's
+    # the output of its own product (under the cache's minimum), copied into one
+    assert blocks_taken() - before == 2
+    want = torch.autograd.grad(_loss([fused_cells.lstm_sequence(**c) for c in calls]), leaves)
+    for a, b in zip(grads, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)

@@ -12,14 +12,16 @@ The three RNNs are ordinary LSTMs/GRUs over the input (eq 1-14), so with
 ``controllers="native"`` they run on torch's own recurrent kernels, both directions in one call
 (oneDNN on CPU, cuDNN on CUDA; packed sequences for ``lengths``): the construction the paper
 calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except on CPU
-where the fused engine measured faster (:func:`fused_controllers_faster`: training layers up to
-128 wide on two or more threads, small batches of narrow layers; docs/rcrn.md has the
-measurements). Where torch's kernels do not apply (ONNX export,
-``torch.func`` transforms, ``torch.compile``, autocast, a forced reference backend, empty
-batches, dtypes torch's kernel lacks on that device) and with ``controllers="fused"`` they run
-on the fused-cell engine (:func:`~ctrlrnn.ops.fused_cells.lstm_sequence` or
-:func:`~ctrlrnn.ops.fused_cells.gru_sequence`: one GEMM for the input projections of all steps,
-then the compiled recurrence). Eq 15-16 run for both directions in one op,
+where the fused engine measured faster (:func:`fused_controllers_faster`: training on two or
+more threads, layers up to 128 wide at any batch and up to 256 wide from batch 16; small
+batches of narrow layers otherwise; docs/rcrn.md has the measurements). Where torch's kernels
+do not apply (ONNX export, ``torch.func`` transforms, ``torch.compile``, autocast, a forced
+reference backend, empty batches, dtypes torch's kernel lacks on that device) and with
+``controllers="fused"`` they run on the fused-cell engine
+(:func:`~ctrlrnn.ops.fused_cells.lstm_sequences` or
+:func:`~ctrlrnn.ops.fused_cells.gru_sequences`: the input projections of all steps of the six
+RNNs in one op, :func:`~ctrlrnn.ops.cached_linear.cached_linear_stacked`, then their compiled
+recurrences in one call, concurrently). Eq 15-16 run for both directions in one op,
 :func:`~ctrlrnn.ops.rcrn_listener.rcrn_listener` (gates, the diagonal scan and the output in one
 pass, reading torch's bidirectional outputs in place). No Python loop over time.
 
@@ -45,7 +47,7 @@ from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import functorch_active, reference_forced
-from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_stacked
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
 from ctrlrnn.ops.padding import reverse_padded
@@ -56,8 +58,11 @@ CELLS = ("lstm", "gru")
 LISTENERS = ("per_direction", "concat_forward")
 CONTROLLERS = ("auto", "native", "fused")
 #: ``controllers="auto"`` on CPU (:func:`fused_controllers_faster`): the widest layer that trains
-#: on the fused engine with two or more threads,
+#: on the fused engine with two or more threads at any batch,
 AUTO_FUSED_MAX_HIDDEN_TRAINING = 128
+#: the widest that trains on it at batches of at least AUTO_FUSED_WIDE_MIN_BATCH,
+AUTO_FUSED_MAX_HIDDEN_TRAINING_WIDE = 256
+AUTO_FUSED_WIDE_MIN_BATCH = 16
 #: the widest that runs on it otherwise (inference, or one thread): with two or more threads,
 AUTO_FUSED_MAX_HIDDEN = 128
 #: with one thread,
@@ -70,13 +75,15 @@ def fused_controllers_faster(hidden: int, batch: int, training: bool, threads: i
     """Whether ``controllers="auto"`` runs an RCRN layer's RNNs on the fused engine on CPU.
 
     The rule follows the measurements in docs/rcrn.md: trained on two or more threads, the
-    fused engine is faster up to width 128 at every batch (and level at width 200); in
-    inference torch's kernels win from batch 16 up and the fused engine at small batches; with
-    one thread the fused engine only wins at small batches of narrow layers, the regime the rule
-    was first measured for.
+    fused engine is faster up to width 128 at every batch, and up to width 256 from batch 16
+    (width 512 level or slower); in inference torch's kernels win from batch 16 up and the
+    fused engine at small batches; with one thread the fused engine only wins at small batches
+    of narrow layers, the regime the rule was first measured for.
     """
     if threads >= 2 and training:
-        return hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING
+        if hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING:
+            return True
+        return hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING_WIDE and batch >= AUTO_FUSED_WIDE_MIN_BATCH
     widest = AUTO_FUSED_MAX_HIDDEN if threads >= 2 else AUTO_FUSED_MAX_HIDDEN_ONE_THREAD
     return hidden <= widest and batch <= AUTO_FUSED_MAX_BATCH
 
@@ -189,30 +196,26 @@ def _gate(h2: Tensor, output_gate: str) -> Tensor:
 
 def project_all(rnns: list[GatedRNN], xs: list[Tensor]) -> Tensor:
     """The input projections of RNNs of equal sizes, ``rnns[r]`` over ``xs[r]`` (each ``(B, T,
-    I)``), in one batched GEMM: ``(R, B, T, G*H)``, whose slices :func:`run_sequences` hands
-    to the fused-cell engine without stacking them again. Consecutive RNNs reading the same
-    tensor (RCRN's three of a direction) share it: one input is expanded to all of them, not
-    copied; two or more are laid side by side once per reader (``R * B * T * I`` values, less
-    than the ``G * H``-wide output)."""
+    I)``), in one op (:func:`~ctrlrnn.ops.cached_linear.cached_linear_stacked`): ``(R, B, T,
+    G*H)``, whose slices :func:`run_sequences` hands to the fused-cell engine without stacking
+    them again. Consecutive RNNs reading the same tensor (RCRN's three of a direction) read it
+    once: each distinct input is passed once where every input has the same number of readers,
+    else once per reader."""
     R = len(rnns)
     B, T, input_size = xs[0].shape
-    # (R, B*T, I): each run of readers of one input as an expanded view of it
-    groups: list[Tensor] = []
-    start = 0
-    while start < R:
-        end = start
-        while end < R and xs[end] is xs[start]:
-            end += 1
-        groups.append(xs[start].reshape(1, B * T, input_size).expand(end - start, -1, -1))
-        start = end
-    inputs = groups[0] if len(groups) == 1 else torch.cat(groups)
-    weight = torch.stack([r.weight_ih for r in rnns]).transpose(1, 2)  # (R, I, G*H)
+    runs: list[tuple[Tensor, int]] = []  # (input, how many consecutive RNNs read it)
+    for x in xs:
+        if runs and runs[-1][0] is x:
+            runs[-1] = (x, runs[-1][1] + 1)
+        else:
+            runs.append((x, 1))
+    if len({n for _, n in runs}) > 1:
+        runs = [(x, 1) for x in xs]
+    inputs = torch.stack([x.reshape(B * T, input_size) for x, _ in runs])  # (G, B*T, I)
+    weight = torch.stack([r.weight_ih for r in rnns])  # (R, G*H, I)
     biases = [r._input_bias() for r in rnns]
-    if all(b is not None for b in biases):
-        bias = torch.stack(biases).unsqueeze(1)  # type: ignore[arg-type]
-        out = torch.baddbmm(bias, inputs, weight)
-    else:
-        out = torch.bmm(inputs, weight)
+    bias = torch.stack(biases) if all(b is not None for b in biases) else None  # type: ignore[arg-type]
+    out = cached_linear_stacked(inputs, weight, bias)
     return out.view(R, B, T, out.shape[-1])
 
 

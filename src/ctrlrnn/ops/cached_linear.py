@@ -14,6 +14,12 @@ output is laid out recurrence first, ``(K, ..., N / K)``, each recurrence's bloc
 the cell kernels read it, without a permuted copy of the ``(..., N)`` output forward or of its
 gradient backward.
 
+:func:`cached_linear_stacked` is the input projections of ``R`` independent recurrences with their
+own weights, laid out ``(R, ..., N)`` as the cell kernels take a stack of recurrences, where
+groups of consecutive recurrences read one input (RCRN's three RNNs of a direction, eq 1-14):
+one product per recurrence on the chosen path, no copy of an input per reader, and each input's
+gradient summed over its readers by accumulation.
+
 Small products take ``F.linear`` (and its layout for the grouped one) in eager mode: below
 :data:`SMALL_MACS` multiply-adds with an output under the cache's 1 MiB minimum, the cache does
 not apply, and the custom op's own dispatch and Python backward, a fixed cost per call, outweigh
@@ -33,7 +39,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 
-__all__ = ["cached_linear", "cached_linear_grouped"]
+__all__ = ["cached_linear", "cached_linear_grouped", "cached_linear_stacked"]
 
 #: Below this many multiply-adds (rows x input features x output features), with an output under
 #: :data:`CACHE_MIN_BYTES`, an eager call takes ``F.linear`` (module docstring).
@@ -181,3 +187,76 @@ def cached_linear_grouped(x: Tensor, weight: Tensor, bias: Tensor | None, groups
     if not _uses_cache(x, weight):
         return _grouped_reference(x, weight, bias, groups)
     return _cached_linear_grouped_op(x, weight, bias, groups)
+
+
+@torch.library.custom_op("ctrlrnn::cached_linear_stacked", mutates_args=())
+def _cached_linear_stacked_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    ext = kernel_for("scan", x.device)
+    if ext is not None and x.device.type == "cpu":
+        return ext.cached_linear_stacked(x, weight, bias)
+    return _stacked_reference(x, weight, bias)
+
+
+@_cached_linear_stacked_op.register_fake
+def _(x, weight, bias):
+    return x.new_empty(weight.shape[0], x.shape[1], weight.shape[1])
+
+
+def _stacked_reference(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``out[r] = x[r // (R // G)] @ weight[r].T + bias[r]``: each input repeated for its readers
+    (an expanded view), one batched product."""
+    R, G = weight.shape[0], x.shape[0]
+    inputs = x.unsqueeze(1).expand(G, R // G, *x.shape[1:]).reshape(R, *x.shape[1:])
+    if bias is None:
+        return torch.bmm(inputs, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), inputs, weight.transpose(1, 2))
+
+
+def _setup_stacked(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _backward_stacked(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    """``dx_g = sum over the readers r of x_g of grad_r W_r``, ``dW_r = grad_r^T x_g``,
+    ``db_r = sum grad_r``, each product on the chosen GEMM path."""
+    x, weight = ctx.saved_tensors
+    R, G = weight.shape[0], x.shape[0]
+    per = R // G
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx = dw = None
+    if need_x:
+        parts = []
+        for g in range(G):
+            acc = _matmul(grad[g * per], weight[g * per])
+            for r in range(g * per + 1, (g + 1) * per):
+                acc = acc + _matmul(grad[r], weight[r])
+            parts.append(acc)
+        dx = torch.stack(parts)
+    if need_w:
+        dw = torch.stack([_matmul(grad[r].t(), x[r // per]) for r in range(R)])
+    db = grad.sum(1) if (ctx.has_bias and need_b) else None
+    return dx, dw, db
+
+
+_cached_linear_stacked_op.register_autograd(_backward_stacked, setup_context=_setup_stacked)
+
+
+def cached_linear_stacked(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """The input projections of ``R`` recurrences read by groups (module docstring): ``x``
+    ``(G, rows, D)``, ``weight`` ``(R, N, D)``, ``bias`` ``(R, N)`` or None, ``G`` dividing
+    ``R``; returns ``(R, rows, N)`` with ``out[r] = x[r // (R // G)] @ weight[r].T + bias[r]``,
+    in a cached block on CPU (:func:`cached_linear`'s conditions, on one reader's product);
+    elsewhere the same from one batched product."""
+    if x.dim() != 3 or weight.dim() != 3 or x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"x, weight: expected (G, rows, D) and (R, N, D), got {tuple(x.shape)} "
+                         f"and {tuple(weight.shape)}")
+    if x.shape[0] < 1 or weight.shape[0] % x.shape[0]:
+        raise ValueError(f"weight: its {weight.shape[0]} recurrences must be a multiple of the "
+                         f"{x.shape[0]} inputs of x")
+    if bias is not None and tuple(bias.shape) != tuple(weight.shape[:2]):
+        raise ValueError(f"bias: expected {tuple(weight.shape[:2])}, got {tuple(bias.shape)}")
+    if not _uses_cache(x[0], weight[0]):
+        return _stacked_reference(x, weight, bias)
+    return _cached_linear_stacked_op(x, weight, bias)

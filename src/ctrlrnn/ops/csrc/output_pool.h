@@ -182,7 +182,97 @@ class OutputPool {
   int64_t reused_ = 0;
 };
 
+// The outputs of independent recurrences run in one call (recurrences.h) without a stacking
+// copy. Every recurrence runs the same code on tensors of the same sizes, so it makes the same
+// sequence of pooled_empty requests; the call returns each output stacked on a leading dimension
+// R. While recurrence r runs on a thread (a StackedScope there), that thread's k-th request is
+// served by slice r of the k-th block of shape (R, sizes...), made by whichever recurrence asks
+// first; afterwards an output that is slice r of one block in every recurrence r is that block,
+// with nothing copied. For the largest tensors of a bidirectional layer (sequences, saved
+// activations, input gradients) the copy it replaces was a read and a write of each of them.
+// A request whose sizes or options differ from its block's gets a block of its own (the output
+// is then stacked by copying, as before).
+class StackedBlocks {
+ public:
+  explicit StackedBlocks(int64_t R) : R_(R) {}
+
+  torch::Tensor slice(size_t index, int64_t r, at::IntArrayRef sizes,
+                      const at::TensorOptions& options) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index == blocks_.size()) {
+      std::vector<int64_t> stacked(sizes.begin(), sizes.end());
+      stacked.insert(stacked.begin(), R_);
+      blocks_.push_back(OutputPool::instance().empty(stacked, options));
+      given_.push_back(false);
+    }
+    if (index < blocks_.size()) {
+      const torch::Tensor& block = blocks_[index];
+      if (block.sizes().slice(1) == sizes && block.dtype() == options.dtype() &&
+          block.device() == options.device()) {
+        return block.select(0, r);
+      }
+    }
+    return OutputPool::instance().empty(sizes, options);
+  }
+
+  // The block whose slices 0..R-1 `parts` are, exactly and each in its place, handed out once
+  // (a second output on the same block would alias the first); else an undefined tensor.
+  torch::Tensor whole(const std::vector<torch::Tensor>& parts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int64_t>(parts.size()) != R_ || !parts[0].defined()) return {};
+    for (size_t k = 0; k < blocks_.size(); ++k) {
+      const torch::Tensor& block = blocks_[k];
+      if (given_[k] || block.numel() == 0 || block.data_ptr() != parts[0].data_ptr()) continue;
+      for (int64_t r = 0; r < R_; ++r) {
+        const torch::Tensor& p = parts[static_cast<size_t>(r)];
+        const torch::Tensor s = block.select(0, r);
+        if (!p.defined() || p.data_ptr() != s.data_ptr() || p.sizes() != s.sizes() ||
+            p.strides() != s.strides() || p.dtype() != s.dtype() ||
+            !p.storage().is_alias_of(s.storage())) {
+          return {};
+        }
+      }
+      given_[k] = true;
+      return block;
+    }
+    return {};
+  }
+
+ private:
+  std::mutex mu_;
+  int64_t R_;
+  std::vector<torch::Tensor> blocks_;
+  std::vector<bool> given_;
+};
+
+// While alive, this thread's pooled_empty requests are recurrence r's (StackedBlocks above).
+class StackedScope {
+ public:
+  StackedScope(StackedBlocks* blocks, int64_t r) : prev_(current()), blocks_(blocks), r_(r) {
+    current() = this;
+  }
+  ~StackedScope() { current() = prev_; }
+  StackedScope(const StackedScope&) = delete;
+  StackedScope& operator=(const StackedScope&) = delete;
+
+  static StackedScope*& current() {
+    static thread_local StackedScope* scope = nullptr;
+    return scope;
+  }
+
+  torch::Tensor next(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    return blocks_->slice(next_++, r_, sizes, options);
+  }
+
+ private:
+  StackedScope* prev_;
+  StackedBlocks* blocks_;
+  int64_t r_;
+  size_t next_ = 0;
+};
+
 inline torch::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (StackedScope* scope = StackedScope::current()) return scope->next(sizes, options);
   return OutputPool::instance().empty(sizes, options);
 }
 
@@ -233,8 +323,43 @@ inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& 
   return cached_linear_grouped(x, weight, bias, 1).squeeze(0);
 }
 
+// The input projections of R independent recurrences with their own weights, read by groups:
+// x (G, rows, D) holds G inputs, weight (R, N, D) and bias (R, N) or None the recurrences'
+// (R a multiple of G), and recurrence r reads x[r / (R / G)] (RCRN's two controllers and
+// listener base of one direction read the same input, each direction its own). Returns
+// (R, rows, N) in a cached output block, out[r] = x[r / (R / G)] W_r^T + b_r, each product on the
+// path gemm_path.h chooses for its shape class: the stack the cell kernels take (recurrences.h),
+// without a copy of any input per reader.
+inline torch::Tensor cached_linear_stacked(const torch::Tensor& x, const torch::Tensor& weight,
+                                           const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.dim() == 3 && weight.dim() == 3 && x.size(0) >= 1 &&
+                  weight.size(0) % x.size(0) == 0 && x.size(2) == weight.size(2),
+              "cached_linear_stacked: expected x (G, rows, D) and weight (R, N, D) with G "
+              "dividing R, got x ", x.sizes(), " and weight ", weight.sizes());
+  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() &&
+                  weight.scalar_type() == x.scalar_type(),
+              "cached_linear_stacked: x and weight must be CPU tensors of one dtype");
+  const int64_t R = weight.size(0), rows = x.size(1), N = weight.size(1);
+  const int64_t per = R / x.size(0);
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->dim() == 2 && bias->size(0) == R && bias->size(1) == N &&
+                    bias->scalar_type() == x.scalar_type(),
+                "cached_linear_stacked: bias must be (R, N) = (", R, ", ", N, "), got ",
+                bias->sizes());
+  }
+  auto out = pooled_empty({R, rows, N}, x.options());
+  for (int64_t r = 0; r < R; ++r) {
+    auto o = out.select(0, r);
+    if (bias.has_value()) o.copy_(bias->select(0, r).expand_as(o));
+    gemm::into(o, x.select(0, r / per), weight.select(0, r).t(),
+               /*accumulate=*/bias.has_value());
+  }
+  return out;
+}
+
 // Python bindings every extension adds: output_cache_stats, output_cache_release,
-// output_cache_set_limit, cached_linear, cached_linear_grouped, and the GEMM path's (gemm_path.h).
+// output_cache_set_limit, cached_linear, cached_linear_grouped, cached_linear_stacked, and the
+// GEMM path's (gemm_path.h).
 inline void bind_output_pool(pybind11::module& m) {
   m.def("output_cache_stats", [] { return OutputPool::instance().stats(); },
         "[held bytes, limit bytes, fresh allocations, reuses] of this extension's output cache");
@@ -247,6 +372,9 @@ inline void bind_output_pool(pybind11::module& m) {
   m.def("cached_linear_grouped", &cached_linear_grouped,
         "(x (..., D), weight (N, D), bias (N,) or None, groups) -> x W^T + b as (groups, ..., "
         "N / groups) in a cached output block");
+  m.def("cached_linear_stacked", &cached_linear_stacked,
+        "(x (G, rows, D), weight (R, N, D), bias (R, N) or None) -> (R, rows, N), out[r] = "
+        "x[r / (R / G)] W_r^T + b_r, in a cached output block");
   gemm::bind(m);
 }
 

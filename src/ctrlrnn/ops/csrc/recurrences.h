@@ -6,7 +6,10 @@
 //
 // * calls it as it is when weight_hh is not stacked;
 // * else runs it once per recurrence r on the r-th slice of every tensor argument (lengths
-//   excepted: the recurrences share the batch) and stacks each output.
+//   excepted: the recurrences share the batch) and stacks each output. The outputs the cells
+//   allocate with pooled_empty (their sequences, saved activations, input gradients: the large
+//   ones) are written in place into their stacks (StackedBlocks, output_pool.h); the others are
+//   copied into one.
 //
 // The recurrences run concurrently, one thread each, when that gives every thread work a single
 // recurrence could not: the batch too small to split over the threads (over_batch_slices), or
@@ -94,7 +97,9 @@ struct Recurrences<Fn, WeightIdx, BatchIdx, LengthsIdx> {
     using Tuple = std::tuple<std::decay_t<A>...>;
     const Tuple copy(args...);
     std::vector<std::vector<at::Tensor>> outs(static_cast<size_t>(R));
+    ctrlrnn::StackedBlocks blocks(R);
     const auto one = [&](int64_t r) {
+      const ctrlrnn::StackedScope scope(&blocks, r);
       auto sliced = recurrences_detail::slice_args<LengthsIdx>(
           copy, r, std::index_sequence_for<A...>{});
       outs[static_cast<size_t>(r)] = std::apply(Fn, sliced);
@@ -113,7 +118,8 @@ struct Recurrences<Fn, WeightIdx, BatchIdx, LengthsIdx> {
       std::vector<at::Tensor> parts;
       parts.reserve(outs.size());
       for (auto& o : outs) parts.push_back(o[i]);
-      stacked.push_back(recurrences_detail::stack_pooled(parts));
+      at::Tensor whole = blocks.whole(parts);
+      stacked.push_back(whole.defined() ? whole : recurrences_detail::stack_pooled(parts));
     }
     return stacked;
   }
