@@ -170,3 +170,41 @@ def test_stacked_runs_the_op_on_large_products_and_names_bad_shapes(scan_ext):
         cached_linear_stacked(x, w, torch.randn(6, 255))
     with pytest.raises(ValueError, match="x, weight"):
         cached_linear_stacked(x[0], w, b)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_each_is_every_inputs_linear_in_one_block(scan_ext, with_bias):
+    """cached_linear_each: each input's own projection, as consecutive slices of one block that
+    the cells' stacked calls take whole (stack_or_base, no copy); gradients in float64; the
+    inputs, when slices of one tensor already, are not stacked again."""
+    from ctrlrnn.ops.cached_linear import cached_linear_each
+    from ctrlrnn.ops.cells.shell import stack_or_base
+
+    g = torch.Generator().manual_seed(4)
+    xs = [torch.randn(3, 4, 5, dtype=torch.float64, generator=g, requires_grad=True)
+          for _ in range(2)]
+    ws = [torch.randn(6, 5, dtype=torch.float64, generator=g, requires_grad=True)
+          for _ in range(2)]
+    bs = [torch.randn(6, dtype=torch.float64, generator=g, requires_grad=True) if with_bias
+          else None for _ in range(2)]
+    outs = cached_linear_each(xs, ws, bs)
+    for x, w, b, o in zip(xs, ws, bs, outs, strict=True):
+        torch.testing.assert_close(o, torch.nn.functional.linear(x, w, b))
+    whole = stack_or_base(outs)
+    assert whole.data_ptr() == outs[0].data_ptr() and whole.shape == (2, 3, 4, 6)
+    leaves = [*xs, *ws, *(b for b in bs if b is not None)]
+
+    def run(*a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        bias = [a[4], a[5]] if with_bias else [None, None]
+        return tuple(cached_linear_each([a[0], a[1]], [a[2], a[3]], bias))
+
+    assert torch.autograd.gradcheck(run, tuple(leaves))
+    # inputs already consecutive slices of one tensor: read in place
+    big = torch.randn(2, 64, 128, 64)
+    w, b = torch.randn(256, 64), torch.randn(256)
+    outs = cached_linear_each(list(big.unbind(0)), [w, w], [b, b])
+    torch.testing.assert_close(outs[1], big[1] @ w.t() + b, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="biases"):
+        cached_linear_each(list(big.unbind(0)), [w, w], [b, None])
+    with pytest.raises(ValueError, match="one of each"):
+        cached_linear_each(list(big.unbind(0)), [w], [b, b])

@@ -36,7 +36,7 @@ from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import cells_ref
-from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.fused_cells import (
     cas_lstm_sequence,
     cas_lstm_sequences,
@@ -462,11 +462,14 @@ class CASLSTM(RecurrentBase):
         lower_c: list[Tensor] = []
         for layer in range(L):
             calls = []  # the directions' stacks are independent: one call runs the layer in both
+            ws = [self.layer(layer, d) for d in range(D)]
+            # all steps of both directions in one op, stacked as the cells take them
+            projs = cached_linear_each(h_in, [w.weight_ih for w in ws], [w.bias for w in ws])
             for d in range(D):
                 idx = layer * D + d
-                w = self.layer(layer, d)
+                w = ws[d]
                 call: dict[str, Any] = {
-                    "x_proj": cached_linear(h_in[d], w.weight_ih, w.bias),  # all steps in one GEMM
+                    "x_proj": projs[d],
                     "weight_hh": drop_weight(w.weight_hh, self.weight_drop, self.training),
                     "h0": None if states is None else states[0][idx],
                     "c0": None if states is None else states[1][idx],

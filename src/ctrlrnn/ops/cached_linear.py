@@ -39,7 +39,7 @@ from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import has_kernel, kernel_for
 
-__all__ = ["cached_linear", "cached_linear_grouped", "cached_linear_stacked"]
+__all__ = ["cached_linear", "cached_linear_each", "cached_linear_grouped", "cached_linear_stacked"]
 
 #: Below this many multiply-adds (rows x input features x output features), with an output under
 #: :data:`CACHE_MIN_BYTES`, an eager call takes ``F.linear`` (module docstring).
@@ -260,3 +260,28 @@ def cached_linear_stacked(x: Tensor, weight: Tensor, bias: Tensor | None = None)
     if not _uses_cache(x[0], weight[0]):
         return _stacked_reference(x, weight, bias)
     return _cached_linear_stacked_op(x, weight, bias)
+
+
+def cached_linear_each(
+    xs: list[Tensor], weights: list[Tensor], biases: list[Tensor | None]
+) -> list[Tensor]:
+    """``[F.linear(x, w, b) for x, w, b in zip(xs, weights, biases)]`` (inputs of one shape,
+    weights of one shape, biases all given or all None) as views of one stacked block, by
+    :func:`cached_linear_stacked`: the input projections of independent recurrences (the two
+    directions of a bidirectional layer) that the cell kernels then take stacked without a copy
+    of the projections (``stack_or_base`` in ``ops/cells/shell.py``). The inputs are stacked
+    once (no copy where they already are consecutive slices of one tensor, as the outputs of the
+    layer below are)."""
+    from ctrlrnn.ops.cells.shell import stack_or_base
+
+    if not (len(xs) == len(weights) == len(biases)) or not xs:
+        raise ValueError(f"xs, weights, biases: expected one of each per recurrence, got "
+                         f"{len(xs)}, {len(weights)}, {len(biases)}")
+    given = [b is not None for b in biases]
+    if any(given) and not all(given):
+        raise ValueError("biases: given for some recurrences and None for others")
+    lead = xs[0].shape[:-1]
+    x = stack_or_base([xi.reshape(lead.numel(), xi.shape[-1]) for xi in xs])
+    bias = torch.stack(biases) if all(given) else None  # type: ignore[arg-type]
+    out = cached_linear_stacked(x, torch.stack(weights), bias)
+    return list(out.view(len(xs), *lead, out.shape[-1]).unbind(0))

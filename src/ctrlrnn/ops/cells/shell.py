@@ -225,7 +225,7 @@ def sequences(
         shapes = {tuple(p.shape) for p in parts if p is not None}
         if len(shapes) > 1:
             raise ValueError(f"{name}: the recurrences differ in shape: {sorted(shapes)}")
-        stacked.append(_stack([p for p in parts if p is not None]))
+        stacked.append(stack_or_base([p for p in parts if p is not None]))
     out = op(*stacked, lengths, needs_grad(*stacked))
     # unbind, not indexing: its backward gathers the recurrences' gradients in one tensor,
     # where R selects would each build a zero tensor of the whole stack
@@ -245,7 +245,7 @@ def _takes_stack(module: Any, cell: Cell) -> bool:
     return bool(getattr(module, "runs_recurrences_concurrently", False))
 
 
-def _stack(parts: list[Tensor]) -> Tensor:
+def stack_or_base(parts: Sequence[Tensor]) -> Tensor:
     """``torch.stack(parts)``, or the tensor they are the consecutive slices of, which needs no
     copy and whose gradient arrives in one piece: ``base[0]``, ``base[1]``, ... (the K base
     RNNs of a METAGROSS unit hold their inputs and weights so), or consecutive contiguous
@@ -254,7 +254,7 @@ def _stack(parts: list[Tensor]) -> Tensor:
     its graph optimises the copy."""
     base = None if torch.compiler.is_compiling() else parts[0]._base
     if base is None:
-        return torch.stack(parts)
+        return torch.stack(list(parts))
     first = parts[0]
     if (
         base.dim() == first.dim() + 1
@@ -272,7 +272,7 @@ def _stack(parts: list[Tensor]) -> Tensor:
                 for r, p in enumerate(parts))
     ):  # fmt: skip
         return base.view(len(parts), *first.shape)
-    return torch.stack(parts)
+    return torch.stack(list(parts))
 
 
 def many(
