@@ -173,12 +173,16 @@ def test_stacked_runs_the_op_on_large_products_and_names_bad_shapes(scan_ext):
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_each_is_every_inputs_linear_in_one_block(scan_ext, with_bias):
+def test_each_is_every_inputs_linear_in_one_block(monkeypatch, scan_ext, with_bias):
     """cached_linear_each: each input's own projection, as consecutive slices of one block that
     the cells' stacked calls take whole (stack_or_base, no copy); gradients in float64; the
-    inputs, when slices of one tensor already, are not stacked again."""
+    inputs, when slices of one tensor already, are not stacked again. (Small products, taken
+    by F.linear one each, are let through the op here.)"""
+    from ctrlrnn.ops import cached_linear as module
     from ctrlrnn.ops.cached_linear import cached_linear_each
     from ctrlrnn.ops.cells.shell import stack_or_base
+
+    monkeypatch.setattr(module, "_small", lambda x, w: False)
 
     g = torch.Generator().manual_seed(4)
     xs = [torch.randn(3, 4, 5, dtype=torch.float64, generator=g, requires_grad=True)

@@ -35,6 +35,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
 from ctrlrnn.ops.autocast import accepts_dtype, autocast_dtype
+from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
 from ctrlrnn.ops.validation import check_lengths
 
@@ -51,6 +52,37 @@ class DirectionCall:
     run: Callable[[list[dict[str, Any]], Tensor | None], list[tuple[Tensor, ...]]]
     arguments: dict[str, Any]
     finish: Callable[[tuple[Tensor, ...]], tuple[Tensor, State]]
+    #: Where set, ``(x, weight, bias)``: this direction's ``x_proj`` (the input projections of
+    #: all steps, ``F.linear(x, weight, bias)``), left to :func:`run_directions`, which makes
+    #: those of all the directions of a layer in one op.
+    projection: tuple[Tensor, Tensor, Tensor | None] | None = None
+
+
+def run_directions(calls: list[DirectionCall], lengths: Tensor | None
+                   ) -> list[tuple[Tensor, State]]:  # fmt: skip
+    """The directions' calls (of one cell) as one call of the fused-cell engine, each finished.
+    Their deferred input projections (:attr:`DirectionCall.projection`) come first: in one op
+    where every call defers one of the same shapes (:func:`cached_linear_each`: one stacked
+    block, which the engine takes as its stack without a copy), else one :func:`cached_linear`
+    each."""
+    arguments = [dict(c.arguments) for c in calls]
+    pending = [c.projection for c in calls]
+    first = pending[0]
+    alike = first is not None and all(
+        p is not None and p[0].shape == first[0].shape and p[1].shape == first[1].shape
+        and (p[2] is None) == (first[2] is None) for p in pending)  # fmt: skip
+    if len(calls) > 1 and alike:
+        projections = cached_linear_each([p[0] for p in pending],  # type: ignore[index]
+                                         [p[1] for p in pending],  # type: ignore[index]
+                                         [p[2] for p in pending])  # type: ignore[index]
+        for a, proj in zip(arguments, projections, strict=True):
+            a["x_proj"] = proj
+    else:
+        for a, p in zip(arguments, pending, strict=True):
+            if p is not None:
+                a["x_proj"] = cached_linear(*p)
+    results = calls[0].run(arguments, lengths)
+    return [c.finish(r) for c, r in zip(calls, results, strict=True)]
 
 
 def _pad(input: PackedSequence) -> tuple[Tensor, Tensor]:
@@ -330,9 +362,7 @@ class RecurrentBase(nn.Module):
         calls = [self._direction_call(layer, d, xd, lengths, sd, **kwargs)
                  for d, (xd, sd) in enumerate(zip(xs, sds, strict=True))] if len(xs) > 1 else []
         if calls and all(c is not None for c in calls):
-            ready = [c for c in calls if c is not None]
-            results = ready[0].run([c.arguments for c in ready], lengths)
-            done = [c.finish(r) for c, r in zip(ready, results, strict=True)]
+            done = run_directions([c for c in calls if c is not None], lengths)
         else:
             done = [self._run_direction(layer, d, xd, lengths, sd, **kwargs)
                     for d, (xd, sd) in enumerate(zip(xs, sds, strict=True))]  # fmt: skip

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
-from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State
+from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State, run_directions
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.cached_linear import cached_linear
@@ -339,7 +339,6 @@ class CARNN(RecurrentBase):
         if self.variant != "n":
             return None
         cell = self.cell(layer, direction)
-        proj = cell.input_projection(x)  # (B, T, 3H): one GEMM for all steps
         ctx = cell.context_projection(kwargs.get("context"))  # (B, 2H): once per sequence
         if ctx is None:
             ctx = x.new_zeros(x.shape[0], 2 * self.hidden_size)
@@ -347,8 +346,10 @@ class CARNN(RecurrentBase):
         h0 = None if state is None else state[0]
         return DirectionCall(
             ncarnn_sequences,
-            {"x_proj": proj, "weight_hh": weight_hh, "context_proj": ctx, "h0": h0},
+            {"x_proj": None, "weight_hh": weight_hh, "context_proj": ctx, "h0": h0},
             lambda out: (out[0], [out[1]]),
+            # (B, T, 3H) for all steps, made with the other direction's in one op
+            projection=(x, cell.weight_ih, cell.bias_ih),
         )
 
     def _run_direction(
@@ -362,7 +363,7 @@ class CARNN(RecurrentBase):
     ) -> tuple[Tensor, State]:
         call = self._direction_call(layer, direction, x, lengths, state, **kwargs)
         if call is not None:
-            return call.finish(call.run([call.arguments], lengths)[0])
+            return run_directions([call], lengths)[0]
         cell = self.cell(layer, direction)
         H = self.hidden_size
         h0 = None if state is None else state[0]

@@ -356,8 +356,9 @@ class Metagross(RecurrentBase):
         unit = self.unit(layer, direction)
         tree0 = None if state is None else state[0]
         base0 = None if state is None or len(state) < 2 else state[1]
+        linear = unit.base == "linear"  # its projection made with the other direction's
         arguments, base_last, alpha, beta = printed_arguments(
-            unit, x, lengths, tree0, base0, self.weight_drop
+            unit, x, lengths, tree0, base0, self.weight_drop, project=not linear
         )
         record = kwargs.get("gate_record")
 
@@ -366,7 +367,8 @@ class Metagross(RecurrentBase):
                 record.append((alpha, beta))
             return out[0], [out[1]] if base_last is None else [out[1], base_last]
 
-        return DirectionCall(metagross_state_sequences, arguments, finish)
+        projection = (x.contiguous(), unit.weight, unit.bias) if linear else None
+        return DirectionCall(metagross_state_sequences, arguments, finish, projection)
 
     def _run_direction(
         self,

@@ -226,18 +226,21 @@ def forward_as_printed(
 
 def printed_arguments(
     unit: nn.Module, x: Tensor, lengths: Tensor | None, state: Tensor | None,
-    base_state: Tensor | None, weight_drop: float = 0.0,
+    base_state: Tensor | None, weight_drop: float = 0.0, project: bool = True,
 ) -> tuple[dict[str, Tensor | None], Tensor | None, Tensor, Tensor]:  # fmt: skip
     """What :func:`forward_as_printed` runs before the fused tree: the keyword arguments of
     :func:`~ctrlrnn.ops.fused_cells.metagross_state_sequence` (but ``lengths``), the base
     RNNs' final states (None for the linear base) and the depth gates ``alpha``, ``beta``.
-    The two directions of a layer run their trees in one call from these."""
+    The two directions of a layer run their trees in one call from these. ``project=False``
+    leaves the linear base's projection ``x_proj`` None, for the caller to make
+    (``F.linear(x, unit.weight, unit.bias)``) with the other direction's in one op."""
     x = x.contiguous()
     base_last: Tensor | None = None
+    proj: Tensor | None
     if unit.base == "linear":
         # all 3N maps in one GEMM into a cached block (the layer's largest tensor); the
         # depth gates' few rows apart, so the big GEMM keeps its round width 3NH
-        proj = cached_linear(x, unit.weight, unit.bias)
+        proj = cached_linear(x, unit.weight, unit.bias) if project else None
     else:
         blocks, _, base_last = base_preactivations(unit, x, lengths, base_state, weight_drop)
         proj = torch.cat(blocks, -1)

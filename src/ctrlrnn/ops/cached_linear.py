@@ -280,8 +280,12 @@ def cached_linear_each(
     given = [b is not None for b in biases]
     if any(given) and not all(given):
         raise ValueError("biases: given for some recurrences and None for others")
+    if len(xs) == 1 or not _uses_cache(xs[0], weights[0]):
+        # where the cached op does not apply (CUDA, autocast, export, small products): one
+        # projection each, as F.linear traces and exports them
+        return [cached_linear(x, w, b) for x, w, b in zip(xs, weights, biases, strict=True)]
     lead = xs[0].shape[:-1]
-    x = stack_or_base([xi.reshape(lead.numel(), xi.shape[-1]) for xi in xs])
+    x = stack_or_base([xi.reshape(-1, xi.shape[-1]) for xi in xs])
     bias = torch.stack(biases) if all(given) else None  # type: ignore[arg-type]
     out = cached_linear_stacked(x, torch.stack(weights), bias)
     return list(out.view(len(xs), *lead, out.shape[-1]).unbind(0))
