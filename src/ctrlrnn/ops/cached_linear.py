@@ -18,7 +18,9 @@ gradient backward.
 own weights, laid out ``(R, ..., N)`` as the cell kernels take a stack of recurrences, where
 groups of consecutive recurrences read one input (RCRN's three RNNs of a direction, eq 1-14):
 one product per recurrence on the chosen path, no copy of an input per reader, and each input's
-gradient summed over its readers by accumulation.
+gradient summed over its readers by accumulation. :func:`cached_linear_each` is its form for a
+list of inputs, weights and biases (the two directions of a bidirectional layer), returning
+views of the one block.
 
 Small products take ``F.linear`` (and its layout for the grouped one) in eager mode: below
 :data:`SMALL_MACS` multiply-adds with an output under the cache's 1 MiB minimum, the cache does
