@@ -490,3 +490,33 @@ def test_compare_labels_may_hold_an_equals_sign(tmp_path: Path) -> None:
         _compared(["no-separator"])
     assert _compared([f"rows at B=1 from one process={src}"]) == [
         ("rows at B=1 from one process", str(src), doc)]
+
+
+def test_a_bench_measures_the_other_processes_load_once(monkeypatch, tmp_path: Path) -> None:
+    """`ctrlrnn bench` measures the CPUs other processes keep busy once, at its start: the
+    warning and the JSON's record read the same value; machine() measures only when not given
+    one."""
+    from ctrlrnn.bench import cli
+    from ctrlrnn.bench import machine as machine_module
+    from ctrlrnn.bench.cli import register
+
+    calls: list[int] = []
+
+    def fake(seconds: float = 0.5) -> float:
+        calls.append(1)
+        return 0.25
+
+    monkeypatch.setattr(cli, "busy_cpus_elsewhere", fake)
+    monkeypatch.setattr(machine_module, "busy_cpus_elsewhere", fake)
+    assert machine_module.machine(None)["busy_cpus_elsewhere_at_start"] is None and not calls
+    assert machine_module.machine()["busy_cpus_elsewhere_at_start"] == 0.25 and calls == [1]
+    calls.clear()
+    parser = argparse.ArgumentParser(prog="ctrlrnn")
+    register(parser.add_subparsers(dest="command"))
+    out = tmp_path / "r.json"
+    args = parser.parse_args(["bench", "--tiny", "--only", "scan_compiled", "--processes", "0",
+                              "--repeats", "1", "--out", str(out)])
+    assert args.func(args) == 0
+    assert calls == [1]
+    doc = json.loads(out.read_text())
+    assert doc["machine"]["busy_cpus_elsewhere_at_start"] == 0.25

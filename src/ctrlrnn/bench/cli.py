@@ -147,15 +147,15 @@ def _patterns(only: list[str] | None) -> list[str]:
     return [s.strip() for item in only or [] for s in item.split(",") if s.strip()]
 
 
-def _busy() -> str | None:
+def _busy(elsewhere: float | None) -> str | None:
     """A warning when other work already occupies the CPUs (timings will be noisy), else None:
-    judged by what other processes take of this process's CPUs now (half a second's
-    measurement), or by the 1-minute load average where that cannot be measured."""
+    judged by what other processes take of this process's CPUs now (``elsewhere``, half a
+    second's measurement by :func:`busy_cpus_elsewhere`), or by the 1-minute load average where
+    that could not be measured (None)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    elsewhere = busy_cpus_elsewhere()
     if elsewhere is not None:
         if elsewhere > BUSY_ELSEWHERE:
             return (f"other processes keep {elsewhere:.1f} of {cpus} CPUs busy: every timing "
@@ -257,7 +257,8 @@ def main(args: argparse.Namespace) -> int:
         f"ctrlrnn bench: {args.grid} grid, {len(cases)} case(s), {args.dtype}, "
         f"{torch.get_num_threads()} threads"
     )
-    busy = _busy()
+    elsewhere = busy_cpus_elsewhere()  # measured once: the warning, and the JSON's record
+    busy = _busy(elsewhere)
     if busy:
         console.print(f"[yellow]warning[/]: {busy}")
     if args.gemm:
@@ -280,6 +281,7 @@ def main(args: argparse.Namespace) -> int:
             threads=args.threads,
             argv=["ctrlrnn", *sys.argv[1:]],
             processes=args.processes,
+            busy_elsewhere=elsewhere,
         )
     path = report.save_json(doc, out)
     report.print_report(doc, console)

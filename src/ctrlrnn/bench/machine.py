@@ -130,9 +130,17 @@ def busy_cpus_elsewhere(seconds: float = 0.5) -> float | None:
     return max(0.0, ((after - before) / tick - own) / (t1 - t0))
 
 
-def machine() -> dict[str, Any]:
+#: :func:`machine`'s default: measure the CPUs other processes keep busy there and then.
+MEASURE = "measure"
+
+
+def machine(busy_elsewhere: float | None | str = MEASURE) -> dict[str, Any]:
     """Describe this machine and software: CPU model, cores, memory, threads, versions, and the
-    active ctrlrnn backend (``ctrlrnn.backend_info()``)."""
+    active ctrlrnn backend (``ctrlrnn.backend_info()``). ``busy_elsewhere``: the CPUs other
+    processes kept busy at the start (:func:`busy_cpus_elsewhere`), where the caller measured it
+    already (None: it could not be measured); by default measured here (half a second)."""
+    if busy_elsewhere == MEASURE:
+        busy_elsewhere = busy_cpus_elsewhere()
     version = getattr(ctrlrnn, "__version__", None)
     try:
         affinity: int | None = len(os.sched_getaffinity(0))
@@ -160,7 +168,7 @@ def machine() -> dict[str, Any]:
             if k in os.environ
         },
         "load_average_at_start": load,
-        "busy_cpus_elsewhere_at_start": busy_cpus_elsewhere(),
+        "busy_cpus_elsewhere_at_start": busy_elsewhere,
         "ctrlrnn_version": version,
         "git_commit": git_commit(Path(__file__).resolve().parent, short=True),
         "backend": backend_info(),

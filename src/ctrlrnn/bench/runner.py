@@ -34,7 +34,7 @@ import torch
 from ctrlrnn.bench import fresh_processes as _fresh
 from ctrlrnn.bench import roofline as _roofline
 from ctrlrnn.bench.case_registry import Case, CaseUnavailable, Point, Workload
-from ctrlrnn.bench.machine import machine
+from ctrlrnn.bench.machine import MEASURE, machine
 from ctrlrnn.bench.memory import RSS_METHOD, SAVED_METHOD, linear_fit, measure_training_memory
 from ctrlrnn.bench.speedups import speedups, time_rows
 from ctrlrnn.ops import gemm_path
@@ -288,6 +288,7 @@ def run(
     copy_bytes: int = _roofline.DEFAULT_COPY_BYTES,
     progress: Progress | None = None,
     machine_info: dict[str, Any] | None = None,
+    busy_elsewhere: float | None | str = MEASURE,
     threads: int | None = None,
     argv: Sequence[str] | None = None,
     processes: int = 0,
@@ -300,7 +301,9 @@ def run(
     (:mod:`ctrlrnn.bench.fresh_processes`).
 
     ``threads`` only records the ``--threads`` the caller asked for (None: the default); the
-    caller sets it with :func:`torch.set_num_threads` before calling.
+    caller sets it with :func:`torch.set_num_threads` before calling. ``busy_elsewhere``: the
+    CPUs other processes kept busy at the start, where the caller measured it already
+    (:func:`ctrlrnn.bench.machine.machine`); by default measured after the roofline.
 
     A builder raising :class:`CaseUnavailable` gives a ``"skipped"`` record with the reason; any
     other exception an ``"error"`` record with the traceback's last lines (the run goes on).
@@ -332,7 +335,7 @@ def run(
             "processes": processes,
             "process_points": [[p.batch, p.length, p.width] for p in fresh_points],
         },
-        "machine": machine_info if machine_info is not None else machine(),
+        "machine": machine_info if machine_info is not None else machine(busy_elsewhere),
         "roofline": roof_start.to_dict(),
         "memory_methods": {"train_bytes": SAVED_METHOD, "peak_rss_delta_bytes": RSS_METHOD},
         "cases": {
