@@ -341,3 +341,88 @@ def test_every_full_mode_search_can_tell_the_arms_apart():
         budget = {k for k in search.overrides if k in ("epochs", "max_steps")}
         assert budget, exp.id
         assert "trial" in exp.note, exp.id
+
+
+def test_a_search_cut_mid_way_resumes_from_the_results_file_alone(tmp_path, monkeypatch):
+    """Each finished trial is in the results file at once (the arm's ``search_in_progress``,
+    beside its earlier results): with the run directories gone, the search goes on from the
+    next trial, to the trials an uninterrupted search makes, and trains none twice."""
+    import shutil
+
+    from ctrlrnn.reproduce import pages
+    from ctrlrnn.reproduce.tuning import IN_PROGRESS
+
+    def fake_trial(exp, arm, mode, runs_dir, show, number, overrides, out):
+        trained.append((arm.label, number))
+        if (arm.label, number) == cut_at:
+            raise _Stop
+        return _fake_result(_score(overrides))
+
+    monkeypatch.setattr(runner, "run_trial", fake_trial)
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: _fake_result(0.5))
+    whole_runs, whole_results = tmp_path / "whole-runs", tmp_path / "whole"
+    trained: list[tuple[str, int]] = []
+    cut_at = None
+    whole = runner.run_experiment(TINY, "quick", whole_runs, whole_results,
+                                  show_progress=False, log=lambda s: None)
+
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    # an earlier, finished results file of another search: its rows stay until replaced
+    earlier = dataclasses.replace(
+        TINY, tuning_quick=dataclasses.replace(SEARCH, overrides={"max_steps": 3}))
+    runner.run_experiment(earlier, "quick", runs, results, show_progress=False,
+                          log=lambda s: None)
+    before = runner.load_results(results, "quick", earlier)
+    shutil.rmtree(runs)
+    trained.clear()
+    cut_at = ("QRNN", 2)
+    with pytest.raises(_Stop):
+        runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                              log=lambda s: None)
+    saved = runner.load_results(results, "quick", TINY)
+    assert saved is not None and not saved["complete"]
+    qrnn = saved["arms"]["QRNN"]
+    assert [r["trial"] for r in qrnn[IN_PROGRESS]["trials"]] == [0, 1]
+    assert qrnn["seeds"] == before["arms"]["QRNN"]["seeds"]  # the earlier results stay
+    assert qrnn["tuning"] == before["arms"]["QRNN"]["tuning"]
+    lines, _ = pages.experiment_section(TINY, saved, tmp_path, "quick")
+    assert "**Search under way**: QRNN, 2 of 4 trials finished" in "\n".join(lines)
+
+    shutil.rmtree(runs)  # only the results file goes on
+    trained.clear()
+    cut_at = None
+    data = runner.run_experiment(TINY, "quick", runs, results, show_progress=False,
+                                 log=lambda s: None)
+    assert data["complete"]
+    assert trained == [("QRNN", 2), ("QRNN", 3)] + [("GRU", k) for k in range(4)]
+    for label in ("LSTM", "QRNN", "GRU"):
+        assert IN_PROGRESS not in data["arms"][label]
+        got, want = data["arms"][label]["tuning"], whole["arms"][label]["tuning"]
+        assert [r["params"] for r in got["trials"]] == [r["params"] for r in want["trials"]]
+        assert got["chosen"] == want["chosen"]
+
+
+def test_trials_in_the_results_file_stand_only_for_the_same_search_and_setting(tmp_path,
+                                                                               monkeypatch):
+    """A grown search (more trials) keeps the finished tuning's trials; another budget, or
+    another setting (here a model size), trains every trial again."""
+    from ctrlrnn.reproduce.cache_validity import Standing
+
+    monkeypatch.setattr(runner, "run_trial", lambda exp, arm, mode, runs_dir, show, number,
+                        overrides, out: _fake_result(_score(overrides)))
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: _fake_result(0.5))
+    data = runner.run_experiment(TINY, "quick", tmp_path / "runs", tmp_path / "results",
+                                 show_progress=False, log=lambda s: None)
+    record = data["arms"]["LSTM"]["tuning"]
+    arm = TINY.arms[0]
+    more = dataclasses.replace(TINY, tuning_quick=dataclasses.replace(SEARCH, trials=6))
+    assert len(Standing(more, "quick", data).finished_trials(arm, record)) == 4
+    assert Standing(TINY, "quick", data).finished_trials(arm, None, record) == record["trials"]
+    longer = dataclasses.replace(
+        TINY, tuning_quick=dataclasses.replace(SEARCH, overrides={"max_steps": 5}))
+    assert Standing(longer, "quick", data).finished_trials(arm, record) == []
+    wider = dataclasses.replace(TINY, arms=(Arm("LSTM", "lstm", {"hidden_size": 16}),
+                                            *TINY.arms[1:]))
+    assert Standing(wider, "quick", data).finished_trials(wider.arms[0], record) == []
+    gap = {**record, "trials": [record["trials"][0], record["trials"][2]]}
+    assert len(Standing(TINY, "quick", data).finished_trials(arm, gap)) == 1

@@ -119,6 +119,35 @@ class Standing:
         now = trial_budget(self.exp.overrides(self.mode), search)
         return all(run_holds(row.get("stop_reason"), then, now) for row in record["trials"])
 
+    def finished_trials(self, arm: Arm, *records: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The trials of the search now that stored ``records`` of ``arm`` already hold (a
+        finished tuning, or the search in progress that the runner writes after each trial):
+        the longest run of them from trial 0 that is the same search (its trial count aside:
+        :meth:`Tuning.key`), in the setting now, each trial stopped as the budget now stops
+        it. What a resumed search takes instead of training those trials again."""
+        search = self.exp.tuning(self.mode)
+        best: list[dict[str, Any]] = []
+        for record in records:
+            stored = search_of(record)
+            if search is None or record is None or stored is None \
+                    or stored.key() != search.key() or not self.same_setting(arm, record):
+                continue
+            then = record.get("budget")
+            if then is None:
+                if self.stored_overrides is None:
+                    continue
+                then = trial_budget(self.stored_overrides, search)
+            now = trial_budget(self.exp.overrides(self.mode), search)
+            rows: list[dict[str, Any]] = []
+            for k, row in enumerate(record.get("trials") or []):
+                if not isinstance(row, dict) or row.get("trial") != k or k >= search.trials \
+                        or not run_holds(row.get("stop_reason"), then, now):
+                    break
+                rows.append(row)
+            if len(rows) > len(best):
+                best = rows
+        return best
+
     def stamp_tuning(self, arm: Arm, record: dict[str, Any]) -> dict[str, Any]:
         """``record`` with the setting and trial budget it was trained under now."""
         search = self.exp.tuning(self.mode)

@@ -24,7 +24,7 @@ from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import PAGES, Experiment
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.runner import load_results, slug
-from ctrlrnn.reproduce.tuning import Tuning, search_of
+from ctrlrnn.reproduce.tuning import IN_PROGRESS, Tuning, search_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level, useful_level
 from ctrlrnn.tasks import TASKS, task_class
 
@@ -189,6 +189,14 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         lines += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
                   f"(their verdicts are marked *partial*); `ctrlrnn reproduce --only {exp.id}` "
                   "continues from the results file."]
+    searching = [(label, arm[IN_PROGRESS]) for label, arm in _ordered_arms(exp, data)
+                 if isinstance(arm.get(IN_PROGRESS), dict) and not data.get("complete")]
+    if searching:
+        lines += ["", "**Search under way**: " + "; ".join(
+            f"{label}, {len(record.get('trials') or [])} of {record.get('trials_planned')} "
+            "trials" for label, record in searching) + " finished (the results file holds "
+            f"them; `ctrlrnn reproduce --only {exp.id}` continues the search from there). Until "
+            "an arm's search and seeds are finished, its row below is its earlier result."]
     also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
     lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid {exp.metric} "
               "| steps "

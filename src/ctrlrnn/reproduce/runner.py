@@ -35,7 +35,7 @@ from ctrlrnn.reproduce import figures
 from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
-from ctrlrnn.reproduce.tuning import tune_arm
+from ctrlrnn.reproduce.tuning import IN_PROGRESS, tune_arm
 from ctrlrnn.tasks import TASKS
 from ctrlrnn.train.config_changes import config_differences
 from ctrlrnn.train.logs import replace_atomically
@@ -190,10 +190,14 @@ def run_trial(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progres
 
 def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bool,
          cached: dict[str, Any] | None, log: Callable[[str], None],
-         standing: Standing | None = None) -> dict[str, Any] | None:
+         standing: Standing | None = None,
+         save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
     """The tuning of ``exp``'s ``arm`` in ``mode``: read from ``cached`` (the arm's entry of the
     results file) when it stands (:meth:`Standing.tuning`: every planned trial of the same
-    search, in the same setting), else run or finish it. None: no tuning."""
+    search, in the same setting), else run or finish it: the trials the entry already holds
+    (its tuning, or its ``search_in_progress``: :meth:`Standing.finished_trials`) are not
+    trained again, and ``save(record)`` is called with the search so far after each trial
+    trained (or read from its run directory). None: no tuning."""
     tuning = exp.tuning(mode)
     if tuning is None:
         return None
@@ -206,8 +210,18 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
     def trial(number: int, overrides: dict[str, Any], out: Path) -> dict[str, Any]:
         return run_trial(exp, arm, mode, runs_dir, show_progress, number, overrides, out)
 
+    entry = cached or {}
+    held = standing.finished_trials(arm, entry.get("tuning"), entry.get(IN_PROGRESS))
+    if held:
+        log(f"[reproduce] {exp.id}: {arm.label}: {len(held)} trial(s) read from the results file")
+
+    def saved(record: dict[str, Any]) -> None:
+        if save is not None:
+            save(standing.stamp_tuning(arm, record))
+
     record = tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.selected,
-                      exp.selected_higher_is_better, trial, log, arm=arm.label)
+                      exp.selected_higher_is_better, trial, log, arm=arm.label, done=held,
+                      on_trial=saved)
     return standing.stamp_tuning(arm, record)
 
 
@@ -284,9 +298,18 @@ def run_experiment(
         seeds: dict[str, Any] = {}
         entry: dict[str, Any] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
         data["arms"][arm.label] = entry
+
+        def save_search(record: dict[str, Any], label: str = arm.label) -> None:
+            # the trials so far go into the results file beside the arm's earlier results
+            partial = _partial(data, cached_arms, spent())
+            earlier = {k: v for k, v in (cached_arms.get(label) or data["arms"][label]).items()
+                       if k != IN_PROGRESS}
+            partial["arms"] = {**partial["arms"], label: {**earlier, IN_PROGRESS: record}}
+            write_results(results_path(results_dir, mode, exp), partial)
+
         try:
             tuned = tune(exp, arm, mode, runs_dir, show_progress,
-                         cached_arms.get(arm.label), log, standing)
+                         cached_arms.get(arm.label), log, standing, save_search)
         except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
             if files.is_no_space(exc):  # no later arm could write either: stop, one line
                 raise

@@ -18,6 +18,11 @@ training again. Trial ``k``'s values depend only on the trials before it and the
 fresh study of the finished trials, a sampler seeded for ``k``), so a search resumed after an
 interruption is the one an uninterrupted run would have made; an interrupted trial resumes
 with the values it was proposed.
+
+The finished trials also travel without their run directories: :func:`tune_arm` reports the
+search so far after each trial (``on_trial``), which the runner writes into the results file,
+and takes the trials a results file holds (``done``) in place of the ones whose run
+directories are gone, so a search resumes from a checkout alone.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,9 @@ from ctrlrnn.train.logs import replace_atomically
 
 #: the name of the sampler, as stored with each arm's trial table
 SAMPLER = "optuna TPE"
+#: the key of an arm's entry in a partial results file that holds its search under way (the
+#: trials so far): the arm's earlier results stay beside it until the search is finished
+IN_PROGRESS = "search_in_progress"
 
 
 @dataclass(frozen=True)
@@ -190,31 +198,50 @@ def _score(value: Any, higher_is_better: bool) -> float:
 
 def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bool,
              run_trial: TrialRunner, log: Callable[[str], None] = print,
-             arm: str = "") -> dict[str, Any]:
+             arm: str = "", done: Sequence[dict[str, Any]] = (),
+             on_trial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run (or finish) the search of one arm; returns its trial table and chosen values.
 
     ``run_trial(k, overrides, out)`` trains trial ``k`` with ``overrides`` (the tuned keys at
     their proposed values) in the run directory ``out`` and returns the run's result (as
     :func:`ctrlrnn.train.cli.train_run` does). ``arm``: the arm's label, which seeds its own
     sampler stream when the search has :attr:`Tuning.arm_streams`.
+
+    ``done``: the first trials of this same search as a stored record holds them (its
+    ``trials`` rows, trial 0 onwards); trial ``k < len(done)`` is read from there when its run
+    directory holds no result. ``on_trial(record)`` is called after each trial that was not
+    read from ``done``, with the record of the trials so far (:func:`search_record`; fewer
+    trials than planned until the last).
     """
     dists = _distributions(tuning)
     stream = arm_stream(tuning, arm)
     rows: list[dict[str, Any]] = []
     for k in range(tuning.trials):
         out = tuning_dir / f"trial{k}"
+        result = _read(out / "result.json")
+        if result is None and k < len(done):  # trained elsewhere: the results file has it
+            rows.append(dict(done[k]))
+            continue
         stored = _read(out / "params.json")
         if stored is None:
             params = _propose(tuning, dists, rows, k, higher_is_better, stream)
             _write(out / "params.json", params)
         else:  # proposed before an interruption: keep those values
             params = {key: float(v) for key, v in stored.items()}
-        result = _read(out / "result.json")
         if result is None:
             log(f"[tune] trial {k + 1}/{tuning.trials}: " + ", ".join(
                 f"{key}={v:.3g}" for key, v in params.items()))
             result = run_trial(k, {**tuning.overrides, **params}, out)
         rows.append(_trial_row(k, params, result, metric))
+        if on_trial is not None:
+            on_trial(search_record(tuning, stream, metric, higher_is_better, rows))
+    return search_record(tuning, stream, metric, higher_is_better, rows)
+
+
+def search_record(tuning: Tuning, stream: int, metric: str, higher_is_better: bool,
+                  rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stored record of a search (``rows``: its trials so far, in order) with the values
+    of its best trial; :meth:`Tuning.from_record` reads the search back from it."""
     best = _best(rows, higher_is_better)
     return {
         "sampler": SAMPLER,
@@ -228,7 +255,7 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
         "trial_overrides": dict(tuning.overrides),
         "metric": metric,  # the validation metric each trial is scored by
         "higher_is_better": higher_is_better,
-        "trials": rows,
+        "trials": list(rows),
         "best_trial": best["trial"] if best else None,
         "chosen": dict(best["params"]) if best else {},
     }
