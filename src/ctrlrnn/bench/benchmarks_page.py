@@ -338,7 +338,8 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
                 "bandwidth-bound op that allocates its outputs on every call cannot get near "
                 "its floor. ctrlrnn's compiled kernels therefore take outputs of 1 MiB or more "
                 "from a cache of freed blocks (`ctrlrnn.output_cache_info()`; README), and kernels "
-                "writing more than a quarter of the last-level cache use streaming stores.",
+                "writing more than a quarter of the last-level cache, and at most 4 MiB per "
+                "thread, use streaming stores (`CTRLRNN_STREAMING_BYTES` sets the bytes).",
             ]
             if roof.get("clone_gb_per_s")
             else []

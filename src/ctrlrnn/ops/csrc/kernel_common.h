@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -140,7 +141,13 @@ inline double tanh_(double x) { return std::tanh(x); }
 // (read-for-ownership), so writing N bytes moves 2N; a streaming store writes whole lines and
 // skips that read, and does not evict the caches' contents. Worth it when the output would not
 // be found in cache by its reader anyway: when a kernel writes more than a fair share of the
-// last-level cache (a quarter of it, by default).
+// last-level cache. By default that share is a quarter of the cache, and at most 4 MiB per
+// thread of this process: in a virtual machine sysfs reports the whole socket's cache (266 MB on
+// a 2-vCPU Xeon guest), shared with every other guest, and a quarter of that kept 8-64 MB
+// outputs on ordinary stores, which measured 1.4-2.1x slower there than streaming them (the
+// linear scan at B=32, T=256, C=256-1024, forward and backward). On an AMD EPYC core complex
+// (32 MB per 8 cores) the two bounds agree at 2 threads. CTRLRNN_STREAMING_BYTES sets the
+// threshold in bytes (negative: never stream).
 
 // The last-level cache of the cores this process runs on. sysfs first: on a CPU of several core
 // complexes (an AMD EPYC) glibc's sysconf reports the sum over all of them, many times the cache
@@ -169,13 +176,36 @@ inline int64_t last_level_cache_bytes() {
   return bytes;
 }
 
+// The most of the last-level cache one thread is taken to have to itself (see above).
+constexpr int64_t kCachePerThread = int64_t(4) << 20;
+
+// Stands for "not set": the threshold follows the cache and the thread count.
+constexpr int64_t kThresholdAuto = std::numeric_limits<int64_t>::min();
+
+// The threshold set by CTRLRNN_STREAMING_BYTES or set_streaming_threshold, or kThresholdAuto.
 inline std::atomic<int64_t>& streaming_threshold_ref() {
-  static std::atomic<int64_t> threshold{last_level_cache_bytes() / 4};
+  static std::atomic<int64_t> threshold{[] {
+    const char* text = std::getenv("CTRLRNN_STREAMING_BYTES");
+    if (text == nullptr || *text == '\0') return kThresholdAuto;
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(text, &used);
+      if (used == std::string(text).size()) return v;
+    } catch (...) {
+    }
+    TORCH_WARN("CTRLRNN_STREAMING_BYTES=", text, " is not a whole number of bytes; ignored");
+    return kThresholdAuto;
+  }()};
   return threshold;
 }
 
 // Bytes written from which a kernel uses streaming stores; negative: never.
-inline int64_t streaming_threshold() { return streaming_threshold_ref().load(); }
+inline int64_t streaming_threshold() {
+  const int64_t set = streaming_threshold_ref().load();
+  if (set != kThresholdAuto) return set;
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  return std::min(last_level_cache_bytes() / 4, kCachePerThread * threads);
+}
 
 inline void set_streaming_threshold(int64_t bytes) { streaming_threshold_ref().store(bytes); }
 

@@ -374,7 +374,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "kernels writing at least this many bytes use streaming stores (negative: never)");
   m.def("streaming_threshold", &streaming_threshold,
         "bytes written from which the kernels use streaming stores (default: a quarter of the "
-        "last-level cache)");
+        "last-level cache, at most 4 MiB per thread; CTRLRNN_STREAMING_BYTES sets it)");
   m.def("num_threads", &num_threads);
   m.def("parallel_threads", &openmp_threads_in_region);
   ctrlrnn::bind_output_pool(m);

@@ -522,6 +522,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("streaming_threshold", &streaming_threshold,
         "bytes written from which the scan kernels use streaming stores");
   m.def("set_streaming_threshold", &set_streaming_threshold,
-        "set that threshold in bytes (negative: the last-level cache size)");
+        "set that threshold in bytes (negative: never stream)");
   m.def("parallel_threads", &openmp_threads_in_region);
 }
