@@ -58,57 +58,152 @@ struct Tree {
   }
 };
 
-// The tree at one (b, t): from pre-activations P (3NH) and the previous state s (H), every unit's
-// output into hn (N*H); with acts != nullptr also f, o, z, c (each N*H) for backward.
+// The tree at one (b, t), for the hidden units [j0, j0 + W): from pre-activations P (the row's
+// 3NH) and the previous state s (the row's H), every unit's output into hn (N*W); with
+// fs != nullptr also f, o, z, c (each N*W) for backward. r: the row's residual (H), or null.
+// The units of a hidden index never read another index's, so any range is evaluated alone.
 template <typename scalar_t>
-inline void tree_forward(const Tree& tr, const scalar_t* __restrict P, const scalar_t* s,
-                         const scalar_t* alpha, const scalar_t* beta, const scalar_t* r,
-                         scalar_t* hn, scalar_t* fs, scalar_t* os, scalar_t* zs, scalar_t* cs) {
+inline void tree_forward(const Tree& tr, const scalar_t* __restrict P, const scalar_t* s_row,
+                         const scalar_t* alpha, const scalar_t* beta, const scalar_t* r_row,
+                         scalar_t* hn, scalar_t* fs, scalar_t* os, scalar_t* zs, scalar_t* cs,
+                         int64_t j0, int64_t W) {
   using A = Act<scalar_t>;
   const int64_t H = tr.H;
+  const scalar_t* __restrict s = s_row + j0;
+  const scalar_t* __restrict r = r_row ? r_row + j0 : nullptr;
   for (int64_t i = tr.N - 1; i >= 0; --i) {  // children (larger indices) before parents
     const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
-    const scalar_t* __restrict pf = P + m.f * H;
-    const scalar_t* __restrict po = P + m.o * H;
-    const scalar_t* __restrict pz = P + m.z * H;
-    scalar_t* __restrict out = hn + i * H;
+    const scalar_t* __restrict pf = P + m.f * H + j0;
+    const scalar_t* __restrict po = P + m.o * H + j0;
+    const scalar_t* __restrict pz = P + m.z * H + j0;
+    scalar_t* __restrict out = hn + i * W;
     const bool internal = i < tr.I;
     const scalar_t a = internal ? alpha[i] : scalar_t(0);
     const scalar_t be = internal ? beta[i] : scalar_t(0);
     // leaves: point at their own maps with weight 0 (pf + 0 * (pf - pf) == pf for finite pf;
     // a branch keeps Inf/NaN exactly as the reference has them)
-    const scalar_t* __restrict mf = internal ? hn + (2 * i + 1) * H : pf;
-    const scalar_t* __restrict mo = internal ? hn + (2 * i + 2) * H : po;
+    const scalar_t* __restrict mf = internal ? hn + (2 * i + 1) * W : pf;
+    const scalar_t* __restrict mo = internal ? hn + (2 * i + 2) * W : po;
     if (internal) {
 CTRLRNN_SIMD
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = 0; j < W; ++j) {
         const scalar_t f = A::sigmoid(pf[j] + a * (mf[j] - pf[j]));
         const scalar_t o = A::sigmoid(po[j] + be * (mo[j] - po[j]));
         const scalar_t z = A::tanh(pz[j]);
         const scalar_t c = (scalar_t(1) - f) * s[j] + f * z;
         out[j] = o * c + (r ? r[j] : scalar_t(0));
         if (fs) {
-          fs[i * H + j] = f;
-          os[i * H + j] = o;
-          zs[i * H + j] = z;
-          cs[i * H + j] = c;
+          fs[i * W + j] = f;
+          os[i * W + j] = o;
+          zs[i * W + j] = z;
+          cs[i * W + j] = c;
         }
       }
     } else {
 CTRLRNN_SIMD
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = 0; j < W; ++j) {
         const scalar_t f = A::sigmoid(pf[j]);
         const scalar_t o = A::sigmoid(po[j]);
         const scalar_t z = A::tanh(pz[j]);
         const scalar_t c = (scalar_t(1) - f) * s[j] + f * z;
         out[j] = o * c + (r ? r[j] : scalar_t(0));
         if (fs) {
-          fs[i * H + j] = f;
-          os[i * H + j] = o;
-          zs[i * H + j] = z;
-          cs[i * H + j] = c;
+          fs[i * W + j] = f;
+          os[i * W + j] = o;
+          zs[i * W + j] = z;
+          cs[i * W + j] = c;
         }
       }
+    }
+  }
+}
+
+// Scratch of one thread for tree_backward: the tree's outputs and activations and the units'
+// output gradients (each N*W), the direct gradient of h_{t-1} (W).
+template <typename scalar_t>
+struct TreeScratch {
+  std::vector<scalar_t> hn, fs, os, zs, cs, dn, ds;
+  TreeScratch(int64_t N, int64_t W)
+      : hn(static_cast<size_t>(N * W)), fs(hn.size()), os(hn.size()), zs(hn.size()),
+        cs(hn.size()), dn(hn.size()), ds(static_cast<size_t>(W)) {}
+};
+
+// Backward through the tree at one (b, t), for the hidden units [j0, j0 + W): recomputes the
+// activations from P and s_row (h_{t-1}), walks the units from the root down with the root's
+// output gradient dh_row + g_row (the carried and the sequence output's; g_row may be null), and
+// writes dP into d (the row's 3NH; these units' columns), the residual's gradient into dr (the
+// row's H; null without one), the gradient of h_{t-1} through the cells' (1 - f) into sc.ds, and
+// the range's part of d alpha_i, d beta_i (sums over the hidden units) into sa[i], sb[i].
+template <typename scalar_t>
+inline void tree_backward(const Tree& tr, const scalar_t* P, const scalar_t* s_row,
+                          const scalar_t* al, const scalar_t* be, const scalar_t* r_row,
+                          const scalar_t* dh_row, const scalar_t* g_row, scalar_t* d,
+                          scalar_t* dr_row, scalar_t* sa, scalar_t* sb, TreeScratch<scalar_t>& sc,
+                          int64_t j0, int64_t W) {
+  const int64_t H = tr.H, N = tr.N, I = tr.I;
+  // the children's outputs hn (residual included) enter d alpha, d beta
+  tree_forward<scalar_t>(tr, P, s_row, al, be, r_row, sc.hn.data(), sc.fs.data(), sc.os.data(),
+                         sc.zs.data(), sc.cs.data(), j0, W);
+  const scalar_t* s = s_row + j0;
+  for (int64_t j = 0; j < W; ++j) {
+    sc.dn[static_cast<size_t>(j)] = dh_row[j0 + j] + (g_row ? g_row[j0 + j] : scalar_t(0));
+    sc.ds[static_cast<size_t>(j)] = scalar_t(0);
+  }
+  scalar_t* dr = dr_row ? dr_row + j0 : nullptr;
+  if (dr) fill_zero(dr, W);
+  for (int64_t i = 0; i < N; ++i) {  // parents before children
+    const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
+    const bool internal = i < I;
+    const scalar_t a = internal ? al[i] : scalar_t(0);
+    const scalar_t bb = internal ? be[i] : scalar_t(0);
+    const scalar_t* __restrict f_ = sc.fs.data() + i * W;
+    const scalar_t* __restrict o_ = sc.os.data() + i * W;
+    const scalar_t* __restrict z_ = sc.zs.data() + i * W;
+    const scalar_t* __restrict c_ = sc.cs.data() + i * W;
+    const scalar_t* __restrict dh = sc.dn.data() + i * W;
+    scalar_t* __restrict dsp = sc.ds.data();
+    scalar_t* __restrict dpf = d + m.f * H + j0;
+    scalar_t* __restrict dpo = d + m.o * H + j0;
+    scalar_t* __restrict dpz = d + m.z * H + j0;
+    if (internal) {
+      const scalar_t* __restrict pf = P + m.f * H + j0;
+      const scalar_t* __restrict po = P + m.o * H + j0;
+      const scalar_t* __restrict mf = sc.hn.data() + (2 * i + 1) * W;
+      const scalar_t* __restrict mo = sc.hn.data() + (2 * i + 2) * W;
+      scalar_t* __restrict dmf = sc.dn.data() + (2 * i + 1) * W;
+      scalar_t* __restrict dmo = sc.dn.data() + (2 * i + 2) * W;
+      scalar_t suma = 0, sumb = 0;
+CTRLRNN_SIMD
+      for (int64_t j = 0; j < W; ++j) {
+        const scalar_t f = f_[j], o = o_[j], z = z_[j];
+        const scalar_t dc = dh[j] * o;
+        const scalar_t duf = dc * (z - s[j]) * f * (scalar_t(1) - f);
+        const scalar_t duo = dh[j] * c_[j] * o * (scalar_t(1) - o);
+        dsp[j] += dc * (scalar_t(1) - f);
+        dpz[j] = dc * f * (scalar_t(1) - z * z);
+        dpf[j] = duf - duf * a;
+        dpo[j] = duo - duo * bb;
+        dmf[j] = duf * a;
+        dmo[j] = duo * bb;
+        suma += duf * (mf[j] - pf[j]);
+        sumb += duo * (mo[j] - po[j]);
+      }
+      sa[i] = suma;
+      sb[i] = sumb;
+    } else {
+CTRLRNN_SIMD
+      for (int64_t j = 0; j < W; ++j) {
+        const scalar_t f = f_[j], o = o_[j], z = z_[j];
+        const scalar_t dc = dh[j] * o;
+        dsp[j] += dc * (scalar_t(1) - f);
+        dpz[j] = dc * f * (scalar_t(1) - z * z);
+        dpf[j] = dc * (z - s[j]) * f * (scalar_t(1) - f);
+        dpo[j] = dh[j] * c_[j] * o * (scalar_t(1) - o);
+      }
+    }
+    if (dr) {
+CTRLRNN_SIMD
+      for (int64_t j = 0; j < W; ++j) dr[j] += dh[j];
     }
   }
 }
@@ -195,7 +290,7 @@ CTRLRNN_SIMD
         scalar_t* hb = h_p + b * H;
         tree_forward<scalar_t>(tr, P, hb, al_p + bt * I, be_p + bt * I,
                                res_p ? res_p + bt * H : nullptr, hn.data(), nullptr, nullptr,
-                               nullptr, nullptr);
+                               nullptr, nullptr, 0, H);
         std::memcpy(hb, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
         std::memcpy(hs, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
       });
@@ -247,9 +342,7 @@ std::vector<at::Tensor> metagross_state_backward(
     const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
     backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
         [&](int64_t b0, int64_t b1, const auto& run) {
-      const size_t NH = static_cast<size_t>(N * H);
-      std::vector<scalar_t> hn(NH), fs(NH), os(NH), zs(NH), cs(NH), dn(NH);
-      std::vector<scalar_t> ds(static_cast<size_t>(H));
+      TreeScratch<scalar_t> sc(N, H);
       run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
         scalar_t* __restrict d = dx_p + bt * G;
         if (!valid) {
@@ -259,77 +352,13 @@ std::vector<at::Tensor> metagross_state_backward(
           if (dr_p) fill_zero(dr_p + bt * H, H);
           return;
         }
-        const scalar_t* P = P_all + bt * G;
         const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
-        const scalar_t* al = al_p + bt * I;
-        const scalar_t* be = be_p + bt * I;
-        // the children's outputs hn (residual included) enter d alpha, d beta
-        tree_forward<scalar_t>(tr, P, s, al, be, res_p ? res_p + bt * H : nullptr, hn.data(),
-                               fs.data(), os.data(), zs.data(), cs.data());
-        const scalar_t* dh_in = incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H);
-        const scalar_t* g = gh_p ? gh_p + bt * H : nullptr;
-        for (int64_t j = 0; j < H; ++j) {
-          dn[static_cast<size_t>(j)] = dh_in[j] + (g ? g[j] : scalar_t(0));
-          ds[static_cast<size_t>(j)] = scalar_t(0);
-        }
-        scalar_t* dr = dr_p ? dr_p + bt * H : nullptr;
-        if (dr) fill_zero(dr, H);
-        for (int64_t i = 0; i < N; ++i) {  // parents before children
-          const NodeMaps& m = tr.maps[static_cast<size_t>(i)];
-          const bool internal = i < I;
-          const scalar_t a = internal ? al[i] : scalar_t(0);
-          const scalar_t bb = internal ? be[i] : scalar_t(0);
-          const scalar_t* __restrict f_ = fs.data() + i * H;
-          const scalar_t* __restrict o_ = os.data() + i * H;
-          const scalar_t* __restrict z_ = zs.data() + i * H;
-          const scalar_t* __restrict c_ = cs.data() + i * H;
-          const scalar_t* __restrict dh = dn.data() + i * H;
-          scalar_t* __restrict dsp = ds.data();
-          scalar_t* __restrict dpf = d + m.f * H;
-          scalar_t* __restrict dpo = d + m.o * H;
-          scalar_t* __restrict dpz = d + m.z * H;
-          if (internal) {
-            const scalar_t* __restrict pf = P + m.f * H;
-            const scalar_t* __restrict po = P + m.o * H;
-            const scalar_t* __restrict mf = hn.data() + (2 * i + 1) * H;
-            const scalar_t* __restrict mo = hn.data() + (2 * i + 2) * H;
-            scalar_t* __restrict dmf = dn.data() + (2 * i + 1) * H;
-            scalar_t* __restrict dmo = dn.data() + (2 * i + 2) * H;
-            scalar_t sa = 0, sb = 0;
-CTRLRNN_SIMD
-            for (int64_t j = 0; j < H; ++j) {
-              const scalar_t f = f_[j], o = o_[j], z = z_[j];
-              const scalar_t dc = dh[j] * o;
-              const scalar_t duf = dc * (z - s[j]) * f * (scalar_t(1) - f);
-              const scalar_t duo = dh[j] * c_[j] * o * (scalar_t(1) - o);
-              dsp[j] += dc * (scalar_t(1) - f);
-              dpz[j] = dc * f * (scalar_t(1) - z * z);
-              dpf[j] = duf - duf * a;
-              dpo[j] = duo - duo * bb;
-              dmf[j] = duf * a;
-              dmo[j] = duo * bb;
-              sa += duf * (mf[j] - pf[j]);
-              sb += duo * (mo[j] - po[j]);
-            }
-            da_p[bt * I + i] = sa;
-            db_p[bt * I + i] = sb;
-          } else {
-CTRLRNN_SIMD
-            for (int64_t j = 0; j < H; ++j) {
-              const scalar_t f = f_[j], o = o_[j], z = z_[j];
-              const scalar_t dc = dh[j] * o;
-              dsp[j] += dc * (scalar_t(1) - f);
-              dpz[j] = dc * f * (scalar_t(1) - z * z);
-              dpf[j] = dc * (z - s[j]) * f * (scalar_t(1) - f);
-              dpo[j] = dh[j] * c_[j] * o * (scalar_t(1) - o);
-            }
-          }
-          if (dr) {
-CTRLRNN_SIMD
-            for (int64_t j = 0; j < H; ++j) dr[j] += dh[j];
-          }
-        }
-        std::memcpy(rec_p + b * H, ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+        tree_backward<scalar_t>(tr, P_all + bt * G, s, al_p + bt * I, be_p + bt * I,
+                                res_p ? res_p + bt * H : nullptr,
+                                incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H),
+                                gh_p ? gh_p + bt * H : nullptr, d, dr_p ? dr_p + bt * H : nullptr,
+                                da_p + bt * I, db_p + bt * I, sc, 0, H);
+        std::memcpy(rec_p + b * H, sc.ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
       });
     }, dx, dx.size(2));
   });
