@@ -32,7 +32,18 @@
 
 #include <torch/extension.h>
 
+#include <ATen/ThreadLocalState.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <exception>
+#include <memory>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace ctrlrnn::cells {
 namespace {
@@ -173,7 +184,7 @@ inline void tree_backward(const Tree& tr, const scalar_t* P, const scalar_t* s_r
       scalar_t* __restrict dmf = sc.dn.data() + (2 * i + 1) * W;
       scalar_t* __restrict dmo = sc.dn.data() + (2 * i + 2) * W;
       scalar_t suma = 0, sumb = 0;
-CTRLRNN_SIMD
+_Pragma("omp simd reduction(+ : suma, sumb)")
       for (int64_t j = 0; j < W; ++j) {
         const scalar_t f = f_[j], o = o_[j], z = z_[j];
         const scalar_t dc = dh[j] * o;
@@ -206,6 +217,266 @@ CTRLRNN_SIMD
       for (int64_t j = 0; j < W; ++j) dr[j] += dh[j];
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hidden units split over the threads (a unidirectional layer on 2+ threads).
+//
+// The batch split (cells_time.h) gives each thread B / threads rows of every per-step product;
+// at B = 32 on 2 threads that is M = 16 rows against 3NH = 2304 columns, where MKL's kernels ran
+// at 122 GFLOP/s, against 176-184 for the input projection. Here each thread takes all B rows
+// and the columns of its hidden units [j0, j0 + W) in every one of the 3N maps (forward), or
+// those columns of dh_{t-1} (backward), and the tree at those units, which needs no other units'
+// values. The price is one barrier per step: step t+1's product reads every thread's h_t, and
+// backward's product of step t reads every thread's dP_t. The state is double-buffered, so the
+// one barrier suffices in forward; in backward a thread's next rows read only the columns of
+// dh it wrote itself.
+
+// 0: the split is chosen by column_parts; 1: always the batch; 2: the hidden units when there
+// are 2+ threads (tests, to run either path at any size). CTRLRNN_METAGROSS_SPLIT=auto, batch or
+// hidden sets it when the extension loads; metagross_state_split(mode) at any time.
+inline std::atomic<int>& split_mode() {
+  static std::atomic<int> mode{[] {
+    const char* text = std::getenv("CTRLRNN_METAGROSS_SPLIT");
+    const std::string v = text ? text : "";
+    if (v.empty() || v == "auto") return 0;
+    if (v == "batch") return 1;
+    if (v == "hidden") return 2;
+    TORCH_WARN("CTRLRNN_METAGROSS_SPLIT=", v, " is not one of auto, batch, hidden; ignored");
+    return 0;
+  }()};
+  return mode;
+}
+
+constexpr int64_t kColumnQuantum = 16;  // hidden units per part: a multiple of this
+
+// The automatic choice, measured on 2 threads (docs/metagross.md has the grid): the hidden units
+// split when the batch cannot (fewer than 2 * kMinRows rows: the batch split then runs on one
+// thread) and every part gets at least 32 units, or when the batch split would give each thread
+// at most 8 rows and every part gets at least 128 units (B = 8-16 at H = 256-512: 1.04-1.44x).
+// From 16 rows per thread the two split equally (B = 32, H = 256; B = 64, H = 512), and at
+// H = 128 with 4-8 rows per thread the batch split is 1.15x faster, so the batch split stays.
+constexpr int64_t kColumnMinWidthAlone = 32;
+constexpr int64_t kColumnMaxRows = 8;
+constexpr int64_t kColumnMinWidth = 128;
+
+// How many parts the hidden units split into (1: the batch split runs instead).
+inline int64_t column_parts(int64_t B, int64_t T, int64_t H) {
+#ifdef _OPENMP
+  const int mode = split_mode().load();
+  const int64_t threads = at::get_num_threads();
+  if (mode == 1 || threads < 2 || B <= 0 || T <= 0 || H <= 0 || at::in_parallel_region() ||
+      omp_in_parallel()) {
+    return 1;
+  }
+  if (mode == 2) return std::min<int64_t>(threads, (H + kColumnQuantum - 1) / kColumnQuantum);
+  if (B < 2 * kMinRows) return std::max<int64_t>(1, std::min(threads, H / kColumnMinWidthAlone));
+  if (B / threads <= kColumnMaxRows) {
+    return std::max<int64_t>(1, std::min(threads, H / kColumnMinWidth));
+  }
+  return 1;
+#else
+  (void)B, (void)T, (void)H;
+  return 1;
+#endif
+}
+
+// Part p of `parts` of the hidden units: [first, first + width).
+struct Columns {
+  int64_t first, width;
+};
+inline Columns columns_of(int64_t p, int64_t parts, int64_t H) {
+  const int64_t per = ((H + parts - 1) / parts + kColumnQuantum - 1) / kColumnQuantum *
+                      kColumnQuantum;
+  const int64_t first = std::min(H, p * per);
+  return {first, std::min(H, first + per) - first};
+}
+
+// Runs body(p) for every part p on `parts` threads, then step(t) for t in order, a barrier after
+// each step on every thread; each thread runs its parts' share of every step (step(t, p)).
+// An exception stops the work but not the barriers (so no thread waits forever); the first is
+// rethrown on the calling thread.
+template <typename Setup, typename Step>
+void over_columns(int64_t parts, int64_t steps, const Setup& setup, const Step& step) {
+#ifdef _OPENMP
+  const at::ThreadLocalState state;
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+#pragma omp parallel num_threads(static_cast<int>(parts))
+  {
+    at::ThreadLocalStateGuard guard(state);
+    const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+    auto guarded = [&](const auto& work) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      try {
+        work();
+      } catch (...) {
+#pragma omp critical(ctrlrnn_metagross_columns)
+        {
+          if (!error) error = std::current_exception();
+        }
+        failed.store(true);
+      }
+    };
+    guarded([&] {
+      for (int64_t p = me; p < parts; p += team) setup(p);
+    });
+#pragma omp barrier
+    for (int64_t t = 0; t < steps; ++t) {
+      guarded([&] {
+        for (int64_t p = me; p < parts; p += team) step(t, p);
+      });
+#pragma omp barrier
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#else
+  (void)parts, (void)steps, (void)setup, (void)step;
+  TORCH_CHECK(false, "metagross_state: the column split needs OpenMP");
+#endif
+}
+
+// Forward with the hidden units split (see above). h (B, H): h_0 in, the state at each row's
+// length out.
+template <typename scalar_t>
+void forward_columns(const Tree& tr, const Lengths& L, int64_t parts, const at::Tensor& weight_hh,
+                     const scalar_t* xp_all, const scalar_t* al_p, const scalar_t* be_p,
+                     const scalar_t* res_p, at::Tensor& h, scalar_t* hs_p,
+                     const SavedActs& saved, int64_t B, int64_t T) {
+  const int64_t H = tr.H, G = tr.G, N = tr.N, I = tr.I, maps = 3 * tr.N;
+  const int64_t steps = L.max_len;
+  at::Tensor hbuf = at::empty({2, B, H}, h.options());
+  hbuf[0].copy_(h);
+  scalar_t* hb = hbuf.data_ptr<scalar_t>();
+  std::vector<at::Tensor> w(static_cast<size_t>(parts)), rec(w.size());
+  std::vector<std::unique_ptr<StepGemm<scalar_t>>> gemm(w.size());
+  std::vector<std::vector<scalar_t>> hn(w.size());
+  const at::Tensor w3 = weight_hh.view({maps, H, H});
+  over_columns(parts, steps, [&](int64_t p) {
+    const Columns c = columns_of(p, parts, H);
+    const auto i = static_cast<size_t>(p);
+    if (c.width == 0) return;
+    // the rows of U for these units in every map, map by map: (3N * W, H)
+    w[i] = w3.narrow(1, c.first, c.width).reshape({maps * c.width, H}).contiguous();
+    rec[i] = at::empty({B, maps * c.width}, h.options());
+    gemm[i] = std::make_unique<StepGemm<scalar_t>>(w[i], /*transpose=*/true, B);
+    hn[i].resize(static_cast<size_t>(N * c.width));
+  }, [&](int64_t t, int64_t p) {
+    const Columns c = columns_of(p, parts, H);
+    const auto i = static_cast<size_t>(p);
+    if (c.width == 0) return;
+    const int64_t j0 = c.first, W = c.width, ldr = maps * W;
+    const scalar_t* prev = hb + (t & 1) * B * H;
+    scalar_t* next = hb + ((t + 1) & 1) * B * H;
+    scalar_t* r = rec[i].template data_ptr<scalar_t>();
+    if (!gemm[i]->run_raw(prev, H, r, ldr, false)) {
+      gemm[i]->run(hbuf[t & 1], rec[i], false);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t bt = b * T + t;
+      scalar_t* P = saved.row<scalar_t>(b, bt, G);
+      scalar_t* hs = hs_p + bt * H + j0;
+      if (t >= L.len[static_cast<size_t>(b)]) {
+        for (int64_t m = 0; m < maps; ++m) fill_zero(P + m * H + j0, W);
+        fill_zero(hs, W);
+        std::memcpy(next + b * H + j0, prev + b * H + j0, sizeof(scalar_t) * size_t(W));
+        continue;
+      }
+      const scalar_t* xp = xp_all + bt * G;
+      const scalar_t* rr = r + b * ldr;
+      for (int64_t m = 0; m < maps; ++m) {
+        scalar_t* __restrict Pm = P + m * H + j0;
+        const scalar_t* __restrict xm = xp + m * H + j0;
+        const scalar_t* __restrict rm = rr + m * W;
+CTRLRNN_SIMD
+        for (int64_t j = 0; j < W; ++j) Pm[j] = xm[j] + rm[j];
+      }
+      tree_forward<scalar_t>(tr, P, prev + b * H, al_p + bt * I, be_p + bt * I,
+                             res_p ? res_p + bt * H : nullptr, hn[i].data(), nullptr, nullptr,
+                             nullptr, nullptr, j0, W);
+      std::memcpy(next + b * H + j0, hn[i].data(), sizeof(scalar_t) * size_t(W));
+      std::memcpy(hs, hn[i].data(), sizeof(scalar_t) * size_t(W));
+    }
+  });
+  h.copy_(hbuf[steps & 1]);
+  // steps past every row's length (T > the longest row) hold zeros
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = steps; t < T; ++t) {
+      fill_zero(hs_p + (b * T + t) * H, H);
+      fill_zero(saved.row<scalar_t>(b, b * T + t, G), G);
+    }
+  }
+}
+
+// Backward with the hidden units split (see above): part p writes the columns of its units of
+// dx (every map), dres, and of rec (the carried dh_{t-1}), and its share of the sums d alpha,
+// d beta into its own slab of da_parts, db_parts (parts, B, T, I), added up by the caller.
+template <typename scalar_t>
+void backward_columns(const Tree& tr, const Lengths& L, int64_t parts,
+                      const at::Tensor& weight_hh, const scalar_t* gh_p, const scalar_t* P_all,
+                      const scalar_t* al_p, const scalar_t* be_p, const scalar_t* hs_p,
+                      const scalar_t* h0_p, const scalar_t* res_p, at::Tensor& rec,
+                      const scalar_t* ch_p, scalar_t* dx_p, scalar_t* da_parts,
+                      scalar_t* db_parts, scalar_t* dr_p, int64_t B, int64_t T) {
+  const int64_t H = tr.H, G = tr.G, N = tr.N, I = tr.I;
+  const int64_t steps = L.max_len;
+  scalar_t* rec_p = rec.data_ptr<scalar_t>();
+  std::vector<at::Tensor> w(static_cast<size_t>(parts));
+  std::vector<std::unique_ptr<StepGemm<scalar_t>>> gemm(w.size());
+  std::vector<std::unique_ptr<TreeScratch<scalar_t>>> sc(w.size());
+  // steps past every row's length: zeros, before the loop
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = steps; t < T; ++t) {
+      const int64_t bt = b * T + t;
+      fill_zero(dx_p + bt * G, G);
+      if (dr_p) fill_zero(dr_p + bt * H, H);
+    }
+  }
+  // steps + 1 rounds: round k runs the product of step steps - k (k >= 1: its dP complete since
+  // the barrier), then the rows of step steps - 1 - k; the last round has step 0's product alone
+  over_columns(parts, steps + 1, [&](int64_t p) {
+    const Columns c = columns_of(p, parts, H);
+    const auto i = static_cast<size_t>(p);
+    if (c.width == 0) return;
+    w[i] = weight_hh.narrow(1, c.first, c.width).contiguous();  // (3NH, W)
+    gemm[i] = std::make_unique<StepGemm<scalar_t>>(w[i], /*transpose=*/false, B);
+    sc[i] = std::make_unique<TreeScratch<scalar_t>>(N, c.width);
+  }, [&](int64_t k, int64_t p) {
+    const Columns c = columns_of(p, parts, H);
+    const auto i = static_cast<size_t>(p);
+    if (c.width == 0) return;
+    const int64_t j0 = c.first, W = c.width;
+    const int64_t t_prod = steps - k;  // its dP is complete
+    if (k > 0) {
+      const scalar_t* a = dx_p + t_prod * G;
+      if (!gemm[i]->run_raw(a, T * G, rec_p + j0, H, true)) {
+        at::Tensor dx = at::from_blob(dx_p, {B, T, G}, rec.options());
+        gemm[i]->run(dx.select(1, t_prod), rec.narrow(1, j0, W), true);
+      }
+    }
+    const int64_t t = steps - 1 - k;  // the rows of this step
+    if (t < 0) return;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t bt = b * T + t;
+      scalar_t* d = dx_p + bt * G;
+      scalar_t* sa = da_parts + (p * B * T + bt) * I;
+      scalar_t* sb = db_parts + (p * B * T + bt) * I;
+      if (t >= L.len[static_cast<size_t>(b)]) {
+        for (int64_t m = 0; m < 3 * N; ++m) fill_zero(d + m * H + j0, W);
+        fill_zero(sa, I);
+        fill_zero(sb, I);
+        if (dr_p) fill_zero(dr_p + bt * H + j0, W);
+        continue;
+      }
+      const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
+      tree_backward<scalar_t>(tr, P_all + bt * G, s, al_p + bt * I, be_p + bt * I,
+                              res_p ? res_p + bt * H : nullptr,
+                              incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H),
+                              gh_p ? gh_p + bt * H : nullptr, d, dr_p ? dr_p + bt * H : nullptr,
+                              sa, sb, *sc[i], j0, W);
+      std::memcpy(rec_p + b * H + j0, sc[i]->ds.data(), sizeof(scalar_t) * size_t(W));
+    }
+  });
 }
 
 void check_inputs(const at::Tensor& x_proj, const at::Tensor& weight_hh, const at::Tensor& alpha,
@@ -264,11 +535,17 @@ std::vector<at::Tensor> metagross_state_forward(const at::Tensor& x_proj_in,
   const SavedActs saved(save, B, T, G, x_proj.options());
   at::Tensor rec = at::zeros({B, G}, x_proj.options());
 
+  const int64_t parts = column_parts(B, T, H);
   AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "metagross_state_forward", [&] {
     const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
     const scalar_t* al_p = alpha.data_ptr<scalar_t>();
     const scalar_t* be_p = beta.data_ptr<scalar_t>();
     const scalar_t* res_p = res.defined() ? res.data_ptr<scalar_t>() : nullptr;
+    if (parts > 1) {
+      forward_columns<scalar_t>(tr, L, parts, weight_hh, xp_all, al_p, be_p, res_p, h,
+                                h_seq.data_ptr<scalar_t>(), saved, B, T);
+      return;
+    }
     const scalar_t* rec_p = rec.data_ptr<scalar_t>();
     scalar_t* h_p = h.data_ptr<scalar_t>();
     scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
@@ -326,6 +603,7 @@ std::vector<at::Tensor> metagross_state_backward(
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor rec = at::zeros({B, H}, opts);
 
+  const int64_t parts = column_parts(B, T, H);
   AT_DISPATCH_FLOATING_TYPES(h_seq.scalar_type(), "metagross_state_backward", [&] {
     const scalar_t* gh_p = gh.defined() ? gh.data_ptr<scalar_t>() : nullptr;
     const scalar_t* P_all = acts.data_ptr<scalar_t>();
@@ -340,6 +618,16 @@ std::vector<at::Tensor> metagross_state_backward(
     scalar_t* db_p = dbeta.data_ptr<scalar_t>();
     scalar_t* dr_p = has_res ? dres.data_ptr<scalar_t>() : nullptr;
     const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
+    if (parts > 1) {
+      at::Tensor da_parts = at::zeros({parts, B, T, I}, opts);
+      at::Tensor db_parts = at::zeros({parts, B, T, I}, opts);
+      backward_columns<scalar_t>(tr, L, parts, weight_hh, gh_p, P_all, al_p, be_p, hs_p, h0_p,
+                                 res_p, rec, ch_p, dx_p, da_parts.data_ptr<scalar_t>(),
+                                 db_parts.data_ptr<scalar_t>(), dr_p, B, T);
+      at::sum_out(dalpha, da_parts, {0});
+      at::sum_out(dbeta, db_parts, {0});
+      return;
+    }
     backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
         [&](int64_t b0, int64_t b1, const auto& run) {
       TreeScratch<scalar_t> sc(N, H);
@@ -375,6 +663,14 @@ void bind_metagross_state(pybind11::module_& m) {
   m.def("metagross_state_backward", &Recurrences<&metagross_state_backward, 2, 7, 9>::run,
         "METAGROSS (section 2 as printed) backward -> dx_proj, dweight_hh, dalpha, dbeta, dres, "
         "dh0");
+  m.def("metagross_state_split", [](int mode) {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "metagross_state_split: mode must be 0 (auto), 1 (the "
+                "batch) or 2 (the hidden units), got ", mode);
+    return split_mode().exchange(mode);
+  }, "how METAGROSS as printed splits its work over the threads: 0 auto, 1 the batch, 2 the "
+     "hidden units (with 2+ threads); returns the previous mode");
+  m.def("metagross_state_parts", &column_parts,
+        "the parts the hidden units of a (B, T, H) call split into (1: the batch split)");
 }
 
 }  // namespace ctrlrnn::cells
