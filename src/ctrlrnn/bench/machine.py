@@ -52,7 +52,7 @@ def _cpuinfo() -> dict[str, Any]:
 #: CPU flags named with the machine: machines of one model name differ in these, and with them
 #: the GEMM path that is fastest (MKL against oneDNN)
 CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_vp2intersect",
-                 "amx_bf16", "amx_tile")
+                 "avx512_fp16", "amx_bf16", "amx_tile")
 
 
 def _meminfo_bytes() -> int | None:
