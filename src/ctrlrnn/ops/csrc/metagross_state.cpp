@@ -219,6 +219,41 @@ CTRLRNN_SIMD
   }
 }
 
+// What the backward of one call reads and writes, and the step of one row over a range of hidden
+// units, for both splits (the batch split's rows take the whole range).
+template <typename scalar_t>
+struct BackwardRows {
+  const Tree& tr;
+  const Lengths& L;
+  int64_t T;
+  const scalar_t *gh, *P, *al, *be, *hs, *h0, *res, *carry;
+  scalar_t *rec, *dx, *dr;
+
+  // Row b at step t, hidden units [j0, j0 + W): its columns of dP (every map) and of d res, the
+  // range's part of d alpha, d beta into sa, sb (I each), and its columns of the carried
+  // gradient rec (the direct part through the cells' (1 - f); the step's product adds the
+  // rest); zeros past the row's length, rec then untouched.
+  void row(int64_t b, int64_t t, int64_t j0, int64_t W, scalar_t* sa, scalar_t* sb,
+           TreeScratch<scalar_t>& sc) const {
+    const int64_t H = tr.H, G = tr.G, I = tr.I, bt = b * T + t;
+    scalar_t* d = dx + bt * G;
+    if (t >= L.len[static_cast<size_t>(b)]) {
+      for (int64_t m = 0; m < 3 * tr.N; ++m) fill_zero(d + m * H + j0, W);
+      fill_zero(sa, I);
+      fill_zero(sb, I);
+      if (dr) fill_zero(dr + bt * H + j0, W);
+      return;
+    }
+    const scalar_t* s = t > 0 ? hs + (bt - 1) * H : h0 + b * H;
+    tree_backward<scalar_t>(tr, P + bt * G, s, al + bt * I, be + bt * I,
+                            res ? res + bt * H : nullptr,
+                            incoming(L, b, t, static_cast<const scalar_t*>(rec), carry, H),
+                            gh ? gh + bt * H : nullptr, d, dr ? dr + bt * H : nullptr, sa, sb, sc,
+                            j0, W);
+    std::memcpy(rec + b * H + j0, sc.ds.data(), sizeof(scalar_t) * static_cast<size_t>(W));
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // The hidden units split over the threads (a unidirectional layer on 2+ threads).
 //
@@ -412,15 +447,12 @@ CTRLRNN_SIMD
 // dx (every map), dres, and of rec (the carried dh_{t-1}), and its share of the sums d alpha,
 // d beta into its own slab of da_parts, db_parts (parts, B, T, I), added up by the caller.
 template <typename scalar_t>
-void backward_columns(const Tree& tr, const Lengths& L, int64_t parts,
-                      const at::Tensor& weight_hh, const scalar_t* gh_p, const scalar_t* P_all,
-                      const scalar_t* al_p, const scalar_t* be_p, const scalar_t* hs_p,
-                      const scalar_t* h0_p, const scalar_t* res_p, at::Tensor& rec,
-                      const scalar_t* ch_p, scalar_t* dx_p, scalar_t* da_parts,
-                      scalar_t* db_parts, scalar_t* dr_p, int64_t B, int64_t T) {
-  const int64_t H = tr.H, G = tr.G, N = tr.N, I = tr.I;
-  const int64_t steps = L.max_len;
-  scalar_t* rec_p = rec.data_ptr<scalar_t>();
+void backward_columns(const BackwardRows<scalar_t>& rows, int64_t parts,
+                      const at::Tensor& weight_hh, const at::Tensor& rec, scalar_t* da_parts,
+                      scalar_t* db_parts, int64_t B) {
+  const Tree& tr = rows.tr;
+  const int64_t H = tr.H, G = tr.G, N = tr.N, I = tr.I, T = rows.T;
+  const int64_t steps = rows.L.max_len;
   std::vector<at::Tensor> w(static_cast<size_t>(parts));
   std::vector<std::unique_ptr<StepGemm<scalar_t>>> gemm(w.size());
   std::vector<std::unique_ptr<TreeScratch<scalar_t>>> sc(w.size());
@@ -428,8 +460,8 @@ void backward_columns(const Tree& tr, const Lengths& L, int64_t parts,
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = steps; t < T; ++t) {
       const int64_t bt = b * T + t;
-      fill_zero(dx_p + bt * G, G);
-      if (dr_p) fill_zero(dr_p + bt * H, H);
+      fill_zero(rows.dx + bt * G, G);
+      if (rows.dr) fill_zero(rows.dr + bt * H, H);
     }
   }
   // steps + 1 rounds: round k runs the product of step steps - k (k >= 1: its dP complete since
@@ -448,9 +480,9 @@ void backward_columns(const Tree& tr, const Lengths& L, int64_t parts,
     const int64_t j0 = c.first, W = c.width;
     const int64_t t_prod = steps - k;  // its dP is complete
     if (k > 0) {
-      const scalar_t* a = dx_p + t_prod * G;
-      if (!gemm[i]->run_raw(a, T * G, rec_p + j0, H, true)) {
-        at::Tensor dx = at::from_blob(dx_p, {B, T, G}, rec.options());
+      const scalar_t* a = rows.dx + t_prod * G;
+      if (!gemm[i]->run_raw(a, T * G, rows.rec + j0, H, true)) {
+        const at::Tensor dx = at::from_blob(rows.dx, {B, T, G}, rec.options());
         gemm[i]->run(dx.select(1, t_prod), rec.narrow(1, j0, W), true);
       }
     }
@@ -458,23 +490,8 @@ void backward_columns(const Tree& tr, const Lengths& L, int64_t parts,
     if (t < 0) return;
     for (int64_t b = 0; b < B; ++b) {
       const int64_t bt = b * T + t;
-      scalar_t* d = dx_p + bt * G;
-      scalar_t* sa = da_parts + (p * B * T + bt) * I;
-      scalar_t* sb = db_parts + (p * B * T + bt) * I;
-      if (t >= L.len[static_cast<size_t>(b)]) {
-        for (int64_t m = 0; m < 3 * N; ++m) fill_zero(d + m * H + j0, W);
-        fill_zero(sa, I);
-        fill_zero(sb, I);
-        if (dr_p) fill_zero(dr_p + bt * H + j0, W);
-        continue;
-      }
-      const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
-      tree_backward<scalar_t>(tr, P_all + bt * G, s, al_p + bt * I, be_p + bt * I,
-                              res_p ? res_p + bt * H : nullptr,
-                              incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H),
-                              gh_p ? gh_p + bt * H : nullptr, d, dr_p ? dr_p + bt * H : nullptr,
-                              sa, sb, *sc[i], j0, W);
-      std::memcpy(rec_p + b * H + j0, sc[i]->ds.data(), sizeof(scalar_t) * size_t(W));
+      rows.row(b, t, j0, W, da_parts + (p * B * T + bt) * I, db_parts + (p * B * T + bt) * I,
+               *sc[i]);
     }
   });
 }
@@ -618,12 +635,13 @@ std::vector<at::Tensor> metagross_state_backward(
     scalar_t* db_p = dbeta.data_ptr<scalar_t>();
     scalar_t* dr_p = has_res ? dres.data_ptr<scalar_t>() : nullptr;
     const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
+    const BackwardRows<scalar_t> rows{tr, L, T, gh_p, P_all, al_p, be_p, hs_p, h0_p, res_p,
+                                      ch_p, rec_p, dx_p, dr_p};
     if (parts > 1) {
       at::Tensor da_parts = at::zeros({parts, B, T, I}, opts);
       at::Tensor db_parts = at::zeros({parts, B, T, I}, opts);
-      backward_columns<scalar_t>(tr, L, parts, weight_hh, gh_p, P_all, al_p, be_p, hs_p, h0_p,
-                                 res_p, rec, ch_p, dx_p, da_parts.data_ptr<scalar_t>(),
-                                 db_parts.data_ptr<scalar_t>(), dr_p, B, T);
+      backward_columns<scalar_t>(rows, parts, weight_hh, rec, da_parts.data_ptr<scalar_t>(),
+                                 db_parts.data_ptr<scalar_t>(), B);
       at::sum_out(dalpha, da_parts, {0});
       at::sum_out(dbeta, db_parts, {0});
       return;
@@ -631,22 +649,8 @@ std::vector<at::Tensor> metagross_state_backward(
     backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
         [&](int64_t b0, int64_t b1, const auto& run) {
       TreeScratch<scalar_t> sc(N, H);
-      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
-        scalar_t* __restrict d = dx_p + bt * G;
-        if (!valid) {
-          fill_zero(d, G);
-          fill_zero(da_p + bt * I, I);
-          fill_zero(db_p + bt * I, I);
-          if (dr_p) fill_zero(dr_p + bt * H, H);
-          return;
-        }
-        const scalar_t* s = t > 0 ? hs_p + (bt - 1) * H : h0_p + b * H;
-        tree_backward<scalar_t>(tr, P_all + bt * G, s, al_p + bt * I, be_p + bt * I,
-                                res_p ? res_p + bt * H : nullptr,
-                                incoming(L, b, t, static_cast<const scalar_t*>(rec_p), ch_p, H),
-                                gh_p ? gh_p + bt * H : nullptr, d, dr_p ? dr_p + bt * H : nullptr,
-                                da_p + bt * I, db_p + bt * I, sc, 0, H);
-        std::memcpy(rec_p + b * H, sc.ds.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+      run([&](int64_t b, int64_t t, int64_t bt, bool) {
+        rows.row(b, t, 0, H, da_p + bt * I, db_p + bt * I, sc);
       });
     }, dx, dx.size(2));
   });
