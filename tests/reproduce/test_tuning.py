@@ -387,6 +387,14 @@ def test_a_search_cut_mid_way_resumes_from_the_results_file_alone(tmp_path, monk
     assert qrnn["tuning"] == before["arms"]["QRNN"]["tuning"]
     lines, _ = pages.experiment_section(TINY, saved, tmp_path, "quick")
     assert "**Search under way**: QRNN, 2 of 4 trials finished" in "\n".join(lines)
+    # the file's training time counts the trials of the search under way too
+    held = sum(r["train_seconds"] for a in saved["arms"].values()
+               for key in ("tuning", IN_PROGRESS) for r in (a.get(key) or {}).get("trials", []))
+    held += sum(x["train_seconds"] for a in saved["arms"].values() for x in a["seeds"].values())
+    assert pages.training_seconds(saved) == pytest.approx(held)
+    assert len(qrnn[IN_PROGRESS]["trials"]) == 2 and held > pages.training_seconds(
+        {**saved, "arms": {k: {kk: vv for kk, vv in a.items() if kk != IN_PROGRESS}
+                           for k, a in saved["arms"].items()}})
 
     shutil.rmtree(runs)  # only the results file goes on
     trained.clear()

@@ -427,10 +427,12 @@ def _converged_cell(seeds: list[dict[str, Any]]) -> str:
 
 
 def _runs(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A results file's final runs and its tuning trials (their summaries and rows)."""
+    """A results file's final runs and its tuning trials (their summaries and rows), the trials
+    of a search under way (:data:`IN_PROGRESS`) included: work the file holds."""
     arms = list(data.get("arms", {}).values())
     final = [run for arm in arms for run in (arm.get("seeds") or {}).values()]
-    trials = [run for arm in arms for run in (arm.get("tuning") or {}).get("trials", [])]
+    trials = [run for arm in arms for key in ("tuning", IN_PROGRESS)
+              for run in (arm.get(key) or {}).get("trials", [])]
     return final, trials
 
 
