@@ -111,13 +111,21 @@ class Standing:
             return False
         if not self.same_setting(arm, record):
             return False
+        budgets = self._trial_budgets(record, search)
+        return budgets is not None and all(
+            run_holds(row.get("stop_reason"), *budgets) for row in record["trials"])
+
+    def _trial_budgets(self, record: dict[str, Any], search: Tuning
+                       ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The trial budget a stored tuning ``record`` was trained under (its own, else the
+        stored definition's) and the one ``search`` trains under now; None when the first is
+        unknown."""
         then = record.get("budget")
         if then is None:
             if self.stored_overrides is None:
-                return False
+                return None
             then = trial_budget(self.stored_overrides, search)
-        now = trial_budget(self.exp.overrides(self.mode), search)
-        return all(run_holds(row.get("stop_reason"), then, now) for row in record["trials"])
+        return then, trial_budget(self.exp.overrides(self.mode), search)
 
     def finished_trials(self, arm: Arm, *records: dict[str, Any] | None) -> list[dict[str, Any]]:
         """The trials of the search now that stored ``records`` of ``arm`` already hold (a
@@ -132,16 +140,13 @@ class Standing:
             if search is None or record is None or stored is None \
                     or stored.key() != search.key() or not self.same_setting(arm, record):
                 continue
-            then = record.get("budget")
-            if then is None:
-                if self.stored_overrides is None:
-                    continue
-                then = trial_budget(self.stored_overrides, search)
-            now = trial_budget(self.exp.overrides(self.mode), search)
+            budgets = self._trial_budgets(record, search)
+            if budgets is None:
+                continue
             rows: list[dict[str, Any]] = []
             for k, row in enumerate(record.get("trials") or []):
                 if not isinstance(row, dict) or row.get("trial") != k or k >= search.trials \
-                        or not run_holds(row.get("stop_reason"), then, now):
+                        or not run_holds(row.get("stop_reason"), *budgets):
                     break
                 rows.append(row)
             if len(rows) > len(best):
