@@ -158,9 +158,8 @@ def gemm_rate_at(shape: tuple[int, int, int], dtype: torch.dtype = torch.float32
     """FLOP/s of the faster GEMM path at ``shape`` (measured once per shape, dtype and thread
     count in this process; the median of at least 9 products on each path, best of both).
 
-    At least 9: with 3, as before, the rate at the B=32 points of two idle runs on one shared
-    host differed by 19% (253 and 300 GFLOP/s) while the rows' times agreed within 2%, and the
-    rows' ratios to their floors moved with it."""
+    At least 9: the floor targets divide by this rate, and a median of 3 on a shared host moved
+    between runs far more than the rows' own times did."""
     key = (*shape, str(dtype), torch.get_num_threads())
     if key not in _RATES:
         m, k, n = shape

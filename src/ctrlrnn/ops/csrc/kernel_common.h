@@ -142,12 +142,11 @@ inline double tanh_(double x) { return std::tanh(x); }
 // skips that read, and does not evict the caches' contents. Worth it when the output would not
 // be found in cache by its reader anyway: when a kernel writes more than a fair share of the
 // last-level cache. By default that share is a quarter of the cache, and at most 4 MiB per
-// thread of this process: in a virtual machine sysfs reports the whole socket's cache (266 MB on
-// a 2-vCPU Xeon guest), shared with every other guest, and a quarter of that kept 8-64 MB
-// outputs on ordinary stores, which measured 1.4-2.1x slower there than streaming them (the
-// linear scan at B=32, T=256, C=256-1024, forward and backward). On an AMD EPYC core complex
-// (32 MB per 8 cores) the two bounds agree at 2 threads. CTRLRNN_STREAMING_BYTES sets the
-// threshold in bytes (negative: never stream).
+// thread of this process: in a virtual machine sysfs reports the whole socket's cache, shared
+// with every other guest, and a quarter of it would keep outputs far larger than the cache this
+// process can hold on ordinary stores (README has the measurement). On a CPU of 4 MiB per core
+// the two bounds agree. CTRLRNN_STREAMING_BYTES sets the threshold in bytes (negative: never
+// stream).
 
 // The last-level cache of the cores this process runs on. sysfs first: on a CPU of several core
 // complexes (an AMD EPYC) glibc's sysconf reports the sum over all of them, many times the cache

@@ -258,14 +258,13 @@ struct BackwardRows {
 // The hidden units split over the threads (a unidirectional layer on 2+ threads).
 //
 // The batch split (cells_time.h) gives each thread B / threads rows of every per-step product;
-// at B = 32 on 2 threads that is M = 16 rows against 3NH = 2304 columns, where MKL's kernels ran
-// at 122 GFLOP/s, against 176-184 for the input projection. Here each thread takes all B rows
-// and the columns of its hidden units [j0, j0 + W) in every one of the 3N maps (forward), or
-// those columns of dh_{t-1} (backward), and the tree at those units, which needs no other units'
-// values. The price is one barrier per step: step t+1's product reads every thread's h_t, and
-// backward's product of step t reads every thread's dP_t. The state is double-buffered, so the
-// one barrier suffices in forward; in backward a thread's next rows read only the columns of
-// dh it wrote itself.
+// at a small batch that is few rows against 3NH columns, a shape BLAS runs slowly, or, below
+// 2 * kMinRows rows, no split at all. Here each thread takes all B rows and the columns of its
+// hidden units [j0, j0 + W) in every one of the 3N maps (forward), or those columns of dh_{t-1}
+// (backward), and the tree at those units, which needs no other units' values. The price is one
+// barrier per step: step t+1's product reads every thread's h_t, and backward's product of step
+// t reads every thread's dP_t. The state is double-buffered, so the one barrier suffices in
+// forward; in backward a thread's next rows read only the columns of dh it wrote itself.
 
 // 0: the split is chosen by column_parts; 1: always the batch; 2: the hidden units when there
 // are 2+ threads (tests, to run either path at any size). CTRLRNN_METAGROSS_SPLIT=auto, batch or
@@ -285,12 +284,11 @@ inline std::atomic<int>& split_mode() {
 
 constexpr int64_t kColumnQuantum = 16;  // hidden units per part: a multiple of this
 
-// The automatic choice, measured on 2 threads (docs/metagross.md has the grid): the hidden units
-// split when the batch cannot (fewer than 2 * kMinRows rows: the batch split then runs on one
-// thread) and every part gets at least 32 units, or when the batch split would give each thread
-// at most 8 rows and every part gets at least 128 units (B = 8-16 at H = 256-512: 1.04-1.44x).
-// From 16 rows per thread the two split equally (B = 32, H = 256; B = 64, H = 512), and at
-// H = 128 with 4-8 rows per thread the batch split is 1.15x faster, so the batch split stays.
+// The automatic choice follows the measured grid in docs/metagross.md: the hidden units split
+// when the batch cannot (fewer than 2 * kMinRows rows: the batch split then runs on one thread)
+// and every part gets at least 32 units, or when the batch split would give each thread at most
+// 8 rows and every part gets at least 128 units. With more rows per thread, or narrower parts,
+// the per-step products of the batch split are as fast or faster, and it needs no barrier.
 constexpr int64_t kColumnMinWidthAlone = 32;
 constexpr int64_t kColumnMaxRows = 8;
 constexpr int64_t kColumnMinWidth = 128;
