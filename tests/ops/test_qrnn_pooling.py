@@ -184,3 +184,41 @@ def test_unused_outputs_reach_the_backward_as_none(monkeypatch, use_custom_op):
     ref_gates = gates.detach().clone().requires_grad_()
     ref_h = qrnn_mod.qrnn_pooling_ref(ref_gates, pooling="fo")[0]
     torch.testing.assert_close(dgates, torch.autograd.grad(ref_h.sum(), (ref_gates,))[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# streaming stores: from the threshold, the float kernels write h, c and the gate gradients with
+# non-temporal stores (ops/csrc/kernel_common.h, store_row)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def streaming_threshold():
+    """Sets the scan extension's streaming threshold for a test, restored after."""
+    ext = kernel_for("scan", torch.device("cpu"))
+    if ext is None:
+        pytest.skip("no compiled kernels")
+    before = ext.streaming_threshold()
+    yield ext.set_streaming_threshold
+    ext.set_streaming_threshold(before)
+
+
+# channel counts that leave unaligned heads and tails around the 8-wide vector loop; B=1 splits
+# the channels into blocks over the threads
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("H", [1, 7, 13, 64])
+@pytest.mark.parametrize("B", [1, 3])
+def test_streaming_stores_change_no_value(streaming_threshold, pooling, H, B):
+    gates, c0, kw = _inputs(pooling, torch.float32, True, B=B, T=9, H=H, seed=H)
+    gy = torch.randn(B, 9, H, generator=torch.Generator().manual_seed(1))
+    results = []
+    for threshold in (-1, 0):  # never stream, stream everything
+        streaming_threshold(threshold)
+        h, c, last = qrnn_mod.qrnn_pooling(gates, c0, **kw)
+        grads = torch.autograd.grad((h * gy).sum() + c.sum() + last.sum(), (gates, c0))
+        results.append((h, c, last, *grads))
+    for plain, streamed in zip(*results, strict=True):
+        assert torch.equal(plain, streamed)
+    ref = qrnn_mod.qrnn_pooling_ref(gates, c0, **kw)
+    for got, want in zip(results[1][:3], ref, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

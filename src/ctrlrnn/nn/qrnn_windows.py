@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int, check_rate
+from ctrlrnn.ops.conv_windows import shifted_windows
 from ctrlrnn.ops.padding import zero_padding
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE
 
@@ -40,12 +40,10 @@ def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Ten
     """
     if window == 1:
         return x
-    if history is None:
-        padded = F.pad(x, (0, 0, window - 1, 0))
-    else:
-        padded = torch.cat([history, x], dim=1)
-    steps = x.shape[1]
-    return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
+    if history is None:  # tap j of step t reads x_{t+j-k+1}, zeros before the start
+        return shifted_windows(x, [j - (window - 1) for j in range(window)], x.shape[1])
+    # the history precedes x: tap j of step t reads step t + j of [history, x]
+    return shifted_windows(torch.cat([history, x], dim=1), list(range(window)), x.shape[1])
 
 
 def centred_taps(window: int) -> tuple[int, int]:
@@ -68,10 +66,8 @@ def centred_windows(x: Tensor, window: int, lengths: Tensor | None = None) -> Te
     if window == 1:
         return x
     x = zero_padding(x, lengths)
-    before, after = centred_taps(window)
-    padded = F.pad(x, (0, 0, before, after))
-    steps = x.shape[1]
-    return torch.cat([padded[:, j : j + steps] for j in range(window)], dim=-1)
+    before, _after = centred_taps(window)
+    return shifted_windows(x, [j - before for j in range(window)], x.shape[1])
 
 
 def check_windows(window: Any, num_layers: int) -> tuple[int, ...]:

@@ -66,7 +66,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 #: The extensions ctrlrnn ships: name -> C++ source files under ``ops/csrc``.
 EXTENSIONS: dict[str, list[str]] = {
-    "scan": ["scan.cpp", "rcrn_listener.cpp"],
+    "scan": ["scan.cpp", "rcrn_listener.cpp", "conv_windows.cpp"],
     "cells": ["cells.cpp", "lstm.cpp", "gru.cpp", "cas_lstm.cpp", "ncarnn.cpp",
               "metagross_state.cpp"],
     "metagross": ["metagross.cpp"],

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include <unistd.h>
 #if defined(__AVX__)
@@ -232,6 +233,22 @@ inline int64_t peel_to_32(const float* p, int64_t n) {
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   if (addr % sizeof(float) != 0) return n;
   return std::min<int64_t>(n, int64_t((32 - addr % 32) % 32 / sizeof(float)));
+}
+
+
+// Writes n accumulation-type values to `dst` in its type: with STREAM, for float, by streaming
+// stores from the first 32-byte boundary (the kernels that call it pass STREAM from
+// use_streaming_stores, and end their work with stream_fence).
+template <bool STREAM, typename scalar_t, typename acc_t>
+inline void store_row(scalar_t* __restrict__ dst, const acc_t* __restrict__ src, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX__)
+  if constexpr (STREAM && std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
+    for (const int64_t head = peel_to_32(dst, n); j < head; ++j) dst[j] = src[j];
+    for (; j + 8 <= n; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+  }
+#endif
+  for (; j < n; ++j) dst[j] = scalar_t(src[j]);
 }
 
 }  // namespace ctrlrnn::kernels

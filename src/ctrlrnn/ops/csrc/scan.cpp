@@ -4,7 +4,7 @@
 // qrnn_pooling:  f-, fo- and ifo-pooling of the QRNN paper (eq 3-5) with zoneout
 //                (eq 6) fused with the gate activations of eq 1-2, reading raw pre-activations.
 // (rcrn_listener.cpp, bound here: the RCRN listener, eq 15-16, gates, scan and output in one
-// pass.)
+// pass; conv_windows.cpp: the QRNN convolution's windows, eq 1, and their adjoint.)
 //
 // Layout: batch-first contiguous (B, T, C). Work is split over (batch, block of channels) with
 // at::parallel_for; each work item walks time sequentially with its state in registers, in the
@@ -269,7 +269,7 @@ std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tenso
 
 inline int64_t gates_of(int64_t mode) { return mode == 0 ? 2 : (mode == 1 ? 3 : 4); }
 
-template <typename scalar_t, int MODE, bool KEEP>
+template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
 void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar_t* keep,
                          double keep_scale, const int64_t* lengths, scalar_t* hout,
                          scalar_t* cout, scalar_t* clast, int64_t B, int64_t T, int64_t H) {
@@ -281,14 +281,16 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    // state, then the activations of one step: z, f, o (or 1), i, k
-    std::vector<acc_t> buf(6 * kBlock);
+    // state, then the activations of one step: z, f, o (or 1), i, k; then, streaming, the
+    // step's h to stream out (c streams from the state)
+    std::vector<acc_t> buf((STREAM ? 7 : 6) * kBlock);
     acc_t* __restrict__ c = buf.data();
     acc_t* __restrict__ za = c + kBlock;
     acc_t* __restrict__ fa = za + kBlock;
     acc_t* __restrict__ oa = fa + kBlock;
     acc_t* __restrict__ ia = oa + kBlock;
     acc_t* __restrict__ ka = ia + kBlock;
+    acc_t* __restrict__ hb = ka + kBlock;
     for (int64_t w = begin; w < end; ++w) {
       const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
       const int64_t n = std::min(kBlock, H - h0i);
@@ -313,13 +315,25 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
         }
         // pooling (eq 3-5) with zoneout (eq 6)
-        for (int64_t j = 0; j < n; ++j) {
-          const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
-          const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
-          const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
-          c[j] = cj;
-          ct[j] = scalar_t(cj);
-          ht[j] = scalar_t(MODE == 0 ? cj : oa[j] * cj);
+        if constexpr (STREAM) {
+          for (int64_t j = 0; j < n; ++j) {
+            const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
+            const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
+            const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
+            c[j] = cj;
+            hb[j] = MODE == 0 ? cj : oa[j] * cj;
+          }
+          store_row<true>(ct, c, n);
+          store_row<true>(ht, hb, n);
+        } else {
+          for (int64_t j = 0; j < n; ++j) {
+            const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
+            const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
+            const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
+            c[j] = cj;
+            ct[j] = scalar_t(cj);
+            ht[j] = scalar_t(MODE == 0 ? cj : oa[j] * cj);
+          }
         }
       }
       for (int64_t t = L; t < T; ++t) {
@@ -330,25 +344,86 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
       }
       for (int64_t j = 0; j < n; ++j) clast[bi * H + h0i + j] = scalar_t(c[j]);
     }
+    stream_fence(STREAM);
   });
 }
 
-// Calls fn.template operator()<MODE, KEEP>() with the runtime mode and keep flag as constants.
-template <typename Fn>
-void dispatch_pooling(int64_t mode, bool keep, Fn&& fn) {
+// Calls fn(mode, keep, stream) with the runtime mode and flags as compile-time constants
+// (std::integral_constant<int, MODE>, std::bool_constant<KEEP>, std::bool_constant<STREAM>).
+// Streaming stores are float's only (store_row): other types take the plain kernels.
+template <typename scalar_t, typename Fn>
+void dispatch_pooling(int64_t mode, bool keep, bool stream, Fn&& fn) {
+  const auto with_mode = [&](auto m) {
+    const auto with_keep = [&](auto k) {
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        if (stream) {
+          fn(m, k, std::true_type{});
+          return;
+        }
+      }
+      fn(m, k, std::false_type{});
+    };
+    keep ? with_keep(std::true_type{}) : with_keep(std::false_type{});
+  };
   if (mode == 0) {
-    keep ? fn(std::integral_constant<int, 0>{}, std::true_type{})
-         : fn(std::integral_constant<int, 0>{}, std::false_type{});
+    with_mode(std::integral_constant<int, 0>{});
   } else if (mode == 1) {
-    keep ? fn(std::integral_constant<int, 1>{}, std::true_type{})
-         : fn(std::integral_constant<int, 1>{}, std::false_type{});
+    with_mode(std::integral_constant<int, 1>{});
   } else {
-    keep ? fn(std::integral_constant<int, 2>{}, std::true_type{})
-         : fn(std::integral_constant<int, 2>{}, std::false_type{});
+    with_mode(std::integral_constant<int, 2>{});
   }
 }
 
-template <typename scalar_t, int MODE, bool KEEP>
+// One step of the pooling's backward over n channels: the gate gradients of step t and the
+// carried cell gradient (eq 3-5 and 6 differentiated). A function of its own so that the
+// compiler sees restrict-qualified parameters: inlined into the kernel's loops, the channel loop
+// did not vectorise (GCC 12 kept it scalar for the aliasing of the locals): 1.7x the time.
+// The gate gradients go to `dgt`, gate g's n values at dgt + g * stride: the output row itself,
+// or a buffer that the caller then streams out.
+template <typename scalar_t, int MODE, typename out_t>
+__attribute__((noinline)) void qrnn_backward_step(
+    int64_t n, int64_t stride, out_t* __restrict__ dgt,
+    const scalar_t* __restrict__ ct, const scalar_t* __restrict__ cp,
+    const scalar_t* __restrict__ ght, const scalar_t* __restrict__ gct,
+    at::opmath_type<scalar_t>* __restrict__ carry, const at::opmath_type<scalar_t>* __restrict__ za,
+    const at::opmath_type<scalar_t>* __restrict__ fa,
+    const at::opmath_type<scalar_t>* __restrict__ oa,
+    const at::opmath_type<scalar_t>* __restrict__ ia,
+    const at::opmath_type<scalar_t>* __restrict__ ka) {
+  using acc_t = at::opmath_type<scalar_t>;
+  for (int64_t j = 0; j < n; ++j) {
+    const acc_t z = za[j], f = fa[j], k = ka[j];
+    const acc_t omf = k * (acc_t(1) - f);
+    const acc_t c = acc_t(ct[j]);
+    const acc_t cprev = acc_t(cp[j]);
+    const acc_t dh = acc_t(ght[j]);
+    acc_t dc = carry[j] + acc_t(gct[j]);
+    if constexpr (MODE == 0) {
+      dc += dh;
+    } else {
+      const acc_t o = oa[j];
+      dgt[2 * stride + j] = out_t(dh * c * o * (acc_t(1) - o));
+      dc += dh * o;
+    }
+    acc_t dz, df;
+    if constexpr (MODE == 2) {
+      // c = (1 - omf) c_prev + i z;   omf = k (1 - f)  ->  d f = k * dc * c_prev
+      const acc_t i = ia[j];
+      dgt[3 * stride + j] = out_t(dc * z * i * (acc_t(1) - i));
+      dz = dc * i;
+      df = k * dc * cprev;
+    } else {
+      // c = c_prev + omf (z - c_prev)  ->  d omf = dc (z - c_prev), d f = -k d omf
+      dz = dc * omf;
+      df = -k * dc * (z - cprev);
+    }
+    dgt[j] = out_t(dz * (acc_t(1) - z * z));
+    dgt[stride + j] = out_t(df * f * (acc_t(1) - f));
+    carry[j] = dc * (acc_t(1) - omf);
+  }
+}
+
+template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
 void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t* gclast,
                           const scalar_t* gates, const scalar_t* cseq, const scalar_t* c0,
                           const scalar_t* keep, double keep_scale, const int64_t* lengths,
@@ -368,6 +443,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
     acc_t* __restrict__ ia = oa + kBlock;
     acc_t* __restrict__ ka = ia + kBlock;
     std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs
+    std::vector<acc_t> out_buf(STREAM ? G * kBlock : 0);  // a step's gradients, to stream out
     for (int64_t w = begin; w < end; ++w) {
       const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
       const int64_t n = std::min(kBlock, H - h0i);
@@ -395,35 +471,12 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
           const scalar_t* __restrict__ kt = keep + row * H + h0i;
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
         }
-        for (int64_t j = 0; j < n; ++j) {
-          const acc_t z = za[j], f = fa[j], k = ka[j];
-          const acc_t omf = k * (acc_t(1) - f);
-          const acc_t c = acc_t(ct[j]);
-          const acc_t cprev = acc_t(cp[j]);
-          const acc_t dh = acc_t(ght[j]);
-          acc_t dc = carry[j] + acc_t(gct[j]);
-          if constexpr (MODE == 0) {
-            dc += dh;
-          } else {
-            const acc_t o = oa[j];
-            dgt[2 * H + j] = scalar_t(dh * c * o * (acc_t(1) - o));
-            dc += dh * o;
-          }
-          acc_t dz, df;
-          if constexpr (MODE == 2) {
-            // c = (1 - omf) c_prev + i z;   omf = k (1 - f)  ->  d f = k * dc * c_prev
-            const acc_t i = ia[j];
-            dgt[3 * H + j] = scalar_t(dc * z * i * (acc_t(1) - i));
-            dz = dc * i;
-            df = k * dc * cprev;
-          } else {
-            // c = c_prev + omf (z - c_prev)  ->  d omf = dc (z - c_prev), d f = -k d omf
-            dz = dc * omf;
-            df = -k * dc * (z - cprev);
-          }
-          dgt[j] = scalar_t(dz * (acc_t(1) - z * z));
-          dgt[H + j] = scalar_t(df * f * (acc_t(1) - f));
-          carry[j] = dc * (acc_t(1) - omf);
+        if constexpr (STREAM) {
+          acc_t* ob = out_buf.data();
+          qrnn_backward_step<scalar_t, MODE>(n, n, ob, ct, cp, ght, gct, carry, za, fa, oa, ia, ka);
+          for (int64_t g = 0; g < G; ++g) store_row<true>(dgt + g * H, ob + g * n, n);
+        } else {
+          qrnn_backward_step<scalar_t, MODE>(n, H, dgt, ct, cp, ght, gct, carry, za, fa, oa, ia, ka);
         }
       }
       for (int64_t t = L; t < T; ++t) {
@@ -434,6 +487,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
       }
       for (int64_t j = 0; j < n; ++j) dc0[bi * H + h0i + j] = scalar_t(carry[j]);
     }
+    stream_fence(STREAM);
   });
 }
 
@@ -463,9 +517,11 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
   auto h = ctrlrnn::pooled_empty({B, T, H}, gates.options());
   auto c = ctrlrnn::pooled_empty({B, T, H}, gates.options());
   auto clast = torch::empty({B, H}, gates.options());
+  // h and c written: streaming stores from the threshold (float only, see store_row)
+  const bool stream = use_streaming_stores(2 * h.numel() * h.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool", [&] {
-    dispatch_pooling(mode, keep.has_value(), [&](auto m, auto k) {
-      qrnn_forward_kernel<scalar_t, decltype(m)::value, decltype(k)::value>(
+    dispatch_pooling<scalar_t>(mode, keep.has_value(), stream, [&](auto m, auto k, auto st) {
+      qrnn_forward_kernel<scalar_t, decltype(m)::value, decltype(k)::value, decltype(st)::value>(
           gates.data_ptr<scalar_t>(), c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
           keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
           h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), clast.data_ptr<scalar_t>(), B, T, H);
@@ -488,10 +544,12 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto dgates = ctrlrnn::pooled_empty_like(gates);
   auto dc0 = torch::empty({B, H}, gates.options());
+  const bool stream = use_streaming_stores(dgates.numel() * dgates.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool_bwd",
                                   [&] {
-    dispatch_pooling(mode, keep.has_value(), [&](auto m, auto kp) {
-      qrnn_backward_kernel<scalar_t, decltype(m)::value, decltype(kp)::value>(
+    dispatch_pooling<scalar_t>(mode, keep.has_value(), stream, [&](auto m, auto kp, auto st) {
+      qrnn_backward_kernel<scalar_t, decltype(m)::value, decltype(kp)::value,
+                           decltype(st)::value>(
           grad_h.has_value() ? grad_h->data_ptr<scalar_t>() : nullptr,
           grad_c.has_value() ? grad_c->data_ptr<scalar_t>() : nullptr,
           grad_clast.has_value() ? grad_clast->data_ptr<scalar_t>() : nullptr,
@@ -508,6 +566,7 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
 
 namespace ctrlrnn {
 void bind_rcrn_listener(pybind11::module_& m);  // rcrn_listener.cpp
+void bind_conv_windows(pybind11::module_& m);   // conv_windows.cpp
 }  // namespace ctrlrnn
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -517,6 +576,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("qrnn_pooling_forward", &qrnn_pooling_forward);
   m.def("qrnn_pooling_backward", &qrnn_pooling_backward);
   ctrlrnn::bind_rcrn_listener(m);
+  ctrlrnn::bind_conv_windows(m);
   m.def("num_threads", &num_threads);
   ctrlrnn::bind_output_pool(m);
   m.def("streaming_threshold", &streaming_threshold,
