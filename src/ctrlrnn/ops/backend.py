@@ -134,8 +134,8 @@ def _compiler_line() -> str:
 
 #: What each op family runs, by the layers a user builds (``ctrlrnn info`` prints it).
 FAMILY_OPS: dict[str, str] = {
-    "scan": "linear scan, QRNN f/fo/ifo pooling and the RCRN listener (eq 15-16): QRNN, RCRN, "
-            "iCARNN, sCARNN",
+    "scan": "linear scan, QRNN f/fo/ifo pooling and convolution windows, the RCRN listener "
+            "(eq 15-16): QRNN, RCRN, iCARNN, sCARNN",
     "cells": "fused gated cells: LSTM, GRU, CAS-LSTM, nCARNN, and METAGROSS as printed "
              "(Metagross(gates='state'))",
     "metagross": "fused METAGROSS level, gates from x_t: Metagross(gates='input')",
