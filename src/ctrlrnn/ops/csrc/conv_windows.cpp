@@ -13,6 +13,7 @@
 
 #include <torch/extension.h>
 
+#include "kernel_common.h"
 #include "output_pool.h"
 
 #include <ATen/OpMathType.h>
@@ -25,12 +26,7 @@
 
 namespace {
 
-// Rows per parallel chunk: at least this many elements of work each.
-constexpr int64_t kMinElementsPerChunk = 1 << 15;
-
-int64_t grain(int64_t elements_per_row) {
-  return std::max<int64_t>(1, kMinElementsPerChunk / std::max<int64_t>(1, elements_per_row));
-}
+using ctrlrnn::kernels::grain_for;
 
 void check_offsets(const std::vector<int64_t>& offsets) {
   TORCH_CHECK(!offsets.empty(), "shifted_windows: offsets must name at least one tap");
@@ -41,7 +37,7 @@ void windows_kernel(const scalar_t* x, const std::vector<int64_t>& offsets, scal
                     int64_t B, int64_t S, int64_t steps, int64_t D) {
   const int64_t k = static_cast<int64_t>(offsets.size());
   const size_t row_bytes = static_cast<size_t>(D) * sizeof(scalar_t);
-  at::parallel_for(0, B * steps, grain(k * D), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B * steps, grain_for(1, k * D), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / steps, t = r % steps;
       scalar_t* o = out + r * k * D;
@@ -62,7 +58,7 @@ void adjoint_kernel(const scalar_t* g, const std::vector<int64_t>& offsets, scal
                     int64_t B, int64_t S, int64_t steps, int64_t D) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t k = static_cast<int64_t>(offsets.size());
-  at::parallel_for(0, B * S, grain(k * D), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, B * S, grain_for(1, k * D), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> acc(static_cast<size_t>(D));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / S, s = r % S;

@@ -281,9 +281,9 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
   at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    // state, then the activations of one step: z, f, o (or 1), i, k; then, streaming, the
-    // step's h to stream out (c streams from the state)
-    std::vector<acc_t> buf((STREAM ? 7 : 6) * kBlock);
+    // state, then the activations of one step: z, f, o (or 1), i, k, then the step's h (c is
+    // written from the state)
+    std::vector<acc_t> buf(7 * kBlock);
     acc_t* __restrict__ c = buf.data();
     acc_t* __restrict__ za = c + kBlock;
     acc_t* __restrict__ fa = za + kBlock;
@@ -315,26 +315,15 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
         }
         // pooling (eq 3-5) with zoneout (eq 6)
-        if constexpr (STREAM) {
-          for (int64_t j = 0; j < n; ++j) {
-            const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
-            const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
-            const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
-            c[j] = cj;
-            hb[j] = MODE == 0 ? cj : oa[j] * cj;
-          }
-          store_row<true>(ct, c, n);
-          store_row<true>(ht, hb, n);
-        } else {
-          for (int64_t j = 0; j < n; ++j) {
-            const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
-            const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
-            const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
-            c[j] = cj;
-            ct[j] = scalar_t(cj);
-            ht[j] = scalar_t(MODE == 0 ? cj : oa[j] * cj);
-          }
+        for (int64_t j = 0; j < n; ++j) {
+          const acc_t omf = ka[j] * (acc_t(1) - fa[j]);  // zoneout-ed (1 - f)
+          const acc_t inp = MODE == 2 ? ia[j] * za[j] : omf * za[j];
+          const acc_t cj = (acc_t(1) - omf) * c[j] + inp;
+          c[j] = cj;
+          hb[j] = MODE == 0 ? cj : oa[j] * cj;
         }
+        store_row<STREAM>(ct, c, n);
+        store_row<STREAM>(ht, hb, n);
       }
       for (int64_t t = L; t < T; ++t) {
         for (int64_t j = 0; j < n; ++j) {
@@ -377,7 +366,7 @@ void dispatch_pooling(int64_t mode, bool keep, bool stream, Fn&& fn) {
 // One step of the pooling's backward over n channels: the gate gradients of step t and the
 // carried cell gradient (eq 3-5 and 6 differentiated). A function of its own so that the
 // compiler sees restrict-qualified parameters: inlined into the kernel's loops, the channel loop
-// did not vectorise (GCC 12 kept it scalar for the aliasing of the locals): 1.7x the time.
+// did not vectorise (GCC 12 kept it scalar for the aliasing of the locals).
 // The gate gradients go to `dgt`, gate g's n values at dgt + g * stride: the output row itself,
 // or a buffer that the caller then streams out.
 template <typename scalar_t, int MODE, typename out_t>
