@@ -157,7 +157,7 @@ def _sample() -> dict:
                           "cells": cells, "skipped": ["256x1024"], "paper_max": 16.0},
             "rcrn_table10": {"ours": "RCRN", "baseline": "BiLSTM-3",
                              "rows": [dict(row, paper_train_ratio=1.0, paper_infer_ratio=0.8)]},
-            "rcrn_fused": {"ours": "RCRN fused", "baseline": "BiLSTM-3",
+            "rcrn_native": {"ours": "RCRN native", "baseline": "BiLSTM-3",
                            "rows": [dict(row, length=16)]},
             "caslstm": {"ours": "CASLSTM", "baseline": "LSTM-2", "rows": [row]},
             "metagross": {"error": "RuntimeError: out of memory"},
@@ -184,7 +184,7 @@ def test_render_page_tables():
     assert "ranges 2.0x-8.0x" in page and "Not measured (time budget): 256x1024" in page
     rcrn = next(ln for ln in lines if ln.startswith("| 32 | 64 | 200 |"))
     assert rcrn.split(" | ")[5:7] == ["0.90", "3.00"] and rcrn.endswith("| 1.00 | 0.80 |")
-    assert "### RCRN on the fused-cell engine vs 3-layer cuDNN BiLSTM" in page
+    assert "### RCRN with its controllers on cuDNN vs 3-layer cuDNN BiLSTM" in page
     assert any(ln.startswith("| 32 | 16 | 200 |") for ln in lines)
     assert "Failed: `RuntimeError: out of memory`" in page
     assert "### The fused cells' step loops as CUDA graphs" in page

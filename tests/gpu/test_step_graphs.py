@@ -109,6 +109,28 @@ def test_a_graph_per_signature_and_a_bound_on_graphs():
     assert ("u", step_graphs.signature(_args(0))) != ("t", step_graphs.signature(_args(0)))
 
 
+def test_churning_signatures_stop_new_captures_and_keep_the_graphs_held():
+    """A stream of shapes (each seen twice, never again) evicts graph after graph: once more
+    than ``max_graphs`` went out with graphs replayed only by the call that captured them, new
+    signatures run eagerly, and a graph still held keeps replaying."""
+    graphs = StepGraphs(ReplayByRerun(), max_graphs=2, force=True)
+    calls: list[int] = []
+    for n in range(2, 7):
+        for _ in range(2):
+            graphs.run("t", _args(0, n), _body(calls))
+    assert graphs.captures == 5 and graphs.evictions == 3 and graphs.churning()
+    assert graphs.replays == 5  # each graph once, by the call that captured it
+    for _ in range(3):
+        graphs.run("t", _args(0, 9), _body(calls))
+    assert graphs.captures == 5  # a new signature: eager from now on
+    replays = graphs.replays
+    y, _ = graphs.run("t", _args(1, 6), _body(calls))  # n = 6 is still held
+    assert graphs.replays == replays + 1
+    torch.testing.assert_close(y, _args(1, 6).x * _args(1, 6).w, rtol=0, atol=0)
+    graphs.clear()
+    assert not graphs.churning() and graphs.captures == graphs.evictions == 0
+
+
 def test_calls_seen_once_are_forgotten_in_order():
     graphs = StepGraphs(ReplayByRerun(), max_seen=2, force=True)
     calls: list[int] = []
@@ -128,11 +150,11 @@ def test_eager_where_the_backend_does_not_apply():
 
 
 def test_the_environment_variable(monkeypatch):
-    for value, want in (("1", True), ("on", True), ("0", False), ("off", False), ("", False)):
+    for value, want in (("1", True), ("on", True), ("0", False), ("off", False), ("", True)):
         monkeypatch.setenv(step_graphs.ENV, value)
         assert step_graphs.enabled() is want
     monkeypatch.delenv(step_graphs.ENV)
-    assert step_graphs.enabled() is False
+    assert step_graphs.enabled() is True  # the default: measured faster (docs/gpu.md)
     monkeypatch.setenv(step_graphs.ENV, "maybe")
     with pytest.raises(ValueError, match="CTRLRNN_CUDA_GRAPHS='maybe'"):
         step_graphs.enabled()

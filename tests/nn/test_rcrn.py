@@ -433,6 +433,29 @@ def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads
     torch.testing.assert_close(out, fused(x, lengths=lens)[0], rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.parametrize("triton", [True, False])
+def test_auto_controllers_on_cuda_take_the_triton_fused_engine(triton, monkeypatch):
+    """On CUDA, controllers="auto" runs the fused engine wherever its Triton kernels run (the
+    GPU check measured it faster than cuDNN at every shape: docs/gpu.md), cuDNN otherwise;
+    "native" stays on cuDNN either way."""
+    import ctrlrnn.nn.rcrn as rcrn_module
+
+    class CudaInput:  # what native_applies reads of an input, on a CUDA device
+        device, dtype, shape, requires_grad = torch.device("cuda"), torch.float32, (2, 5, 3), True
+
+    asked: list[torch.device] = []
+    monkeypatch.setattr(rcrn_module, "has_kernel",
+                        lambda family, device: asked.append(device) or triton)  # fmt: skip
+    x = CudaInput()
+    if reference_forced():  # CTRLRNN_BACKEND=reference: the fused engine's reference always
+        assert not RCRN(3, 8, controllers="native").native_applies(x, None)  # type: ignore
+        return
+    assert RCRN(3, 8).native_applies(x, None) is (not triton)  # type: ignore[arg-type]
+    assert asked == [torch.device("cuda")]
+    assert RCRN(3, 8, controllers="native").native_applies(x, None)  # type: ignore[arg-type]
+    assert not RCRN(3, 8, controllers="fused").native_applies(x, None)  # type: ignore[arg-type]
+
+
 def test_auto_controllers_rule():
     """The measured rule (docs/rcrn.md): training on 2+ threads, fused up to width 128 at any
     batch and up to width 256 from batch 16; otherwise batches up to 8, up to width 128 on 2+

@@ -63,7 +63,7 @@ from ctrlrnn.bench.gpu_benchmarks import (
     bench_metagross_state,
     bench_qrnn,
     bench_rcrn,
-    bench_rcrn_fused,
+    bench_rcrn_native,
     bench_scan,
     device_info,
     time_interleaved,
@@ -113,7 +113,7 @@ BUDGET_S = 450.0
 #: time; the benchmarks reuse that compile cache.)
 SHARES = {"install": 30.0, "tests": 200.0, "bench": 200.0}
 #: The benchmarks' own shares of theirs, in the order they run.
-BENCH_SHARES = {"scan": 0.08, "qrnn_fig4": 0.32, "rcrn_table10": 0.16, "rcrn_fused": 0.06,
+BENCH_SHARES = {"scan": 0.08, "qrnn_fig4": 0.32, "rcrn_table10": 0.16, "rcrn_native": 0.06,
                 "caslstm": 0.11, "metagross": 0.11, "metagross_state": 0.10,
                 "cells_graphs": 0.06}  # fmt: skip
 
@@ -125,7 +125,7 @@ def say(msg: str) -> None:
 
 BENCHES: dict[str, Callable[[Budget], dict[str, Any]]] = {
     "scan": bench_scan, "qrnn_fig4": bench_qrnn, "rcrn_table10": bench_rcrn,
-    "rcrn_fused": bench_rcrn_fused, "caslstm": bench_caslstm, "metagross": bench_metagross,
+    "rcrn_native": bench_rcrn_native, "caslstm": bench_caslstm, "metagross": bench_metagross,
     "metagross_state": bench_metagross_state, "cells_graphs": bench_cells_graphs,
 }  # fmt: skip
 

@@ -35,10 +35,10 @@ Timings are medians of repeats timed with CUDA events after a warm-up, the rows 
 each other timed in turn; every ratio on this page comes from one run on one device. fp32 runs
 with TF32 off for both sides (cuDNN and the GEMMs), as on the papers' K40 and GTX 1070.
 
-The "step loops as CUDA graphs" rows time the fused cells' loops launched per step (the
-default) against the same loops captured in CUDA graphs (`CTRLRNN_CUDA_GRAPHS=1`), and the CUDA
-tests check that both give the same outputs and gradients: where the graphs are faster at every
-length, `ctrlrnn/ops/gpu/step_graphs.py` is the place to make them the default.
+The "step loops as CUDA graphs" rows time the fused cells' loops launched per step
+(`CTRLRNN_CUDA_GRAPHS=0`) against the same loops captured in CUDA graphs (the default), and the
+CUDA tests check that both give the same outputs and gradients. The other tables run with the
+defaults: graphs on, and RCRN's `controllers="auto"` on the Triton fused cells.
 """
 
 
@@ -109,8 +109,8 @@ def _pair_table(d: dict[str, Any], paper: bool = False) -> list[str]:
 def _graphs_table(d: dict[str, Any]) -> list[str]:
     """The fused cells' step loops launched per step against the same loops as CUDA graphs."""
     lines = ["The same model with its step loops launched step by step from Python "
-             "(`CTRLRNN_CUDA_GRAPHS=0`, the default) and replayed as CUDA graphs "
-             f"(`CTRLRNN_CUDA_GRAPHS=1`), beside {d.get('baseline', 'the baseline')}; "
+             "(`CTRLRNN_CUDA_GRAPHS=0`) and replayed as CUDA graphs "
+             f"(`CTRLRNN_CUDA_GRAPHS=1`, the default), beside {d.get('baseline', 'the baseline')}; "
              "graphs / launched below 1: the graphs are faster.", "",
              "| model | batch | length | width | train ms launched | train ms graphs | "
              "graphs / launched | train ms cuDNN | graphs / cuDNN | inference ms launched | "
@@ -239,8 +239,8 @@ def render_page(results: dict[str, Any] | None) -> str:
                           bench.get("qrnn_fig4"), _qrnn_tables)  # fmt: skip
         lines += _section("RCRN vs 3-layer cuDNN BiLSTM (RCRN paper table 10)",
                           bench.get("rcrn_table10"), lambda d: _pair_table(d, paper=True))
-        lines += _section("RCRN on the fused-cell engine vs 3-layer cuDNN BiLSTM",
-                          bench.get("rcrn_fused"), _pair_table)
+        lines += _section("RCRN with its controllers on cuDNN vs 3-layer cuDNN BiLSTM",
+                          bench.get("rcrn_native"), _pair_table)
         lines += _section("CAS-LSTM vs 2-layer cuDNN LSTM", bench.get("caslstm"), _pair_table)
         lines += _section("METAGROSS vs cuDNN LSTM", bench.get("metagross"), _pair_table)
         lines += _section("METAGROSS as printed (gates='state') vs cuDNN LSTM",

@@ -11,10 +11,13 @@ runs the diagonal recurrence (eq 15) and the output gate (eq 16)::
 The three RNNs are ordinary LSTMs/GRUs over the input (eq 1-14), so with
 ``controllers="native"`` they run on torch's own recurrent kernels, both directions in one call
 (oneDNN on CPU, cuDNN on CUDA; packed sequences for ``lengths``): the construction the paper
-calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except on CPU
-where the fused engine measured faster (:func:`fused_controllers_faster`: training on two or
-more threads, layers up to 128 wide at any batch and up to 256 wide from batch 16; small
-batches of narrow layers otherwise; docs/rcrn.md has the measurements). Where torch's kernels
+calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except where
+the fused engine measured faster: on CUDA wherever its Triton kernels run (the GPU check on an
+H100, docs/gpu.md: 0.58-0.89x of a 3-layer cuDNN BiLSTM's training time against 1.06-1.48x
+on cuDNN, and faster still with the step loops as CUDA graphs), and on CPU by
+:func:`fused_controllers_faster` (training on two or more threads, layers up to 128 wide at
+any batch and up to 256 wide from batch 16; small batches of narrow layers otherwise;
+docs/rcrn.md has the measurements). Where torch's kernels
 do not apply (ONNX export, ``torch.func`` transforms, ``torch.compile``, autocast, a forced
 reference backend, empty batches, dtypes torch's kernel lacks on that device) and with
 ``controllers="fused"`` they run on the fused-cell engine
@@ -46,7 +49,7 @@ from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
-from ctrlrnn.ops.backend import functorch_active, reference_forced
+from ctrlrnn.ops.backend import functorch_active, has_kernel, reference_forced
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_stacked
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
@@ -348,7 +351,8 @@ class RCRN(RecurrentBase):
         controllers: ``"native"`` (the three RNNs of each layer run on torch's own LSTM/GRU
             kernels, both directions per call, wherever those apply; module docstring),
             ``"fused"`` (always ctrlrnn's fused-cell engine) or ``"auto"`` (default: native,
-            but fused on CPU where it measured faster: :func:`fused_controllers_faster`). All
+            but fused where it measured faster: on CUDA with the Triton kernels, on CPU by
+            :func:`fused_controllers_faster`). All
             compute eq 1-16 exactly (the tests hold them to each other and to the step-by-step
             reference), and draw the same weight-drop masks.
 
@@ -439,6 +443,10 @@ class RCRN(RecurrentBase):
             return False
         if autocast_dtype(x.device) is not None:
             return False
+        if self.controllers == "auto" and x.device.type == "cuda":
+            # the Triton fused cells ran the six RNNs faster than cuDNN at every shape of the
+            # GPU check (docs/gpu.md: "RCRN on the fused-cell engine" against "RCRN vs ...")
+            return not has_kernel("cells", x.device)
         if self.controllers == "auto" and x.device.type == "cpu":
             training = torch.is_grad_enabled() and (
                 x.requires_grad or any(p.requires_grad for p in self.parameters()))

@@ -151,8 +151,8 @@ def _step_graphs_status() -> str:
     except ValueError as e:
         return f"invalid: {e}"
     return ("on: each call signature's loop captured on its second call, then replayed "
-            f"({step_graphs.ENV}=1)" if on
-            else f"off: one launch per step from Python ({step_graphs.ENV}=0, the default)")
+            f"({step_graphs.ENV}=1, the default)" if on
+            else f"off: one launch per step from Python ({step_graphs.ENV}=0)")
 
 
 def backend_info() -> dict[str, Any]:

@@ -3,8 +3,8 @@
 The Triton host (:mod:`ctrlrnn.ops.cells.triton_host`) runs a recurrence as a Python loop that
 makes, per step, one GEMM and one step kernel launch, forward and backward. On a GPU at widths
 of a few hundred, the host's launch work per step (tens of microseconds for a stack of
-recurrences) is longer than the step's GPU work, so the GPU idles between steps. With
-``CTRLRNN_CUDA_GRAPHS=1`` the whole loop of a call (every step's GEMM and kernel, and the
+recurrences) is longer than the step's GPU work, so the GPU idles between steps. By default
+(``CTRLRNN_CUDA_GRAPHS=1``) the whole loop of a call (every step's GEMM and kernel, and the
 set-up and the weight-gradient GEMM around them) is captured once in a CUDA graph and then
 replayed with a single launch:
 
@@ -17,13 +17,19 @@ replayed with a single launch:
 * each graph owns static copies of its inputs: a replay first copies the call's inputs into
   them, and the outputs are cloned out of the graph's memory (the next replay overwrites it);
 * at most :data:`MAX_GRAPHS` graphs are kept (least recently used first out), so bucketing
-  sequence lengths keeps memory bounded;
+  sequence lengths keeps memory bounded; each graph holds its own copy of the loop's
+  activations, so a process that keeps several signatures alive holds several copies;
+* when signatures churn (more than :data:`MAX_GRAPHS` evicted, and on average less than one
+  replay per graph after the call that captured it: every batch a new shape, say) no new
+  signature is captured any more and those calls run eagerly, so a stream of shapes never
+  costs a capture per call;
 * inside an enclosing capture (a user's own ``torch.cuda.graph``) or on tensors not on CUDA,
   the loop runs eagerly as without this module.
 
-The default is off (``CTRLRNN_CUDA_GRAPHS=0``) until ``scripts/gpu-check`` has measured graphs
-against per-step launches on a GPU (its ``cells_graphs`` rows); results are the same either way
-(the same kernels in the same order).
+The default is on: ``scripts/gpu-check`` measured the graphs faster than per-step launches at
+every length and batch of its ``cells_graphs`` rows on an H100 (docs/gpu.md), and results are
+the same either way (the same kernels in the same order; tested). ``CTRLRNN_CUDA_GRAPHS=0``
+launches each step from Python and keeps no graphs.
 """
 
 from __future__ import annotations
@@ -48,15 +54,15 @@ Body = Callable[[SimpleNamespace], tuple[Any, ...]]
 
 
 def enabled() -> bool:
-    """Whether ``CTRLRNN_CUDA_GRAPHS`` asks for graphs (``1``/``on``); a value that is neither
-    on nor off is an error naming the variable."""
-    value = os.environ.get(ENV, "0").strip().lower()
-    if value in ("", "0", "off", "false", "no"):
+    """Whether ``CTRLRNN_CUDA_GRAPHS`` asks for graphs (unset, empty, ``1``/``on``: the
+    default); a value that is neither on nor off is an error naming the variable."""
+    value = os.environ.get(ENV, "1").strip().lower()
+    if value in ("0", "off", "false", "no"):
         return False
-    if value in ("1", "on", "true", "yes"):
+    if value in ("", "1", "on", "true", "yes"):
         return True
     raise ValueError(f"{ENV}={value!r}: use 1 to capture the fused cells' step loops in CUDA "
-                     "graphs, or 0 to launch each step from Python (the default)")
+                     "graphs (the default), or 0 to launch each step from Python")
 
 
 class GraphBackend(Protocol):
@@ -122,6 +128,7 @@ class StepGraphs:
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
         self.captures = 0
         self.replays = 0
+        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._graphs)
@@ -129,6 +136,13 @@ class StepGraphs:
     def clear(self) -> None:
         self._graphs.clear()
         self._seen.clear()
+        self.captures = self.replays = self.evictions = 0
+
+    def churning(self) -> bool:
+        """Whether signatures come and go faster than graphs pay off (module docstring): more
+        than ``max_graphs`` graphs evicted, and less than one replay per graph on average after
+        the call that captured it (which replays it once)."""
+        return self.evictions > self.max_graphs and self.replays < 2 * self.captures
 
     def run(self, tag: Hashable, args: SimpleNamespace, body: Body) -> tuple[Any, ...]:
         """``body(args)``, through a graph where graphs are on and apply (``tag`` names the
@@ -140,7 +154,7 @@ class StepGraphs:
         key = (tag, signature(args))
         graph = self._graphs.get(key)
         if graph is None:
-            if key not in self._seen:
+            if key not in self._seen or self.churning():
                 self._seen[key] = None
                 while len(self._seen) > self.max_seen:
                     self._seen.popitem(last=False)
@@ -167,6 +181,7 @@ class StepGraphs:
         self._graphs[key] = graph
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
+            self.evictions += 1
         self.captures += 1
         return graph
 
