@@ -5,7 +5,8 @@ is first imported; pytest imports this conftest before the test modules of the d
 ``import ctrlrnn`` never imports Triton, so setting it here is early enough.
 
 ``CTRLRNN_TRITON_NATIVE=1`` leaves it unset: ``scripts/gpu-check`` runs the CUDA tests of this
-directory (``test_cuda_layers.py``, ``test_cuda_dispatch.py``) with the compiled kernels on a GPU.
+directory (``test_cuda_layers.py``, ``test_cuda_dispatch.py``, ``test_cuda_training.py``) with
+the compiled kernels on a GPU.
 """
 
 import os

@@ -3,6 +3,7 @@ real :class:`~ctrlrnn.train.trainer.Trainer` (the path of ``ctrlrnn train``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ctrlrnn.models.encoders import encoder_options
 from ctrlrnn.tasks import task_class
@@ -48,10 +50,49 @@ def train_task(
     t = cls(cfg.task_args, cfg.seed)
     t.setup()
     m = t.build_model(model, cfg.model_args)
+    routed = check_device_routing(t, m)
     result = Trainer(cfg, t, m, out, show_progress=False).fit()
+    assert routed["forwards"] > 0
     rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines() if x]
     losses = [r["loss"] for r in rows if r.get("split") == "train"]
     return {"result": result, "losses": losses, "task": t, "model": m, "rows": rows}
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def check_device_routing(task: Any, model: torch.nn.Module) -> dict[str, int]:
+    """Make every call of ``model`` check that its input came through ``task.to_device`` (the
+    trainer's training batches and the task's own evaluation batches), so a batch that would
+    stay on the CPU while the model is on a GPU fails here, on a machine without one."""
+    moved: set[int] = set()
+    original = task.to_device
+    count = {"forwards": 0}
+
+    def to_device(batch: Any) -> Any:
+        out = original(batch)
+        moved.update(id(t) for t in _tensors(out))
+        return out
+
+    def check(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        assert first is None or id(first) in moved, (
+            f"{type(task).__name__}: the model read a batch that did not go through "
+            "Task.to_device (it would stay on the CPU with the model on a GPU)")
+        count["forwards"] += 1
+
+    task.to_device = to_device
+    model.register_forward_pre_hook(check, with_kwargs=True)
+    return count
 
 
 def assert_trained(run: dict[str, Any], out: Path, *, falls: bool = True) -> None:

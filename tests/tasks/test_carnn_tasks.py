@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from task_helpers import check_device_routing
 
 from ctrlrnn.data.loaders.babi_dialog import Dialog
 from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
@@ -58,7 +59,9 @@ def _train(task, encoder: str, model_args: dict[str, Any], out: Path, steps: int
                       batch_size=8, lr=lr, log_every=1, checkpoint_every=100,
                       model_args=model_args, task_args=task.opts)
     model = task.build_model(encoder, model_args)
+    routed = check_device_routing(task, model)
     result = Trainer(cfg, task, model, out, show_progress=False).fit()
+    assert routed["forwards"] > 0
     rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     return result, [r["loss"] for r in rows if r.get("split") == "train"]
 

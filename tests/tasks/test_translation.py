@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from task_helpers import check_device_routing
 
 from ctrlrnn.models.attn_lstm_seq2seq import AttnLSTMSeq2Seq
 from ctrlrnn.models.encoders import encoder_options
@@ -58,7 +59,9 @@ def _train(task, encoder: str, model_args: dict[str, Any], out: Path, steps: int
                       batch_size=8, lr=lr, log_every=1, checkpoint_every=100, eval_batches=1,
                       model_args=args, task_args=task.opts)
     model = task.build_model(encoder, args)
+    routed = check_device_routing(task, model)
     result = Trainer(cfg, task, model, out, show_progress=False).fit()
+    assert routed["forwards"] > 0
     rows = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r.get("split") == "train"]
     return result, losses

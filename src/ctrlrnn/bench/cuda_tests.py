@@ -11,7 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-TESTS = ("tests/gpu/test_cuda_layers.py", "tests/gpu/test_cuda_dispatch.py")
+TESTS = ("tests/gpu/test_cuda_layers.py", "tests/gpu/test_cuda_dispatch.py",
+         "tests/gpu/test_cuda_training.py")
 
 
 def parse_junit(path: Path) -> dict[str, Any]:

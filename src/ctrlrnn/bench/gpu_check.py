@@ -10,7 +10,8 @@ network:
    working tree's ``src`` is used and the page says so;
 2. **tests** (:mod:`ctrlrnn.bench.cuda_tests`): ``tests/gpu/test_cuda_layers.py`` (every layer
    forward and backward on CUDA against the CPU reference, fp32 and bf16, lengths and
-   ``PackedSequence``) and ``tests/gpu/test_cuda_dispatch.py`` with native Triton
+   ``PackedSequence``), ``tests/gpu/test_cuda_dispatch.py`` and
+   ``tests/gpu/test_cuda_training.py`` (``ctrlrnn train`` on CUDA) with native Triton
    (``CTRLRNN_TRITON_NATIVE=1``);
 3. **benchmarks** (:mod:`ctrlrnn.bench.gpu_benchmarks`; a subprocess on the installed package,
    CUDA events, warm-up, medians of repeats, the rows compared with each other timed in turn):

@@ -24,7 +24,8 @@ scripts/gpu-check OUT        # e.g. scripts/gpu-check /tmp/gpu-out
 It installs ctrlrnn from the working tree with `pip install --no-deps --no-build-isolation
 --no-index --target <temp dir> .` (no downloads; the machine's torch is not touched), runs the
 CUDA tests (`tests/gpu/test_cuda_layers.py`: every layer forward and backward on CUDA against
-the CPU reference, fp32 and bf16, lengths and packed input; `tests/gpu/test_cuda_dispatch.py`),
+the CPU reference, fp32 and bf16, lengths and packed input; `tests/gpu/test_cuda_dispatch.py`;
+`tests/gpu/test_cuda_training.py`: `ctrlrnn train` a few steps on CUDA, five task models),
 then the GPU benchmarks, and writes `OUT/results.json`, `OUT/gpu.md` and this page. It is
 budgeted to finish within 8 minutes on an H100 (each part has a time share; benchmarks reduce
 their repeats when it runs low). `PYTHON=...` picks the interpreter (default `python3`);

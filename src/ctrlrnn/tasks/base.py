@@ -4,10 +4,15 @@ A task owns its data (built or loaded in :meth:`Task.setup`), builds its model a
 encoder by name, yields the training batches of an epoch in a deterministic order (a function
 of the seed and the epoch only, so a resumed run sees the same batches), computes the training
 loss of a batch, and evaluates a split into named metrics.
+
+Batches are built on the CPU; they reach the model's device through :meth:`Task.to_device`:
+the trainer moves each training batch, and each :meth:`Task.evaluate` moves the batches it
+builds (``ctrlrnn train`` sets :attr:`Task.device` to where it put the model).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -16,6 +21,25 @@ import torch
 from torch import Tensor, nn
 
 Batch = dict[str, Any]
+
+
+def move_to(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor in it (nested dicts, lists, tuples, named tuples and
+    dataclasses such as :class:`~ctrlrnn.data.batching.PaddedBatch`) on ``device``; everything
+    else as it is. Copies from the CPU are asynchronous."""
+    if isinstance(value, Tensor):
+        return value if value.device == device else value.to(device, non_blocking=True)
+    if isinstance(value, dict):
+        return {k: move_to(v, device) for k, v in value.items()}
+    if isinstance(value, list):
+        return [move_to(v, device) for v in value]
+    if isinstance(value, tuple):
+        moved = [move_to(v, device) for v in value]
+        return type(value)(*moved) if hasattr(value, "_fields") else tuple(moved)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: move_to(getattr(value, f.name), device)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
 
 
 class Task(ABC):
@@ -36,6 +60,12 @@ class Task(ABC):
     def __init__(self, options: dict[str, Any], seed: int) -> None:
         self.opts = options
         self.seed = seed
+        #: the model's device: where :meth:`to_device` puts batches
+        self.device = torch.device("cpu")
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` (a :data:`Batch`, or anything holding tensors) on :attr:`device`."""
+        return move_to(batch, self.device)
 
     def setup(self) -> None:  # noqa: B027 - optional hook; tasks without data to load skip it
         """Load or generate the data (called once, before the model is built)."""

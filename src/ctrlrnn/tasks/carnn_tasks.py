@@ -176,7 +176,7 @@ class CarnnLmTask(Task):
         nll = tokens = 0.0
         for idx in eval_chunks([len(c) for _, c in data], self.opts["eval_batch_size"],
                                max_batches):
-            b = self._batch([data[i] for i in idx])
+            b = self.to_device(self._batch([data[i] for i in idx]))
             nll += float(self._nll(model, b))
             tokens += b["ntokens"]
         loss = nll / max(tokens, 1.0)
@@ -420,7 +420,7 @@ class CarnnDialogTask(Task):
         for idx in eval_chunks([len(e.history) for e in data], self.opts["eval_batch_size"],
                                max_batches):
             rows = [data[i] for i in idx]
-            b = self._batch(rows)
+            b = self.to_device(self._batch(rows))
             scores = self._scores(model, b)
             nll += float(F.cross_entropy(scores, b["targets"], reduction="sum"))
             right = (scores.argmax(-1) == b["targets"]).tolist()

@@ -127,7 +127,7 @@ class SentenceClassificationTask(Task):
         nll = correct = n = 0.0
         for chunk in eval_chunks([len(x) for x, _ in data], self.opts["eval_batch_size"],
                                  max_batches):
-            b = self._batch([data[i] for i in chunk])
+            b = self.to_device(self._batch([data[i] for i in chunk]))
             logits = model(b["tokens"], b["lengths"])
             nll += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
             correct += float((logits.argmax(-1) == b["labels"]).sum())

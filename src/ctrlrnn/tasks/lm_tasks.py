@@ -162,7 +162,7 @@ class LanguageModelTask(Task):
         if meta.get("spec") is None:
             self._state = None
         else:
-            leaves = [tensors[f"s{i}"] for i in range(len(tensors))]
+            leaves = [self.to_device(tensors[f"s{i}"]) for i in range(len(tensors))]
             self._state = tree_unflatten(leaves, treespec_loads(meta["spec"]))
         self._next = tuple(meta["next"]) if meta.get("next") else None
 
@@ -188,6 +188,7 @@ class LanguageModelTask(Task):
                                                  self.opts["eval_batch_size"])):
             if max_batches and k >= max_batches:
                 break
+            x, y = self.to_device((x, y))
             logits, state = model(x, state)
             state = detach_state(state)
             nll += float(F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum"))

@@ -122,7 +122,7 @@ class ChoralesTask(Task):
         total, frames = 0.0, 0
         for chunk in eval_chunks([len(r) for r in rolls], self.opts["eval_batch_size"],
                                  max_batches):
-            b = self._batch([rolls[i] for i in chunk])
+            b = self.to_device(self._batch([rolls[i] for i in chunk]))
             nll, n = frame_nll(model(b["inputs"], b["lengths"]), b["targets"], b["lengths"])
             total += float(nll)
             frames += n

@@ -119,7 +119,7 @@ class LogicTask(Task):
         hits: dict[int, list[float]] = {}  # operators -> [correct, total]
         for chunk in eval_chunks([len(x[0]) + len(x[1]) for x in data],
                                  self.opts["eval_batch_size"], max_batches):
-            b = self._batch([data[i] for i in chunk])
+            b = self.to_device(self._batch([data[i] for i in chunk]))
             logits = self._logits(model, b)
             nll += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
             right = (logits.argmax(-1) == b["labels"]).tolist()

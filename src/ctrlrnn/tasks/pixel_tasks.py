@@ -143,7 +143,7 @@ class PixelTask(Task):
         for count, k in enumerate(range(0, n, size)):
             if max_batches and count >= max_batches:
                 break
-            b = self._batch(split, self.eval_order[split][k : k + size])
+            b = self.to_device(self._batch(split, self.eval_order[split][k : k + size]))
             logits = model(b["pixels"])
             nll += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
             correct += float((logits.argmax(-1) == b["labels"]).sum())

@@ -190,8 +190,8 @@ class RankingTask(Task):
             if max_batches and count >= max_batches:
                 break
             chunk = rows[k : k + size]
-            q, a = pad_sequences([r[1] for r in chunk], pad), pad_sequences([r[2] for r in chunk],
-                                                                              pad)
+            q, a = self.to_device((pad_sequences([r[1] for r in chunk], pad),
+                                   pad_sequences([r[2] for r in chunk], pad)))
             scores += model(q.tokens, q.lengths, a.tokens, a.lengths).tolist()
         scored: list[tuple[list[float], list[int]]] = []
         at = 0

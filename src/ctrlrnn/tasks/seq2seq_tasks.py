@@ -116,7 +116,7 @@ class Seq2SeqTask(Task):
             if max_batches and count >= max_batches:
                 break
             pairs = data[k : k + size]
-            b = self._batch(pairs)
+            b = self.to_device(self._batch(pairs))
             logits = model(b["src"], b["src_lengths"], b["tgt_in"])
             mask = b["tgt_out"] != self.vocab.pad_id
             nll += float(F.cross_entropy(logits.flatten(0, 1), b["tgt_out"].flatten(),

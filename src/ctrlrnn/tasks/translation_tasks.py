@@ -292,7 +292,7 @@ class TranslationTask(Seq2SeqTask):
             if max_batches and count >= max_batches:
                 break
             idx = order[k : k + size]
-            b = self._batch([data[i] for i in idx])
+            b = self.to_device(self._batch([data[i] for i in idx]))
             logits = model(b["src"], b["src_lengths"], b["tgt_in"])
             mask = b["tgt_out"] != self.vocab.pad_id
             nll += float(F.cross_entropy(logits.flatten(0, 1), b["tgt_out"].flatten(),

@@ -120,6 +120,7 @@ def train_run(
         try:
             task.setup()
             model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
+            task.device = ctx.device
         except (ValueError, FileNotFoundError, DataError) as exc:
             # missing data or an optional package, a bad task.path, an option the model
             # refuses: say it, no traceback

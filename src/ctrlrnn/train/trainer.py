@@ -403,7 +403,8 @@ class Trainer:
                 batches = self.task.train_batches(epoch, cfg.batch_size)
                 self.model.train()
                 for index in range(int(self.progress["batch"]), len(batches)):
-                    batch = self.task.shard(batches[index], self.ctx.rank, self.ctx.world_size)
+                    batch = self.task.to_device(
+                        self.task.shard(batches[index], self.ctx.rank, self.ctx.world_size))
                     loss = training_step(self.task, self.model, self.optimizer, self.params,
                                          batch, cfg.clip_norm, self.ctx)
                     loss_value = mean_over_processes(float(loss.detach()), self.ctx)
