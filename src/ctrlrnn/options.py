@@ -60,10 +60,13 @@ def coerce(key: str, raw: Any, annotation: Any) -> Any:
     """Convert a command-line string (or TOML value) to ``annotation``; refuse with the key."""
     value = raw
     if isinstance(raw, str) and annotation is not str:
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
+        if raw.strip().lower() in ("true", "false"):  # TOML's spelling, or Python's True/False
+            value = raw.strip().lower() == "true"
+        else:
+            try:
+                value = tomllib.loads(f"v = {raw}")["v"]
+            except tomllib.TOMLDecodeError:
+                value = raw
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not _type_ok(value, annotation):

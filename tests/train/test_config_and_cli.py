@@ -35,6 +35,20 @@ def test_bad_overrides_are_refused(overrides, match):
         load_config(None, overrides)
 
 
+def test_booleans_take_tomls_and_pythons_spelling():
+    """``model.bidirectional=True`` as a Python user types it, ``true`` as TOML writes it."""
+    declared = {"bidirectional": (bool, False), "context": (int | None, None)}
+    for raw, want in (("true", True), ("True", True), ("TRUE", True), ("false", False),
+                      ("False", False)):
+        assert check_options("model", "rcrn", {"bidirectional": raw}, declared) == {
+            "bidirectional": want, "context": None}
+    for bad in ("yes", "1", "Truth"):
+        with pytest.raises(ConfigError, match="model.bidirectional: expected a value of type bool"):
+            check_options("model", "rcrn", {"bidirectional": bad}, declared)
+    with pytest.raises(ConfigError, match="model.context: expected a value of type"):
+        check_options("model", "rcrn", {"context": "True"}, declared)  # not an int
+
+
 def test_toml_file(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('lr = 0.5\nepochs = 2\n[model]\nhidden_size = 32\n[task]\ndigits = 3\n')
