@@ -1,6 +1,6 @@
-"""``ctrlrnn train`` on CUDA, as a user runs it: each task model trains a few steps on the GPU
-and evaluates (greedy and beam decoding included), its batches moved there by the trainer and
-the task (``Task.to_device``). Skipped without a CUDA device and under ``TRITON_INTERPRET=1``;
+"""``ctrlrnn train`` and ``ctrlrnn eval`` on CUDA, as a user runs them: each task model trains a
+few steps on the GPU and evaluates (greedy and beam decoding included), its batches moved there
+by the trainer and the task (``Task.to_device``), then its checkpoint is evaluated again. Skipped without a CUDA device and under ``TRITON_INTERPRET=1``;
 ``scripts/gpu-check`` runs it natively. The routing itself is tested on the CPU
 (``tests/tasks/test_task_device.py``)."""
 
@@ -40,3 +40,6 @@ def test_train_runs_on_cuda(tmp_path, task, model, extra):
     assert result["device"].startswith("cuda")
     metric = result["metric"]
     assert result["test"][metric] == result["test"][metric]  # finite, not NaN
+    # the checkpoint evaluated again on the GPU, as ``ctrlrnn eval`` does
+    assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--device", "cuda",
+                 "--json"]) == 0

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from ctrlrnn.cli import main
 from ctrlrnn.train.config import ConfigError, TrainConfig, check_options, load_config
@@ -123,7 +124,7 @@ def test_help_lists_tasks_and_models():
         assert word in proc.stdout
 
 
-def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path, capsys):
+def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     code = main(["train", "--task", "copy", "--model", "qrnn", "--max-steps", "30", "--epochs", "5",
                  "--out", str(out), "--no-progress", "model.hidden_size=16",
@@ -150,3 +151,9 @@ def test_copy_run_writes_checkpoint_log_report_and_plot(tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--split", "valid",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exact_match"] == result["valid"]["exact_match"]
+    assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--split", "valid",
+                 "--json", "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out)["exact_match"] == result["valid"]["exact_match"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--device", "cuda"]) == 2
+    assert "device: cuda was asked for, but torch sees no CUDA" in capsys.readouterr().err

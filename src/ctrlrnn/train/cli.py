@@ -178,11 +178,16 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from ctrlrnn.train.distributed import resolve_device
+
     try:
+        device = resolve_device(args.device)
         _cfg, task, model, ckpt = rebuild_from_checkpoint(args.checkpoint)
     except (FileNotFoundError, ValueError) as exc:
         print(f"ctrlrnn eval: {exc}", file=sys.stderr)
         return 2
+    model.to(device)
+    task.device = device
     ckpt.restore(model, rng=False)
     model.eval()
     with torch.no_grad():
@@ -223,5 +228,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--split", default="test", choices=["valid", "test"])
     e.add_argument("--json", action="store_true",
                    help="print the metrics as JSON (accuracies as fractions in [0, 1])")
+    e.add_argument("--device", default="auto",
+                   help="auto (the default: $CTRLRNN_DEVICE, else the GPU when there is one), "
+                        "cpu, cuda or cuda:N")
     e.set_defaults(func=run_eval)
 
