@@ -152,14 +152,17 @@ def _graph_layer(name: str) -> torch.nn.Module:
     return _layers()[name]()
 
 
-@pytest.mark.parametrize("name", ["caslstm_bi", "carnn_n", "metagross_state_bi", "rcrn_fused_bi"])
-def test_step_loops_as_cuda_graphs_equal_launched_loops(name, monkeypatch):
-    """``CTRLRNN_CUDA_GRAPHS``: three calls with new inputs each (eager, capture, replay) give
-    what the loops launched per step give, outputs and gradients, and graphs were captured."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["caslstm_bi", "carnn_n", "metagross_state_bi", "rcrn_fused_bi",
+                                  "rcrn_gru"])
+def test_step_loops_as_cuda_graphs_equal_launched_loops(name, dtype, monkeypatch):
+    """``CTRLRNN_CUDA_GRAPHS`` (on by default): three calls with new inputs each (eager,
+    capture, replay) give what the loops launched per step give, outputs and gradients, in
+    fp32 and bf16, and graphs were captured."""
     from ctrlrnn.ops.gpu import step_graphs
 
     torch.manual_seed(0)
-    layer = _graph_layer(name).cuda()
+    layer = _graph_layer(name).to("cuda", dtype)
     lengths = torch.tensor(LENGTHS)
 
     def calls(on: bool) -> list[list[torch.Tensor]]:
@@ -168,14 +171,16 @@ def test_step_loops_as_cuda_graphs_equal_launched_loops(name, monkeypatch):
         results = []
         for seed in range(3):
             x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))
-            x = x.cuda().requires_grad_()
+            x = x.to("cuda", dtype).requires_grad_()
             out, states = _run(layer, name, x, lengths, packed=False)
-            grads = torch.autograd.grad(out.square().sum() + sum(s.sum() for s in states),
+            grads = torch.autograd.grad(out.float().square().sum()
+                                        + sum(s.float().sum() for s in states),
                                         [x, *layer.parameters()])  # fmt: skip
             results.append([out.detach(), *(s.detach() for s in states), *grads])
         assert (graphs.captures > 0) is on
         return results
 
+    tol = 1e-6 if dtype == torch.float32 else 1e-2  # the same kernels: bf16 within an ulp
     for got, want in zip(calls(True), calls(False), strict=True):
         for a, b in zip(got, want, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
