@@ -1,8 +1,8 @@
 """``ctrlrnn train`` and ``ctrlrnn eval`` on CUDA, as a user runs them: each task model trains a
 few steps on the GPU and evaluates (greedy and beam decoding included), its batches moved there
-by the trainer and the task (``Task.to_device``), then its checkpoint is evaluated again. Skipped without a CUDA device and under ``TRITON_INTERPRET=1``;
-``scripts/gpu-check`` runs it natively. The routing itself is tested on the CPU
-(``tests/tasks/test_task_device.py``)."""
+by the trainer and the task (``Task.to_device``), then its checkpoint is evaluated again.
+Skipped without a CUDA device and under ``TRITON_INTERPRET=1``; ``scripts/gpu-check`` runs it
+natively. The routing itself is tested on the CPU (``tests/tasks/test_task_device.py``)."""
 
 from __future__ import annotations
 
