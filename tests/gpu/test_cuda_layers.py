@@ -184,3 +184,20 @@ def test_step_loops_as_cuda_graphs_equal_launched_loops(name, dtype, monkeypatch
     for got, want in zip(calls(True), calls(False), strict=True):
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.parametrize("name", ["qrnn_fo", "caslstm_bi", "metagross_h", "rcrn_bi"])
+def test_a_layer_on_the_second_gpu_runs_there(name, cpu_reference):
+    """A layer on ``cuda:1`` while ``cuda:0`` is current: the kernels run on the inputs'
+    device (the ops' device guard) and give what the first GPU gives."""
+    torch.manual_seed(0)
+    layer = _layers()[name]().to("cuda:0")
+    other = copy.deepcopy(layer).to("cuda:1")
+    x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor(LENGTHS)
+    torch.cuda.set_device(0)
+    out0, _ = _run(layer, name, x.to("cuda:0"), lengths, packed=False)
+    out1, _ = _run(other, name, x.to("cuda:1"), lengths, packed=False)
+    assert out1.device == torch.device("cuda", 1)
+    torch.testing.assert_close(out1.cpu(), out0.cpu(), rtol=1e-5, atol=1e-5)

@@ -45,6 +45,18 @@ class Kernel:
     schema: str | None = None
 
 
+def _cuda_device_of(args: tuple[Any, ...]) -> torch.device | None:
+    """The device of the first CUDA tensor among ``args`` where it is not the current CUDA
+    device (a model on ``cuda:1`` with ``cuda:0`` current), else None."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            at = a.device
+            if at.index is not None and at.index != torch.cuda.current_device():
+                return at
+            return None
+    return None
+
+
 def _on(family: str, device: str, kernel: Kernel) -> Callable[..., Any]:
     where = torch.device(device)
 
@@ -52,7 +64,15 @@ def _on(family: str, device: str, kernel: Kernel) -> Callable[..., Any]:
         module = backend.kernel_for(family, where)
         if module is None:
             return kernel.fallback(*args)
-        out = getattr(module, kernel.name)(*args)
+        fn = getattr(module, kernel.name)
+        # Triton launches on the current CUDA device and its stream: make that the inputs'
+        # device, as the device guard of torch's own CUDA kernels does
+        other = _cuda_device_of(args) if device == "cuda" else None
+        if other is None:
+            out = fn(*args)
+        else:
+            with torch.cuda.device(other):
+                out = fn(*args)
         # a C++ kernel returns its tensors as a list: autograd and the op want a tuple
         return tuple(out) if isinstance(out, list) else out
 
