@@ -160,6 +160,7 @@ def _sample() -> dict:
             "rcrn_native": {"ours": "RCRN native", "baseline": "BiLSTM-3",
                            "rows": [dict(row, length=16)]},
             "caslstm": {"ours": "CASLSTM", "baseline": "LSTM-2", "rows": [row]},
+            "carnn": {"ours": "nCARNN", "baseline": "LSTM-1", "rows": [row]},
             "metagross": {"error": "RuntimeError: out of memory"},
             "cells_graphs": {"baseline": "cuDNN", "skipped": ["CAS-LSTM T=256"], "rows": [
                 {"model": "RCRN (controllers='fused')", "batch": 32, "length": 16, "width": 200,
@@ -185,6 +186,7 @@ def test_render_page_tables():
     rcrn = next(ln for ln in lines if ln.startswith("| 32 | 64 | 200 |"))
     assert rcrn.split(" | ")[5:7] == ["0.90", "3.00"] and rcrn.endswith("| 1.00 | 0.80 |")
     assert "### RCRN with its controllers on cuDNN vs 3-layer cuDNN BiLSTM" in page
+    assert "### CARNN (nCARNN) vs cuDNN LSTM" in page
     assert any(ln.startswith("| 32 | 16 | 200 |") for ln in lines)
     assert "Failed: `RuntimeError: out of memory`" in page
     assert "### The fused cells' step loops as CUDA graphs" in page

@@ -2,7 +2,8 @@
 scan against the copy bandwidth measured in the same run; the QRNN against cuDNN ``nn.LSTM``
 over the QRNN paper's figure 4 grid; RCRN against a 3-layer cuDNN BiLSTM (RCRN paper table 10),
 with its defaults (on CUDA the fused-cell engine) and with its controllers on cuDNN;
-CAS-LSTM against a 2-layer cuDNN LSTM; METAGROSS (both readings) against a cuDNN LSTM; the
+CAS-LSTM against a 2-layer cuDNN LSTM; nCARNN and METAGROSS (both readings) against a cuDNN
+LSTM; the
 fused cells' step loops launched step by step against the same loops replayed as CUDA graphs
 (``CTRLRNN_CUDA_GRAPHS``).
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn import CASLSTM, QRNN, RCRN, Metagross, __version__
+from ctrlrnn import CARNN, CASLSTM, QRNN, RCRN, Metagross, __version__
 from ctrlrnn.ops import backend, gpu
 from ctrlrnn.ops.gpu import step_graphs
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -284,6 +285,24 @@ def bench_caslstm(budget: Budget) -> dict[str, Any]:
     rows, skipped = _pair_rows(budget, build, ARCH_POINTS)
     return {"ours": "CASLSTM, 2 layers", "baseline": "cuDNN nn.LSTM, 2 layers", "rows": rows,
             "skipped": skipped}  # fmt: skip
+
+
+#: The context vector's size in the CARNN rows.
+CARNN_CONTEXT = 64
+
+
+def bench_carnn(budget: Budget) -> dict[str, Any]:
+    """nCARNN (gates from the input and an external context, eq 3-6 of the CARNN paper) against
+    a cuDNN LSTM of the same width."""
+    def build(Bn: int, Tn: int, W: int) -> tuple[Any, Any, list[Any]]:
+        torch.manual_seed(0)
+        ours = CARNN(W, W, CARNN_CONTEXT, variant="n", batch_first=True).cuda()
+        base = torch.nn.LSTM(W, W, batch_first=True).cuda()
+        return ours, base, [torch.randn(Bn, CARNN_CONTEXT, device="cuda")]
+
+    rows, skipped = _pair_rows(budget, build, ARCH_POINTS)
+    return {"ours": f"CARNN, variant 'n' (nCARNN), context size {CARNN_CONTEXT}",
+            "baseline": "cuDNN nn.LSTM, 1 layer", "rows": rows, "skipped": skipped}
 
 
 def bench_metagross(budget: Budget) -> dict[str, Any]:

@@ -243,6 +243,7 @@ def render_page(results: dict[str, Any] | None) -> str:
         lines += _section("RCRN with its controllers on cuDNN vs 3-layer cuDNN BiLSTM",
                           bench.get("rcrn_native"), _pair_table)
         lines += _section("CAS-LSTM vs 2-layer cuDNN LSTM", bench.get("caslstm"), _pair_table)
+        lines += _section("CARNN (nCARNN) vs cuDNN LSTM", bench.get("carnn"), _pair_table)
         lines += _section("METAGROSS vs cuDNN LSTM", bench.get("metagross"), _pair_table)
         lines += _section("METAGROSS as printed (gates='state') vs cuDNN LSTM",
                           bench.get("metagross_state"), _pair_table)
