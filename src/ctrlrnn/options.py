@@ -60,8 +60,9 @@ def coerce(key: str, raw: Any, annotation: Any) -> Any:
     """Convert a command-line string (or TOML value) to ``annotation``; refuse with the key."""
     value = raw
     if isinstance(raw, str) and annotation is not str:
-        if raw.strip().lower() in ("true", "false"):  # TOML's spelling, or Python's True/False
-            value = raw.strip().lower() == "true"
+        word = raw.strip().lower()
+        if word in ("true", "false"):  # TOML's spelling, or Python's True/False
+            value = word == "true"
         else:
             try:
                 value = tomllib.loads(f"v = {raw}")["v"]

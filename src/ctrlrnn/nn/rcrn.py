@@ -12,9 +12,8 @@ The three RNNs are ordinary LSTMs/GRUs over the input (eq 1-14), so with
 ``controllers="native"`` they run on torch's own recurrent kernels, both directions in one call
 (oneDNN on CPU, cuDNN on CUDA; packed sequences for ``lengths``): the construction the paper
 calls its CUDA-optimised version. The default, ``controllers="auto"``, does so except where
-the fused engine measured faster: on CUDA wherever its Triton kernels run (the GPU check on an
-H100, docs/gpu.md: 0.58-0.89x of a 3-layer cuDNN BiLSTM's training time against 1.06-1.48x
-on cuDNN, and faster still with the step loops as CUDA graphs), and on CPU by
+the fused engine measured faster: on CUDA wherever its Triton kernels run (the GPU check's
+two RCRN tables in docs/gpu.md, with and without the controllers on cuDNN), and on CPU by
 :func:`fused_controllers_faster` (training on two or more threads, layers up to 128 wide at
 any batch and up to 256 wide from batch 16; small batches of narrow layers otherwise;
 docs/rcrn.md has the measurements). Where torch's kernels
@@ -444,8 +443,8 @@ class RCRN(RecurrentBase):
         if autocast_dtype(x.device) is not None:
             return False
         if self.controllers == "auto" and x.device.type == "cuda":
-            # the Triton fused cells ran the six RNNs faster than cuDNN at every shape of the
-            # GPU check (docs/gpu.md: "RCRN on the fused-cell engine" against "RCRN vs ...")
+            # the Triton fused cells run the six RNNs faster than cuDNN at every shape the GPU
+            # check times (docs/gpu.md: the two RCRN tables, with and without cuDNN)
             return not has_kernel("cells", x.device)
         if self.controllers == "auto" and x.device.type == "cpu":
             training = torch.is_grad_enabled() and (
