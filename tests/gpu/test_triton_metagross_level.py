@@ -146,6 +146,31 @@ def test_level_through_the_public_op(monkeypatch):
         torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("h_form", [True, False], ids=["h", "c"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bias_added_in_the_kernels(h_form, dtype):
+    """``bias`` (the base maps' ``b``): the level on ``P + bias``, and the bias's gradient, the
+    per-row sums over steps of ``dP`` added over the batch (zero past the lengths)."""
+    xs = _inputs(True, True, True, dtype, seed=13)
+    bias = torch.randn(3 * K * H, generator=torch.Generator().manual_seed(14)).to(dtype)
+    lens = torch.tensor([5, 0, 3])
+    out, c, last = mt.forward(*xs, lens, h_form, bias)
+    x64 = [t.double().requires_grad_() for t in xs]
+    b64 = bias.double().requires_grad_()
+    ref, _s, ref_last = metagross_level_reference(*x64, lens, h_form, b64)
+    tol = _tol(dtype)
+    torch.testing.assert_close(out.double(), ref.detach(), **tol)
+    torch.testing.assert_close(last.double(), ref_last.detach(), **tol)
+    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(15)).to(dtype)
+    grads = mt.backward(go, None, xs[0], xs[1], xs[2], xs[3], xs[5], lens, out if h_form else c,
+                        h_form, True, bias)  # fmt: skip
+    want = torch.autograd.grad((ref * go.double()).sum(), [*x64, b64])
+    assert len(grads) == 7
+    for a, w in zip(grads, want):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), w, **tol)
+
+
 def test_single_unit_root_level():
     """``k = 1`` (the root level): a unit tile of one row."""
     xs = _inputs(True, True, True, torch.float32, seed=7, k=1)

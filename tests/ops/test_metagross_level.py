@@ -95,6 +95,68 @@ def test_matches_reference(h_form, level, lengths, dtype):
 
 
 @pytest.mark.parametrize("h_form", [True, False], ids=["h", "c"])
+@pytest.mark.parametrize("level", LEVELS, ids=["internal", "leaf", "nores", "leaf-s0"])
+@pytest.mark.parametrize("lengths", [None, [5, 0, 3]], ids=["full", "lengths"])
+@pytest.mark.parametrize("dtype", [torch.float32, D64])
+def test_bias_added_inside(h_form, level, lengths, dtype):
+    """``bias`` (the base maps' ``b``, section 2.2) is the level on ``P + bias``: values and every
+    gradient, the bias's own (``dP`` summed over batch and steps, zero past the lengths)
+    included, against the reference and against the op run on ``P + bias`` itself."""
+    child, res, s0 = level
+    xs = _inputs(child=child, res=res, s0=s0, dtype=dtype)
+    k, H = xs[0].shape[3], xs[0].shape[4]
+    bias = torch.randn(3 * k * H, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    bias.requires_grad_(True)
+    lens = None if lengths is None else torch.tensor(lengths)
+    out, last = metagross_level(*xs, lens, h_form, bias=bias)
+    ref, _s, ref_last = metagross_level_reference(*xs, lens, h_form, bias)
+    shifted = [xs[0] + bias.view(3, k, H), *xs[1:]]
+    out2, last2 = metagross_level(*shifted, lens, h_form)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    for a, b in ((out, ref), (last, ref_last), (out, out2), (last, last2)):
+        torch.testing.assert_close(a, b, **tol)
+    g = torch.Generator().manual_seed(9)
+    go = torch.randn(out.shape, generator=g, dtype=dtype)
+    leaves = [x for x in xs if x is not None] + [bias]
+    got = torch.autograd.grad((out * go).sum() + last.sum(), leaves)
+    want = torch.autograd.grad((ref * go).sum() + ref_last.sum(), leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol)
+    torch.testing.assert_close(got[-1], got[0].sum((0, 1)).reshape(-1), **tol)
+
+
+@pytest.mark.parametrize("h_form", [True, False], ids=["h", "c"])
+def test_bias_gradcheck_and_opcheck(h_form):
+    xs = _inputs(B=2, T=4, k=2, H=3)
+    bias = torch.randn(3 * 2 * 3, dtype=D64, requires_grad=True)
+    lengths = torch.tensor([4, 2])
+    assert torch.autograd.gradcheck(
+        lambda *t: metagross_level(*t[:6], lengths, h_form, bias=t[6]), (*xs, bias)
+    )
+    torch.library.opcheck(ml._level.op, (*xs, lengths, h_form, bias))
+    with pytest.raises(ValueError, match="bias"):
+        metagross_level(*xs, lengths, h_form, bias=bias[:-1])
+
+
+def test_bias_with_channel_blocks_and_one_thread_per_row():
+    """Batch 1 splits the channels into blocks (each block's bias sums are its own); batch 5
+    on 2 threads gives each thread whole rows: the bias gradient is the same sum either way."""
+    torch.set_num_threads(2)
+    try:
+        for B, H in ((1, 40), (5, 24)):
+            xs = _inputs(B=B, T=6, k=2, H=H, dtype=torch.float32)
+            bias = torch.randn(3 * 2 * H, requires_grad=True)
+            out, last = metagross_level(*xs, None, True, bias=bias)
+            ref, _s, ref_last = metagross_level_reference(*xs, None, True, bias)
+            got = torch.autograd.grad(out.sum() + last.sum(), [xs[0], bias])
+            want = torch.autograd.grad(ref.sum() + ref_last.sum(), [xs[0], bias])
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    finally:
+        torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("h_form", [True, False], ids=["h", "c"])
 def test_padding_semantics(h_form):
     """Past a length: output zero (residual included), state kept, gradients zero; an empty
     sequence returns s0 and passes the final-state gradient to it."""

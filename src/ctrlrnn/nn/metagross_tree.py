@@ -133,6 +133,20 @@ def base_preactivations(
     return blocks, None, torch.stack(finals, 1).reshape(B, K * per * H)
 
 
+def linear_base_products(unit: nn.Module, x: Tensor) -> tuple[list[Tensor], list[Tensor | None]]:
+    """The linear base's ``W x_t`` of each level (one GEMM per level into a cached output
+    block, ``(B, T, 3*k*H)``, root level first) and each level's bias ``(3*k*H,)`` (None without
+    biases), for :func:`ctrlrnn.ops.metagross_level.metagross_level` to add inside its kernels
+    (section 2.2: ``F = W x_t + b``): no pass over the GEMM's output to put the bias in, nor one
+    over its gradient to sum the bias's gradient out."""
+    H, L = unit.hidden_size, unit.depth
+    bounds = [3 * H * (2 ** (n - 1) - 1) for n in range(1, L + 2)]  # rows per level
+    blocks = [cached_linear(x, unit.weight[bounds[n - 1] : bounds[n]]) for n in range(1, L + 1)]
+    biases = [None if unit.bias is None else unit.bias[bounds[n - 1] : bounds[n]]
+              for n in range(1, L + 1)]  # fmt: skip
+    return blocks, biases
+
+
 def depth_gates(
     unit: nn.Module, x: Tensor, lengths: Tensor | None, logits: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -181,7 +195,13 @@ def forward_input_gates(
     B, T, _ = x.shape
     H, L = unit.hidden_size, unit.depth
     x = x.contiguous()  # read by several GEMMs
-    blocks, logits, base_last = base_preactivations(unit, x, lengths, base_state, weight_drop)
+    biases: list[Tensor | None]
+    if unit.base == "linear":  # W x_t per level; the levels add b themselves
+        blocks, biases = linear_base_products(unit, x)
+        logits, base_last = None, None
+    else:
+        blocks, logits, base_last = base_preactivations(unit, x, lengths, base_state, weight_drop)
+        biases = [None] * L
     alpha, beta = depth_gates(unit, x, lengths, logits)
     res: Tensor | None = None
     if unit.residual:
@@ -202,7 +222,9 @@ def forward_input_gates(
         # eq 2-1..2-6 for the k units of this level, gates and scan in one pass: "h" form
         # h_t = o(1-f) h_{t-1} + o f z (+ x_t); "c" form c_t = (1-f) c_{t-1} + f z,
         # h_t = o c_t (+ x_t). Outputs (B, T, k*H) are zero past each length.
-        child, s_last = metagross_level(Pn, ch, a_, b_, res, s0, lengths, h_form)
+        child, s_last = metagross_level(
+            Pn, ch, a_, b_, res, s0, lengths, h_form, bias=biases[level - 1]
+        )
         finals.append(s_last)
     assert child is not None
     last = torch.cat(finals[::-1], dim=1)

@@ -1,8 +1,10 @@
 """One METAGROSS tree level, gates and scan fused (METAGROSS paper eq 2-1..2-6).
 
 For the ``k`` units of one level, from their base pre-activations ``P = (F^F, F^O, F^Z)``
-``(B, T, 3, k, H)``, the outputs of their children ``(M^F, M^O)`` ``(B, T, k, 2, H)``, the depth
-gates ``alpha``, ``beta`` ``(B, T, k, 1)`` and the residual ``x`` ``(B, T, 1, H)``::
+``(B, T, 3, k, H)`` (plus, when given, their biases ``(3*k*H,)``: ``F = W x_t + b``, section
+2.2, with ``P = W x_t`` from the GEMM and ``b`` added inside the kernels), the outputs of their
+children ``(M^F, M^O)`` ``(B, T, k, 2, H)``, the depth gates ``alpha``, ``beta``
+``(B, T, k, 1)`` and the residual ``x`` ``(B, T, 1, H)``::
 
     f = sig(alpha M^F + (1 - alpha) F^F)          (eq 2-1; sig(F^F) at the leaves)
     o = sig(beta  M^O + (1 - beta)  F^O)          (eq 2-2; sig(F^O) at the leaves)
@@ -30,9 +32,13 @@ composition of :func:`ctrlrnn.ops.metagross_gates.level_gates` and
 (the custom ops also fall back to that composition by themselves, forward and backward, where
 a graph traced with the extension runs without it).
 
-A level's base pre-activations ``W x + b`` (section 2.2) are computed by
+A level's base pre-activations ``W x`` (section 2.2) are computed by
 :func:`ctrlrnn.ops.cached_linear.cached_linear`, into a block of the output cache, so that the
-largest tensor of a step does not page-fault afresh every step.
+largest tensor of a step does not page-fault afresh every step; their bias ``b`` is the
+``bias`` argument here, added as the kernels read ``P`` and its gradient summed as they write
+``dP``. A GEMM with its bias would first fill its output with the bias (a pass writing the
+largest tensor of the step), and the bias's gradient would be a separate sum over the largest
+gradient.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -57,13 +63,17 @@ __all__ = ["metagross_level", "metagross_level_reference"]
 def metagross_level_reference(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """The composition :func:`level_gates` + :func:`linear_scan` (differentiable).
+    """The composition :func:`level_gates` + :func:`linear_scan` (differentiable), on
+    ``P + bias`` (the base maps ``W x_t + b``, section 2.2) when a ``bias`` is given.
 
     Returns ``(out, s, s_last)``: the level's output and its carried states ``(B, T, k*H)``
     (the same tensor for the ``"h"`` form) and the final states ``(B, k*H)``.
     """
     B, T, _, k, H = P.shape
+    if bias is not None:
+        P = P + bias.view(3, k, H)
     a, b, o = level_gates(P, child, alpha, beta, res if h_form else None, h_form)
     s, last = linear_scan(
         a.reshape(B, T, k * H), b.reshape(B, T, k * H), s0, lengths=lengths, return_last=True
@@ -84,16 +94,19 @@ def metagross_level_reference(
 def _reference_forward(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """The op without a kernel -> ``(out, c, s_last)``; ``c`` (the carried states, saved for
     backward) is empty for the ``"h"`` form, whose states are ``out`` itself."""
     with torch.no_grad():
-        out, s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
+        out, s, last = metagross_level_reference(
+            P, child, alpha, beta, res, s0, lengths, h_form, bias
+        )
     c = P.new_empty(0) if h_form else s.contiguous()
     return out.contiguous(), c, last.contiguous()
 
 
-def _fake_forward(P, child, alpha, beta, res, s0, lengths, h_form):
+def _fake_forward(P, child, alpha, beta, res, s0, lengths, h_form, bias=None):
     B, T, _, k, H = P.shape
     c = P.new_empty(0) if h_form else P.new_empty(B, T, k * H)
     return P.new_empty(B, T, k * H), c, P.new_empty(B, k * H)
@@ -102,12 +115,15 @@ def _fake_forward(P, child, alpha, beta, res, s0, lengths, h_form):
 def _reference_backward(
     grad_out: Tensor | None, grad_last: Tensor | None, P: Tensor, child: Tensor | None,
     alpha: Tensor | None, beta: Tensor | None, s0: Tensor | None, lengths: Tensor | None,
-    saved: Tensor, h_form: bool, has_res: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    saved: Tensor, h_form: bool, has_res: bool, bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """The gradients of :func:`metagross_level_reference`, written out (a custom op's body runs
     below autograd): the gates' forward of :mod:`ctrlrnn.ops.metagross_gates`, the scan's reverse
-    pass (``ctrlrnn::linear_scan_backward``), then the gates' backward."""
+    pass (``ctrlrnn::linear_scan_backward``), then the gates' backward; the bias's gradient is
+    ``dP`` summed over the batch and the steps."""
     B, T, _, k, H = P.shape
+    if bias is not None:
+        P = P + bias.view(3, k, H)
     a, _b, o, _f, _z = _forward_math(P, child, alpha, beta, None, h_form)  # res only shifts b
     g_s = grad_out  # gradient reaching the scan's states
     g_o: Tensor | None = None
@@ -133,10 +149,12 @@ def _reference_backward(
     def given(x):  # a fresh empty tensor each, so that no two returns alias
         return P.new_empty(0) if x is None else x
 
-    return dP, given(dchild), given(dalpha), given(dbeta), given(dres), ds0
+    dbias = None if bias is None else dP.sum((0, 1)).reshape(3 * k * H)
+    return dP, given(dchild), given(dalpha), given(dbeta), given(dres), ds0, given(dbias)
 
 
-def _fake_backward(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res):
+def _fake_backward(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, h_form, has_res,
+                   bias=None):  # fmt: skip
     B, T, _, k, H = P.shape
     return (
         P.new_empty(B, T, 3, k, H),
@@ -145,13 +163,14 @@ def _fake_backward(grad_out, grad_last, P, child, alpha, beta, s0, lengths, save
         P.new_empty(0) if beta is None else P.new_empty(beta.shape),
         P.new_empty(B, T, 1, H) if has_res else P.new_empty(0),
         P.new_empty(B, k * H),
+        P.new_empty(0) if bias is None else P.new_empty(3 * k * H),
     )
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    P, child, alpha, beta, res, s0, lengths, h_form = inputs
+    P, child, alpha, beta, res, s0, lengths, h_form, bias = inputs
     out, c, _last = output
-    ctx.save_for_backward(P, child, alpha, beta, s0, lengths, out if h_form else c)
+    ctx.save_for_backward(P, child, alpha, beta, s0, lengths, out if h_form else c, bias)
     ctx.h_form = h_form
     ctx.has_res = res is not None
     ctx.mark_non_differentiable(c)
@@ -160,15 +179,16 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
 
 def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
               grad_last: Tensor | None) -> tuple[Tensor | None, ...]:  # fmt: skip
-    P, child, alpha, beta, s0, lengths, saved = ctx.saved_tensors
+    P, child, alpha, beta, s0, lengths, saved, bias = ctx.saved_tensors
     if grad_out is None and grad_last is None:
-        return (None,) * 8
+        return (None,) * 9
     if grad_out is not None:
         grad_out = grad_out.contiguous()
     if grad_last is not None:
         grad_last = grad_last.contiguous()
-    dP, dchild, dalpha, dbeta, dres, ds0 = _level.run_backward(
-        grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, ctx.h_form, ctx.has_res
+    dP, dchild, dalpha, dbeta, dres, ds0, dbias = _level.run_backward(
+        grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved, ctx.h_form, ctx.has_res,
+        bias,
     )  # fmt: skip
     return (
         dP,
@@ -179,6 +199,7 @@ def _backward(ctx: Any, grad_out: Tensor | None, _grad_c: Tensor | None,
         ds0 if s0 is not None else None,
         None,
         None,
+        dbias if bias is not None else None,
     )
 
 
@@ -223,6 +244,7 @@ def _contiguous(x: Tensor | None) -> Tensor | None:
 def metagross_level(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Run the ``k`` units of one METAGROSS level over time (module docstring, eq 2-1..2-6).
 
@@ -237,6 +259,9 @@ def metagross_level(
         lengths: optional ``(B,)`` integer lengths in ``[0, T]``.
         h_form: True for the printed form (the carried state is the output ``h``), False for
             the ``c`` form.
+        bias: the base maps' biases ``(3*k*H,)`` in ``P``'s row layout (``[F | O | Z]`` of the
+            ``k`` units), added to ``P`` (section 2.2: ``F = W x_t + b`` with ``P = W x_t``),
+            or None.
 
     Returns:
         ``(out, s_last)``: the units' outputs ``(B, T, k*H)``, zero past each length, and their
@@ -244,7 +269,9 @@ def metagross_level(
         w.r.t. every tensor argument but ``lengths``.
     """
     if isinstance(P, Tensor):
-        P, child, alpha, beta, res, s0 = autocast_inputs(P.device, P, child, alpha, beta, res, s0)
+        P, child, alpha, beta, res, s0, bias = autocast_inputs(
+            P.device, P, child, alpha, beta, res, s0, bias
+        )
     if not isinstance(P, Tensor) or P.dim() != 5 or P.shape[2] != 3:
         raise ValueError("P: expected a (B, T, 3, k, H) tensor")
     if not P.is_floating_point():
@@ -257,15 +284,18 @@ def metagross_level(
     _check_shape("beta", beta, (B, T, k, 1), P)
     _check_shape("res", res, (B, T, 1, H), P)
     _check_shape("s0", s0, (B, k * H), P)
+    _check_shape("bias", bias, (3 * k * H,), P)
     # ONNX export (ops/scan_export.py) runs the reference composition: its scan is one of
     # symbolic length there
     if backend.path("metagross", P.device) != backend.KERNEL:
-        out, _s, last = metagross_level_reference(P, child, alpha, beta, res, s0, lengths, h_form)
+        out, _s, last = metagross_level_reference(
+            P, child, alpha, beta, res, s0, lengths, h_form, bias
+        )
         return out, last
     if lengths is not None:
         lengths = check_lengths(lengths, B, T, allow_zero=True)
     out, _c, last = _level(
         _packed_rows(P), _contiguous(child), _contiguous(alpha), _contiguous(beta),
-        _contiguous(res), _contiguous(s0), lengths, bool(h_form),
+        _contiguous(res), _contiguous(s0), lengths, bool(h_form), _contiguous(bias),
     )  # fmt: skip
     return out, last

@@ -1,6 +1,9 @@
 // ctrlrnn compiled CPU kernels: one METAGROSS tree level, gates and scan in one pass.
 //
-// For the k units of one level (METAGROSS paper section 2) and every (batch, step, unit, channel):
+// For the k units of one level (METAGROSS paper section 2) and every (batch, step, unit, channel),
+// with (pf, po, pz) = P + bias, the base maps F^F, F^O, F^Z = W x_t + b of section 2.2 (the
+// level's GEMM writes W x_t; the bias is added here, and its gradient summed here, so that no
+// pass over the GEMM's output puts it in or sums it out):
 //
 //   f = sig(pf + alpha (cf - pf))      eq 2-1: alpha M^F + (1 - alpha) F^F  (f = sig(pf) at leaves)
 //   o = sig(po + beta  (co - po))      eq 2-2: beta  M^O + (1 - beta)  F^O  (o = sig(po) at leaves)
@@ -85,7 +88,7 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
         const int64_t row = bi * T + t;
         const scalar_t* pt = g.P + bi * g.sPB + t * g.sPT + h0;
         const scalar_t* rt = RES ? g.res + row * H + h0 : nullptr;
-        step_activations<CHILD>(pt, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
+        step_activations<CHILD>(pt, g.bias + h0, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
                                 CHILD ? g.alpha + row * k : nullptr,
                                 CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
         for (int64_t u = 0; u < k; ++u) {
@@ -116,10 +119,13 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
 }
 
 // dab_part: (nblk, B, T, k, 2) partial sums over each block's channels of d alpha, d beta.
+// db_part: (B, 3, k, H) each batch row's sum over its steps of dP (the bias gradient's terms),
+// or null when the bias gradient is not wanted.
 template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
 void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const scalar_t* glast,
                            const scalar_t* saved, scalar_t* dP, scalar_t* dchild,
-                           at::opmath_type<scalar_t>* dab_part, scalar_t* dres, scalar_t* ds0,
+                           at::opmath_type<scalar_t>* dab_part,
+                           at::opmath_type<scalar_t>* db_part, scalar_t* dres, scalar_t* ds0,
                            int64_t kBlock, bool stream) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
@@ -128,13 +134,14 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
     const int64_t ld = scratch_stride<acc_t>(kBlock);
     // the k units' carries and their f, o, z at one step, then the residual gradient and the
     // scratch output rows of one unit (BackOut)
-    std::vector<acc_t> buf((4 * k + 8) * ld, acc_t(0));
+    std::vector<acc_t> buf((4 * k + 8 + (db_part ? 3 * k : 0)) * ld, acc_t(0));
     acc_t* __restrict__ carries = buf.data();
     acc_t* __restrict__ fa = carries + k * ld;
     acc_t* __restrict__ oa = fa + k * ld;
     acc_t* __restrict__ za = oa + k * ld;
     acc_t* __restrict__ dr = za + k * ld;
     acc_t* const rows = dr + ld;
+    acc_t* const dbias = rows + 7 * ld;  // 3k rows: the F, O, Z rows' sums over steps
     const BackOut<acc_t> o{rows, rows + ld, rows + 2 * ld, rows + 3 * ld, rows + 4 * ld,
                            rows + 5 * ld, rows + 6 * ld};
     std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs
@@ -148,13 +155,14 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
         const scalar_t* gl = glast ? glast + bi * kH + u * H + h0 : nullptr;
         for (int64_t j = 0; j < n; ++j) c[j] = gl ? acc_t(gl[j]) : acc_t(0);
       }
+      if (db_part) std::fill(dbias, dbias + 3 * k * ld, acc_t(0));
       for (int64_t t = len - 1; t >= 0; --t) {
         const int64_t row = bi * T + t;
         const scalar_t* pt = g.P + bi * g.sPB + t * g.sPT + h0;
         if constexpr (RES) {
           for (int64_t j = 0; j < n; ++j) dr[j] = acc_t(0);
         }
-        step_activations<CHILD>(pt, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
+        step_activations<CHILD>(pt, g.bias + h0, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
                                 CHILD ? g.alpha + row * k : nullptr,
                                 CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
         for (int64_t u = 0; u < k; ++u) {
@@ -166,6 +174,8 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
           r.cur = saved + row * kH + off;
           r.pf = pt + u * H;
           r.po = r.pf + kH;
+          r.bf = g.bias + off;
+          r.bo = r.bf + kH;
           r.cf = CHILD ? g.child + (row * k + u) * 2 * H + h0 : nullptr;
           r.co = CHILD ? r.cf + H : nullptr;
           const acc_t al = CHILD ? acc_t(g.alpha[row * k + u]) : acc_t(0);
@@ -176,6 +186,11 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
           emit_row(dpf, o.dpf, n, stream);
           emit_row(dpf + kH, o.dpo, n, stream);
           emit_row(dpf + 2 * kH, o.dpz, n, stream);
+          if (db_part) {
+            add_row(dbias + u * ld, o.dpf, n);
+            add_row(dbias + (k + u) * ld, o.dpo, n);
+            add_row(dbias + (2 * k + u) * ld, o.dpz, n);
+          }
           if constexpr (CHILD) {
             scalar_t* dcf = dchild + (row * k + u) * 2 * H + h0;
             emit_row(dcf, o.dcf, n, stream);
@@ -206,6 +221,12 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
       for (int64_t u = 0; u < k; ++u) {
         for (int64_t j = 0; j < n; ++j) {
           ds0[bi * kH + u * H + h0 + j] = scalar_t(carries[u * ld + j]);
+        }
+      }
+      if (db_part) {  // row q = g k + u of (3, k, H) at q H
+        for (int64_t q = 0; q < 3 * k; ++q) {
+          acc_t* d = db_part + bi * 3 * kH + q * H + h0;
+          for (int64_t j = 0; j < n; ++j) d[j] = dbias[q * ld + j];
         }
       }
     }
@@ -256,11 +277,12 @@ Dims check_level(const torch::Tensor& P, const OptTensor& child, const OptTensor
   return d;
 }
 
+// bias: the (3, k, H) biases, never null (zeros stand in for an absent bias).
 template <typename scalar_t>
-Level<scalar_t> level_of(const torch::Tensor& P, const Dims& d, const OptTensor& child,
-                         const OptTensor& alpha, const OptTensor& beta, const OptTensor& res,
-                         const OptTensor& s0, const int64_t* lengths) {
-  return Level<scalar_t>{P.data_ptr<scalar_t>(), P.stride(0), P.stride(1),
+Level<scalar_t> level_of(const torch::Tensor& P, const Dims& d, const scalar_t* bias,
+                         const OptTensor& child, const OptTensor& alpha, const OptTensor& beta,
+                         const OptTensor& res, const OptTensor& s0, const int64_t* lengths) {
+  return Level<scalar_t>{P.data_ptr<scalar_t>(), P.stride(0), P.stride(1), bias,
                          ptr_or_null<scalar_t>(child), ptr_or_null<scalar_t>(alpha),
                          ptr_or_null<scalar_t>(beta), ptr_or_null<scalar_t>(res),
                          ptr_or_null<scalar_t>(s0), lengths, d.B, d.T, d.k, d.H};
@@ -278,13 +300,25 @@ void dispatch_flags(bool h_form, bool child, bool res, Fn&& fn) {
   h_form ? with_child(std::true_type{}) : with_child(std::false_type{});
 }
 
+// The bias's values, or zeros in its place when it is absent (the kernels always add one).
+template <typename scalar_t>
+const scalar_t* bias_or_zeros(const OptTensor& bias, std::vector<scalar_t>& zeros, int64_t n) {
+  if (bias.has_value()) return bias->data_ptr<scalar_t>();
+  zeros.assign(static_cast<size_t>(n), scalar_t(0));
+  return zeros.data();
+}
+
+// bias: the base maps' biases (3*k*H,) in P's row layout, added to P inside the kernel (the
+// level's GEMM then writes x W^T alone, with no pass to put the bias in its output), or None.
 // -> [out (B, T, k*H), c (B, T, k*H) for the c form else empty, last state (B, k*H)]
 std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const OptTensor& child,
                                                    const OptTensor& alpha, const OptTensor& beta,
                                                    const OptTensor& res, const OptTensor& s0,
-                                                   const OptTensor& lengths, bool h_form) {
+                                                   const OptTensor& lengths, bool h_form,
+                                                   const OptTensor& bias) {
   const Dims d = check_level(P, child, alpha, beta, s0);
   check_input(res, P, d.B * d.T * d.H, "res", "(B, T, 1, H)");
+  check_input(bias, P, 3 * d.k * d.H, "bias", "(3*k*H,)");
   const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
   const int64_t kH = d.k * d.H;
   auto out = ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
@@ -294,7 +328,9 @@ std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const
   const bool stream = use_streaming_stores(out.nbytes() + cseq.nbytes());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(), "metagross_level",
                                   [&] {
-    const auto lv = level_of<scalar_t>(P, d, child, alpha, beta, res, s0, lp);
+    std::vector<scalar_t> zeros;
+    const auto lv = level_of<scalar_t>(P, d, bias_or_zeros(bias, zeros, 3 * kH), child, alpha,
+                                       beta, res, s0, lp);
     dispatch_flags(h_form, child.has_value(), res.has_value(), [&](auto hf, auto ch, auto rs) {
       level_forward_kernel<scalar_t, decltype(hf)::value, decltype(ch)::value,
                            decltype(rs)::value>(
@@ -307,13 +343,15 @@ std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const
 
 // saved: the state sequence (out for the h form, c for the c form).
 // -> [dP (B, T, 3, k, H), dchild (B, T, k, 2, H) or empty, dalpha, dbeta (B, T, k, 1) or empty,
-//     dres (B, T, 1, H) or empty, ds0 (B, k*H)]
+//     dres (B, T, 1, H) or empty, ds0 (B, k*H), dbias (3*k*H,) or empty (no bias)]
 std::vector<torch::Tensor> metagross_level_backward(
     const OptTensor& grad_out, const OptTensor& grad_last, const torch::Tensor& P,
     const OptTensor& child, const OptTensor& alpha, const OptTensor& beta, const OptTensor& s0,
-    const OptTensor& lengths, const torch::Tensor& saved, bool h_form, bool has_res) {
+    const OptTensor& lengths, const torch::Tensor& saved, bool h_form, bool has_res,
+    const OptTensor& bias) {
   const Dims d = check_level(P, child, alpha, beta, s0);
   const int64_t kH = d.k * d.H, BT = d.B * d.T;
+  check_input(bias, P, 3 * kH, "bias", "(3*k*H,)");
   check_input(saved, P, BT * kH, "saved", "(B, T, k*H)");
   check_input(grad_out, P, BT * kH, "grad_out", "(B, T, k*H)");
   check_input(grad_last, P, d.B * kH, "grad_last", "(B, k*H)");
@@ -326,21 +364,25 @@ std::vector<torch::Tensor> metagross_level_backward(
   auto dbeta = beta.has_value() ? torch::empty(beta->sizes(), opts) : torch::empty({0}, opts);
   auto dres = has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts) : torch::empty({0}, opts);
   auto ds0 = torch::empty({d.B, kH}, opts);
+  auto dbias = bias.has_value() ? torch::empty({3 * kH}, opts) : torch::empty({0}, opts);
   const int64_t kBlock = block_size(d.B, d.H, d.T * d.k);
   const int64_t nblk = (d.H + kBlock - 1) / kBlock;
   const bool stream = use_streaming_stores(dP.nbytes() + dchild.nbytes() + dres.nbytes());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(),
                                   "metagross_level_bwd", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const auto lv = level_of<scalar_t>(P, d, child, alpha, beta, OptTensor(), s0, lp);
+    std::vector<scalar_t> zeros;
+    const auto lv = level_of<scalar_t>(P, d, bias_or_zeros(bias, zeros, 3 * kH), child, alpha,
+                                       beta, OptTensor(), s0, lp);
     std::vector<acc_t> dab_part(child.has_value() ? nblk * BT * d.k * 2 : 0);
+    std::vector<acc_t> db_part(bias.has_value() ? d.B * 3 * kH : 0, acc_t(0));
     dispatch_flags(h_form, child.has_value(), has_res, [&](auto hf, auto ch, auto rs) {
       level_backward_kernel<scalar_t, decltype(hf)::value, decltype(ch)::value,
                             decltype(rs)::value>(
           lv, ptr_or_null<scalar_t>(grad_out), ptr_or_null<scalar_t>(grad_last),
           saved.data_ptr<scalar_t>(), dP.data_ptr<scalar_t>(),
           child.has_value() ? dchild.data_ptr<scalar_t>() : nullptr, dab_part.data(),
-          has_res ? dres.data_ptr<scalar_t>() : nullptr, ds0.data_ptr<scalar_t>(), kBlock,
+          bias.has_value() ? db_part.data() : nullptr, has_res ? dres.data_ptr<scalar_t>() : nullptr, ds0.data_ptr<scalar_t>(), kBlock,
           stream);
     });
     if (child.has_value()) {  // d alpha, d beta: the blocks' partial sums in a fixed order
@@ -357,19 +399,36 @@ std::vector<torch::Tensor> metagross_level_backward(
         db[i] = scalar_t(sb);
       }
     }
+    if (bias.has_value()) {  // d bias: the batch rows' sums over steps, in a fixed order
+      scalar_t* dbp = dbias.data_ptr<scalar_t>();
+      const int64_t m = 3 * kH;
+      std::vector<acc_t> total(m, acc_t(0));
+      for (int64_t bi = 0; bi < d.B; ++bi) {
+        add_row(total.data(), db_part.data() + bi * m, m);
+      }
+      for (int64_t i = 0; i < m; ++i) dbp[i] = scalar_t(total[i]);
+    }
   });
-  return {dP, dchild, dalpha, dbeta, dres, ds0};
+  return {dP, dchild, dalpha, dbeta, dres, ds0, dbias};
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ctrlrnn compiled CPU kernels: one METAGROSS level, gates and scan fused";
+  // bias last and optional, as in the custom op's schema (a call without it has no bias)
+  namespace py = pybind11;
   m.def("forward", &metagross_level_forward,
-        "(P, child, alpha, beta, res, s0, lengths, h_form) -> [out, c (c form), last state]");
+        "(P, child, alpha, beta, res, s0, lengths, h_form, bias=None) -> [out, c (c form), "
+        "last state]",
+        py::arg("P"), py::arg("child"), py::arg("alpha"), py::arg("beta"), py::arg("res"),
+        py::arg("s0"), py::arg("lengths"), py::arg("h_form"), py::arg("bias") = py::none());
   m.def("backward", &metagross_level_backward,
         "(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved states, h_form, "
-        "has_res) -> [dP, dchild, dalpha, dbeta, dres, ds0]");
+        "has_res, bias=None) -> [dP, dchild, dalpha, dbeta, dres, ds0, dbias]",
+        py::arg("grad_out"), py::arg("grad_last"), py::arg("P"), py::arg("child"),
+        py::arg("alpha"), py::arg("beta"), py::arg("s0"), py::arg("lengths"), py::arg("saved"),
+        py::arg("h_form"), py::arg("has_res"), py::arg("bias") = py::none());
   m.def("set_streaming_threshold", &set_streaming_threshold,
         "kernels writing at least this many bytes use streaming stores (negative: never)");
   m.def("streaming_threshold", &streaming_threshold,

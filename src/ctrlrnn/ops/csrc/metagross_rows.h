@@ -38,6 +38,12 @@ inline acc_t sum_lanes(const acc_t* __restrict__ x, int64_t n) {
   return total;
 }
 
+// acc[0:n] += x[0:n] (the bias gradient's running sums over steps).
+template <typename acc_t>
+inline void add_row(acc_t* __restrict__ acc, const acc_t* __restrict__ x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+}
+
 // Spacing of the per-thread scratch rows: at least n elements, an odd number of 64-byte lines,
 // so that no two rows share their offset within a 4 KiB page (loads that follow a store at the
 // same page offset wait for it on x86: "4K aliasing").
@@ -78,6 +84,7 @@ template <typename scalar_t>
 struct Level {
   const scalar_t* P;  // (B, T, 3, k, H): (b, t, g, u, h) at b*sPB + t*sPT + g*kH + u*H + h
   int64_t sPB, sPT;
+  const scalar_t* bias;    // (3, k, H): the base maps' biases b^g_u (zeros when absent)
   const scalar_t* child;   // (B, T, k, 2, H) or null at the leaves
   const scalar_t* alpha;   // (B, T, k) or null
   const scalar_t* beta;    // (B, T, k) or null
@@ -87,12 +94,14 @@ struct Level {
   int64_t B, T, k, H;
 };
 
-// sig(p + w (c - p)) over n channels (eq 2-1, 2-2; sig(p) without the child's c).
+// sig(p + w (c - p)) over n channels, p = the GEMM's x W^T plus the bias (eq 2-1, 2-2; sig(p)
+// without the child's c).
 template <bool CHILD, typename scalar_t, typename acc_t>
-inline void sigmoid_row(const scalar_t* __restrict__ p, const scalar_t* __restrict__ c, acc_t w,
-                        int64_t n, acc_t* __restrict__ y) {
+inline void sigmoid_row(const scalar_t* __restrict__ p, const scalar_t* __restrict__ bias,
+                        const scalar_t* __restrict__ c, acc_t w, int64_t n,
+                        acc_t* __restrict__ y) {
   for (int64_t j = 0; j < n; ++j) {
-    acc_t q = acc_t(p[j]);
+    acc_t q = acc_t(p[j]) + acc_t(bias[j]);
     if constexpr (CHILD) q += w * (acc_t(c[j]) - q);
     y[j] = sigmoid(q);
   }
@@ -102,24 +111,26 @@ inline void sigmoid_row(const scalar_t* __restrict__ p, const scalar_t* __restri
 // each of fa, oa, za. P's rows are read in memory order, the F rows of all units, then the O
 // rows, then the Z rows, so that a step reads one contiguous stretch (the hardware prefetchers
 // lose track of a stream that jumps back and forth); one simple loop each so that they
-// vectorise. pt: the step's P row at the block's first channel; ct: the children's row.
+// vectorise. pt: the step's P row at the block's first channel; bt: the bias row (the layout of
+// P's rows) at that channel; ct: the children's row.
 template <bool CHILD, typename scalar_t, typename acc_t>
-inline void step_activations(const scalar_t* pt, const scalar_t* ct, const scalar_t* alpha,
-                             const scalar_t* beta, int64_t k, int64_t H, int64_t n, int64_t ld,
-                             acc_t* fa, acc_t* oa, acc_t* za) {
+inline void step_activations(const scalar_t* pt, const scalar_t* bt, const scalar_t* ct,
+                             const scalar_t* alpha, const scalar_t* beta, int64_t k, int64_t H,
+                             int64_t n, int64_t ld, acc_t* fa, acc_t* oa, acc_t* za) {
   const int64_t kH = k * H;
   for (int64_t u = 0; u < k; ++u) {
-    sigmoid_row<CHILD>(pt + u * H, CHILD ? ct + 2 * u * H : nullptr,
+    sigmoid_row<CHILD>(pt + u * H, bt + u * H, CHILD ? ct + 2 * u * H : nullptr,
                        CHILD ? acc_t(alpha[u]) : acc_t(0), n, fa + u * ld);  // eq 2-1
   }
   for (int64_t u = 0; u < k; ++u) {
-    sigmoid_row<CHILD>(pt + kH + u * H, CHILD ? ct + (2 * u + 1) * H : nullptr,
+    sigmoid_row<CHILD>(pt + kH + u * H, bt + kH + u * H, CHILD ? ct + (2 * u + 1) * H : nullptr,
                        CHILD ? acc_t(beta[u]) : acc_t(0), n, oa + u * ld);  // eq 2-2
   }
   for (int64_t u = 0; u < k; ++u) {
     const scalar_t* __restrict__ pz = pt + 2 * kH + u * H;
+    const scalar_t* __restrict__ bz = bt + 2 * kH + u * H;
     acc_t* __restrict__ z = za + u * ld;
-    for (int64_t j = 0; j < n; ++j) z[j] = tanh_(acc_t(pz[j]));  // eq 2-3
+    for (int64_t j = 0; j < n; ++j) z[j] = tanh_(acc_t(pz[j]) + acc_t(bz[j]));  // eq 2-3
   }
 }
 
@@ -160,8 +171,10 @@ struct BackRow {
   const scalar_t* g;     // grad of out_t
   const scalar_t* prev;  // s_{t-1}
   const scalar_t* cur;   // s_t (c form)
-  const scalar_t* pf;    // raw F^F, F^O (for the depth-gate gradients)
+  const scalar_t* pf;    // F^F, F^O without their biases (for the depth-gate gradients)
   const scalar_t* po;
+  const scalar_t* bf;    // the biases of F^F, F^O
+  const scalar_t* bo;
   const scalar_t* cf;    // children
   const scalar_t* co;
 };
@@ -192,6 +205,8 @@ inline void backward_row(const BackRow<scalar_t>& r, const BackOut<acc_t>& out,
   const scalar_t* __restrict__ cur = r.cur;
   const scalar_t* __restrict__ pf = r.pf;
   const scalar_t* __restrict__ po = r.po;
+  const scalar_t* __restrict__ bf = r.bf;
+  const scalar_t* __restrict__ bo = r.bo;
   const scalar_t* __restrict__ cf = r.cf;
   const scalar_t* __restrict__ co = r.co;
   acc_t* __restrict__ dpf = out.dpf;
@@ -238,8 +253,8 @@ inline void backward_row(const BackRow<scalar_t>& r, const BackOut<acc_t>& out,
       dpo[j] = gso - gso * be;
       dcf[j] = gsf * al;
       dco[j] = gso * be;
-      ta[j] = gsf * (acc_t(cf[j]) - acc_t(pf[j]));
-      tb[j] = gso * (acc_t(co[j]) - acc_t(po[j]));
+      ta[j] = gsf * (acc_t(cf[j]) - (acc_t(pf[j]) + acc_t(bf[j])));
+      tb[j] = gso * (acc_t(co[j]) - (acc_t(po[j]) + acc_t(bo[j])));
     } else {
       dpf[j] = gsf;
       dpo[j] = gso;

@@ -51,11 +51,11 @@ __all__ = ["backward", "forward"]
 
 @triton.jit
 def _level_fwd_kernel(
-    P_ptr, child_ptr, alpha_ptr, beta_ptr, res_ptr, s0_ptr, len_ptr,
+    P_ptr, bias_ptr, child_ptr, alpha_ptr, beta_ptr, res_ptr, s0_ptr, len_ptr,
     out_ptr, c_ptr, last_ptr,
     sPB, sPT, T, K, H,
     HFORM: tl.constexpr, CHILD: tl.constexpr, RES: tl.constexpr, HAS_S0: tl.constexpr,
-    HAS_LEN: tl.constexpr, REVERSE: tl.constexpr, ACC: tl.constexpr,
+    HAS_LEN: tl.constexpr, REVERSE: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
     KP: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Forward of one (batch row, channel block) over all ``k`` units. Grid ``(B, cdiv(H, BLOCK))``.
@@ -78,6 +78,10 @@ def _level_fwd_kernel(
         s = tl.load(s0_ptr + b * kH + uh, mask=tile, other=0.0).to(ACC)
     else:
         s = tl.zeros([KP, BLOCK], ACC)
+    if HAS_BIAS:  # the base maps' biases (section 2.2), the same at every step
+        bf = tl.load(bias_ptr + uh, mask=tile, other=0.0).to(ACC)
+        bo = tl.load(bias_ptr + kH + uh, mask=tile, other=0.0).to(ACC)
+        bz = tl.load(bias_ptr + 2 * kH + uh, mask=tile, other=0.0).to(ACC)
     for j in range(0, T):
         sj = zero + j  # processing index, as a tile
         valid = tile & (sj < L)
@@ -90,6 +94,10 @@ def _level_fwd_kernel(
         pf = tl.load(P_ptr + p_off, mask=valid, other=0.0).to(ACC)
         po = tl.load(P_ptr + p_off + kH, mask=valid, other=0.0).to(ACC)
         pz = tl.load(P_ptr + p_off + 2 * kH, mask=valid, other=0.0).to(ACC)
+        if HAS_BIAS:
+            pf = pf + bf
+            po = po + bo
+            pz = pz + bz
         if CHILD:
             c_off = (row * K + units[:, None]) * 2 * H + cols[None, :]
             cf = tl.load(child_ptr + c_off, mask=valid, other=0.0).to(ACC)
@@ -124,18 +132,20 @@ def _level_fwd_kernel(
 
 @triton.jit
 def _level_bwd_kernel(
-    gout_ptr, glast_ptr, P_ptr, child_ptr, alpha_ptr, beta_ptr, s0_ptr, len_ptr, saved_ptr,
-    dP_ptr, dchild_ptr, pa_ptr, pb_ptr, dres_ptr, ds0_ptr,
+    gout_ptr, glast_ptr, P_ptr, bias_ptr, child_ptr, alpha_ptr, beta_ptr, s0_ptr, len_ptr,
+    saved_ptr, dP_ptr, dchild_ptr, pa_ptr, pb_ptr, dres_ptr, ds0_ptr, db_ptr,
     sPB, sPT, B, T, K, H,
     HFORM: tl.constexpr, CHILD: tl.constexpr, RES: tl.constexpr, HAS_S0: tl.constexpr,
     HAS_G: tl.constexpr, HAS_GLAST: tl.constexpr, HAS_LEN: tl.constexpr,
-    REVERSE: tl.constexpr, ACC: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_BIAS: tl.constexpr, ACC: tl.constexpr, KP: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Reverse pass of one (batch row, channel block) over all ``k`` units (module docstring).
 
     Writes ``dP`` ``(B, T, 3, k, H)`` (contiguous), ``dchild`` ``(B, T, k, 2, H)``, the depth
     gates' per-block partial gradients ``pa``, ``pb`` ``(n_blocks, B, T, k)`` (fp32/fp64),
-    ``dres`` ``(B, T, H)`` and ``ds0`` ``(B, k*H)``. ``saved``: the forward's carried states.
+    ``dres`` ``(B, T, H)``, ``ds0`` ``(B, k*H)`` and, with a bias, each batch row's sum over its
+    steps of ``dP``, ``db`` ``(B, 3, k, H)`` (fp32/fp64). ``saved``: the forward's carried states.
     """
     b = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
@@ -158,6 +168,13 @@ def _level_bwd_kernel(
         s0 = tl.load(s0_ptr + b * kH + uh, mask=tile, other=0.0).to(ACC)
     else:
         s0 = tl.zeros([KP, BLOCK], ACC)
+    if HAS_BIAS:
+        bf = tl.load(bias_ptr + uh, mask=tile, other=0.0).to(ACC)
+        bo = tl.load(bias_ptr + kH + uh, mask=tile, other=0.0).to(ACC)
+        bz = tl.load(bias_ptr + 2 * kH + uh, mask=tile, other=0.0).to(ACC)
+        dbf = tl.zeros([KP, BLOCK], ACC)
+        dbo = tl.zeros([KP, BLOCK], ACC)
+        dbz = tl.zeros([KP, BLOCK], ACC)
     for j in range(0, T):
         sj = zero + (T - 1 - j)  # processing index, last first
         valid = tile & (sj < L)
@@ -172,6 +189,10 @@ def _level_bwd_kernel(
         rpf = tl.load(P_ptr + p_off, mask=valid, other=0.0).to(ACC)
         rpo = tl.load(P_ptr + p_off + kH, mask=valid, other=0.0).to(ACC)
         pz = tl.load(P_ptr + p_off + 2 * kH, mask=valid, other=0.0).to(ACC)
+        if HAS_BIAS:  # F = W x_t + b (section 2.2)
+            rpf = rpf + bf
+            rpo = rpo + bo
+            pz = pz + bz
         pf = rpf
         po = rpo
         if CHILD:
@@ -218,8 +239,10 @@ def _level_bwd_kernel(
         ety = dP_ptr.dtype.element_ty
         if CHILD:
             # d/dp of p + w (c - p) summed as autograd sums it: g - g w (see the CPU kernel)
-            tl.store(dP_ptr + d_off, tl.where(valid, gsf - gsf * al, 0.0).to(ety), mask=tile)
-            tl.store(dP_ptr + d_off + kH, tl.where(valid, gso - gso * be, 0.0).to(ety), mask=tile)
+            dpf = tl.where(valid, gsf - gsf * al, 0.0)
+            dpo = tl.where(valid, gso - gso * be, 0.0)
+            tl.store(dP_ptr + d_off, dpf.to(ety), mask=tile)
+            tl.store(dP_ptr + d_off + kH, dpo.to(ety), mask=tile)
             tl.store(dchild_ptr + c_off, tl.where(valid, gsf * al, 0.0).to(ety), mask=tile)
             tl.store(dchild_ptr + c_off + H, tl.where(valid, gso * be, 0.0).to(ety), mask=tile)
             ta = tl.sum(tl.where(valid, gsf * (cf - rpf), 0.0), axis=1)  # (KP,)
@@ -231,9 +254,16 @@ def _level_bwd_kernel(
             tl.store(pa_ptr + part, ta.to(pa_ptr.dtype.element_ty), mask=umask)
             tl.store(pb_ptr + part, tb.to(pb_ptr.dtype.element_ty), mask=umask)
         else:
-            tl.store(dP_ptr + d_off, tl.where(valid, gsf, 0.0).to(ety), mask=tile)
-            tl.store(dP_ptr + d_off + kH, tl.where(valid, gso, 0.0).to(ety), mask=tile)
-        tl.store(dP_ptr + d_off + 2 * kH, tl.where(valid, dpz, 0.0).to(ety), mask=tile)
+            dpf = tl.where(valid, gsf, 0.0)
+            dpo = tl.where(valid, gso, 0.0)
+            tl.store(dP_ptr + d_off, dpf.to(ety), mask=tile)
+            tl.store(dP_ptr + d_off + kH, dpo.to(ety), mask=tile)
+        dpz = tl.where(valid, dpz, 0.0)
+        tl.store(dP_ptr + d_off + 2 * kH, dpz.to(ety), mask=tile)
+        if HAS_BIAS:
+            dbf += dpf
+            dbo += dpo
+            dbz += dpz
         if RES:  # the residual reaches every unit's output (eq 2-6): sum over units
             dres = tl.sum(tl.where(valid, dr, 0.0), axis=0)  # (BLOCK,)
             r_row = T - 1 - j
@@ -242,6 +272,11 @@ def _level_bwd_kernel(
             tl.store(dres_ptr + (b * T + r_row) * H + cols,
                      dres.to(dres_ptr.dtype.element_ty), mask=cols < H)  # fmt: skip
     tl.store(ds0_ptr + b * kH + uh, carry.to(ds0_ptr.dtype.element_ty), mask=tile)
+    if HAS_BIAS:  # this batch row's sums over its steps, summed over rows on the host
+        dty = db_ptr.dtype.element_ty
+        tl.store(db_ptr + b * 3 * kH + uh, dbf.to(dty), mask=tile)
+        tl.store(db_ptr + b * 3 * kH + kH + uh, dbo.to(dty), mask=tile)
+        tl.store(db_ptr + b * 3 * kH + 2 * kH + uh, dbz.to(dty), mask=tile)
 
 
 def _block(batch: int, k: int, hidden: int, device: torch.device) -> tuple[int, int, int]:
@@ -291,14 +326,15 @@ def _lengths(lengths: Tensor | None, batch: int, steps: int, device: torch.devic
 def forward(
     P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
     res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
-    *, reverse: bool = False,
+    bias: Tensor | None = None, *, reverse: bool = False,
 ) -> list[Tensor]:  # fmt: skip
     """``[out (B, T, k*H), c (B, T, k*H) for the "c" form else empty, last state (B, k*H)]``.
 
     Same contract as the CPU extension's ``forward`` (eq 2-1..2-6, module docstring): ``P``
     ``(B, T, 3, k, H)`` with packed ``(3, k, H)`` rows (any batch and step strides), ``child``
     ``(B, T, k, 2, H)``, ``alpha``/``beta`` ``(B, T, k, 1)``, ``res`` ``(B, T, 1, H)``, ``s0``
-    ``(B, k*H)`` contiguous or None; ``lengths`` ``(B,)`` integers in ``[0, T]`` on any device.
+    ``(B, k*H)`` contiguous or None; ``lengths`` ``(B,)`` integers in ``[0, T]`` on any device;
+    ``bias`` ``(3*k*H,)`` contiguous (added to ``P``) or None.
     """
     B, T, k, H = _dims(P)
     if (child is None) != (alpha is None) or (child is None) != (beta is None):
@@ -308,6 +344,7 @@ def forward(
     _check("beta", beta, B * T * k, P)
     _check("res", res, B * T * H, P)
     _check("s0", s0, B * k * H, P)
+    _check("bias", bias, 3 * k * H, P)
     out = torch.empty(B, T, k * H, dtype=P.dtype, device=P.device)
     c = P.new_empty(0) if h_form else torch.empty_like(out)
     last = torch.empty(B, k * H, dtype=P.dtype, device=P.device)
@@ -316,14 +353,15 @@ def forward(
     lens = _lengths(lengths, B, T, P.device)
     kp, block, warps = _block(B, k, H, P.device)
     _level_fwd_kernel[(B, triton.cdiv(H, block))](
-        P, child if child is not None else P, alpha if alpha is not None else P,
-        beta if beta is not None else P, res if res is not None else P,
+        P, bias if bias is not None else P, child if child is not None else P,
+        alpha if alpha is not None else P, beta if beta is not None else P,
+        res if res is not None else P,
         s0 if s0 is not None else P, lens if lens is not None else P,
         out, c if not h_form else out, last,
         P.stride(0), P.stride(1), T, k, H,
         HFORM=bool(h_form), CHILD=child is not None, RES=res is not None, HAS_S0=s0 is not None,
-        HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc_dtype(P.dtype),
-        KP=kp, BLOCK=block, num_warps=warps,
+        HAS_LEN=lens is not None, REVERSE=bool(reverse), HAS_BIAS=bias is not None,
+        ACC=acc_dtype(P.dtype), KP=kp, BLOCK=block, num_warps=warps,
     )  # fmt: skip
     return [out, c, last]
 
@@ -331,9 +369,10 @@ def forward(
 def backward(
     grad_out: Tensor | None, grad_last: Tensor | None, P: Tensor, child: Tensor | None,
     alpha: Tensor | None, beta: Tensor | None, s0: Tensor | None, lengths: Tensor | None,
-    saved: Tensor, h_form: bool, has_res: bool, *, reverse: bool = False,
+    saved: Tensor, h_form: bool, has_res: bool, bias: Tensor | None = None, *,
+    reverse: bool = False,
 ) -> list[Tensor]:  # fmt: skip
-    """``[dP, dchild, dalpha, dbeta, dres, ds0]``, an empty tensor for an absent input.
+    """``[dP, dchild, dalpha, dbeta, dres, ds0, dbias]``, an empty tensor for an absent input.
 
     Same contract as the CPU extension's ``backward``: ``saved`` is the forward's carried states
     ``(B, T, k*H)`` (``out`` for the ``"h"`` form, ``c`` for the ``"c"`` form); ``grad_out``
@@ -348,6 +387,7 @@ def backward(
     _check("saved", saved, B * T * kH, P)
     _check("grad_out", grad_out, B * T * kH, P)
     _check("grad_last", grad_last, B * kH, P)
+    _check("bias", bias, 3 * kH, P)
     dP = torch.empty(B, T, 3, k, H, dtype=P.dtype, device=P.device)
     dchild = torch.empty_like(child) if child is not None else P.new_empty(0)
     dres = torch.empty(B, T, 1, H, dtype=P.dtype, device=P.device) if has_res else P.new_empty(0)
@@ -357,20 +397,25 @@ def backward(
     acc_t = acc_torch_dtype(P.dtype)
     pa = torch.zeros(nblk if child is not None else 0, B, T, k, dtype=acc_t, device=P.device)
     pb = torch.zeros_like(pa)
+    # each batch row's sums over its steps of dP, summed over the rows in a fixed order below
+    db = torch.zeros(B if bias is not None else 0, 3 * kH, dtype=acc_t, device=P.device)
     if B > 0 and kH > 0:
         lens = _lengths(lengths, B, T, P.device)
         _level_bwd_kernel[(B, nblk)](
             grad_out if grad_out is not None else P, grad_last if grad_last is not None else P,
-            P, child if child is not None else P, alpha if alpha is not None else P,
-            beta if beta is not None else P, s0 if s0 is not None else P,
+            P, bias if bias is not None else P, child if child is not None else P,
+            alpha if alpha is not None else P, beta if beta is not None else P,
+            s0 if s0 is not None else P,
             lens if lens is not None else P, saved,
             dP, dchild if child is not None else dP, pa if child is not None else ds0,
             pb if child is not None else ds0, dres if has_res else dP, ds0,
+            db if bias is not None else ds0,
             P.stride(0), P.stride(1), B, T, k, H,
             HFORM=bool(h_form), CHILD=child is not None, RES=bool(has_res),
             HAS_S0=s0 is not None, HAS_G=grad_out is not None,
             HAS_GLAST=grad_last is not None, HAS_LEN=lens is not None, REVERSE=bool(reverse),
-            ACC=acc_dtype(P.dtype), KP=kp, BLOCK=block, num_warps=warps,
+            HAS_BIAS=bias is not None, ACC=acc_dtype(P.dtype), KP=kp, BLOCK=block,
+            num_warps=warps,
         )  # fmt: skip
     elif has_res:
         dres.zero_()
@@ -386,4 +431,5 @@ def backward(
             dchild.zero_()
         if has_res:
             dres.zero_()
-    return [dP, dchild, dalpha, dbeta, dres, ds0]
+    dbias = db.sum(0).to(P.dtype) if bias is not None else P.new_empty(0)
+    return [dP, dchild, dalpha, dbeta, dres, ds0, dbias]
