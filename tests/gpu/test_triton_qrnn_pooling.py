@@ -76,8 +76,9 @@ def test_forward_backward(case):
     grads = [torch.randn(B, T, H, generator=g), torch.randn(B, T, H, generator=g),
              torch.randn(B, H, generator=g)]  # fmt: skip
     grads = [x.to(dtype) for x in grads]
-    dgates, dc0 = qrnn_pooling_backward(*grads, gates, c, c0, keep, keep_scale, lengths, mode,
-                                        chunk=case["chunk"])  # fmt: skip
+    dgates, dc0, dbias = qrnn_pooling_backward(*grads, gates, c, c0, keep, keep_scale, lengths,
+                                               mode, chunk=case["chunk"])  # fmt: skip
+    assert dbias.numel() == 0
     want = torch.autograd.grad(ref, (g64, c64), [x.double() for x in grads])
     close(dgates, want[0], dtype)
     close(dc0, want[1], dtype)
@@ -89,12 +90,38 @@ def test_only_last_cell_gradient():
     c0 = torch.randn(2, 4, generator=g)
     h, c, last = qrnn_pooling_forward(gates, c0, None, 1.0, None, 1)
     gl = torch.randn(2, 4, generator=g)
-    dgates, dc0 = qrnn_pooling_backward(None, None, gl, gates, c, c0, None, 1.0, None, 1, chunk=3)
+    dgates, dc0, _ = qrnn_pooling_backward(None, None, gl, gates, c, c0, None, 1.0, None, 1,
+                                           chunk=3)  # fmt: skip
     g64, c64 = gates.double().requires_grad_(), c0.double().requires_grad_()
     _, _, ref_last = qrnn_pooling_ref(g64, c64, pooling="fo")
     want = torch.autograd.grad(ref_last, (g64, c64), gl.double())
     close(dgates, want[0], torch.float32)
     close(dc0, want[1], torch.float32)
+
+
+@pytest.mark.parametrize("chunk", [0, 3])
+@pytest.mark.parametrize("pooling", ["f", "ifo"])
+def test_bias(pooling, chunk):
+    """``bias`` (eq 1-2's ``b``): the pooling of ``gates + bias``, and the bias's gradient,
+    ``dgates`` summed over batch and steps (zero past the lengths)."""
+    mode = list(qrnn_mod.POOLING_MODES).index(pooling)
+    G, H = qrnn_mod.GATES_PER_MODE[pooling], 6
+    g = torch.Generator().manual_seed(8)
+    gates = torch.randn(B, T, G * H, generator=g)
+    bias = torch.randn(G * H, generator=g)
+    c0 = torch.randn(B, H, generator=g)
+    lengths = torch.tensor([7, 0, 4])
+    h, c, last = qrnn_pooling_forward(gates, c0, None, 1.0, lengths, mode, bias, chunk=chunk)
+    g64, b64 = gates.double().requires_grad_(), bias.double().requires_grad_()
+    ref = qrnn_pooling_ref(g64 + b64, c0.double(), pooling=pooling, lengths=lengths)
+    for got, want in zip((h, c, last), ref):
+        close(got, want, torch.float32)
+    gh = torch.randn(B, T, H, generator=g)
+    dgates, _dc0, dbias = qrnn_pooling_backward(gh, None, None, gates, c, c0, None, 1.0, lengths,
+                                                mode, bias, chunk=chunk)  # fmt: skip
+    want = torch.autograd.grad(ref[0], (g64, b64), gh.double())
+    close(dgates, want[0], torch.float32)
+    close(dbias, want[1], torch.float32)
 
 
 def test_through_the_public_op(monkeypatch):
@@ -219,7 +246,7 @@ def test_nonfinite(pooling, chunk):
     for name, x, y in zip(("h", "c", "last"), (h, c, last), ref, strict=True):
         parity(x, y.detach(), name)
     ws = weights(h, c, last)
-    dgates, dc0 = qrnn_pooling_backward(*ws, gates, c, c0, keep, 0.8, None, mode, chunk=chunk)
+    dgates, dc0, _ = qrnn_pooling_backward(*ws, gates, c, c0, keep, 0.8, None, mode, chunk=chunk)
     want = torch.autograd.grad(ref, leaves, ws)
     parity(dgates, want[0], "dgates")
     parity(dc0, want[1], "dc0")
@@ -235,5 +262,5 @@ def test_empty_shapes(batch, steps):
     h, c, c_last = qrnn_pooling_forward(gates, h0, None, 1.0, None, 1)
     assert h.shape == c.shape == (batch, steps, H)
     assert c_last.shape == (batch, H) and (steps > 0 or torch.equal(c_last, h0))
-    dgates, dc0 = qrnn_pooling_backward(h, None, h0, gates, c, h0, None, 1.0, None, 1)
+    dgates, dc0, _ = qrnn_pooling_backward(h, None, h0, gates, c, h0, None, 1.0, None, 1)
     assert dgates.shape == gates.shape and dc0.shape == (batch, H)

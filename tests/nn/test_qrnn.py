@@ -437,3 +437,34 @@ def test_window_layouts():
     assert w[1, :3].tolist() == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 0]]
     assert causal_windows(x[:1], 4)[0].tolist() == [[0, 0, 0, 1], [0, 0, 1, 2], [0, 1, 2, 3],
                                                      [1, 2, 3, 4], [2, 3, 4, 5]]
+
+
+@pytest.mark.parametrize("pooling", ["f", "ifo"])
+def test_bias_in_the_pooling_equals_bias_in_the_gemm(monkeypatch, pooling):
+    """On CPU with the compiled kernels the layer leaves eq 1-2's bias out of its GEMM and the
+    pooling kernel adds it (``fuses_bias``); the output and every gradient, the bias's included,
+    equal those of the bias in the GEMM (bidirectional, two layers, lengths, zoneout)."""
+    import ctrlrnn.nn.qrnn as qrnn_layer
+    from ctrlrnn.ops.qrnn_pooling import fuses_bias
+
+    if not fuses_bias(torch.device("cpu")):
+        pytest.skip("the reference backend keeps the bias in the GEMM")
+    torch.manual_seed(3)
+    m = QRNN(4, 5, num_layers=2, pooling=pooling, bidirectional=True, batch_first=True,
+             zoneout=0.2).double()  # fmt: skip
+    x = torch.randn(3, 6, 4, dtype=D64, requires_grad=True)
+    lengths = torch.tensor([6, 2, 4])
+
+    def run():
+        torch.manual_seed(7)  # the same zoneout masks
+        out, c_n = m(x, lengths=lengths)
+        loss = (out * torch.linspace(-1, 1, out.numel(), dtype=D64).view_as(out)).sum()
+        return out, c_n, torch.autograd.grad(loss + c_n.sum(), [x, *m.parameters()])
+
+    fused = run()
+    monkeypatch.setattr(qrnn_layer, "fuses_bias", lambda device: False)
+    unfused = run()
+    torch.testing.assert_close(fused[0], unfused[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fused[1], unfused[1], rtol=1e-12, atol=1e-12)
+    for a, b in zip(fused[2], unfused[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -84,6 +84,57 @@ def test_reference_backward_equals_compiled(pooling):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("extras", [False, True], ids=["plain", "c0-keep-lengths"])
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_bias_added_in_the_kernel(pooling, extras, dtype):
+    """``bias`` (eq 1-2's ``b``) is the pooling of ``gates + bias``: values and gradients, the
+    bias's own (``dgates`` summed over batch and steps) included; gradcheck in float64; the
+    written-out reference backward takes it too."""
+    gates, c0, kw = _inputs(pooling, dtype, extras)
+    G, H = qrnn_mod.GATES_PER_MODE[pooling], gates.shape[2] // qrnn_mod.GATES_PER_MODE[pooling]
+    bias = torch.randn(G * H, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    bias.requires_grad_()
+    outs = qrnn_mod.qrnn_pooling(gates, c0, bias=bias, **kw)
+    ref = qrnn_mod.qrnn_pooling_ref(gates + bias, c0, **kw)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=0, atol=1e-12)
+    for x, y in zip(outs, ref, strict=True):
+        torch.testing.assert_close(x, y, **tol)
+    g = torch.Generator().manual_seed(1)
+    ws = [torch.randn(x.shape, generator=g, dtype=dtype) for x in outs]
+    leaves = [t for t in (gates, c0, bias) if t is not None]
+    got = torch.autograd.grad(outs, leaves, ws)
+    want = torch.autograd.grad(ref, leaves, ws)
+    for x, y in zip(got, want, strict=True):
+        torch.testing.assert_close(x, y, **tol)
+    torch.testing.assert_close(got[-1], got[0].sum((0, 1)), **tol)
+    if dtype == torch.float64 and extras:
+        small = [t.detach()[:, :4].requires_grad_() for t in (gates,)] + [c0, bias]
+        kw4 = dict(kw, keep=kw["keep"][:, :4], lengths=kw["lengths"].clamp(max=4))
+        assert torch.autograd.gradcheck(
+            lambda g_, c_, b_: qrnn_mod.qrnn_pooling(g_, c_, bias=b_, **kw4), tuple(small)
+        )
+        mode = qrnn_mod.POOLING_MODES[pooling]
+        _h, c_seq, _last = qrnn_mod.qrnn_pooling(gates, c0, bias=bias, **kw)
+        args = (gates.detach(), c_seq.detach(), c0.detach(), kw["keep"], kw["keep_scale"],
+                kw["lengths"], mode, bias.detach())  # fmt: skip
+        grads = [w.detach() for w in ws]
+        x = kernel_for("scan", gates.device).qrnn_pooling_backward(*grads, *args)
+        y = qrnn_pooling_ref_backward(*grads, *args)
+        for p, q in zip(x, y, strict=True):
+            torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
+
+
+def test_bias_bad_shape_and_opcheck():
+    gates, c0, kw = _inputs("fo", torch.float32, True)
+    with pytest.raises(ValueError, match="bias: expected shape"):
+        qrnn_mod.qrnn_pooling(gates, c0, bias=torch.zeros(7), **kw)
+    with pytest.raises(ValueError, match="bias: expected dtype"):
+        qrnn_mod.qrnn_pooling(gates, c0, bias=torch.zeros(15, dtype=torch.float64), **kw)
+    args = (gates, c0, kw["keep"], kw["keep_scale"], kw["lengths"], 1, torch.randn(15))
+    torch.library.opcheck(torch.ops.ctrlrnn.qrnn_pooling.default, args)
+
+
 def test_opcheck():
     for pooling, mode in qrnn_mod.POOLING_MODES.items():
         gates, c0, kw = _inputs(pooling, torch.float32, True)

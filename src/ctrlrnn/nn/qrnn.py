@@ -55,7 +55,7 @@ from ctrlrnn.nn.qrnn_windows import (
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.padding import last_valid
-from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
+from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, fuses_bias, qrnn_pooling
 
 # Defined in qrnn_cell, named here (its module until it moved) so that whole-module pickles
 # keep one class path: ``torch.load(weights_only=True)`` allows a class by that path.
@@ -341,8 +341,10 @@ class QRNN(RecurrentBase):
         # the backward direction's x is already reversed within each length (RecurrentBase),
         # so the centred windows of a non-causal layer are centred in its own reading order
         weight = drop_weight(cell.weight, self.weight_drop, self.training)  # one mask per call
+        # on CPU the pooling kernel adds the bias of eq 1-2 as it reads the gates
+        fuse = cell.bias is not None and fuses_bias(x.device)
         gates = cell.gate_preactivations(
-            x, enc, hist, None if self.causal else lengths, weight=weight
+            x, enc, hist, None if self.causal else lengths, weight=weight, with_bias=not fuse
         )
         sink = kwargs.get("_new_history")
         if sink is not None:
@@ -353,7 +355,8 @@ class QRNN(RecurrentBase):
         )
         c0 = None if state is None else state[0]
         h, _c, c_last = qrnn_pooling(
-            gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths
+            gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths,
+            bias=cell.bias if fuse else None,
         )
         finals = kwargs.get("_layer_states")
         if finals is not None:  # h~_T of eq 7: where this direction's pass ends

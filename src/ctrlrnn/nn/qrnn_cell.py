@@ -111,6 +111,7 @@ class QRNNCell(nn.Module):
         lengths: Tensor | None = None,
         *,
         weight: Tensor | None = None,
+        with_bias: bool = True,
     ) -> Tensor:
         """All pre-activations ``(B, T, G*H)`` of eq 1-2 (and eq 7's ``V h~_T``) for ``x``.
 
@@ -118,7 +119,8 @@ class QRNNCell(nn.Module):
         Non-causal: the centred windows, taps past each sequence's ``lengths`` reading zeros
         (``history`` is refused: chunks of a stream need the causal convolution).
         ``weight``: the convolution weight to use in place of :attr:`weight` (its DropConnect
-        sample, :mod:`ctrlrnn.nn.weight_drop`), of the same shape.
+        sample, :mod:`ctrlrnn.nn.weight_drop`), of the same shape. ``with_bias=False`` leaves
+        :attr:`bias` out, for the pooling to add (:func:`ctrlrnn.ops.qrnn_pooling.fuses_bias`).
         """
         if self.causal:
             windows = causal_windows(x, self.window, history)
@@ -131,7 +133,7 @@ class QRNNCell(nn.Module):
             windows = centred_windows(x, self.window, lengths)
         # eq 1-2 as one GEMM over the windows, into a cached block (its largest tensor)
         w = self.weight if weight is None else weight
-        gates = cached_linear(windows, w, self.bias)
+        gates = cached_linear(windows, w, self.bias if with_bias else None)
         if self.encoder_weight is not None or encoder_state is not None:
             gates = gates + self._encoder_term(encoder_state)
         return gates

@@ -16,6 +16,10 @@ reverse, which ctrlrnn does not follow.
 
 The compiled kernel reads the pre-activations once and writes ``h`` and ``c``; its backward
 recomputes the activations and returns the gradient of the pre-activations in one reverse pass.
+Given the convolution's ``bias`` (eq 1-2: ``W x + b``), it adds it to the pre-activations as it
+reads them and sums its gradient as it writes theirs, so that the layer's GEMM writes ``W x``
+alone: a GEMM with a bias first fills its output with it (a pass writing the largest tensor of
+the layer), and the bias's gradient would be one more pass summing the largest gradient.
 Both are the custom ops ``ctrlrnn::qrnn_pooling`` and ``ctrlrnn::qrnn_pooling_backward``, each
 with the CPU extension's kernel and the Triton kernel registered on it
 (:mod:`ctrlrnn.ops.kernel_op`). Where no compiled kernel exists, :func:`qrnn_pooling` runs
@@ -43,6 +47,7 @@ from ctrlrnn.ops.qrnn_pooling_ref import (
 __all__ = [
     "GATES_PER_MODE",
     "POOLING_MODES",
+    "fuses_bias",
     "gate_activations",
     "qrnn_pooling",
     "qrnn_pooling_ref",
@@ -57,9 +62,12 @@ def _reference_forward(
     keep_scale: float,
     lengths: Tensor | None,
     mode: int,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The op without a kernel: :func:`qrnn_pooling_ref`, not recorded by autograd."""
     pooling = list(POOLING_MODES)[mode]
+    if bias is not None:
+        gates = gates + bias
     with torch.no_grad():
         h, c, last = qrnn_pooling_ref(
             gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
@@ -67,21 +75,26 @@ def _reference_forward(
     return h.contiguous(), c.contiguous(), last.contiguous()
 
 
-def _fake_forward(gates, c0, keep, keep_scale, lengths, mode):
+def _fake_forward(gates, c0, keep, keep_scale, lengths, mode, bias=None):
     G = (2, 3, 4)[mode]
     B, T, GH = gates.shape
     H = GH // G
     return gates.new_empty(B, T, H), gates.new_empty(B, T, H), gates.new_empty(B, H)
 
 
-def _fake_backward(grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode):
-    return torch.empty_like(gates), gates.new_empty(gates.shape[0], c_seq.shape[2])
+def _fake_backward(grad_h, grad_c, grad_last, gates, c_seq, c0, keep, keep_scale, lengths, mode,
+                   bias=None):  # fmt: skip
+    return (
+        torch.empty_like(gates),
+        gates.new_empty(gates.shape[0], c_seq.shape[2]),
+        gates.new_empty(0) if bias is None else torch.empty_like(bias),
+    )
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    gates, c0, keep, keep_scale, lengths, mode = inputs
+    gates, c0, keep, keep_scale, lengths, mode, bias = inputs
     _h, c_seq, _last = output
-    ctx.save_for_backward(gates, c_seq, c0, keep, lengths)
+    ctx.save_for_backward(gates, c_seq, c0, keep, lengths, bias)
     ctx.keep_scale = keep_scale
     ctx.mode = mode
     ctx.has_c0 = c0 is not None
@@ -90,12 +103,13 @@ def _setup_context(ctx, inputs, output) -> None:
 
 
 def _backward(ctx, grad_h, grad_c, grad_last):
-    gates, c_seq, c0, keep, lengths = ctx.saved_tensors
+    gates, c_seq, c0, keep, lengths, bias = ctx.saved_tensors
     grads = [g.contiguous() if g is not None else None for g in (grad_h, grad_c, grad_last)]
-    dgates, dc0 = _qrnn_pooling.run_backward(
-        *grads, gates, c_seq, c0, keep, ctx.keep_scale, lengths, ctx.mode
+    dgates, dc0, dbias = _qrnn_pooling.run_backward(
+        *grads, gates, c_seq, c0, keep, ctx.keep_scale, lengths, ctx.mode, bias
     )
-    return dgates, (dc0 if ctx.has_c0 else None), None, None, None, None
+    dbias = dbias if bias is not None else None
+    return dgates, (dc0 if ctx.has_c0 else None), None, None, None, None, dbias
 
 
 _qrnn_pooling = KernelOp(
@@ -117,6 +131,7 @@ def qrnn_pooling(
     keep: Tensor | None = None,
     keep_scale: float = 1.0,
     lengths: Tensor | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fused QRNN pooling over raw gate pre-activations (see the module docstring).
 
@@ -127,12 +142,14 @@ def qrnn_pooling(
         keep: optional zoneout keep mask ``(B, T, H)`` of 0/1 values (training).
         keep_scale: multiplies ``1 - f`` (``1 - p`` in evaluation with zoneout ``p``).
         lengths: optional validated int64 CPU lengths ``(B,)``.
+        bias: optional ``(G*H,)`` bias of eq 1-2, added to ``gates`` (in the kernels where
+            they run; :func:`fuses_bias` says where that saves a pass).
 
     Returns:
         ``(h, c, c_last)``: ``(B, T, H)``, ``(B, T, H)`` and ``(B, H)``.
     """
     if isinstance(gates, Tensor):
-        gates, c0 = autocast_inputs(gates.device, gates, c0)
+        gates, c0, bias = autocast_inputs(gates.device, gates, c0, bias)
     if not isinstance(pooling, str) or pooling not in POOLING_MODES:
         raise ValueError(f"pooling: expected one of {sorted(POOLING_MODES)}, got {pooling!r}")
     G = GATES_PER_MODE[pooling]
@@ -152,7 +169,19 @@ def qrnn_pooling(
         if keep.shape != (B, T, H):
             raise ValueError(f"keep: expected shape {(B, T, H)}, got {tuple(keep.shape)}")
         keep = keep.to(gates.dtype).contiguous()
+    if bias is not None:
+        if not isinstance(bias, Tensor) or bias.shape != (G * H,):
+            got = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
+            raise ValueError(f"bias: expected shape {(G * H,)}, got {got}")
+        if bias.dtype != gates.dtype or bias.device != gates.device:
+            raise ValueError(
+                f"bias: expected dtype {gates.dtype} on {gates.device}, "
+                f"got {bias.dtype} on {bias.device}"
+            )
+        bias = bias.contiguous()
     route = backend.path("scan", gates.device)
+    if route != backend.KERNEL and bias is not None:  # the composition: add it here
+        gates, bias = gates + bias, None
     if route == backend.EXPORT:  # ONNX export: one scan of symbolic length (ops/scan_export.py)
         return scan_export.qrnn_pooling(gates, c0, pooling, keep, keep_scale, lengths)
     if route == backend.REFERENCE:  # the readable reference, through autograd
@@ -160,5 +189,12 @@ def qrnn_pooling(
             gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
         )
     return _qrnn_pooling(
-        gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling]
+        gates.contiguous(), c0, keep, float(keep_scale), lengths, POOLING_MODES[pooling], bias
     )
+
+
+def fuses_bias(device: torch.device) -> bool:
+    """Whether a QRNN layer on ``device`` should leave its gates' bias out of its GEMM and give
+    it to :func:`qrnn_pooling` (module docstring): on CPU with the compiled kernels. On CUDA the
+    GEMM's epilogue adds it at no cost, and the composition adds it in an op of its own."""
+    return device.type == "cpu" and backend.path("scan", device) == backend.KERNEL

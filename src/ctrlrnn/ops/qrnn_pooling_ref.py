@@ -89,8 +89,10 @@ def qrnn_pooling_ref_backward(
     keep_scale: float,
     lengths: Tensor | None,
     mode: int,
-) -> tuple[Tensor, Tensor]:
-    """``(dgates, dc0)`` of :func:`qrnn_pooling_ref`, written out (the fallback of the custom
+    bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(dgates, dc0, dbias)`` of :func:`qrnn_pooling_ref` run on ``gates + bias`` (``dbias``
+    empty without a bias), written out (the fallback of the custom
     op's backward, whose body runs below autograd, so it cannot differentiate the reference):
     eq 3-5 are the scan ``c_t = a_t c_{t-1} + b_t`` with ``a = 1 - s (1 - f)`` (``s`` the
     zoneout factor of eq 6), ``b = s (1 - f) z`` (eq 3-4) or ``i z`` (eq 5); the scan's reverse
@@ -98,7 +100,7 @@ def qrnn_pooling_ref_backward(
     pooling = list(POOLING_MODES)[mode]
     dtype = gates.dtype
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    g = gates.to(acc)
+    g = gates.to(acc) if bias is None else (gates + bias).to(acc)
     z, f, o, i = gate_activations(g, pooling)
     s = zoneout_factor(f, keep, keep_scale)
     a = 1 - s * (1 - f)  # eq 6: 1 - f is dropped (zoneout) without rescaling
@@ -122,4 +124,6 @@ def qrnn_pooling_ref_backward(
     if i is not None:
         parts.append(db * z * i * (1 - i))
     dc0 = dc0 if c0 is not None else torch.zeros_like(dc0)
-    return torch.cat(parts, -1).to(dtype), dc0.to(dtype)
+    dgates = torch.cat(parts, -1)
+    dbias = gates.new_empty(0) if bias is None else dgates.sum((0, 1)).to(dtype)
+    return dgates.to(dtype), dc0.to(dtype), dbias

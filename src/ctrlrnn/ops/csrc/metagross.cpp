@@ -382,7 +382,8 @@ std::vector<torch::Tensor> metagross_level_backward(
           lv, ptr_or_null<scalar_t>(grad_out), ptr_or_null<scalar_t>(grad_last),
           saved.data_ptr<scalar_t>(), dP.data_ptr<scalar_t>(),
           child.has_value() ? dchild.data_ptr<scalar_t>() : nullptr, dab_part.data(),
-          bias.has_value() ? db_part.data() : nullptr, has_res ? dres.data_ptr<scalar_t>() : nullptr, ds0.data_ptr<scalar_t>(), kBlock,
+          bias.has_value() ? db_part.data() : nullptr,
+          has_res ? dres.data_ptr<scalar_t>() : nullptr, ds0.data_ptr<scalar_t>(), kBlock,
           stream);
     });
     if (child.has_value()) {  // d alpha, d beta: the blocks' partial sums in a fixed order

@@ -266,13 +266,46 @@ std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tenso
 // with z = tanh(Z), f = sigmoid(F), o = sigmoid(O), i = sigmoid(I) (eq 1-2). Zoneout (eq 6):
 // 1 - f is replaced by k (1 - f), where k is a 0/1 keep mask (B, T, H) in training or the
 // constant keep probability 1 - p in evaluation (its expectation).
+// bias (G*H,), optional: the convolution's bias b of eq 1-2, added to the pre-activations as
+// they are read (the layer's GEMM then writes W x alone, with no pass filling its output with
+// the bias), its gradient summed as the pre-activations' gradient is written; zeros stand in
+// for an absent one.
 
 inline int64_t gates_of(int64_t mode) { return mode == 0 ? 2 : (mode == 1 ? 3 : 4); }
 
+// z, f, o, i of one step over n channels (eq 1-2) from the step's pre-activations gt and the
+// bias row bt (both at the block's first channel, gate g at + g H), one simple loop each so
+// that they vectorise.
+template <int MODE, typename scalar_t, typename acc_t>
+inline void qrnn_activations(const scalar_t* __restrict__ gt, const scalar_t* __restrict__ bt,
+                             int64_t H, int64_t n, acc_t* __restrict__ za,
+                             acc_t* __restrict__ fa, acc_t* __restrict__ oa,
+                             acc_t* __restrict__ ia) {
+  for (int64_t j = 0; j < n; ++j) za[j] = tanh_(acc_t(gt[j]) + acc_t(bt[j]));
+  for (int64_t j = 0; j < n; ++j) fa[j] = sigmoid(acc_t(gt[H + j]) + acc_t(bt[H + j]));
+  if constexpr (MODE != 0) {
+    for (int64_t j = 0; j < n; ++j) {
+      oa[j] = sigmoid(acc_t(gt[2 * H + j]) + acc_t(bt[2 * H + j]));
+    }
+  }
+  if constexpr (MODE == 2) {
+    for (int64_t j = 0; j < n; ++j) {
+      ia[j] = sigmoid(acc_t(gt[3 * H + j]) + acc_t(bt[3 * H + j]));
+    }
+  }
+}
+
+// acc[0:n] += x[0:n] in acc's type (the bias gradient's running sums).
+template <typename acc_t, typename src_t>
+inline void accumulate_row(acc_t* __restrict__ acc, const src_t* __restrict__ x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += acc_t(x[j]);
+}
+
 template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
-void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar_t* keep,
-                         double keep_scale, const int64_t* lengths, scalar_t* hout,
-                         scalar_t* cout, scalar_t* clast, int64_t B, int64_t T, int64_t H) {
+void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scalar_t* c0,
+                         const scalar_t* keep, double keep_scale, const int64_t* lengths,
+                         scalar_t* hout, scalar_t* cout, scalar_t* clast, int64_t B, int64_t T,
+                         int64_t H) {
   // MODE and KEEP are compile-time so that the inner loop over channels has no branches and
   // vectorises (activations included: fast_exp is branch-free).
   using acc_t = at::opmath_type<scalar_t>;
@@ -302,14 +335,7 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* c0, const scalar
         scalar_t* __restrict__ ht = hout + (bi * T + t) * H + h0i;
         scalar_t* __restrict__ ct = cout + (bi * T + t) * H + h0i;
         // activations (eq 1-2), one simple loop each so that they vectorise
-        for (int64_t j = 0; j < n; ++j) za[j] = tanh_(acc_t(gt[j]));
-        for (int64_t j = 0; j < n; ++j) fa[j] = sigmoid(acc_t(gt[H + j]));
-        if constexpr (MODE != 0) {
-          for (int64_t j = 0; j < n; ++j) oa[j] = sigmoid(acc_t(gt[2 * H + j]));
-        }
-        if constexpr (MODE == 2) {
-          for (int64_t j = 0; j < n; ++j) ia[j] = sigmoid(acc_t(gt[3 * H + j]));
-        }
+        qrnn_activations<MODE>(gt, bias + h0i, H, n, za, fa, oa, ia);
         if constexpr (KEEP) {
           const scalar_t* __restrict__ kt = keep + (bi * T + t) * H + h0i;
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
@@ -412,11 +438,14 @@ __attribute__((noinline)) void qrnn_backward_step(
   }
 }
 
+// db_part: (B, G*H) each batch row's sums over its steps of dgates (the bias gradient's terms),
+// or null when no bias gradient is wanted.
 template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
 void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t* gclast,
-                          const scalar_t* gates, const scalar_t* cseq, const scalar_t* c0,
-                          const scalar_t* keep, double keep_scale, const int64_t* lengths,
-                          scalar_t* dgates, scalar_t* dc0, int64_t B, int64_t T, int64_t H) {
+                          const scalar_t* gates, const scalar_t* bias, const scalar_t* cseq,
+                          const scalar_t* c0, const scalar_t* keep, double keep_scale,
+                          const int64_t* lengths, scalar_t* dgates, scalar_t* dc0,
+                          at::opmath_type<scalar_t>* db_part, int64_t B, int64_t T, int64_t H) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
   const int64_t kBlock = block_size(B, H, T);
@@ -433,12 +462,14 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
     acc_t* __restrict__ ka = ia + kBlock;
     std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs
     std::vector<acc_t> out_buf(STREAM ? G * kBlock : 0);  // a step's gradients, to stream out
+    std::vector<acc_t> dbias(db_part ? G * kBlock : 0);   // the bias's sums over steps
     for (int64_t w = begin; w < end; ++w) {
       const int64_t bi = w / nblk, h0i = (w % nblk) * kBlock;
       const int64_t n = std::min(kBlock, H - h0i);
       const int64_t L = length_of(lengths, bi, T);
       for (int64_t j = 0; j < n; ++j) carry[j] = gclast ? acc_t(gclast[bi * H + h0i + j]) : 0;
       for (int64_t j = 0; j < n; ++j) ka[j] = ks;
+      std::fill(dbias.begin(), dbias.end(), acc_t(0));
       for (int64_t t = L - 1; t >= 0; --t) {
         const int64_t row = bi * T + t;
         const scalar_t* __restrict__ gt = gates + row * G * H + h0i;
@@ -448,14 +479,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
             t > 0 ? cseq + (row - 1) * H + h0i : (c0 ? c0 + bi * H + h0i : zero_in.data());
         const scalar_t* __restrict__ ght = gh ? gh + row * H + h0i : zero_in.data();
         const scalar_t* __restrict__ gct = gc ? gc + row * H + h0i : zero_in.data();
-        for (int64_t j = 0; j < n; ++j) za[j] = tanh_(acc_t(gt[j]));
-        for (int64_t j = 0; j < n; ++j) fa[j] = sigmoid(acc_t(gt[H + j]));
-        if constexpr (MODE != 0) {
-          for (int64_t j = 0; j < n; ++j) oa[j] = sigmoid(acc_t(gt[2 * H + j]));
-        }
-        if constexpr (MODE == 2) {
-          for (int64_t j = 0; j < n; ++j) ia[j] = sigmoid(acc_t(gt[3 * H + j]));
-        }
+        qrnn_activations<MODE>(gt, bias + h0i, H, n, za, fa, oa, ia);
         if constexpr (KEEP) {
           const scalar_t* __restrict__ kt = keep + row * H + h0i;
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
@@ -464,8 +488,18 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
           acc_t* ob = out_buf.data();
           qrnn_backward_step<scalar_t, MODE>(n, n, ob, ct, cp, ght, gct, carry, za, fa, oa, ia, ka);
           for (int64_t g = 0; g < G; ++g) store_row<true>(dgt + g * H, ob + g * n, n);
+          if (db_part) {
+            for (int64_t g = 0; g < G; ++g) {
+              accumulate_row(dbias.data() + g * kBlock, ob + g * n, n);
+            }
+          }
         } else {
           qrnn_backward_step<scalar_t, MODE>(n, H, dgt, ct, cp, ght, gct, carry, za, fa, oa, ia, ka);
+          if (db_part) {
+            for (int64_t g = 0; g < G; ++g) {
+              accumulate_row(dbias.data() + g * kBlock, dgt + g * H, n);
+            }
+          }
         }
       }
       for (int64_t t = L; t < T; ++t) {
@@ -475,9 +509,33 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
         }
       }
       for (int64_t j = 0; j < n; ++j) dc0[bi * H + h0i + j] = scalar_t(carry[j]);
+      if (db_part) {
+        for (int64_t g = 0; g < G; ++g) {
+          acc_t* d = db_part + bi * G * H + g * H + h0i;
+          for (int64_t j = 0; j < n; ++j) d[j] = dbias[g * kBlock + j];
+        }
+      }
     }
     stream_fence(STREAM);
   });
+}
+
+// The bias's values, or zeros in its place when it is absent (the kernels always add one).
+template <typename scalar_t>
+const scalar_t* bias_or_zeros(const c10::optional<torch::Tensor>& bias,
+                              std::vector<scalar_t>& zeros, int64_t n) {
+  if (bias.has_value()) return bias->data_ptr<scalar_t>();
+  zeros.assign(static_cast<size_t>(n), scalar_t(0));
+  return zeros.data();
+}
+
+void check_bias(const c10::optional<torch::Tensor>& bias, const torch::Tensor& gates,
+                int64_t n) {
+  if (!bias.has_value()) return;
+  TORCH_CHECK(bias->is_contiguous() && bias->device().is_cpu() && bias->numel() == n &&
+                  bias->scalar_type() == gates.scalar_type(),
+              "bias must be a contiguous CPU tensor of shape (G*H,) = (", n,
+              ",) with the dtype of gates");
 }
 
 std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
@@ -485,13 +543,15 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
                                                 const c10::optional<torch::Tensor>& keep,
                                                 double keep_scale,
                                                 const c10::optional<torch::Tensor>& lengths,
-                                                int64_t mode) {
+                                                int64_t mode,
+                                                const c10::optional<torch::Tensor>& bias) {
   check_btc(gates, "gates");
   TORCH_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (f), 1 (fo) or 2 (ifo)");
   const int64_t G = gates_of(mode);
   const int64_t B = gates.size(0), T = gates.size(1);
   TORCH_CHECK(gates.size(2) % G == 0, "gates last dimension must be a multiple of ", G);
   const int64_t H = gates.size(2) / G;
+  check_bias(bias, gates, G * H);
   if (c0.has_value()) {
     TORCH_CHECK(c0->is_contiguous() && c0->numel() == B * H &&
                     c0->scalar_type() == gates.scalar_type(),
@@ -509,9 +569,11 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
   // h and c written: streaming stores from the threshold (float only, see store_row)
   const bool stream = use_streaming_stores(2 * h.numel() * h.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool", [&] {
+    std::vector<scalar_t> zeros;
+    const scalar_t* bp = bias_or_zeros(bias, zeros, G * H);
     dispatch_pooling<scalar_t>(mode, keep.has_value(), stream, [&](auto m, auto k, auto st) {
       qrnn_forward_kernel<scalar_t, decltype(m)::value, decltype(k)::value, decltype(st)::value>(
-          gates.data_ptr<scalar_t>(), c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
+          gates.data_ptr<scalar_t>(), bp, c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
           keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
           h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), clast.data_ptr<scalar_t>(), B, T, H);
     });
@@ -524,31 +586,48 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
     const c10::optional<torch::Tensor>& grad_clast, const torch::Tensor& gates,
     const torch::Tensor& cseq, const c10::optional<torch::Tensor>& c0,
     const c10::optional<torch::Tensor>& keep, double keep_scale,
-    const c10::optional<torch::Tensor>& lengths, int64_t mode) {
+    const c10::optional<torch::Tensor>& lengths, int64_t mode,
+    const c10::optional<torch::Tensor>& bias) {
   check_btc(gates, "gates");
   check_btc(cseq, "c");
   const int64_t B = gates.size(0), T = gates.size(1), H = cseq.size(2);
+  const int64_t G = gates_of(mode);
+  check_bias(bias, gates, G * H);
   if (grad_h.has_value()) check_btc(*grad_h, "grad_h");
   if (grad_c.has_value()) check_btc(*grad_c, "grad_c");
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto dgates = ctrlrnn::pooled_empty_like(gates);
   auto dc0 = torch::empty({B, H}, gates.options());
+  auto dbias = bias.has_value() ? torch::empty({G * H}, gates.options())
+                                : torch::empty({0}, gates.options());
   const bool stream = use_streaming_stores(dgates.numel() * dgates.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool_bwd",
                                   [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    std::vector<scalar_t> zeros;
+    const scalar_t* bp = bias_or_zeros(bias, zeros, G * H);
+    std::vector<acc_t> db_part(bias.has_value() ? B * G * H : 0, acc_t(0));
     dispatch_pooling<scalar_t>(mode, keep.has_value(), stream, [&](auto m, auto kp, auto st) {
       qrnn_backward_kernel<scalar_t, decltype(m)::value, decltype(kp)::value,
                            decltype(st)::value>(
           grad_h.has_value() ? grad_h->data_ptr<scalar_t>() : nullptr,
           grad_c.has_value() ? grad_c->data_ptr<scalar_t>() : nullptr,
           grad_clast.has_value() ? grad_clast->data_ptr<scalar_t>() : nullptr,
-          gates.data_ptr<scalar_t>(), cseq.data_ptr<scalar_t>(),
+          gates.data_ptr<scalar_t>(), bp, cseq.data_ptr<scalar_t>(),
           c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
           keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
-          dgates.data_ptr<scalar_t>(), dc0.data_ptr<scalar_t>(), B, T, H);
+          dgates.data_ptr<scalar_t>(), dc0.data_ptr<scalar_t>(),
+          bias.has_value() ? db_part.data() : nullptr, B, T, H);
     });
+    if (bias.has_value()) {  // d bias: the batch rows' sums over steps, in a fixed order
+      const int64_t m = G * H;
+      std::vector<acc_t> total(m, acc_t(0));
+      for (int64_t bi = 0; bi < B; ++bi) accumulate_row(total.data(), db_part.data() + bi * m, m);
+      scalar_t* d = dbias.data_ptr<scalar_t>();
+      for (int64_t i = 0; i < m; ++i) d[i] = scalar_t(total[i]);
+    }
   });
-  return {dgates, dc0};
+  return {dgates, dc0, dbias};
 }
 
 }  // namespace
@@ -562,8 +641,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ctrlrnn compiled CPU kernels: linear scan, QRNN pooling, the RCRN listener";
   m.def("linear_scan_forward", &linear_scan_forward);
   m.def("linear_scan_backward", &linear_scan_backward);
-  m.def("qrnn_pooling_forward", &qrnn_pooling_forward);
-  m.def("qrnn_pooling_backward", &qrnn_pooling_backward);
+  // bias last and optional, as in the custom op's schema (a call without it has no bias)
+  namespace py = pybind11;
+  m.def("qrnn_pooling_forward", &qrnn_pooling_forward, py::arg("gates"), py::arg("c0"),
+        py::arg("keep"), py::arg("keep_scale"), py::arg("lengths"), py::arg("mode"),
+        py::arg("bias") = py::none());
+  m.def("qrnn_pooling_backward", &qrnn_pooling_backward, py::arg("grad_h"), py::arg("grad_c"),
+        py::arg("grad_last"), py::arg("gates"), py::arg("c_seq"), py::arg("c0"),
+        py::arg("keep"), py::arg("keep_scale"), py::arg("lengths"), py::arg("mode"),
+        py::arg("bias") = py::none());
   ctrlrnn::bind_rcrn_listener(m);
   ctrlrnn::bind_conv_windows(m);
   m.def("num_threads", &num_threads);

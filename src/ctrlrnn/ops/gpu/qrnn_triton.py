@@ -299,6 +299,7 @@ def qrnn_pooling_forward(
     keep_scale: float,
     lengths: Tensor | None,
     mode: int,
+    bias: Tensor | None = None,
     *,
     chunk: int | None = None,
 ) -> list[Tensor]:
@@ -310,9 +311,13 @@ def qrnn_pooling_forward(
         keep: optional ``(B, T, H)`` zoneout keep mask; ``keep_scale`` multiplies ``1 - f``.
         lengths: optional ``(B,)`` integer lengths in ``[0, T]``.
         mode: 0 (f), 1 (fo) or 2 (ifo).
+        bias: optional ``(G*H,)`` bias of eq 1-2, added to the pre-activations (the layers pass
+            it on CPU only, where it saves a pass over the GEMM's output; on CUDA they keep it
+            in the GEMM, whose epilogue adds it for free, and this adds it in one op).
         chunk: chunk length of the chunked variant; None chooses, 0 forces the sequential one.
     """
     batch, steps, hidden, ng = _geometry(gates, mode)
+    gates = _with_bias(gates, bias, ng * hidden)
     keep, lens = _prepare(gates, keep, lengths, batch, steps, hidden)
     h = torch.empty(batch, steps, hidden, dtype=gates.dtype, device=gates.device)
     c = torch.empty_like(h)
@@ -355,6 +360,15 @@ def qrnn_pooling_forward(
     return [h, c, last]
 
 
+def _with_bias(gates: Tensor, bias: Tensor | None, n: int) -> Tensor:
+    """``gates + bias`` (a new contiguous tensor), or ``gates`` itself without a bias."""
+    if bias is None:
+        return gates
+    if bias.shape != (n,) or bias.dtype != gates.dtype or bias.device != gates.device:
+        raise ValueError(f"bias: expected shape ({n},), dtype {gates.dtype} on {gates.device}")
+    return gates + bias
+
+
 def qrnn_pooling_backward(
     grad_h: Tensor | None,
     grad_c: Tensor | None,
@@ -366,14 +380,41 @@ def qrnn_pooling_backward(
     keep_scale: float,
     lengths: Tensor | None,
     mode: int,
+    bias: Tensor | None = None,
     *,
     chunk: int | None = None,
 ) -> list[Tensor]:
-    """``[dgates, dc0]`` of QRNN pooling (same contract as the CPU extension's function).
+    """``[dgates, dc0, dbias]`` of QRNN pooling (same contract as the CPU extension's function;
+    ``dbias`` empty without a bias).
 
     ``grad_h``, ``grad_c`` ``(B, T, H)`` and ``grad_clast`` ``(B, H)`` are the gradients of the
     three outputs (any may be None); ``cseq`` is the forward's cell sequence.
     """
+    batch, steps, hidden, ng = _geometry(gates, mode)
+    gates = _with_bias(gates, bias, ng * hidden)
+    dgates, dc0 = _pooling_backward(
+        grad_h, grad_c, grad_clast, gates, cseq, c0, keep, keep_scale, lengths, mode, chunk
+    )
+    if bias is None:
+        return [dgates, dc0, gates.new_empty(0)]
+    acc = acc_torch_dtype(gates.dtype)
+    return [dgates, dc0, dgates.to(acc).sum((0, 1)).to(gates.dtype)]
+
+
+def _pooling_backward(
+    grad_h: Tensor | None,
+    grad_c: Tensor | None,
+    grad_clast: Tensor | None,
+    gates: Tensor,
+    cseq: Tensor,
+    c0: Tensor | None,
+    keep: Tensor | None,
+    keep_scale: float,
+    lengths: Tensor | None,
+    mode: int,
+    chunk: int | None,
+) -> list[Tensor]:
+    """``[dgates, dc0]`` (:func:`qrnn_pooling_backward` without a bias)."""
     batch, steps, hidden, ng = _geometry(gates, mode)
     _check_btc(cseq, "c")
     for name, g in (("grad_h", grad_h), ("grad_c", grad_c)):
