@@ -147,7 +147,9 @@ def test_target_points_time_only_the_targets_rows_with_few_repeats(monkeypatch) 
         point, case = getattr(t.value, "point", None), getattr(t.value, "case", None)
         rows = fresh_processes.TARGET_POINT_CASES.get(Point(*point)) if point else None
         if rows is not None:
-            assert case in rows and t.value.other in rows
+            assert case in rows
+            other = getattr(t.value, "other", None)  # a floor target compares no other row
+            assert other is None or other in rows
     gru = {**_rec("gru", 1.0, 1.0, ("lstm",)), "batch": 32, "length": 256, "width": 256}
     fresh_processes.add_process_medians([gru], {big: [[_rec("lstm", 1.0, 1.0)]]})
     assert "processes" not in gru
@@ -159,3 +161,21 @@ def test_page_names_the_rows_timed_again_at_a_target_point() -> None:
     small, big = (line for line in fresh_process_lines(doc) if line)
     assert "every row was timed again in 5 fresh processes" in small
     assert "the rows the targets read (`lstm3bi`, `rcrn_torch_lstms`, `rcrn`) were" in big
+
+
+def test_floor_targets_read_the_fresh_processes_median() -> None:
+    """A floor target (time / roofline floor) reads the median of the fresh processes' times
+    over the run's floor, shown with their range; without fresh processes, the run's own."""
+    rec = {
+        "case": "metagross", "kind": "time", "status": "ok", "batch": 32, "length": 256,
+        "width": 256, "dtype": "float32", "fwdbwd": {"median_s": 2.0},
+        "floor": {"fwdbwd_s": 1.0}, "ratios": {"fwdbwd_over_floor": 2.0},
+        "processes": {"fwdbwd": [1.5, 1.1, 1.2, 1.4, 1.25]},
+    }  # fmt: skip
+    label = "METAGROSS depth 2 linear fwd+bwd time / roofline floor (B=32, T=256, C=256)"
+    rows = {r[0]: r for r in target_rows({"results": [rec]})}
+    assert rows[label][1] == "1.25x (median of 5 fresh processes, 1.10x-1.50x)"
+    assert rows[label][3] == "yes"  # goal <= 1.3x; the run's own 2.0x would miss it
+    del rec["processes"]
+    rows = {r[0]: r for r in target_rows({"results": [rec]})}
+    assert rows[label][1] == "2.00x" and rows[label][3] == "no"
