@@ -21,6 +21,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <unistd.h>
 #if defined(__AVX__)
@@ -249,6 +250,25 @@ inline void store_row(scalar_t* __restrict__ dst, const acc_t* __restrict__ src,
   }
 #endif
   for (; j < n; ++j) dst[j] = scalar_t(src[j]);
+}
+
+// ----------------------------------------------------------------------------------------------
+// A bias added inside a kernel (the QRNN pooling's and the METAGROSS level's): the GEMM before it
+// then writes x W^T alone, with no pass filling its output with the bias
+
+// acc[0:n] += x[0:n] in acc's type (a bias gradient's running sums).
+template <typename acc_t, typename src_t>
+inline void accumulate_row(acc_t* __restrict__ acc, const src_t* __restrict__ x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += acc_t(x[j]);
+}
+
+// The bias's n values, or zeros in its place when it is absent (the kernels always add one).
+template <typename scalar_t>
+const scalar_t* bias_or_zeros(const c10::optional<at::Tensor>& bias, std::vector<scalar_t>& zeros,
+                              int64_t n) {
+  if (bias.has_value()) return bias->data_ptr<scalar_t>();
+  zeros.assign(static_cast<size_t>(n), scalar_t(0));
+  return zeros.data();
 }
 
 }  // namespace ctrlrnn::kernels

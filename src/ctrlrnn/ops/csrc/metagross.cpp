@@ -187,9 +187,9 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
           emit_row(dpf + kH, o.dpo, n, stream);
           emit_row(dpf + 2 * kH, o.dpz, n, stream);
           if (db_part) {
-            add_row(dbias + u * ld, o.dpf, n);
-            add_row(dbias + (k + u) * ld, o.dpo, n);
-            add_row(dbias + (2 * k + u) * ld, o.dpz, n);
+            accumulate_row(dbias + u * ld, o.dpf, n);
+            accumulate_row(dbias + (k + u) * ld, o.dpo, n);
+            accumulate_row(dbias + (2 * k + u) * ld, o.dpz, n);
           }
           if constexpr (CHILD) {
             scalar_t* dcf = dchild + (row * k + u) * 2 * H + h0;
@@ -300,14 +300,6 @@ void dispatch_flags(bool h_form, bool child, bool res, Fn&& fn) {
   h_form ? with_child(std::true_type{}) : with_child(std::false_type{});
 }
 
-// The bias's values, or zeros in its place when it is absent (the kernels always add one).
-template <typename scalar_t>
-const scalar_t* bias_or_zeros(const OptTensor& bias, std::vector<scalar_t>& zeros, int64_t n) {
-  if (bias.has_value()) return bias->data_ptr<scalar_t>();
-  zeros.assign(static_cast<size_t>(n), scalar_t(0));
-  return zeros.data();
-}
-
 // bias: the base maps' biases (3*k*H,) in P's row layout, added to P inside the kernel (the
 // level's GEMM then writes x W^T alone, with no pass to put the bias in its output), or None.
 // -> [out (B, T, k*H), c (B, T, k*H) for the c form else empty, last state (B, k*H)]
@@ -405,7 +397,7 @@ std::vector<torch::Tensor> metagross_level_backward(
       const int64_t m = 3 * kH;
       std::vector<acc_t> total(m, acc_t(0));
       for (int64_t bi = 0; bi < d.B; ++bi) {
-        add_row(total.data(), db_part.data() + bi * m, m);
+        accumulate_row(total.data(), db_part.data() + bi * m, m);
       }
       for (int64_t i = 0; i < m; ++i) dbp[i] = scalar_t(total[i]);
     }

@@ -38,12 +38,6 @@ inline acc_t sum_lanes(const acc_t* __restrict__ x, int64_t n) {
   return total;
 }
 
-// acc[0:n] += x[0:n] (the bias gradient's running sums over steps).
-template <typename acc_t>
-inline void add_row(acc_t* __restrict__ acc, const acc_t* __restrict__ x, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
-}
-
 // Spacing of the per-thread scratch rows: at least n elements, an odd number of 64-byte lines,
 // so that no two rows share their offset within a 4 KiB page (loads that follow a store at the
 // same page offset wait for it on x86: "4K aliasing").

@@ -295,11 +295,6 @@ inline void qrnn_activations(const scalar_t* __restrict__ gt, const scalar_t* __
   }
 }
 
-// acc[0:n] += x[0:n] in acc's type (the bias gradient's running sums).
-template <typename acc_t, typename src_t>
-inline void accumulate_row(acc_t* __restrict__ acc, const src_t* __restrict__ x, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) acc[j] += acc_t(x[j]);
-}
 
 template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
 void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scalar_t* c0,
@@ -518,15 +513,6 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
     }
     stream_fence(STREAM);
   });
-}
-
-// The bias's values, or zeros in its place when it is absent (the kernels always add one).
-template <typename scalar_t>
-const scalar_t* bias_or_zeros(const c10::optional<torch::Tensor>& bias,
-                              std::vector<scalar_t>& zeros, int64_t n) {
-  if (bias.has_value()) return bias->data_ptr<scalar_t>();
-  zeros.assign(static_cast<size_t>(n), scalar_t(0));
-  return zeros.data();
 }
 
 void check_bias(const c10::optional<torch::Tensor>& bias, const torch::Tensor& gates,
