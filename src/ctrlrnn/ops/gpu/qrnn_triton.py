@@ -369,6 +369,15 @@ def _with_bias(gates: Tensor, bias: Tensor | None, n: int) -> Tensor:
     return gates + bias
 
 
+def _with_bias_grad(dgates: Tensor, dc0: Tensor, bias: Tensor | None) -> list[Tensor]:
+    """``[dgates, dc0, dbias]``: the bias's gradient is ``dgates`` summed over batch and steps
+    (in the accumulation type), empty without a bias."""
+    if bias is None:
+        return [dgates, dc0, dgates.new_empty(0)]
+    acc = acc_torch_dtype(dgates.dtype)
+    return [dgates, dc0, dgates.to(acc).sum((0, 1)).to(dgates.dtype)]
+
+
 def qrnn_pooling_backward(
     grad_h: Tensor | None,
     grad_c: Tensor | None,
@@ -392,30 +401,6 @@ def qrnn_pooling_backward(
     """
     batch, steps, hidden, ng = _geometry(gates, mode)
     gates = _with_bias(gates, bias, ng * hidden)
-    dgates, dc0 = _pooling_backward(
-        grad_h, grad_c, grad_clast, gates, cseq, c0, keep, keep_scale, lengths, mode, chunk
-    )
-    if bias is None:
-        return [dgates, dc0, gates.new_empty(0)]
-    acc = acc_torch_dtype(gates.dtype)
-    return [dgates, dc0, dgates.to(acc).sum((0, 1)).to(gates.dtype)]
-
-
-def _pooling_backward(
-    grad_h: Tensor | None,
-    grad_c: Tensor | None,
-    grad_clast: Tensor | None,
-    gates: Tensor,
-    cseq: Tensor,
-    c0: Tensor | None,
-    keep: Tensor | None,
-    keep_scale: float,
-    lengths: Tensor | None,
-    mode: int,
-    chunk: int | None,
-) -> list[Tensor]:
-    """``[dgates, dc0]`` (:func:`qrnn_pooling_backward` without a bias)."""
-    batch, steps, hidden, ng = _geometry(gates, mode)
     _check_btc(cseq, "c")
     for name, g in (("grad_h", grad_h), ("grad_c", grad_c)):
         if g is not None:
@@ -428,7 +413,7 @@ def _pooling_backward(
     dgates = torch.empty_like(gates)
     dc0 = torch.empty(batch, hidden, dtype=gates.dtype, device=gates.device)
     if batch == 0 or hidden == 0:
-        return [dgates, dc0]
+        return _with_bias_grad(dgates, dc0, bias)
     flags = dict(
         MODE=mode,
         NG=ng,
@@ -452,7 +437,7 @@ def _pooling_backward(
             dgates, dc0, gates, gates, ks, batch, steps, hidden, steps, 1,
             HAS_INIT=grad_clast is not None, SUMMARY=False, **flags,
         )  # fmt: skip
-        return [dgates, dc0]
+        return _with_bias_grad(dgates, dc0, bias)
     prod = torch.empty(batch, n_chunks, hidden, dtype=acc_torch_dtype(gates.dtype),
                        device=gates.device)  # fmt: skip
     state = torch.empty_like(prod)
@@ -468,4 +453,4 @@ def _pooling_backward(
         batch, steps, hidden, length, n_chunks,
         HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
     )  # fmt: skip
-    return [dgates, dc0]
+    return _with_bias_grad(dgates, dc0, bias)
