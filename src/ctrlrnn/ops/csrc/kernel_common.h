@@ -92,17 +92,19 @@ inline int64_t openmp_threads_in_region() {
 // ----------------------------------------------------------------------------------------------
 // Activations
 
-// exp for float without branches so that the compiler vectorises the loops that call it.
-// Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp on [-87, 88].
-// Special values as std::exp (so that NaN and +-Inf reach the kernels' outputs exactly where
-// the reference's torch.exp/sigmoid/tanh put them): NaN -> NaN, above kExpHi (+Inf included)
-// -> +Inf, below kExpLo (-Inf included) -> 0 (the subnormal results are flushed to zero). The
-// clamp only keeps the polynomial's arithmetic finite (it maps NaN to kExpLo); the special
-// cases are applied by a final select, a blend in vector code, so the function stays
-// branch-free.
-inline float fast_exp(float x) {
-  constexpr float kExpHi = 88.3762626647949f;  // exp(kExpHi) rounds to +Inf (2^128)
-  constexpr float kExpLo = -87.3365447504f;    // exp(kExpLo) = FLT_MIN, the smallest normal
+// exp for the activations below, float, without branches so that the compiler vectorises the
+// loops that call it. Cody-Waite range reduction, degree-6 polynomial; max relative error ~2 ulp
+// on [-87, 88]. The argument is clamped to [kExpLo, kExpHi] first, which keeps the arithmetic
+// finite and saturates both ends: at kExpHi and above (+Inf included) the scale 2^n is
+// 2^128 = +Inf, so the result is +Inf; at kExpLo and below (-Inf included) it is FLT_MIN (not 0:
+// sigmoid and tanh read exp only through 1 + exp, where FLT_MIN and 0 round alike). NaN is
+// clamped to a finite value; the activations restore it with one final select. No selects for
+// the two ends (the clamp does their work): each select was one more vector instruction per
+// element in the loops these bound.
+inline float exp_saturating(float x) {
+  // ln(FLT_MAX): round(x / ln 2) is 128 from ~88.376 up, so everything above overflows to +Inf
+  constexpr float kExpHi = 88.7228391117f;
+  constexpr float kExpLo = -87.3365447504f;  // exp(kExpLo) = FLT_MIN, the smallest normal
   const float xc = std::min(kExpHi, std::max(kExpLo, x));
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
   float r = xc - n * 0.693359375f;
@@ -114,27 +116,26 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // n = 128: the bits of +Inf
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  float y = p * scale;
-  y = x < kExpLo ? 0.0f : y;
-  y = x > kExpHi ? std::numeric_limits<float>::infinity() : y;
-  return x != x ? x : y;  // NaN stays NaN
+  return p * scale;
 }
-inline double fast_exp(double x) { return std::exp(x); }
+inline double exp_saturating(double x) { return std::exp(x); }
 
-// sigmoid(x) = 1 / (1 + exp(-x)): with fast_exp's special values, sigmoid(+Inf) = 1,
-// sigmoid(-Inf) = 0 and sigmoid(NaN) = NaN, as torch.sigmoid.
+// sigmoid(x) = 1 / (1 + exp(-x)), as torch.sigmoid at the special values: sigmoid(+Inf) = 1,
+// sigmoid(-Inf) = 0, sigmoid(NaN) = NaN.
 template <typename T>
 inline T sigmoid(T x) {
-  return T(1) / (T(1) + fast_exp(-x));
+  const T y = T(1) / (T(1) + exp_saturating(-x));
+  return x != x ? x : y;  // NaN stays NaN
 }
 template <typename T>
 inline T tanh_(T x) {
   // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly at both ends (tanh(+-Inf) = +-1,
-  // exactly) and keeps NaN.
-  return T(1) - T(2) / (fast_exp(T(2) * x) + T(1));
+  // exactly); NaN stays NaN.
+  const T y = T(1) - T(2) / (exp_saturating(T(2) * x) + T(1));
+  return x != x ? x : y;
 }
 inline double tanh_(double x) { return std::tanh(x); }
 
@@ -260,6 +261,17 @@ inline void store_row(scalar_t* __restrict__ dst, const acc_t* __restrict__ src,
 template <typename acc_t, typename src_t>
 inline void accumulate_row(acc_t* __restrict__ acc, const src_t* __restrict__ x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += acc_t(x[j]);
+}
+
+// out[0:n] = the sum over `rows` rows of `parts` (row r at parts + r * n), added row after row
+// in a fixed order (reproducible): a bias's gradient from the per-batch-row partial sums that
+// the parallel kernels leave.
+template <typename scalar_t, typename acc_t>
+inline void sum_rows_into(scalar_t* __restrict__ out, const acc_t* __restrict__ parts,
+                          int64_t rows, int64_t n) {
+  std::vector<acc_t> total(static_cast<size_t>(n), acc_t(0));
+  for (int64_t r = 0; r < rows; ++r) accumulate_row(total.data(), parts + r * n, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = scalar_t(total[i]);
 }
 
 // The bias's n values, or zeros in its place when it is absent (the kernels always add one).

@@ -56,7 +56,7 @@
 
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, fast_exp, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
 using namespace ctrlrnn::metagross_rows;  // NOLINT: Level, forward_row, backward_row, ...
 
 template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
@@ -393,13 +393,7 @@ std::vector<torch::Tensor> metagross_level_backward(
       }
     }
     if (bias.has_value()) {  // d bias: the batch rows' sums over steps, in a fixed order
-      scalar_t* dbp = dbias.data_ptr<scalar_t>();
-      const int64_t m = 3 * kH;
-      std::vector<acc_t> total(m, acc_t(0));
-      for (int64_t bi = 0; bi < d.B; ++bi) {
-        accumulate_row(total.data(), db_part.data() + bi * m, m);
-      }
-      for (int64_t i = 0; i < m; ++i) dbp[i] = scalar_t(total[i]);
+      sum_rows_into(dbias.data_ptr<scalar_t>(), db_part.data(), d.B, 3 * kH);
     }
   });
   return {dP, dchild, dalpha, dbeta, dres, ds0, dbias};

@@ -20,7 +20,7 @@
 
 namespace ctrlrnn::metagross_rows {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, fast_exp, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
 
 // Sum of n values with 16 independent partial sums (a plain loop of += would not vectorise
 // without -ffast-math); the order is fixed, so the result is reproducible.

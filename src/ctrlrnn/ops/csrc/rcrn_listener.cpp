@@ -93,7 +93,7 @@ struct Blocks {
 };
 
 // GATE: the output gate is sigmoid (else the identity), a compile-time constant so that the
-// loops over channels have no branches and vectorise (activations included: fast_exp is
+// loops over channels have no branches and vectorise (activations included: exp_saturating is
 // branch-free); each step computes its activations in simple loops, then the recurrence.
 template <typename scalar_t, bool GATE>
 void listener_forward_kernel(Rows<const scalar_t> h1, Rows<const scalar_t> h2,

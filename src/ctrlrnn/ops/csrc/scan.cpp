@@ -35,7 +35,7 @@
 
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, fast_exp, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
 
 // ----------------------------------------------------------------------------------------------
 // linear scan
@@ -302,7 +302,7 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scal
                          scalar_t* hout, scalar_t* cout, scalar_t* clast, int64_t B, int64_t T,
                          int64_t H) {
   // MODE and KEEP are compile-time so that the inner loop over channels has no branches and
-  // vectorises (activations included: fast_exp is branch-free).
+  // vectorises (activations included: exp_saturating is branch-free).
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
   const int64_t kBlock = block_size(B, H, T);
@@ -606,11 +606,7 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
           bias.has_value() ? db_part.data() : nullptr, B, T, H);
     });
     if (bias.has_value()) {  // d bias: the batch rows' sums over steps, in a fixed order
-      const int64_t m = G * H;
-      std::vector<acc_t> total(m, acc_t(0));
-      for (int64_t bi = 0; bi < B; ++bi) accumulate_row(total.data(), db_part.data() + bi * m, m);
-      scalar_t* d = dbias.data_ptr<scalar_t>();
-      for (int64_t i = 0; i < m; ++i) d[i] = scalar_t(total[i]);
+      sum_rows_into(dbias.data_ptr<scalar_t>(), db_part.data(), B, G * H);
     }
   });
   return {dgates, dc0, dbias};
