@@ -295,7 +295,6 @@ inline void qrnn_activations(const scalar_t* __restrict__ gt, const scalar_t* __
   }
 }
 
-
 template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
 void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scalar_t* c0,
                          const scalar_t* keep, double keep_scale, const int64_t* lengths,
