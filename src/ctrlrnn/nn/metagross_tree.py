@@ -20,6 +20,8 @@ from ctrlrnn.nn.weight_drop import drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_grouped
 from ctrlrnn.ops.cells_ref import metagross_maps
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences, metagross_state_sequences
+from ctrlrnn.ops.metagross_input_tree import applies as tree_applies
+from ctrlrnn.ops.metagross_input_tree import input_tree
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask
 
@@ -181,6 +183,17 @@ def residual(unit: nn.Module, x: Tensor) -> Tensor | None:
     return x if unit.residual_weight is None else F.linear(x, unit.residual_weight)
 
 
+def _one_node(unit: nn.Module, x: Tensor) -> bool:
+    """Whether :func:`forward_input_gates` runs the tree as one autograd node
+    (:func:`ctrlrnn.ops.metagross_input_tree.input_tree`): a linear base, token depth gates
+    (or none, at depth 1), a residual that is ``x`` itself or none, on the eager CPU path."""
+    if unit.base != "linear" or unit.residual_weight is not None:
+        return False
+    if unit.num_internal > 0 and (unit.depth_gate != "token" or unit.depth_weight is None):
+        return False
+    return tree_applies(x, unit.weight, unit.bias, unit.depth_weight, unit.depth_bias)
+
+
 def forward_input_gates(
     unit: nn.Module,
     x: Tensor,
@@ -195,6 +208,12 @@ def forward_input_gates(
     B, T, _ = x.shape
     H, L = unit.hidden_size, unit.depth
     x = x.contiguous()  # read by several GEMMs
+    if _one_node(unit, x):  # the whole tree as one autograd node (ops/metagross_input_tree.py)
+        out, last, alpha, beta = input_tree(
+            x, unit.weight, unit.bias, unit.depth_weight, unit.depth_bias, state, lengths, L, H,
+            unit.recurrence == "h", unit.residual,
+        )  # fmt: skip
+        return out, last, None, alpha, beta
     biases: list[Tensor | None]
     if unit.base == "linear":  # W x_t per level; the levels add b themselves
         blocks, biases = linear_base_products(unit, x)

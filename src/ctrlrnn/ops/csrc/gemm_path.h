@@ -426,6 +426,18 @@ inline void bind(pybind11::module& m) {
     t.advantage.clear();
   }, "forget every choice (the next GEMM of each class measures again)");
   m.def("gemm", &mm, "(a (M, K), b (K, N)) -> a @ b on the path chosen for the shape class");
+  m.def("gemm_into", [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                        bool accumulate) {
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) &&
+                    out.size(0) == a.size(0) && out.size(1) == b.size(1),
+                "gemm_into: expected out (M, N), a (M, K), b (K, N), got ", out.sizes(), ", ",
+                a.sizes(), ", ", b.sizes());
+    TORCH_CHECK(a.scalar_type() == out.scalar_type() && b.scalar_type() == out.scalar_type() &&
+                    out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(),
+                "gemm_into: out, a and b must be CPU tensors of one dtype");
+    TORCH_CHECK(out.size(1) <= 1 || out.stride(1) == 1, "gemm_into: out needs unit inner stride");
+    into(out, a, b, accumulate);
+  }, "out (+)= a @ b (accumulate: +=) on the path chosen for the shape class, in place");
   m.def("gemm_tiny", [](const at::Tensor& a, const at::Tensor& b, at::Tensor out, bool accumulate) {
     TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
                     out.scalar_type() == at::kFloat && a.dim() == 2 && b.dim() == 2 &&

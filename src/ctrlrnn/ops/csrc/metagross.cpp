@@ -120,13 +120,17 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
 
 // dab_part: (nblk, B, T, k, 2) partial sums over each block's channels of d alpha, d beta.
 // db_part: (B, 3, k, H) each batch row's sum over its steps of dP (the bias gradient's terms),
-// or null when the bias gradient is not wanted.
+// or null when the bias gradient is not wanted. dP: packed (3, k, H) rows at batch and step
+// strides sdB, sdT (a column slice of a whole tree's gradient block, or its own tensor).
+// dres_acc: add this level's residual gradient to what dres holds (the residual feeds every
+// level of a tree), rather than overwrite it.
 template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
 void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const scalar_t* glast,
                            const scalar_t* saved, scalar_t* dP, scalar_t* dchild,
                            at::opmath_type<scalar_t>* dab_part,
                            at::opmath_type<scalar_t>* db_part, scalar_t* dres, scalar_t* ds0,
-                           int64_t kBlock, bool stream) {
+                           int64_t kBlock, bool stream, int64_t sdB, int64_t sdT,
+                           bool dres_acc) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
   const int64_t nblk = (H + kBlock - 1) / kBlock;
@@ -182,7 +186,7 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
           const acc_t be = CHILD ? acc_t(g.beta[row * k + u]) : acc_t(0);
           backward_row<HFORM, CHILD, RES>(r, o, fa + u * ld, oa + u * ld, za + u * ld, al, be,
                                           carries + u * ld, dr, n);
-          scalar_t* dpf = dP + row * 3 * kH + off;
+          scalar_t* dpf = dP + bi * sdB + t * sdT + off;
           emit_row(dpf, o.dpf, n, stream);
           emit_row(dpf + kH, o.dpo, n, stream);
           emit_row(dpf + 2 * kH, o.dpz, n, stream);
@@ -199,12 +203,18 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
             part[(t * k + u) * 2 + 1] = sum_lanes(o.tb, n);
           }
         }
-        if constexpr (RES) emit_row(dres + row * H + h0, dr, n, stream);
+        if constexpr (RES) {
+          scalar_t* dt = dres + row * H + h0;
+          if (dres_acc) {
+            for (int64_t j = 0; j < n; ++j) dr[j] += acc_t(dt[j]);
+          }
+          emit_row(dt, dr, n, stream);
+        }
       }
       for (int64_t t = len; t < T; ++t) {  // past the length: zero gradients
         const int64_t row = bi * T + t;
         for (int64_t q = 0; q < 3 * k; ++q) {
-          scalar_t* d = dP + row * 3 * kH + q * H + h0;
+          scalar_t* d = dP + bi * sdB + t * sdT + q * H + h0;
           for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
         }
         if constexpr (CHILD) {
@@ -215,7 +225,9 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
           for (int64_t q = 0; q < 2 * k; ++q) part[t * k * 2 + q] = acc_t(0);
         }
         if constexpr (RES) {
-          for (int64_t j = 0; j < n; ++j) dres[row * H + h0 + j] = scalar_t(0);
+          if (!dres_acc) {
+            for (int64_t j = 0; j < n; ++j) dres[row * H + h0 + j] = scalar_t(0);
+          }
         }
       }
       for (int64_t u = 0; u < k; ++u) {
@@ -333,14 +345,18 @@ std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const
   return {out, cseq, last};
 }
 
-// saved: the state sequence (out for the h form, c for the c form).
+// saved: the state sequence (out for the h form, c for the c form). dP_out: where to write dP,
+// (B, T, 3, k, H) with packed rows and any batch and step strides (a column slice of the block
+// of a whole tree's gradients, which one GEMM then multiplies), or None for a fresh tensor.
+// dres_in: a (B, T, 1, H) tensor that this level's residual gradient is added into (and which
+// is returned as dres), or None for a fresh one.
 // -> [dP (B, T, 3, k, H), dchild (B, T, k, 2, H) or empty, dalpha, dbeta (B, T, k, 1) or empty,
 //     dres (B, T, 1, H) or empty, ds0 (B, k*H), dbias (3*k*H,) or empty (no bias)]
 std::vector<torch::Tensor> metagross_level_backward(
     const OptTensor& grad_out, const OptTensor& grad_last, const torch::Tensor& P,
     const OptTensor& child, const OptTensor& alpha, const OptTensor& beta, const OptTensor& s0,
     const OptTensor& lengths, const torch::Tensor& saved, bool h_form, bool has_res,
-    const OptTensor& bias) {
+    const OptTensor& bias, const OptTensor& dP_out, const OptTensor& dres_in) {
   const Dims d = check_level(P, child, alpha, beta, s0);
   const int64_t kH = d.k * d.H, BT = d.B * d.T;
   check_input(bias, P, 3 * kH, "bias", "(3*k*H,)");
@@ -349,17 +365,36 @@ std::vector<torch::Tensor> metagross_level_backward(
   check_input(grad_last, P, d.B * kH, "grad_last", "(B, k*H)");
   const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
   const auto opts = P.options();
-  auto dP = ctrlrnn::pooled_empty({d.B, d.T, 3, d.k, d.H}, opts);
+  torch::Tensor dP;
+  if (dP_out.has_value()) {
+    dP = *dP_out;
+    TORCH_CHECK(dP.dim() == 5 && dP.size(0) == d.B && dP.size(1) == d.T && dP.size(2) == 3 &&
+                    dP.size(3) == d.k && dP.size(4) == d.H && dP.device().is_cpu() &&
+                    dP.scalar_type() == P.scalar_type(),
+                "dP_out must be a CPU tensor of P's shape (B, T, 3, k, H) and dtype");
+    TORCH_CHECK((d.H <= 1 || dP.stride(4) == 1) && (d.k <= 1 || dP.stride(3) == d.H) &&
+                    dP.stride(2) == kH,
+                "dP_out must have packed (3, k, H) rows (strides (k*H, H, 1) of its last three "
+                "dims)");
+  } else {
+    dP = ctrlrnn::pooled_empty({d.B, d.T, 3, d.k, d.H}, opts);
+  }
   auto dchild = child.has_value() ? ctrlrnn::pooled_empty(child->sizes(), opts)
                                   : torch::empty({0}, opts);
   auto dalpha = alpha.has_value() ? torch::empty(alpha->sizes(), opts) : torch::empty({0}, opts);
   auto dbeta = beta.has_value() ? torch::empty(beta->sizes(), opts) : torch::empty({0}, opts);
-  auto dres = has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts) : torch::empty({0}, opts);
+  TORCH_CHECK(!dres_in.has_value() || has_res, "dres_in is given for a level without a residual");
+  check_input(dres_in, P, BT * d.H, "dres_in", "(B, T, 1, H)");
+  auto dres = dres_in.has_value()
+                  ? *dres_in
+                  : (has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts)
+                             : torch::empty({0}, opts));
   auto ds0 = torch::empty({d.B, kH}, opts);
   auto dbias = bias.has_value() ? torch::empty({3 * kH}, opts) : torch::empty({0}, opts);
   const int64_t kBlock = block_size(d.B, d.H, d.T * d.k);
   const int64_t nblk = (d.H + kBlock - 1) / kBlock;
-  const bool stream = use_streaming_stores(dP.nbytes() + dchild.nbytes() + dres.nbytes());
+  const bool stream =
+      use_streaming_stores(BT * 3 * kH * P.element_size() + dchild.nbytes() + dres.nbytes());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(),
                                   "metagross_level_bwd", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -376,7 +411,7 @@ std::vector<torch::Tensor> metagross_level_backward(
           child.has_value() ? dchild.data_ptr<scalar_t>() : nullptr, dab_part.data(),
           bias.has_value() ? db_part.data() : nullptr,
           has_res ? dres.data_ptr<scalar_t>() : nullptr, ds0.data_ptr<scalar_t>(), kBlock,
-          stream);
+          stream, dP.stride(0), dP.stride(1), dres_in.has_value());
     });
     if (child.has_value()) {  // d alpha, d beta: the blocks' partial sums in a fixed order
       scalar_t* da = dalpha.data_ptr<scalar_t>();
@@ -412,10 +447,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("s0"), py::arg("lengths"), py::arg("h_form"), py::arg("bias") = py::none());
   m.def("backward", &metagross_level_backward,
         "(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved states, h_form, "
-        "has_res, bias=None) -> [dP, dchild, dalpha, dbeta, dres, ds0, dbias]",
+        "has_res, bias=None, dP_out=None, dres_in=None) -> [dP, dchild, dalpha, dbeta, dres, "
+        "ds0, dbias]",
         py::arg("grad_out"), py::arg("grad_last"), py::arg("P"), py::arg("child"),
         py::arg("alpha"), py::arg("beta"), py::arg("s0"), py::arg("lengths"), py::arg("saved"),
-        py::arg("h_form"), py::arg("has_res"), py::arg("bias") = py::none());
+        py::arg("h_form"), py::arg("has_res"), py::arg("bias") = py::none(),
+        py::arg("dP_out") = py::none(), py::arg("dres_in") = py::none());
   m.def("set_streaming_threshold", &set_streaming_threshold,
         "kernels writing at least this many bytes use streaming stores (negative: never)");
   m.def("streaming_threshold", &streaming_threshold,

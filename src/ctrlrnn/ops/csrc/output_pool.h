@@ -367,6 +367,11 @@ inline void bind_output_pool(pybind11::module& m) {
         "free every cached block; returns the bytes freed");
   m.def("output_cache_set_limit", [](int64_t bytes) { OutputPool::instance().set_limit(bytes); },
         "cap on the bytes of free blocks held (0 disables the cache)");
+  m.def("pooled_empty", [](const std::vector<int64_t>& sizes, const torch::Tensor& like) {
+    TORCH_CHECK(like.device().is_cpu(), "pooled_empty: like must be a CPU tensor");
+    return pooled_empty(sizes, like.options());
+  }, "an uninitialised tensor of these sizes with like's dtype and device, from the cache when "
+     "large (a whole METAGROSS tree's gradient block, written by several kernels)");
   m.def("cached_linear", &cached_linear,
         "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
   m.def("cached_linear_grouped", &cached_linear_grouped,
