@@ -142,3 +142,29 @@ def test_low_precision_matches_per_level_ops(dtype, monkeypatch) -> None:
     tol = 3e-2 if dtype == torch.bfloat16 else 1e-5
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("batch,lengths", [(0, None), (0, []), (2, [0, 0]), (3, [4, 0, 2])])
+def test_empty_batches_and_zero_lengths(batch, lengths, monkeypatch) -> None:
+    torch.manual_seed(4)
+    m = Metagross_double(5, 2, "h", True, True)
+    x = torch.randn(batch, 4, 5, dtype=D64)
+    lens = None if lengths is None else torch.tensor(lengths, dtype=torch.long)
+    got = _run_layer(m, x, lens, True, monkeypatch)
+    want = _run_layer(m, x, lens, False, monkeypatch)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def _run_layer(m, x, lengths, one_node: bool, monkeypatch):
+    """The unit's pass (lengths of 0 allowed there) and every gradient of a loss reading it."""
+    with monkeypatch.context() as mp:
+        if not one_node:
+            mp.setattr(metagross_tree, "_one_node", lambda unit, x: False)
+        xx = x.detach().clone().requires_grad_()
+        unit = m.unit(0)
+        out, last, _base, alpha, beta = unit(xx, lengths, None, None)
+        loss = out.sum() + (last**2).sum() + alpha.sum() + (beta**2).sum()
+        wrt = [xx, *unit.parameters()]
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+        return [out, last, alpha, beta, *[g if g is not None else torch.zeros(()) for g in grads]]

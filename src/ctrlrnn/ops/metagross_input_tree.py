@@ -212,7 +212,7 @@ class _InputTree(torch.autograd.Function):
         used = rows + (2 * I if has_dw else 0)
         if dY.shape[-1] > used:
             dY[..., used:] = 0  # the padding's columns (zero rows of W: no gradient of their own)
-        dY2 = dY.view(B * T, -1)
+        dY2 = dY.view(B * T, dY.shape[-1])  # explicit widths: a batch of 0 is valid
         dx = None
         if need_x:
             if dres is not None:  # dx = dres + dY W: one GEMM accumulating into dres
