@@ -179,3 +179,32 @@ def test_floor_targets_read_the_fresh_processes_median() -> None:
     del rec["processes"]
     rows = {r[0]: r for r in target_rows({"results": [rec]})}
     assert rows[label][1] == "2.00x" and rows[label][3] == "no"
+
+
+def test_floor_targets_divide_each_process_by_its_own_gemm_rate() -> None:
+    """A fresh process that measured its own GEMM rate is set against a floor at that rate (its
+    FLOPs part scaled, its bytes part kept); one without a rate against the run's floor."""
+    rec = {
+        "case": "metagross", "kind": "time", "status": "ok", "batch": 32, "length": 256,
+        "width": 256, "dtype": "float32", "fwdbwd": {"median_s": 2.0},
+        "gemm_rate_flops_per_s": 300e9,
+        "floor": {"fwdbwd_s": 1.0, "fwdbwd_gemm_s": 0.8, "fwdbwd_bytes_s": 0.2},
+        "ratios": {"fwdbwd_over_floor": 2.0},
+        # rates: the run's, a faster process (a tighter floor), a slower one, one without
+        "processes": {"fwdbwd": [1.2, 1.2, 1.2, 1.2],
+                      "gemm_rate_flops_per_s": [300e9, 400e9, 200e9, None]},
+    }  # fmt: skip
+    label = "METAGROSS depth 2 linear fwd+bwd time / roofline floor (B=32, T=256, C=256)"
+    floors = [1.0, 0.8 * 300 / 400 + 0.2, 0.8 * 300 / 200 + 0.2, 1.0]
+    want = sorted(1.2 / f for f in floors)
+    rows = {r[0]: r for r in target_rows({"results": [rec]})}
+    assert rows[label][1] == (f"{statistics.median(want):.2f}x (median of 4 fresh processes, "
+                              f"{want[0]:.2f}x-{want[-1]:.2f}x)")  # fmt: skip
+
+
+def test_process_records_carry_their_gemm_rate() -> None:
+    results = [_rec("lstm", 1.0, 4.0)]
+    runs = [[{**_rec("lstm", 2.0, 6.0), "gemm_rate_flops_per_s": 3e11}],
+            [{"case": "lstm", "status": "error", "reason": "boom"}]]  # fmt: skip
+    fresh_processes.add_process_medians(results, {SMALL: runs})
+    assert results[0]["processes"]["gemm_rate_flops_per_s"] == [3e11, None]

@@ -351,7 +351,11 @@ def markdown(doc: dict[str, Any], *, source: str | None = None,
         "(listed below). `time / floor` = 1.00x would be running at the floor. The GEMM rate "
         "of each row is the faster of torch's BLAS and oneDNN measured at that row's own "
         "point, at its input projection's shape `(B*T) x C` times `C x 4C` (the rates above "
-        "are at the fixed shape, for the machine's record). A row whose per-step products run "
+        "are at the fixed shape, for the machine's record). Where a row was timed again in fresh "
+        "processes (the targets' points), each process measures that rate again before its rows, "
+        "and its time over the floor divides the row's FLOPs by its own rate: the rate moves "
+        "between processes and runs, and a ratio takes its numerator and divisor from one "
+        "process. A row whose per-step products run "
         "below that rate (small batches) cannot reach 1.00x; a row far above it is losing time "
         "outside its GEMMs and minimal elementwise traffic (per-step overhead, extra passes, "
         "allocation).",

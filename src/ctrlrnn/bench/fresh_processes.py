@@ -138,7 +138,8 @@ def add_process_medians(
     """For each ok time record of ``results`` at a point of ``fresh``, set ``ratios
     ["speedup_processes"][other][mode]`` (each fresh process's speed-up) and
     ``ratios["speedup_median"][other][mode]`` (their median), and ``processes`` (each fresh
-    process's forward and forward+backward medians, None where it failed). Call after
+    process's forward and forward+backward medians and GEMM rate at the point, None where it
+    failed). Call after
     :func:`ctrlrnn.bench.runner.add_ratios`; the run's own values are left as they are."""
     for p, runs in fresh.items():
         here = [r for r in results if (r.get("batch"), r.get("length"), r.get("width"))
@@ -154,6 +155,10 @@ def add_process_medians(
                 mode: [o[mode]["median_s"] if o.get("status") == "ok" else None for o in mine]
                 for mode in ("fwd", "fwdbwd")
             }
+            # each process's GEMM rate at the point (its floor's divisor; None where it failed)
+            r["processes"]["gemm_rate_flops_per_s"] = [
+                o.get("gemm_rate_flops_per_s") if o.get("status") == "ok" else None for o in mine
+            ]
             lists: dict[str, dict[str, list[float]]] = {}
             key = row_key(r)
             for other in r.get("compare_to", []):

@@ -53,10 +53,13 @@ def _ratio(case: str, point: tuple[int, int, int], key: str) -> Callable[[dict[s
 @dataclass(frozen=True)
 class _OverFloor:
     """``case``'s time in ``mode`` over its roofline floor at ``point``: the median over fresh
-    processes of their times where the run timed the point in them
+    processes of their times over their floors where the run timed the point in them
     (:mod:`ctrlrnn.bench.fresh_processes`), as for the speed-ups (one process's time is one
-    draw there), else this run's own ratio. The floor is the run's (its GEMM rate measured
-    beside the point's rows, its copy bandwidth through the run)."""
+    draw there), else this run's own ratio. A fresh process's floor divides the row's FLOPs
+    by the GEMM rate that process measured at the point (numerator and divisor from one
+    process: the rate moves between processes and runs by up to 14% on one idle machine),
+    its bytes by the run's copy bandwidth; a process without its own rate takes the run's
+    floor (the rate measured beside the point's rows in the main process)."""
 
     case: str
     point: tuple[int, int, int]
@@ -68,7 +71,21 @@ class _OverFloor:
         floor = None if r is None else r.get("floor", {}).get(f"{self.mode}_s")
         if not floor:
             return []
-        return [t / floor for t in r.get("processes", {}).get(self.mode, []) if t]
+        procs = r.get("processes", {})
+        times = procs.get(self.mode, [])
+        rates = procs.get("gemm_rate_flops_per_s") or [None] * len(times)
+        gemm_s = r["floor"].get(f"{self.mode}_gemm_s")
+        bytes_s = r["floor"].get(f"{self.mode}_bytes_s")
+        run_rate = r.get("gemm_rate_flops_per_s")
+        out = []
+        for t, rate in zip(times, rates, strict=False):
+            if not t:
+                continue
+            own = floor
+            if rate and run_rate and gemm_s is not None and bytes_s is not None:
+                own = gemm_s * run_rate / rate + bytes_s  # the same FLOPs at this process's rate
+            out.append(t / own)
+        return out
 
     def __call__(self, doc: dict[str, Any]) -> float | None:
         got = sorted(self.samples(doc))
