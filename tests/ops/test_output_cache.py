@@ -3,6 +3,10 @@ emptying it, one pool shared by the extensions."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -99,3 +103,24 @@ def test_one_pool_shared_and_reported_once(scan_ext):
 def test_bad_cache_limit(value):
     with pytest.raises(ValueError, match="megabytes"):
         ctrlrnn.set_output_cache_limit(value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_HUGEPAGE is Linux only")
+def test_large_blocks_are_aligned_for_huge_pages(scan_ext):
+    """Blocks of 2 MiB or more start on a 2 MiB boundary (advised MADV_HUGEPAGE), smaller ones
+    come from torch's allocator; CTRLRNN_HUGE_PAGES=0 turns the advice off."""
+    huge = 2 << 20
+    like = torch.empty(0)
+    if os.environ.get("CTRLRNN_HUGE_PAGES", "") != "0":
+        assert scan_ext.output_cache_huge_pages()
+        for numel in (huge // 4, 3 * huge // 4 + 12345, 5 * huge):
+            blocks = [scan_ext.pooled_empty([numel], like) for _ in range(3)]
+            assert all(b.data_ptr() % huge == 0 for b in blocks), numel
+            blocks[0].fill_(1.0)  # writable to the end
+            blocks[0][-1] = 2.0
+    code = ("import torch; from ctrlrnn.ops.backend import cpu_extension; "
+            "print(cpu_extension('scan').output_cache_huge_pages())")
+    env = {**os.environ, "CTRLRNN_HUGE_PAGES": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "False"
