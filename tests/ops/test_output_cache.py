@@ -82,7 +82,7 @@ def test_one_pool_shared_and_reported_once(scan_ext):
     info = ctrlrnn.output_cache_info()
     assert info["extensions"] == ["cells", "metagross", "scan"]
     assert set(info) == {"held_bytes", "limit_bytes", "fresh_allocations", "reuses",
-                         "extensions", "pools"}
+                         "extensions", "pools", "huge_pages"}
     try:
         exts["scan"].output_cache_set_limit(5 << 20)  # through one extension only
         limits = {name: ext.output_cache_stats()[1] for name, ext in exts.items()}
@@ -113,6 +113,7 @@ def test_large_blocks_are_aligned_for_huge_pages(scan_ext):
     like = torch.empty(0)
     if os.environ.get("CTRLRNN_HUGE_PAGES", "") != "0":
         assert scan_ext.output_cache_huge_pages()
+        assert ctrlrnn.output_cache_info()["huge_pages"]
         for numel in (huge // 4, 3 * huge // 4 + 12345, 5 * huge):
             blocks = [scan_ext.pooled_empty([numel], like) for _ in range(3)]
             assert all(b.data_ptr() % huge == 0 for b in blocks), numel

@@ -80,11 +80,14 @@ def output_cache_info() -> dict[str, Any]:
     ``fresh_allocations`` and ``reuses`` (since the process started), ``extensions`` (the names
     of the loaded compiled extensions using it) and ``pools`` (how many distinct pools they use:
     1 where they share one, 0 when no extension is loaded; with several, the numbers are totals
-    over the pools). All zero before a compiled extension is loaded.
+    over the pools), and ``huge_pages`` (whether its blocks of 2 MiB or more are advised onto
+    huge pages: ``CTRLRNN_HUGE_PAGES``, on unless set to 0; False where the extensions predate
+    it). All zero before a compiled extension is loaded.
     """
     pools = _pools()
     info: dict[str, Any] = {"held_bytes": 0, "limit_bytes": 0, "fresh_allocations": 0,
-                            "reuses": 0, "extensions": [], "pools": len(pools)}
+                            "reuses": 0, "extensions": [], "pools": len(pools),
+                            "huge_pages": False}
     for members in pools.values():
         held, limit, fresh, reused = members[0][1].output_cache_stats()
         info["held_bytes"] += int(held)
@@ -92,6 +95,8 @@ def output_cache_info() -> dict[str, Any]:
         info["fresh_allocations"] += int(fresh)
         info["reuses"] += int(reused)
         info["extensions"].extend(name for name, _ in members)
+        huge = getattr(members[0][1], "output_cache_huge_pages", None)
+        info["huge_pages"] = info["huge_pages"] or bool(huge is not None and huge())
     info["extensions"].sort()
     return info
 
