@@ -57,7 +57,7 @@ class _OverFloor:
     (:mod:`ctrlrnn.bench.fresh_processes`), as for the speed-ups (one process's time is one
     draw there), else this run's own ratio. A fresh process's floor divides the row's FLOPs
     by the GEMM rate that process measured at the point (numerator and divisor from one
-    process: the rate moves between processes and runs by up to 14% on one idle machine),
+    process: the rate moves between processes and runs of one idle machine),
     its bytes by the run's copy bandwidth; a process without its own rate takes the run's
     floor (the rate measured beside the point's rows in the main process)."""
 

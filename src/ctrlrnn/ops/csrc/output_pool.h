@@ -19,9 +19,8 @@
 // that where transparent huge pages are in "madvise" mode (a common default) the kernels' large
 // outputs sit on 2 MiB pages. These outputs are streamed through once per step by kernels that
 // run at memory bandwidth; with 4 KiB pages every few rows of a (B, T, N) block is a new page and
-// a TLB miss. Measured on the Xeon of BENCHMARKS.md, in pairs of fresh processes: the METAGROSS
-// training step at B=32, T=256, H=256 took 124-127 against 137-151 ms, QRNN fo 78-80 against
-// 82-90 ms, nn.LSTM (not on these blocks) unchanged. CTRLRNN_HUGE_PAGES=0 turns the advice off
+// a TLB miss (README's performance section has what it gives). CTRLRNN_HUGE_PAGES=0 turns the
+// advice off
 // (plain blocks from torch's CPU allocator); under THP "never" it is a no-op, under "always"
 // the pages were huge already.
 //
