@@ -272,10 +272,17 @@ def test_character_translation_reruns_its_qrnn_arm_alone(tmp_path):
                 assert standing.other_setting(arm, summary) == (arm is qrnn)
         runner.write_results(runner.results_path(tmp_path / "data", mode, exp), cached)
         # the committed file: complete, or partial with the new search under way beside the
-        # earlier results (tuning.IN_PROGRESS) or done with some of its seeds yet to train at
-        # its choice; either way not the experiment as defined now
-        assert cached["complete"] or any(
-            IN_PROGRESS in a or len(a["seeds"]) < len(exp.seeds(mode))
-            for a in cached["arms"].values()
+        # earlier results (tuning.IN_PROGRESS), or done with some of its seeds yet to train at
+        # its choice, or between the two (every seed stored, but some of an earlier setting,
+        # before the first trial of the next search is); either way not the experiment as
+        # defined now
+        committed = runner.load_results(results, mode, exp)
+        as_committed = Standing(exp, mode, committed)
+        assert committed["complete"] or any(
+            IN_PROGRESS in a
+            or len(a["seeds"]) < len(exp.seeds(mode))
+            or any(as_committed.other_setting(arm, s) for s in a["seeds"].values())
+            for arm in (lstm, qrnn)
+            for a in [committed["arms"][arm.label]]
         )
         assert not runner.is_cached(tmp_path / "data", mode, exp)
