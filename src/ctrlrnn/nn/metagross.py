@@ -82,16 +82,14 @@ from ctrlrnn.nn.metagross_tree import (
     DEPTH_GATES,
     GATES,
     RECURRENCES,
-    base_index,
     check_gates,
-    level_slice,
     printed_arguments,
-    tree_nodes,
 )
 from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import metagross_state_sequences
+from ctrlrnn.ops.metagross_layout import base_index, level_slice, tree_nodes
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
 # Defined in metagross_unit, named here (their module until they moved) so that whole-module

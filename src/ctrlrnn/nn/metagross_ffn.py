@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
-from ctrlrnn.nn.metagross_tree import level_slice, tree_nodes
 from ctrlrnn.ops.autocast import accepts_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
+from ctrlrnn.ops.metagross_layout import level_slice, tree_nodes
 
 FFN_DEPTH_GATES = ("token", "scalar")
 

@@ -1,8 +1,9 @@
 """A METAGROSS tree: its layout and its passes over a sequence (METAGROSS paper section 2).
 
 A tree of maximum depth ``L`` holds ``2^L - 1`` units in heap order (the root is node 0, node
-``k``'s children ``2k+1`` and ``2k+2``; :func:`tree_nodes`, :func:`level_slice`); its ``3N`` base
-functions are laid out level-major (:func:`base_index`). The functions below compute a tree's
+``k``'s children ``2k+1`` and ``2k+2``); its ``3N`` base functions are laid out level-major
+(:mod:`ctrlrnn.ops.metagross_layout`, which the kernels share). The functions below compute a
+tree's
 pass from the parameters of a :class:`~ctrlrnn.nn.metagross.MetagrossUnit` (``unit``): the base
 functions' pre-activations (:func:`base_preactivations`), the soft depth gates
 (:func:`depth_gates`), and the whole pass in either reading (:func:`forward_input_gates`,
@@ -18,10 +19,10 @@ from torch import Tensor, nn
 from ctrlrnn.nn.arguments import check_choice
 from ctrlrnn.nn.weight_drop import drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_grouped
-from ctrlrnn.ops.cells_ref import metagross_maps
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences, metagross_state_sequences
 from ctrlrnn.ops.metagross_input_tree import applies as tree_applies
 from ctrlrnn.ops.metagross_input_tree import input_tree
+from ctrlrnn.ops.metagross_layout import level_columns, level_slice
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.padding import length_mask
 
@@ -29,26 +30,6 @@ BASES = ("linear", "lstm", "gru")
 DEPTH_GATES = ("token", "static", "scalar")
 RECURRENCES = ("h", "c")
 GATES = ("input", "state")
-
-
-def tree_nodes(depth: int) -> int:
-    """Units in a METAGROSS tree of maximum depth ``depth``: ``2^depth - 1``."""
-    return 2**depth - 1
-
-
-def level_slice(level: int) -> slice:
-    """Heap indices of the units at ``level`` (1-based): ``2^(level-1)-1 .. 2^level-2``."""
-    return slice(2 ** (level - 1) - 1, 2**level - 1)
-
-
-def base_index(gate: int, node: int) -> int:
-    """Index of base function ``F^gate_node`` (gate 0 F, 1 O, 2 Z) in the level-major layout.
-
-    Levels follow each other from the root down; inside level ``n`` (nodes ``s .. s+k-1`` with
-    ``s = 2^(n-1) - 1``, ``k = 2^(n-1)``) come the ``k`` F maps, then the ``k`` O maps, then the
-    ``k`` Z maps, so one level's pre-activations are one contiguous block ``(3, k, H)``.
-    """
-    return metagross_maps(node)[gate]
 
 
 def check_gates(gates: str, recurrence: str) -> str:
@@ -74,25 +55,24 @@ def base_preactivations(
     """``F^*_k(x_t)`` of all of ``unit``'s base functions, one block ``(B, T, 3*k*H)`` per level.
 
     Blocks are listed root level first, each in the level-major order of
-    :func:`base_index`. Linear base (section 2.2): one GEMM per level (no split or
-    concatenation of a single large output, whose backward would copy it again), into a
-    cached output block on CPU (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the
-    root level's GEMM also yields the token depth-gate logits (returned second,
-    ``(B, T, 2I)``, else None). RNN base: one GEMM for the input projections of all ``3N``
-    RNNs, then each RNN's recurrence on the fused-cell engine, from zero states (the paper)
-    or from ``base_state`` ``(B, base_state_size)``; the third result is the RNNs' final
-    states (None for the linear base). ``weight_drop``: DropConnect on the base RNNs'
-    ``base_weight_hh`` in training (:mod:`ctrlrnn.nn.weight_drop`).
+    :func:`~ctrlrnn.ops.metagross_layout.base_index`. Linear base (section 2.2): one GEMM per level
+    (no split or concatenation of a single large output, whose backward would copy it again), into a
+    cached output block on CPU (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the root level's
+    GEMM also yields the token depth-gate logits (returned second, ``(B, T, 2I)``, else None). RNN
+    base: one GEMM for the input projections of all ``3N`` RNNs, then each RNN's recurrence on the
+    fused-cell engine, from zero states (the paper) or from ``base_state`` ``(B, base_state_size)``;
+    the third result is the RNNs' final states (None for the linear base). ``weight_drop``:
+    DropConnect on the base RNNs' ``base_weight_hh`` in training (:mod:`ctrlrnn.nn.weight_drop`).
     """
     B, T, _ = x.shape
     N, H, L = unit.num_nodes, unit.hidden_size, unit.depth
-    bounds = [3 * H * (2 ** (n - 1) - 1) for n in range(1, L + 2)]  # rows per level
+    rows = [level_columns(n, H) for n in range(1, L + 1)]  # each level's rows, root first
     if unit.base == "linear":
         blocks: list[Tensor] = []
         logits = None
-        for n in range(1, L + 1):
-            w = unit.weight[bounds[n - 1] : bounds[n]]
-            b = None if unit.bias is None else unit.bias[bounds[n - 1] : bounds[n]]
+        for n, (r0, r1) in enumerate(rows, 1):
+            w = unit.weight[r0:r1]
+            b = None if unit.bias is None else unit.bias[r0:r1]
             if n == 1 and (unit.depth_gate == "token" and unit.depth_weight is not None):
                 assert unit.depth_weight is not None
                 w = torch.cat([w, unit.depth_weight])
@@ -130,7 +110,7 @@ def base_preactivations(
             outs.append(h_seq)
             finals.append(h_last.unsqueeze(1))
     blocks = [
-        torch.cat(outs[bounds[n - 1] // H : bounds[n] // H], -1) for n in range(1, L + 1)
+        torch.cat(outs[r0 // H : r1 // H], -1) for r0, r1 in rows
     ]
     return blocks, None, torch.stack(finals, 1).reshape(B, K * per * H)
 
@@ -142,10 +122,9 @@ def linear_base_products(unit: nn.Module, x: Tensor) -> tuple[list[Tensor], list
     (section 2.2: ``F = W x_t + b``): no pass over the GEMM's output to put the bias in, nor one
     over its gradient to sum the bias's gradient out."""
     H, L = unit.hidden_size, unit.depth
-    bounds = [3 * H * (2 ** (n - 1) - 1) for n in range(1, L + 2)]  # rows per level
-    blocks = [cached_linear(x, unit.weight[bounds[n - 1] : bounds[n]]) for n in range(1, L + 1)]
-    biases = [None if unit.bias is None else unit.bias[bounds[n - 1] : bounds[n]]
-              for n in range(1, L + 1)]  # fmt: skip
+    rows = [level_columns(n, H) for n in range(1, L + 1)]  # each level's rows, root first
+    blocks = [cached_linear(x, unit.weight[r0:r1]) for r0, r1 in rows]
+    biases = [None if unit.bias is None else unit.bias[r0:r1] for r0, r1 in rows]
     return blocks, biases
 
 

@@ -16,8 +16,8 @@ from ctrlrnn.nn.metagross_tree import (
     DEPTH_GATES,
     RECURRENCES,
     check_gates,
-    tree_nodes,
 )
+from ctrlrnn.ops.metagross_layout import tree_nodes
 from ctrlrnn.ops.validation import step_input
 
 
@@ -26,7 +26,7 @@ class MetagrossUnit(nn.Module):
 
     Parameters (``N = 2^depth - 1`` nodes, ``I = 2^(depth-1) - 1`` internal nodes, ``H`` hidden),
     all ``3N`` base functions in the level-major order of
-    :func:`~ctrlrnn.nn.metagross_tree.base_index`:
+    :func:`~ctrlrnn.ops.metagross_layout.base_index`:
 
     * linear base: ``weight`` ``(3*N*H, D)`` and ``bias`` ``(3*N*H,)``: rows
       ``base_index(g, k) * H ...`` hold ``W^g_k``, ``b^g_k``;

@@ -9,7 +9,6 @@ from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_sequence_ref, cas_lstm
 from ctrlrnn.ops.cells.gru.reference import gru_sequence_ref, gru_step
 from ctrlrnn.ops.cells.lstm.reference import lstm_sequence_ref, lstm_step
 from ctrlrnn.ops.cells.metagross_state.reference import (
-    metagross_maps,
     metagross_state_sequence_ref,
     metagross_state_step,
 )
@@ -22,7 +21,6 @@ __all__ = [
     "gru_step",
     "lstm_sequence_ref",
     "lstm_step",
-    "metagross_maps",
     "metagross_state_sequence_ref",
     "metagross_state_step",
     "ncarnn_sequence_ref",

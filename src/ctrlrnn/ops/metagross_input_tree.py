@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
+from ctrlrnn.ops.metagross_layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
 
 __all__ = ["applies", "input_tree"]
@@ -76,16 +77,6 @@ def _joint_weight(weight: Tensor, depth_weight: Tensor | None) -> Tensor:
     return torch.cat(parts)
 
 
-def _level_columns(level: int, H: int) -> tuple[int, int]:
-    """The columns of level ``level`` (1-based from the root) in the rows ``3 H`` per unit,
-    root level first (:func:`ctrlrnn.nn.metagross_tree.base_index`)."""
-    return 3 * H * (2 ** (level - 1) - 1), 3 * H * (2**level - 1)
-
-
-def _units(level: int) -> slice:
-    return slice(2 ** (level - 1) - 1, 2**level - 1)
-
-
 class _InputTree(torch.autograd.Function):
     """``(x, weight, bias, depth_weight, depth_bias, state) -> (out, last, alpha, beta)``."""
 
@@ -99,8 +90,8 @@ class _InputTree(torch.autograd.Function):
         assert ext is not None
         B, T, _ = x.shape
         H, L = hidden_size, depth
-        I = 2 ** (L - 1) - 1  # internal nodes: one alpha and one beta each
-        rows = 3 * H * (2**L - 1)
+        I = tree_nodes(L - 1)  # internal nodes: one alpha and one beta each
+        rows = 3 * H * tree_nodes(L)
         W = _joint_weight(weight, depth_weight)
         Y = ext.cached_linear(x, W, None)  # (B, T, 3NH [+ 2I + pad]): every W x_t, the logits
         if I > 0:
@@ -114,7 +105,7 @@ class _InputTree(torch.autograd.Function):
         child: Tensor | None = None
         finals: list[Tensor] = []
         for level in range(L, 0, -1):  # eq 2-1..2-6, leaves first
-            sl, (c0, c1) = _units(level), _level_columns(level, H)
+            sl, (c0, c1) = level_slice(level), level_columns(level, H)
             k = sl.stop - sl.start
             P = Y[..., c0:c1].view(B, T, 3, k, H)
             ch = a_ = b_ = None
@@ -179,7 +170,7 @@ class _InputTree(torch.autograd.Function):
         for lv in ctx.levels:  # root first: each level's dchild is its children's grad_out
             level = lv["level"]
             saved = root_out if (level == 1 and ctx.h_form) else lv["saved"]
-            sl, (c0, c1) = _units(level), _level_columns(level, H)
+            sl, (c0, c1) = level_slice(level), level_columns(level, H)
             k = sl.stop - sl.start
             gl = None if g_last is None else g_last[:, sl.start * H : sl.stop * H].contiguous()
             _dP, dchild, dalpha, dbeta, dr, ds, db = ext.backward(
@@ -276,7 +267,7 @@ def input_tree(
         x: ``(B, T, D)``; with ``residual``, ``D`` equals ``hidden_size`` (the residual is
             ``x`` itself, eq 2-6).
         weight, bias: the linear base maps of every node ``(3 N H, D)``, ``(3 N H,)`` or None,
-            in the level-major layout of :func:`ctrlrnn.nn.metagross_tree.base_index`.
+            in the level-major layout of :func:`ctrlrnn.ops.metagross_layout.base_index`.
         depth_weight, depth_bias: the token depth gates ``(2 I, D)``, ``(2 I,)`` (rows
             ``[alpha | beta]`` per internal node), or None for a tree of depth 1.
         state: the nodes' initial states ``(B, N H)`` in heap order, or None (zeros).

@@ -250,7 +250,7 @@ def metagross_level(
 
     Args:
         P: base pre-activations ``(B, T, 3, k, H)``, gates ``[F | O | Z]`` each over the ``k``
-            units (the level-major layout of :func:`ctrlrnn.nn.metagross.base_index`).
+            units (the level-major layout of :func:`ctrlrnn.ops.metagross_layout.base_index`).
         child: the children's outputs ``(B, T, k, 2, H)`` (``[M^F, M^O]`` per unit), or None at
             the leaves (then ``alpha`` and ``beta`` must be None too).
         alpha, beta: depth gates ``(B, T, k, 1)`` in ``[0, 1]`` (section 2.1), or None.

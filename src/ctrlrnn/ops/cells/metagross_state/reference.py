@@ -8,15 +8,7 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cells.reference import run
-
-
-def metagross_maps(node: int) -> tuple[int, int, int]:
-    """Offsets, in units of ``H``, of unit ``node``'s base maps ``F^F, F^O, F^Z`` in the
-    level-major layout (``ctrlrnn.nn.metagross.base_index``): level ``n`` holds units ``s ..
-    2s`` (``s = 2^(n-1) - 1``) and its block is ``[F of its s+1 units | O | Z]``."""
-    start = (1 << (node + 1).bit_length() - 1) - 1
-    width, j = start + 1, node - start
-    return 3 * start + j, 3 * start + width + j, 3 * start + 2 * width + j
+from ctrlrnn.ops.metagross_layout import base_offsets
 
 
 def metagross_state_step(
@@ -30,10 +22,11 @@ def metagross_state_step(
     """One step of the METAGROSS unit as printed in section 2 (gates that read ``h_{t-1}``).
 
     ``x_t`` (B, 3NH) holds the input part of every base map of the tree's ``N = 2^L - 1`` units
-    (level-major, :func:`metagross_maps`), biases included; ``weight_hh`` (3NH, H) their
-    recurrent part, so ``F^g_k(x_t, h_{t-1}) = x_t[g, k] + (h_{t-1} U^T)[g, k]``; ``alpha_t``,
-    ``beta_t`` (B, I) the depth gates of the ``I = (N-1)/2`` internal units; ``res_t`` (B, H)
-    the residual term or None. The unit ``Metagross_n(x_t, h_{t-1})`` of heap node ``k``::
+    (level-major, :func:`~ctrlrnn.ops.metagross_layout.base_offsets`), biases included;
+    ``weight_hh`` (3NH, H) their recurrent part, so
+    ``F^g_k(x_t, h_{t-1}) = x_t[g, k] + (h_{t-1} U^T)[g, k]``; ``alpha_t``, ``beta_t`` (B, I)
+    the depth gates of the ``I = (N-1)/2`` internal units; ``res_t`` (B, H) the residual term
+    or None. The unit ``Metagross_n(x_t, h_{t-1})`` of heap node ``k``::
 
         f = sig(alpha F-child(x_t, h_{t-1}) + (1 - alpha) F^F_k(x_t, h_{t-1}))   (2-1)
         o = sig(beta  O-child(x_t, h_{t-1}) + (1 - beta)  F^O_k(x_t, h_{t-1}))   (2-2)
@@ -55,7 +48,7 @@ def metagross_state_step(
         return pre[:, offset * hidden : (offset + 1) * hidden]
 
     def unit(node: int) -> Tensor:
-        mf, mo, mz = metagross_maps(node)
+        mf, mo, mz = base_offsets(node)
         pf, po, z = block(mf), block(mo), torch.tanh(block(mz))
         if node < internal:
             a, b = alpha_t[:, node : node + 1], beta_t[:, node : node + 1]
