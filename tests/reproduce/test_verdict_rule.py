@@ -20,6 +20,10 @@ from ctrlrnn.reproduce.verdicts import speed_verdict, verdict
         ([80.0, 81.0], [90.0, 91.0], False, v.REPRODUCED),  # perplexity: lower is better
         ([0.6], [0.5], True, v.SAME_ONE_SEED),
         ([0.4], [0.5], True, v.OPPOSITE_ONE_SEED),
+        # a single seed in either arm: its spread is unknown, only the direction is said,
+        # however wide the other arm's spread
+        ([0.51], [0.69, 0.57, 0.36], True, v.OPPOSITE_ONE_SEED),
+        ([0.9, 0.92, 0.91], [0.5], True, v.SAME_ONE_SEED),
         ([], [0.5], True, v.NOT_RUN),
     ],
 )

@@ -17,7 +17,8 @@ direction):
 6. **opposite** — the gap is negative and larger than the spread;
 7. **opposite, within spread** — the gap is negative (or zero) but not larger than the spread.
 
-With one seed per arm there is no spread: the verdict says "one seed" instead of judging it.
+Where either arm has a single seed, its spread is unknown: the verdict says "one seed" (the
+direction of the gap alone) instead of judging it against a spread.
 Speed claims use the same words, judged per measured cell (:func:`speed_verdict`).
 """
 
@@ -60,7 +61,8 @@ RULE = [
     f"- **{SAME_WITHIN}**: the gap is positive but within the spread;",
     f"- **{OPPOSITE}**: the gap is negative and larger than the spread;",
     f"- **{OPPOSITE_WITHIN}**: the gap is negative (or zero) but within the spread;",
-    "- with one seed per arm there is no spread, and the verdict says *one seed*.",
+    "- where either arm has a single seed, its spread is unknown, and the verdict says *one "
+    "seed* (the direction of the gap alone).",
     "",
     "Speed claims use the same words, per measured cell: *reproduced* when the claim holds in "
     f"every cell (\"as fast as\": within {SPEED_TOLERANCE:.0%}), *opposite* when it fails in "
