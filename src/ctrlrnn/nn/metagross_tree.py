@@ -1,11 +1,10 @@
-"""A METAGROSS tree: its layout and its passes over a sequence (METAGROSS paper section 2).
+"""A METAGROSS tree's passes over a sequence (METAGROSS paper section 2).
 
 A tree of maximum depth ``L`` holds ``2^L - 1`` units in heap order (the root is node 0, node
 ``k``'s children ``2k+1`` and ``2k+2``); its ``3N`` base functions are laid out level-major
 (:mod:`ctrlrnn.ops.metagross_layout`, which the kernels share). The functions below compute a
-tree's
-pass from the parameters of a :class:`~ctrlrnn.nn.metagross.MetagrossUnit` (``unit``): the base
-functions' pre-activations (:func:`base_preactivations`), the soft depth gates
+tree's pass from the parameters of a :class:`~ctrlrnn.nn.metagross.MetagrossUnit` (``unit``):
+the base functions' pre-activations (:func:`base_preactivations`), the soft depth gates
 (:func:`depth_gates`), and the whole pass in either reading (:func:`forward_input_gates`,
 :func:`forward_as_printed`); :mod:`ctrlrnn.nn.metagross` gives the equations.
 """
