@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
+from ctrlrnn.nn.initialization import reset_submodules
 from ctrlrnn.ops.autocast import accepts_dtype, autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
@@ -180,6 +181,14 @@ class RecurrentBase(nn.Module):
         """A no-op, for code written for :class:`torch.nn.LSTM` (which calls it after moving the
         module, e.g. under ``DataParallel``): ctrlrnn's kernels read the weights where they are,
         so there is nothing to flatten."""
+
+    def reset_parameters(self) -> None:
+        """Initialises every weight again as the constructor did, as
+        :meth:`torch.nn.LSTM.reset_parameters` does: each submodule's own ``reset_parameters``,
+        in the order the constructor built them, so that under the same seed a module built on
+        the ``meta`` device, then given memory by ``to_empty()``, gets the weights a module built
+        directly would have."""
+        reset_submodules(self)
 
     def _param_ref(self) -> Tensor | None:
         """The first parameter (its dtype and device are the module's), or None. A plain loop:

@@ -144,10 +144,10 @@ def _constant_lambda(value: Any, width: int) -> Tensor:
     if isinstance(value, bool):
         raise ValueError(f"lambda_: expected a number, got {value!r}")
     if isinstance(value, (int, float)):
-        t = torch.tensor(float(value), dtype=torch.float64)
+        t = torch.tensor(float(value), dtype=torch.float64, device="cpu")
     else:
         try:
-            t = torch.as_tensor(value).detach().to("cpu", torch.float64)
+            t = torch.as_tensor(value, device="cpu").detach().to(torch.float64)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"lambda_: expected a number or {width} numbers ({exc})") from exc
         if t.dim() != 0 and (t.dim() != 1 or t.shape[0] != width):
@@ -158,6 +158,27 @@ def _constant_lambda(value: Any, width: int) -> Tensor:
     if not bool(torch.isfinite(t).all()):
         raise ValueError("lambda_: expected finite values")
     return t.to(torch.get_default_dtype()) if t.dim() == 1 else t
+
+
+def _register_lambda_vector(module: nn.Module, vector: Tensor | None) -> None:
+    """``lambda_vector``, the constant ``(hidden,)`` lambda of a ``"vector"`` setting (None for
+    the others), as a buffer so that it follows ``.to()`` and ``state_dict``; made on the default
+    device like the weights (``meta`` under ``torch.device("meta")``), its values also kept as
+    numbers so that :func:`_fill_lambda_vector` can restore them after ``to_empty()``."""
+    constants = None if vector is None else tuple(float(v) for v in vector.tolist())
+    module._lambda_constants = constants
+    module.register_buffer(
+        "lambda_vector",
+        None if constants is None else torch.tensor(constants, dtype=torch.get_default_dtype()),
+    )
+
+
+def _fill_lambda_vector(module: nn.Module) -> None:
+    """Writes the constants of :func:`_register_lambda_vector` into ``lambda_vector`` again."""
+    constants = getattr(module, "_lambda_constants", None)
+    if module.lambda_vector is not None and constants is not None:
+        with torch.no_grad():
+            module.lambda_vector.copy_(torch.tensor(constants, dtype=torch.float64))
 
 
 def _lambda_value(weights: CASLayer, setting: float | str | None,
@@ -238,7 +259,7 @@ class CASLSTMCell(nn.Module):
             peephole = layer.peephole is not None
         self.lambda_: float | str | None
         self.lambda_, vector = _lambda_setting(lambda_, peephole, hidden_size)
-        self.register_buffer("lambda_vector", vector)
+        _register_lambda_vector(self, vector)
         if layer is None:
             layer = CASLayer(input_size, hidden_size, vertical=check_flag("vertical", vertical),
                              bias=check_flag("bias", bias), peephole=peephole,
@@ -253,6 +274,12 @@ class CASLSTMCell(nn.Module):
     def vertical(self) -> bool:
         """Whether the cell is a layer above the first (reads ``lower_c``)."""
         return self.weights.vertical
+
+    def reset_parameters(self) -> None:
+        """Initialises the weights again (:meth:`CASLayer.reset_parameters`, shared with the
+        layer they came from, if any) and restores a constant ``lambda_`` vector."""
+        self.weights.reset_parameters()
+        _fill_lambda_vector(self)
 
     def lambda_value(self) -> float | Tensor | None:
         """The lambda of eq 12 the cell uses: float, ``(H,)`` tensor or None."""
@@ -408,8 +435,7 @@ class CASLSTM(RecurrentBase):
         self.weight_drop = check_weight_drop(weight_drop)
         self.lambda_: float | str | None
         self.lambda_, vector = _lambda_setting(lambda_, self.peephole, width)
-        # a (hidden,) constant vector is a buffer so that it follows .to() and state_dict
-        self.register_buffer("lambda_vector", vector)
+        _register_lambda_vector(self, vector)
         self.layers = nn.ModuleList(
             CASLayer(
                 self.layer_input_size(layer),
@@ -430,6 +456,12 @@ class CASLSTM(RecurrentBase):
     def layer(self, layer: int, direction: int = 0) -> CASLayer:
         """The :class:`CASLayer` of ``layer`` (0-based) in ``direction`` (0 fw, 1 bw)."""
         return self.layers[layer * self.num_directions + direction]
+
+    def reset_parameters(self) -> None:
+        """As :meth:`RecurrentBase.reset_parameters`, and restores a constant ``lambda_``
+        vector."""
+        super().reset_parameters()
+        _fill_lambda_vector(self)
 
     def lambda_value(self, layer: int, direction: int = 0) -> float | Tensor | None:
         """The lambda of eq 12 used by ``layer`` (> 0): float, ``(H,)`` tensor or None."""

@@ -251,6 +251,11 @@ class MetagrossCell(nn.Module):
             )
         self.unit = unit
 
+    def reset_parameters(self) -> None:
+        """Initialises the tree's weights again (:meth:`MetagrossUnit.reset_parameters`, shared
+        with the layer they came from, if any)."""
+        self.unit.reset_parameters()
+
     def forward(
         self, input: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.initialization import reset_submodules
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
@@ -287,6 +288,10 @@ class RCRNCell(nn.Module):
     def rnns(self) -> tuple[GatedRNN, GatedRNN, GatedRNN]:
         """``(controller1, controller2, listener)``: the RNNs giving ``h^1``, ``h^2``, ``h^3``."""
         return self.controller1, self.controller2, self.listener
+
+    def reset_parameters(self) -> None:
+        """Initialises the three RNNs' weights again, as the constructor did."""
+        reset_submodules(self)
 
     def forward(
         self, input: Tensor, state: tuple[Tensor, ...] | None = None
