@@ -64,6 +64,13 @@ def test_the_example_follows_the_layer_contract(mingru: type) -> None:
     assert (out[1, 4:] == 0).all() and (out[2, 1:] == 0).all()
     alone, _ = layer(x[1:2, :4])
     torch.testing.assert_close(out[1:2, :4], alone)  # padding changes nothing
+    # reset_parameters() (from RecurrentBase) draws the constructor's weights under its seed
+    torch.manual_seed(1)
+    fresh = mingru(5, 7, num_layers=2, bidirectional=True, batch_first=True)
+    torch.manual_seed(1)
+    layer.reset_parameters()
+    for (name, ours), theirs in zip(layer.named_parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(ours, theirs), name
 
 
 def test_the_example_has_a_bench_row(mingru: type) -> None:

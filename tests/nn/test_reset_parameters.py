@@ -6,6 +6,7 @@ built directly under that seed holds, and computes the same outputs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -96,3 +97,34 @@ def test_a_cell_built_on_meta_and_reset_is_the_cell_built_directly(cls: type) ->
     torch.manual_seed(SEED)
     direct = CELLS[cls]()
     _assert_same_state(direct, _built_on_meta(CELLS[cls]))
+
+
+class _OwnWeight(ctrlrnn.RecurrentBase):
+    """A unit holding a parameter on the layer itself, which no submodule initialises."""
+
+    def __init__(self) -> None:
+        super().__init__(4, 5)
+        self.decay = nn.Parameter(torch.zeros(5))
+        self.proj = nn.Linear(4, 5)
+
+
+class _Holder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(5))
+
+
+class _NestedOwnWeight(ctrlrnn.RecurrentBase):
+    """A unit whose submodule holds a parameter without a ``reset_parameters`` of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(4, 5)
+        self.parts = nn.ModuleList([nn.Linear(4, 5), _Holder()])
+
+
+@pytest.mark.parametrize(("cls", "names"), [(_OwnWeight, "['decay']"),
+                                            (_NestedOwnWeight, "['scale']")])
+def test_parameters_no_reset_reaches_raise_instead_of_staying_as_they_are(
+        cls: type, names: str) -> None:  # fmt: skip
+    with pytest.raises(NotImplementedError, match=rf"{re.escape(names)}.*define reset_parameters"):
+        cls().reset_parameters()

@@ -15,7 +15,16 @@ def reset_submodules(module: nn.Module) -> None:
     """Calls ``reset_parameters()`` of the outermost submodules of ``module`` that define it, in
     the order they were registered (the order a constructor builds them in), so that under the
     same seed the weights are those the constructor drew; submodules without it are searched
-    in the same way."""
+    in the same way. A module on that path that holds parameters of its own (which no
+    submodule's ``reset_parameters`` reaches) raises ``NotImplementedError`` naming them, rather
+    than leaving them as they are."""
+    own = [name for name, _ in module.named_parameters(recurse=False)]
+    if own:
+        raise NotImplementedError(
+            f"{type(module).__name__}.reset_parameters: the parameters {own} belong to the "
+            "module itself, not to a submodule with its own reset_parameters(); define "
+            f"reset_parameters() on {type(module).__name__} to initialise them"
+        )
     for child in module.children():
         reset = getattr(child, "reset_parameters", None)
         if callable(reset):
