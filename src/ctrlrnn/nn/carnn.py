@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State, run_directions
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.cached_linear import cached_linear
@@ -83,6 +84,7 @@ class CARNNCell(nn.Module):
         torch.Size([2, 8])
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,
@@ -258,6 +260,7 @@ class CARNN(RecurrentBase):
 
     state_names = ("h",)
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_positive_int
 from ctrlrnn.nn.carnn import CARNN
+from ctrlrnn.nn.initialization import factory_arguments
 
 
 class ContextualCARNNLM(nn.Module):
@@ -60,6 +61,7 @@ class ContextualCARNNLM(nn.Module):
         (torch.Size([2, 5, 20]), torch.Size([2, 3]))
     """
 
+    @factory_arguments
     def __init__(
         self,
         vocab_size: int,

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import cells_ref
@@ -240,6 +241,7 @@ class CASLSTMCell(nn.Module):
         (torch.Size([3, 8]), torch.Size([3, 8]))
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,
@@ -414,6 +416,7 @@ class CASLSTM(RecurrentBase):
 
     state_names = ("h", "c")
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,

@@ -77,6 +77,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
 from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.metagross_tree import (
     BASES,
     DEPTH_GATES,
@@ -213,6 +214,7 @@ class Metagross(RecurrentBase):
         torch.Size([1, 3, 5, 1])
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,

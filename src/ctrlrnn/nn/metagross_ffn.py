@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.ops.autocast import accepts_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.metagross_layout import level_slice, tree_nodes
@@ -63,6 +64,7 @@ class MetagrossFFN(nn.Module):
         torch.Size([3, 5, 8])
     """
 
+    @factory_arguments
     def __init__(
         self,
         d_model: int,

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn import metagross_tree as tree
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.metagross_tree import (
     BASES,
     DEPTH_GATES,
@@ -224,6 +225,7 @@ class MetagrossCell(nn.Module):
         (torch.Size([3, 8]), torch.Size([3, 24]))
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,

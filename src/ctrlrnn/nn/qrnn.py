@@ -39,6 +39,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_flag
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.qrnn_cell import QRNNCell
 from ctrlrnn.nn.qrnn_windows import (
     ZONEOUT_EVAL,
@@ -152,6 +153,7 @@ class QRNN(RecurrentBase):
 
     state_names = ("c",)
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,

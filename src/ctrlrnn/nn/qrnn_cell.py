@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
+from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.qrnn_windows import (
     causal_windows,
     centred_windows,
@@ -62,6 +63,7 @@ class QRNNCell(nn.Module):
         (torch.Size([3, 8]), torch.Size([3, 8]), torch.Size([3, 1, 4]))
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,

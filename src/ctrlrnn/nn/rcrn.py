@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
-from ctrlrnn.nn.initialization import reset_submodules
+from ctrlrnn.nn.initialization import factory_arguments, reset_submodules
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
@@ -266,6 +266,7 @@ class RCRNCell(nn.Module):
         (torch.Size([3, 8]), 7)
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,
@@ -396,6 +397,7 @@ class RCRN(RecurrentBase):
         (('h1', 'c1', 'h2', 'c2', 'h3', 'c3', 'c4'), torch.Size([2, 3, 8]))
     """
 
+    @factory_arguments
     def __init__(
         self,
         input_size: int,
