@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,25 @@ def test_by_default_every_page_is_written_whole(tmp_path, three):
     assert {"qrnn.md", "rcrn.md", "README.md"} <= names and len(names) == len(pages.PAGES) + 1
     page = (docs / "qrnn.md").read_text()
     assert "### tiny sort, not run here" in page and "Not run yet" in page
+
+
+def test_the_pages_name_when_their_newest_experiment_finished_and_what_is_open(tmp_path, three):
+    assert cli.main(["reproduce", *_paths(tmp_path), "--only", "tiny-copy"]) == 0
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    stored = runner.load_results(results, "quick", TINY)
+    assert stored is not None and stored["finished"]
+    # every page names the newest finished experiment of its own; none is open
+    assert f"(newest finished experiment: {stored['finished']}); do not edit" in \
+        (docs / "qrnn.md").read_text()
+    assert "(no experiment finished); do not edit" in (docs / "rcrn.md").read_text()
+    # a file whose experiment is not finished (here: one of its seeds gone) is named as open,
+    # its runs being later than the time a file records only when its experiment finishes
+    del stored["arms"]["QRNN"]["seeds"]["1"]
+    stored["complete"] = False
+    runner.results_path(results, "quick", TINY).write_text(json.dumps(stored))
+    stamp = pages.results_stamp(results, "quick", (TINY, OTHER_SAME_PAGE, OTHER_PAGE))
+    assert stamp == (f"newest finished experiment: {stored['finished']}; not finished under "
+                     "the current definition: `tiny-copy`")
 
 
 def test_the_main_job_asks_for_its_own_page() -> None:
