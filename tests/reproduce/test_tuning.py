@@ -315,14 +315,28 @@ def test_the_page_names_the_search_the_runs_ran_and_a_changed_definition(tmp_pat
                                  show_progress=False, log=lambda s: None)
     longer = dataclasses.replace(
         TINY, tuning_quick=dataclasses.replace(SEARCH, overrides={"max_steps": 5}))
-    page = "\n".join(pages.experiment_section(longer, data, tmp_path, "quick")[0])
+    lines, judged = pages.experiment_section(TINY, data, tmp_path, "quick")
+    assert not any("earlier search" in verdict for _, _, verdict in judged)
+    lines, judged = pages.experiment_section(longer, data, tmp_path, "quick")
+    page = "\n".join(lines)
     assert "each trial: max_steps=2. The final seeds" in page  # what the runs ran
     assert "now defines another search" in page and "max_steps=5" in page
-    mixed = {**data, "arms": {**data["arms"], "GRU": {
-        **data["arms"]["GRU"], "tuning": {**data["arms"]["GRU"]["tuning"],
-                                          "trial_overrides": {"max_steps": 5}}}}}
-    page = "\n".join(pages.experiment_section(TINY, mixed, tmp_path, "quick")[0])
-    assert "**Unequal tuning**" in page
+    # the verdicts read seeds of the earlier search, in the summary too
+    assert judged and all(verdict.endswith("(earlier search)") for _, _, verdict in judged)
+    assert "(earlier search)" in page.split("| claim (paper) |")[1]
+
+    def other_search(arm: str) -> dict:
+        stored = data["arms"][arm]
+        return {**data, "arms": {**data["arms"], arm: {**stored, "tuning": {
+            **stored["tuning"], "trial_overrides": {"max_steps": 5}}}}}
+
+    lines, judged = pages.experiment_section(TINY, other_search("GRU"), tmp_path, "quick")
+    assert "**Unequal tuning**" in "\n".join(lines)
+    # the claim (QRNN over LSTM) reads no GRU seed: unmarked; one arm of it from another
+    # search: marked
+    assert not any("earlier search" in verdict for _, _, verdict in judged)
+    _, judged = pages.experiment_section(TINY, other_search("QRNN"), tmp_path, "quick")
+    assert all(verdict.endswith("(earlier search)") for _, _, verdict in judged)
 
 
 def test_every_full_mode_search_can_tell_the_arms_apart():

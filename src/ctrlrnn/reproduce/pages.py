@@ -149,6 +149,11 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     stale = tuning is not None and any(not arm.get("tuning") for arm in trained)
     tuned = tuning is not None and not stale and data is not None and any(
         arm.get("tuning") for _, arm in _ordered_arms(exp, data))
+    # arms whose stored seeds trained at the choice of a search this experiment no longer
+    # defines (the tuning line says which): the verdicts that read them are marked
+    searched_before = {label for label, arm in _ordered_arms(exp, data or {})
+                       if tuning is not None and arm.get("seeds") and arm.get("tuning")
+                       and search_of(arm["tuning"]) != tuning}
     if tuning is None:
         lines += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
     elif not stale:
@@ -254,7 +259,9 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                     baseline_paper=paper if exp.paper_comparable else None)
         text = _claim_text(c.better, c.worse, c.metric)
         marks = [m for m, on in (("untuned", stale), ("partial", partial),
-                                 ("earlier setting", c.better in earlier or c.worse in earlier))
+                                 ("earlier setting", c.better in earlier or c.worse in earlier),
+                                 ("earlier search", c.better in searched_before
+                                  or c.worse in searched_before))
                  if on]
         mark = f" ({', '.join(marks)})" if marks and v != verdicts.NOT_RUN else ""
         shown = f"**{v}**{mark}"
@@ -351,13 +358,15 @@ def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]],
         return ("**Unequal tuning**: the arms' stored searches differ ("
                 + "; ".join(t.describe() for t in ran)
                 + f"). `ctrlrnn reproduce --only {exp.id}` searches every arm again with "
-                f"{tuning.describe()}.")
+                f"{tuning.describe()}; until then the verdicts that read an arm of another "
+                "search are marked *earlier search*.")
     line = ("Tuning, the same for every arm on the validation split: "
             f"{(ran[0] if ran else tuning).describe()}. The final seeds train at each arm's "
             f"best trial by validation {selected}.")
     if ran and ran[0] != tuning:
         line += (f" This experiment now defines another search ({tuning.describe()}): "
-                 f"`ctrlrnn reproduce --only {exp.id}` trains it again.")
+                 f"`ctrlrnn reproduce --only {exp.id}` trains it again, and until then the "
+                 "verdicts are marked *earlier search*.")
     return line
 
 
