@@ -292,8 +292,9 @@ def test_a_model_that_turns_non_finite_is_never_evaluated_or_saved(tmp_path, mon
 
     real = trainer.training_step
 
-    def poisons_at_step_2(task, model, optimizer, params, batch, clip_norm, ctx=None):
-        loss = real(task, model, optimizer, params, batch, clip_norm, ctx)
+    def poisons_at_step_2(task, model, optimizer, params, batch, clip_norm, ctx=None,
+                          **precision):
+        loss = real(task, model, optimizer, params, batch, clip_norm, ctx, **precision)
         poisons_at_step_2.calls += 1
         if poisons_at_step_2.calls == 2:
             with torch.no_grad():

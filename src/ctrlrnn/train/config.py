@@ -22,6 +22,7 @@ from ctrlrnn.models.encoders import COMMON, ENCODERS
 from ctrlrnn.options import ConfigError, check_options, coerce
 from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.train.optim import OPTIMIZERS
+from ctrlrnn.train.precision import PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -83,6 +84,7 @@ class TrainConfig:
     monitor: str = ""
     threads: int = 0
     device: str = "auto"
+    precision: str = "fp32"
     model_args: dict[str, Any] = field(default_factory=dict)
     task_args: dict[str, Any] = field(default_factory=dict)
 
@@ -120,6 +122,9 @@ HELP: dict[str, str] = {
                "loss ('': the task's metric; loss and perplexity: lower is better)",
     "threads": "torch intra-op threads (0: default)",
     "device": "auto, cpu, cuda or cuda:N (auto: $CTRLRNN_DEVICE if set, else cuda when available)",
+    "precision": "fp32, or bf16 / fp16: each training step's forward pass under torch.autocast "
+                 "on the device (fp16 with a gradient scaler), weights and optimizer in float32, "
+                 "evaluations in float32",
 }
 
 
@@ -232,3 +237,6 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise ConfigError(f"monitor: expected a metric name such as loss, got {cfg.monitor!r}")
     if not DEVICE_PATTERN.fullmatch(cfg.device):
         raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {cfg.device!r}")
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, "
+                          f"got {cfg.precision!r}")

@@ -33,7 +33,7 @@ def show_value(value: Any) -> str:
 #: configuration keys added after runs were first stored, with the value a run stored without
 #: the key trained under (so a stored run compares as what it was, not as "unknown"); compared
 #: only where the requested configuration has the key (``model.causal``: QRNN runs only)
-IMPLIED_WHEN_ABSENT: dict[str, Any] = {"monitor": "", "model.causal": True}
+IMPLIED_WHEN_ABSENT: dict[str, Any] = {"monitor": "", "model.causal": True, "precision": "fp32"}
 
 
 def config_differences(stored: dict[str, Any], requested: dict[str, Any],

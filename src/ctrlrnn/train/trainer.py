@@ -68,6 +68,7 @@ from ctrlrnn.train.distributed import (
 )
 from ctrlrnn.train.logs import RunLog
 from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
+from ctrlrnn.train.precision import MixedPrecision
 
 __all__ = ["BEST", "IMPLIED_WHEN_ABSENT", "LATEST", "RESUMABLE_CHANGES", "Trainer",
            "TrainingInterrupted", "config_differences", "training_step"]
@@ -130,20 +131,33 @@ def training_step(
     batch: Any,
     clip_norm: float,
     ctx: DistContext | None = None,
+    precision: MixedPrecision | None = None,
 ) -> torch.Tensor:
-    """One optimizer step on ``batch``: loss, backward, gradient averaging over processes,
-    clipping to ``clip_norm`` (0: none) and the update; returns the (attached) loss.
+    """One optimizer step on ``batch``: loss (under ``precision``'s autocast, float32 when
+    None), backward, gradient averaging over processes, clipping to ``clip_norm`` (0: none)
+    and the update; returns the (attached) loss.
 
     The trainer's loop and the epoch-time measurement of ``ctrlrnn reproduce`` both use it,
     so the timed step is the trained one."""
-    loss = task.loss(model, batch)
+    if precision is None:
+        loss = task.loss(model, batch)
+    else:
+        with precision.autocast():
+            loss = task.loss(model, batch)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if ctx is not None:
-        average_gradients(params, ctx)
-    if clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(params, clip_norm)
-    optimizer.step()
+
+    def between() -> None:
+        if ctx is not None:
+            average_gradients(params, ctx)
+        if clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip_norm)
+
+    if precision is None:
+        loss.backward()
+        between()
+        optimizer.step()
+    else:
+        precision.backward_and_step(loss, optimizer, between)
     return loss
 
 
@@ -177,6 +191,8 @@ class Trainer:
             momentum=cfg.momentum,
         )
         self.log = RunLog(self.out) if self.ctx.is_main else None
+        self.precision = MixedPrecision(cfg.precision, self.ctx.device)
+        self.precision.check_model(model)
         #: the validation metric that drives early stopping and the best checkpoint
         self.monitor = cfg.monitor or task.metric
         self.monitor_higher_is_better = higher_is_better(self.monitor, task.metric,
@@ -203,6 +219,9 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def _save(self, name: str = LATEST) -> None:
         self._check_parameters()
+        scaler = self.precision.state()
+        if scaler is not None:
+            self.progress["grad_scaler"] = scaler
         if self.ctx.is_main:
             save_checkpoint(
                 self.out / name,
@@ -249,6 +268,7 @@ class Trainer:
                               f"optimizer ({first}); train into a new --out") from exc
         self.task.restore_state(*ckpt.task_state())
         self.progress.update(ckpt.progress)
+        self.precision.restore(self.progress.get("grad_scaler"))
         self.checkpoint_step = int(self.progress["step"])
         extend = bool(self.progress.get("done")) and self._can_continue()
         if extend:
@@ -406,7 +426,8 @@ class Trainer:
                     batch = self.task.to_device(
                         self.task.shard(batches[index], self.ctx.rank, self.ctx.world_size))
                     loss = training_step(self.task, self.model, self.optimizer, self.params,
-                                         batch, cfg.clip_norm, self.ctx)
+                                         batch, cfg.clip_norm, self.ctx,
+                                         precision=self.precision)
                     loss_value = mean_over_processes(float(loss.detach()), self.ctx)
                     self.progress["step"] += 1
                     self.progress["batch"] = index + 1
