@@ -43,3 +43,24 @@ def test_train_runs_on_cuda(tmp_path, task, model, extra):
     # the checkpoint evaluated again on the GPU, as ``ctrlrnn eval`` does
     assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--device", "cuda",
                  "--json"]) == 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize(("task", "model", "extra"), [
+    ("addition", "qrnn", ["task.digits=3"]),
+    ("sort", "metagross", ["model.gates=state"]),
+    ("tree-traversal", "rcrn", []),
+])
+def test_mixed_precision_trains_on_cuda(tmp_path, task, model, extra, precision):
+    """``precision=bf16|fp16`` on the GPU (Triton kernels and cuDNN under autocast; fp16 with
+    its gradient scaler), then a resume that extends the run."""
+    from ctrlrnn.cli import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--task", task, "--model", model, "--no-progress", "--out", str(out),
+            "--epochs", "4", "device=cuda", f"precision={precision}", *SMALL, *extra]
+    assert main([*argv, "--max-steps", "4"]) == 0
+    assert main([*argv, "--max-steps", "8", "--resume"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["step"] == 8 and result["device"].startswith("cuda")
+    assert result["test"][result["metric"]] == result["test"][result["metric"]]
