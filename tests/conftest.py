@@ -24,6 +24,21 @@ def _seeded_rngs() -> None:
     seed_everything(0)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures(
+    "one_thread")``): their shapes are tiny, so the compiled kernels run inline. On a loaded
+    machine a 2-thread ``at::parallel_for`` region over a few elements can wait milliseconds for
+    its second thread, which makes many small calls (gradcheck, tiny training runs) slow; the
+    results are the same."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def scripted_trainer(tmp_path):
     """A factory of tiny copy-task trainers (in ``tmp_path``) whose validation metrics follow

@@ -15,15 +15,7 @@ from ctrlrnn import CARNN, CARNNCell, ContextualCARNNLM, PositionEncoder
 D64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These shapes are tiny: run the compiled kernels inline. On a loaded machine a 2-thread
-    at::parallel_for region over a few elements can wait milliseconds for its second thread,
-    which makes the many small calls of gradcheck slow (the results are the same)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def paper_carnn_direction(x, c, cell, variant, h0=None):

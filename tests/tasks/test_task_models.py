@@ -26,13 +26,7 @@ from ctrlrnn.models.ranker import (
 from ctrlrnn.tasks import task_class
 from ctrlrnn.train.config import check_options
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_task(name: str, seed: int = 0, **options):

@@ -22,13 +22,7 @@ from task_helpers import (
 TINY = {"hidden_size": 12}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The tiny runs use one thread (the machine is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("name,classes,encoder", [

@@ -25,12 +25,7 @@ COPY = {"task.train_size": 96, "task.valid_size": 16, "task.test_size": 16, "tas
         "model.hidden_size": 12, "batch_size": 16, "log_every": 1, "checkpoint_every": 2}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainer(out: Path, model: str, **overrides: Any) -> Trainer:
