@@ -22,7 +22,7 @@ from ctrlrnn.models.encoders import COMMON, ENCODERS
 from ctrlrnn.options import ConfigError, check_options, coerce
 from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.train.optim import OPTIMIZERS
-from ctrlrnn.train.precision import PRECISIONS
+from ctrlrnn.train.precision import precision_dtype
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -237,6 +237,4 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise ConfigError(f"monitor: expected a metric name such as loss, got {cfg.monitor!r}")
     if not DEVICE_PATTERN.fullmatch(cfg.device):
         raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {cfg.device!r}")
-    if cfg.precision not in PRECISIONS:
-        raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, "
-                          f"got {cfg.precision!r}")
+    precision_dtype(cfg.precision)

@@ -29,16 +29,22 @@ PRECISIONS: dict[str, torch.dtype | None] = {
 }
 
 
+def precision_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of the ``precision`` key's value (None: float32); an unknown value is
+    a :class:`ConfigError` naming the key."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, "
+                          f"got {precision!r}")
+    return PRECISIONS[precision]
+
+
 class MixedPrecision:
     """The precision of a run's training steps on ``device``: :meth:`autocast` around the
     forward pass and loss, :meth:`backward_and_step` for the rest of the step."""
 
     def __init__(self, precision: str, device: torch.device) -> None:
-        if precision not in PRECISIONS:
-            raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, "
-                              f"got {precision!r}")
         self.name = precision
-        self.dtype = PRECISIONS[precision]
+        self.dtype = precision_dtype(precision)
         self.device_type = device.type
         if self.dtype is not None:
             _check_autocast(self.device_type, self.dtype, precision)
@@ -130,3 +136,8 @@ def _takes_device() -> bool:
     except TypeError:
         return False
     return True
+
+
+#: float32 steps (no autocast, no scaler): what :func:`ctrlrnn.train.trainer.training_step`
+#: runs when given no precision
+FLOAT32 = MixedPrecision("fp32", torch.device("cpu"))

@@ -68,7 +68,7 @@ from ctrlrnn.train.distributed import (
 )
 from ctrlrnn.train.logs import RunLog
 from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
-from ctrlrnn.train.precision import MixedPrecision
+from ctrlrnn.train.precision import FLOAT32, MixedPrecision
 
 __all__ = ["BEST", "IMPLIED_WHEN_ABSENT", "LATEST", "RESUMABLE_CHANGES", "Trainer",
            "TrainingInterrupted", "config_differences", "training_step"]
@@ -133,17 +133,15 @@ def training_step(
     ctx: DistContext | None = None,
     precision: MixedPrecision | None = None,
 ) -> torch.Tensor:
-    """One optimizer step on ``batch``: loss (under ``precision``'s autocast, float32 when
+    """One optimizer step on ``batch``: loss (under ``precision``'s autocast; float32 when
     None), backward, gradient averaging over processes, clipping to ``clip_norm`` (0: none)
     and the update; returns the (attached) loss.
 
     The trainer's loop and the epoch-time measurement of ``ctrlrnn reproduce`` both use it,
     so the timed step is the trained one."""
-    if precision is None:
+    precision = precision or FLOAT32
+    with precision.autocast():
         loss = task.loss(model, batch)
-    else:
-        with precision.autocast():
-            loss = task.loss(model, batch)
     optimizer.zero_grad(set_to_none=True)
 
     def between() -> None:
@@ -152,12 +150,7 @@ def training_step(
         if clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(params, clip_norm)
 
-    if precision is None:
-        loss.backward()
-        between()
-        optimizer.step()
-    else:
-        precision.backward_and_step(loss, optimizer, between)
+    precision.backward_and_step(loss, optimizer, between)
     return loss
 
 
