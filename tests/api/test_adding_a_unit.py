@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +72,31 @@ def test_the_example_follows_the_layer_contract(mingru: type) -> None:
     layer.reset_parameters()
     for (name, ours), theirs in zip(layer.named_parameters(), fresh.parameters(), strict=True):
         assert torch.equal(ours, theirs), name
+
+
+def test_the_example_traces_for_any_length(mingru: type) -> None:
+    torch.manual_seed(0)
+    layer = mingru(4, 6, num_layers=2, bidirectional=True, batch_first=True).eval()
+
+    class Call(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            return self.layer(x, lengths=lengths)[0]
+
+    call = Call()
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        traced = torch.jit.trace(call, (torch.randn(3, 5, 4), torch.tensor([5, 2, 4])))
+    x, lengths = torch.randn(2, 9, 4), torch.tensor([9, 3])
+    torch.testing.assert_close(traced(x, lengths), call(x, lengths))
+    with pytest.raises(RuntimeError, match=r"^MinGRU: torch\.jit\.script"):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            torch.jit.script(layer)
 
 
 def test_the_example_has_a_bench_row(mingru: type) -> None:

@@ -201,3 +201,37 @@ def test_a_layer_on_the_second_gpu_runs_there(name, cpu_reference):
     out1, _ = _run(other, name, x.to("cuda:1"), lengths, packed=False)
     assert out1.device == torch.device("cuda", 1)
     torch.testing.assert_close(out1.cpu(), out0.cpu(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_trace_on_cuda_computes_the_layer_at_another_shape(name):
+    """``torch.jit.trace`` on CUDA (the Triton kernels inside the custom ops the trace records,
+    tests/nn/test_torchscript.py on CPU): traced at one batch, length and lengths, run at
+    others, the trace gives what the layer gives."""
+    torch.manual_seed(0)
+    layer = _layers()[name]().to("cuda").eval()
+    carnn = name.startswith("carnn")
+
+    class Call(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x, lengths, *ctx):
+            out, hn = self.layer(x, *ctx, lengths=lengths)
+            return (out, *(hn if isinstance(hn, tuple) else (hn,)))
+
+    def inputs(batch, steps, lengths):
+        g = torch.Generator().manual_seed(batch * steps)
+        x = torch.randn(batch, steps, D, generator=g).cuda()
+        ctx = (torch.randn(batch, 5, generator=g).cuda(),) if carnn else ()
+        return (x, torch.tensor(lengths), *ctx)
+
+    call = Call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(call, inputs(B, T, LENGTHS), check_trace=False)
+    for batch, steps, lengths in ((5, 6, [6, 1, 3, 6, 2]), (2, 12, [12, 12])):
+        given = inputs(batch, steps, lengths)
+        for a, b in zip(traced(*given), call(*given), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

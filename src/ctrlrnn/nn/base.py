@@ -35,6 +35,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.initialization import reset_submodules
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops.autocast import accepts_dtype, autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
@@ -118,7 +119,7 @@ def _pack(out: Tensor, lengths: Tensor) -> PackedSequence:
     return _outside_compile(_pack_padded)(out, lengths)
 
 
-class RecurrentBase(nn.Module):
+class RecurrentBase(Traceable, nn.Module):
     """Base class with the ``torch.nn.LSTM`` interface (see the module docstring).
 
     Examples:

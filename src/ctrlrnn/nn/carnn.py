@@ -32,6 +32,7 @@ from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State, run_directions
 from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import ncarnn_sequences
@@ -59,7 +60,7 @@ def _check_scarnn_sizes(variant: str, input_size: int, hidden_size: int) -> None
         )
 
 
-class CARNNCell(nn.Module):
+class CARNNCell(Traceable, nn.Module):
     """One CARNN layer direction, usable step by step (decoding).
 
     ``forward(input, context=None, h=None) -> h'`` with ``input`` ``(B, input_size)``,

@@ -19,9 +19,10 @@ from torch import Tensor, nn
 from ctrlrnn.nn.arguments import check_positive_int
 from ctrlrnn.nn.carnn import CARNN
 from ctrlrnn.nn.initialization import factory_arguments
+from ctrlrnn.nn.torchscript import Traceable
 
 
-class ContextualCARNNLM(nn.Module):
+class ContextualCARNNLM(Traceable, nn.Module):
     """Language model over a sentence conditioned on the previous one (eq 11-13).
 
     Args:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops.padding import length_mask
 
 
@@ -43,7 +44,7 @@ def history_summary(
     return (alpha.unsqueeze(-1) * h_res).sum(1), alpha
 
 
-class HistorySummary(nn.Module):
+class HistorySummary(Traceable, nn.Module):
     """Module form of :func:`history_summary` (eq 8); no parameters of its own.
 
     Examples:

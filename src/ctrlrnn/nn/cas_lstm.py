@@ -35,6 +35,7 @@ from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import cells_ref
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
@@ -193,7 +194,7 @@ def _lambda_value(weights: CASLayer, setting: float | str | None,
     return setting if isinstance(setting, float) else None
 
 
-class CASLSTMCell(nn.Module):
+class CASLSTMCell(Traceable, nn.Module):
     """One CAS-LSTM layer direction, step by step: eq 1-6 for the first layer, eq 7-13 (with
     variant (iii)'s eq 17-18) above it.
 

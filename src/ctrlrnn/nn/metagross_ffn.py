@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_choice, check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.initialization import factory_arguments
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops.autocast import accepts_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.metagross_layout import level_slice, tree_nodes
@@ -32,7 +33,7 @@ from ctrlrnn.ops.metagross_layout import level_slice, tree_nodes
 FFN_DEPTH_GATES = ("token", "scalar")
 
 
-class MetagrossFFN(nn.Module):
+class MetagrossFFN(Traceable, nn.Module):
     """Recursive position-wise feed-forward layer (section 2.3).
 
     Args:

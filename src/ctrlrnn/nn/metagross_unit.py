@@ -18,6 +18,7 @@ from ctrlrnn.nn.metagross_tree import (
     RECURRENCES,
     check_gates,
 )
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops.metagross_layout import tree_nodes
 from ctrlrnn.ops.validation import step_input
 
@@ -179,7 +180,7 @@ class MetagrossUnit(nn.Module):
         )
 
 
-class MetagrossCell(nn.Module):
+class MetagrossCell(Traceable, nn.Module):
     """One METAGROSS tree (one layer direction) for step-by-step use (decoding).
 
     ``forward(input, state=None) -> (h, state')`` with ``input`` ``(B, input_size)`` (or

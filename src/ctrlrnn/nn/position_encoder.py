@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ctrlrnn.nn.torchscript import Traceable
+
 
 def position_weights(num_words: Tensor | int, dim: int, max_len: int, *, like: Tensor) -> Tensor:
     """The weights ``l_{kj}`` ``(..., max_len, dim)`` for utterances of ``num_words`` words.
@@ -28,7 +30,7 @@ def position_weights(num_words: Tensor | int, dim: int, max_len: int, *, like: T
     return torch.where(j <= J, weights, torch.zeros_like(weights))
 
 
-class PositionEncoder(nn.Module):
+class PositionEncoder(Traceable, nn.Module):
     """``forward(embeddings, lengths=None) -> (..., d)``, Sukhbaatar et al. section 4.1.
 
     ``embeddings`` is ``(..., J, d)``; ``lengths`` (optional, integer, shape ``...``) gives each

@@ -21,12 +21,13 @@ from ctrlrnn.nn.qrnn_windows import (
     check_zoneout_eval,
     zoneout_keep,
 )
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
 from ctrlrnn.ops.validation import step_input
 
 
-class QRNNCell(nn.Module):
+class QRNNCell(Traceable, nn.Module):
     """One QRNN layer direction, usable step by step for decoding.
 
     ``forward(input, state=None, encoder_state=None) -> (h, (c, history))`` with ``input``

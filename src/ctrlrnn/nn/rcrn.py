@@ -17,7 +17,8 @@ two RCRN tables in docs/gpu.md, with and without the controllers on cuDNN), and 
 :func:`fused_controllers_faster` (training on two or more threads, layers up to 128 wide at
 any batch and up to 256 wide from batch 16; small batches of narrow layers otherwise;
 docs/rcrn.md has the measurements). Where torch's kernels
-do not apply (ONNX export, ``torch.func`` transforms, ``torch.compile``, autocast, a forced
+do not apply (ONNX export, ``torch.func`` transforms, ``torch.compile``, TorchScript tracing,
+autocast, a forced
 reference backend, empty batches, dtypes torch's kernel lacks on that device) and with
 ``controllers="fused"`` they run on the fused-cell engine
 (:func:`~ctrlrnn.ops.fused_cells.lstm_sequences` or
@@ -46,12 +47,14 @@ from torch import Tensor, nn
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.initialization import factory_arguments, reset_submodules
+from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import functorch_active, has_kernel, reference_forced
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_stacked
 from ctrlrnn.ops.cells_ref import gru_step, lstm_step
+from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences
 from ctrlrnn.ops.padding import reverse_padded
 from ctrlrnn.ops.rcrn_listener import OUTPUT_GATES, rcrn_listener
@@ -234,7 +237,7 @@ def run_sequences(
     return run([kw for _, kw in calls], lengths)  # type: ignore[arg-type]
 
 
-class RCRNCell(nn.Module):
+class RCRNCell(Traceable, nn.Module):
     """One RCRN direction (controllers, listener base, eq 15-16), usable step by step.
 
     ``forward(input, state=None) -> (h4, state)`` with ``input`` ``(B, input_size)`` (or
@@ -445,8 +448,8 @@ class RCRN(RecurrentBase):
             return False
         if x.shape[0] == 0 or x.shape[1] == 0 or reference_forced() or functorch_active():
             return False
-        if torch.compiler.is_compiling() or scan_export.active():
-            return False
+        if torch.compiler.is_compiling() or torchscript_tracing() or scan_export.active():
+            return False  # (a trace would keep the branch on full lengths taken when traced)
         if autocast_dtype(x.device) is not None:
             return False
         if self.controllers == "auto" and x.device.type == "cuda":

@@ -4,7 +4,8 @@ Two questions, asked by every op the same way:
 
 * :func:`path`: which of the three paths a public op takes: ``"export"`` (an ONNX export is
   being traced: the scans of :mod:`ctrlrnn.ops.scan_export`), ``"kernel"`` (the op's custom op,
-  whose kernel for the tensor's device runs) or ``"reference"`` (the readable reference,
+  whose kernel for the tensor's device runs, or its fallback, the reference, where there is
+  none: so under TorchScript tracing) or ``"reference"`` (the readable reference,
   differentiated by autograd: no kernel here, ``CTRLRNN_BACKEND=reference``, or inside
   ``torch.func`` transforms).
 * :func:`kernel_for`: which module implements an op family's kernels on a device. CPU tensors
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 
 from ctrlrnn.ops import _extension, gemm_path, gpu, scan_export
-from ctrlrnn.ops.compiled_op import constant_under_compile
+from ctrlrnn.ops.compiled_op import constant_under_compile, torchscript_tracing
 
 #: The three paths of :func:`path`.
 EXPORT, KERNEL, REFERENCE = "export", "kernel", "reference"
@@ -83,11 +84,18 @@ def has_kernel(family: str, device: torch.device) -> bool:
 
 def path(family: str, device: torch.device) -> str:
     """The path a public op of ``family`` takes for tensors on ``device``: :data:`EXPORT`
-    while an ONNX export is traced, else :data:`KERNEL` where :func:`has_kernel`, else
-    :data:`REFERENCE`."""
+    while an ONNX export is traced, else :data:`KERNEL` where :func:`has_kernel` or while
+    TorchScript traces (``torch.jit.trace``), else :data:`REFERENCE`.
+
+    A trace records the custom op as one node whatever runs inside it, and without a kernel the
+    op runs its fallback, the reference (:mod:`ctrlrnn.ops.kernel_op`); the reference called
+    directly would be recorded step by step, its loop over time unrolled and fixed to the
+    traced length."""
     if scan_export.active():
         return EXPORT
-    return KERNEL if has_kernel(family, device) else REFERENCE
+    if has_kernel(family, device) or torchscript_tracing():
+        return KERNEL
+    return REFERENCE
 
 
 def gpu_kernels(family: str, device: torch.device) -> ModuleType | None:

@@ -38,6 +38,12 @@ def constant_under_compile(fn: Any) -> Any:
     return fn
 
 
+def torchscript_tracing() -> bool:
+    """Whether ``torch.jit.trace`` is recording this call (never while dynamo traces, where
+    the question is answered before the tracer's state is read)."""
+    return not torch.compiler.is_compiling() and torch.jit.is_tracing()
+
+
 def eager_ok(*args: Any) -> bool:
     """Whether an op called with ``args`` may skip its custom op: no ``torch.compile`` or
     ``torch.export`` tracing, no TorchScript tracing, and only plain tensors among ``args``."""

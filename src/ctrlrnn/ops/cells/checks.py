@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.validation import check_lengths
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -72,7 +73,12 @@ def state(name: str, s: Tensor | None, batch: int, hidden: int, like: Tensor) ->
 
 
 def needs_grad(*tensors: Tensor | None) -> bool:
-    """Whether autograd will need the saved gate activations (else the op skips storing them)."""
+    """Whether autograd will need the saved gate activations (else the op skips storing them).
+
+    Always while TorchScript traces: the answer enters the trace as a constant, and a module
+    traced without gradients (``torch.no_grad()``, frozen weights) may be trained later."""
+    if torchscript_tracing():
+        return True
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 

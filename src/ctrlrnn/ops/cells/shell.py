@@ -38,6 +38,7 @@ from torch import Tensor
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.cells import reference
 from ctrlrnn.ops.cells.checks import needs_grad
+from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.kernel_op import Kernel, KernelOp
 from ctrlrnn.ops.scan_export import Step
 
@@ -186,6 +187,8 @@ def sequence(
     assert x_proj is not None
     route = backend.path("cells", x_proj.device)
     if route == backend.KERNEL:
+        if not backend.has_kernel("cells", x_proj.device):  # TorchScript tracing (path)
+            raise RuntimeError(untraceable(cell, x_proj.device))
         out = op(*args, lengths, needs_grad(*args))
         return tuple(out[: 2 * len(cell.states)])
     states, xs, consts = split(cell, args)
@@ -222,7 +225,9 @@ def sequences(
             continue
         if not all(given):
             raise ValueError(f"{name}: given for some recurrences and None for others")
-        shapes = {tuple(p.shape) for p in parts if p is not None}
+        # sizes as ints: under TorchScript tracing a size reads as a 0-d tensor, and equal
+        # tensors are distinct members of a set
+        shapes = {tuple(int(n) for n in p.shape) for p in parts if p is not None}
         if len(shapes) > 1:
             raise ValueError(f"{name}: the recurrences differ in shape: {sorted(shapes)}")
         stacked.append(stack_or_base([p for p in parts if p is not None]))
@@ -231,6 +236,21 @@ def sequences(
     # where R selects would each build a zero tensor of the whole stack
     per_output = [o.unbind(0) for o in out[: 2 * len(cell.states)]]
     return [tuple(o[r] for o in per_output) for r in range(len(calls))]
+
+
+def untraceable(cell: Cell, device: torch.device) -> str:
+    """The error of ``torch.jit.trace`` over a cell without its kernels: the other op families
+    run their reference inside the custom op, which a trace records as one node; a cell's op
+    has no such fallback (its backward reads the kernel's saved activations), and its reference
+    loop would be recorded unrolled, for the traced length only."""
+    return (
+        f"ctrlrnn: torch.jit.trace of the fused {cell.name} cell ({cell.used_by}) needs the "
+        f"compiled 'cells' kernels for {device.type} tensors, which are not available here "
+        "(`ctrlrnn info` says why); "
+        "without them the recurrence is a Python loop over time, which a trace would record "
+        "unrolled, for the traced length only. Build the kernels, or export with "
+        "ctrlrnn.export_onnx (any batch and length, with or without them)"
+    )
 
 
 def _takes_stack(module: Any, cell: Cell) -> bool:
@@ -251,8 +271,9 @@ def stack_or_base(parts: Sequence[Tensor]) -> Tensor:
     RNNs of a METAGROSS unit hold their inputs and weights so), or consecutive contiguous
     blocks of a contiguous base of any shape (RCRN's projections of a layer, one batched GEMM's
     output). Not under ``torch.compile``, whose tracer has no storage offsets: it stacks, and
-    its graph optimises the copy."""
-    base = None if torch.compiler.is_compiling() else parts[0]._base
+    its graph optimises the copy; nor under TorchScript tracing, whose graph holds the views but
+    not the base they were taken from."""
+    base = None if torch.compiler.is_compiling() or torchscript_tracing() else parts[0]._base
     if base is None:
         return torch.stack(list(parts))
     first = parts[0]

@@ -1,0 +1,87 @@
+"""TorchScript and ctrlrnn's modules: traced, not scripted.
+
+``torch.jit.trace`` records the ops a call runs, and every layer and cell traces: the compiled
+ops enter the trace as single nodes (``ctrlrnn::...`` custom ops, which ``import ctrlrnn``
+registers, so a saved trace loads after it), so a trace runs at any batch size, sequence length
+and ``lengths`` (tests/nn/test_torchscript.py; docs/from-nn-lstm.md has the usage).
+
+``torch.jit.script`` compiles Python source instead, and ctrlrnn's modules are written in the
+Python that TorchScript's compiler does not take (keyword arguments, f-strings in their input
+checks, ``tuple[int, ...]`` annotations, custom ops chosen at run time). Torch itself deprecates
+both in favour of ``torch.export`` and ``torch.compile``.
+
+:class:`Traceable`, a mixin of every public module, does the two things this needs:
+
+* ``__prepare_scriptable__``, which ``torch.jit.script`` calls on a module and on each of its
+  submodules before compiling, raises an error that names the module and what to use instead,
+  where the compiler would stop at the first construct it cannot read;
+* each ``forward`` the class defines runs, while a trace is taken, with the tracer's warnings
+  about ctrlrnn's own code silenced (:func:`quiet_checks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import torch
+
+from ctrlrnn.ops.compiled_op import torchscript_tracing
+
+
+def script_refused(name: str) -> str:
+    """The error of ``torch.jit.script`` over the module class ``name``."""
+    return (
+        f"{name}: torch.jit.script cannot compile ctrlrnn's modules; trace it instead, "
+        f"torch.jit.trace(model, example_inputs) (the trace runs at any batch size and length, "
+        f"and a saved trace loads after `import ctrlrnn`), or use torch.export, torch.compile "
+        f"or ctrlrnn.export_onnx"
+    )
+
+
+@contextlib.contextmanager
+def quiet_checks() -> Iterator[None]:
+    """While a trace is taken, the tracer's warnings about ctrlrnn's own code are silenced.
+
+    The tracer warns wherever Python reads a tensor's size or value ("might cause the trace to
+    be incorrect"): in ctrlrnn that is the input checks (shapes, lengths in range) and the
+    choice of a kernel's path by size, about thirty places a layer passes. What a trace records
+    is checked at other batch sizes, lengths and sequence lengths than the traced ones, in every
+    configuration (tests/nn/test_torchscript.py). Warnings from the caller's code and from torch
+    keep their filters, and nothing changes outside a trace."""
+    if not torchscript_tracing():
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"ctrlrnn\.")
+        yield
+
+
+def _quiet_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if not torchscript_tracing():
+            return forward(*args, **kwargs)
+        with quiet_checks():
+            return forward(*args, **kwargs)
+
+    wrapped.__ctrlrnn_quiet__ = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+class Traceable:
+    """Mixin of ctrlrnn's public modules (module docstring): ``torch.jit.script`` refused with
+    an error naming the alternatives, and each ``forward`` a subclass defines wrapped by
+    :func:`quiet_checks` (``functools.wraps``: its signature and docstring are kept)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        forward = cls.__dict__.get("forward")
+        if forward is not None and not getattr(forward, "__ctrlrnn_quiet__", False):
+            cls.forward = _quiet_forward(forward)  # type: ignore[attr-defined]
+
+    def __prepare_scriptable__(self) -> NoReturn:
+        raise RuntimeError(script_refused(type(self).__name__))
