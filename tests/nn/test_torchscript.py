@@ -24,6 +24,7 @@ import pytest
 import torch
 from contract import FFN, NAMES, context, make, run
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import ctrlrnn
 
@@ -115,6 +116,37 @@ def test_a_trace_computes_the_layer_at_other_shapes_and_lengths(
         if with_lengths:  # every length full, where the trace saw short ones (and the reverse)
             inputs = (*inputs[:-1], torch.full((batch,), steps))
             _assert_equal(traced(*inputs), call(*inputs))
+
+
+@pytest.mark.parametrize("name", ["qrnn", "rcrn-gru-bi", "caslstm", "icarnn", "metagross",
+                                  "metagross-state"])
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning:torch.nn.utils.rnn")  # torch's own
+def test_a_trace_packs_inside_at_any_lengths(name: str, ctrlrnn_backend: str) -> None:
+    """The usual pattern of a model written for ``nn.LSTM``: ``pack_padded_sequence`` inside
+    the traced forward, the layer on the packed sequence, ``pad_packed_sequence`` after it."""
+    if _refused_without_kernels(name, ctrlrnn_backend):
+        return
+    torch.manual_seed(0)
+    layer = make(name, batch_first=True).double().eval()
+    with_context = context(layer, 1) is not None
+
+    class Packing(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: Tensor, *rest: Tensor) -> Tensor:
+            ctx, lengths = (rest[0], rest[1]) if with_context else (None, rest[0])
+            packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            out, _ = run(self.layer, packed, ctx)
+            return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+
+    g = torch.Generator().manual_seed(1)
+    packing = Packing()
+    traced = _trace(packing, _inputs(layer, 3, 7, [7, 4, 1], g))
+    for batch, steps, lengths in SHAPES:
+        inputs = _inputs(layer, batch, steps, lengths, g)
+        _assert_equal((traced(*inputs),), (packing(*inputs),))
 
 
 @pytest.mark.parametrize("traced_under", ["grad", "no_grad"])
