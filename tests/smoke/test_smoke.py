@@ -2,7 +2,8 @@
 it in one virtual environment per torch version; CI runs it too).
 
 Every layer forward and backward on the compiled kernels equal to the reference path; gradcheck
-of the linear scan; ``torch.compile`` (full graph) and ``torch.export`` of a QRNN; a
+of the linear scan; ``torch.compile`` (full graph) and ``torch.export`` of a QRNN; a trace
+(``torch.jit.trace``) run at another batch and length, and ``torch.jit.script`` refused; a
 ``torch.compile`` that is the first call of a fresh process; every layer under bfloat16
 autocast; ``torch.func.grad``. Under ``CTRLRNN_BACKEND=reference`` all but the first two check
 the reference path.
@@ -129,6 +130,31 @@ def test_qrnn_torch_export() -> None:
     torch.testing.assert_close(c_n, want_c)
     other = torch.randn(2, 6, 4)  # the program is not a recording of one input
     torch.testing.assert_close(program.module()(other)[0], model(other)[0])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch 2.13 deprecates TorchScript
+def test_a_trace_runs_at_another_batch_and_length() -> None:
+    torch.manual_seed(4)
+    layers = [ctrlrnn.QRNN(4, 8, bidirectional=True, batch_first=True),
+              ctrlrnn.Metagross(4, 8, depth=2, batch_first=True)]
+    if not forced_reference():  # without the kernels the fused cells refuse a trace
+        layers.append(ctrlrnn.CASLSTM(4, 8, num_layers=2, batch_first=True))
+
+    class Call(torch.nn.Module):
+        def __init__(self, layer: torch.nn.Module) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            return self.layer(x, lengths=lengths)[0]
+
+    for layer in layers:
+        call = Call(layer.eval())
+        traced = torch.jit.trace(call, (torch.randn(3, 7, 4), torch.tensor([7, 5, 2])))
+        x, lengths = torch.randn(5, 11, 4), torch.tensor([11, 1, 6, 11, 3])
+        torch.testing.assert_close(traced(x, lengths), call(x, lengths))
+    with pytest.raises(RuntimeError, match=r"^QRNN: torch\.jit\.script"):
+        torch.jit.script(layers[0])
 
 
 FIRST_CALL_COMPILED = """
