@@ -225,10 +225,11 @@ def write_page(records: list[dict]) -> str:
         "(`CTRLRNN_BACKEND=reference`). The smoke suite runs every layer forward and backward "
         "on the compiled kernels against the reference (float64), gradcheck of "
         "`linear_scan`, `torch.compile(fullgraph=True)` and `torch.export` of a QRNN, "
-        "`torch.compile` as the first call of a fresh process, every layer under bfloat16 "
-        "autocast, and `torch.func.grad`. torch builds other than 2.13.0 come from the "
-        "registry as CUDA builds; they run on the CPU here. Build times are wall times on a "
-        "2-core machine and vary with its load.",
+        "`torch.compile` as the first call of a fresh process, `torch.jit.trace` of three "
+        "layers run at another batch and length (and `torch.jit.script` refused), every layer "
+        "under bfloat16 autocast, and `torch.func.grad`. torch builds other than 2.13.0 come "
+        "from the registry as CUDA builds; they run on the CPU here. Build times are wall times "
+        "on a 2-core machine and vary with its load.",
         "",
         f"Passed: torch {span}. `pyproject.toml` declares the range that passed.",
         "",
