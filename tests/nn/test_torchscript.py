@@ -12,7 +12,6 @@ inside, is one node of the trace), and the fused cells are refused with a clear 
 
 from __future__ import annotations
 
-import inspect
 import subprocess
 import sys
 import textwrap
@@ -333,7 +332,7 @@ def test_the_tracer_warns_of_the_callers_code_and_not_of_ctrlrnns_checks() -> No
     assert {Path(w.filename).name for w in tracer} == {Path(__file__).name}
 
 
-def test_every_public_module_is_traceable_and_keeps_its_forward_signature() -> None:
+def test_every_public_module_is_traceable() -> None:
     from ctrlrnn.nn.torchscript import Traceable
 
     modules = [getattr(ctrlrnn, n) for n in ctrlrnn.__all__]
@@ -341,6 +340,4 @@ def test_every_public_module_is_traceable_and_keeps_its_forward_signature() -> N
     assert len(modules) >= 14
     for module in modules:
         assert issubclass(module, Traceable), module.__name__
-        assert getattr(module.forward, "__ctrlrnn_quiet__", False), module.__name__
-    assert "lengths" in inspect.signature(ctrlrnn.QRNN.forward).parameters
-    assert ctrlrnn.CARNN.forward.__doc__ == ctrlrnn.CARNN.forward.__wrapped__.__doc__
+        assert module._slow_forward is Traceable._slow_forward, module.__name__

@@ -15,16 +15,15 @@ both in favour of ``torch.export`` and ``torch.compile``.
 * ``__prepare_scriptable__``, which ``torch.jit.script`` calls on a module and on each of its
   submodules before compiling, raises an error that names the module and what to use instead,
   where the compiler would stop at the first construct it cannot read;
-* each ``forward`` the class defines runs, while a trace is taken, with the tracer's warnings
-  about ctrlrnn's own code silenced (:func:`quiet_checks`).
+* a call made while a trace is taken runs with the tracer's warnings about ctrlrnn's own code
+  silenced (:func:`quiet_checks`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import torch
@@ -60,28 +59,20 @@ def quiet_checks() -> Iterator[None]:
         yield
 
 
-def _quiet_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(forward)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if not torchscript_tracing():
-            return forward(*args, **kwargs)
-        with quiet_checks():
-            return forward(*args, **kwargs)
-
-    wrapped.__ctrlrnn_quiet__ = True  # type: ignore[attr-defined]
-    return wrapped
-
-
 class Traceable:
     """Mixin of ctrlrnn's public modules (module docstring): ``torch.jit.script`` refused with
-    an error naming the alternatives, and each ``forward`` a subclass defines wrapped by
-    :func:`quiet_checks` (``functools.wraps``: its signature and docstring are kept)."""
+    an error naming the alternatives, and a traced call quiet about ctrlrnn's own checks.
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        forward = cls.__dict__.get("forward")
-        if forward is not None and not getattr(forward, "__ctrlrnn_quiet__", False):
-            cls.forward = _quiet_forward(forward)  # type: ignore[attr-defined]
+    The second overrides ``nn.Module._slow_forward``, the path torch's ``Module.__call__`` takes
+    instead of ``forward`` while, and only while, TorchScript traces (torch 2.4 to 2.15): eager
+    calls, ``torch.compile`` and ``torch.export`` never reach it. (A wrapper around ``forward``
+    would be traced by ``torch.compile`` too, and torch 2.4's dynamo cannot pass its keyword
+    arguments through.)
+    """
+
+    def _slow_forward(self, *args: Any, **kwargs: Any) -> Any:
+        with quiet_checks():
+            return super()._slow_forward(*args, **kwargs)  # type: ignore[misc]
 
     def __prepare_scriptable__(self) -> NoReturn:
         raise RuntimeError(script_refused(type(self).__name__))
