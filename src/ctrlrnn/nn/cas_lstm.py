@@ -510,9 +510,10 @@ class CASLSTM(RecurrentBase):
                     "h0": None if states is None else states[0][idx],
                     "c0": None if states is None else states[1][idx],
                 }
-                if layer > 0:
-                    call.update(lower_c=lower_c[d], lambda_=self.lambda_value(layer, d),
-                                peephole=w.peephole)  # fmt: skip
+                if layer > 0:  # (item by item: torch 2.4's dynamo cannot trace dict.update)
+                    call["lower_c"] = lower_c[d]
+                    call["lambda_"] = self.lambda_value(layer, d)
+                    call["peephole"] = w.peephole
                 calls.append(call)
             results = (lstm_sequences if layer == 0 else cas_lstm_sequences)(calls, lengths)
             lower_c, h_in = [], []

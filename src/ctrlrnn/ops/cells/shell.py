@@ -38,7 +38,7 @@ from torch import Tensor
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.cells import reference
 from ctrlrnn.ops.cells.checks import needs_grad
-from ctrlrnn.ops.compiled_op import torchscript_tracing
+from ctrlrnn.ops.compiled_op import constant_under_compile, torchscript_tracing
 from ctrlrnn.ops.kernel_op import Kernel, KernelOp
 from ctrlrnn.ops.scan_export import Step
 
@@ -212,10 +212,8 @@ def sequences(
         return []
     x_proj = calls[0][0]
     assert x_proj is not None
-    module = None
-    if len(calls) > 1 and backend.path("cells", x_proj.device) == backend.KERNEL:
-        module = backend.kernel_for("cells", x_proj.device)
-    if not _takes_stack(module, cell):
+    stack = len(calls) > 1 and backend.path("cells", x_proj.device) == backend.KERNEL
+    if not (stack and _takes_stack(cell.name, x_proj.device.type)):
         return [sequence(cell, op, args, lengths) for args in calls]
     stacked: list[Tensor | None] = []
     for name, parts in zip(cell.args, zip(*calls, strict=True), strict=True):
@@ -253,15 +251,20 @@ def untraceable(cell: Cell, device: torch.device) -> str:
     )
 
 
-def _takes_stack(module: Any, cell: Cell) -> bool:
-    """Whether the kernel module runs a stack of ``cell``'s recurrences better than one call
-    each: the CPU extension where it runs them concurrently, the Triton host for the cells it
-    batches (:func:`ctrlrnn.ops.cells.triton_host.takes_stack`)."""
+@constant_under_compile
+def _takes_stack(cell: str, device_type: str) -> bool:
+    """Whether the cells' kernel module for ``device_type`` runs a stack of ``cell``'s
+    recurrences better than one call each: the CPU extension where it runs them concurrently,
+    the Triton host for the cells it batches (:func:`ctrlrnn.ops.cells.triton_host.takes_stack`).
+    A constant under ``torch.compile``, as :func:`ctrlrnn.ops.backend.has_kernel` is: finding
+    the module reads the environment and the extension loader, which torch 2.4's dynamo cannot
+    trace."""
+    module = backend.kernel_for("cells", torch.device(device_type))
     if module is None:
         return False
     takes = getattr(module, "takes_stack", None)
     if callable(takes):
-        return bool(takes(cell.name))
+        return bool(takes(cell))
     return bool(getattr(module, "runs_recurrences_concurrently", False))
 
 
