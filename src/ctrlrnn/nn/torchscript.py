@@ -65,9 +65,8 @@ class Traceable:
 
     The second overrides ``nn.Module._slow_forward``, the path torch's ``Module.__call__`` takes
     instead of ``forward`` while, and only while, TorchScript traces (torch 2.4 to 2.15): eager
-    calls, ``torch.compile`` and ``torch.export`` never reach it. (A wrapper around ``forward``
-    would be traced by ``torch.compile`` too, and torch 2.4's dynamo cannot pass its keyword
-    arguments through.)
+    calls, ``torch.compile`` and ``torch.export`` never reach it, where a wrapper around each
+    ``forward`` would run in every call, eager and compiled, for what only a trace needs.
     """
 
     def _slow_forward(self, *args: Any, **kwargs: Any) -> Any:
