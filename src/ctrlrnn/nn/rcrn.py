@@ -16,9 +16,8 @@ the fused engine measured faster: on CUDA wherever its Triton kernels run (the G
 two RCRN tables in docs/gpu.md, with and without the controllers on cuDNN), and on CPU by
 :func:`fused_controllers_faster` (training on two or more threads, layers up to 128 wide at
 any batch and up to 256 wide from batch 16; small batches of narrow layers otherwise;
-docs/rcrn.md has the measurements). Where torch's kernels
-do not apply (ONNX export, ``torch.func`` transforms, ``torch.compile``, TorchScript tracing,
-autocast, a forced
+docs/rcrn.md has the measurements). Where torch's kernels do not apply (ONNX export,
+``torch.func`` transforms, ``torch.compile``, TorchScript tracing, autocast, a forced
 reference backend, empty batches, dtypes torch's kernel lacks on that device) and with
 ``controllers="fused"`` they run on the fused-cell engine
 (:func:`~ctrlrnn.ops.fused_cells.lstm_sequences` or

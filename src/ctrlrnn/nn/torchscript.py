@@ -28,8 +28,6 @@ from typing import Any, NoReturn
 
 import torch
 
-from ctrlrnn.ops.compiled_op import torchscript_tracing
-
 
 def script_refused(name: str) -> str:
     """The error of ``torch.jit.script`` over the module class ``name``."""
@@ -50,10 +48,7 @@ def quiet_checks() -> Iterator[None]:
     choice of a kernel's path by size, about thirty places a layer passes. What a trace records
     is checked at other batch sizes, lengths and sequence lengths than the traced ones, in every
     configuration (tests/nn/test_torchscript.py). Warnings from the caller's code and from torch
-    keep their filters, and nothing changes outside a trace."""
-    if not torchscript_tracing():
-        yield
-        return
+    keep their filters. Entered only where a trace is taken (:class:`Traceable`)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"ctrlrnn\.")
         yield

@@ -187,7 +187,7 @@ def sequence(
     assert x_proj is not None
     route = backend.path("cells", x_proj.device)
     if route == backend.KERNEL:
-        if not backend.has_kernel("cells", x_proj.device):  # TorchScript tracing (path)
+        if torchscript_tracing() and not backend.has_kernel("cells", x_proj.device):
             raise RuntimeError(untraceable(cell, x_proj.device))
         out = op(*args, lengths, needs_grad(*args))
         return tuple(out[: 2 * len(cell.states)])
