@@ -357,3 +357,22 @@ def test_empty_sequence_keeps_initial_state() -> None:
     torch.testing.assert_close(hl, args["h0"].detach())
     (hl.sum() + cl.sum()).backward()
     torch.testing.assert_close(args["h0"].grad, torch.ones(2, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("batch,steps", [(3, 4), (0, 4), (3, 0)])
+def test_backward_without_saved_activations_raises(
+    cell: str, batch: int, steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forward run with save=False keeps no activations: a backward through it must raise
+    (the kernel would read the empty ``acts`` and crash the process), empty shapes included;
+    with save=True the same empty shapes differentiate."""
+    from ctrlrnn.ops.cells import shell
+
+    args, fused, _ = _make(cell, batch, steps, 3, torch.float64, seed=6)
+    out = fused(**args, lengths=None)
+    sum(o.sum() for o in out).backward()  # save=True: the empty shapes differentiate too
+    monkeypatch.setattr(shell, "needs_grad", lambda *tensors: False)
+    out = fused(**args, lengths=None)
+    with pytest.raises(RuntimeError, match=r"_cell_fwd: backward .* save=False"):
+        sum(o.sum() for o in out).backward()

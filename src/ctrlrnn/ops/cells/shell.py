@@ -157,9 +157,20 @@ def define(cell: Cell) -> KernelOp:
                  **dict(zip((*cell.args, "lengths", "save"), inputs, strict=True))}  # fmt: skip
         ctx.save_for_backward(*(named[n] for n in cell.saved), named["lengths"])
         ctx.given = tuple(named[n] is not None for n in cell.args)
+        ctx.saved_acts = bool(named["save"])
         ctx.set_materialize_grads(False)
 
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Any, ...]:
+        if not ctx.saved_acts:
+            # the kernel's backward reads the forward's activations; with save=False ``acts``
+            # is empty, and reading it would crash the process rather than raise. The flag,
+            # not ``acts.numel()``, decides: an empty batch or sequence has an empty ``acts``
+            # that is correct to read.
+            raise RuntimeError(
+                f"ctrlrnn::{cell.name}_cell_fwd: backward through a forward that ran with "
+                "save=False, which keeps no activations for it; call the op with save=True "
+                "whenever a gradient may be asked (ctrlrnn's layers pass needs_grad(...))"
+            )
         dinputs = op.run_backward(*grads[: 2 * n_states], *ctx.saved_tensors)
         kept = (d if given else None for d, given in zip(dinputs, ctx.given, strict=True))
         return (*kept, None, None)
