@@ -20,7 +20,8 @@
 
 #include "cells_common.h"
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 namespace {
 

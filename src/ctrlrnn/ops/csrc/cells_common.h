@@ -6,7 +6,8 @@
 
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "gemm_path.h"
 #include "output_pool.h"

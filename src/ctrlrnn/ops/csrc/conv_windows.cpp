@@ -11,7 +11,8 @@
 // kernels write each output once, into the output cache (output_pool.h). Layout: contiguous
 // (B, S, D) and (B, steps, k*D).
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
 #include "output_pool.h"
@@ -77,7 +78,7 @@ void adjoint_kernel(const scalar_t* g, const std::vector<int64_t>& offsets, scal
   });
 }
 
-torch::Tensor shifted_windows(const torch::Tensor& x, const std::vector<int64_t>& offsets,
+at::Tensor shifted_windows(const at::Tensor& x, const std::vector<int64_t>& offsets,
                               int64_t steps) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && x.device().is_cpu(),
               "shifted_windows: x must be a contiguous CPU tensor of shape (B, S, D)");
@@ -94,7 +95,7 @@ torch::Tensor shifted_windows(const torch::Tensor& x, const std::vector<int64_t>
   return out;
 }
 
-torch::Tensor shifted_windows_adjoint(const torch::Tensor& g, const std::vector<int64_t>& offsets,
+at::Tensor shifted_windows_adjoint(const at::Tensor& g, const std::vector<int64_t>& offsets,
                                       int64_t length) {
   check_offsets(offsets);
   const int64_t k = static_cast<int64_t>(offsets.size());

@@ -10,7 +10,8 @@
 #include "recurrences.h"
 #include "cells_time.h"
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cmath>
 #include <cstring>

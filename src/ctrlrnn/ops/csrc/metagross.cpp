@@ -33,7 +33,8 @@
 //
 // The per-row arithmetic (gates, scan step, their gradients) is in metagross_rows.h.
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
 #include "metagross_rows.h"
@@ -249,7 +250,7 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
 // ----------------------------------------------------------------------------------------------
 // argument checks and dispatch
 
-using OptTensor = c10::optional<torch::Tensor>;
+using OptTensor = c10::optional<at::Tensor>;
 
 template <typename scalar_t>
 const scalar_t* ptr_or_null(const OptTensor& x) {
@@ -257,7 +258,7 @@ const scalar_t* ptr_or_null(const OptTensor& x) {
 }
 
 
-void check_input(const OptTensor& x, const torch::Tensor& P, int64_t numel, const char* name,
+void check_input(const OptTensor& x, const at::Tensor& P, int64_t numel, const char* name,
                  const char* shape) {
   if (!x.has_value()) return;
   TORCH_CHECK(x->is_contiguous() && x->device().is_cpu() && x->numel() == numel &&
@@ -271,7 +272,7 @@ struct Dims {
 
 // Checks P (B, T, 3, k, H) (unit-stride channels, gate and unit strides of a packed row; any
 // batch and step strides) and the optional inputs; returns the dimensions.
-Dims check_level(const torch::Tensor& P, const OptTensor& child, const OptTensor& alpha,
+Dims check_level(const at::Tensor& P, const OptTensor& child, const OptTensor& alpha,
                  const OptTensor& beta, const OptTensor& s0) {
   TORCH_CHECK(P.dim() == 5 && P.size(2) == 3 && P.device().is_cpu(),
               "P must be a CPU tensor of shape (B, T, 3, k, H)");
@@ -291,7 +292,7 @@ Dims check_level(const torch::Tensor& P, const OptTensor& child, const OptTensor
 
 // bias: the (3, k, H) biases, never null (zeros stand in for an absent bias).
 template <typename scalar_t>
-Level<scalar_t> level_of(const torch::Tensor& P, const Dims& d, const scalar_t* bias,
+Level<scalar_t> level_of(const at::Tensor& P, const Dims& d, const scalar_t* bias,
                          const OptTensor& child, const OptTensor& alpha, const OptTensor& beta,
                          const OptTensor& res, const OptTensor& s0, const int64_t* lengths) {
   return Level<scalar_t>{P.data_ptr<scalar_t>(), P.stride(0), P.stride(1), bias,
@@ -315,7 +316,7 @@ void dispatch_flags(bool h_form, bool child, bool res, Fn&& fn) {
 // bias: the base maps' biases (3*k*H,) in P's row layout, added to P inside the kernel (the
 // level's GEMM then writes x W^T alone, with no pass to put the bias in its output), or None.
 // -> [out (B, T, k*H), c (B, T, k*H) for the c form else empty, last state (B, k*H)]
-std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const OptTensor& child,
+std::vector<at::Tensor> metagross_level_forward(const at::Tensor& P, const OptTensor& child,
                                                    const OptTensor& alpha, const OptTensor& beta,
                                                    const OptTensor& res, const OptTensor& s0,
                                                    const OptTensor& lengths, bool h_form,
@@ -326,9 +327,9 @@ std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const
   const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
   const int64_t kH = d.k * d.H;
   auto out = ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
-  auto cseq = h_form ? torch::empty({0}, P.options())
+  auto cseq = h_form ? at::empty({0}, P.options())
                      : ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
-  auto last = torch::empty({d.B, kH}, P.options());
+  auto last = at::empty({d.B, kH}, P.options());
   const bool stream = use_streaming_stores(out.nbytes() + cseq.nbytes());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(), "metagross_level",
                                   [&] {
@@ -352,10 +353,10 @@ std::vector<torch::Tensor> metagross_level_forward(const torch::Tensor& P, const
 // is returned as dres), or None for a fresh one.
 // -> [dP (B, T, 3, k, H), dchild (B, T, k, 2, H) or empty, dalpha, dbeta (B, T, k, 1) or empty,
 //     dres (B, T, 1, H) or empty, ds0 (B, k*H), dbias (3*k*H,) or empty (no bias)]
-std::vector<torch::Tensor> metagross_level_backward(
-    const OptTensor& grad_out, const OptTensor& grad_last, const torch::Tensor& P,
+std::vector<at::Tensor> metagross_level_backward(
+    const OptTensor& grad_out, const OptTensor& grad_last, const at::Tensor& P,
     const OptTensor& child, const OptTensor& alpha, const OptTensor& beta, const OptTensor& s0,
-    const OptTensor& lengths, const torch::Tensor& saved, bool h_form, bool has_res,
+    const OptTensor& lengths, const at::Tensor& saved, bool h_form, bool has_res,
     const OptTensor& bias, const OptTensor& dP_out, const OptTensor& dres_in) {
   const Dims d = check_level(P, child, alpha, beta, s0);
   const int64_t kH = d.k * d.H, BT = d.B * d.T;
@@ -365,7 +366,7 @@ std::vector<torch::Tensor> metagross_level_backward(
   check_input(grad_last, P, d.B * kH, "grad_last", "(B, k*H)");
   const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
   const auto opts = P.options();
-  torch::Tensor dP;
+  at::Tensor dP;
   if (dP_out.has_value()) {
     dP = *dP_out;
     TORCH_CHECK(dP.dim() == 5 && dP.size(0) == d.B && dP.size(1) == d.T && dP.size(2) == 3 &&
@@ -380,17 +381,17 @@ std::vector<torch::Tensor> metagross_level_backward(
     dP = ctrlrnn::pooled_empty({d.B, d.T, 3, d.k, d.H}, opts);
   }
   auto dchild = child.has_value() ? ctrlrnn::pooled_empty(child->sizes(), opts)
-                                  : torch::empty({0}, opts);
-  auto dalpha = alpha.has_value() ? torch::empty(alpha->sizes(), opts) : torch::empty({0}, opts);
-  auto dbeta = beta.has_value() ? torch::empty(beta->sizes(), opts) : torch::empty({0}, opts);
+                                  : at::empty({0}, opts);
+  auto dalpha = alpha.has_value() ? at::empty(alpha->sizes(), opts) : at::empty({0}, opts);
+  auto dbeta = beta.has_value() ? at::empty(beta->sizes(), opts) : at::empty({0}, opts);
   TORCH_CHECK(!dres_in.has_value() || has_res, "dres_in is given for a level without a residual");
   check_input(dres_in, P, BT * d.H, "dres_in", "(B, T, 1, H)");
   auto dres = dres_in.has_value()
                   ? *dres_in
                   : (has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts)
-                             : torch::empty({0}, opts));
-  auto ds0 = torch::empty({d.B, kH}, opts);
-  auto dbias = bias.has_value() ? torch::empty({3 * kH}, opts) : torch::empty({0}, opts);
+                             : at::empty({0}, opts));
+  auto ds0 = at::empty({d.B, kH}, opts);
+  auto dbias = bias.has_value() ? at::empty({3 * kH}, opts) : at::empty({0}, opts);
   const int64_t kBlock = block_size(d.B, d.H, d.T * d.k);
   const int64_t nblk = (d.H + kBlock - 1) / kBlock;
   const bool stream =

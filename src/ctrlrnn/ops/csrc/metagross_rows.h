@@ -4,7 +4,7 @@
 
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include "kernel_common.h"
 

@@ -31,7 +31,8 @@
 
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -63,12 +64,12 @@ class OutputPool {
     return *pool;
   }
 
-  torch::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
     int64_t numel = 1;
     for (auto s : sizes) numel *= s;
     const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(
                                       c10::typeMetaToScalarType(options.dtype())));
-    if (limit_ == 0 || bytes < kMinPooledBytes) return torch::empty(sizes, options);
+    if (limit_ == 0 || bytes < kMinPooledBytes) return at::empty(sizes, options);
     const int64_t cap = size_class(bytes);
     void* ptr = take(cap);
     if (ptr == nullptr) {
@@ -76,7 +77,7 @@ class OutputPool {
       std::lock_guard<std::mutex> lock(mu_);
       fresh_ += 1;
     }
-    return torch::from_blob(
+    return at::from_blob(
         ptr, sizes, [cap](void* p) { OutputPool::instance().give(p, cap); }, options);
   }
 
@@ -234,7 +235,7 @@ class StackedBlocks {
  public:
   explicit StackedBlocks(int64_t R) : R_(R) {}
 
-  torch::Tensor slice(size_t index, int64_t r, at::IntArrayRef sizes,
+  at::Tensor slice(size_t index, int64_t r, at::IntArrayRef sizes,
                       const at::TensorOptions& options) {
     std::lock_guard<std::mutex> lock(mu_);
     if (index == blocks_.size()) {
@@ -244,7 +245,7 @@ class StackedBlocks {
       given_.push_back(false);
     }
     if (index < blocks_.size()) {
-      const torch::Tensor& block = blocks_[index];
+      const at::Tensor& block = blocks_[index];
       if (block.sizes().slice(1) == sizes && block.dtype() == options.dtype() &&
           block.device() == options.device()) {
         return block.select(0, r);
@@ -255,15 +256,15 @@ class StackedBlocks {
 
   // The block whose slices 0..R-1 `parts` are, exactly and each in its place, handed out once
   // (a second output on the same block would alias the first); else an undefined tensor.
-  torch::Tensor whole(const std::vector<torch::Tensor>& parts) {
+  at::Tensor whole(const std::vector<at::Tensor>& parts) {
     std::lock_guard<std::mutex> lock(mu_);
     if (static_cast<int64_t>(parts.size()) != R_ || !parts[0].defined()) return {};
     for (size_t k = 0; k < blocks_.size(); ++k) {
-      const torch::Tensor& block = blocks_[k];
+      const at::Tensor& block = blocks_[k];
       if (given_[k] || block.numel() == 0 || block.data_ptr() != parts[0].data_ptr()) continue;
       for (int64_t r = 0; r < R_; ++r) {
-        const torch::Tensor& p = parts[static_cast<size_t>(r)];
-        const torch::Tensor s = block.select(0, r);
+        const at::Tensor& p = parts[static_cast<size_t>(r)];
+        const at::Tensor s = block.select(0, r);
         if (!p.defined() || p.data_ptr() != s.data_ptr() || p.sizes() != s.sizes() ||
             p.strides() != s.strides() || p.dtype() != s.dtype() ||
             !p.storage().is_alias_of(s.storage())) {
@@ -279,7 +280,7 @@ class StackedBlocks {
  private:
   std::mutex mu_;
   int64_t R_;
-  std::vector<torch::Tensor> blocks_;
+  std::vector<at::Tensor> blocks_;
   std::vector<bool> given_;
 };
 
@@ -298,7 +299,7 @@ class StackedScope {
     return scope;
   }
 
-  torch::Tensor next(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  at::Tensor next(at::IntArrayRef sizes, const at::TensorOptions& options) {
     return blocks_->slice(next_++, r_, sizes, options);
   }
 
@@ -309,12 +310,12 @@ class StackedScope {
   size_t next_ = 0;
 };
 
-inline torch::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
+inline at::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
   if (StackedScope* scope = StackedScope::current()) return scope->next(sizes, options);
   return OutputPool::instance().empty(sizes, options);
 }
 
-inline torch::Tensor pooled_empty_like(const torch::Tensor& like) {
+inline at::Tensor pooled_empty_like(const at::Tensor& like) {
   return pooled_empty(like.sizes(), like.options());
 }
 
@@ -324,8 +325,8 @@ inline torch::Tensor pooled_empty_like(const torch::Tensor& like) {
 // projections of independent recurrences that read the same x (a METAGROSS unit's base RNNs)
 // arrive so without the permuted copy of a (..., N) output: one GEMM per group, each into its
 // slice of one cached output block.
-inline torch::Tensor cached_linear_grouped(const torch::Tensor& x, const torch::Tensor& weight,
-                                           const c10::optional<torch::Tensor>& bias,
+inline at::Tensor cached_linear_grouped(const at::Tensor& x, const at::Tensor& weight,
+                                           const c10::optional<at::Tensor>& bias,
                                            int64_t groups) {
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
                   x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
@@ -356,8 +357,8 @@ inline torch::Tensor cached_linear_grouped(const torch::Tensor& x, const torch::
 // one would page-fault on every first write, every step. The GEMM takes the path gemm_path.h
 // chooses for its shape class.
 // It is the one-group case of cached_linear_grouped: (1, ..., N) viewed as (..., N).
-inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& weight,
-                                   const c10::optional<torch::Tensor>& bias) {
+inline at::Tensor cached_linear(const at::Tensor& x, const at::Tensor& weight,
+                                   const c10::optional<at::Tensor>& bias) {
   return cached_linear_grouped(x, weight, bias, 1).squeeze(0);
 }
 
@@ -368,8 +369,8 @@ inline torch::Tensor cached_linear(const torch::Tensor& x, const torch::Tensor& 
 // (R, rows, N) in a cached output block, out[r] = x[r / (R / G)] W_r^T + b_r, each product on the
 // path gemm_path.h chooses for its shape class: the stack the cell kernels take (recurrences.h),
 // without a copy of any input per reader.
-inline torch::Tensor cached_linear_stacked(const torch::Tensor& x, const torch::Tensor& weight,
-                                           const c10::optional<torch::Tensor>& bias) {
+inline at::Tensor cached_linear_stacked(const at::Tensor& x, const at::Tensor& weight,
+                                           const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 3 && weight.dim() == 3 && x.size(0) >= 1 &&
                   weight.size(0) % x.size(0) == 0 && x.size(2) == weight.size(2),
               "cached_linear_stacked: expected x (G, rows, D) and weight (R, N, D) with G "
@@ -408,7 +409,7 @@ inline void bind_output_pool(pybind11::module& m) {
         "(CTRLRNN_HUGE_PAGES=0 turns it off)");
   m.def("output_cache_set_limit", [](int64_t bytes) { OutputPool::instance().set_limit(bytes); },
         "cap on the bytes of free blocks held (0 disables the cache)");
-  m.def("pooled_empty", [](const std::vector<int64_t>& sizes, const torch::Tensor& like) {
+  m.def("pooled_empty", [](const std::vector<int64_t>& sizes, const at::Tensor& like) {
     TORCH_CHECK(like.device().is_cpu(), "pooled_empty: like must be a CPU tensor");
     return pooled_empty(sizes, like.options());
   }, "an uninitialised tensor of these sizes with like's dtype and device, from the cache when "

@@ -16,7 +16,8 @@
 //   dc = g * gate(h2) + carry;  dh2 = g * c4 * gate'(h2);  dh1 = dc (c4_prev - h3) a (1 - a);
 //   dh3 = dc (1 - a);  carry = dc a;  carry at the end is dc0.
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
 #include "output_pool.h"
@@ -43,18 +44,18 @@ struct Rows {
 };
 
 template <typename T>
-Rows<T> rows_of(const torch::Tensor& x) {
+Rows<T> rows_of(const at::Tensor& x) {
   return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1)};
 }
 
 template <typename T>
-Rows<T> rows_or_null(const c10::optional<torch::Tensor>& x) {
+Rows<T> rows_or_null(const c10::optional<at::Tensor>& x) {
   return x.has_value() ? rows_of<T>(*x) : Rows<T>{nullptr, 0, 0};
 }
 
 // An uninitialised tensor of x's shape from the output cache, time-major (a transposed view) when
 // x is, batch-first contiguous otherwise: the gradient of an input in the input's layout.
-torch::Tensor pooled_like(const torch::Tensor& x) {
+at::Tensor pooled_like(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   if (B > 1 && T > 1 && x.stride(1) == B * C && x.stride(0) == C) {
     return ctrlrnn::pooled_empty({T, B, C}, x.options()).transpose(0, 1);
@@ -62,7 +63,7 @@ torch::Tensor pooled_like(const torch::Tensor& x) {
   return ctrlrnn::pooled_empty({B, T, C}, x.options());
 }
 
-void check_input(const torch::Tensor& x, const torch::Tensor& like, const char* name) {
+void check_input(const at::Tensor& x, const at::Tensor& like, const char* name) {
   TORCH_CHECK(x.dim() == 3 && x.device().is_cpu() && x.sizes() == like.sizes() &&
                   x.scalar_type() == like.scalar_type() &&
                   (x.numel() == 0 || x.size(2) <= 1 || x.stride(2) == 1),
@@ -211,7 +212,7 @@ void with_gate(bool sigmoid_gate, Fn&& fn) {
   }
 }
 
-void check_state(const c10::optional<torch::Tensor>& x, const torch::Tensor& like, int64_t B,
+void check_state(const c10::optional<at::Tensor>& x, const at::Tensor& like, int64_t B,
                  int64_t C, const char* name) {
   if (!x.has_value()) return;
   TORCH_CHECK(x->is_contiguous() && x->numel() == B * C && x->scalar_type() == like.scalar_type(),
@@ -219,10 +220,10 @@ void check_state(const c10::optional<torch::Tensor>& x, const torch::Tensor& lik
 }
 
 // Returns {h4 (B, T, C), c4 (B, T, C), c4_last (B, C)}.
-std::vector<torch::Tensor> rcrn_listener_forward(const torch::Tensor& h1, const torch::Tensor& h2,
-                                                 const torch::Tensor& h3,
-                                                 const c10::optional<torch::Tensor>& c0,
-                                                 const c10::optional<torch::Tensor>& lengths,
+std::vector<at::Tensor> rcrn_listener_forward(const at::Tensor& h1, const at::Tensor& h2,
+                                                 const at::Tensor& h3,
+                                                 const c10::optional<at::Tensor>& c0,
+                                                 const c10::optional<at::Tensor>& lengths,
                                                  int64_t split, bool sigmoid_gate) {
   check_input(h1, h1, "h1");
   check_input(h2, h1, "h2");
@@ -233,7 +234,7 @@ std::vector<torch::Tensor> rcrn_listener_forward(const torch::Tensor& h1, const 
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto out = ctrlrnn::pooled_empty({B, T, C}, h1.options());
   auto cseq = ctrlrnn::pooled_empty({B, T, C}, h1.options());
-  auto clast = torch::empty({B, C}, h1.options());
+  auto clast = at::empty({B, C}, h1.options());
   if (B == 0 || C == 0) return {out, cseq, clast};
   const Blocks blocks(B, C, split);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, h1.scalar_type(), "rcrn_listener", [&] {
@@ -248,11 +249,11 @@ std::vector<torch::Tensor> rcrn_listener_forward(const torch::Tensor& h1, const 
 }
 
 // Returns {dh1, dh2, dh3 (the strides of h1, h2, h3), dc0 (B, C)}.
-std::vector<torch::Tensor> rcrn_listener_backward(
-    const c10::optional<torch::Tensor>& grad_out, const c10::optional<torch::Tensor>& grad_last,
-    const torch::Tensor& h1, const torch::Tensor& h2, const torch::Tensor& h3,
-    const torch::Tensor& cseq, const c10::optional<torch::Tensor>& c0,
-    const c10::optional<torch::Tensor>& lengths, int64_t split, bool sigmoid_gate) {
+std::vector<at::Tensor> rcrn_listener_backward(
+    const c10::optional<at::Tensor>& grad_out, const c10::optional<at::Tensor>& grad_last,
+    const at::Tensor& h1, const at::Tensor& h2, const at::Tensor& h3,
+    const at::Tensor& cseq, const c10::optional<at::Tensor>& c0,
+    const c10::optional<at::Tensor>& lengths, int64_t split, bool sigmoid_gate) {
   check_input(h1, h1, "h1");
   check_input(h2, h1, "h2");
   check_input(h3, h1, "h3");
@@ -264,7 +265,7 @@ std::vector<torch::Tensor> rcrn_listener_backward(
   check_state(grad_last, h1, B, C, "grad_last");
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto d1 = pooled_like(h1), d2 = pooled_like(h2), d3 = pooled_like(h3);
-  auto dc0 = torch::empty({B, C}, h1.options());
+  auto dc0 = at::empty({B, C}, h1.options());
   if (B == 0 || C == 0) return {d1, d2, d3, dc0};
   const Blocks blocks(B, C, split);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, h1.scalar_type(), "rcrn_listener_bwd",

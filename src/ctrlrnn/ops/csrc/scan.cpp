@@ -13,7 +13,8 @@
 // With lengths: steps t >= length[b] leave the state unchanged and output zeros; `reverse` walks
 // each sequence from its own last valid step down to 0.
 
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
 #include "output_pool.h"
@@ -182,15 +183,15 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
   });
 }
 
-void check_btc(const torch::Tensor& x, const char* name) {
+void check_btc(const at::Tensor& x, const char* name) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && x.device().is_cpu(), name,
               " must be a contiguous CPU tensor of shape (B, T, C)");
 }
 
 
-std::vector<torch::Tensor> linear_scan_forward(const torch::Tensor& a, const torch::Tensor& b,
-                                               const c10::optional<torch::Tensor>& h0,
-                                               const c10::optional<torch::Tensor>& lengths,
+std::vector<at::Tensor> linear_scan_forward(const at::Tensor& a, const at::Tensor& b,
+                                               const c10::optional<at::Tensor>& h0,
+                                               const c10::optional<at::Tensor>& lengths,
                                                bool reverse) {
   check_btc(a, "a");
   check_btc(b, "b");
@@ -204,7 +205,7 @@ std::vector<torch::Tensor> linear_scan_forward(const torch::Tensor& a, const tor
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto out = ctrlrnn::pooled_empty_like(a);
-  auto hlast = torch::empty({B, C}, a.options());
+  auto hlast = at::empty({B, C}, a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan", [&] {
     auto run = [&](auto stream) {
       scan_forward_kernel<scalar_t, decltype(stream)::value>(
@@ -221,11 +222,11 @@ std::vector<torch::Tensor> linear_scan_forward(const torch::Tensor& a, const tor
   return {out, hlast};
 }
 
-std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tensor>& grad_out,
-                                                const c10::optional<torch::Tensor>& grad_last,
-                                                const torch::Tensor& a, const torch::Tensor& out,
-                                                const c10::optional<torch::Tensor>& h0,
-                                                const c10::optional<torch::Tensor>& lengths,
+std::vector<at::Tensor> linear_scan_backward(const c10::optional<at::Tensor>& grad_out,
+                                                const c10::optional<at::Tensor>& grad_last,
+                                                const at::Tensor& a, const at::Tensor& out,
+                                                const c10::optional<at::Tensor>& h0,
+                                                const c10::optional<at::Tensor>& lengths,
                                                 bool reverse) {
   check_btc(a, "a");
   check_btc(out, "out");
@@ -238,7 +239,7 @@ std::vector<torch::Tensor> linear_scan_backward(const c10::optional<torch::Tenso
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto da = ctrlrnn::pooled_empty_like(a);
   auto db = ctrlrnn::pooled_empty_like(a);
-  auto dh0 = torch::empty({B, C}, a.options());
+  auto dh0 = at::empty({B, C}, a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan_bwd",
                                   [&] {
     auto run = [&](auto stream) {
@@ -514,7 +515,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
   });
 }
 
-void check_bias(const c10::optional<torch::Tensor>& bias, const torch::Tensor& gates,
+void check_bias(const c10::optional<at::Tensor>& bias, const at::Tensor& gates,
                 int64_t n) {
   if (!bias.has_value()) return;
   TORCH_CHECK(bias->is_contiguous() && bias->device().is_cpu() && bias->numel() == n &&
@@ -523,13 +524,13 @@ void check_bias(const c10::optional<torch::Tensor>& bias, const torch::Tensor& g
               ",) with the dtype of gates");
 }
 
-std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
-                                                const c10::optional<torch::Tensor>& c0,
-                                                const c10::optional<torch::Tensor>& keep,
+std::vector<at::Tensor> qrnn_pooling_forward(const at::Tensor& gates,
+                                                const c10::optional<at::Tensor>& c0,
+                                                const c10::optional<at::Tensor>& keep,
                                                 double keep_scale,
-                                                const c10::optional<torch::Tensor>& lengths,
+                                                const c10::optional<at::Tensor>& lengths,
                                                 int64_t mode,
-                                                const c10::optional<torch::Tensor>& bias) {
+                                                const c10::optional<at::Tensor>& bias) {
   check_btc(gates, "gates");
   TORCH_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (f), 1 (fo) or 2 (ifo)");
   const int64_t G = gates_of(mode);
@@ -550,7 +551,7 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto h = ctrlrnn::pooled_empty({B, T, H}, gates.options());
   auto c = ctrlrnn::pooled_empty({B, T, H}, gates.options());
-  auto clast = torch::empty({B, H}, gates.options());
+  auto clast = at::empty({B, H}, gates.options());
   // h and c written: streaming stores from the threshold (float only, see store_row)
   const bool stream = use_streaming_stores(2 * h.numel() * h.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool", [&] {
@@ -566,13 +567,13 @@ std::vector<torch::Tensor> qrnn_pooling_forward(const torch::Tensor& gates,
   return {h, c, clast};
 }
 
-std::vector<torch::Tensor> qrnn_pooling_backward(
-    const c10::optional<torch::Tensor>& grad_h, const c10::optional<torch::Tensor>& grad_c,
-    const c10::optional<torch::Tensor>& grad_clast, const torch::Tensor& gates,
-    const torch::Tensor& cseq, const c10::optional<torch::Tensor>& c0,
-    const c10::optional<torch::Tensor>& keep, double keep_scale,
-    const c10::optional<torch::Tensor>& lengths, int64_t mode,
-    const c10::optional<torch::Tensor>& bias) {
+std::vector<at::Tensor> qrnn_pooling_backward(
+    const c10::optional<at::Tensor>& grad_h, const c10::optional<at::Tensor>& grad_c,
+    const c10::optional<at::Tensor>& grad_clast, const at::Tensor& gates,
+    const at::Tensor& cseq, const c10::optional<at::Tensor>& c0,
+    const c10::optional<at::Tensor>& keep, double keep_scale,
+    const c10::optional<at::Tensor>& lengths, int64_t mode,
+    const c10::optional<at::Tensor>& bias) {
   check_btc(gates, "gates");
   check_btc(cseq, "c");
   const int64_t B = gates.size(0), T = gates.size(1), H = cseq.size(2);
@@ -582,9 +583,9 @@ std::vector<torch::Tensor> qrnn_pooling_backward(
   if (grad_c.has_value()) check_btc(*grad_c, "grad_c");
   const int64_t* lp = lengths_ptr(lengths, B, T);
   auto dgates = ctrlrnn::pooled_empty_like(gates);
-  auto dc0 = torch::empty({B, H}, gates.options());
-  auto dbias = bias.has_value() ? torch::empty({G * H}, gates.options())
-                                : torch::empty({0}, gates.options());
+  auto dc0 = at::empty({B, H}, gates.options());
+  auto dbias = bias.has_value() ? at::empty({G * H}, gates.options())
+                                : at::empty({0}, gates.options());
   const bool stream = use_streaming_stores(dgates.numel() * dgates.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(), "qrnn_pool_bwd",
                                   [&] {
