@@ -79,7 +79,7 @@ void adjoint_kernel(const scalar_t* g, const std::vector<int64_t>& offsets, scal
 }
 
 at::Tensor shifted_windows(const at::Tensor& x, const std::vector<int64_t>& offsets,
-                              int64_t steps) {
+                           int64_t steps) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && x.device().is_cpu(),
               "shifted_windows: x must be a contiguous CPU tensor of shape (B, S, D)");
   TORCH_CHECK(steps >= 0, "shifted_windows: steps must be >= 0, got ", steps);
@@ -96,7 +96,7 @@ at::Tensor shifted_windows(const at::Tensor& x, const std::vector<int64_t>& offs
 }
 
 at::Tensor shifted_windows_adjoint(const at::Tensor& g, const std::vector<int64_t>& offsets,
-                                      int64_t length) {
+                                   int64_t length) {
   check_offsets(offsets);
   const int64_t k = static_cast<int64_t>(offsets.size());
   TORCH_CHECK(g.dim() == 3 && g.is_contiguous() && g.device().is_cpu() && g.size(2) % k == 0,

@@ -317,10 +317,10 @@ void dispatch_flags(bool h_form, bool child, bool res, Fn&& fn) {
 // level's GEMM then writes x W^T alone, with no pass to put the bias in its output), or None.
 // -> [out (B, T, k*H), c (B, T, k*H) for the c form else empty, last state (B, k*H)]
 std::vector<at::Tensor> metagross_level_forward(const at::Tensor& P, const OptTensor& child,
-                                                   const OptTensor& alpha, const OptTensor& beta,
-                                                   const OptTensor& res, const OptTensor& s0,
-                                                   const OptTensor& lengths, bool h_form,
-                                                   const OptTensor& bias) {
+                                                const OptTensor& alpha, const OptTensor& beta,
+                                                const OptTensor& res, const OptTensor& s0,
+                                                const OptTensor& lengths, bool h_form,
+                                                const OptTensor& bias) {
   const Dims d = check_level(P, child, alpha, beta, s0);
   check_input(res, P, d.B * d.T * d.H, "res", "(B, T, 1, H)");
   check_input(bias, P, 3 * d.k * d.H, "bias", "(3*k*H,)");

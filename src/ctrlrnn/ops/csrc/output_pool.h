@@ -236,7 +236,7 @@ class StackedBlocks {
   explicit StackedBlocks(int64_t R) : R_(R) {}
 
   at::Tensor slice(size_t index, int64_t r, at::IntArrayRef sizes,
-                      const at::TensorOptions& options) {
+                   const at::TensorOptions& options) {
     std::lock_guard<std::mutex> lock(mu_);
     if (index == blocks_.size()) {
       std::vector<int64_t> stacked(sizes.begin(), sizes.end());
@@ -326,8 +326,8 @@ inline at::Tensor pooled_empty_like(const at::Tensor& like) {
 // arrive so without the permuted copy of a (..., N) output: one GEMM per group, each into its
 // slice of one cached output block.
 inline at::Tensor cached_linear_grouped(const at::Tensor& x, const at::Tensor& weight,
-                                           const c10::optional<at::Tensor>& bias,
-                                           int64_t groups) {
+                                        const c10::optional<at::Tensor>& bias,
+                                        int64_t groups) {
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
                   x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
               "cached_linear: expected x (..., D) and weight (N, D) of one dtype on CPU");
@@ -358,7 +358,7 @@ inline at::Tensor cached_linear_grouped(const at::Tensor& x, const at::Tensor& w
 // chooses for its shape class.
 // It is the one-group case of cached_linear_grouped: (1, ..., N) viewed as (..., N).
 inline at::Tensor cached_linear(const at::Tensor& x, const at::Tensor& weight,
-                                   const c10::optional<at::Tensor>& bias) {
+                                const c10::optional<at::Tensor>& bias) {
   return cached_linear_grouped(x, weight, bias, 1).squeeze(0);
 }
 
@@ -370,7 +370,7 @@ inline at::Tensor cached_linear(const at::Tensor& x, const at::Tensor& weight,
 // path gemm_path.h chooses for its shape class: the stack the cell kernels take (recurrences.h),
 // without a copy of any input per reader.
 inline at::Tensor cached_linear_stacked(const at::Tensor& x, const at::Tensor& weight,
-                                           const c10::optional<at::Tensor>& bias) {
+                                        const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 3 && weight.dim() == 3 && x.size(0) >= 1 &&
                   weight.size(0) % x.size(0) == 0 && x.size(2) == weight.size(2),
               "cached_linear_stacked: expected x (G, rows, D) and weight (R, N, D) with G "

@@ -221,10 +221,10 @@ void check_state(const c10::optional<at::Tensor>& x, const at::Tensor& like, int
 
 // Returns {h4 (B, T, C), c4 (B, T, C), c4_last (B, C)}.
 std::vector<at::Tensor> rcrn_listener_forward(const at::Tensor& h1, const at::Tensor& h2,
-                                                 const at::Tensor& h3,
-                                                 const c10::optional<at::Tensor>& c0,
-                                                 const c10::optional<at::Tensor>& lengths,
-                                                 int64_t split, bool sigmoid_gate) {
+                                              const at::Tensor& h3,
+                                              const c10::optional<at::Tensor>& c0,
+                                              const c10::optional<at::Tensor>& lengths,
+                                              int64_t split, bool sigmoid_gate) {
   check_input(h1, h1, "h1");
   check_input(h2, h1, "h2");
   check_input(h3, h1, "h3");

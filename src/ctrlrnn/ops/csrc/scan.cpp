@@ -190,9 +190,9 @@ void check_btc(const at::Tensor& x, const char* name) {
 
 
 std::vector<at::Tensor> linear_scan_forward(const at::Tensor& a, const at::Tensor& b,
-                                               const c10::optional<at::Tensor>& h0,
-                                               const c10::optional<at::Tensor>& lengths,
-                                               bool reverse) {
+                                            const c10::optional<at::Tensor>& h0,
+                                            const c10::optional<at::Tensor>& lengths,
+                                            bool reverse) {
   check_btc(a, "a");
   check_btc(b, "b");
   TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type(),
@@ -223,11 +223,11 @@ std::vector<at::Tensor> linear_scan_forward(const at::Tensor& a, const at::Tenso
 }
 
 std::vector<at::Tensor> linear_scan_backward(const c10::optional<at::Tensor>& grad_out,
-                                                const c10::optional<at::Tensor>& grad_last,
-                                                const at::Tensor& a, const at::Tensor& out,
-                                                const c10::optional<at::Tensor>& h0,
-                                                const c10::optional<at::Tensor>& lengths,
-                                                bool reverse) {
+                                             const c10::optional<at::Tensor>& grad_last,
+                                             const at::Tensor& a, const at::Tensor& out,
+                                             const c10::optional<at::Tensor>& h0,
+                                             const c10::optional<at::Tensor>& lengths,
+                                             bool reverse) {
   check_btc(a, "a");
   check_btc(out, "out");
   const int64_t B = a.size(0), T = a.size(1), C = a.size(2);
@@ -525,12 +525,12 @@ void check_bias(const c10::optional<at::Tensor>& bias, const at::Tensor& gates,
 }
 
 std::vector<at::Tensor> qrnn_pooling_forward(const at::Tensor& gates,
-                                                const c10::optional<at::Tensor>& c0,
-                                                const c10::optional<at::Tensor>& keep,
-                                                double keep_scale,
-                                                const c10::optional<at::Tensor>& lengths,
-                                                int64_t mode,
-                                                const c10::optional<at::Tensor>& bias) {
+                                             const c10::optional<at::Tensor>& c0,
+                                             const c10::optional<at::Tensor>& keep,
+                                             double keep_scale,
+                                             const c10::optional<at::Tensor>& lengths,
+                                             int64_t mode,
+                                             const c10::optional<at::Tensor>& bias) {
   check_btc(gates, "gates");
   TORCH_CHECK(mode >= 0 && mode <= 2, "mode must be 0 (f), 1 (fo) or 2 (ifo)");
   const int64_t G = gates_of(mode);
