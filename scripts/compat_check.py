@@ -255,7 +255,9 @@ def write_page(records: list[dict]) -> str:
         "compiler and a package index serving the torch versions; each pair downloads torch "
         "(~5 GB for a CUDA build), compiles the three extensions (~3-4 min on 2 cores) and "
         "takes about 10 minutes in all. The environments are deleted afterwards (`--keep` "
-        "keeps them). It is not part of `.ci/run` (too long); run it when the torch range or "
+        "keeps them). A pip constraint file (`pip config list` shows one) that caps torch fails "
+        "the install; `PIP_CONSTRAINT=/dev/null` lifts it for the run. "
+        "It is not part of `.ci/run` (too long); run it when the torch range or "
         f"the build changes. Last run on: {machine}.",
         "",
     ]
