@@ -100,6 +100,12 @@ def test_a_diverged_seed_is_named_in_its_table() -> None:
     assert pages._converged_cell(seeds).startswith("**diverged** (1 of 2")
 
 
+def test_one_seed_shows_no_spread_and_several_show_theirs() -> None:
+    assert pages._mean_std_cell([103.0]) == "103 ± –"
+    assert pages._mean_std_cell([1.0, 3.0]) == "2 ± 1.4"
+    assert pages._mean_std_cell([]) == "– ± –"
+
+
 def test_a_full_disk_stops_reproduce_instead_of_failing_one_arm(tmp_path, monkeypatch):
     def full(*args: object, **kwargs: object) -> dict:
         raise files.NoSpaceLeft(tmp_path / "runs" / "checkpoint.safetensors")

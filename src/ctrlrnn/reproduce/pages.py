@@ -61,6 +61,12 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean_std(values)
 
 
+def _mean_std_cell(values: list[float]) -> str:
+    """``mean ± std`` of the seeds; one seed has no spread to show, so its std is "–"."""
+    m, s = _mean_std(values)
+    return f"{_fmt(m)} ± {_fmt(s, 2) if len(values) > 1 else '–'}"
+
+
 verdict = verdicts.verdict
 
 
@@ -210,18 +216,16 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     paper_also = {a.label: a.paper_also for a in exp.arms}
     for label, arm in _ordered_arms(exp, data):
         vals = _values(arm, scale)
-        m, s = _mean_std(vals)
         also_cells = ""
         for metric in exp.also:
-            am, asd = _mean_std(_values(arm, _scale(metric), metric))
-            also_cells += (f" {_fmt(am)} ± {_fmt(asd, 2)} "
+            also_cells += (f" {_mean_std_cell(_values(arm, _scale(metric), metric))} "
                            f"({_fmt(paper_also.get(label, {}).get(metric))}) |")
         seeds = list(arm.get("seeds", {}).values())
         valid = [scale * x["valid"] for x in seeds if x.get("valid") is not None]
         params = seeds[0].get("parameters") if seeds else None
         shown_label = f"{label} (earlier setting)" if label in earlier else label
         lines.append(
-            f"| {shown_label} | {_fmt(arm.get('paper'))} | {_fmt(m)} ± {_fmt(s, 2)} ({len(vals)}) |"
+            f"| {shown_label} | {_fmt(arm.get('paper'))} | {_mean_std_cell(vals)} ({len(vals)}) |"
             f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | "
             f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | "
             f"{_tuned_cell(arm.get('tuning'))} | {_seconds_cell(seeds)} | {params or '–'} |"
