@@ -16,6 +16,7 @@ rename, so what was on disk before the failed write is still there.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -85,7 +86,8 @@ def write_quietly(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
         tmp.write_text(dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder refuses the unlink too
+            tmp.unlink(missing_ok=True)
 
 
 def is_no_space(exc: BaseException) -> bool:

@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"            {st['path']}  parallel threads: {st['parallel_threads']}")
         elif st["log"] and not st["log"].startswith("cached"):
             print(f"            build log: {st['log']}")
+        if st.get("fix"):
+            print(f"            to fix: {st['fix']}")
         print(f"            cuda: {st['cuda']}")
     print(f"CUDA graphs of the fused cells' step loops: {info['cuda']['step_graphs']}")
     _print_gemm(info["gemm"])

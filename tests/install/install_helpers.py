@@ -71,3 +71,19 @@ with warnings.catch_warnings(record=True) as caught:
 print(json.dumps({"warnings": [[str(w.message), w.filename, w.lineno] for w in caught],
                   "backend": ctrlrnn.backend_info()["families"]["scan"]["cpu"]}))
 """
+
+#: A tiny pybind11 extension that compiles in seconds, for the tests of the build cache.
+TINY_CPP = """
+#include <pybind11/pybind11.h>
+long twice(long x) { return 2 * x; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+"""
+
+# Point the loader at the tiny extension, then report what happened to it.
+TINY_PRELUDE = """
+import json, sys
+from pathlib import Path
+from ctrlrnn.ops import _extension as e
+e.CSRC = Path(sys.argv[1])
+e.EXTENSIONS = {"tiny": ["tiny.cpp"]}
+"""

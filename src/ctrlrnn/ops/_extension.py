@@ -17,9 +17,17 @@ rebuild.
 :func:`torch.utils.cpp_extension.load`, with the C++ standard torch itself asks for (ctrlrnn
 adds no ``-std``), and with the ninja that belongs to the running interpreter put first on the
 child's PATH (the ``ninja`` package's, else the one beside the interpreter, else PATH's). Its
-whole output goes to ``build.log`` in the build folder. The first compile of a process says so
-in one line on stderr (it takes minutes); importing from the cache prints nothing. A file lock
-makes concurrent processes build once.
+whole output goes to ``build.log`` in the build folder. Every compile, whichever call started
+it, says so on stderr with an estimate and shows a clock until it ends
+(:mod:`.build_progress`); importing from the cache prints nothing. A file lock makes concurrent
+processes build once, and every build starts from an empty folder.
+
+**Reading the cache.** A finished build is imported without the lock and without writing, so
+a read-only cache (a container image, a read-only mount) serves its builds. The library is
+checked first against the size and SHA-256 recorded when its build finished: importing a
+truncated library would kill the process, so a damaged one is built again. A cache that cannot
+be written (read-only, not a folder, no permission) and holds no build is a failure that names
+it.
 
 **Failures** (never silently slow). A failed compile is remembered in ``failed.json`` for that
 key, so later processes do not retry it (``ctrlrnn build --force`` does); one
@@ -53,7 +61,7 @@ from types import ModuleType
 import torch
 
 from ctrlrnn import files
-from ctrlrnn.ops import gemm_path
+from ctrlrnn.ops import build_progress, gemm_path
 
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
     import fcntl
@@ -111,7 +119,6 @@ class ExtensionStatus:
 _STATUS: dict[str, ExtensionStatus] = {}
 _LOCK = threading.RLock()
 _WARNED = False
-_ANNOUNCED = False
 
 
 def cache_dir() -> Path:
@@ -265,6 +272,68 @@ def cached_state(name: str) -> str:
     return "failed" if (folder / FAILURE_RECORD).is_file() else "missing"
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _elf_fault(path: Path, size: int) -> str | None:
+    """Why an ELF library is visibly incomplete (its section table lies past its end), or None
+    (also for other formats, which this check does not read)."""
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+    if head[:4] != b"\x7fELF":
+        return None if size else "is empty"
+    if len(head) < 64 or head[4] != 2:  # 64-bit ELF: the kernels are built for 64-bit hosts
+        return f"is cut short ({size} bytes)"
+    order = "little" if head[5] == 1 else "big"
+    table_offset = int.from_bytes(head[0x28:0x30], order)
+    table_end = table_offset + int.from_bytes(head[0x3A:0x3C], order) * int.from_bytes(
+        head[0x3C:0x3E], order)
+    return f"is cut short ({size} bytes, its section table ends at {table_end})" \
+        if table_end > size else None
+
+
+def library_fault(library: Path, record: dict) -> str | None:
+    """Why the cached ``library`` cannot be trusted, or None: it is checked against the size and
+    SHA-256 the finished build recorded (``record``), and as an ELF file, before it is imported,
+    because importing a truncated library kills the process with a bus error."""
+    try:
+        size = library.stat().st_size
+        if record.get("size") is not None and size != record["size"]:
+            return f"is {size} bytes; the build wrote {record['size']}"
+        if record.get("sha256") and _sha256(library) != record["sha256"]:
+            return "differs from what the build wrote (its SHA-256 does not match)"
+        return _elf_fault(library, size)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+
+
+def _clear_folder(folder: Path) -> None:
+    """Remove everything in ``folder`` but its lock file, so a build starts from nothing (a
+    damaged object file or library would otherwise look up to date to ninja)."""
+    for entry in folder.iterdir():
+        if entry.name == ".lock":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _unwritable(folder: Path, exc: OSError) -> str:
+    """The cause line of a kernel cache that cannot be written."""
+    what = exc.strerror or type(exc).__name__
+    blocked = Path(exc.filename) if exc.filename else folder
+    if blocked.parent == folder:  # a file of the build folder: name the folder
+        blocked = folder
+    return (f"the kernel cache {blocked} cannot be written ({what}), so the kernels cannot be "
+            f"built there")
+
+
 @contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """An exclusive lock on ``folder`` across processes (one builder at a time)."""
@@ -301,7 +370,11 @@ def first_error_line(log: str) -> str:
     return lines[-1][:400] if lines else "no output"
 
 
-def _advice(cause: str) -> str:
+def advice(cause: str) -> str:
+    """What to do about a build that failed with ``cause``."""
+    if cause.startswith("the kernel cache"):
+        return ("set CTRLRNN_CACHE to a writable folder (or run `ctrlrnn build` once where this "
+                "one is writable)")
     if cause.startswith(("no C++ compiler", "the C++ compiler")):
         return "install a C++ compiler (e.g. `apt install g++`) or point $CXX at one"
     if "ninja" in cause.lower():
@@ -371,68 +444,102 @@ def _loaded_status(st: ExtensionStatus, mod: ModuleType, path: Path) -> Extensio
     return st
 
 
-def _announce_compile() -> None:
-    """Say on stderr, once per process, that the kernels are being compiled."""
-    global _ANNOUNCED
-    if _ANNOUNCED:
+def _import_cached(st: ExtensionStatus, folder: Path) -> str | None:
+    """Import the finished build in ``folder`` into ``st`` without writing anything (a
+    read-only cache serves as well as a writable one). Returns None when there is no finished
+    build, else why it was not used ("" when it was)."""
+    record = _read_json(folder / BUILD_RECORD)
+    if not record or not record.get("library"):
+        return None
+    lib = folder / str(record["library"])
+    if not lib.exists():
+        return None
+    fault = library_fault(lib, record)
+    if fault is not None:
+        return f"the cached library {lib} {fault}"
+    try:
+        _loaded_status(st, _import_library(st.name, lib), lib)
+    except ImportError as exc:
+        return f"the cached library {lib} does not import ({exc})"
+    st.origin, st.reason = "cached", "compiled C++ extension (cached)"
+    st.seconds = record.get("seconds")
+    return ""
+
+
+def _remembered_failure(st: ExtensionStatus, folder: Path) -> bool:
+    failure = _read_json(folder / FAILURE_RECORD)
+    if failure is None:
+        return False
+    st.origin, st.log = "failed earlier", failure.get("log")
+    st.reason = (f"{failure.get('cause', 'build failed')} (a failed build remembered from "
+                 f"{failure.get('when', 'earlier')}; `ctrlrnn build --force` retries)")
+    return True
+
+
+def _build(st: ExtensionStatus, folder: Path, position: str) -> None:
+    """Compile ``st.name`` into ``folder`` (locked, emptied) with a clock on stderr, import it,
+    and record the library's size and SHA-256 (or the failure)."""
+    name = st.name
+    with build_progress.compiling(name, cache_dir() / "ext", position) as load_factor:
+        lib, cause, seconds, remember = _compile(name, folder)
+    st.seconds, st.log = seconds, str(folder / BUILD_LOG)
+    if lib is not None:
+        try:
+            _loaded_status(st, _import_library(name, lib), lib)
+        except ImportError as exc:
+            lib, cause, remember = None, f"the built library does not import: {exc}", True
+    if lib is None:
+        st.origin, st.reason = "failed", cause
+        if remember:
+            _write_json(folder / FAILURE_RECORD, {
+                "cause": cause, "log": st.log, "seconds": round(seconds, 1),
+                "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
         return
-    _ANNOUNCED = True
-    print(f"ctrlrnn: compiling the C++ kernels (first use, about 2 minutes; cached in "
-          f"{cache_dir() / 'ext'} after) ...", file=sys.stderr, flush=True)
+    build_progress.record(name, cache_dir() / "ext", seconds, load_factor)
+    _write_json(folder / BUILD_RECORD, {
+        "library": lib.name, "size": lib.stat().st_size, "sha256": _sha256(lib),
+        "seconds": round(seconds, 1), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **build_inputs(name)})
+    st.origin, st.reason = "compiled", f"compiled C++ extension (built in {seconds:.0f} s)"
 
 
-def _obtain(name: str, force: bool, announce: bool = True) -> ExtensionStatus:
-    """Import the cached build of ``name``, or build it (or recall that it failed)."""
+def _obtain(name: str, force: bool, position: str = "") -> ExtensionStatus:
+    """Import the cached build of ``name``, or build it (or recall that it failed).
+
+    A finished build is imported without the lock or any write. Building needs a writable
+    cache: an unusable one (read-only, not a folder, no permission) is a failure that names it.
+    A damaged library is rebuilt from an empty folder, and so is every ``force`` build.
+    """
     st = ExtensionStatus(name)
     cxx = compiler()
     folder = build_dir(name)
     if cxx.error is not None:  # (no build can exist under a key without a compiler)
         st.origin, st.reason = "failed", cxx.error
         return st
-    folder.mkdir(parents=True, exist_ok=True)
-    with _folder_lock(folder):
-        if force:
-            for rec in (BUILD_RECORD, FAILURE_RECORD):
-                (folder / rec).unlink(missing_ok=True)
-        record = _read_json(folder / BUILD_RECORD)
-        if record and (folder / str(record.get("library", ""))).is_file():
-            lib = folder / str(record["library"])
-            try:
-                _loaded_status(st, _import_library(name, lib), lib)
-                st.origin, st.reason = "cached", "compiled C++ extension (cached)"
-                st.seconds = record.get("seconds")
-                return st
-            except ImportError as exc:  # a damaged library: build it again
-                (folder / BUILD_RECORD).unlink(missing_ok=True)
-                st.log = f"cached library did not import: {exc}"
-        failure = _read_json(folder / FAILURE_RECORD)
-        if failure is not None:
-            st.origin, st.log = "failed earlier", failure.get("log")
-            st.reason = (f"{failure.get('cause', 'build failed')} (a failed build remembered "
-                         f"from {failure.get('when', 'earlier')}; `ctrlrnn build --force` "
-                         f"retries)")
-            return st
-        if announce:
-            _announce_compile()
-        lib, cause, seconds, remember = _compile(name, folder)
-        st.seconds, st.log = seconds, str(folder / BUILD_LOG)
-        if lib is not None:
-            try:
-                _loaded_status(st, _import_library(name, lib), lib)
-            except ImportError as exc:
-                lib, cause, remember = None, f"the built library does not import: {exc}", True
-        if lib is None:
-            st.origin, st.reason = "failed", cause
-            if remember:
-                _write_json(folder / FAILURE_RECORD, {
-                    "cause": cause, "log": st.log, "seconds": round(seconds, 1),
-                    "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
-            return st
-        _write_json(folder / BUILD_RECORD, {
-            "library": lib.name, "seconds": round(seconds, 1),
-            "when": time.strftime("%Y-%m-%d %H:%M:%S"), **build_inputs(name)})
-        st.origin, st.reason = "compiled", f"compiled C++ extension (built in {seconds:.0f} s)"
+    damage = None if force else _import_cached(st, folder)
+    if damage == "":
         return st
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with _folder_lock(folder):
+            if not force and damage is None:  # another process may have built it meanwhile
+                damage = _import_cached(st, folder)
+                if damage == "":
+                    return st
+            if damage is None and not force and _remembered_failure(st, folder):
+                return st
+            if damage:
+                print(f"ctrlrnn: {damage}; building it again", file=sys.stderr, flush=True)
+            if force or damage or any(p.name != ".lock" for p in folder.iterdir()):
+                _clear_folder(folder)
+            _build(st, folder, position)
+    except OSError as exc:
+        if st.loaded:  # built and imported; only a record could not be written
+            return st
+        st.origin, st.reason = "failed", _unwritable(folder, exc)
+        if damage:
+            st.reason += f"; {damage}"
+    return st
 
 
 # ------------------------------------------------------------------ reporting a failure
@@ -459,7 +566,7 @@ def failure_message(st: ExtensionStatus) -> str:
     return (
         f"ctrlrnn: the compiled CPU kernels are unavailable (extension {st.name!r}: {cause}); "
         f"the reference implementations run instead (correct, several times slower). To fix: "
-        f"{_advice(cause)}, then run `ctrlrnn build --force`. To use the reference path "
+        f"{advice(cause)}, then run `ctrlrnn build --force`. To use the reference path "
         f"without this warning, set CTRLRNN_BACKEND=reference.{log}"
     )
 
@@ -476,10 +583,10 @@ def _report_failure(st: ExtensionStatus) -> None:
 # ------------------------------------------------------------------ public entry points
 
 
-def ensure(name: str, force: bool = False, *, announce: bool = True) -> ExtensionStatus:
+def ensure(name: str, force: bool = False, *, position: str = "") -> ExtensionStatus:
     """The status of extension ``name``, importing or building it on first use (``force``:
-    build again). ``announce=False``: no line on stderr when it compiles (for callers that
-    show their own)."""
+    build again, from an empty folder). A compile says so on stderr with a clock;
+    ``position`` (``"2 of 3"``) places it in a batch of compiles."""
     if name not in EXTENSIONS:
         raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
     st = _STATUS.get(name)
@@ -487,7 +594,7 @@ def ensure(name: str, force: bool = False, *, announce: bool = True) -> Extensio
         with _LOCK:
             st = _STATUS.get(name)
             if st is None or force:
-                st = _obtain(name, force, announce)
+                st = _obtain(name, force, position)
                 _STATUS[name] = st
     return st
 
@@ -523,5 +630,8 @@ def loaded_modules() -> dict[str, ModuleType]:
 
 
 def build_all(*, force: bool = False) -> dict[str, ExtensionStatus]:
-    """Build (or import from the cache) every extension now; used by ``ctrlrnn build``."""
-    return {name: ensure(name, force) for name in EXTENSIONS}
+    """Build (or import from the cache) every extension now, numbering the compiles."""
+    todo = [n for n in EXTENSIONS if force or (n not in _STATUS and cached_state(n) != "cached")]
+    return {name: ensure(name, force, position=f"{todo.index(name) + 1} of {len(todo)}"
+                         if name in todo and len(todo) > 1 else "")
+            for name in EXTENSIONS}

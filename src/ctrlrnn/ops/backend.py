@@ -189,6 +189,7 @@ def backend_info() -> dict[str, Any]:
             "ops": FAMILY_OPS.get(family, family),
             "cpu": "compiled" if st.loaded else "reference",
             "reason": st.reason,
+            "fix": "" if st.loaded or st.origin == "reference" else _extension.advice(st.reason),
             "origin": st.origin,
             "path": st.path,
             "log": st.log,
