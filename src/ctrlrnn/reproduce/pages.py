@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 import textwrap
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -127,28 +128,34 @@ def _plot(exp: Experiment, data: dict[str, Any], path: Path, scale: float = 1.0)
 
 def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Path,
                        mode: str) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """Markdown lines for one experiment and its claim verdicts ``(claim, source, verdict)``."""
+    """Markdown lines for one experiment and its claim verdicts ``(claim, source, verdict)``.
+
+    The section leads with its answer: the state of its runs where they are not final, the
+    results table, the claims' verdicts and the figure; then how the runs were set up (task,
+    notes, stopping, search) and the search's trials."""
     scale = _scale(exp.metric)
     unit = " (%)" if scale != 1.0 else ""
-    lines = [f"### {exp.title}", "", f"Task `{exp.task}`, metric: test {exp.metric}{unit} "
-             f"({'higher' if exp.higher_is_better else 'lower'} is better). "
-             f"Paper's numbers: {exp.paper_metric or 'none for this setting'}."]
+    status: list[str] = []  # what qualifies the table: runs not final under this definition
+    method = ["", f"Task `{exp.task}`, metric: test {exp.metric}{unit} "
+              f"({'higher' if exp.higher_is_better else 'lower'} is better). "
+              f"Paper's numbers: {exp.paper_metric or 'none for this setting'}."]
     if exp.chance is not None:
-        lines[-1] += f" Chance level: {_fmt(exp.chance * scale)}{unit.strip(' ()')}."
+        method[-1] += f" Chance level: {_fmt(exp.chance * scale)}{unit.strip(' ()')}."
     if exp.note:
-        lines += ["", exp.note.strip()]
+        method += ["", exp.note.strip()]
     # how the stored runs evaluated and stopped: the definition they ran under (stored with them)
     standing = Standing(exp, mode, data)
     ran = standing.stored_overrides or exp.overrides(mode)
     limit = _eval_limit(exp.task, ran)
     if limit:
-        lines += ["", f"In this mode every evaluation, the final test included, reads only the "
-                  f"first {limit} evaluation batches of its split."]
+        method += ["", f"In this mode every evaluation, the final test included, reads only the "
+                   f"first {limit} evaluation batches of its split."]
     if not exp.paper_comparable:
-        lines += ["", "The paper's numbers are on other data or at another scale: they are shown "
-                  "for reference, and the baseline check of the verdict rule does not apply."]
+        method += ["", "The paper's numbers are on other data or at another scale: they are "
+                   "shown for reference, and the baseline check of the verdict rule does not "
+                   "apply."]
     selected = ran.get("monitor") or exp.metric  # what the stored runs were selected by
-    lines += ["", _stopping_line(ran, selected)]
+    method += ["", _stopping_line(ran, selected)]
     tuning = exp.tuning(mode)
     trained = [arm for _, arm in _ordered_arms(exp, data or {}) if arm.get("seeds")]
     # results trained before the experiment defined its tuning (an arm with seeds, no search)
@@ -161,58 +168,58 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                        if tuning is not None and arm.get("seeds") and arm.get("tuning")
                        and search_of(arm["tuning"]) != tuning}
     if tuning is None:
-        lines += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
+        method += ["", "Tuning: none in this mode (every arm at the same learning rate)."]
     elif not stale:
-        lines += ["", _tuning_line(exp, tuning, trained, selected)]
+        method += ["", _tuning_line(exp, tuning, trained, selected)]
     elif any(arm.get("tuning") for arm in trained):
-        lines += ["", f"**Partly untuned results.** The arms without a search in the table "
-                  f"ran before this experiment defined its equal tuning ({tuning.describe()}), "
-                  "all at one learning rate; the verdicts are marked *untuned* until "
-                  f"`ctrlrnn reproduce --only {exp.id}` has trained every arm again."]
+        status += ["", f"**Partly untuned results.** The arms without a search in the table "
+                   f"ran before this experiment defined its equal tuning ({tuning.describe()}), "
+                   "all at one learning rate; the verdicts are marked *untuned* until "
+                   f"`ctrlrnn reproduce --only {exp.id}` has trained every arm again."]
     else:
-        lines += ["", f"**Untuned results.** These runs predate the equal tuning this experiment "
-                  f"now defines ({tuning.describe()}): every arm trained at the same learning "
-                  f"rate, and their verdicts are marked *untuned*. `ctrlrnn reproduce --only "
-                  f"{exp.id}` replaces them."]
+        status += ["", f"**Untuned results.** These runs predate the equal tuning this "
+                   f"experiment now defines ({tuning.describe()}): every arm trained at the "
+                   "same learning rate, and their verdicts are marked *untuned*. `ctrlrnn "
+                   f"reproduce --only {exp.id}` replaces them."]
     judged: list[tuple[str, str, str]] = []
+    heading = [f"### {exp.title}"]
     if data is None:
-        lines += ["", "Not run yet in this mode.", ""]
         for c in exp.claims:
             judged.append((_claim_text(c.better, c.worse, c.metric), c.source,
                            verdicts.NOT_RUN))
-        return lines, judged
+        return [*heading, "", "Not run yet in this mode.", *status, *method, ""], judged
     defined = {a.label: a for a in exp.arms}
     earlier = _earlier_setting(exp, data, standing)
     if earlier:
-        lines += ["", f"**Earlier setting.** Stored runs of {', '.join(earlier)} trained in a "
-                  "setting this experiment no longer defines (a model or data size, the "
-                  "batch, the evaluation limit, the selecting metric or an arm's argument has "
-                  "changed since); they "
-                  "and the verdicts that read them are marked "
-                  f"*earlier setting* until `ctrlrnn reproduce --only {exp.id}` has trained "
-                  "them again."]
+        status += ["", f"**Earlier setting.** Stored runs of {', '.join(earlier)} trained in a "
+                   "setting this experiment no longer defines (a model or data size, the "
+                   "batch, the evaluation limit, the selecting metric or an arm's argument has "
+                   "changed since); they "
+                   "and the verdicts that read them are marked "
+                   f"*earlier setting* until `ctrlrnn reproduce --only {exp.id}` has trained "
+                   "them again."]
     planned = len(exp.arms) * len(exp.seeds(mode))
     finished = sum(_current_runs(arm, tuning is not None, lambda s, label=label: not standing
                                  .other_setting(defined[label], s))
                    for label, arm in _ordered_arms(exp, data))
     partial = not data.get("complete") and finished < planned
     if partial:
-        lines += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
-                  f"(their verdicts are marked *partial*); `ctrlrnn reproduce --only {exp.id}` "
-                  "continues from the results file."]
+        status += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
+                   f"(their verdicts are marked *partial*); `ctrlrnn reproduce --only {exp.id}` "
+                   "continues from the results file."]
     searching = [(label, arm[IN_PROGRESS]) for label, arm in _ordered_arms(exp, data)
                  if isinstance(arm.get(IN_PROGRESS), dict) and not data.get("complete")]
     if searching:
-        lines += ["", "**Search under way**: " + "; ".join(
+        status += ["", "**Search under way**: " + "; ".join(
             f"{label}, {len(record.get('trials') or [])} of {record.get('trials_planned')} "
             "trials" for label, record in searching) + " finished (the results file holds "
             f"them; `ctrlrnn reproduce --only {exp.id}` continues the search from there). Until "
             "an arm's search and seeds are finished, its row below is its earlier result."]
     also_heads = "".join(f" test {m}: ours (paper) |" for m in exp.also)
-    lines += ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid {exp.metric} "
-              "| steps "
-              "(best) | converged | tuned (trials) | train s | parameters |",
-              "|---" * (9 + len(exp.also)) + "|"]
+    table = ["", f"| arm | paper | ours: mean ± std (seeds) |{also_heads} valid {exp.metric} "
+             "| steps "
+             "(best) | converged | tuned (trials) | train s | parameters |",
+             "|---" * (9 + len(exp.also)) + "|"]
     paper_also = {a.label: a.paper_also for a in exp.arms}
     for label, arm in _ordered_arms(exp, data):
         vals = _values(arm, scale)
@@ -224,22 +231,24 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         valid = [scale * x["valid"] for x in seeds if x.get("valid") is not None]
         params = seeds[0].get("parameters") if seeds else None
         shown_label = f"{label} (earlier setting)" if label in earlier else label
-        lines.append(
+        table.append(
             f"| {shown_label} | {_fmt(arm.get('paper'))} | {_mean_std_cell(vals)} ({len(vals)}) |"
             f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | "
             f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | "
             f"{_tuned_cell(arm.get('tuning'))} | {_seconds_cell(seeds)} | {params or '–'} |"
         )
-    lines += _training_time_line(data)
+    table += _training_time_line(data)
+    after: list[str] = []
     if tuned:
-        lines += _trial_tables(exp, data)
+        after += _trial_tables(exp, data)
     if data.get("errors"):
-        lines += ["", "Runs that did not finish:", ""]
-        lines += [f"- {k}: `{v[:300]}`" for k, v in data["errors"].items()]
+        after += ["", "Runs that did not finish:", ""]
+        after += [f"- {k}: `{v[:300]}`" for k, v in data["errors"].items()]
+    figure: list[str] = []
     png = out_dir / f"{exp.paper}-{slug(exp.id)}-{mode}.png"
     if _plot(exp, data, png, scale):
-        lines += ["", f"![{exp.title}]({png.name})"]
-    lines += ["", "| claim (paper) | where | baseline: ours / paper | at our scale |",
+        figure = ["", f"![{exp.title}]({png.name})"]
+    claims = ["", "| claim (paper) | where | baseline: ours / paper | at our scale |",
               "|---|---|---|---|"]
     arms = data.get("arms", {})
     paper_of = {a.label: a for a in exp.arms}
@@ -273,10 +282,44 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         baseline = _baseline_cell(worse_values, paper, higher)
         if v == verdicts.BASELINE_LOW:
             baseline += " " + _ceiling_why(list(arms.get(c.worse, {}).get("seeds", {}).values()))
-        lines.append(f"| {text} | {c.source} | {baseline} "
-                     f"| {shown} |")
-    lines.append("")
+        claims.append(f"| {text} | {c.source} | {baseline} "
+                      f"| {shown} |")
+    lines = [*heading, *status, *table, *claims, *figure, *method, *after, ""]
     return lines, judged
+
+
+def claim_numbers(exp: Experiment, data: dict[str, Any] | None,
+                  claim: Any) -> tuple[str, str]:
+    """The paper's numbers and ours for a claim "A beats B", as ``"A vs B"`` texts: the
+    paper's for each arm where it gives one, ours the mean ± std over seeds ("–": none)."""
+    main = not claim.metric or claim.metric == exp.metric
+    metric = exp.metric if main else claim.metric
+    unit_scale = _scale(exp.metric) if main else 1.0
+    paper_of = {a.label: a for a in exp.arms}
+
+    def paper(label: str) -> str:
+        arm = paper_of.get(label)
+        if arm is None:
+            return "–"
+        return _fmt(arm.paper if main else arm.paper_also.get(metric))
+
+    arms = (data or {}).get("arms", {})
+
+    def ours(label: str) -> str:
+        values = [v * unit_scale for v in _claim_values(exp, arms.get(label, {}), claim.metric)]
+        return _mean_std_cell(values) if values else "–"
+
+    papers = f"{paper(claim.better)} vs {paper(claim.worse)}"
+    return ("–" if papers == "– vs –" else papers), f"{ours(claim.better)} vs {ours(claim.worse)}"
+
+
+def _scale_cell(exp: Experiment | None, mode: str) -> str:
+    """How our setting compares with the paper's: its task and size, or not."""
+    if mode == "quick":
+        return "quick: small models, short runs"
+    if exp is None:
+        return "this machine's CPU"
+    return "the paper's task and size" if exp.paper_comparable else "smaller or other data"
 
 
 #: a run had the machine to itself when it got at least this share of its threads' CPU time
@@ -540,13 +583,99 @@ def results_stamp(results_dir: Path, mode: str, experiments: tuple[Experiment, .
     return text
 
 
+#: the lines around the reproduction table of the repository's README.md, which
+#: :func:`write_pages` rewrites in the full mode (tests/docs checks it against the summary)
+README_START = ("<!-- the reproduction table: written by `ctrlrnn reproduce --pages-only` from "
+                "the results files; do not edit -->")
+README_END = "<!-- end of the reproduction table -->"
+#: verdicts as the README's tally says them
+_SHORT_VERDICT = {verdicts.SAME_WITHIN: "same direction", verdicts.OPPOSITE_WITHIN:
+                  "opposite within spread", verdicts.BASELINE_LOW: "no verdict"}
+
+
+def short_title(title: str) -> str:
+    """An experiment's title without its details: the part before a colon, without a
+    closing parenthesis that names its source ("Sorting, n = 5 (table 1)" -> "Sorting,
+    n = 5")."""
+    head = title.split(":", 1)[0].strip()
+    if head.endswith(")") and "(" in head:
+        said = head[head.rindex("("):]
+        if any(word in said for word in ("table", "appendix", "figure", "protocol", "`")):
+            head = head[: head.rindex("(")].strip()
+    return head or title
+
+
+def readme_table(claims: Sequence[tuple[str, str, str, str]]) -> list[str]:
+    """The README's reproduction table from the summary's claims ``(page, experiment title,
+    claim, verdict)``, in their order: one row per experiment, its first claim and verdict,
+    and a tally of the verdicts of its other claims."""
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for page, title, claim, v in claims:
+        groups.setdefault((page, title), []).append((claim, v))
+    lines = ["| paper | experiment | claim | verdict | its other claims |",
+             "|---|---|---|---|---|"]
+    for (page, title), rows in groups.items():
+        (claim, v), others = rows[0], rows[1:]
+        tally: dict[str, int] = {}
+        for _claim, other in others:
+            key = _SHORT_VERDICT.get(other, other)
+            tally[key] = tally.get(key, 0) + 1
+        rest = ", ".join(f"{n} {key}" for key, n in tally.items()) or "–"
+        name = "Translation" if page == "translation" else page.upper()
+        lines.append(f"| [{name}](docs/results/{page}.md) | {short_title(title)} | {claim} | "
+                     f"{v} | {rest} |")
+    return lines
+
+
+def update_readme(readme: Path, claims: Sequence[tuple[str, str, str, str]]) -> bool:
+    """Rewrite the reproduction table of ``readme`` between :data:`README_START` and
+    :data:`README_END`; False (and nothing written) when the file or the markers are absent."""
+    if not readme.is_file():
+        return False
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_START, 1)
+    _old, tail = rest.split(README_END, 1)
+    body = "\n".join(["", *readme_table(claims), ""])
+    new = f"{head}{README_START}\n{body}\n{README_END}{tail}"
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return True
+
+
+def summary_claims(summary: str) -> list[tuple[str, str, str, str]]:
+    """The claims ``(page, experiment title, claim, verdict)`` of a summary page
+    (``docs/results/README.md``) that :func:`write_pages` wrote, read back from its table."""
+    out = []
+    for line in summary.splitlines():
+        if not line.startswith("| [") or line.count(" | ") < 6:
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        page = cells[0][1:cells[0].index("]")]
+        out.append((page, cells[1], cells[2], cells[5]))
+    return out
+
+
+def _summary_row(page: str, title: str, claim: str, papers: str, ours: str, v: str,
+                 scale_text: str) -> str:
+    return f"| [{page}]({page}.md) | {title} | {claim} | {papers} | {ours} | {v} | {scale_text} |"
+
+
+SUMMARY_HEAD = ["| paper | experiment | claim | paper's numbers (where) | ours | verdict | scale |",
+                "|---|---|---|---|---|---|---|"]
+
+
 def write_pages(results_dir: Path, out_dir: Path, mode: str,
                 extra_sections: dict[str, list[str]] | None = None,
                 extra_claims: list[tuple[str, str, str, str, str]] | None = None,
                 experiments: Sequence[Experiment] | None = None) -> list[Path]:
     """Write one page per paper plus ``README.md`` (the summary), every experiment's results
-    in them; returns the paths.
+    in them; returns the paths. In the full mode, the reproduction table of the repository's
+    README (``out_dir/../../README.md``, where it holds :data:`README_START`) too.
 
+    Each page, and the summary, opens with its claims' table: the paper's numbers, ours and
+    the verdict; the sections follow.
     ``extra_claims`` ``(page, experiment, claim, where, verdict)`` are verdicts made outside
     the experiments' tables (the speed sections), listed in the summary with their pages'.
     ``experiments``: write only the pages of these experiments, each with these experiments'
@@ -556,48 +685,75 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
     shown = tuple(EXPERIMENTS if experiments is None else experiments)
     stamp = results_stamp(results_dir, mode, shown)
     written: list[Path] = []
-    summary: list[str] = [
-        "# Reproduction results", "", *verdicts.RULE, "",
-        f"Generated by `ctrlrnn reproduce{' --quick' if mode == 'quick' else ''}` from the "
-        f"results files in `{results_dir / mode}` ({stamp}); do not edit by "
-        "hand.", "",
-        "| paper | experiment | claim | where | at our scale |", "|---|---|---|---|---|",
-    ]
+    rows: list[str] = []
+    readme_claims: list[tuple[str, str, str, str]] = []
     total_seconds = 0.0
     for paper, title in PAGES.items():
         exps = [e for e in shown if e.paper == paper]
         if experiments is not None and not exps:
             continue
         page_stamp = results_stamp(results_dir, mode, tuple(exps))
-        lines = [f"# {title}", "",
-                 f"Mode: **{mode}**. Generated by `ctrlrnn reproduce` from the results "
-                 f"files ({page_stamp}); do not edit by hand.", ""]
+        head = [f"# {title}", ""]
+        generated = [f"Mode: **{mode}**. Generated by `ctrlrnn reproduce` from the results "
+                     f"files ({page_stamp}); do not edit by hand."]
         if experiments is not None:
-            lines[-2] += (" This page holds only the experiments this job ran: "
-                          f"{', '.join(f'`{e.id}`' for e in exps)}.")
+            generated[-1] += (" This page holds only the experiments this job ran: "
+                              f"{', '.join(f'`{e.id}`' for e in exps)}.")
+        page_rows = ["| experiment | claim | paper's numbers (where) | ours | verdict |",
+                     "|---|---|---|---|---|"]
+        body: list[str] = []
         for exp in exps:
             data = load_results(results_dir, mode, exp)
             if data:
                 total_seconds += training_seconds(data)
             section, claim_verdicts = experiment_section(exp, data, out_dir, mode)
-            lines += section
-            for claim, source, v in claim_verdicts:
-                summary.append(
-                    f"| [{paper}]({paper}.md) | {exp.title} | {claim} | {source} | {v} |")
-        lines += (extra_sections or {}).get(paper, [])
-        for page, title, claim, source, v in extra_claims or []:
+            body += section
+            for c, (claim, source, v) in zip(exp.claims, claim_verdicts):
+                papers, ours = claim_numbers(exp, data, c)
+                papers = f"{papers} ({source})" if papers != "–" else source
+                page_rows.append(f"| [{short_title(exp.title)}](#{_anchor(exp.title)}) | "
+                                 f"{claim} | {papers} | {ours} | {v} |")
+                rows.append(_summary_row(paper, exp.title, claim, papers, ours, v,
+                                         _scale_cell(exp, mode)))
+                readme_claims.append((paper, exp.title, claim, v))
+        body += (extra_sections or {}).get(paper, [])
+        for page, title_, claim, source, v in extra_claims or []:
             if page == paper:
-                summary.append(f"| [{paper}]({paper}.md) | {title} | {claim} | {source} | {v} |")
+                rows.append(_summary_row(paper, title_, claim, source, "measured here", v,
+                                         _scale_cell(None, mode)))
+                page_rows.append(f"| {short_title(title_)} | {claim} | "
+                                 f"{source} | measured here | {v} |")
+                readme_claims.append((paper, title_, claim, v))
+        lines = [*head, *page_rows, "", *generated, "", *body]
         path = out_dir / f"{paper}.md"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)
     if experiments is not None:
         return written
-    summary += ["", f"Training time of the experiments in these files: "
-                f"{total_seconds / 60:.1f} minutes on this machine (every final run's and "
-                "tuning trial's own training clock, summed; the wall time of files whose runs "
-                "record none).", ""]
+    summary: list[str] = [
+        "# Reproduction results", "",
+        "Each row is one claim of a paper, tested at this machine's scale over several seeds. "
+        "The verdicts follow one rule, stated below the table.", "",
+        *SUMMARY_HEAD, *rows, "",
+        f"Training time of the experiments in these files: "
+        f"{total_seconds / 60:.1f} minutes on this machine (every final run's and "
+        "tuning trial's own training clock, summed; the wall time of files whose runs "
+        "record none).", "",
+        "## The verdict rule", "", *verdicts.RULE, "",
+        f"Generated by `ctrlrnn reproduce{' --quick' if mode == 'quick' else ''}` from the "
+        f"results files in `{results_dir / mode}` ({stamp}); do not edit by "
+        "hand.", "",
+    ]
     readme = out_dir / "README.md"
     readme.write_text("\n".join(summary) + "\n", encoding="utf-8")
     written.append(readme)
+    if mode == "full":
+        update_readme(out_dir.parent.parent / "README.md", readme_claims)
     return written
+
+
+def _anchor(heading: str) -> str:
+    """The anchor of a ``### heading`` of a page (GitHub's and the docs site's slug)."""
+    text = heading.replace("`", "").strip().lower()
+    kept = "".join(c for c in text if c in " -_" or unicodedata.category(c)[0] in "LNM")
+    return kept.replace(" ", "-")
