@@ -255,3 +255,53 @@ def test_the_estimate_follows_this_machine_and_its_load(tmp_path: Path, monkeypa
     assert bp.estimate("cells", tmp_path) == 150.0
     monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 0.0, 0.0))  # 3 busy + the compile
     assert bp.estimate("cells", tmp_path) == 300.0
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM", "SIGINT"])
+def test_a_process_killed_while_compiling_leaves_no_compiler_behind(
+    tmp_path: Path, tiny: Path, signal_name: str
+) -> None:
+    """The compiler (here a stand-in that sleeps) dies with the process that started the build,
+    however that process ends."""
+    import signal
+    import time
+
+    pids = tmp_path / "compiler-pids"
+    fake = tmp_path / "bin" / "slow-c++"
+    fake.parent.mkdir()
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$1" in --version|-v|-dumpversion|-dumpfullversion) echo "slow-c++ 1"; exit 0;; esac
+        echo $$ >> {pids}
+        exec sleep 120
+        """))
+    fake.chmod(0o755)
+    env = fresh_env(tmp_path, CXX=str(fake))
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(REPORT), str(tiny)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids.exists() and pids.read_text().strip()):
+            assert parent.poll() is None, parent.communicate()
+            assert time.monotonic() < deadline, "the compiler never started"
+            time.sleep(0.1)
+        compiler = int(pids.read_text().split()[0])
+        parent.send_signal(getattr(signal, signal_name))
+        parent.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while _alive(compiler) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(compiler), f"the compiler (pid {compiler}) outlived its build"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.communicate()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -5,10 +5,12 @@ The argument is a JSON object: ``module`` (the extension module's name), ``sourc
 log; the last line ``CTRLRNN_LIBRARY=<path>`` names the library built (and imported once here,
 so a library that cannot load counts as a failed build).
 
-The worker dies with its parent (Linux: ``PR_SET_PDEATHSIG``), so a build whose process was
-killed leaves no compiler behind; the parent holds the build folder's lock for the whole build,
-so the ``lock`` file torch's builder leaves in the folder when killed is stale by the time the
-next worker starts, and is removed.
+The parent starts the worker as the leader of a new process group, which ninja joins. The
+worker ends on SIGTERM by passing it to ninja (which ends its compilers) and then killing the
+group. It gets SIGTERM when the parent dies (Linux: ``PR_SET_PDEATHSIG``) or stops the build,
+so a build whose process was killed leaves no compiler behind. The
+parent holds the build folder's lock for the whole build, so the ``lock`` file torch's builder
+leaves in the folder when killed is stale by the time the next worker starts, and is removed.
 """
 
 import ctypes
@@ -16,15 +18,31 @@ import json
 import os
 import signal
 import sys
+import time
+
+#: Seconds ninja gets to end its compilers before the worker's group is killed.
+GRACE_S = 2.0
+
+
+def _end_group(signum: int, frame: object) -> None:
+    """End this worker's process group and the compilers ninja started. Ninja runs each
+    compiler in a process group of its own and ends those groups when it gets SIGTERM, so the
+    group gets SIGTERM first, and SIGKILL once ninja has had time to pass it on."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    time.sleep(GRACE_S)
+    os.killpg(0, signal.SIGKILL)
 
 
 def _die_with_parent() -> None:
     if not sys.platform.startswith("linux"):
         return
+    signal.signal(signal.SIGTERM, _end_group)
+    signal.signal(signal.SIGHUP, _end_group)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM))
     except (OSError, AttributeError):
         return
     if os.getppid() == 1:  # the parent died before the call: nothing would kill us later

@@ -39,12 +39,14 @@ building or warning (read at every call, so it can be switched at run time).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -57,6 +59,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
+from typing import IO
 
 import torch
 
@@ -382,6 +385,26 @@ def advice(cause: str) -> str:
     return "see the build log"
 
 
+def _run_worker(spec: dict, log: IO[str], env: dict[str, str]) -> int:
+    """Run the build worker in a process group of its own and wait for it. Whatever ends the
+    wait (the timeout, Ctrl-C, SIGTERM) ends the whole group, ninja and the compilers included;
+    the worker itself ends the group when this process dies (``_build_worker.py``)."""
+    proc = subprocess.Popen([sys.executable, str(WORKER), files.dumps(spec)], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=BUILD_TIMEOUT_S)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)  # the worker ends ninja's compilers, then itself
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        raise
+
+
 def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
     """Compile ``name`` into ``folder`` in a child process: ``(library or None, cause, seconds,
     whether a failure is worth remembering)``. A compile killed by a signal or stopped by the
@@ -406,10 +429,7 @@ def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
                   f"PATH={env['PATH']}\n\n")
         log.flush()
         try:
-            proc = subprocess.run([sys.executable, str(WORKER), files.dumps(spec)], stdout=log,
-                                  stderr=subprocess.STDOUT, env=env, timeout=BUILD_TIMEOUT_S,
-                                  check=False)
-            rc: int | str = proc.returncode
+            rc: int | str = _run_worker(spec, log, env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             rc = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
