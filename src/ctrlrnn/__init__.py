@@ -50,3 +50,13 @@ __all__ = [
     "set_output_cache_limit",
 ]
 __all__ = sorted([*__all__, *unit_exports()])
+del unit_exports
+
+#: the subpackages a user imports from by name (``ctrlrnn.nn``, ``ctrlrnn.ops``)
+_PUBLIC_MODULES = ("nn", "ops")
+
+
+def __dir__() -> list[str]:
+    """The public names only: ``__all__``, the public subpackages and ``__version__`` (not
+    the modules and helpers that importing the package binds)."""
+    return sorted([*__all__, *_PUBLIC_MODULES, "__version__"])
