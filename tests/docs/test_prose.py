@@ -2,10 +2,8 @@
 and of every page of docs/*.md is under 20 words (issue 75). :mod:`prose` says what counts as
 a sentence and as a word.
 
-Two pages of docs/ are rendered by programs from measurements rather than written here, and
-are measured but not held to the bound until their generators are rewritten: ``gpu.md``
-(``scripts/gpu-check``, :mod:`ctrlrnn.bench.gpu_page`) and ``benchmarks-xeon.md`` (a
-``ctrlrnn bench`` page whose results file was never committed, kept as it was rendered).
+One page of docs/ is measured but not held to the bound: ``benchmarks-xeon.md``, a
+``ctrlrnn bench`` page whose results file was never committed, kept as it was rendered.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_MEDIAN = 20
 #: rendered by a program, not written by hand: page -> what writes it
 GENERATED = {
-    "docs/gpu.md": "scripts/gpu-check renders it (ctrlrnn.bench.gpu_page)",
     "docs/benchmarks-xeon.md": "a ctrlrnn bench page kept as rendered (its run was not kept)",
 }
 PAGES = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]

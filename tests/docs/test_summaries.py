@@ -47,3 +47,19 @@ def test_each_results_page_opens_with_its_claims(page: str) -> None:
     head = _line_of(path, "| experiment | claim | paper's numbers (where) | ours | verdict |")
     first_section = _line_of(path, "### ")
     assert head < first_section and head <= 5, f"{page}: its claims start at line {head}"
+
+
+def test_gpu_page_summary_first() -> None:
+    """docs/gpu.md opens with each unit's speed against cuDNN, rendered from its results file,
+    and the page on disk is what its generator renders from the committed results."""
+    import json
+
+    from ctrlrnn.bench.gpu_page import render_page, summary_rows
+
+    page = ROOT / "docs" / "gpu.md"
+    head = _line_of(page, "| unit | against | training speed-up | inference speed-up |")
+    assert head <= WITHIN, f"docs/gpu.md's summary starts at line {head}"
+    results = json.loads((ROOT / "bench-results" / "gpu-h100.json").read_text(encoding="utf-8"))
+    assert page.read_text(encoding="utf-8") == render_page(results)
+    units = [row[0] for row in summary_rows(results["bench"])]
+    assert units[0] == "QRNN" and {"CAS-LSTM", "RCRN", "METAGROSS"} <= set(units)

@@ -14,33 +14,49 @@ from ctrlrnn.bench.gpu_benchmarks import QRNN_HIDDEN, QRNN_PAPER_MAX
 HOWTO = """\
 ## GPU check: how to run it
 
-On a machine with a CUDA GPU, Python with torch (CUDA build), Triton and pytest, and no network
-needed, from the repository root:
+Run it on a machine with a CUDA GPU, from the repository root.
+It needs Python with torch (a CUDA build), Triton and pytest, and no network.
 
 ```
 scripts/gpu-check OUT        # e.g. scripts/gpu-check /tmp/gpu-out
 ```
 
-It installs ctrlrnn from the working tree with `pip install --no-deps --no-build-isolation
---no-index --target <temp dir> .` (no downloads; the machine's torch is not touched), runs the
-CUDA tests (`tests/gpu/test_cuda_layers.py`: every layer forward and backward on CUDA against
-the CPU reference, fp32 and bf16, lengths and packed input; `tests/gpu/test_cuda_dispatch.py`;
-`tests/gpu/test_cuda_training.py`: `ctrlrnn train` a few steps on CUDA, five task models),
-then the GPU benchmarks, and writes `OUT/results.json`, `OUT/gpu.md` and this page. It is
-budgeted to finish within 8 minutes on an H100 (each part has a time share; benchmarks reduce
-their repeats when it runs low). `PYTHON=...` picks the interpreter (default `python3`);
-`--skip-install`, `--skip-tests`, `--skip-bench` leave parts out. To re-render this page from a
-results file: `python -m ctrlrnn.bench.gpu_check --render OUT/results.json --page docs/gpu.md`.
+The check does four things:
 
-Timings are medians of repeats timed with CUDA events after a warm-up, the rows compared with
-each other timed in turn; every ratio on this page comes from one run on one device. fp32 runs
-with TF32 off for both sides (cuDNN and the GEMMs), as on the papers' K40 and GTX 1070.
+- It installs ctrlrnn from the working tree into a temporary folder, with no downloads.
+  The machine's torch is not touched.
+- It runs the CUDA tests: every layer forward and backward on CUDA against the CPU reference.
+  They cover fp32 and bf16, lengths and packed input, the dispatch table, and `ctrlrnn train`.
+- It runs the GPU benchmarks.
+- It writes `OUT/results.json`, `OUT/gpu.md` and this page.
 
-The "step loops as CUDA graphs" rows time the fused cells' loops launched per step
-(`CTRLRNN_CUDA_GRAPHS=0`) against the same loops captured in CUDA graphs (the default), and the
-CUDA tests check that both give the same outputs and gradients. The other tables run with the
-defaults: graphs on, and RCRN's `controllers="auto"` on the Triton fused cells.
+It is budgeted to finish within 8 minutes on an H100.
+Each part has a time share, and benchmarks take fewer repeats when time runs low.
+`PYTHON=...` picks the interpreter (default `python3`).
+`--skip-install`, `--skip-tests` and `--skip-bench` leave parts out.
+To render this page again from a results file:
+`python -m ctrlrnn.bench.gpu_check --render OUT/results.json --page docs/gpu.md`.
+
+Timings are medians of repeats, timed with CUDA events after a warm-up.
+Rows compared with each other are timed in turn.
+Every ratio on this page comes from one run on one device.
+fp32 runs with TF32 off on both sides, as on the papers' K40 and GTX 1070.
+
+The fused cells' step loops run as CUDA graphs by default.
+The "step loops as CUDA graphs" rows time them against the same loops launched step by step
+(`CTRLRNN_CUDA_GRAPHS=0`).
+The CUDA tests check that both give the same outputs and gradients.
+The other tables run with the defaults: graphs on, and RCRN's `controllers="auto"`.
 """
+
+#: the unit comparisons of the summary: (results key, unit, what it is timed against)
+SUMMARY_PAIRS = (
+    ("caslstm", "CAS-LSTM", "2-layer cuDNN LSTM"),
+    ("rcrn_table10", "RCRN", "3-layer cuDNN BiLSTM"),
+    ("carnn", "CARNN (nCARNN)", "cuDNN LSTM"),
+    ("metagross", "METAGROSS", "cuDNN LSTM"),
+    ("metagross_state", "METAGROSS as printed", "cuDNN LSTM"),
+)
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -185,6 +201,57 @@ def _scan_steady_line(s: dict[str, Any]) -> list[str]:
             "goal.", ""]  # fmt: skip
 
 
+def _span(values: list[float]) -> str:
+    """A range of speed-ups as ``1.2x-3.4x`` (one value: ``1.2x``; none: ``-``)."""
+    values = [v for v in values if v]
+    if not values:
+        return "-"
+    low, high = min(values), max(values)
+    return f"{low:.1f}x" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}x-{high:.1f}x"
+
+
+def summary_rows(bench: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(unit, baseline, training speed-up, inference speed-up) of every unit measured; a
+    speed-up is the baseline's time over ours, as a range over the shapes timed."""
+    rows: list[tuple[str, str, str, str]] = []
+    q = bench.get("qrnn_fig4")
+    if isinstance(q, dict) and q.get("cells"):
+        cells = list(q["cells"].values())
+        rows.append(("QRNN", "cuDNN LSTM",
+                     _span([_ratio(c["lstm_train_ms"], c["qrnn_train_ms"]) for c in cells]),
+                     _span([_ratio(c["lstm_infer_ms"], c["qrnn_infer_ms"]) for c in cells])))
+    for key, unit, against in SUMMARY_PAIRS:
+        d = bench.get(key)
+        if not isinstance(d, dict) or not d.get("rows"):
+            continue
+        rows.append((unit, against,
+                     _span([_ratio(r["base_train_ms"], r["ours_train_ms"]) for r in d["rows"]]),
+                     _span([_ratio(r["base_infer_ms"], r["ours_infer_ms"]) for r in d["rows"]])))
+    return rows
+
+
+def _summary(bench: dict[str, Any]) -> list[str]:
+    """The page's answer first: each unit's speed against cuDNN, and the scan's bandwidth."""
+    rows = summary_rows(bench)
+    if not rows:
+        return []
+    lines = ["## Summary", "",
+             "Speed-up = cuDNN's time / ctrlrnn's time, over the shapes timed below.",
+             "Above 1, ctrlrnn is faster.", "",
+             "| unit | against | training speed-up | inference speed-up |",
+             "|---|---|---:|---:|"]
+    lines += [f"| {unit} | {against} | {train} | {infer} |"
+              for unit, against, train, infer in rows]
+    scan = bench.get("scan")
+    if isinstance(scan, dict) and "fraction" in scan:
+        goal = 100 * scan.get("goal", 0.8)
+        lines += ["", f"The linear scan reaches {100 * scan['fraction']:.0f}% of the copy "
+                  f"bandwidth through its autograd op, against a goal of {goal:.0f}%."]
+        if "kernels_fraction" in scan:
+            lines.append(f"Its kernels alone reach {100 * scan['kernels_fraction']:.0f}%.")
+    return [*lines, ""]
+
+
 def render_page(results: dict[str, Any] | None) -> str:
     """``docs/gpu.md`` from a results dict (None: the page before any GPU run)."""
     lines = ["# ctrlrnn on the GPU", ""]
@@ -198,9 +265,11 @@ def render_page(results: dict[str, Any] | None) -> str:
     env = bench.get("environment", {}) if isinstance(bench, dict) else {}
     changed = results.get("changed") or []
     plus = f" with uncommitted changes to {', '.join(f'`{c}`' for c in changed)}" if changed else ""
-    lines += [f"Measured by `scripts/gpu-check` on {results.get('started', '?')} (commit "
-              f"`{(results.get('commit') or '?')[:12]}`{plus}, "
-              f"{_f(results.get('elapsed_s'), 0)} s in all).", "",
+    lines += _summary(bench if isinstance(bench, dict) else {})
+    lines += ["## The run", "",
+              f"Measured by `scripts/gpu-check` on {results.get('started', '?')}.",
+              f"Commit `{(results.get('commit') or '?')[:12]}`{plus}.",
+              f"The check took {_f(results.get('elapsed_s'), 0)} s in all.", "",
               "| | |", "|---|---|",
               f"| device | {env.get('device', '?')} (compute capability "
               f"{env.get('capability', '?')}, {env.get('sms', '?')} SMs, "
