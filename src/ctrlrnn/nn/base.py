@@ -88,6 +88,16 @@ def run_directions(calls: list[DirectionCall], lengths: Tensor | None
 
 
 def _pad(input: PackedSequence) -> tuple[Tensor, Tensor]:
+    """``pad_packed_sequence(input, batch_first=True)``, also on the ``meta`` device.
+
+    torch puts the lengths of an unsorted packed batch back in the batch's order by reading
+    ``unsorted_indices``, which on the meta device holds no values. There the padded batch is
+    put back in its order (``index_select``, shapes only) and the lengths stay in the packed
+    (sorted) order: the same lengths, so every shape they give is the batch order's."""
+    if input.data.device.type == "meta" and input.unsorted_indices is not None:
+        padded, lengths = pad_packed_sequence(PackedSequence(input.data, input.batch_sizes),
+                                              batch_first=True)  # fmt: skip
+        return padded.index_select(0, input.unsorted_indices), lengths
     return pad_packed_sequence(input, batch_first=True)
 
 

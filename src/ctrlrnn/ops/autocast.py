@@ -7,6 +7,10 @@ runs in the autocast dtype: :func:`autocast_inputs` casts its floating inputs to
 kernels accumulate the recurrent state in float32 (as they do for any float16/bfloat16 input),
 and the outputs come back in the autocast dtype. The casts are differentiable, so float32
 parameters get float32 gradients.
+
+A device type ``torch.autocast`` does not cover (``meta``, where a layer only computes shapes)
+has no autocast state to read: :func:`autocast_dtype` answers None there, as it does for a
+device whose autocast is off.
 """
 
 from __future__ import annotations
@@ -14,10 +18,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ctrlrnn.ops.compiled_op import constant_under_compile
+
+
+@constant_under_compile
+def autocast_available(device_type: str) -> bool:
+    """Whether ``torch.autocast`` covers ``device_type`` (``"cpu"`` and ``"cuda"`` do,
+    ``"meta"`` does not: torch's autocast queries raise there). Answered once while dynamo
+    traces, as a constant."""
+    return bool(torch.amp.is_autocast_available(device_type))
+
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype ``torch.autocast`` imposes on tensors of ``device`` now, or None (disabled)."""
-    if not torch.is_autocast_enabled(device.type):
+    """The dtype ``torch.autocast`` imposes on tensors of ``device`` now, or None (disabled, or
+    a device type autocast does not cover, such as ``meta``)."""
+    if not autocast_available(device.type) or not torch.is_autocast_enabled(device.type):
         return None
     return torch.get_autocast_dtype(device.type)
 

@@ -84,8 +84,13 @@ def has_kernel(family: str, device: torch.device) -> bool:
 
 def path(family: str, device: torch.device) -> str:
     """The path a public op of ``family`` takes for tensors on ``device``: :data:`EXPORT`
-    while an ONNX export is traced, else :data:`KERNEL` where :func:`has_kernel` or while
-    TorchScript traces (``torch.jit.trace``), else :data:`REFERENCE`.
+    while an ONNX export is traced, else :data:`KERNEL` where :func:`has_kernel`, on the
+    ``meta`` device outside ``torch.func`` transforms, or while TorchScript traces
+    (``torch.jit.trace``), else :data:`REFERENCE`.
+
+    On the meta device the custom op runs its fake (:mod:`ctrlrnn.ops.kernel_op`): one call
+    that gives the outputs' shapes, as ``torch.nn.LSTM``'s one op does there, where the
+    reference would dispatch every op of its loop over time to a meta kernel.
 
     A trace records the custom op as one node whatever runs inside it, and without a kernel the
     op runs its fallback, the reference (:mod:`ctrlrnn.ops.kernel_op`); the reference called
@@ -93,7 +98,8 @@ def path(family: str, device: torch.device) -> str:
     traced length."""
     if scan_export.active():
         return EXPORT
-    if has_kernel(family, device) or torchscript_tracing():
+    shapes_only = device.type == "meta" and not functorch_active()
+    if has_kernel(family, device) or shapes_only or torchscript_tracing():
         return KERNEL
     return REFERENCE
 

@@ -10,7 +10,8 @@ each with
   and the Triton module of a family have the same functions with the same signatures;
 * a fallback, the op's default body (and what a kernel runs when the table has no module: a
   graph traced with a kernel, run where it cannot be had);
-* a fake (meta) implementation, so that it traces under ``torch.compile`` and ``torch.export``;
+* a fake (meta) implementation, so that it traces under ``torch.compile`` and ``torch.export``,
+  and what the op computes on the ``meta`` device (the outputs' shapes);
 
 and the forward's autograd formula is registered once, through
 :class:`ctrlrnn.ops.compiled_op.CompiledOp` (with its eager twin), the backward's is the
@@ -93,6 +94,8 @@ def device_op(name: str, family: str, kernel: Kernel) -> tuple[Any, Callable[...
 
     def impl(*args: Any) -> Any:
         device = next(a.device.type for a in args if isinstance(a, torch.Tensor))
+        if device == "meta":  # shapes only: what the op's meta kernel, its fake, gives
+            return kernel.fake(*args)
         return kernels.get(device, kernel.fallback)(*args)
 
     return op, impl
