@@ -6,8 +6,9 @@
 The model follows RCRN paper 4.2 by default (max+mean+min pooling, one 200-d ReLU layer); the
 CAS-LSTM paper 3.3 sentence encoder is ``task.pooling=max`` (with ``task.mlp_layers``,
 ``task.mlp_hidden`` and ``task.dropout`` of eq 14). Pre-trained GloVe vectors come with
-``task.glove=cache`` (the prepared ``glove`` source) or a directory in its prepared form, frozen
-unless ``task.freeze_embeddings=false``.
+``task.glove=cache`` (the prepared ``glove`` source, GloVe 6B 50d), a directory in its prepared
+form or a file in GloVe's text format (any dimension), frozen unless
+``task.freeze_embeddings=false``.
 
 ``task.source=DIR`` reads ``DIR/{train,valid,test}.tsv`` (``label<TAB>space-separated
 tokens``, the prepared format) instead of the prepared data set. Metric: accuracy.

@@ -33,16 +33,46 @@ def require_files(directory: Path, names: Sequence[str], option: str = "task.sou
             raise ValueError(f"{option}: {directory} has no {name}")
 
 
+def read_glove_text(path: Path) -> GloveVectors:
+    """Vectors in GloVe's own text format: one word a line, then its numbers, separated by
+    spaces (the dimension is the first line's; a word may hold spaces, as a few of
+    ``glove.840B.300d.txt``'s do: the last ``dim`` fields are the vector)."""
+    words: list[str] = []
+    rows: list[list[float]] = []
+    dim = 0
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            fields = line.rstrip("\r\n").rstrip(" ").split(" ")
+            if not line.strip():
+                continue
+            dim = dim or len(fields) - 1
+            if dim < 1 or len(fields) < dim + 1:
+                raise ValueError(f"task.glove: {path}:{number}: expected a word and {dim or 'its'} "
+                                 "numbers")
+            try:
+                rows.append([float(x) for x in fields[-dim:]])
+            except ValueError as exc:
+                raise ValueError(f"task.glove: {path}:{number}: {exc}") from None
+            words.append(" ".join(fields[:-dim]))
+    if not words:
+        raise ValueError(f"task.glove: {path} holds no vectors")
+    return GloveVectors(words, np.asarray(rows, dtype=np.float32))
+
+
 def load_vectors(value: str) -> GloveVectors | None:
-    """``task.glove``: ``""`` none, ``"cache"`` the prepared ``glove`` source, or a directory in
-    its prepared form (``words.txt``, one word per line, and ``vectors.npy`` of the same rows)."""
+    """``task.glove``: ``""`` none, ``"cache"`` the prepared ``glove`` source, a directory in
+    its prepared form (``words.txt``, one word per line, and ``vectors.npy`` of the same rows),
+    or a file in GloVe's text format (:func:`read_glove_text`: e.g. ``glove.840B.300d.txt``)."""
     if not value:
         return None
     if value == "cache":
         return load_glove()
     path = Path(value).expanduser()
+    if path.is_file():
+        return read_glove_text(path)
     if not path.is_dir():
-        raise ValueError(f"task.glove: expected '', 'cache' or a directory, got {value!r}")
+        raise ValueError("task.glove: expected '', 'cache', a directory or a GloVe text file, "
+                         f"got {value!r}")
     require_files(path, ["words.txt", "vectors.npy"], "task.glove")
     words = (path / "words.txt").read_text(encoding="utf-8").split("\n")
     if words and words[-1] == "":
