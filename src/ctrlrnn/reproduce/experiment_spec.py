@@ -38,6 +38,47 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class PaperSetting:
+    """How the paper ran the experiment, row by row as its pages print it, for the page's
+    "paper vs here" table (:mod:`ctrlrnn.reproduce.paper_vs_here`, which derives our side of
+    each row from the experiment's definition). Empty values: the paper does not say.
+
+    Values in our terms compare with ours, and a row whose values are equal *matches*:
+    ``data_key`` (:data:`~ctrlrnn.reproduce.paper_vs_here.TASK_DATA`'s key, with the task's
+    size parameter: ``addition-5``), ``train_size``, ``width`` (a number; words: a sweep),
+    ``depth`` (one for every arm, per arm label, or words), ``architecture_key`` (the model
+    around the unit, in the keys :mod:`~ctrlrnn.reproduce.paper_vs_here` derives),
+    ``optimizer`` (our name: adam, sgd, rmsprop), ``batch`` (a number, or words that must equal
+    ours), ``epochs`` with ``early_stopping`` (ours: the cap and whether a patience stops
+    runs before it), ``seeds``, ``metric_key``
+    (our metric's name; BLEU with its beam: ``bleu-beam8``). ``why`` says, per row
+    (:data:`~ctrlrnn.reproduce.paper_vs_here.ROWS`), why ours differs; a test holds every
+    differing row of a full-mode page to having one."""
+
+    source: str  # where the paper states its set-up
+    data: str  # the paper's data set, in words
+    data_key: str = ""
+    train_size: int | None = None
+    train_unit: str = ""  # what ``train_size`` counts ("": our task's unit)
+    embeddings: str = ""  # the paper's input vectors, in words ("": no such row)
+    width: int | str | None = None
+    depth: int | str | dict[str, int] | None = None
+    parameters: dict[str, str] = field(default_factory=dict)  # per arm label, as printed
+    architecture: str = ""  # the model around the unit, in words ("": no such row)
+    architecture_key: str = ""
+    optimizer: str = ""
+    lr: str = ""  # the paper's learning rate and its schedule, in words
+    batch: int | str | None = None
+    epochs: int | None = None  # the paper's number (or cap) of epochs
+    early_stopping: bool = False  # whether the paper's runs stop early, under that cap
+    budget: str = ""  # the paper's training budget, in words
+    seeds: int | None = None  # runs per model the paper reports over
+    metric: str = ""  # the paper's metric, in words
+    metric_key: str = ""
+    why: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Experiment:
     id: str
     paper: str  # results page: qrnn, rcrn, cas-lstm, metagross, carnn, translation
@@ -68,6 +109,8 @@ class Experiment:
     #: the test split is scored) and the tuning choice ("": ``metric``, the one reported). A
     #: noisy test metric (BLEU on a few hundred sentences) is better selected by the loss.
     select: str = ""
+    #: how the paper ran it (the page's "paper vs here" table); None: no such table
+    paper_setting: PaperSetting | None = None
 
     def tuning(self, mode: str) -> Tuning | None:
         return self.tuning_quick if mode == "quick" else self.tuning_full

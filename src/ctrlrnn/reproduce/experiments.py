@@ -10,13 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 from ctrlrnn.reproduce import experiment_notes as notes
-from ctrlrnn.reproduce.experiment_spec import PAGES, Arm, Claim, Experiment
+from ctrlrnn.reproduce import paper_settings as paper
+from ctrlrnn.reproduce.experiment_spec import PAGES, Arm, Claim, Experiment, PaperSetting
 from ctrlrnn.reproduce.tuning import Tuning, lr_and_dropout
 
 __all__ = ["EXPERIMENTS", "PAGES", "Arm", "Claim", "Experiment", "by_id"]
 
 
 _SMALL = {"hidden_size": 64}
+#: the QRNN appendix's addition task: n_train = 100,000 for 5 digits, and the size at which it
+#: says the LSTM converges (2 layers of 128; the QRNN needs more than 3 of 256)
+_ADDITION_TRAIN = 100_000
+_ADDITION_SIZE = {"hidden_size": 128, "num_layers": 2}
+#: the RCRN paper's classifiers (section 4.2): 200-d RCRN cells over pre-trained vectors, here
+#: GloVe 6B 50d (the one GloVe that reaches this machine), frozen as the paper's are
+_RCRN_CLASSIFIER = {"glove": "cache"}
+#: the CAS-LSTM paper's sentence classifier (section 3.3, eq 14) for SST (4.3): max pooling over
+#: time of the top layer's states, a 300-d ReLU MLP, softmax; GloVe vectors tuned in training
+_CAS_CLASSIFIER = {"glove": "cache", "freeze_embeddings": False, "pooling": "max",
+                   "mlp_layers": 1, "mlp_hidden": 300}
 #: the logical inference cap: the LSTM's validation accuracy still rose by ~0.6 points an
 #: epoch at the 12 epochs first set, so its runs stop by patience well before this cap
 _LOGIC_EPOCHS = 50
@@ -25,6 +37,19 @@ _LOGIC_EPOCHS = 50
 #: section 2 (docs/metagross.md): gates from x_t (the authors' code) and as printed
 _MG_RNN = "METAGROSS (LSTM base)"
 _MG_PRINTED = "METAGROSS as printed (LSTM base)"
+#: METAGROSS paper table 2: accuracy (%) at 7..12 operators, Bowman et al.'s LSTM and METAGROSS
+_TABLE2_COUNTS = (7, 8, 9, 10, 11, 12)
+_TABLE2_LSTM = (88.0, 85.0, 80.0, 78.0, 71.0, 69.0)
+_TABLE2_MG = (97.0, 95.0, 93.0, 92.0, 90.0, 88.0)
+_MG_LOGIC = "METAGROSS (depth 3)"
+_MG_LOGIC_PRINTED = "METAGROSS as printed (depth 3)"
+
+
+def _per_count(row: tuple[float, ...]) -> dict[str, float]:
+    """A table 2 row as the logic task's test metrics name them (``accuracy_ops7``...)."""
+    return {f"accuracy_ops{n}": v for n, v in zip(_TABLE2_COUNTS, row, strict=True)}
+
+
 _TABLE1_CLAIMS = (
     Claim(_MG_RNN, "BiLSTM", "table 1"),
     Claim(_MG_RNN, "S-BiLSTM", "table 1"),
@@ -98,11 +123,13 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
              claims: tuple[Claim, ...], task_args: dict[str, Any], paper_metric: str, *,
              tuning: Tuning, metric: str = "exact_match", page: str = "metagross",
              also: tuple[str, ...] = (), note: str = "",
-             paper_comparable: bool = False) -> Experiment:
+             paper_comparable: bool = False, full: dict[str, Any] | None = None,
+             paper_setting: PaperSetting | None = None) -> Experiment:
     """A seq2seq experiment: full mode trains to a patience of 4 evaluations (one per epoch)
-    or a cap of 100 epochs, after the arms' equal ``tuning``. (The cap was 30 epochs until the
-    runs at sorting n = 10 and tree traversal n = 4 hit it while still improving; runs that
-    stopped at it continue from their checkpoints, see :mod:`ctrlrnn.reproduce.stopping`.)"""
+    or a cap of 100 epochs, after the arms' equal ``tuning``; ``full`` overrides that mode's
+    settings (the training-set size). (The cap was 30 epochs until the runs at sorting n = 10
+    and tree traversal n = 4 hit it while still improving; runs that stopped at it continue
+    from their checkpoints, see :mod:`ctrlrnn.reproduce.stopping`.)"""
     return Experiment(
         id=exp_id, paper=page, title=title, task=task, metric=metric,
         higher_is_better=metric != "perplexity", arms=arms, claims=claims,
@@ -111,8 +138,9 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
         quick={"max_steps": 150, "epochs": 20, "batch_size": 64, "eval_every": 75,
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"epochs": 100, "batch_size": 64, "patience": 4,
-              "task.train_size": 10000, "task.valid_size": 1000, "task.test_size": 1000},
-        tuning_full=tuning,
+              "task.train_size": 10000, "task.valid_size": 1000, "task.test_size": 1000,
+              **(full or {})},
+        tuning_full=tuning, paper_setting=paper_setting,
     )
 
 
@@ -123,8 +151,8 @@ _TABLE1_DECODER = {"decoder_layers": 1, "attention": "bahdanau"}
 
 def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float],
             ppl: tuple[float, float, float], task_args: dict[str, Any],
-            setting: str, trial_steps: int, measured: str, ordered: bool = True,
-            setting_note: str = "") -> Experiment:
+            setting: str, trial_steps: int, measured: str, paper_setting: PaperSetting,
+            ordered: bool = True, setting_note: str = "") -> Experiment:
     """A METAGROSS paper table 1 task: BiLSTM, S-BiLSTM and table 9's METAGROSS in both
     readings, with the paper's exact match and perplexity of BiLSTM, S-BiLSTM and METAGROSS,
     one shared decoder, and the equal search of ``trial_steps`` steps a trial (156 steps an
@@ -157,7 +185,8 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
                            dropout=(0.0, 0.3))
     return _seq2seq(task, exp_id, title, arms, claims, {**task_args, **_TABLE1_DECODER},
                     f"exact match (%) and perplexity on {setting}", also=("perplexity",),
-                    note=note, paper_comparable=True, tuning=search)
+                    note=note, paper_comparable=True, tuning=search,
+                    paper_setting=paper_setting)
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
@@ -186,6 +215,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         note=notes.PTB_LM_NOTE + notes.budget_note(4316, "QRNN + zoneout 0.1, 12,948 steps")
         + notes.search_changed("2026-11-24", "4 points of one epoch (1,328 steps), 3 drawn at "
                                "random"),
+        paper_setting=paper.PTB_LM,
     ),
     _seq2seq(
         "copy", "qrnn-copy", "Copy task, 5 digits (appendix)",
@@ -195,22 +225,28 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning=_epochs_search("model.dropout", 6, 156, dropout=(0.0, 0.3)),
         note=notes.budget_note(936, "QRNN, 2,184 steps", kept="6 epochs, the earlier trials' "
                                "length") + _SEQ2SEQ_CHANGED,
+        also=("token_accuracy",), paper_setting=paper.COPY,
     ),
     _seq2seq(
         "addition", "qrnn-addition", "Addition task, 5 digits (appendix)",
-        (Arm("LSTM", "lstm", _SMALL), Arm("QRNN", "qrnn", _SMALL)),
+        (Arm("LSTM", "lstm", _ADDITION_SIZE), Arm("QRNN", "qrnn", _ADDITION_SIZE)),
         (Claim("LSTM", "QRNN", "appendix: LSTMs need 2x128, QRNNs > 3x256"),),
         {"digits": 5}, "converges (>99% validation character accuracy) or not", page="qrnn",
-        tuning=_epochs_search("model.dropout", 12, 156, dropout=(0.0, 0.3)),
-        note=notes.budget_note(1872, "LSTM, 5,304 steps", kept="12 whole epochs")
+        tuning=_epochs_search("model.dropout", 2, 1562, dropout=(0.0, 0.3)),
+        full={"task.train_size": _ADDITION_TRAIN},
+        note=notes.ADDITION_NOTE
+        + notes.budget_note(3124, "LSTM, 5,304 steps", kept="2 whole epochs of the 100,000 "
+                            "examples")
         + _SEQ2SEQ_CHANGED,
+        also=("token_accuracy",), paper_setting=paper.ADDITION,
     ),
     # ------------------------------------------------------------------ RCRN
     Experiment(
         id="rcrn-mr",
         paper="rcrn",
-        title="MR-like sentence sentiment with GloVe: RCRN vs BiLSTM vs 3-layer BiLSTM",
+        title="MR-like sentence sentiment with GloVe 50d: RCRN vs BiLSTM vs 3-layer BiLSTM",
         task="mr",
+        task_args=_RCRN_CLASSIFIER,
         metric="accuracy",
         higher_is_better=True,
         arms=(
@@ -220,17 +256,20 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         claims=(Claim("RCRN", "BiLSTM", "tables 1-5"), Claim("RCRN", "3L-BiLSTM", "tables 1-5")),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
-        full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 200, "patience": 3},
         tuning_full=_epochs_search("task.dropout", 2, 317),
-        note=notes.budget_note(634, "BiLSTM, 1,585 steps", kept="2 whole epochs")
+        note=notes.RCRN_CLASSIFIER_NOTE
+        + notes.budget_note(634, "BiLSTM, 1,585 steps", kept="2 whole epochs")
         + _CLASSIFIER_CHANGED,
         paper_metric="accuracy on 16 Amazon review sets, SST, IMDb, TREC (not available here)",
+        paper_setting=paper.RCRN_MR,
     ),
     Experiment(
         id="rcrn-sst5",
         paper="rcrn",
-        title="SST-5-like graded sentiment: RCRN vs BiLSTM vs 3-layer BiLSTM",
+        title="SST-5-like graded sentiment with GloVe 50d: RCRN vs BiLSTM vs 3-layer BiLSTM",
         task="sst5",
+        task_args=_RCRN_CLASSIFIER,
         metric="accuracy",
         higher_is_better=True,
         arms=(
@@ -240,11 +279,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ),
         claims=(Claim("RCRN", "BiLSTM", "table 2"), Claim("RCRN", "3L-BiLSTM", "table 2")),
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
-        full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
+        full={"epochs": 12, "model.hidden_size": 200, "patience": 3},
         tuning_full=_epochs_search("task.dropout", 2, 264),
-        note=notes.budget_note(528, "3L-BiLSTM, 1,056 steps", kept="2 whole epochs")
+        note=notes.RCRN_CLASSIFIER_NOTE
+        + notes.budget_note(528, "3L-BiLSTM, 1,056 steps", kept="2 whole epochs")
         + _CLASSIFIER_CHANGED,
         paper_metric="SST-5 test accuracy (%)",
+        paper_setting=paper.RCRN_SST5,
     ),
     # ------------------------------------------------------------------ CAS-LSTM
     Experiment(
@@ -252,6 +293,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         paper="cas-lstm",
         title="Sentiment (SST-5-like): 2-layer CAS-LSTM vs 2-layer stacked LSTM",
         task="sst5",
+        task_args=_CAS_CLASSIFIER,
         metric="accuracy",
         higher_is_better=True,
         arms=(
@@ -262,9 +304,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 150, "epochs": 2, "model.hidden_size": 64, "eval_batches": 10},
         full={"epochs": 12, "model.hidden_size": 150, "patience": 3},
         tuning_full=_epochs_search("task.dropout", 2, 264),
-        note=notes.budget_note(528, "2-layer CAS-LSTM, 792 steps", kept="the earlier trials' "
-                               "2 epochs") + _CLASSIFIER_CHANGED,
+        note=notes.CAS_CLASSIFIER_NOTE
+        + notes.budget_note(528, "2-layer CAS-LSTM, 792 steps", kept="the earlier trials' "
+                            "2 epochs") + _CLASSIFIER_CHANGED,
         paper_metric="SST-5 test accuracy (%)",
+        paper_setting=paper.CAS_SST5,
     ),
     Experiment(
         id="cas-logic",
@@ -284,20 +328,22 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=_epochs_search("task.dropout", 5, 312),
         note=notes.budget_note(1560, "2-layer LSTM, 4,680 steps") + _CLASSIFIER_CHANGED,
         paper_metric="SNLI / MultiNLI accuracy (not available here)",
+        paper_setting=paper.CAS_LOGIC,
     ),
     # ------------------------------------------------------------------ METAGROSS
     _table1("sort", "metagross-sort5", "Sorting, n = 5 (table 1)", (79.9, 83.4, 92.2),
             (1.2, 1.2, 1.1), {"max_length": 5}, "sorting, n = 5", 1092,
-            "S-BiLSTM, 3,276 steps"),
+            "S-BiLSTM, 3,276 steps", paper.SORT5),
     _table1("sort", "metagross-sort", "Sorting, n = 10 (table 1)", (78.9, 88.0, 90.6),
             (1.2, 1.1, 1.1), {"max_length": 10}, "sorting, n = 10", 1404,
-            "S-BiLSTM, 4,212 steps"),
+            "S-BiLSTM, 4,212 steps", paper.SORT10),
     _table1("tree-traversal", "metagross-tree3", "Tree traversal, n = 3 (table 1)",
             (100.0, 100.0, 100.0), (1.0, 1.0, 1.0), {"max_depth": 3},
-            "tree traversal, n = 3", 1248, "S-BiLSTM, 3,744 steps", ordered=False),
+            "tree traversal, n = 3", 1248, "S-BiLSTM, 3,744 steps", paper.TREE3,
+            ordered=False),
     _table1("tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
             (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
-            2236, "S-BiLSTM, 6,708 steps", setting_note=notes.TREE4_NOTE),
+            2236, "S-BiLSTM, 6,708 steps", paper.TREE4, setting_note=notes.TREE4_NOTE),
     Experiment(
         id="metagross-logic",
         paper="metagross",
@@ -306,14 +352,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         metric="accuracy",
         higher_is_better=True,
         arms=(
-            Arm("LSTM", "lstm", {}, paper=69.0),
-            Arm("METAGROSS (depth 3)", "metagross", {"depth": 3}, paper=88.0),
-            Arm("METAGROSS as printed (depth 3)", "metagross", {"depth": 3, "gates": "state"},
-                paper=88.0),
+            Arm("LSTM", "lstm", {}, paper_also=_per_count(_TABLE2_LSTM)),
+            Arm(_MG_LOGIC, "metagross", {"depth": 3}, paper_also=_per_count(_TABLE2_MG)),
+            Arm(_MG_LOGIC_PRINTED, "metagross", {"depth": 3, "gates": "state"},
+                paper_also=_per_count(_TABLE2_MG)),
         ),
-        claims=(Claim("METAGROSS (depth 3)", "LSTM", "table 2 with table 9's depth"),
-                Claim("METAGROSS as printed (depth 3)", "LSTM",
-                      "table 2 with table 9's depth")),
+        also=tuple(_per_count(_TABLE2_MG)),
+        claims=tuple(Claim(arm, "LSTM", f"table 2, {n} operators", f"accuracy_ops{n}")
+                     for arm in (_MG_LOGIC, _MG_LOGIC_PRINTED) for n in _TABLE2_COUNTS),
         note=("Both METAGROSS arms have the depth table 9 reports best for this task (N = 3) "
               "and the linear base, in the two readings of section 2: gates from x_t "
               "(`METAGROSS (depth 3)`, the authors' code) and every gate and child reading "
@@ -328,12 +374,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               + notes.budget_note(1560, "LSTM, 4,368 steps")
               + " Changed since the previous verdict (runs of 2026-11-23): its arms were the "
               "depth-2 and depth-3 units in the input reading only, and every arm's search was "
-              "the same 6 random points of 2 epochs."),
+              "the same 6 random points of 2 epochs." + notes.LOGIC_PER_COUNT_NOTE),
         quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
                "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
         full={"epochs": _LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
         tuning_full=_equal_search("task.dropout", {"epochs": 5, "patience": 5}),
-        paper_metric="accuracy (%) at 12 operators",
+        paper_metric=("accuracy (%) at each operator count, 7 to 12 (table 2); the main column "
+                      "is their mean, which the paper does not print"),
+        paper_setting=paper.LOGIC,
     ),
     Experiment(
         id="metagross-chorales",
@@ -361,6 +409,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         full={"epochs": 200, "model.hidden_size": 128, "patience": 8},
         tuning_full=_epochs_search("task.dropout", 21, 18),
         paper_metric="JSB Chorales test NLL",
+        paper_setting=paper.CHORALES,
     ),
     Experiment(
         id="metagross-mnist",
@@ -379,6 +428,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         full={"epochs": 100, "model.hidden_size": 128, "batch_size": 64, "patience": 10},
         tuning_full=_epochs_search("task.dropout", 10, 62),
         paper_metric="pixel MNIST test accuracy (%)",
+        paper_setting=paper.MNIST,
         note=notes.PIXEL_NOTE + notes.MNIST_BUDGET_NOTE
         + notes.search_changed("2026-11-23", "4 points of 10 epochs (patience 5), 3 drawn at "
                                "random"),
@@ -399,6 +449,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               "task.train_size": 10000},
         tuning_full=_epochs_search("task.dropout", 13, 156),
         paper_metric="no Fashion-MNIST result in the paper",
+        paper_setting=paper.FASHION,
         note=notes.PIXEL_NOTE + notes.FASHION_NOTE
         + notes.budget_note(2028, "METAGROSS, 5,928 steps", kept="13 whole epochs")
         + notes.search_changed("2026-11-23", "4 points of 3 epochs, 3 drawn at random"),
@@ -423,6 +474,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         select="loss",
         paper_metric="IWSLT De-En character-level BLEU (not available here)",
         seeds_quick=1,
+        paper_setting=paper.CHAR_TRANSLATION,
         note=notes.TRANSLATION_NOTE.format(
             cap=_CHAR_TRANSLATION_FULL["epochs"],
             data="10,000 of the 25,478 training verses, characters, batch 16 (625 steps an "
@@ -456,6 +508,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=_equal_search("model.dropout", {"epochs": 3, "patience": 3}),
         paper_metric="IWSLT14 De-En BLEU, Transformer small",
         seeds_quick=1,
+        paper_setting=paper.WORD_TRANSFORMER,
         note=_WORD_TRANSLATION_NOTE
         + " The METAGROSS feed-forward block has table 9's depth for machine translation "
         "(N = 3) and linear bases (section 3.4); the two arms differ in nothing else."
@@ -483,6 +536,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         select="loss",
         paper_metric="IWSLT14 De-En BLEU, 256D",
         seeds_quick=1,
+        paper_setting=paper.CAS_TRANSLATION,
         note=_CAS_TRANSLATION_NOTE + notes.BY_LOSS_NOTE
         + notes.budget_note(6000, "LSTM, 18,000 steps") + _TRANSLATION_CHANGED,
     ),
@@ -495,7 +549,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         metric="perplexity",
         higher_is_better=False,
         arms=(
-            Arm("LSTM LM (no context)", "lstm", {}),
+            Arm("LSTM LM (no context)", "lstm", {}, paper=117.8),
             Arm("nCARNN", "carnn", {"variant": "n"}, paper=96.95),
             Arm("iCARNN", "carnn", {"variant": "i"}, paper=94.72),
             Arm("sCARNN", "carnn", {"variant": "s"}, paper=87.39),
@@ -509,10 +563,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick={"max_steps": 150, "epochs": 1, "model.hidden_size": 128, "eval_batches": 10,
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"epochs": 30, "model.hidden_size": 128, "eval_every": 150, "patience": 5,
-              "task.train_size": 10000, "task.valid_size": 500, "task.test_size": 1000},
+              "task.train_size": 10000, "task.valid_size": 0, "task.test_size": 0},
         tuning_full=_equal_search("model.dropout", {"max_steps": 750}),
-        paper_metric="Penn Discourse Treebank test perplexity (w/o latent)",
-        note=notes.CARNN_LM_NOTE,
+        paper_metric="Penn Discourse Treebank test perplexity (w/o latent; RNNLM: Ji et al. "
+                     "2016b)",
+        note=notes.CARNN_LM_NOTE + notes.CARNN_LM_SPLITS_NOTE,
+        paper_setting=paper.CARNN_LM,
     ),
 )
 

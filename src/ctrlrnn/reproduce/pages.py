@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.metric_conventions import higher_is_better, scale
-from ctrlrnn.reproduce import verdicts
+from ctrlrnn.reproduce import paper_vs_here, verdicts
 from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import PAGES, Experiment
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
@@ -31,7 +31,9 @@ from ctrlrnn.tasks import TASKS, task_class
 
 
 def _scale(metric: str) -> float:
-    return scale(metric)
+    """The factor from a stored value of ``metric`` to the one shown: 100 for a percentage,
+    a test metric of one slice of a percentage included (``accuracy_ops7``)."""
+    return scale(metric.split("_ops", 1)[0])
 
 
 def _values(arm: dict[str, Any], scale: float = 1.0, metric: str = "") -> list[float]:
@@ -130,9 +132,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                        mode: str) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Markdown lines for one experiment and its claim verdicts ``(claim, source, verdict)``.
 
-    The section leads with its answer: the state of its runs where they are not final, the
-    results table, the claims' verdicts and the figure; then how the runs were set up (task,
-    notes, stopping, search) and the search's trials."""
+    The section opens with the "paper vs here" table of the full mode
+    (:mod:`.paper_vs_here`), then leads with its answer: the state of its runs where they are
+    not final, the results table, the claims' verdicts and the figure; then how the runs were
+    set up (task, notes, stopping, search) and the search's trials."""
     scale = _scale(exp.metric)
     unit = " (%)" if scale != 1.0 else ""
     status: list[str] = []  # what qualifies the table: runs not final under this definition
@@ -183,6 +186,9 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                    f"reproduce --only {exp.id}` replaces them."]
     judged: list[tuple[str, str, str]] = []
     heading = [f"### {exp.title}"]
+    setup = paper_vs_here.table(exp, mode, data, standing) if mode == "full" else []
+    if setup:  # how the paper ran it and how we do, row by row, from the definition
+        heading += ["", *setup]
     if data is None:
         for c in exp.claims:
             judged.append((_claim_text(c.better, c.worse, c.metric), c.source,
@@ -221,7 +227,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
              "(best) | converged | tuned (trials) | train s | parameters |",
              "|---" * (9 + len(exp.also)) + "|"]
     paper_also = {a.label: a.paper_also for a in exp.arms}
-    for label, arm in _ordered_arms(exp, data):
+    for label, arm in _ordered_arms(exp, data):  # the paper's numbers: the definition's
         vals = _values(arm, scale)
         also_cells = ""
         for metric in exp.also:
@@ -232,7 +238,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         params = seeds[0].get("parameters") if seeds else None
         shown_label = f"{label} (earlier setting)" if label in earlier else label
         table.append(
-            f"| {shown_label} | {_fmt(arm.get('paper'))} | {_mean_std_cell(vals)} ({len(vals)}) |"
+            f"| {shown_label} | {_fmt(defined[label].paper)} | {_mean_std_cell(vals)} "
+            f"({len(vals)}) |"
             f"{also_cells} {_fmt(statistics.fmean(valid) if valid else None)} | "
             f"{_steps_cell(seeds)} | {_converged_cell(seeds)} | "
             f"{_tuned_cell(arm.get('tuning'))} | {_seconds_cell(seeds)} | {params or '–'} |"
@@ -256,7 +263,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
         main = not c.metric or c.metric == exp.metric
         metric = exp.metric if main else c.metric
         higher = higher_is_better(metric, exp.metric, exp.higher_is_better)
-        unit_scale = scale if main else 1.0
+        unit_scale = scale if main else _scale(metric)
         worse_arm = paper_of.get(c.worse)
         paper = None
         if worse_arm is not None:
@@ -269,7 +276,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
                              exp.useful if main else None)
         v = verdict(better_values, worse_values, higher,
                     useful=level * unit_scale if level is not None else None,
-                    baseline_paper=paper if exp.paper_comparable else None)
+                    baseline_paper=paper if exp.paper_comparable else None,
+                    converged=_claim_converged(arms, c))
         text = _claim_text(c.better, c.worse, c.metric)
         marks = [m for m, on in (("untuned", stale), ("partial", partial),
                                  ("earlier setting", c.better in earlier or c.worse in earlier),
@@ -288,13 +296,21 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     return lines, judged
 
 
+def _claim_converged(arms: dict[str, Any], claim: Any) -> bool:
+    """Whether every seed of both arms of ``claim`` converged (stopped by its patience): the
+    verdict is at most *early* otherwise (:func:`verdicts.all_converged`)."""
+    reasons = [s.get("stop_reason") for label in (claim.better, claim.worse)
+               for s in (arms.get(label) or {}).get("seeds", {}).values()]
+    return verdicts.all_converged(reasons)
+
+
 def claim_numbers(exp: Experiment, data: dict[str, Any] | None,
                   claim: Any) -> tuple[str, str]:
     """The paper's numbers and ours for a claim "A beats B", as ``"A vs B"`` texts: the
     paper's for each arm where it gives one, ours the mean ± std over seeds ("–": none)."""
     main = not claim.metric or claim.metric == exp.metric
     metric = exp.metric if main else claim.metric
-    unit_scale = _scale(exp.metric) if main else 1.0
+    unit_scale = _scale(metric)
     paper_of = {a.label: a for a in exp.arms}
 
     def paper(label: str) -> str:
@@ -590,7 +606,9 @@ README_START = ("<!-- the reproduction table: written by `ctrlrnn reproduce --pa
 README_END = "<!-- end of the reproduction table -->"
 #: verdicts as the README's tally says them
 _SHORT_VERDICT = {verdicts.SAME_WITHIN: "same direction", verdicts.OPPOSITE_WITHIN:
-                  "opposite within spread", verdicts.BASELINE_LOW: "no verdict"}
+                  "opposite within spread", verdicts.BASELINE_LOW: "no verdict",
+                  verdicts.EARLY_SAME: "early, same direction",
+                  verdicts.EARLY_OPPOSITE: "early, opposite"}
 
 
 def short_title(title: str) -> str:

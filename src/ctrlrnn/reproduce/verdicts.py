@@ -19,6 +19,12 @@ direction):
 
 Where either arm has a single seed, its spread is unknown: the verdict says "one seed" (the
 direction of the gap alone) instead of judging it against a spread.
+
+No verdict is stronger than **early** on runs that have not converged: where a seed of either
+arm stopped at its step or epoch cap, diverged, or did not record how it stopped (rather than by
+its patience on the validation split), rules 4-7 give way to *early: same direction* or *early:
+opposite*, the direction of the gap alone. A model still improving at its cap can overtake, so
+neither an ordering nor its spread is settled.
 Speed claims use the same words, judged per measured cell (:func:`speed_verdict`).
 """
 
@@ -36,6 +42,10 @@ OPPOSITE = "opposite"
 OPPOSITE_WITHIN = "opposite, within spread"
 SAME_ONE_SEED = "same direction, one seed"
 OPPOSITE_ONE_SEED = "opposite, one seed"
+EARLY_SAME = "early: same direction"
+EARLY_OPPOSITE = "early: opposite"
+#: how a run must have stopped for its verdicts to be more than *early*
+CONVERGED = "patience"
 
 #: how far beyond the chance level a mean must be to count as learned, relative to it
 CHANCE_MARGIN = 0.2
@@ -62,7 +72,11 @@ RULE = [
     f"- **{OPPOSITE}**: the gap is negative and larger than the spread;",
     f"- **{OPPOSITE_WITHIN}**: the gap is negative (or zero) but within the spread;",
     "- where either arm has a single seed, its spread is unknown, and the verdict says *one "
-    "seed* (the direction of the gap alone).",
+    "seed* (the direction of the gap alone);",
+    f"- **{EARLY_SAME}** / **{EARLY_OPPOSITE}**: a seed of either arm has not converged. It "
+    "stopped at its step or epoch cap, diverged, or did not record how it stopped. Only the "
+    "direction of the gap is said, whatever the spread: no verdict on such runs is stronger "
+    "than *early*.",
     "",
     "Speed claims use the same words, per measured cell: *reproduced* when the claim holds in "
     f"every cell (\"as fast as\": within {SPEED_TOLERANCE:.0%}), *opposite* when it fails in "
@@ -102,11 +116,19 @@ def paper_level(mean: float, paper: float, higher_is_better: bool) -> float:
     return paper / mean if mean else math.nan
 
 
+def all_converged(stop_reasons: list[str | None]) -> bool:
+    """Whether runs that stopped for ``stop_reasons`` (their summaries' ``stop_reason``) all
+    converged: every one stopped by its patience (:data:`CONVERGED`)."""
+    return bool(stop_reasons) and all(r == CONVERGED for r in stop_reasons)
+
+
 def verdict(better: list[float], worse: list[float], higher_is_better: bool, *,
-            useful: float | None = None, baseline_paper: float | None = None) -> str:
+            useful: float | None = None, baseline_paper: float | None = None,
+            converged: bool = True) -> str:
     """The verdict of "``better`` beats ``worse``" (seed values, in the same units as
     ``useful`` and ``baseline_paper``); ``baseline_paper``: the paper's number for the worse
-    arm where our setting is the paper's (``None``: no baseline check)."""
+    arm where our setting is the paper's (``None``: no baseline check); ``converged``: whether
+    every run of both arms converged (else the verdict is at most *early*)."""
     if not better or not worse:
         return NOT_RUN
     mb, sb = mean_std(better)
@@ -118,6 +140,8 @@ def verdict(better: list[float], worse: list[float], higher_is_better: bool, *,
                                                   higher_is_better) < PAPER_LEVEL:
         return BASELINE_LOW
     gap = (mb - mw) if higher_is_better else (mw - mb)
+    if not converged:
+        return EARLY_SAME if gap > 0 else EARLY_OPPOSITE
     if min(len(better), len(worse)) < 2:
         return SAME_ONE_SEED if gap > 0 else OPPOSITE_ONE_SEED
     spread = sb + sw
