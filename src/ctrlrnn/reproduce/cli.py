@@ -7,6 +7,7 @@
     ctrlrnn reproduce --pages-only     # rewrite the pages from the results files
     ctrlrnn reproduce --estimate 50 --only carnn-lm   # time 50 steps an arm: the cost here
     ctrlrnn reproduce --only qrnn-ptb-lm --pages chosen --docs runs/main   # its page alone
+    ctrlrnn reproduce --jobs 2         # two runs at once, one torch thread each
 
 Finished experiments are cached in the results files (``docs/results/data``); the pages are
 rewritten only when something was trained or measured anew, or with ``--pages-only``, and
@@ -25,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from ctrlrnn.reproduce import experiments, runner
+import torch
+
+from ctrlrnn.reproduce import experiments, parallel, runner
 from ctrlrnn.reproduce.estimate import estimate
 from ctrlrnn.reproduce.experiment_spec import Experiment
 from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
@@ -111,6 +114,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.pages_only and rerun:
         print("ctrlrnn reproduce: --pages-only trains nothing; drop --rerun or --pages-only")
         return 2
+    for name, value in (("--jobs", args.jobs), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            print(f"ctrlrnn reproduce: {name}: expected a positive number, got {value}")
+            return 2
+    threads = args.threads or parallel.default_threads(args.jobs)
     started = time.perf_counter()
     changed = bool(args.pages_only)
     failed: dict[str, dict[str, str]] = {}
@@ -132,6 +140,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
             if exp in to_train:
                 changed = True
+            if exp in to_train and args.jobs > 1:
+                parallel.prefetch(exp, mode, runs, results, args.jobs, threads)
+            elif args.threads:
+                torch.set_num_threads(threads)
             data = runner.run_experiment(exp, mode, runs, results,
                                          show_progress=not args.no_progress)
             if data.get("errors"):
@@ -212,6 +224,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="train nothing to keep: time STEPS steps of every arm of the chosen "
                         "experiments and print what their search and seeds would cost here "
                         "at most (every run to its cap)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="train N runs at once, in worker processes (default 1: one at a time)")
+    p.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="torch threads per run (default: the CPUs shared out among the jobs); "
+                        "a run's numbers depend on it, not on --jobs")
     p.add_argument("--no-speed", action="store_true", help="skip the speed measurements")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
