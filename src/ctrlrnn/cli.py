@@ -6,6 +6,11 @@ parsers and sets ``func`` (called with the parsed namespace, returning an exit c
 A base install (no extras) lists every sub-command; those whose work needs a package of an
 extra that is not installed say which extra in the list, and when run print one line with the
 pip command that installs it (exit status 2) before doing anything.
+
+Exit statuses: 0 done; 1 a fault of the machine (a full disk), data that could not be fetched
+or a run that diverged; 2 a configuration or input that cannot be used (one line naming the key
+or path); ``128 + N`` a stop by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; see
+:mod:`ctrlrnn.interrupts`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,17 @@ import threading
 
 from ctrlrnn.extras import EXTRA_FOR, missing_extra
 from ctrlrnn.files import is_no_space, no_space_line
-from ctrlrnn.interrupts import interrupt_line, set_interrupt_line
+from ctrlrnn.interrupts import (
+    STOP_SIGNALS,
+    exit_status,
+    interrupt_line,
+    interrupted_words,
+    reset_stop,
+    run_cleanups,
+    set_interrupt_line,
+    stop_said,
+    stopped_by,
+)
 
 __all__ = ["COMMANDS", "EXTRA_FOR", "NEEDS", "build_parser", "main", "missing_extra",
            "missing_for", "set_interrupt_line"]
@@ -112,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _install_interrupt_exit(command: str) -> None:
-    """Ctrl-C ends the command at once with one line and exit status 130.
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) ends the command at once: the cleanups
+    registered with :func:`ctrlrnn.interrupts.at_stop` run (a run directory's lock is
+    released), one line is printed and the exit status is ``128 + signal number``.
 
     Raising ``KeyboardInterrupt`` at an arbitrary point (inside an import, a write, a
     library's ``except`` clause) can leave half-initialised modules and show their
@@ -122,16 +139,21 @@ def _install_interrupt_exit(command: str) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def on_interrupt(signum: int, frame: object) -> None:
-        line = interrupt_line(command)
+    reset_stop()
+
+    def on_stop(signum: int, frame: object) -> None:
+        run_cleanups()
+        line = "" if stop_said() else interrupt_line(command, signum)
         try:
             sys.stdout.flush()
         except Exception:  # noqa: BLE001
             pass
-        os.write(2, (line + "\n").encode())
-        os._exit(130)
+        if line:  # empty: another process of the launch says it
+            os.write(2, (line + "\n").encode())
+        os._exit(exit_status(signum))
 
-    signal.signal(signal.SIGINT, on_interrupt)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, on_stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         _install_interrupt_exit(args.command)
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"ctrlrnn {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = stopped_by(exc)
+        print(f"ctrlrnn {args.command}: {interrupted_words(signum)}", file=sys.stderr)
+        return exit_status(signum)
     except ImportError as exc:
         missing = missing_extra(exc)
         if missing is None:
@@ -172,6 +195,20 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(no_space_line(exc), file=sys.stderr)
         return EXIT_NO_SPACE
+    finally:
+        if argv is None and stop_said():
+            _ignore_stop_signals()
+
+
+def _ignore_stop_signals() -> None:
+    """Ignore further stop signals: the command has stopped and said so, and is exiting with
+    its status (``torchrun`` signals the processes left once one has ended; Python's own
+    handlers are gone while the interpreter shuts down, so such a signal would end the
+    process by signal instead)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

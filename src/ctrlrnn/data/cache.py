@@ -16,11 +16,14 @@ nothing here).
 
 Preparations of one source are serialised by a lock on ``<cache>/.<name>.lock``
 (:func:`source_lock`): a second one waits for the first, then finds the source ready and uses
-it; so the prepared folder is only ever replaced by one process at a time.
+it; so the prepared folder is only ever replaced by one process at a time. A cache that cannot
+be written (a read-only mount) holds no lock file: :func:`source_lock` raises
+:class:`~ctrlrnn.data.errors.CacheNotWritable`, and what is prepared there is read without one.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -39,12 +42,16 @@ try:  # POSIX file locks; without them (Windows) preparations of one source are 
 except ImportError:  # pragma: no cover - not on Linux/macOS
     fcntl = None  # type: ignore[assignment]
 
-from ctrlrnn.data.errors import ChecksumError
+from ctrlrnn.data.errors import CacheNotWritable, ChecksumError
 from ctrlrnn.files import dumps
 from ctrlrnn.processes import pid_alive
 
 ENV_VAR = "CTRLRNN_DATA"
 MANIFEST = "manifest.json"
+
+#: the ``errno`` values of a directory that cannot be written: a read-only file system, or
+#: permissions that forbid it
+NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def default_cache_dir() -> Path:
@@ -123,12 +130,20 @@ def verify_manifest(directory: Path) -> dict[str, Any]:
 def source_lock(cache_dir: Path, name: str) -> Iterator[bool]:
     """Hold the lock on preparing source ``name`` in ``cache_dir`` (which must exist) for the
     body; yields whether another process held it first (this one waited, saying so on
-    stderr). The lock file stays: removing it would race with a process about to lock it."""
+    stderr). The lock file stays: removing it would race with a process about to lock it.
+    Raises :class:`~ctrlrnn.data.errors.CacheNotWritable` when the lock file cannot be
+    created (nothing has been done then)."""
     if fcntl is None:  # pragma: no cover - Windows
         yield False
         return
     path = Path(cache_dir) / f".{name}.lock"
-    with open(path, "a+") as fh:
+    try:
+        handle = open(path, "a+")  # noqa: SIM115 - closed by the ``with`` below
+    except OSError as exc:
+        if exc.errno in NOT_WRITABLE:
+            raise CacheNotWritable(cache_dir, exc.strerror or str(exc)) from exc
+        raise
+    with handle as fh:
         waited = False
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

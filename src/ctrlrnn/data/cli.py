@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ctrlrnn.data.cache import ENV_VAR, resolve_cache_dir
 from ctrlrnn.data.catalog import entries, get_entry
-from ctrlrnn.data.errors import DataError
+from ctrlrnn.data.errors import CacheNotWritable, DataError
 from ctrlrnn.data.stats import render_stats
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         except DataError as exc:
             # one plain line (rich would fold it at the terminal's width)
             print(f"ctrlrnn data prepare: {entry.name}: {exc}", file=sys.stderr)
-            status = 1
+            # a cache that cannot be written is the setting's to change (2); the rest, 1
+            status = max(status, 2 if isinstance(exc, CacheNotWritable) else 1)
             continue
         console.print(render_stats(stats, console.width))
         for key, value in stats.extra.items():

@@ -31,3 +31,17 @@ class DataFormatError(DataError, ValueError):
 
 class ChecksumError(DataError):
     """A prepared file no longer matches the sha256 recorded in its manifest."""
+
+
+class CacheNotWritable(DataError):
+    """The data directory cannot be written (read-only, or not this user's): a source that is
+    not prepared there cannot be prepared; one that is can still be read. The message names
+    the directory and the setting that moves the cache."""
+
+    def __init__(self, path: str | Path, reason: str, what: str = "") -> None:
+        self.path = Path(path)
+        self.reason = reason
+        self.what = what
+        because = f"; {what}" if what else ""
+        super().__init__(f"{self.path}: cannot be written ({reason}){because}; set CTRLRNN_DATA "
+                         "(or --cache-dir) to a directory that can be")

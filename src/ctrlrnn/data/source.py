@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ctrlrnn import files
 from ctrlrnn.data.cache import (
+    NOT_WRITABLE,
     manifest_complete,
     read_manifest,
     remove_stale_partials,
@@ -26,7 +27,7 @@ from ctrlrnn.data.cache import (
     work_dir_prefix,
     write_manifest,
 )
-from ctrlrnn.data.errors import MissingSourceError
+from ctrlrnn.data.errors import CacheNotWritable, MissingSourceError
 from ctrlrnn.data.stats import DatasetStats
 
 CacheDir = str | os.PathLike[str] | None
@@ -79,16 +80,35 @@ class PreparedSource(Entry):
         preparation that had to wait for another one uses what that one prepared, ``force``
         or not. First removes what killed preparations left behind (see
         :func:`~ctrlrnn.data.cache.remove_stale_partials`). A full disk raises
-        :class:`~ctrlrnn.files.NoSpaceLeft`; the prepared folder is then as it was."""
+        :class:`~ctrlrnn.files.NoSpaceLeft`; the prepared folder is then as it was. In a
+        cache that cannot be written, a source already prepared is verified and used without
+        the lock (nothing there can change it), and one that is not (or ``force``) raises
+        :class:`~ctrlrnn.data.errors.CacheNotWritable` naming the directory and what to set."""
         directory = self.directory(cache_dir)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        with source_lock(directory.parent, self.name) as waited:
-            remove_stale_partials(directory.parent)
-            if (waited or not force) and self.is_ready(cache_dir):
-                manifest = verify_manifest(directory)
-                return DatasetStats.from_dict(manifest["stats"])
-            with files.writing(directory):
-                return self._prepare_into(directory)
+        try:
+            _make_directory(directory.parent)
+            # only the lock raises CacheNotWritable: nothing has been done when it does
+            with source_lock(directory.parent, self.name) as waited:
+                remove_stale_partials(directory.parent)
+                if (waited or not force) and self.is_ready(cache_dir):
+                    manifest = verify_manifest(directory)
+                    return DatasetStats.from_dict(manifest["stats"])
+                with files.writing(directory):
+                    return self._prepare_into(directory)
+        except CacheNotWritable as exc:
+            return self._prepared_read_only(cache_dir, force, exc)
+
+    def _prepared_read_only(self, cache_dir: CacheDir, force: bool,
+                            exc: CacheNotWritable) -> DatasetStats:
+        """The stats of the source prepared in a cache that cannot be written, verified; a
+        :class:`CacheNotWritable` naming the directory when it is not prepared there (or
+        ``force`` asks for a rebuild)."""
+        if not force and self.is_ready(cache_dir):
+            manifest = verify_manifest(self.directory(cache_dir))
+            return DatasetStats.from_dict(manifest["stats"])
+        what = (f"{self.name} cannot be rebuilt there (--force)" if force
+                else f"{self.name} is not prepared there")
+        raise CacheNotWritable(exc.path, exc.reason, what) from exc
 
     def _prepare_into(self, directory: Path) -> DatasetStats:
         """Build the source in a staging folder, then put it in place of ``directory``
@@ -134,6 +154,16 @@ class PreparedSource(Entry):
     @abstractmethod
     def compute_stats(self, out: Path) -> DatasetStats:
         """Statistics of the prepared files in ``out``."""
+
+
+def _make_directory(path: Path) -> None:
+    """``mkdir -p path``; :class:`CacheNotWritable` naming ``path`` where it cannot be made."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno not in NOT_WRITABLE:
+            raise
+        raise CacheNotWritable(path, exc.strerror or str(exc)) from exc
 
 
 class SyntheticTask(Entry):

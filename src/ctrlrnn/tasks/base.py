@@ -23,6 +23,21 @@ from torch import Tensor, nn
 Batch = dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class MemoryNeed:
+    """An estimate of the memory a task's work needs, made from its options alone (before any
+    data is generated or loaded), so that a run too large for the machine is refused at once.
+
+    ``option``: the ``task.*`` option that sets it; ``also``: other keys that scale it (named
+    in the refusal); ``on_device``: on the model's device (else in host memory)."""
+
+    option: str
+    bytes: int
+    what: str
+    on_device: bool
+    also: tuple[str, ...] = ()
+
+
 def move_to(value: Any, device: torch.device) -> Any:
     """``value`` with every tensor in it (nested dicts, lists, tuples, named tuples and
     dataclasses such as :class:`~ctrlrnn.data.batching.PaddedBatch`) on ``device``; everything
@@ -73,6 +88,11 @@ class Task(ABC):
     def data_summary(self) -> dict[str, Any]:
         """Facts about the data for the report (sizes of splits, vocabulary...)."""
         return {}
+
+    def memory_needs(self, batch_size: int) -> list[MemoryNeed]:
+        """Estimates, from the options alone, of the memory the data and a training batch of
+        ``batch_size`` examples (one process's share) need; none by default."""
+        return []
 
     @abstractmethod
     def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:

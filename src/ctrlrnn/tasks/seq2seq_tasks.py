@@ -26,7 +26,13 @@ from ctrlrnn.data.synthetic.sort import sort_splits
 from ctrlrnn.data.synthetic.tree_traversal import tree_traversal_splits
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.seq2seq import Seq2Seq
-from ctrlrnn.tasks.base import Batch, Task
+from ctrlrnn.tasks.base import Batch, MemoryNeed, Task
+
+#: bytes each token of an example holds in memory at least: a slot in its tuple of symbols and
+#: one in its list of ids
+_BYTES_PER_TOKEN = 16
+#: bytes of one attention score (float32)
+_BYTES_PER_SCORE = 4
 
 
 class Seq2SeqTask(Task):
@@ -50,6 +56,31 @@ class Seq2SeqTask(Task):
     @abstractmethod
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
         """The train/valid/test examples, generated from ``self.seed``."""
+
+    def longest(self) -> tuple[str, int, int] | None:
+        """``(option, source length, target length)``: the longest example the options allow,
+        where lengths are drawn uniformly up to it, and the option that sets it; None where
+        the longest possible example says little about the usual one."""
+        return None
+
+    def memory_needs(self, batch_size: int) -> list[MemoryNeed]:
+        """The examples of the three splits (lengths uniform up to :meth:`longest`: half of
+        it on average), and the attention scores of a training batch, whose width is about
+        the longest example."""
+        longest = self.longest()
+        if longest is None:
+            return []
+        option, source, target = longest
+        examples = sum(int(self.opts[f"{split}_size"]) for split in ("train", "valid", "test"))
+        data = examples * (source + target + 1) // 2 * _BYTES_PER_TOKEN
+        scores = batch_size * source * (target + 1) * _BYTES_PER_SCORE
+        return [
+            MemoryNeed(option, scores, f"the attention scores of a training batch of "
+                       f"{batch_size} sequences up to {source:,} tokens long", True,
+                       ("batch_size",)),
+            MemoryNeed(option, data, f"{examples:,} examples up to {source:,} tokens long",
+                       False, ("task.train_size",)),
+        ]
 
     def setup(self) -> None:
         sizes = {"train": self.opts["train_size"], "valid": self.opts["valid_size"],
@@ -154,6 +185,9 @@ class CopyTask(Seq2SeqTask):
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
         return copy_splits(self.opts["digits"], sizes, self.seed)
 
+    def longest(self) -> tuple[str, int, int] | None:
+        return "digits", self.opts["digits"], self.opts["digits"]
+
 
 class AdditionTask(Seq2SeqTask):
     name = "addition"
@@ -163,6 +197,10 @@ class AdditionTask(Seq2SeqTask):
 
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
         return addition_splits(self.opts["digits"], sizes, self.seed)
+
+    def longest(self) -> tuple[str, int, int] | None:
+        digits = self.opts["digits"]
+        return "digits", 2 * digits + 1, digits + 1
 
 
 class SortTask(Seq2SeqTask):
@@ -174,6 +212,9 @@ class SortTask(Seq2SeqTask):
     def make_splits(self, sizes: dict[str, int]) -> dict[str, list[Seq2SeqExample]]:
         return sort_splits(self.opts["max_length"], sizes, self.seed,
                            max_value=self.opts["max_value"])
+
+    def longest(self) -> tuple[str, int, int] | None:
+        return "max_length", self.opts["max_length"], self.opts["max_length"]
 
 
 class TreeTraversalTask(Seq2SeqTask):

@@ -71,6 +71,15 @@ class CheckpointError(ValueError):
         super().__init__(f"checkpoint: {self.path}: {self.reason}")
 
 
+class WeightsMismatch(CheckpointError):
+    """A checkpoint whose weights do not fit the model: ``why`` names the first parameter
+    that differs (missing, unexpected or of another shape) and how many more do."""
+
+    def __init__(self, path: str | os.PathLike[str], why: str) -> None:
+        self.why = why
+        super().__init__(path, f"its weights do not fit the model: {why}")
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -288,6 +297,17 @@ def save_checkpoint(
     return path
 
 
+def stored_step(path: str | os.PathLike[str]) -> int | None:
+    """The step the checkpoint at ``path`` holds, read from its header alone (no tensor is
+    loaded or verified); None when there is no readable checkpoint there."""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = json.loads((fh.metadata() or {}).get("ctrlrnn", "{}"))
+        return int(meta["progress"]["step"])
+    except Exception:  # noqa: BLE001 - any unreadable file: no step to name
+        return None
+
+
 def previous_path(path: str | os.PathLike[str]) -> Path:
     """Where ``save_checkpoint(path, keep_previous=True)`` keeps the checkpoint it replaced:
     ``checkpoint.safetensors`` -> ``checkpoint.previous.safetensors``."""
@@ -467,6 +487,18 @@ class Checkpoint:
     def model_state(self) -> dict[str, torch.Tensor]:
         return {k[len("model/") :]: v for k, v in self.tensors.items() if k.startswith("model/")}
 
+    def load_model_state(self, model: torch.nn.Module) -> None:
+        """Load the weights into ``model`` strictly (as its ``load_state_dict`` reads them);
+        :class:`WeightsMismatch` naming the first parameter that differs when they do not
+        fit."""
+        state = self.model_state()
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            why = state_mismatch(model, state) or (lines[-1] if lines else type(exc).__name__)
+            raise WeightsMismatch(self.path, why) from None
+
     def restore(
         self,
         model: torch.nn.Module,
@@ -475,8 +507,11 @@ class Checkpoint:
         *,
         rng: bool = True,
     ) -> None:
-        """Load the model (strictly), and optionally the optimizer, scheduler and RNG states."""
-        model.load_state_dict(self.model_state(), strict=True)
+        """Load the model (strictly), and optionally the optimizer, scheduler and RNG states.
+
+        Raises :class:`WeightsMismatch` naming the first parameter that differs when the
+        weights do not fit ``model``."""
+        self.load_model_state(model)
         if optimizer is not None:
             if "optimizer" not in self.meta:
                 raise ValueError(f"checkpoint: {self.path} holds no optimizer state")
@@ -496,6 +531,28 @@ class Checkpoint:
             scheduler.load_state_dict(_join_state(self.meta["scheduler"], self.tensors))
         if rng:
             restore_rng(self.meta["rng"], self.tensors)
+
+
+def state_mismatch(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str | None:
+    """How ``state`` (a ``state_dict``) differs from ``model``'s own, naming the first entry
+    that differs (a missing or reshaped one before one the model lacks) and how many more do;
+    None when the names and shapes agree. A model may still load a state that differs (one
+    that drops a legacy entry as it loads), so this words a failed load; it does not predict
+    one."""
+    own = model.state_dict()
+    problems: list[str] = []
+    for name, tensor in own.items():
+        if name not in state:
+            problems.append(f"{name} (shape {list(tensor.shape)}) is missing from the checkpoint")
+        elif tuple(state[name].shape) != tuple(tensor.shape):
+            problems.append(f"{name} has shape {list(state[name].shape)} in the checkpoint, "
+                            f"{list(tensor.shape)} in the model")
+    problems += [f"{name} (shape {list(state[name].shape)}) is in the checkpoint, not in the "
+                 "model" for name in state if name not in own]
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return problems[0] + more
 
 
 def load_newest_intact(path: str | os.PathLike[str]) -> tuple[Checkpoint, list[str]]:

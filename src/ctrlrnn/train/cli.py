@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
+import signal
 import sys
 import textwrap
 from collections.abc import Callable
@@ -25,14 +26,28 @@ from typing import Any
 import torch
 
 from ctrlrnn import files
+from ctrlrnn.data.errors import DataError
 from ctrlrnn.extras import missing_extra
-from ctrlrnn.interrupts import set_interrupt_line
+from ctrlrnn.interrupts import (
+    exit_status,
+    interrupted_words,
+    say_stop,
+    set_interrupt_line,
+    stopped_by,
+)
 from ctrlrnn.metric_conventions import format_metrics
 from ctrlrnn.models.encoders import COMMON, ENCODERS
 from ctrlrnn.options import ConfigError
 from ctrlrnn.tasks import TASKS, task_class
 from ctrlrnn.tasks.base import Task
-from ctrlrnn.train.config import HELP, TrainConfig, model_help, parse_overrides
+from ctrlrnn.train.config import (
+    HELP,
+    SameInEveryProcess,
+    TrainConfig,
+    model_help,
+    parse_overrides,
+)
+from ctrlrnn.train.distributed import is_main_process
 from ctrlrnn.train.run import rebuild_from_checkpoint, seed_everything, train_run, validated_config
 
 __all__ = ["build_run", "diverged_line", "rebuild_from_checkpoint", "register",
@@ -40,10 +55,15 @@ __all__ = ["build_run", "diverged_line", "rebuild_from_checkpoint", "register",
            "validated_config"]
 
 
+def _help_width() -> int:
+    """The width ``ctrlrnn train --help`` wraps its text to: the terminal's, within 60-119."""
+    return max(60, min(shutil.get_terminal_size((80, 24)).columns, 120) - 1)
+
+
 def _epilog() -> str:
     """The tasks, models and configuration keys, wrapped to the terminal's width (the tasks
     and models only where the packages their modules import are installed)."""
-    width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 120) - 1)
+    width = _help_width()
 
     def entry(name: str, text: str, pad: int) -> list[str]:
         lead = f"  {name:{pad}s} "
@@ -94,10 +114,21 @@ def build_run(cfg_args: argparse.Namespace) -> tuple[TrainConfig, type[Task]]:
     return validated_config(cfg_args.task, cfg_args.model, overrides, cfg_args.config)
 
 
-#: exit status after Ctrl-C, as shells report a process ended by SIGINT
-EXIT_INTERRUPTED = 130
 #: exit status of a run stopped by a non-finite loss or parameter
 EXIT_DIVERGED = 1
+#: exit status of a configuration, option or input file that cannot be used
+EXIT_USAGE = 2
+
+#: what ``ctrlrnn train --help`` says of stops and exit statuses
+EXITS_HELP = (
+    "Ctrl-C, SIGTERM (container runtimes, Slurm preemption, systemd, timeout) and SIGHUP stop "
+    "the run at the next step boundary: the checkpoint is written, the run directory's lock "
+    "released, and one line names the command that resumes it; a second signal stops at once "
+    "(the last checkpoint is kept). Under torchrun every process stops at the same step. Exit "
+    "status: 0 done; 1 diverged, or a fault of the machine (a full disk); 2 a configuration "
+    "or input that cannot be used (one line naming the key or path); 128 + the signal's "
+    "number after a stop by signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."
+)
 
 
 def resume_command(argv: list[str], out: str) -> str:
@@ -138,6 +169,13 @@ def diverged_line(result: dict[str, Any], out: str, argv: list[str]) -> str:
             f"state; to continue it at a lower learning rate: {again} --override lr=LOWER")
 
 
+def _say(line: str, *, every_process: bool = True) -> None:
+    """Print ``line`` on stderr; under ``torchrun`` only the main process says what every
+    process would say alike (``every_process=False``)."""
+    if every_process or is_main_process():
+        print(line, file=sys.stderr)
+
+
 def run_train(args: argparse.Namespace) -> int:
     # the trainer needs the `train` extra (rich, safetensors); the parser registers without it
     from ctrlrnn.train.trainer import LATEST, TrainingInterrupted
@@ -145,16 +183,23 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         cfg, cls = build_run(args)
     except (ConfigError, ValueError) as exc:
-        print(f"ctrlrnn train: {exc}", file=sys.stderr)
-        return 2
+        _say(f"ctrlrnn train: {exc}", every_process=False)
+        return EXIT_USAGE
     argv = list(getattr(args, "argv", None) or sys.argv[1:])
 
-    def interrupted() -> str:
+    def interrupted(signum: int = signal.SIGINT) -> str:
+        if not is_main_process():
+            return ""
+        from ctrlrnn.train.checkpoint import stored_step
+
         latest = Path(cfg.out) / LATEST if cfg.out else None
+        words = interrupted_words(signum)
         if latest is not None and latest.exists():
-            return (f"ctrlrnn train: interrupted; the last checkpoint is {latest}; resume "
-                    f"with: {resume_command(argv, str(cfg.out))}")
-        return "ctrlrnn train: interrupted before the first checkpoint; nothing to resume"
+            step = stored_step(latest)
+            holds = f" (step {step})" if step is not None else ""
+            return (f"ctrlrnn train: {words}; the last checkpoint is {latest}{holds}; "
+                    f"resume with: {resume_command(argv, str(cfg.out))}")
+        return f"ctrlrnn train: {words} before the first checkpoint; nothing to resume"
 
     set_interrupt_line(interrupted)
     accept = frozenset(parse_overrides(args.override or []))
@@ -162,15 +207,17 @@ def run_train(args: argparse.Namespace) -> int:
         result = train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress,
                            accept=accept)
     except ConfigError as exc:
-        print(f"ctrlrnn train: {exc}", file=sys.stderr)
-        return 2
+        _say(f"ctrlrnn train: {exc}", every_process=not isinstance(exc, SameInEveryProcess))
+        return EXIT_USAGE
     except TrainingInterrupted as stop:
-        print(f"ctrlrnn train: interrupted at step {stop.step}; checkpoint {stop.checkpoint}; "
-              f"resume with: {resume_command(argv, str(cfg.out))}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        print(interrupted(), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        say_stop(f"ctrlrnn train: {interrupted_words(stop.signum)} at step {stop.step}; "
+                 f"checkpoint {stop.checkpoint}; resume with: "
+                 f"{resume_command(argv, str(cfg.out))}" if is_main_process() else "")
+        return exit_status(stop.signum)
+    except KeyboardInterrupt as exc:
+        signum = stopped_by(exc)
+        say_stop(interrupted(signum))
+        return exit_status(signum)
     if result is not None and result.get("stop_reason") == "diverged":
         print(diverged_line(result, str(cfg.out), argv), file=sys.stderr)
         return EXIT_DIVERGED
@@ -183,12 +230,13 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         device = resolve_device(args.device)
         _cfg, task, model, ckpt = rebuild_from_checkpoint(args.checkpoint)
-    except (FileNotFoundError, ValueError) as exc:
+        # the weights must fit the model the stored configuration builds on today's data
+        ckpt.restore(model, rng=False)
+    except (FileNotFoundError, ValueError, DataError) as exc:
         print(f"ctrlrnn eval: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     model.to(device)
     task.device = device
-    ckpt.restore(model, rng=False)
     model.eval()
     with torch.no_grad():
         metrics = task.evaluate(model, args.split, 0)
@@ -204,7 +252,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train and evaluate a model on a task",
-        description="Train any ctrlrnn encoder (or nn.LSTM/GRU) on one of the papers' tasks.",
+        description="Train any ctrlrnn encoder (or nn.LSTM/GRU) on one of the papers' tasks.\n\n"
+                    + textwrap.fill(EXITS_HELP, _help_width()),
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

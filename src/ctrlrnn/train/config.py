@@ -36,6 +36,7 @@ __all__ = [
     "METRIC_PATTERN",
     "THREADS_PER_CPU",
     "ConfigError",
+    "SameInEveryProcess",
     "TrainConfig",
     "check_options",
     "coerce",
@@ -56,6 +57,11 @@ MAX_SEED = 2**32 - 1
 #: ``threads`` may be at most this many times the CPUs the process may run on (more threads
 #: than that only slow a run down, and torch crashes on some huge counts)
 THREADS_PER_CPU = 4
+
+
+class SameInEveryProcess(ConfigError):
+    """A configuration refused the same way by every process of a ``torchrun`` launch (it
+    depends on the configuration and the data alone): the main process says it."""
 
 
 @dataclass

@@ -3,8 +3,9 @@ compared key by key (:func:`config_differences`).
 
 A run resumed with a configuration that differs from the one its checkpoint stored is refused
 unless each difference is one that changes no step (:data:`RESUMABLE_CHANGES`) or one the
-command accepts (``--override``); ``ctrlrnn reproduce`` uses the same comparison to decide
-whether a finished run can be continued.
+command accepts (``--override``; :func:`override_advice` words the options that would, naming
+only keys the requested model and task have); ``ctrlrnn reproduce`` uses the same comparison to
+decide whether a finished run can be continued.
 """
 
 from __future__ import annotations
@@ -54,5 +55,22 @@ def config_differences(stored: dict[str, Any], requested: dict[str, Any],
             differ[key] = (old, b[key])
     for key in given:
         if key not in b and key not in accept and key.startswith(("model.", "task.")):
+            if key.split(".", 1)[0] in accept:  # an option of the model (task) changed from
+                continue
             differ[key] = (a[key], None)
     return differ
+
+
+def override_advice(differ: dict[str, tuple[Any, Any]], requested: dict[str, Any]) -> str | None:
+    """The ``--override KEY=VALUE`` options that make a resume accept the differences
+    ``differ`` (as :func:`config_differences` found them against ``requested``), or None
+    when one of them cannot be accepted so: an option the stored run's model (or task) has
+    and the requested one lacks is accepted with ``model`` (``task``), not by name."""
+    present = _flat(requested)
+    named: list[str] = []
+    for key, (_old, new) in differ.items():
+        if key in present:
+            named.append(f"--override {key}={show_value(new)}")
+        elif key.split(".", 1)[0] not in differ:
+            return None
+    return " ".join(named)

@@ -109,6 +109,41 @@ def mean_over_processes(value: float, ctx: DistContext) -> float:
     return float(t.item()) / ctx.world_size
 
 
+def max_over_processes(value: float, ctx: DistContext) -> float:
+    """The largest of every process's ``value`` (``value`` itself in a single process)."""
+    if not ctx.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def launched_world_size() -> int:
+    """How many processes ``torchrun`` started for this run (``$WORLD_SIZE``; 1 alone)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def is_main_process() -> bool:
+    """Whether this is the process that speaks for the run (rank 0, or the only one), read
+    from ``torchrun``'s environment, so it holds before the process group is joined."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def check_batch_split(batch_size: int, world_size: int) -> None:
+    """Refuse a global ``batch_size`` that ``world_size`` processes cannot share equally
+    (ValueError naming ``batch_size`` and the divisors that would)."""
+    if world_size <= 1 or batch_size % world_size == 0:
+        return
+    lower = batch_size - batch_size % world_size
+    choices = " or ".join(str(n) for n in (lower, lower + world_size) if n > 0)
+    raise ValueError(f"batch_size: {batch_size} cannot be split equally among the {world_size} "
+                     f"processes torchrun started; choose a multiple of {world_size} "
+                     f"(e.g. {choices})")
+
+
 def barrier(ctx: DistContext) -> None:
     if ctx.enabled:
         dist.barrier()

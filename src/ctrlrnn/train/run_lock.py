@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctrlrnn import files
+from ctrlrnn import files, interrupts
 from ctrlrnn.processes import pid_alive
 
 try:
@@ -97,6 +97,7 @@ class RunLock:
         os.write(fd, files.dumps(self._info()).encode())
         os.fsync(fd)
         self._fd = fd
+        interrupts.at_stop(self.release)
         self._took_over(previous)
 
     def _acquire_by_creation(self) -> None:  # pragma: no cover - Windows
@@ -113,13 +114,16 @@ class RunLock:
                 raise self._busy(info) from None
             os.write(fd, files.dumps(self._info()).encode())
             self._fd = fd
+            interrupts.at_stop(self.release)
             return
         raise self._busy(_read_info(self.path))
 
     def release(self) -> None:
+        """Give the lock up, its file emptied (nothing when it is not held)."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        interrupts.forget(self.release)
         if fcntl is None:  # pragma: no cover - Windows
             os.close(fd)
             self.path.unlink(missing_ok=True)

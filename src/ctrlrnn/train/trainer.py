@@ -18,8 +18,18 @@ limit; one stopped by early stopping stays finished.
 A run directory with a log but no checkpoint (a run stopped before its first checkpoint) starts
 again at step 0 with its log emptied, so the log never holds a step twice.
 
-Ctrl-C (SIGINT) during :meth:`Trainer.fit` finishes the optimizer step under way, writes the
-checkpoint and raises :class:`TrainingInterrupted` (a second Ctrl-C stops at once).
+**Stop signals.** Ctrl-C (SIGINT), SIGTERM (container runtimes, Slurm preemption, systemd,
+``timeout``) and SIGHUP during :meth:`Trainer.fit` finish the optimizer step under way (and an
+evaluation or checkpoint write under way), write the checkpoint and raise
+:class:`TrainingInterrupted` carrying the signal; under ``torchrun`` a signal to any process
+stops every process at the same step. A second signal stops at once
+(:class:`~ctrlrnn.interrupts.StopSignal`; the last checkpoint written is kept whole).
+``ctrlrnn train`` then exits with ``128 + the signal's number`` (130, 143, 129), the status
+shells report for a process the signal ended (:mod:`ctrlrnn.interrupts`).
+
+**Runs that cannot take a step.** A training set smaller than one batch (partial batches are
+dropped) is refused before anything is trained or written (:class:`ConfigError` naming
+``batch_size``).
 
 **Divergence.** Every step's training loss is checked, and the parameters before every
 evaluation and checkpoint: at the first non-finite value the run stops (``stop_reason``
@@ -43,27 +53,32 @@ from typing import Any
 import torch
 from torch import nn
 
+from ctrlrnn.interrupts import STOP_SIGNALS, StopSignal
 from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.progress import TrainingProgressBar as _ProgressBar
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.checkpoint import (
     Checkpoint,
+    CheckpointError,
+    WeightsMismatch,
     load_newest_intact,
     previous_path,
     remove_stale_temporaries,
     save_checkpoint,
 )
-from ctrlrnn.train.config import ConfigError, TrainConfig
+from ctrlrnn.train.config import ConfigError, SameInEveryProcess, TrainConfig
 from ctrlrnn.train.config_changes import (
     IMPLIED_WHEN_ABSENT,
     RESUMABLE_CHANGES,
     config_differences,
+    override_advice,
     show_value,
 )
 from ctrlrnn.train.distributed import (
     DistContext,
     average_gradients,
     barrier,
+    max_over_processes,
     mean_over_processes,
 )
 from ctrlrnn.train.logs import RunLog
@@ -87,40 +102,48 @@ class _Diverged(Exception):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped training at a step boundary, after the checkpoint was written.
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped training at a step boundary, after the
+    checkpoint was written; ``signum`` is the signal.
 
     A ``KeyboardInterrupt``, so that ``except Exception`` (one failed run among several)
     never swallows it."""
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
+    def __init__(self, step: int, checkpoint: Path, signum: int = signal.SIGINT) -> None:
         super().__init__(f"interrupted at step {step}")
         self.step = step
         self.checkpoint = checkpoint
+        self.signum = int(signum)
 
 
 class _InterruptFlag:
-    """SIGINT sets a flag the loop reads between steps (main thread only; elsewhere Ctrl-C
-    keeps its default behaviour). A second SIGINT raises ``KeyboardInterrupt`` at once."""
+    """A stop signal (:data:`~ctrlrnn.interrupts.STOP_SIGNALS`) records itself in a flag the
+    loop reads at step boundaries (main thread only; elsewhere the signals keep their
+    handlers). A second stop signal raises :class:`~ctrlrnn.interrupts.StopSignal` at once."""
 
     def __init__(self) -> None:
-        self.raised = False
-        self._previous: Any = None
-        self._installed = False
+        #: the first stop signal received (0: none)
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def raised(self) -> bool:
+        return self.signum != 0
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.raised:
-            raise KeyboardInterrupt
-        self.raised = True
+            raise StopSignal(self.signum)
+        self.signum = int(signum)
 
     def __enter__(self) -> _InterruptFlag:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-            self._installed = True
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
 
 def training_step(
@@ -208,6 +231,8 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         #: the step of the checkpoint on disk under LATEST (None: none written or restored)
         self.checkpoint_step: int | None = None
+        #: the stop-signal flag while :meth:`fit` runs
+        self._interrupt: _InterruptFlag | None = None
 
     # ------------------------------------------------------------------ state
     def _save(self, name: str = LATEST) -> None:
@@ -252,11 +277,13 @@ class Trainer:
             self._say(f"resume: {reason}; using {ckpt.path} (step "
                       f"{int(ckpt.progress.get('step', 0))}) instead")
         path = ckpt.path
-        self._check_same_run(ckpt.config, path)
+        self._check_same_run(ckpt)
         try:
             ckpt.restore(self.model, self.optimizer)
         except (RuntimeError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if isinstance(exc, CheckpointError):
+                first = exc.reason
             raise ConfigError(f"resume: the checkpoint {path} does not fit this model or "
                               f"optimizer ({first}); train into a new --out") from exc
         self.task.restore_state(*ckpt.task_state())
@@ -272,18 +299,31 @@ class Trainer:
         self._say(self._resume_line(extend))
         return True
 
-    def _check_same_run(self, stored: dict[str, Any], path: Path) -> None:
+    def _check_same_run(self, ckpt: Checkpoint) -> None:
         """Refuse to resume with a configuration other than the stored one, but for the keys
-        meant to change and those the user accepted (``--override``)."""
-        differ = config_differences(stored, self.cfg.to_dict(), self.accept)
+        meant to change and those the user accepted (``--override``). The refusal suggests
+        the overrides only where the checkpoint's weights fit the model this configuration
+        builds and each key is one the requested model and task accept."""
+        requested = self.cfg.to_dict()
+        differ = config_differences(ckpt.config, requested, self.accept)
         if not differ:
             return
         changes = ", ".join(f"{k} {show_value(a)} -> {show_value(b)}"
                             for k, (a, b) in differ.items())
-        accept = " ".join(f"--override {k}={show_value(b)}" for k, (_a, b) in differ.items())
-        raise ConfigError(
-            f"resume: the run in {self.out} was started with another configuration ({changes}); "
-            f"to continue it with the new values add {accept}, or train into a new --out")
+        head = f"resume: the run in {self.out} was started with another configuration ({changes})"
+        try:  # the weights are loaded again, with the optimizer's state, once the run is the same
+            ckpt.load_model_state(self.model)
+        except WeightsMismatch as exc:
+            raise ConfigError(
+                f"{head}; its checkpoint {ckpt.path} does not fit the model these settings "
+                f"build ({exc.why}), so it cannot continue with them: resume it with its own "
+                "settings, or train into a new --out") from exc
+        accept = override_advice(differ, requested)
+        if accept is None:
+            raise ConfigError(f"{head}; it cannot continue with these settings: resume it with "
+                              "its own, or train into a new --out")
+        raise ConfigError(f"{head}; to continue it with the new values add {accept}, or train "
+                          "into a new --out")
 
     def _can_continue(self) -> bool:
         """Whether a finished run has steps left under this configuration's limits (a run
@@ -369,7 +409,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self, *, resume: bool = False) -> dict[str, Any]:
-        """Train until the epochs, ``max_steps`` or early stopping end the run."""
+        """Train until the epochs, ``max_steps`` or early stopping end the run.
+
+        A stop signal (Ctrl-C, SIGTERM, SIGHUP) received at any point of it stops the run at
+        the next step boundary (an evaluation or a checkpoint write under way is finished
+        first), with the checkpoint written: :class:`TrainingInterrupted`. Under ``torchrun``
+        a signal received by any process stops every process at the same step. A second
+        stop signal raises :class:`~ctrlrnn.interrupts.StopSignal` at once."""
+        with _InterruptFlag() as interrupt:
+            self._interrupt = interrupt
+            try:
+                return self._fit(resume)
+            finally:
+                self._interrupt = None
+
+    def _fit(self, resume: bool) -> dict[str, Any]:
         has_ckpt = (self.out / LATEST).exists() or previous_path(self.out / LATEST).exists()
         if self.ctx.is_main and self.out.is_dir():
             removed = remove_stale_temporaries(self.out)
@@ -381,6 +435,7 @@ class Trainer:
                 f"out: {self.out} already holds a run (checkpoint.safetensors); "
                 "pass --resume to continue it or choose another --out"
             )
+        self._check_steps_per_epoch()
         if not has_ckpt:
             dropped = self._drop_log_without_checkpoint()
             if resume:
@@ -392,6 +447,7 @@ class Trainer:
         if resume and self._restore() and self.progress.get("done"):
             return self._finish(already_done=True)
         self._check_monitor()
+        self._stop_if_interrupted()
         cfg = self.cfg
         total_steps = self._planned_steps()
         bar = _ProgressBar(total_steps, self.progress["step"], enabled=self.show_progress)
@@ -404,10 +460,8 @@ class Trainer:
             self.progress["load_start"] = max(load, self.progress.get("load_start") or 0.0)
         seconds_before = float(self.progress["train_seconds"])
         examples = 0
-        interrupt = _InterruptFlag()
         diverged: _Diverged | None = None
         try:
-            interrupt.__enter__()
             while self.progress["epoch"] < cfg.epochs and not stop:
                 epoch = int(self.progress["epoch"])
                 lr = cfg.lr * epoch_decay_factor(epoch, cfg.lr_decay, cfg.lr_decay_start)
@@ -444,9 +498,7 @@ class Trainer:
                         cfg.eval_every and step % cfg.eval_every == 0
                     ):
                         self._save()
-                    if self._interrupted(interrupt):
-                        self._save()
-                        raise TrainingInterrupted(step, self.out / LATEST)
+                    self._stop_if_interrupted()
                     if stop or (cfg.max_steps and step >= cfg.max_steps):
                         self.progress["stop_reason"] = "patience" if stop else "max_steps"
                         stop = True
@@ -460,13 +512,14 @@ class Trainer:
                             stop = True
                             self.progress["stop_reason"] = "patience"
                     self._save()
+                    if not stop:
+                        self._stop_if_interrupted()
             if not stop:
                 self.progress["stop_reason"] = "epochs"
             self._check_parameters()  # before the final evaluation and checkpoint
         except _Diverged as exc:
             diverged = exc
         finally:
-            interrupt.__exit__()
             bar.close()
         self.progress["done"] = True
         if diverged is not None:
@@ -508,11 +561,27 @@ class Trainer:
                               "checkpoint_step": self.checkpoint_step}
         return result
 
-    def _interrupted(self, flag: _InterruptFlag) -> bool:
-        """Whether Ctrl-C was pressed (in any process: they stop at the same step)."""
+    def _interrupted(self) -> int:
+        """The stop signal received (in any process: they stop at the same step), or 0."""
+        signum = self._interrupt.signum if self._interrupt is not None else 0
         if self.ctx.world_size > 1:
-            return mean_over_processes(1.0 if flag.raised else 0.0, self.ctx) > 0
-        return flag.raised
+            return int(max_over_processes(float(signum), self.ctx))
+        return signum
+
+    def _stop_if_interrupted(self) -> None:
+        """At a step boundary: when a stop signal came, make the checkpoint hold this step
+        (written unless it already does) and raise :class:`TrainingInterrupted`; before the
+        first step of a run without a checkpoint there is nothing to keep, and
+        :class:`~ctrlrnn.interrupts.StopSignal` is raised instead."""
+        signum = self._interrupted()
+        if not signum:
+            return
+        step = int(self.progress["step"])
+        if self.checkpoint_step != step:
+            if step == 0:
+                raise StopSignal(signum)
+            self._save()
+        raise TrainingInterrupted(step, self.out / LATEST, signum)
 
     def _steps_per_epoch(self) -> int:
         """How many optimizer steps an epoch takes (epoch 0's batches; counted once)."""
@@ -520,17 +589,38 @@ class Trainer:
             self._per_epoch = len(self.task.train_batches(0, self.cfg.batch_size))
         return self._per_epoch
 
+    def _check_steps_per_epoch(self) -> None:
+        """Refuse, before anything is trained or written, a configuration whose epoch takes
+        no optimizer step (a training set smaller than one batch: partial batches are
+        dropped), naming ``batch_size`` and the size of the training data."""
+        try:
+            steps = self._steps_per_epoch()
+        except ValueError as exc:  # a task that refuses the batch size itself
+            raise SameInEveryProcess(str(exc)) from exc
+        if steps > 0:
+            return
+        size = self.task.opts.get("train_size")
+        more = (f"lower batch_size (or raise task.train_size={size})"
+                if isinstance(size, int) else "lower batch_size or give more training data")
+        raise SameInEveryProcess(f"batch_size: {self.cfg.batch_size} leaves no full batch in the "
+                          f"training data of task {self.task.name!r}, so an epoch would take "
+                          f"no optimizer step; {more}")
+
     def _planned_steps(self) -> int:
         per_epoch = self._steps_per_epoch()
         total = per_epoch * self.cfg.epochs
         return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
 
     def _finish(self, *, already_done: bool) -> dict[str, Any]:
+        """The final evaluation of the best checkpoint on the validation and test splits (a
+        stop signal before it ends stops the run, whose checkpoint is then finished: resuming
+        it makes this evaluation again)."""
         step = int(self.progress["step"])
         if not already_done:
             if self.progress["last_eval_step"] != step:
                 self._evaluate()
             self._save()
+        self._stop_if_interrupted()
         best_path = self.out / BEST
         if best_path.exists():
             try:
@@ -543,14 +633,22 @@ class Trainer:
         limit = self.cfg.eval_batches  # 0: the whole splits
         with torch.no_grad():
             valid = self.task.evaluate(self.model, "valid", limit)
+            self._stop_if_interrupted()
             test = self.task.evaluate(self.model, "test", limit)
         result = self._result(valid, test)
-        if self.log is not None and not already_done:
+        if self.log is not None and not (already_done and self._final_row_written(step)):
             self.log.write({"step": step, "split": "final",
                             **{f"valid_{k}": v for k, v in valid.items()},
                             **{f"test_{k}": v for k, v in test.items()}})
             self.log.export_csv()
         return result
+
+    def _final_row_written(self, step: int) -> bool:
+        """Whether the log holds the ``final`` row of ``step`` (a run stopped during its final
+        evaluation has none)."""
+        assert self.log is not None
+        return any(r.get("split") == "final" and int(r.get("step", -1)) == step
+                   for r in self.log.rows())
 
     def _result(self, valid: dict[str, float], test: dict[str, float]) -> dict[str, Any]:
         """The run's result with the metrics ``valid`` and ``test`` of the checkpoint kept."""
