@@ -43,6 +43,9 @@ SAMPLER = "optuna TPE"
 #: the key of an arm's entry in a partial results file that holds its search under way (the
 #: trials so far): the arm's earlier results stay beside it until the search is finished
 IN_PROGRESS = "search_in_progress"
+#: the configuration keys a rung of successive halving may set: the caps a finished trial is
+#: continued past (a raised cap continues a run from its checkpoint)
+RUNG_KEYS = ("epochs", "max_steps")
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,31 @@ class Tuning:
     #: each arm its own sampler stream (:func:`arm_stream`); False: every arm draws the same
     #: start-up points
     arm_streams: bool = False
+    #: successive halving (:func:`_halving`): the caps of each rung, shortest first (each a
+    #: dict of ``epochs`` and/or ``max_steps``); empty: every trial trains the same budget
+    rungs: tuple[dict[str, Any], ...] = ()
+    #: the share of a rung's trials that goes on to the next rung (rounded up)
+    keep: float = 1 / 3
 
     def __post_init__(self) -> None:
         # the start-up draws a search makes (all its trials when it has fewer): what a stored
         # record names, so a search equals the one its record describes
-        object.__setattr__(self, "startup", min(self.startup, self.trials))
+        startup = self.trials if self.rungs else min(self.startup, self.trials)
+        object.__setattr__(self, "startup", startup)
+        object.__setattr__(self, "rungs", tuple(dict(r) for r in self.rungs))
+        for r, rung in enumerate(self.rungs):
+            if not rung or set(rung) - set(RUNG_KEYS):
+                raise ValueError(f"rungs[{r}]: expected caps ({', '.join(RUNG_KEYS)}), got "
+                                 f"{rung!r}")
+        if self.rungs and not 0 < self.keep < 1:
+            raise ValueError(f"keep: expected a share between 0 and 1, got {self.keep!r}")
+
+    def rung_sizes(self) -> list[int]:
+        """How many trials train at each rung (one entry per rung; none without rungs)."""
+        sizes: list[int] = []
+        for _ in self.rungs:
+            sizes.append(self.trials if not sizes else max(1, math.ceil(sizes[-1] * self.keep)))
+        return sizes
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Tuning:
@@ -86,7 +109,9 @@ class Tuning:
                    seed=int(record.get("sampler_seed", 0)),
                    train_seed=int(record.get("train_seed", 0)),
                    startup=int(record.get("startup_trials", 3)),
-                   arm_streams=bool(record.get("arm_streams", False)))
+                   arm_streams=bool(record.get("arm_streams", False)),
+                   rungs=tuple(dict(r) for r in record.get("rungs", ())),
+                   keep=float(record.get("keep", 1 / 3)))
 
     def key(self) -> str:
         """A short digest of the search with its trial count left out: a search grown by more
@@ -98,6 +123,8 @@ class Tuning:
             "startup": self.startup}
         if self.arm_streams:  # absent for the searches made before there was a choice
             record["arm_streams"] = True
+        if self.rungs:  # absent for the searches that train every trial the same budget
+            record["rungs"], record["keep"] = list(self.rungs), self.keep
         text = files.dumps(record, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
 
@@ -108,6 +135,14 @@ class Tuning:
         budget = ", ".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
         seeded = (f"sampler seed {self.seed} combined with each arm's label (each arm its own "
                   "stream)" if self.arm_streams else f"sampler seed {self.seed}")
+        if self.rungs:
+            caps = " then ".join(", ".join(f"{k}={v}" for k, v in sorted(r.items()))
+                                 for r in self.rungs)
+            sizes = "-".join(str(n) for n in self.rung_sizes())
+            return (f"successive halving: {self.trials} trials per arm drawn at random ({seeded})"
+                    f" over {space}; the best {self.keep:.0%} of each rung continue (trials per "
+                    f"rung {sizes}; caps {caps}); the choice is the best trial of the last rung"
+                    + (f"; each trial: {budget}" if budget else ""))
         if self.startup >= self.trials:
             how = f"all drawn at random by {SAMPLER}'s start-up, {seeded}"
         else:
@@ -151,7 +186,13 @@ def search_of(record: dict[str, Any] | None) -> Tuning | None:
 def record_holds(record: dict[str, Any] | None, tuning: Tuning) -> bool:
     """Whether a stored tuning ``record`` is a finished run of the search ``tuning`` (every
     planned trial, under the same ranges, trial budget and seeds)."""
-    return search_of(record) == tuning and len((record or {}).get("trials", [])) == tuning.trials
+    if search_of(record) != tuning or len((record or {}).get("trials", [])) != tuning.trials:
+        return False
+    if not tuning.rungs:
+        return True
+    last = len(tuning.rungs) - 1
+    finalists = [r for r in (record or {}).get("trials", []) if r.get("rung") == last]
+    return len(finalists) == tuning.rung_sizes()[-1]
 
 
 #: trains one trial: (trial number, its configuration overrides, run directory) -> result
@@ -215,6 +256,9 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     """
     dists = _distributions(tuning)
     stream = arm_stream(tuning, arm)
+    if tuning.rungs:
+        return _halving(tuning, tuning_dir, metric, higher_is_better, run_trial, log, stream,
+                        done, on_trial)
     rows: list[dict[str, Any]] = []
     for k in range(tuning.trials):
         out = tuning_dir / f"trial{k}"
@@ -242,8 +286,13 @@ def search_record(tuning: Tuning, stream: int, metric: str, higher_is_better: bo
                   rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The stored record of a search (``rows``: its trials so far, in order) with the values
     of its best trial; :meth:`Tuning.from_record` reads the search back from it."""
-    best = _best(rows, higher_is_better)
+    finalists = [r for r in rows if r.get("rung") == len(tuning.rungs) - 1] if tuning.rungs \
+        else rows
+    best = _best(finalists, higher_is_better)
+    halving = {"rule": "successive halving", "rungs": [dict(r) for r in tuning.rungs],
+               "keep": tuning.keep} if tuning.rungs else {}
     return {
+        **halving,
         "sampler": SAMPLER,
         "sampler_seed": tuning.seed,
         **({"arm_streams": True, "arm_stream_seed": stream} if tuning.arm_streams else {}),
@@ -283,6 +332,74 @@ def _propose(tuning: Tuning, dists: dict[str, Any], rows: list[dict[str, Any]], 
             value=_score(row["valid"], higher_is_better)))
     trial = study.ask(dists)
     return {key: float(v) for key, v in trial.params.items()}
+
+
+def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bool,
+             run_trial: TrialRunner, log: Callable[[str], None], stream: int,
+             done: Sequence[dict[str, Any]],
+             on_trial: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+    """Successive halving: every trial trains to the first rung's caps, the best
+    :attr:`Tuning.keep` of them continue from their checkpoints to the next rung's, and so on;
+    the choice is the best trial of the last rung, so a fast starter that stalls is passed.
+
+    Each trial's values are drawn at random (a function of the seeds alone) and kept in its
+    ``params.json``; each rung's result of a trial is kept in its ``rung<r>.json``, so an
+    interrupted search resumes where it stopped. ``done`` rows (a results file's) stand in for
+    the rungs whose files are gone. A row's ``rungs`` lists its validation value at each rung
+    it reached, ``rung`` the last of them.
+    """
+    dists = _distributions(tuning)
+    held = {int(r["trial"]): r for r in done if isinstance(r, dict) and "trial" in r}
+    params: dict[int, dict[str, float]] = {}
+    for k in range(tuning.trials):
+        stored = _read(tuning_dir / f"trial{k}" / "params.json")
+        if stored is None and k in held:
+            stored = held[k]["params"]
+        if stored is None:
+            stored = _propose(tuning, dists, [], k, higher_is_better, stream)
+            _write(tuning_dir / f"trial{k}" / "params.json", stored)
+        params[k] = {key: float(v) for key, v in stored.items()}
+    rows: dict[int, dict[str, Any]] = {}
+    alive = list(range(tuning.trials))
+    sign = 1.0 if higher_is_better else -1.0
+    for r, caps in enumerate(tuning.rungs):
+        for k in alive:
+            out = tuning_dir / f"trial{k}"
+            earlier = rows.get(k, {}).get("rungs", [])
+            result = _read(out / f"rung{r}.json")
+            past = held.get(k, {})
+            if result is None and len(past.get("rungs", [])) > r:  # the results file has it
+                rows[k] = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
+                           "valid": past["rungs"][r]}
+                continue
+            if result is None:
+                log(f"[tune] rung {r + 1}/{len(tuning.rungs)}, trial {k + 1}/{tuning.trials}: "
+                    + ", ".join(f"{key}={v:.3g}" for key, v in params[k].items()))
+                result = run_trial(k, {**tuning.overrides, **caps, **params[k]}, out)
+                _write(out / f"rung{r}.json", result)
+            row = _trial_row(k, params[k], result, metric)
+            rows[k] = {**row, "rungs": [*earlier, row["valid"]], "rung": r}
+            if on_trial is not None:
+                on_trial(search_record(tuning, stream, metric, higher_is_better,
+                                       [rows[i] for i in sorted(rows)]))
+        if r + 1 < len(tuning.rungs):
+            ranked = sorted(alive, key=lambda i: (-sign * _score(rows[i]["valid"],
+                                                                 higher_is_better), i))
+            alive = sorted(ranked[:tuning.rung_sizes()[r + 1]])
+    return search_record(tuning, stream, metric, higher_is_better,
+                         [rows[i] for i in sorted(rows)])
+
+
+def halving_search(dropout_key: str | None, rungs: Sequence[dict[str, Any]], *, trials: int = 9,
+                   keep: float = 1 / 3, lr: tuple[float, float] = (3e-4, 1e-2),
+                   dropout: tuple[float, float] = (0.0, 0.4),
+                   overrides: dict[str, Any] | None = None) -> Tuning:
+    """:func:`lr_and_dropout`'s space searched by successive halving over ``rungs`` (caps,
+    shortest first), each arm its own stream of random draws."""
+    base = lr_and_dropout(dropout_key, trials=trials, lr=lr, dropout=dropout,
+                          overrides=overrides, startup=trials, arm_streams=True)
+    return Tuning(trials=base.trials, params=base.params, overrides=base.overrides,
+                  startup=trials, arm_streams=True, rungs=tuple(rungs), keep=keep)
 
 
 def _best(rows: list[dict[str, Any]], higher_is_better: bool) -> dict[str, Any] | None:

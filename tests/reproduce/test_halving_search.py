@@ -1,0 +1,128 @@
+"""Successive halving: many short trials, the best continued to the next rung's caps, the
+choice made where the runs end; resumable at any trial of any rung; the real trainer continues
+a trial from its checkpoint when its rung's cap rises."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ctrlrnn.reproduce import runner
+from ctrlrnn.reproduce.experiments import Arm, Experiment
+from ctrlrnn.reproduce.tuning import Param, Tuning, halving_search, record_holds, tune_arm
+
+RUNGS = ({"epochs": 1}, {"epochs": 3}, {"epochs": 9})
+SEARCH = Tuning(trials=9, params=(Param("lr", 1e-4, 1e-1, log=True),), rungs=RUNGS,
+                keep=1 / 3, arm_streams=True)
+
+
+def _curve(lr: float, epochs: int) -> float:
+    """A made-up validation accuracy: a high learning rate starts fast and stalls at 0.6, a
+    low one starts slowly and ends near 0.9."""
+    fast = math.log10(lr) + 4  # 0 (lr 1e-4) .. 3 (lr 1e-1)
+    ceiling = 0.9 - 0.1 * fast
+    speed = 0.15 * (1 + fast)
+    return ceiling * (1 - math.exp(-speed * epochs))
+
+
+class FakeTrainer:
+    """Trains a trial by the curve: what ``run_trial`` returns; counts the epochs trained."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.fail_at = fail_at
+
+    def __call__(self, k: int, overrides: dict, out: Path) -> dict:
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            raise KeyboardInterrupt
+        self.calls.append((k, overrides["epochs"]))
+        out.mkdir(parents=True, exist_ok=True)
+        value = _curve(overrides["lr"], overrides["epochs"])
+        return {"valid": {"acc": value}, "step": overrides["epochs"] * 10,
+                "best_step": overrides["epochs"] * 10, "stop_reason": "epochs"}
+
+
+def test_the_rungs_keep_the_best_third_and_choose_where_runs_end(tmp_path: Path) -> None:
+    trainer = FakeTrainer()
+    record = tune_arm(SEARCH, tmp_path, "acc", True, trainer, log=lambda s: None, arm="A")
+    assert SEARCH.rung_sizes() == [9, 3, 1]
+    assert [e for _, e in trainer.calls] == [1] * 9 + [3] * 3 + [9]
+    rows = record["trials"]
+    assert [r["rung"] for r in rows].count(2) == 1 and len(rows) == 9
+    first = {r["trial"]: r["rungs"][0] for r in rows}
+    second = [k for k, e in trainer.calls if e == 3]
+    assert sorted(second) == sorted(sorted(first, key=lambda k: -first[k])[:3])
+    chosen = next(r for r in rows if r["rung"] == 2)
+    assert record["best_trial"] == chosen["trial"] and record["chosen"] == chosen["params"]
+    assert record["rule"] == "successive halving" and record["rungs"] == list(RUNGS)
+    assert record_holds(record, SEARCH) and Tuning.from_record(record) == SEARCH
+    # the fastest starter of rung 0 is not the choice when another ends higher
+    fastest = max(first, key=first.get)
+    finals = {r["trial"]: r["valid"] for r in rows}
+    assert finals[record["best_trial"]] >= finals[fastest]
+
+
+def test_an_interrupted_search_resumes_without_training_again(tmp_path: Path) -> None:
+    whole = tune_arm(SEARCH, tmp_path / "whole", "acc", True, FakeTrainer(), log=lambda s: None,
+                     arm="A")
+    for stop in (4, 10, 12):  # in rung 0, rung 1, the last rung
+        folder = tmp_path / f"stop{stop}"
+        with pytest.raises(KeyboardInterrupt):
+            tune_arm(SEARCH, folder, "acc", True, FakeTrainer(fail_at=stop), log=lambda s: None,
+                     arm="A")
+        again = FakeTrainer()
+        resumed = tune_arm(SEARCH, folder, "acc", True, again, log=lambda s: None, arm="A")
+        assert len(again.calls) == 13 - stop
+        assert resumed == whole
+
+
+def test_a_results_file_stands_in_for_lost_run_directories(tmp_path: Path) -> None:
+    whole = tune_arm(SEARCH, tmp_path / "a", "acc", True, FakeTrainer(), log=lambda s: None,
+                     arm="A")
+    again = FakeTrainer()
+    held = tune_arm(SEARCH, tmp_path / "b", "acc", True, again, log=lambda s: None, arm="A",
+                    done=whole["trials"])
+    assert again.calls == [] and held["chosen"] == whole["chosen"]
+
+
+def test_another_rung_plan_is_another_search() -> None:
+    other = Tuning(trials=9, params=SEARCH.params, rungs=({"epochs": 2}, {"epochs": 6}),
+                   arm_streams=True)
+    plain = Tuning(trials=9, params=SEARCH.params, arm_streams=True, startup=9)
+    assert len({SEARCH.key(), other.key(), plain.key()}) == 3
+    assert "successive halving" in SEARCH.describe() and "9-3-1" in SEARCH.describe()
+    with pytest.raises(ValueError, match=r"rungs\[0\]"):
+        Tuning(trials=3, params=SEARCH.params, rungs=({"lr": 1},))
+    with pytest.raises(ValueError, match="keep"):
+        Tuning(trials=3, params=SEARCH.params, rungs=RUNGS, keep=1.0)
+
+
+def test_real_trials_continue_from_their_checkpoints(tmp_path: Path, one_thread) -> None:
+    """The real trainer: each rung's survivors continue to the higher cap (their step count
+    grows from where the last rung stopped), and the arm's seeds train at the choice."""
+    search = halving_search(None, ({"max_steps": 2}, {"max_steps": 4}), trials=3, keep=0.5,
+                            lr=(1e-3, 1e-2), overrides={"epochs": 50})
+    exp = Experiment(
+        id="tiny-halving", paper="qrnn", title="tiny copy, halving search", task="copy",
+        metric="token_accuracy", higher_is_better=True,
+        arms=(Arm("QRNN", "qrnn", {"hidden_size": 8}),), claims=(),
+        quick={"max_steps": 3, "epochs": 1, "batch_size": 16, "task.train_size": 64,
+               "task.valid_size": 16, "task.test_size": 16},
+        full={}, task_args={"digits": 3}, seeds_quick=1, tuning_quick=search)
+    data = runner.run_experiment(exp, "quick", tmp_path / "runs", tmp_path / "res",
+                                 show_progress=False, log=lambda s: None)
+    assert data["complete"], data["errors"]
+    record = data["arms"]["QRNN"]["tuning"]
+    assert [r["rung"] for r in record["trials"]].count(1) == 2
+    for row in record["trials"]:
+        trial = tmp_path / "runs" / "quick" / "tiny-halving"
+        found = list(trial.rglob(f"trial{row['trial']}/rung0.json"))
+        assert len(found) == 1
+        assert json.loads(found[0].read_text())["step"] == 2
+        if row["rung"] == 1:
+            assert row["steps"] == 4
+    assert data["arms"]["QRNN"]["seeds"]["0"]["params"] == record["chosen"]
+    assert record_holds(record, search)
