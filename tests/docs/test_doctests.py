@@ -37,6 +37,22 @@ def test_docstring_examples_run(name: str) -> None:
     assert runner.failures == 0, "".join(report)
 
 
+def test_forward_examples_are_run() -> None:
+    """The examples of the public classes' ``forward`` docstrings are among the tests
+    :func:`test_docstring_examples_run` runs. (The walk finds a method's examples under its
+    class, in the module the class names as ``__module__``; a class re-homed there from
+    another module, as ``QRNNCell`` is, would hide the examples of its methods.)"""
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    found = {test.name for name in MODULES
+             for test in finder.find(importlib.import_module(name), name)}  # fmt: skip
+    classes = [getattr(ctrlrnn.nn, name) for name in PUBLIC]
+    with_examples = [cls for cls in classes
+                     if "forward" in vars(cls) and ">>> " in (cls.forward.__doc__ or "")]
+    assert len(with_examples) >= 5, "the layers' forward docstrings have examples"
+    for cls in with_examples:
+        assert f"{cls.__module__}.{cls.__qualname__}.forward" in found, cls.__name__
+
+
 @pytest.mark.parametrize("name", PUBLIC)
 def test_public_class_has_an_example(name: str) -> None:
     doc = inspect.getdoc(getattr(ctrlrnn.nn, name)) or ""

@@ -130,7 +130,9 @@ def _pack(out: Tensor, lengths: Tensor) -> PackedSequence:
 
 
 class RecurrentBase(Traceable, nn.Module):
-    """Base class with the ``torch.nn.LSTM`` interface (see the module docstring).
+    """Base class with the ``torch.nn.LSTM`` interface (see the module docstring); ``forward``
+    returns ``(output, h_n)``, ``h_n`` the unit's own state (:attr:`state_names`): one tensor
+    or a tuple of them, not always ``nn.LSTM``'s ``(h_n, c_n)``.
 
     Examples:
         >>> from ctrlrnn import QRNN, RecurrentBase
@@ -314,6 +316,33 @@ class RecurrentBase(Traceable, nn.Module):
         lengths: Tensor | None = None,
         **kwargs: Any,
     ) -> tuple[Tensor | PackedSequence, Tensor | tuple[Tensor, ...]]:
+        """Run every layer over ``input``; returns ``(output, h_n)``, ``h_n`` the layer's own
+        state (:attr:`state_names`), which need not be ``nn.LSTM``'s ``(h_n, c_n)``.
+
+        Each layer documents its own ``forward`` and what its state holds. A state of one
+        tensor, ``(num_layers * num_directions, B, S)``, unpacks along its first axis: written
+        as ``output, (h, c) = layer(x)``, a two-layer state splits by layer without an error.
+
+        Args:
+            input: ``(T, B, input_size)``; ``(B, T, input_size)`` with ``batch_first=True``;
+                unbatched ``(T, input_size)``; or a ``PackedSequence`` (then ``output`` is
+                packed too).
+            hx: the initial state, zeros when None: one tensor where :attr:`state_names` has one
+                name, else a tuple in that order; each ``(num_layers * num_directions, B, S)``
+                (``(num_layers * num_directions, S)`` unbatched), ``S`` = :meth:`state_size`.
+                A returned ``h_n`` passed back continues the sequences.
+            lengths: ``(B,)`` integer true lengths of a padded batch (not with a
+                ``PackedSequence``). Outputs past a length are zero, and ``h_n`` is taken at
+                each true length.
+            **kwargs: the unit's own per-call inputs (a subclass's ``forward`` names them);
+                any other keyword raises ``TypeError``.
+
+        Returns:
+            output: the last layer's output at every step, ``(T, B, num_directions *
+                hidden_size)`` (``(B, T, ...)`` with ``batch_first``, ``(T, ...)`` unbatched,
+                packed for packed input), zeros past each length.
+            h_n: the final state, in the layout of ``hx``: a tensor, or a tuple of tensors.
+        """
         x, lens, packed, unbatched = self._prepare_input(input, lengths)
         states = self._prepare_hx(hx, x, unbatched)
         self._check_extra(x, lens, kwargs)

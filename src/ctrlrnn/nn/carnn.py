@@ -61,7 +61,8 @@ def _check_scarnn_sizes(variant: str, input_size: int, hidden_size: int) -> None
 
 
 class CARNNCell(Traceable, nn.Module):
-    """One CARNN layer direction, usable step by step (decoding).
+    """One CARNN layer direction, usable step by step (decoding); it returns the new state
+    ``h'`` alone, as ``nn.GRUCell`` does.
 
     ``forward(input, context=None, h=None) -> h'`` with ``input`` ``(B, input_size)``,
     ``context`` ``(B, context_size)`` and ``h`` ``(B, hidden_size)`` (zeros when omitted).
@@ -129,6 +130,20 @@ class CARNNCell(Traceable, nn.Module):
     def forward(
         self, input: Tensor, context: Tensor | None = None, h: Tensor | None = None
     ) -> Tensor:
+        """One step of eq 3 (nCARNN), 5 or 6; returns the new state ``h_m``, which is also the
+        output, as ``nn.GRUCell`` returns its ``h'``.
+
+        Args:
+            input: ``e_m``, ``(B, input_size)`` or unbatched ``(input_size,)``.
+            context: ``c``, ``(B, context_size)`` (``(context_size,)`` unbatched); required
+                unless the cell was built with ``context_size=None``, which refuses it.
+            h: ``h_{m-1}``, ``(B, hidden_size)`` (``(hidden_size,)`` unbatched); zeros when
+                None.
+
+        Returns:
+            h_m: the new state, ``(B, hidden_size)`` (``(hidden_size,)`` unbatched); pass it
+                back as ``h``.
+        """
         x, unbatched = step_input(input, self.input_size, self.weight_ih)
         B, H = x.shape[0], self.hidden_size
         if context is not None and unbatched and context.dim() == 1:
@@ -216,27 +231,38 @@ def _bench_row(variant: str) -> BenchRow:
     bench=[_bench_row(variant) for variant in ("n", "i", "s")],
 )
 class CARNN(RecurrentBase):
-    """CARNN layer stack (nCARNN eq 3, iCARNN eq 5, sCARNN eq 6) with the ``nn.LSTM`` contract.
+    """CARNN layer stack (nCARNN eq 3, iCARNN eq 5, sCARNN eq 6) with the ``nn.LSTM`` contract;
+    ``carnn(x, context)`` returns ``(output, h_n)``, one state tensor, not ``(h_n, c_n)``.
+
+    The second positional argument is the context ``(B, context_size)``, one vector per
+    sequence: pass an initial state by keyword, ``carnn(x, context, hx=h_0)``. ``h_n`` is
+    ``(num_layers * num_directions, B, hidden_size)``. Unpack as ``output, h_n = carnn(x,
+    context)``: written ``output, (h, c) = ...``, a two-layer ``h_n`` splits by layer without
+    an error, as ``nn.GRU``'s would.
 
     Args:
-        input_size, hidden_size: widths of ``e_m`` and ``h_m``.
+        input_size: the width of ``e_m``.
+        hidden_size: the width of ``h_m``.
         context_size: width of the context ``c``; ``None`` for the context-free nCARNN of
             section 4.2 (then ``forward`` takes no context).
         variant: ``"n"`` (eq 3, gates read ``h_{m-1}``; fused cell), ``"i"`` (eq 5) or ``"s"``
             (eq 6, needs ``hidden_size == input_size``); ``"i"`` and ``"s"`` run on the scan.
-        num_layers, bias, batch_first, dropout, bidirectional: as :class:`torch.nn.LSTM`.
-            Every layer and direction reads the same context. A bidirectional sCARNN stack of
-            more than one layer is refused (its upper layers would read ``2 * hidden_size``
-            features but must have ``hidden_size == input_size``).
+        num_layers: the number of stacked layers, each reading the one below. Every layer and
+            direction reads the same context.
+        bias: whether the gates and ``ebar`` have biases (``b_u``, ``b_f``, ``b_e``).
+        batch_first: ``input`` and ``output`` as ``(B, T, ...)`` instead of ``(T, B, ...)``
+            (the state stays ``(num_layers * num_directions, B, H)``, as in ``nn.LSTM``).
+        dropout: dropout on each layer's output but the last's, in training only.
+        bidirectional: a second direction reads each sequence backwards; the output
+            concatenates both. A bidirectional sCARNN stack of more than one layer is refused
+            (its upper layers would read ``2 * hidden_size`` features but must have
+            ``hidden_size == input_size``).
         weight_drop: DropConnect probability ``p`` on nCARNN's recurrent matrices
             ``W^h_u; W^h_f`` (``weight_hh``, eq 3) as AWD-LSTM applies it
             (:mod:`ctrlrnn.nn.weight_drop`): in training each forward call draws one fresh mask
             per matrix, shared by all time steps, the kept weights scaled by ``1 / (1 - p)``; in
             evaluation the weights as they are. iCARNN and sCARNN have no recurrent matrix
             (eq 5-6), so ``weight_drop > 0`` raises ``ValueError`` there.
-
-    ``forward(input, context, hx=None, lengths=None) -> (output, h_n)`` with ``context``
-    ``(B, context_size)`` (``(context_size,)`` for unbatched input).
 
     Attributes:
         cells[k].weight_ih: ``[W^e_u; W^e_f; W_e]`` of layer ``k // num_directions`` in
@@ -311,7 +337,44 @@ class CARNN(RecurrentBase):
         hx: Tensor | None = None,
         lengths: Tensor | None = None,
     ) -> tuple[Tensor | PackedSequence, Tensor]:
-        """Run the stack; ``context`` is one vector per sequence, ``(B, context_size)``."""
+        """Run the stack; returns ``(output, h_n)``, ``h_n`` one tensor where ``nn.LSTM``
+        returns ``(h_n, c_n)``.
+
+        The second positional argument is the context, not ``hx``: ``carnn(x, context,
+        hx=h_0)``. A 3-D tensor given as the context raises ``ValueError`` saying so.
+
+        Args:
+            input: ``(T, B, input_size)``; ``(B, T, input_size)`` with ``batch_first=True``;
+                unbatched ``(T, input_size)``; or a ``PackedSequence`` (then ``output`` is
+                packed too).
+            context: the context ``c`` of eq 3-6, one vector per sequence, ``(B,
+                context_size)`` (``(context_size,)`` unbatched); required unless the layer was
+                built with ``context_size=None``, which refuses it.
+            hx: the initial state ``h_0``, ``(num_layers * num_directions, B, hidden_size)``
+                (``(num_layers * num_directions, hidden_size)`` unbatched); zeros when None. An
+                ``h_n`` passed back continues the sequences.
+            lengths: ``(B,)`` integer true lengths of a padded batch (not with a
+                ``PackedSequence``). Outputs past a length are zero, and ``h_n`` is taken at
+                each true length.
+
+        Returns:
+            output: the last layer's ``h_m`` at every step, ``(T, B, num_directions *
+                hidden_size)`` (``(B, T, ...)`` with ``batch_first``, ``(T, ...)`` unbatched,
+                packed for packed input), zeros past each length.
+            h_n: the final ``h``, ``(num_layers * num_directions, B, hidden_size)``,
+                layer-major, the forward direction first (``(num_layers * num_directions,
+                hidden_size)`` unbatched).
+
+        Examples:
+            >>> import torch
+            >>> from ctrlrnn import CARNN
+            >>> carnn = CARNN(input_size=4, hidden_size=8, context_size=3, num_layers=2)
+            >>> x, context = torch.randn(5, 2, 4), torch.randn(2, 3)  # (time, batch, features)
+            >>> output, h_n = carnn(x, context)  # one state, not (h_n, c_n)
+            >>> output.shape, h_n.shape
+            (torch.Size([5, 2, 8]), torch.Size([2, 2, 8]))
+            >>> output, h_n = carnn(x, context, hx=h_n)  # the state by keyword
+        """
         if (
             isinstance(input, Tensor)
             and input.dim() == 2

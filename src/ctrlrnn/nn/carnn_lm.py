@@ -23,16 +23,19 @@ from ctrlrnn.nn.torchscript import Traceable
 
 
 class ContextualCARNNLM(Traceable, nn.Module):
-    """Language model over a sentence conditioned on the previous one (eq 11-13).
+    """Language model over a sentence conditioned on the previous one (eq 11-13); it returns
+    ``(logits, latent)``: next-word logits and the latent label's logits (or None).
 
     Args:
-        vocab_size, embedding_dim: the word embedding table, shared by both sentences.
+        vocab_size: the number of words of the embedding table and of the softmax layer.
+        embedding_dim: the width of the word embeddings, shared by both sentences.
         hidden_size: width of the current sentence's CARNN (sCARNN needs it equal to
             ``embedding_dim``).
         variant: the current sentence's CARNN, ``"n"``, ``"i"`` or ``"s"``.
         context_size: width of the previous-sentence encoder, a context-free nCARNN
             (default ``hidden_size``).
-        num_layers, dropout: of the current sentence's CARNN (``dropout`` between its layers).
+        num_layers: the number of layers of the current sentence's CARNN.
+        dropout: dropout between the current sentence's CARNN layers.
         io_dropout: dropout on the word embeddings both sentences are read from and on the
             CARNN's output before the softmax layer: where a baseline RNN language model has
             its dropout (0: none, the paper's eq 11 as printed).
@@ -114,10 +117,21 @@ class ContextualCARNNLM(Traceable, nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Next-word logits ``(B, T, vocab)`` (eq 11) and latent logits ``(B, K)`` or None (eq 12).
 
-        ``tokens`` ``(B, T)`` is the current sentence (inputs ``w_1 .. w_T``; the logits at
-        ``m`` predict ``w_{m+1}``), ``prev_tokens`` ``(B, T')`` the previous one. With a bool
-        mask ``positions`` ``(B, T)`` the logits are ``(N, vocab)``, at its ``N`` true entries
-        only: the softmax layer, the largest product of the model, skips the padding.
+        Args:
+            tokens: the current sentence, ``(B, T)`` word indices (inputs ``w_1 .. w_T``; the
+                logits at ``m`` predict ``w_{m+1}``).
+            prev_tokens: the previous sentence, ``(B, T')`` word indices, read by the
+                context-free nCARNN (eq 11).
+            lengths: ``(B,)`` true lengths of ``tokens``; None: every sentence is ``T`` long.
+            prev_lengths: ``(B,)`` true lengths of ``prev_tokens``.
+            positions: a bool mask ``(B, T)``: the logits only at its ``N`` true entries, so
+                that the softmax layer, the largest product of the model, skips the padding.
+
+        Returns:
+            logits: the next-word logits, ``(B, T, vocab_size)``, or ``(N, vocab_size)`` with
+                ``positions``.
+            latent: the latent label's logits ``(B, num_latent_labels)`` (eq 12), or None
+                without a latent head.
         """
         context = self.encode_context(prev_tokens, prev_lengths)
         h, _ = self.carnn(self.drop(self.embedding(tokens)), context, lengths=lengths)

@@ -45,7 +45,8 @@ def history_summary(
 
 
 class HistorySummary(Traceable, nn.Module):
-    """Module form of :func:`history_summary` (eq 8); no parameters of its own.
+    """Module form of :func:`history_summary` (eq 8); no parameters of its own. It returns
+    ``(h_his, alpha)``: the summary and the attention weights.
 
     Examples:
         >>> import torch
@@ -60,4 +61,16 @@ class HistorySummary(Traceable, nn.Module):
     def forward(
         self, h: Tensor, e: Tensor, c: Tensor, lengths: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
+        """Eq 8: the attention-weighted sum of ``h + e`` with ``c`` as the query.
+
+        Args:
+            h: the CARNN's outputs ``h_1 .. h_{M-1}``, batch-first ``(B, M, d)``.
+            e: its inputs ``e_1 .. e_{M-1}`` (the residual), of the shape of ``h``.
+            c: the current utterance ``e_M``, the attention query, ``(B, d)``.
+            lengths: ``(B,)`` true lengths; steps past them get zero attention.
+
+        Returns:
+            h_his: the history summary, ``(B, d)``.
+            alpha: the attention weights, ``(B, M)``, each row summing to 1.
+        """
         return history_summary(h, e, c, lengths)

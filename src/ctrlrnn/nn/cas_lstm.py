@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
@@ -196,23 +197,24 @@ def _lambda_value(weights: CASLayer, setting: float | str | None,
 
 class CASLSTMCell(Traceable, nn.Module):
     """One CAS-LSTM layer direction, step by step: eq 1-6 for the first layer, eq 7-13 (with
-    variant (iii)'s eq 17-18) above it.
+    variant (iii)'s eq 17-18) above it. It returns ``(h, (h, c))``, as ``nn.LSTMCell``'s
+    ``(h, c)`` with the output first.
 
-    ``forward(input, lower_c=None, state=None) -> (h, (h, c))``: ``input`` ``(B, input_size)``
-    (or unbatched ``(input_size,)``) is the layer's input at step ``t``, ``h^{l-1}_t`` (``x_t``
-    for the first layer); ``lower_c`` ``(B, hidden_size)`` is the lower layer's cell
-    ``c^{l-1}_t``, which a ``vertical`` cell needs and the first layer's refuses; ``state`` is
-    ``(h, c)`` of step ``t - 1``, zeros when None. Stepping a stack's cells layer by layer, each
-    layer's cell state the next one's ``lower_c``, gives the outputs of :class:`CASLSTM` with the
-    same weights (``CASLSTM.cell(layer, direction)`` shares them); the layer's ``weight_drop``
-    does not apply here (as in evaluation).
+    ``forward(input, lower_c=None, state=None)``: ``input`` is the layer's input at step
+    ``t``, ``h^{l-1}_t`` (``x_t`` for the first layer); ``lower_c`` is the lower layer's cell
+    ``c^{l-1}_t``, which a ``vertical`` cell needs and the first layer's refuses. Stepping a
+    stack's cells layer by layer, each layer's cell state the next one's ``lower_c``, gives the
+    outputs of :class:`CASLSTM` with the same weights (``CASLSTM.cell(layer, direction)``
+    shares them); the layer's ``weight_drop`` does not apply here (as in evaluation).
 
     Args:
-        input_size, hidden_size, bias: as :class:`CASLSTM` (``input_size`` is the lower layer's
-            width above the first layer).
+        input_size: the width of ``input``: the lower layer's width above the first layer.
+        hidden_size: the width ``H`` of ``h`` and ``c``.
         vertical: a layer above the first (eq 7-13): five gate blocks and the vertical forget
             gate ``g`` reading ``lower_c``; False: the first layer, a plain LSTM (eq 1-6).
-        lambda_, peephole: as :class:`CASLSTM` (a vertical cell's).
+        bias: whether the gates have biases.
+        lambda_: the weight of eq 12, as :class:`CASLSTM`'s (a vertical cell's).
+        peephole: variant (iii), eq 17-18, as :class:`CASLSTM`'s (a vertical cell's).
         layer: the :class:`CASLayer` whose weights to use (its sizes, ``vertical`` and
             peepholes are then the cell's); new weights when None.
 
@@ -292,6 +294,23 @@ class CASLSTMCell(Traceable, nn.Module):
         self, input: Tensor, lower_c: Tensor | None = None,
         state: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """One step; returns ``(h, (h, c))``: the output and the new state, as ``nn.LSTMCell``
+        returns ``(h, c)``.
+
+        Args:
+            input: the layer's input at step ``t``, ``(B, input_size)`` or unbatched
+                ``(input_size,)``: ``x_t`` for the first layer, ``h^{l-1}_t`` above it.
+            lower_c: the lower layer's cell ``c^{l-1}_t`` at the same step, ``(B,
+                hidden_size)`` (``(hidden_size,)`` unbatched); required by a ``vertical`` cell,
+                refused by the first layer's.
+            state: ``(h, c)`` of step ``t - 1``, each ``(B, hidden_size)``
+                (``(hidden_size,)`` unbatched); zeros when None.
+
+        Returns:
+            h: the output ``h_t``, ``(B, hidden_size)`` (``(hidden_size,)`` unbatched).
+            state: ``(h_t, c_t)``, to pass back as ``state`` (``c_t`` is the next layer's
+                ``lower_c``).
+        """
         w = self.weights
         x, unbatched = step_input(input, self.input_size, w.weight_ih)
         B, H = x.shape[0], self.hidden_size
@@ -360,15 +379,24 @@ class CASLSTMCell(Traceable, nn.Module):
     )],
 )
 class CASLSTM(RecurrentBase):
-    """Cell-aware stacked LSTM with the ``torch.nn.LSTM`` interface.
+    """Cell-aware stacked LSTM with the ``torch.nn.LSTM`` interface; it returns
+    ``(output, (h_n, c_n))`` exactly as ``nn.LSTM`` does.
+
+    ``h_n`` and ``c_n`` are ``(num_layers * num_directions, B, hidden_size)``, layer-major;
+    ``hx`` takes the same ``(h_0, c_0)`` pair.
 
     Args:
-        input_size, num_layers, bias, batch_first, dropout: as :class:`torch.nn.LSTM`;
-            ``dropout`` applies to the hidden states passed up between layers (not to the cell
-            states of the vertical connection).
+        input_size: the width of the input's features, as in :class:`torch.nn.LSTM`.
         hidden_size: the width ``d`` of every layer, or a list of ``num_layers`` widths, which
             must all be equal: layers ``l > 1`` need ``d_l = d_{l-1}`` (section 3.2); any other
             list raises ``ValueError``.
+        num_layers: the number of stacked layers; layers ``l > 1`` also read the cell state of
+            the layer below (eq 7-13).
+        bias: whether the gates have biases.
+        batch_first: ``input`` and ``output`` as ``(B, T, ...)`` instead of ``(T, B, ...)``
+            (the states stay ``(num_layers * num_directions, B, H)``, as in ``nn.LSTM``).
+        dropout: dropout on the hidden states passed up between layers, in training only (not
+            on the cell states of the vertical connection).
         bidirectional: Bi-CAS-LSTM (section 3.3): a second stack reads the reversed sequence;
             the two top layers' outputs are concatenated. Layers of each stack read only their
             own stack's lower layer (unlike a bidirectional ``nn.LSTM``).
@@ -386,10 +414,8 @@ class CASLSTM(RecurrentBase):
             mask per matrix, shared by all time steps, the kept weights scaled by
             ``1 / (1 - p)``; in evaluation the weights as they are.
 
-    ``forward(input, hx=None, lengths=None) -> (output, (h_n, c_n))`` exactly as
-    :class:`torch.nn.LSTM` (``h_n``/``c_n`` ``(num_layers * num_directions, B, hidden_size)``,
-    layer-major). ``caslstm.layer(l, d)`` is the :class:`CASLayer` of layer ``l`` (0-based) in
-    direction ``d``.
+    ``caslstm.layer(l, d)`` is the :class:`CASLayer` of layer ``l`` (0-based) in direction
+    ``d``.
 
     Attributes:
         layers[k].weight_ih: the input weights ``W`` of layer ``k // num_directions`` in
@@ -452,6 +478,45 @@ class CASLSTM(RecurrentBase):
             for layer in range(layers)
             for _ in range(self.num_directions)
         )
+
+    def forward(
+        self,
+        input: Tensor | PackedSequence,
+        hx: tuple[Tensor, Tensor] | None = None,
+        lengths: Tensor | None = None,
+    ) -> tuple[Tensor | PackedSequence, tuple[Tensor, Tensor]]:
+        """Run the stack; returns ``(output, (h_n, c_n))``, as ``nn.LSTM`` does.
+
+        Args:
+            input: ``(T, B, input_size)``; ``(B, T, input_size)`` with ``batch_first=True``;
+                unbatched ``(T, input_size)``; or a ``PackedSequence`` (then ``output`` is
+                packed too).
+            hx: ``(h_0, c_0)``, each ``(num_layers * num_directions, B, hidden_size)``
+                (``(num_layers * num_directions, hidden_size)`` unbatched); zeros when None.
+                A returned ``(h_n, c_n)`` passed back continues the sequences.
+            lengths: ``(B,)`` integer true lengths of a padded batch (not with a
+                ``PackedSequence``). Outputs past a length are zero, and ``h_n``, ``c_n`` are
+                taken at each true length.
+
+        Returns:
+            output: the top layer's ``h_t`` at every step, ``(T, B, num_directions *
+                hidden_size)`` (``(B, T, ...)`` with ``batch_first``, ``(T, ...)`` unbatched,
+                packed for packed input), zeros past each length (bidirectional: the two
+                stacks' top layers concatenated).
+            state: ``(h_n, c_n)``, each ``(num_layers * num_directions, B, hidden_size)``,
+                layer-major, the forward direction first, as ``nn.LSTM``'s.
+
+        Examples:
+            >>> import torch
+            >>> from ctrlrnn import CASLSTM
+            >>> lstm = CASLSTM(input_size=4, hidden_size=8, num_layers=2)
+            >>> output, (h_n, c_n) = lstm(torch.randn(5, 3, 4))  # as nn.LSTM
+            >>> output.shape, h_n.shape, c_n.shape
+            (torch.Size([5, 3, 8]), torch.Size([2, 3, 8]), torch.Size([2, 3, 8]))
+        """
+        out, state = super().forward(input, hx, lengths)
+        assert isinstance(state, tuple)
+        return out, (state[0], state[1])
 
     def layer_input_size(self, layer: int) -> int:
         """Layer 1 reads the input; each upper layer reads its own stack's lower layer only."""

@@ -136,11 +136,25 @@ __all__ = ["BASES", "DEPTH_GATES", "GATES", "RECURRENCES", "Metagross", "Metagro
     ],
 )
 class Metagross(RecurrentBase):
-    """METAGROSS layer stack (section 2) with the ``torch.nn.LSTM`` contract.
+    """METAGROSS layer stack (section 2) with the ``torch.nn.LSTM`` contract; it returns
+    ``(output, h_n)``, ``h_n`` one tensor ``(2^depth - 1) * hidden_size`` wide (every tree
+    unit's state), not ``(h_n, c_n)``.
+
+    ``h_n`` holds every tree unit's carried state, root first (``h_n[..., :hidden_size]`` is the
+    root's); with an RNN ``base`` it is a tuple ``(tree, base)``. Unpack as ``output, h_n =
+    layer(x)``: written ``output, (h, c) = layer(x)``, a two-layer ``h_n`` splits by layer
+    without an error (as ``nn.GRU``'s would), and an RNN base's pair into ``(tree, base)``.
 
     Args:
-        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional: as
-            :class:`torch.nn.LSTM` (``dropout`` between layers).
+        input_size: the width of the input's features, as in :class:`torch.nn.LSTM`.
+        hidden_size: the width ``H`` of each unit's state and of each direction's output.
+        num_layers: the number of stacked layers, each reading the one below.
+        bias: whether the base maps and depth gates have biases.
+        batch_first: ``input`` and ``output`` as ``(B, T, ...)`` instead of ``(T, B, ...)``
+            (the state stays ``(num_layers * num_directions, B, ...)``, as in ``nn.LSTM``).
+        dropout: dropout on each layer's output but the last's, in training only.
+        bidirectional: a second direction reads each sequence backwards; the output
+            concatenates both, ``2 * hidden_size`` wide.
         depth: maximum recursion depth ``L``; a tree of ``2^L - 1`` units per layer direction.
         base: level-wise base functions ``F`` (section 2.2): ``"linear"`` (``W x_t + b``),
             ``"lstm"`` or ``"gru"`` (one RNN per gate and unit over the input, on the fused-cell
@@ -165,16 +179,6 @@ class Metagross(RecurrentBase):
             by ``1 / (1 - p)``; in evaluation the weights as they are. ``gates="input"`` with
             the linear base has no recurrent matrix: ``weight_drop > 0`` raises ``ValueError``.
             A :class:`MetagrossCell` stepping the same weights does not drop them.
-
-    ``forward(input, hx=None, lengths=None, return_gates=False)``. The state ``hx``/``h_n``
-    holds every unit's carried state (``h`` or ``c``) in heap order, root first:
-    ``(num_layers * num_directions, B, (2^L - 1) * hidden_size)``, so ``h_n[..., :H]`` is the
-    root's; with ``gates="state"`` only the root's ``h`` is carried, ``(L*D, B, hidden_size)``.
-    With an RNN base it is a tuple ``(tree, base)`` whose second entry holds the base
-    RNNs' states ``(L*D, B, base_state_size)``. With ``return_gates=True`` the result is
-    ``(output, h_n, (alpha, beta))``, each ``(num_layers * num_directions, B, T, I)``
-    (time-major ``(L*D, T, B, I)`` unless ``batch_first``; zeros past each length) over the
-    ``I = 2^(L-1) - 1`` internal units in heap order, for the figures of section 3.6.2.
 
     Attributes:
         units[k].weight: the linear base maps ``W x_t + b`` (``base="linear"``) of the tree of
@@ -296,7 +300,46 @@ class Metagross(RecurrentBase):
         lengths: Tensor | None = None,
         return_gates: bool = False,
     ) -> Any:
-        """Run the stack; see the class docstring for ``return_gates``."""
+        """Run the stack; returns ``(output, h_n)``, ``h_n`` the tree's states ``(L*D, B,
+        (2^depth - 1) * hidden_size)`` where ``nn.LSTM`` returns ``(h_n, c_n)``.
+
+        ``L*D`` is ``num_layers * num_directions``. Unpack as ``output, h_n = layer(x)``.
+
+        Args:
+            input: ``(T, B, input_size)``; ``(B, T, input_size)`` with ``batch_first=True``;
+                unbatched ``(T, input_size)``; or a ``PackedSequence`` (then ``output`` is
+                packed too).
+            hx: the initial state in the layout of ``h_n`` (below; the batch axis dropped for
+                unbatched input); zeros when None. An ``h_n`` passed back continues the
+                sequences exactly.
+            lengths: ``(B,)`` integer true lengths of a padded batch (not with a
+                ``PackedSequence``). Outputs past a length are zero, and ``h_n`` is taken at
+                each true length.
+            return_gates: also return the depth gates ``(alpha, beta)`` (section 3.6.2).
+
+        Returns:
+            output (Tensor | PackedSequence): the last layer's root output at every step, ``(T,
+                B, num_directions * hidden_size)`` (``(B, T, ...)`` with ``batch_first``,
+                ``(T, ...)`` unbatched, packed for packed input), zeros past each length.
+            h_n (Tensor | tuple[Tensor, Tensor]): every unit's carried state (``h`` or ``c``,
+                by ``recurrence``) in heap order, root first: ``(L*D, B, (2^depth - 1) *
+                hidden_size)``, so ``h_n[..., :hidden_size]`` is the root's. With
+                ``gates="state"`` only the root's ``h``, ``(L*D, B, hidden_size)``. With
+                ``base="lstm"``/``"gru"`` a tuple ``(tree, base)``, ``base`` the base RNNs'
+                states ``(L*D, B, base_state_size)``.
+            gates (tuple[Tensor, Tensor]): only with ``return_gates=True``, as a third
+                element: ``(alpha, beta)``, each ``(L*D, B, T, I)`` (``(L*D, T, B, I)``
+                time-major unless ``batch_first``; zeros past each length), over the ``I =
+                2^(depth-1) - 1`` internal units in heap order.
+
+        Examples:
+            >>> import torch
+            >>> from ctrlrnn import Metagross
+            >>> layer = Metagross(input_size=4, hidden_size=8, num_layers=2, depth=2)
+            >>> output, h_n = layer(torch.randn(5, 3, 4))  # one state, not (h_n, c_n)
+            >>> output.shape, h_n.shape  # h_n: 2 layers, the 3 units' states each
+            (torch.Size([5, 3, 8]), torch.Size([2, 3, 24]))
+        """
         return_gates = check_flag("return_gates", return_gates)
         record: list[tuple[Tensor, Tensor]] | None = [] if return_gates else None
         out, h_n = super().forward(input, hx, lengths, gate_record=record)

@@ -34,7 +34,8 @@ FFN_DEPTH_GATES = ("token", "scalar")
 
 
 class MetagrossFFN(Traceable, nn.Module):
-    """Recursive position-wise feed-forward layer (section 2.3).
+    """Recursive position-wise feed-forward layer (section 2.3); it returns a tensor of the
+    input's shape ``(..., d_model)``.
 
     Args:
         d_model: input and output width.
@@ -101,7 +102,17 @@ class MetagrossFFN(Traceable, nn.Module):
     def forward(
         self, x: Tensor, return_gates: bool = False
     ) -> Tensor | tuple[Tensor, Tensor, Tensor]:
-        """``(..., d_model) -> (..., d_model)``; ``return_gates`` adds alpha, beta ``(..., I)``."""
+        """The recursive feed-forward layer at every position; returns ``(..., d_model)``.
+
+        Args:
+            x: ``(..., d_model)``, any leading shape, each position on its own.
+            return_gates: also return the depth gates ``alpha``, ``beta``.
+
+        Returns:
+            The output, ``(..., d_model)``; with ``return_gates=True`` the tuple ``(output,
+                alpha, beta)``, the gates ``(..., I)`` over the ``I = 2^(depth-1) - 1``
+                internal units.
+        """
         return_gates = check_flag("return_gates", return_gates)
         if not isinstance(x, Tensor) or x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(

@@ -181,7 +181,8 @@ class MetagrossUnit(nn.Module):
 
 
 class MetagrossCell(Traceable, nn.Module):
-    """One METAGROSS tree (one layer direction) for step-by-step use (decoding).
+    """One METAGROSS tree (one layer direction) for step-by-step use (decoding); it returns
+    ``(h, state)``, ``state`` every unit's state ``(B, (2^depth - 1) * hidden_size)``.
 
     ``forward(input, state=None) -> (h, state')`` with ``input`` ``(B, input_size)`` (or
     ``(input_size,)``); ``state`` is the tree's carried states ``(B, (2^L - 1) * H)`` (heap
@@ -262,6 +263,22 @@ class MetagrossCell(Traceable, nn.Module):
     def forward(
         self, input: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
+        """One step; returns ``(h, state)``: the root's output and the tree's new state.
+
+        Args:
+            input: ``x_t``, ``(B, input_size)`` or unbatched ``(input_size,)``.
+            state: the tree's state after step ``t - 1``, zeros when None: every unit's
+                carried state in heap order, root first, ``(B, (2^depth - 1) * hidden_size)``
+                (the root's ``(B, hidden_size)`` alone with ``gates="state"``); with an RNN
+                base a tuple ``(tree, base)``, ``base`` ``(B, base_state_size)``. Unbatched:
+                without the batch axis. The per-layer-direction slice of :class:`Metagross`'s
+                ``hx``.
+
+        Returns:
+            h: the root unit's output ``h_t``, ``(B, hidden_size)`` (``(hidden_size,)``
+                unbatched).
+            state: the new state, in the layout of ``state``; pass it back.
+        """
         u = self.unit
         x, unbatched = step_input(input, u.input_size, None)
         B = x.shape[0]

@@ -31,11 +31,13 @@ def position_weights(num_words: Tensor | int, dim: int, max_len: int, *, like: T
 
 
 class PositionEncoder(Traceable, nn.Module):
-    """``forward(embeddings, lengths=None) -> (..., d)``, Sukhbaatar et al. section 4.1.
+    """The Position Encoder of Sukhbaatar et al. (section 4.1); it returns one vector ``(...,
+    d)`` per utterance of word embeddings ``(..., J, d)``.
 
-    ``embeddings`` is ``(..., J, d)``; ``lengths`` (optional, integer, shape ``...``) gives each
-    utterance's true number of words, and padded words past it are ignored. No parameters: the
-    word embeddings are trained by the model that owns them.
+    ``forward(embeddings, lengths=None) -> (..., d)``: ``embeddings`` is ``(..., J, d)``;
+    ``lengths`` (optional, integer, shape ``...``) gives each utterance's true number of words,
+    and padded words past it are ignored. No parameters: the word embeddings are trained by the
+    model that owns them.
 
     Examples:
         >>> import torch
@@ -46,6 +48,17 @@ class PositionEncoder(Traceable, nn.Module):
     """
 
     def forward(self, embeddings: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """Encode each utterance as ``m = sum_j l_j * x_j``.
+
+        Args:
+            embeddings: the word embeddings, ``(..., J, d)``: any leading shape, then up to
+                ``J`` words of width ``d``.
+            lengths: each utterance's true number of words, integers in ``[1, J]`` of shape
+                ``...``; words past it are ignored. None: every utterance has ``J`` words.
+
+        Returns:
+            One vector per utterance, ``(..., d)``.
+        """
         if not isinstance(embeddings, Tensor) or embeddings.dim() < 2:
             raise ValueError("embeddings: expected a (..., J, d) tensor of word embeddings")
         if not embeddings.is_floating_point():

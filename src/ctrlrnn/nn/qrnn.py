@@ -92,11 +92,24 @@ def _bench_row(pooling: str) -> BenchRow:
     bench=[_bench_row(pooling) for pooling in ("f", "fo", "ifo")],
 )
 class QRNN(RecurrentBase):
-    """Quasi-recurrent layer stack with the ``torch.nn.LSTM`` interface.
+    """Quasi-recurrent layer stack with the ``torch.nn.LSTM`` interface; it returns
+    ``(output, c_n)``, one state tensor (the memory cells), not ``(output, (h_n, c_n))``.
+
+    ``c_n`` and ``hx`` are ``(num_layers * num_directions, B, hidden_size)``: QRNN feeds no
+    ``h`` back (eq 3-5). Unpack as ``output, c_n = qrnn(x)``. Written ``output, (h, c) =
+    qrnn(x)``, a two-layer (or one-layer bidirectional) ``c_n`` splits by layer without an
+    error, as ``nn.GRU``'s ``h_n`` would: ``h`` is then layer 0's cells, ``c`` layer 1's.
 
     Args:
-        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional: as
-            :class:`torch.nn.LSTM` (``dropout`` is applied between layers).
+        input_size: the width of the input's features, as in :class:`torch.nn.LSTM`.
+        hidden_size: the width ``H`` of each direction's output and memory cell.
+        num_layers: the number of stacked layers, each reading the one below.
+        bias: whether the gates (eq 1-2) have biases.
+        batch_first: ``input`` and ``output`` as ``(B, T, ...)`` instead of ``(T, B, ...)``
+            (the state stays ``(num_layers * num_directions, B, H)``, as in ``nn.LSTM``).
+        dropout: dropout on each layer's output but the last's, in training only.
+        bidirectional: a second direction reads each sequence backwards; the output
+            concatenates both, ``2 * hidden_size`` wide.
         window: width ``k`` of the convolution (eq 1), any positive integer, for every layer;
             or a tuple/list of ``num_layers`` widths, one per layer (``(6, 2, 2)``: the QRNN
             paper's translation encoder, section 3.3).
@@ -122,9 +135,7 @@ class QRNN(RecurrentBase):
             direction, shared by all time steps, the kept weights scaled by ``1 / (1 - p)``;
             in evaluation the weights as they are. The biases are not dropped.
 
-    ``forward(input, hx=None, lengths=None, encoder_state=None)``: ``encoder_state`` is
-    ``(num_layers, B, encoder_state_size)`` (one encoder state per layer, eq 7) or
-    ``(B, encoder_state_size)`` shared by all layers. ``hx`` and ``h_n`` hold the memory cells.
+    :meth:`forward` takes ``encoder_state`` (eq 7) by keyword.
     :meth:`forward_with_layer_states` also returns every layer's last hidden state (the
     ``h~^l_T`` that eq 7 feeds to decoder layer ``l``).
 
@@ -218,6 +229,58 @@ class QRNN(RecurrentBase):
     def cell(self, layer: int, direction: int = 0) -> QRNNCell:
         """The cell holding the weights of ``layer`` in ``direction`` (0 forward, 1 backward)."""
         return self.cells[layer * self.num_directions + direction]
+
+    def forward(
+        self,
+        input: Tensor | PackedSequence,
+        hx: Tensor | None = None,
+        lengths: Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor | PackedSequence, Tensor]:
+        """Run the stack; returns ``(output, c_n)``: ``c_n`` is one tensor, the memory cells,
+        where ``nn.LSTM`` returns ``(output, (h_n, c_n))``.
+
+        Unpack as ``output, c_n = qrnn(x)``. ``output, (h, c) = qrnn(x)`` raises for one
+        unidirectional layer but splits a two-layer ``c_n`` by layer without an error (``h``
+        layer 0's cells, ``c`` layer 1's), as ``nn.GRU``'s ``h_n`` would.
+
+        Args:
+            input: ``(T, B, input_size)``; ``(B, T, input_size)`` with ``batch_first=True``;
+                unbatched ``(T, input_size)``; or a ``PackedSequence`` (then ``output`` is
+                packed too).
+            hx: the initial memory cells ``c_0``, ``(num_layers * num_directions, B,
+                hidden_size)`` (``(num_layers * num_directions, hidden_size)`` unbatched),
+                zeros when None. A ``c_n`` passed back continues the sequences. ``nn.LSTM``'s
+                ``(h_0, c_0)`` pair raises ``ValueError``: QRNN has no ``h_0``.
+            lengths: ``(B,)`` integer true lengths of a padded batch (not with a
+                ``PackedSequence``). Outputs past a length are zero, ``c_n`` is taken at each
+                true length, and a non-causal window reads zeros past it.
+            **kwargs: ``encoder_state`` only (eq 7, with ``encoder_state_size`` set, required
+                then): ``(num_layers, B, encoder_state_size)``, one encoder state per layer, or
+                ``(B, encoder_state_size)`` shared by all layers. Any other keyword raises
+                ``TypeError``.
+
+        Returns:
+            output: the last layer's ``h_t`` (eq 4-5; ``c_t`` with f-pooling) at every step,
+                ``(T, B, num_directions * hidden_size)`` (``(B, T, ...)`` with
+                ``batch_first``, ``(T, ...)`` unbatched, packed for packed input), zeros past
+                each length; both directions concatenated, as in ``nn.LSTM``.
+            c_n: the memory cell ``c`` after each sequence's last step, per layer and
+                direction: ``(num_layers * num_directions, B, hidden_size)``, layer-major, the
+                forward direction first (``(num_layers * num_directions, hidden_size)``
+                unbatched). The backward direction's is its cell at step 0.
+
+        Examples:
+            >>> import torch
+            >>> from ctrlrnn import QRNN
+            >>> qrnn = QRNN(input_size=4, hidden_size=8, num_layers=2)
+            >>> x = torch.randn(5, 3, 4)  # (time, batch, features)
+            >>> output, c_n = qrnn(x)  # not output, (h_n, c_n)
+            >>> output.shape, c_n.shape  # c_n: both layers' cells
+            (torch.Size([5, 3, 8]), torch.Size([2, 3, 8]))
+            >>> output, c_n = qrnn(x, c_n)  # the next chunk, from those cells
+        """
+        return super().forward(input, hx, lengths, **kwargs)
 
     def forward_with_layer_states(
         self,

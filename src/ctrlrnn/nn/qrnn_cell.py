@@ -28,7 +28,8 @@ from ctrlrnn.ops.validation import step_input
 
 
 class QRNNCell(Traceable, nn.Module):
-    """One QRNN layer direction, usable step by step for decoding.
+    """One QRNN layer direction, usable step by step for decoding; it returns ``(h, (c,
+    history))``: the state holds the memory cell and the window's last inputs.
 
     ``forward(input, state=None, encoder_state=None) -> (h, (c, history))`` with ``input``
     ``(B, input_size)``; ``history`` keeps the last ``window - 1`` inputs ``(B, window - 1,
@@ -154,6 +155,23 @@ class QRNNCell(Traceable, nn.Module):
         state: tuple[Tensor, Tensor] | None = None,
         encoder_state: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """One step of eq 1-5; returns ``(h, (c, history))``, the output and the new state.
+
+        A causal cell only (``causal=False`` raises ``ValueError``).
+
+        Args:
+            input: ``x_t``, ``(B, input_size)`` or unbatched ``(input_size,)``.
+            state: ``(c, history)`` after step ``t - 1``, zeros when None: the memory cell
+                ``(B, hidden_size)`` and the last ``window - 1`` inputs ``(B, window - 1,
+                input_size)``, oldest first (unbatched: without the batch axis).
+            encoder_state: eq 7's ``h~_T``, ``(B, encoder_state_size)``; required with
+                ``encoder_state_size`` set, refused without.
+
+        Returns:
+            h: the output ``h_t`` (``c_t`` with f-pooling), ``(B, hidden_size)``
+                (``(hidden_size,)`` unbatched).
+            state: ``(c_t, history)``, to pass back as ``state``.
+        """
         self._require_causal()
         x, unbatched = step_input(input, self.input_size, self.weight)
         B, H, k = x.shape[0], self.hidden_size, self.window

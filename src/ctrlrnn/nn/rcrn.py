@@ -42,6 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
@@ -237,7 +238,8 @@ def run_sequences(
 
 
 class RCRNCell(Traceable, nn.Module):
-    """One RCRN direction (controllers, listener base, eq 15-16), usable step by step.
+    """One RCRN direction (controllers, listener base, eq 15-16), usable step by step; it
+    returns ``(h4, state)``, ``state`` a tuple of 7 tensors (4 with ``cell="gru"``).
 
     ``forward(input, state=None) -> (h4, state)`` with ``input`` ``(B, input_size)`` (or
     unbatched ``(input_size,)``) and ``state`` a tuple in the order of :attr:`state_names`
@@ -299,6 +301,19 @@ class RCRNCell(Traceable, nn.Module):
     def forward(
         self, input: Tensor, state: tuple[Tensor, ...] | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """One step of eq 1-16; returns ``(h4, state)``, the output and the new states.
+
+        Args:
+            input: ``x_t``, ``(B, input_size)`` or unbatched ``(input_size,)``.
+            state: the states after step ``t - 1``, a tuple in the order of
+                :attr:`state_names` (``(h1, c1, h2, c2, h3, c3, c4)``, or ``(h1, h2, h3, c4)``
+                with ``cell="gru"``), each ``(B, hidden_size)`` (``(hidden_size,)``
+                unbatched); zeros when None.
+
+        Returns:
+            h4: the output of eq 16, ``(B, hidden_size)`` (``(hidden_size,)`` unbatched).
+            state: the new states, in the order of :attr:`state_names`; pass them back.
+        """
         x, unbatched = step_input(input, self.input_size, self.controller1.weight_ih)
         B, H, n = x.shape[0], self.hidden_size, len(self.state_names)
         if state is None:
@@ -335,13 +350,25 @@ class RCRNCell(Traceable, nn.Module):
 
 
 class RCRN(RecurrentBase):
-    """Recurrently controlled recurrent network with the ``torch.nn.LSTM`` interface.
+    """Recurrently controlled recurrent network with the ``torch.nn.LSTM`` interface; it returns
+    ``(output, h_n)`` with ``h_n`` a tuple of 7 state tensors (4 with ``cell="gru"``), not
+    ``(h_n, c_n)``.
+
+    ``h_n`` holds the states of the three RNNs and the listener, in the order of
+    :attr:`state_names`: ``(h1, c1, h2, c2, h3, c3, c4)``. ``output, (h, c) = rcrn(x)``
+    raises; unpack as ``output, h_n = rcrn(x)``, and pass ``h_n`` back as ``hx``.
 
     Args:
-        input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional: as
-            :class:`torch.nn.LSTM`. ``num_layers > 1`` stacks RCRNs, each reading the previous
-            one's output ``h^4`` (``dropout`` applies between them). The paper's model is
-            ``num_layers=1, bidirectional=True``.
+        input_size: the width of the input's features, as in :class:`torch.nn.LSTM`.
+        hidden_size: the width ``H`` of each RNN and of each direction's output ``h^4``.
+        num_layers: ``num_layers > 1`` stacks RCRNs, each reading the previous one's output
+            ``h^4``. The paper's model is ``num_layers=1, bidirectional=True``.
+        bias: whether the three RNNs have biases.
+        batch_first: ``input`` and ``output`` as ``(B, T, ...)`` instead of ``(T, B, ...)``
+            (the states stay ``(num_layers * num_directions, B, H)``, as in ``nn.LSTM``).
+        dropout: dropout on each layer's output but the last's, in training only.
+        bidirectional: a second direction reads each sequence backwards; the output
+            concatenates both, ``2 * hidden_size`` wide.
         cell: ``"lstm"`` (eq 1-14) or ``"gru"`` (the GRU variant of section 3.3, all three RNNs
             in torch.nn.GRU's formulation).
         output_gate: ``"sigmoid"`` (default: ``h4 = sigmoid(h2) * c4``, as the text and the
@@ -362,14 +389,6 @@ class RCRN(RecurrentBase):
             :func:`fused_controllers_faster`). All
             compute eq 1-16 exactly (the tests hold them to each other and to the step-by-step
             reference), and draw the same weight-drop masks.
-
-    ``forward(input, hx=None, lengths=None) -> (output, h_n)``: ``output`` is ``h^4``
-    (``num_directions * hidden_size`` wide). ``hx``/``h_n`` is the tuple of all recurrent
-    states, each ``(num_layers * num_directions, B, hidden_size)``, in the order of
-    :attr:`state_names`: ``(h1, c1, h2, c2, h3, c3, c4)`` (``cell="lstm"``) or
-    ``(h1, h2, h3, c4)`` (``"gru"``). With ``listener="concat_forward"`` the ``c4`` entry of the
-    backward direction holds the backward channels of the forward scan (its state after the
-    last valid step).
 
     Parameters: ``rcrn.cell(layer, direction)`` is an :class:`RCRNCell` holding ``controller1``,
     ``controller2`` and ``listener`` (:class:`GatedRNN`, torch.nn.LSTM/GRU layout), so a
@@ -436,6 +455,57 @@ class RCRN(RecurrentBase):
             for layer in range(num_layers)
             for _ in range(self.num_directions)
         )
+
+    def forward(
+        self,
+        input: Tensor | PackedSequence,
+        hx: tuple[Tensor, ...] | None = None,
+        lengths: Tensor | None = None,
+    ) -> tuple[Tensor | PackedSequence, tuple[Tensor, ...]]:
+        """Run the stack; returns ``(output, h_n)``, ``h_n`` the tuple of all 7 recurrent
+        states (4 with ``cell="gru"``) where ``nn.LSTM`` returns ``(h_n, c_n)``.
+
+        Unpack as ``output, h_n = rcrn(x)``; ``output, (h, c) = rcrn(x)`` raises
+        ``ValueError`` (too many values to unpack).
+
+        Args:
+            input: ``(T, B, input_size)``; ``(B, T, input_size)`` with ``batch_first=True``;
+                unbatched ``(T, input_size)``; or a ``PackedSequence`` (then ``output`` is
+                packed too).
+            hx: the initial states, zeros when None: a tuple in the order of
+                :attr:`state_names`, each ``(num_layers * num_directions, B, hidden_size)``
+                (``(num_layers * num_directions, hidden_size)`` unbatched). An ``h_n`` passed
+                back continues the sequences exactly. ``nn.LSTM``'s ``(h_0, c_0)`` pair raises
+                ``ValueError``.
+            lengths: ``(B,)`` integer true lengths of a padded batch (not with a
+                ``PackedSequence``). Outputs past a length are zero, and ``h_n`` is taken at
+                each true length.
+
+        Returns:
+            output: the last layer's ``h^4`` (eq 16) at every step, ``(T, B, num_directions *
+                hidden_size)`` (``(B, T, ...)`` with ``batch_first``, ``(T, ...)`` unbatched,
+                packed for packed input), zeros past each length; both directions
+                concatenated, as in ``nn.LSTM``.
+            h_n: the tuple of final states, in the order of :attr:`state_names`:
+                ``(h1, c1, h2, c2, h3, c3, c4)`` (``cell="lstm"``) or ``(h1, h2, h3, c4)``
+                (``"gru"``), each ``(num_layers * num_directions, B, hidden_size)``,
+                layer-major, the forward direction first. With ``listener="concat_forward"``
+                the backward direction's ``c4`` holds the backward channels of the forward
+                scan (its state after the last valid step).
+
+        Examples:
+            >>> import torch
+            >>> from ctrlrnn import RCRN
+            >>> rcrn = RCRN(input_size=4, hidden_size=8, num_layers=2)
+            >>> x = torch.randn(5, 3, 4)  # (time, batch, features)
+            >>> output, h_n = rcrn(x)  # h_n: 7 states, not (h_n, c_n)
+            >>> output.shape, len(h_n), h_n[-1].shape  # h_n[-1]: the listeners' c4
+            (torch.Size([5, 3, 8]), 7, torch.Size([2, 3, 8]))
+            >>> output, h_n = rcrn(x, h_n)  # the next chunk, from those states
+        """
+        out, h_n = super().forward(input, hx, lengths)
+        assert isinstance(h_n, tuple)
+        return out, h_n
 
     def cell(self, layer: int, direction: int = 0) -> RCRNCell:
         """The :class:`RCRNCell` of ``layer`` in ``direction`` (0 forward, 1 backward)."""
