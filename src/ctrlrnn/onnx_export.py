@@ -183,10 +183,12 @@ def export_onnx(
         kwargs: example keyword arguments, e.g. ``{"lengths": lengths}``.
         dynamic_shapes: as ``torch.onnx.export``; required for a model that is not a ctrlrnn
             layer, computed by :func:`dynamic_shapes_for` otherwise.
-        input_names, output_names: the graph's names (defaults: ``forward``'s argument names;
-            :func:`output_names_for`).
-        opset_version, optimize, verify, verbose: as ``torch.onnx.export`` (``verbose``
-            prints the exporter's steps).
+        input_names: the graph's input names (default: ``forward``'s argument names).
+        output_names: the graph's output names (default: :func:`output_names_for`).
+        opset_version: as ``torch.onnx.export``.
+        optimize: as ``torch.onnx.export``.
+        verify: as ``torch.onnx.export``.
+        verbose: as ``torch.onnx.export``: prints the exporter's steps.
 
     Returns:
         The ``torch.onnx.ONNXProgram`` (``.model_proto``, ``.save(path)``).

@@ -90,8 +90,9 @@ def linear_scan(
     """Compute ``h_t = a_t * h_{t-1} + b_t`` over time, elementwise over batch and channels.
 
     Args:
-        a, b: batch-first ``(B, T, C)`` tensors of the same floating dtype and device. fp16/bf16
-            inputs are accumulated in fp32.
+        a: the decays ``a_t``, a batch-first ``(B, T, C)`` floating tensor. fp16/bf16 inputs
+            are accumulated in fp32.
+        b: the inputs ``b_t``, of the shape, dtype and device of ``a``.
         h0: optional initial state ``(B, C)`` (zeros when omitted).
         reverse: run each sequence from its last valid step back to step 0.
         lengths: optional ``(B,)`` integer lengths in ``[0, T]``: steps past a sequence's length
