@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from ctrlrnn.interrupts import exit_status, interrupted_words, say_stop, stopped_by
 from ctrlrnn.reproduce import experiments, parallel, runner
 from ctrlrnn.reproduce.estimate import estimate
 from ctrlrnn.reproduce.experiment_spec import Experiment
@@ -75,11 +75,12 @@ def _without_rerun(argv: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (ctrlrnn.interrupts)
+        signum = stopped_by(exc)
         command = shlex.join(["ctrlrnn", *_without_rerun(getattr(args, "argv", None) or [])])
-        print("ctrlrnn reproduce: interrupted; finished runs are cached and the interrupted "
-              f"one resumes from its checkpoint: {command}", file=sys.stderr)
-        return 130
+        say_stop(f"ctrlrnn reproduce: {interrupted_words(signum)}; finished runs are cached and "
+                 f"the interrupted one resumes from its checkpoint: {command}")
+        return exit_status(signum)
 
 
 def _run(args: argparse.Namespace) -> int:
