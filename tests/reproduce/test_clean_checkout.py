@@ -92,12 +92,14 @@ def test_only_rewrites_every_page(checkout, monkeypatch):
     trained: list[str] = []
     monkeypatch.setattr(runner, "is_cached", lambda results, mode, exp: False)
     monkeypatch.setattr(runner, "run_experiment",
-                        lambda exp, mode, runs, results, show_progress:
+                        lambda exp, mode, runs, results, show_progress, **kwargs:
                         trained.append(exp.id) or {"errors": {}})
     monkeypatch.chdir(checkout)
     args = argparse.Namespace(quick=True, only=["qrnn-copy"], rerun=None, runs="runs/reproduce",
                               results="docs/results/data", docs=None, pages_only=False,
-                              no_speed=True, no_progress=True, estimate=None)
+                              no_speed=True, no_progress=True, estimate=None, jobs=1,
+                              threads=None, pages="all", scale=None, list=False, data=None,
+                              storage=None)
     try:
         assert cli.run(args) == 0
         assert trained == ["qrnn-copy"]

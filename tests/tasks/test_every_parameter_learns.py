@@ -82,7 +82,37 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("mnist-5k", "metagross", {"data": "pixels"}, TINY),
     ("fashion-mnist", "lstm", {"data": "pixels", "permuted": True}, TINY),
     ("chorales", "qrnn", {"data": "rolls"}, TINY),
+    # the papers' own files (tests/reproduce/paper_data.py writes them)
+    ("sst2", "lstm", {"data": "paper:sst", "embedding_size": 8}, {**TINY, "dense": True,
+                                                                 "num_layers": 2}),
+    ("imdb", "qrnn", {"data": "paper:imdb", "embedding_size": 8},
+     {**TINY, "dense": True, "num_layers": 2}),
+    ("trec", "rcrn", {"data": "paper:trec", "embedding_size": 8}, BI),
+    ("nli", "caslstm", {"data": "paper:multinli", "embedding_size": 8, "mlp_hidden": 8},
+     {**TINY, "num_layers": 2}),
+    ("ranking", "rcrn", {"data": "qa", "format": "wikiqa", "embedding_size": 8,
+                         "attention": "ap"}, BI),
+    ("ranking", "carnn", {"data": "qa", "format": "trecqa", "embedding_size": 8,
+                          "scorer": "iwan"}, {**BI, "variant": "i"}),
+    ("carnn-lm", "carnn", {"data": "paper:pdtb", "latent_weight": 0.5},
+     {**TINY, "variant": "n"}),
+    ("mnist", "metagross", {"data": "paper:mnist"}, TINY),
+    ("cifar10", "lstm", {"data": "paper:cifar10"}, TINY),
 ]
+
+_OPTION = {"sst": "sst", "imdb": "imdb", "trec": "trec", "multinli": "path", "pdtb": "source",
+           "mnist": "idx", "cifar10": "cifar"}
+
+
+def _paper_file(name: str, root: Path) -> str:
+    """Tiny files of data set ``name`` in its real format (tests/reproduce/paper_data.py)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "reproduce" / "paper_data.py"
+    spec = importlib.util.spec_from_file_location("paper_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.WRITERS[name](root / name))
 
 
 def _task(name: str, options: dict[str, Any], root: Path):
@@ -109,6 +139,11 @@ def _task(name: str, options: dict[str, Any], root: Path):
         options["source"] = str(write_pixel_dir(root, {"train": 8, "valid": 4, "test": 4}))
     elif data == "rolls":
         options["source"] = str(write_roll_dir(root, {"train": 4, "valid": 2, "test": 2}))
+    elif data and data.startswith("paper:"):
+        files = data.split(":", 1)[1]
+        options[_OPTION[files]] = _paper_file(files, root)
+        if files == "multinli":
+            options["format"] = "multinli"
     cls = task_class(name)
     task = cls(check_options("task", name, options, cls.options), 0, **extra)
     task.setup()

@@ -19,7 +19,9 @@ context-free nCARNN, is the context of the current sentence's CARNN
 (:class:`~ctrlrnn.nn.carnn_lm.ContextualCARNNLM`). :class:`SentenceLM` is the baseline without
 context: any encoder by name over the current sentence alone (an LSTM: the RNNLM of the paper's
 table 2). Both take ``(tokens, prev_tokens, lengths, prev_lengths)`` and return next-word
-logits.
+logits. With ``num_latent_labels``, :class:`ContextualLM` also classifies the previous
+sentence's latent label from its context (eq 12; :meth:`ContextualLM.forward_latent`), whose
+log-loss the task mixes into the words' (eq 13).
 """
 
 from __future__ import annotations
@@ -130,13 +132,15 @@ class ContextualLM(nn.Module):
 
     def __init__(
         self, vocab_size: int, embedding_dim: int, hidden_size: int, variant: str = "n", *,
-        num_layers: int = 1, dropout: float = 0.0,
+        num_layers: int = 1, dropout: float = 0.0, num_latent_labels: int | None = None,
+        alpha: float = 0.5,
     ) -> None:
         super().__init__()
         # the one tuned dropout acts where the baseline SentenceLM has it (embeddings, output)
         # and between CARNN layers when there are several
         self.lm = ContextualCARNNLM(vocab_size, embedding_dim, hidden_size, variant,
-                                    num_layers=num_layers, dropout=dropout, io_dropout=dropout)
+                                    num_layers=num_layers, dropout=dropout, io_dropout=dropout,
+                                    num_latent_labels=num_latent_labels, alpha=alpha)
 
     def forward(
         self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor,
@@ -146,6 +150,14 @@ class ContextualLM(nn.Module):
         ``positions`` ``(B, T)`` only (the softmax layer is not run elsewhere)."""
         logits, _ = self.lm(tokens, prev_tokens, lengths, prev_lengths, positions=positions)
         return logits
+
+    def forward_latent(
+        self, tokens: Tensor, prev_tokens: Tensor, lengths: Tensor, prev_lengths: Tensor,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward`'s logits and eq 12's latent-label logits of the previous sentence's
+        context ``(B, K)`` (None without a latent head)."""
+        return self.lm(tokens, prev_tokens, lengths, prev_lengths, positions=positions)
 
 
 class SentenceLM(nn.Module):

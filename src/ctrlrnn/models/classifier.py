@@ -178,11 +178,16 @@ class SentenceEncoder(nn.Module):
         self.pooling = parse_pooling(pooling)
         self.output_size = self.encoder.output_size * len(self.pooling)
 
-    def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def states(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The encoder's outputs ``(B, T, H)`` (zeros past each length) and final states."""
         x = self.dropout(self.embed(tokens))
         if self.highway is not None:
             x = self.highway(x)
         out, final, _ = self.encoder(x, lengths)
+        return out, final
+
+    def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        out, final = self.states(tokens, lengths)
         return masked_pool(out, lengths, self.pooling, final)
 
 

@@ -1,5 +1,6 @@
 """Encoders by name: any registered unit (:mod:`ctrlrnn.nn.registry`), or ``torch.nn.LSTM`` /
-``nn.GRU`` as the baseline.
+``nn.GRU`` as the baseline (``model.dense=true``: densely connected, as the QRNN's ``dense``,
+:mod:`ctrlrnn.models.dense_rnn`).
 
 Every task model takes its encoder from here, so comparing architectures means swapping one
 name (``--model``) while the rest of the model stays the same. :class:`SequenceEncoder` gives
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -49,9 +51,10 @@ class EncoderSpec:
 
 
 #: the baselines, before every registered unit
+_DENSE = {"dense": (bool, False)}
 BASELINES: dict[str, EncoderSpec] = {
-    "lstm": EncoderSpec("lstm", "torch.nn:LSTM", {}, "torch.nn.LSTM (baseline)"),
-    "gru": EncoderSpec("gru", "torch.nn:GRU", {}, "torch.nn.GRU (baseline)"),
+    "lstm": EncoderSpec("lstm", "torch.nn:LSTM", _DENSE, "torch.nn.LSTM (baseline)"),
+    "gru": EncoderSpec("gru", "torch.nn:GRU", _DENSE, "torch.nn.GRU (baseline)"),
 }
 
 
@@ -122,6 +125,12 @@ class SequenceEncoder(nn.Module):
         self.torch_rnn = name in ("lstm", "gru")
         cls = ENCODERS[name].cls()
         extra = {k: v for k, v in opts.items() if k not in COMMON}
+        self.dense = bool(extra.pop("dense", False)) if self.torch_rnn else False
+        if self.dense:  # a densely connected stack of torch's layers: the units' interface
+            from ctrlrnn.models.dense_rnn import DenseRNN
+
+            self.torch_rnn = False
+            cls = partial(DenseRNN, name)
         self.rnn = cls(
             input_size,
             opts["hidden_size"],
@@ -165,7 +174,7 @@ class SequenceEncoder(nn.Module):
         """Whether :meth:`forward_layers` can give every layer's final state: the QRNN (its
         layers' outputs), ``nn.LSTM`` / ``nn.GRU`` (their ``h_n``), any one-layer encoder (its
         ``final``)."""
-        return self.name in ("qrnn", "lstm", "gru") or self.num_layers == 1
+        return (self.name in ("qrnn", "lstm", "gru") and not self.dense) or self.num_layers == 1
 
     def forward_layers(
         self, x: Tensor, lengths: Tensor | None = None

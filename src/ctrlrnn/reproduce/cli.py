@@ -8,6 +8,13 @@
     ctrlrnn reproduce --estimate 50 --only carnn-lm   # time 50 steps an arm: the cost here
     ctrlrnn reproduce --only qrnn-ptb-lm --pages chosen --docs runs/main   # its page alone
     ctrlrnn reproduce --jobs 2         # two runs at once, one torch thread each
+    ctrlrnn reproduce --list           # every table of the five papers and its experiments
+    ctrlrnn reproduce --scale paper --only qrnn-imdb --data imdb=~/aclImdb   # the paper's recipe
+
+``--scale paper`` trains each experiment as its paper did (:mod:`.paper_scales`), on a GPU
+where there is one, under ``torchrun`` across several (rank 0 keeps the books), reading the
+data a paper used that cannot be had here from the user's files (``--data NAME=PATH``); its
+results go to ``RESULTS/paper`` and its pages to ``docs/results/paper``, apart from ours.
 
 Finished experiments are cached in the results files (``docs/results/data``); the pages are
 rewritten only when something was trained or measured anew, or with ``--pages-only``, and
@@ -30,7 +37,7 @@ import torch
 from ctrlrnn.interrupts import exit_status, interrupted_words, say_stop, stopped_by
 from ctrlrnn.reproduce import experiments, parallel, runner
 from ctrlrnn.reproduce.estimate import estimate
-from ctrlrnn.reproduce.experiment_spec import Experiment
+from ctrlrnn.reproduce.experiment_spec import PAPER, Experiment
 from ctrlrnn.reproduce.figures import cas_gate_section, depth_gate_section
 from ctrlrnn.reproduce.pages import write_pages
 from ctrlrnn.reproduce.speed import (
@@ -84,9 +91,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    every = experiments.EXPERIMENTS
-    mode = "quick" if args.quick else "full"
-    default_docs = "docs/results/quick" if mode == "quick" else "docs/results"
+    from ctrlrnn.reproduce import paper_run
+
+    scale = getattr(args, "scale", "ours") or "ours"
+    if getattr(args, "list", False):
+        print(paper_run.listing(scale if getattr(args, "scale", None) else None))
+        return 0
+    data = paper_run.parse_data(getattr(args, "data", None) or [])
+    if isinstance(data, str):
+        print(f"ctrlrnn reproduce: {data}")
+        return 2
+    if scale == PAPER:
+        if args.quick:
+            print("ctrlrnn reproduce: --scale paper is the paper's recipe; drop --quick")
+            return 2
+        every = experiments.at_scale(PAPER, data)
+        mode = PAPER
+        default_docs = "docs/results/paper"
+    else:
+        if data:
+            print("ctrlrnn reproduce: --data is read at the paper's scale; add --scale paper")
+            return 2
+        every = experiments.EXPERIMENTS
+        mode = "quick" if args.quick else "full"
+        default_docs = "docs/results/quick" if mode == "quick" else "docs/results"
     results, runs = Path(args.results), Path(args.runs)
     docs = Path(args.docs if args.docs is not None else default_docs)
     rerun = _rerun_set(args.rerun, [e.id for e in every])
@@ -102,6 +130,27 @@ def _run(args: argparse.Namespace) -> int:
         known = ", ".join(e.id for e in every)
         print(f"ctrlrnn reproduce: --only matches no experiment (known: {known})")
         return 2
+    if mode == PAPER and not args.pages_only:
+        missing = paper_run.missing_data(chosen, data)
+        if missing:
+            for line in missing:
+                print(f"ctrlrnn reproduce: {line}")
+            print("ctrlrnn reproduce: nothing trained; supply the files above, or leave those "
+                  "experiments out with --only")
+            return 2
+    if paper_run.world_size() > 1:
+        problem = paper_run.check_distributed(chosen, mode, args)
+        if problem:
+            print(f"ctrlrnn reproduce: {problem}")
+            return 2
+        if not paper_run.is_main():  # rank 0 keeps the books; the others train beside it
+            if args.pages_only:
+                return 0
+            if mode == PAPER:
+                from ctrlrnn.reproduce.preflight import data_problems
+
+                data_problems(chosen, mode, runs, show_progress=False)
+            return paper_run.follow(chosen, mode, runs, results, rerun)
     if args.estimate is not None:
         if args.pages_only or rerun:
             print("ctrlrnn reproduce: --estimate only measures; drop --pages-only and --rerun")
@@ -149,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
                                          show_progress=not args.no_progress)
             if data.get("errors"):
                 failed[exp.id] = data["errors"]
-    if not args.pages_only and not args.no_speed:
+    if not args.pages_only and not args.no_speed and mode != PAPER:
         if SPEED in rerun:
             forget_speed(mode, results)
         if missing_speed_parts(mode, results):
@@ -164,7 +213,11 @@ def _run(args: argparse.Namespace) -> int:
     # pages show (a page written from the chosen experiments alone would drop the others'),
     # unless the pages of the chosen experiments alone are asked for
     own = getattr(args, "pages", "all") == "chosen"
-    pages = write_all_pages(mode, results, docs, chosen if own else None)
+    if mode == PAPER:
+        pages = write_pages(results, docs, mode, {}, experiments=chosen if own else None,
+                            every=every)
+    else:
+        pages = write_all_pages(mode, results, docs, chosen if own else None)
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return _report_failures(failed)
@@ -202,6 +255,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="run the papers' experiments and write docs/results")
     p.add_argument("--quick", action="store_true",
                    help="the quick mode (small models; see the README for its time)")
+    p.add_argument("--scale", choices=("ours", PAPER), default=None,
+                   help="ours: this machine's scale (the default; --quick its small mode); "
+                        "paper: each paper's own recipe, on a GPU where there is one, and "
+                        "under torchrun across several")
+    p.add_argument("--list", action="store_true",
+                   help="list every table of the five papers and the experiments that "
+                        "reproduce it at each scale (with --scale: that scale's)")
+    p.add_argument("--data", action="append", metavar="NAME=PATH",
+                   help="at the paper's scale: the user's files of data set NAME (the "
+                        "experiments' pages and --list name each; repeatable)")
     p.add_argument("--only", action="append", metavar="PATTERN",
                    help="only the experiment PATTERN, or those whose id contains PATTERN "
                    "(repeatable)")

@@ -196,3 +196,13 @@ LOGIC_PER_COUNT_NOTE = (
     "Bowman et al.'s LSTM (88 at 7 operators down to 69 at 12) and METAGROSS (97 down to "
     "88). Until issue 70 the page set our mean over 7-12 against the paper's numbers at 12 "
     "operators alone. The runs themselves are unchanged: they measured every count.")
+
+#: what the logical-inference pairs stand in for, on the NLI experiments' pages
+NLI_STAND_IN = ("the logical-inference pairs (generated here) for SNLI and MultiNLI: a "
+                "sentence-pair task whose data can be had here")
+
+
+def new_budget_note(steps: int, like: str) -> str:
+    """The trial budget of an experiment with no full run yet to measure its own."""
+    return (f" Each search trial trains {steps:,} steps, the budget of {like}'s trials: this "
+            "experiment has no full run yet to measure its own.")

@@ -8,11 +8,17 @@ so that the results page can say whether each held at our scale. ``quick`` and `
 configuration overrides of the two modes; the paper's own numbers are kept beside each arm for
 reference, never used in a verdict. The experiments themselves are
 :data:`ctrlrnn.reproduce.experiments.EXPERIMENTS`.
+
+Beside our two scales, an experiment holds the paper's own recipe, its :class:`PaperScale`
+(``ctrlrnn reproduce --scale paper``): the paper's model sizes, optimiser, schedule, batch and
+epochs, on the paper's data, which the user supplies where it cannot be had here
+(:class:`DataNeed`). :meth:`Experiment.at_paper_scale` is the experiment as that scale trains
+it; the mode :data:`PAPER` runs it, into results and run folders of its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctrlrnn.metric_conventions import higher_is_better
@@ -78,6 +84,66 @@ class PaperSetting:
     why: dict[str, str] = field(default_factory=dict)
 
 
+#: the mode of the paper's scale: results in ``RESULTS/paper``, runs in ``RUNS/paper``
+PAPER = "paper"
+
+
+@dataclass(frozen=True)
+class DataNeed:
+    """Data a paper used that cannot be had here: the files the user supplies, in the format
+    the task's loader reads, and the task option their path goes to.
+
+    ``ctrlrnn reproduce --scale paper --data NAME=PATH`` sets ``task.OPTION=PATH`` for every
+    experiment that needs ``NAME``."""
+
+    name: str  # the --data name: imdb, snli, sst, ...
+    option: str  # the task option the path goes to (without ``task.``)
+    files: str  # the exact files, as their distribution names them
+    origin: str  # where they come from, in words
+    subpath: str = ""  # joined to the given path (one data set of a folder of several)
+
+    def value(self, path: str) -> str:
+        """The task option's value for the user's ``path``."""
+        return f"{path.rstrip('/')}/{self.subpath}" if self.subpath else path
+
+    def line(self) -> str:
+        """The page's sentence: what to supply and how."""
+        return (f"needs the data: point `ctrlrnn reproduce --scale paper --data "
+                f"{self.name}=PATH` at it ({self.files}; {self.origin})")
+
+
+@dataclass(frozen=True)
+class PaperScale:
+    """The paper's recipe for an experiment (``ctrlrnn reproduce --scale paper``).
+
+    ``overrides``: configuration overrides, as ``quick`` and ``full`` (model width, optimiser,
+    schedule, batch, epochs, data sizes); ``task``: the task, where the paper's data needs
+    another than ours; ``arms``: per arm label, overrides of that arm alone
+    (``model.hidden_size`` where its width differs, as the LSTM's 650 against the QRNN's 640;
+    ``paper`` and ``paper.METRIC``: the paper's numbers for the arm on its own data);
+    ``only``: the arms the paper ran (default: every arm); ``extra``: arms only the paper's
+    scale has; ``task_args``: the experiment's task arguments at this scale; ``needs``: the
+    data the user supplies; ``parameters``: per arm, the parameter count the paper prints (the
+    tests build each model and check it within 2%), counting ``counted`` parameters
+    (``trainable``: the frozen embeddings left out, as the papers count them; ``all``);
+    ``unstated``: what the paper leaves open and what this recipe chose, in words."""
+
+    overrides: dict[str, Any]
+    source: str  # where the paper states the recipe
+    task: str = ""
+    arms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    only: tuple[str, ...] = ()
+    extra: tuple[Arm, ...] = ()
+    task_args: dict[str, Any] = field(default_factory=dict)
+    needs: tuple[DataNeed, ...] = ()
+    seeds: int = 1
+    tuning: Tuning | None = None
+    claims: tuple[Claim, ...] = ()
+    parameters: dict[str, float] = field(default_factory=dict)
+    counted: str = "all"
+    unstated: str = ""
+
+
 @dataclass(frozen=True)
 class Experiment:
     id: str
@@ -111,9 +177,23 @@ class Experiment:
     select: str = ""
     #: how the paper ran it (the page's "paper vs here" table); None: no such table
     paper_setting: PaperSetting | None = None
+    #: the paper's recipe (``--scale paper``); None: none defined
+    paper_scale: PaperScale | None = None
+    #: the scales this experiment trains at: ours (the quick and full modes) and the paper's;
+    #: an experiment whose data cannot be had here has the paper's alone
+    scales: tuple[str, ...] = ("ours", PAPER)
+    #: at our scale: what our data stands in for ("": the paper's own data or task)
+    stand_in: str = ""
 
     def tuning(self, mode: str) -> Tuning | None:
+        if mode == PAPER:
+            return self._paper().tuning
         return self.tuning_quick if mode == "quick" else self.tuning_full
+
+    def _paper(self) -> PaperScale:
+        if self.paper_scale is None:
+            raise ValueError(f"{self.id}: no paper scale is defined")
+        return self.paper_scale
 
     @property
     def selected(self) -> str:
@@ -125,15 +205,69 @@ class Experiment:
         return higher_is_better(self.selected, self.metric, self.higher_is_better)
 
     def seeds(self, mode: str) -> list[int]:
+        if mode == PAPER:
+            return list(range(self._paper().seeds))
         return list(range(self.seeds_quick if mode == "quick" else self.seeds_full))
 
     def overrides(self, mode: str) -> dict[str, Any]:
         """The mode's configuration overrides; with :attr:`select`, its ``monitor`` too (part
         of the setting, so runs selected by another metric never count as this one's)."""
-        out = dict(self.quick if mode == "quick" else self.full)
+        if mode == PAPER:
+            out = dict(self._paper().overrides)
+        else:
+            out = dict(self.quick if mode == "quick" else self.full)
         if self.select:
             out["monitor"] = self.select
         return out
+
+    def at_paper_scale(self, data: dict[str, str] | None = None) -> Experiment:
+        """The experiment as the paper's scale trains it (mode :data:`PAPER`): the paper's arms
+        (:attr:`PaperScale.only`, then :attr:`PaperScale.extra`), each with its overrides of
+        :attr:`PaperScale.arms` folded into its arguments, the scale's task arguments, and the
+        user's files (``data``: :attr:`DataNeed.name` -> path) in the options they go to."""
+        ps = self._paper()
+        kept = [a for a in self.arms if not ps.only or a.label in ps.only]
+        # the scale's model.* and task.* overrides hold for every arm: over the arguments of
+        # ours (which set our sizes), under those of the arms only this scale has
+        scale_model = {k[6:]: v for k, v in ps.overrides.items() if k.startswith("model.")}
+        scale_task = {k[5:]: v for k, v in ps.overrides.items() if k.startswith("task.")}
+        arms = []
+        for arm in (*kept, *ps.extra):
+            if arm in ps.extra:
+                model_args = {**scale_model, **arm.model_args}
+                task_args = {**scale_task, **arm.task_args}
+            else:
+                model_args = {**arm.model_args, **scale_model}
+                task_args = {**arm.task_args, **scale_task}
+            paper, paper_also = arm.paper, dict(arm.paper_also)
+            for key, value in ps.arms.get(arm.label, {}).items():
+                scope, _, name = key.partition(".")
+                if scope == "model":
+                    model_args[name] = value
+                elif scope == "task":
+                    task_args[name] = value
+                elif key == "paper":
+                    paper = value
+                elif scope == "paper":
+                    paper_also[name] = value
+                else:
+                    raise ValueError(f"{self.id}: paper-scale arm {arm.label!r}: {key!r} is "
+                                     "not a model.*, task.* or paper key")
+            arms.append(replace(arm, model_args=model_args, task_args=task_args, paper=paper,
+                                paper_also=paper_also))
+        task_args = {**self.task_args, **ps.task_args, **scale_task}
+        for need in ps.needs:
+            if data and need.name in data:
+                task_args[need.option] = need.value(data[need.name])
+        labels = {a.label for a in arms}
+        claims = tuple(c for c in (*self.claims, *ps.claims)
+                       if c.better in labels and c.worse in labels)
+        return replace(self, arms=tuple(arms), task_args=task_args, claims=claims,
+                       task=ps.task or self.task)
+
+    def missing_data(self, data: dict[str, str] | None = None) -> list[DataNeed]:
+        """The paper scale's data the user has not pointed ``--data`` at."""
+        return [n for n in self._paper().needs if not data or n.name not in data]
 
 
 PAGES: dict[str, str] = {

@@ -10,11 +10,20 @@ from __future__ import annotations
 from typing import Any
 
 from ctrlrnn.reproduce import experiment_notes as notes
+from ctrlrnn.reproduce import paper_scales as scale
 from ctrlrnn.reproduce import paper_settings as paper
-from ctrlrnn.reproduce.experiment_spec import PAGES, Arm, Claim, Experiment, PaperSetting
+from ctrlrnn.reproduce.experiment_spec import (
+    PAGES,
+    PAPER,
+    Arm,
+    Claim,
+    Experiment,
+    PaperScale,
+    PaperSetting,
+)
 from ctrlrnn.reproduce.tuning import Tuning, lr_and_dropout
 
-__all__ = ["EXPERIMENTS", "PAGES", "Arm", "Claim", "Experiment", "by_id"]
+__all__ = ["EXPERIMENTS", "PAGES", "Arm", "Claim", "Experiment", "at_scale", "by_id"]
 
 
 _SMALL = {"hidden_size": 64}
@@ -43,6 +52,17 @@ _TABLE2_LSTM = (88.0, 85.0, 80.0, 78.0, 71.0, 69.0)
 _TABLE2_MG = (97.0, 95.0, 93.0, 92.0, 90.0, 88.0)
 _MG_LOGIC = "METAGROSS (depth 3)"
 _MG_LOGIC_PRINTED = "METAGROSS as printed (depth 3)"
+
+
+#: CAS-LSTM table 6: the Bi-CAS-LSTM baseline (lambda 0.5) and its variants, with SNLI accuracy
+_CAS_VARIANTS: tuple[tuple[str, dict[str, Any], float], ...] = (
+    ("Bi-CAS-LSTM", {"lambda_": 0.5}, 87.0),
+    ("lambda 0.25", {"lambda_": 0.25}, 86.8),
+    ("lambda 0.75", {"lambda_": 0.75}, 86.8),
+    ("trainable lambda", {"lambda_": "trainable"}, 86.9),
+    ("no lambda", {"lambda_": None}, 86.6),
+    ("peepholes", {"peephole": True}, 86.5),
+)
 
 
 def _per_count(row: tuple[float, ...]) -> dict[str, float]:
@@ -124,7 +144,8 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
              tuning: Tuning, metric: str = "exact_match", page: str = "metagross",
              also: tuple[str, ...] = (), note: str = "",
              paper_comparable: bool = False, full: dict[str, Any] | None = None,
-             paper_setting: PaperSetting | None = None) -> Experiment:
+             paper_setting: PaperSetting | None = None,
+             paper_scale: PaperScale | None = None) -> Experiment:
     """A seq2seq experiment: full mode trains to a patience of 4 evaluations (one per epoch)
     or a cap of 100 epochs, after the arms' equal ``tuning``; ``full`` overrides that mode's
     settings (the training-set size). (The cap was 30 epochs until the runs at sorting n = 10
@@ -140,7 +161,7 @@ def _seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
         full={"epochs": 100, "batch_size": 64, "patience": 4,
               "task.train_size": 10000, "task.valid_size": 1000, "task.test_size": 1000,
               **(full or {})},
-        tuning_full=tuning, paper_setting=paper_setting,
+        tuning_full=tuning, paper_setting=paper_setting, paper_scale=paper_scale,
     )
 
 
@@ -152,13 +173,15 @@ _TABLE1_DECODER = {"decoder_layers": 1, "attention": "bahdanau"}
 def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float],
             ppl: tuple[float, float, float], task_args: dict[str, Any],
             setting: str, trial_steps: int, measured: str, paper_setting: PaperSetting,
-            ordered: bool = True, setting_note: str = "") -> Experiment:
+            ordered: bool = True, setting_note: str = "", like: str = "") -> Experiment:
     """A METAGROSS paper table 1 task: BiLSTM, S-BiLSTM and table 9's METAGROSS in both
     readings, with the paper's exact match and perplexity of BiLSTM, S-BiLSTM and METAGROSS,
     one shared decoder, and the equal search of ``trial_steps`` steps a trial (156 steps an
     epoch at batch 64). ``ordered=False``: the paper's numbers tie (every model solves the
     task), so no ordering is claimed and the table shows each arm's level. ``setting_note`` is
-    appended to the page's note (what is known of the setting's limits)."""
+    appended to the page's note (what is known of the setting's limits). ``like``: an
+    experiment without a full run yet, whose trials take the budget of that one's; its claims
+    are the orderings the paper's numbers print strictly."""
     bi = {**_SMALL, "bidirectional": True}
     table9 = {**bi, "base": "lstm"}
     arms = (
@@ -172,13 +195,20 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
     where = f"table 1: {ppl[2]} vs {ppl[0]}"
     claims = (*_TABLE1_CLAIMS, Claim(_MG_RNN, "BiLSTM", where, "perplexity"),
               Claim(_MG_PRINTED, "BiLSTM", where, "perplexity"))
-    note = notes.TABLE1_NOTE + notes.TABLE1_CHANGED
+    note = notes.TABLE1_NOTE + ("" if like else notes.TABLE1_CHANGED)
+    if like:  # the orderings this table's numbers print strictly
+        index = {"BiLSTM": 0, "S-BiLSTM": 1, _MG_RNN: 2, _MG_PRINTED: 2}
+        claims = tuple(
+            c for c in claims
+            if (exact[index[c.better]] > exact[index[c.worse]] if not c.metric
+                else ppl[index[c.better]] < ppl[index[c.worse]]))
     if not ordered:
         claims = ()
         note += (" The paper reports every model at the same level here (section 3.1: \"All "
                  "models solve the task with n = 3\"), so no ordering is claimed.")
     epochs = -(-trial_steps // 156)
-    note += notes.budget_note(epochs * 156, measured)
+    note += (notes.new_budget_note(epochs * 156, like) if like
+             else notes.budget_note(epochs * 156, measured))
     if setting_note:
         note += " " + setting_note
     search = _equal_search("model.dropout", {"epochs": epochs, "patience": epochs},
@@ -186,7 +216,7 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
     return _seq2seq(task, exp_id, title, arms, claims, {**task_args, **_TABLE1_DECODER},
                     f"exact match (%) and perplexity on {setting}", also=("perplexity",),
                     note=note, paper_comparable=True, tuning=search,
-                    paper_setting=paper_setting)
+                    paper_setting=paper_setting, paper_scale=scale.TABLE1)
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
@@ -212,6 +242,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               "eval_batches": 0},
         tuning_full=_equal_search("model.dropout", {"max_steps": 4316}),
         paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
+        paper_scale=scale.PTB_LM,
         note=notes.PTB_LM_NOTE + notes.budget_note(4316, "QRNN + zoneout 0.1, 12,948 steps")
         + notes.search_changed("2026-11-24", "4 points of one epoch (1,328 steps), 3 drawn at "
                                "random"),
@@ -226,6 +257,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         note=notes.budget_note(936, "QRNN, 2,184 steps", kept="6 epochs, the earlier trials' "
                                "length") + _SEQ2SEQ_CHANGED,
         also=("token_accuracy",), paper_setting=paper.COPY,
+        paper_scale=scale.COPY,
     ),
     _seq2seq(
         "addition", "qrnn-addition", "Addition task, 5 digits (appendix)",
@@ -239,6 +271,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                             "examples")
         + _SEQ2SEQ_CHANGED,
         also=("token_accuracy",), paper_setting=paper.ADDITION,
+        paper_scale=scale.ADDITION,
     ),
     # ------------------------------------------------------------------ RCRN
     Experiment(
@@ -263,6 +296,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         + _CLASSIFIER_CHANGED,
         paper_metric="accuracy on 16 Amazon review sets, SST, IMDb, TREC (not available here)",
         paper_setting=paper.RCRN_MR,
+        paper_scale=scale.RCRN_MR,
+        stand_in="Rotten Tomatoes snippets (MR-like) for Liu et al.'s MR sentences",
     ),
     Experiment(
         id="rcrn-sst5",
@@ -286,6 +321,36 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         + _CLASSIFIER_CHANGED,
         paper_metric="SST-5 test accuracy (%)",
         paper_setting=paper.RCRN_SST5,
+        paper_scale=scale.RCRN_SST5,
+        stand_in="graded Rotten Tomatoes snippets binned as SST-5 for SST",
+    ),
+    Experiment(
+        id="rcrn-entailment",
+        paper="rcrn",
+        title="Logical inference pairs, RCRN's entailment model: RCRN vs BiLSTM vs 3-layer "
+              "BiLSTM",
+        task="logic",
+        task_args={"features": "rcrn"},
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(
+            Arm("BiLSTM", "lstm", {"bidirectional": True}),
+            Arm("3L-BiLSTM", "lstm", {"bidirectional": True, "num_layers": 3}),
+            Arm("RCRN", "rcrn", {"bidirectional": True}),
+        ),
+        claims=(Claim("RCRN", "BiLSTM", "tables 6-7"), Claim("RCRN", "3L-BiLSTM", "tables 6-7")),
+        quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
+               "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
+        full={"epochs": _LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
+        tuning_full=_epochs_search("task.dropout", 5, 312),
+        note=("The entailment model of RCRN section 4.2: the embeddings through a two-layer "
+              "highway network, max and mean pooling of each sentence, [s1, s2, s1 * s2, "
+              "s1 - s2] through a two-layer highway network, softmax (`task.features=rcrn`)."
+              + notes.new_budget_note(1560, "the CAS-LSTM logic experiment")),
+        paper_metric="SNLI and SciTail accuracy (not available here)",
+        paper_setting=paper.RCRN_ENTAILMENT,
+        paper_scale=scale.RCRN_SNLI,
+        stand_in=notes.NLI_STAND_IN.replace("SNLI and MultiNLI", "SNLI and SciTail"),
     ),
     # ------------------------------------------------------------------ CAS-LSTM
     Experiment(
@@ -309,6 +374,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                             "2 epochs") + _CLASSIFIER_CHANGED,
         paper_metric="SST-5 test accuracy (%)",
         paper_setting=paper.CAS_SST5,
+        paper_scale=scale.CAS_SST,
+        stand_in="graded Rotten Tomatoes snippets binned as SST-5 for SST",
     ),
     Experiment(
         id="cas-logic",
@@ -329,6 +396,35 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         note=notes.budget_note(1560, "2-layer LSTM, 4,680 steps") + _CLASSIFIER_CHANGED,
         paper_metric="SNLI / MultiNLI accuracy (not available here)",
         paper_setting=paper.CAS_LOGIC,
+        paper_scale=scale.CAS_SNLI,
+        stand_in=notes.NLI_STAND_IN,
+    ),
+    Experiment(
+        id="cas-ablations",
+        paper="cas-lstm",
+        title="Logical inference pairs, CAS-LSTM variants: lambda, no lambda, peepholes "
+              "(table 6)",
+        task="logic",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=tuple(Arm(label, "caslstm", {"num_layers": 2, "bidirectional": True, **args},
+                       paper=number)
+                   for label, args, number in _CAS_VARIANTS),
+        claims=tuple(Claim(_CAS_VARIANTS[0][0], label, f"table 6: {number} vs 87.0")
+                     for label, _args, number in _CAS_VARIANTS[1:]),
+        quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
+               "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
+        full={"epochs": _LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
+        tuning_full=_epochs_search("task.dropout", 5, 312),
+        note=("The variants of CAS-LSTM section 4.6 on a 2-layer Bi-CAS-LSTM (the paper's "
+              "baseline has 3 layers): lambda 0.5 (the default), 0.25, 0.75 or trained in "
+              "(0, 1), no lambda (the plain sum of eq 12's two cell terms), and variant (iii), "
+              "the vertical gate from peepholes (eq 17-18)."
+              + notes.new_budget_note(1560, "the CAS-LSTM logic experiment")),
+        paper_metric="SNLI accuracy (not available here)",
+        paper_setting=paper.CAS_ABLATIONS,
+        paper_scale=scale.CAS_ABLATIONS,
+        stand_in=notes.NLI_STAND_IN.replace("SNLI and MultiNLI", "SNLI"),
     ),
     # ------------------------------------------------------------------ METAGROSS
     _table1("sort", "metagross-sort5", "Sorting, n = 5 (table 1)", (79.9, 83.4, 92.2),
@@ -344,6 +440,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _table1("tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
             (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
             2236, "S-BiLSTM, 6,708 steps", paper.TREE4, setting_note=notes.TREE4_NOTE),
+    *(_table1("tree-traversal", f"metagross-tree{n}", f"Tree traversal, n = {n} (table 1)",
+              exact, ppl, {"max_depth": n}, f"tree traversal, n = {n}", 2236, "",
+              getattr(paper, f"TREE{n}"), like="tree traversal n = 4")
+      for n, exact, ppl in ((5, (60.3, 63.4, 63.4), (2.4, 2.5, 1.8)),
+                            (8, (5.6, 5.9, 5.6), (30.6, 99.9, 20.4)),
+                            (10, (2.2, 2.8, 2.8), (132.0, 225.0, 119.0)))),
     Experiment(
         id="metagross-logic",
         paper="metagross",
@@ -382,6 +484,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         paper_metric=("accuracy (%) at each operator count, 7 to 12 (table 2); the main column "
                       "is their mean, which the paper does not print"),
         paper_setting=paper.LOGIC,
+        paper_scale=scale.LOGIC,
     ),
     Experiment(
         id="metagross-chorales",
@@ -410,6 +513,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=_epochs_search("task.dropout", 21, 18),
         paper_metric="JSB Chorales test NLL",
         paper_setting=paper.CHORALES,
+        paper_scale=scale.replace(scale.MUSIC, needs=scale.needs("jsb")),
+        stand_in="music21's Bach chorales for the JSB Chorales files",
     ),
     Experiment(
         id="metagross-mnist",
@@ -429,6 +534,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=_epochs_search("task.dropout", 10, 62),
         paper_metric="pixel MNIST test accuracy (%)",
         paper_setting=paper.MNIST,
+        paper_scale=scale.replace(scale.PIXEL, task="mnist", needs=scale.needs("mnist")),
+        stand_in="MNIST's 5,000-digit subset for the whole MNIST",
         note=notes.PIXEL_NOTE + notes.MNIST_BUDGET_NOTE
         + notes.search_changed("2026-11-23", "4 points of 10 epochs (patience 5), 3 drawn at "
                                "random"),
@@ -450,6 +557,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=_epochs_search("task.dropout", 13, 156),
         paper_metric="no Fashion-MNIST result in the paper",
         paper_setting=paper.FASHION,
+        paper_scale=scale.replace(scale.PIXEL, task="cifar10", needs=scale.needs("cifar10"),
+                                  arms={"METAGROSS": {"model.base": "lstm", "paper": 73.01}}),
+        stand_in="Fashion-MNIST for CIFAR-10, a harder image set than MNIST",
         note=notes.PIXEL_NOTE + notes.FASHION_NOTE
         + notes.budget_note(2028, "METAGROSS, 5,928 steps", kept="13 whole epochs")
         + notes.search_changed("2026-11-23", "4 points of 3 epochs, 3 drawn at random"),
@@ -475,6 +585,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         paper_metric="IWSLT De-En character-level BLEU (not available here)",
         seeds_quick=1,
         paper_setting=paper.CHAR_TRANSLATION,
+        paper_scale=scale.CHAR_IWSLT,
+        stand_in="English-Spanish verses for IWSLT German-English",
         note=notes.TRANSLATION_NOTE.format(
             cap=_CHAR_TRANSLATION_FULL["epochs"],
             data="10,000 of the 25,478 training verses, characters, batch 16 (625 steps an "
@@ -509,6 +621,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         paper_metric="IWSLT14 De-En BLEU, Transformer small",
         seeds_quick=1,
         paper_setting=paper.WORD_TRANSFORMER,
+        paper_scale=scale.TRANSFORMER_S,
+        stand_in="English-Spanish verses for IWSLT 2014 German-English",
         note=_WORD_TRANSLATION_NOTE
         + " The METAGROSS feed-forward block has table 9's depth for machine translation "
         "(N = 3) and linear bases (section 3.4); the two arms differ in nothing else."
@@ -537,6 +651,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         paper_metric="IWSLT14 De-En BLEU, 256D",
         seeds_quick=1,
         paper_setting=paper.CAS_TRANSLATION,
+        paper_scale=scale.CAS_IWSLT,
+        stand_in="English-Spanish verses for IWSLT 2014 German-English",
         note=_CAS_TRANSLATION_NOTE + notes.BY_LOSS_NOTE
         + notes.budget_note(6000, "LSTM, 18,000 steps") + _TRANSLATION_CHANGED,
     ),
@@ -569,9 +685,63 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                      "2016b)",
         note=notes.CARNN_LM_NOTE + notes.CARNN_LM_SPLITS_NOTE,
         paper_setting=paper.CARNN_LM,
+        paper_scale=scale.CARNN_LM,
+        stand_in="PTB's sentences for the Penn Discourse Treebank's (no discourse labels)",
+    ),
+    Experiment(
+        id="carnn-dialog",
+        paper="carnn",
+        title="Dialog response selection on bAbI-like dialogs: CARNN vs a context-free LSTM "
+              "(table 1 protocol)",
+        task="carnn-dialog",
+        metric="accuracy",
+        higher_is_better=True,
+        arms=(Arm("LSTM (no context)", "lstm", {}),
+              Arm("nCARNN", "carnn", {"variant": "n"}),
+              Arm("iCARNN", "carnn", {"variant": "i"}),
+              Arm("sCARNN", "carnn", {"variant": "s"})),
+        claims=(*(Claim(f"{v}CARNN", "LSTM (no context)", "table 1: every CARNN above the "
+                        "end-to-end baselines")
+                  for v in "nis"),
+                Claim("iCARNN", "sCARNN", "table 1: 52.0 vs 50.9 on bAbI task 6"),
+                Claim("iCARNN", "nCARNN", "table 1: 52.0 vs 51.3 on bAbI task 6")),
+        also=("dialog_accuracy",),
+        quick={"max_steps": 150, "epochs": 5, "model.hidden_size": 64, "eval_batches": 5,
+               "task.train_size": 500, "task.valid_size": 50, "task.test_size": 50},
+        full={"epochs": 30, "model.hidden_size": 128, "patience": 4,
+              "task.train_size": 2000, "task.valid_size": 200, "task.test_size": 200},
+        tuning_full=_epochs_search("model.dropout", 5, 1000),
+        note=("The model of CARNN section 4.1: Position-Encoded utterances, the CARNN over the "
+              "history with the current user utterance as its context, eq 8's residual and "
+              "attention, and eq 10's choice among every response of the data. The "
+              "context-free LSTM keeps eq 8 (the utterance is still its attention query); the "
+              "paper's own baselines (QRN, GMN, memory networks) are not built."
+              + notes.new_budget_note(5000, "five epochs of these dialogs")),
+        paper_metric="bAbI dialog task 6 per-response accuracy (%)",
+        paper_setting=paper.DIALOG,
+        paper_scale=scale.DIALOG,
+        stand_in="restaurant-booking dialogs generated as bAbI dialog tasks 1-2 for the real "
+                 "bAbI task 6 (DSTC2) dialogs",
     ),
 )
 
 
 def by_id() -> dict[str, Experiment]:
     return {e.id: e for e in EXPERIMENTS}
+
+
+def paper_scale_experiments() -> tuple[Experiment, ...]:
+    """Every experiment with a paper scale, as defined: ours first (in their order), then
+    those whose data cannot be had here (the paper's scale alone)."""
+    from ctrlrnn.reproduce.paper_experiments import PAPER_ONLY
+
+    return (*(e for e in EXPERIMENTS if e.paper_scale is not None), *PAPER_ONLY)
+
+
+def at_scale(scale_name: str, data: dict[str, str] | None = None) -> tuple[Experiment, ...]:
+    """The experiments a scale trains: ``"ours"`` (the quick and full modes) the definitions
+    of :data:`EXPERIMENTS`; :data:`~ctrlrnn.reproduce.experiment_spec.PAPER` each paper-scale
+    experiment as that scale trains it, reading the user's files ``data`` (``--data``)."""
+    if scale_name != PAPER:
+        return EXPERIMENTS
+    return tuple(e.at_paper_scale(data) for e in paper_scale_experiments())

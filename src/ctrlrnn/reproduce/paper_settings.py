@@ -161,6 +161,9 @@ SORT5 = _table1("sorting, n = 5", "sort-5")
 SORT10 = _table1("sorting, n = 10", "sort-10")
 TREE3 = _table1("tree traversal, n = 3", "tree-3")
 TREE4 = _table1("tree traversal, n = 4", "tree-4")
+TREE5 = _table1("tree traversal, n = 5", "tree-5")
+TREE8 = _table1("tree traversal, n = 8", "tree-8")
+TREE10 = _table1("tree traversal, n = 10", "tree-10")
 
 LOGIC = PaperSetting(
     source="METAGROSS section 3.1, table 2",
@@ -271,4 +274,50 @@ CARNN_LM = PaperSetting(
     why={"data": "PDTB is " + UNREACHABLE + "PTB's sentences are, without discourse "
                                             "relations",
          "lr": TUNED, "budget": PATIENCE, "seeds": SEEDS},
+)
+
+RCRN_ENTAILMENT = PaperSetting(
+    source="RCRN section 4.2, tables 6-7",
+    data="SNLI (570k pairs) and SciTail (27k pairs)", data_key="nli",
+    embeddings="300d GloVe and 600d CoVe, a character BiGRU and part-of-speech embeddings; "
+               "frozen",
+    depth={"BiLSTM": 1, "3L-BiLSTM": 3, "RCRN": 1},
+    architecture="two highway layers of 300 over the inputs, max and mean pooling, [s1, s2, "
+                 "s1 * s2, s1 - s2] through two highway layers, softmax; no cross-sentence "
+                 "attention",
+    architecture_key="rcrn-highway",
+    optimizer="adam", lr="tuned among 0.001, 0.0003 and 0.0004",
+    metric="test accuracy", metric_key="accuracy",
+    why={"data": "SNLI and SciTail are " + UNREACHABLE + "the logical-inference pairs are a "
+                                                         "sentence-pair task that is",
+         "embeddings": "random vectors: the pairs' vocabulary is six variables and three "
+                       "operators",
+         "lr": TUNED, "budget": PATIENCE, "seeds": SEEDS},
+)
+
+CAS_ABLATIONS = PaperSetting(
+    source="CAS-LSTM section 4.6, table 6",
+    data="SNLI (570k pairs)", data_key="snli",
+    embeddings="300d GloVe, fixed",
+    width=300, depth=3,
+    architecture="the 3-layer Bi-CAS-LSTM of table 1: max pooling, eq 15's features, an MLP "
+                 "of 1024, softmax",
+    metric="test accuracy", metric_key="accuracy",
+    why={"data": "SNLI is " + UNREACHABLE + "the logical-inference pairs are a sentence-pair "
+                                            "task that is",
+         "embeddings": "random vectors: the pairs' vocabulary is six variables and three "
+                       "operators",
+         "width": "128 units: " + CPU, "depth": "2 layers: " + CPU,
+         "architecture": "eq 15's features with one ReLU layer of 128: " + CPU,
+         "lr": TUNED, "budget": PATIENCE, "seeds": SEEDS},
+)
+
+DIALOG = PaperSetting(
+    source="CARNN sections 4.1 and 5.1, table 1",
+    data="bAbI dialog task 6 (DSTC2's restaurant dialogs)", data_key="babi-task6",
+    width=1024,
+    metric="per-response test accuracy", metric_key="accuracy",
+    why={"data": "bAbI's dialogs are " + UNREACHABLE + "dialogs generated in the structure of "
+                                                       "its tasks 1-2 are",
+         "width": "128 units: " + CPU, "lr": TUNED, "budget": PATIENCE, "seeds": SEEDS},
 )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctrlrnn.reproduce.experiment_spec import Arm, Experiment, PaperSetting
+from ctrlrnn.reproduce.experiment_spec import PAPER, Arm, Experiment, PaperSetting
 
 #: the rows of the table, in order: key (for :attr:`PaperSetting.why`) and shown name
 ROWS: tuple[tuple[str, str], ...] = (
@@ -84,6 +84,9 @@ TASK_DATA: dict[str, DataInfo] = {
                               "images", 55_000, 5_000, 10_000),
     "translate-char": DataInfo("verses-en-es-char", "English-Spanish Bible verses (Debian sword "
                                "modules), characters", "verse pairs", 25_478, 2_701, 2_898),
+    "carnn-dialog": DataInfo("babi-like", "restaurant-booking dialogs generated in the "
+                             "structure of bAbI dialog tasks 1-2 (CARNN's module docstring)",
+                             "dialogs"),
     "translate-word": DataInfo("verses-en-es-word", "English-Spanish Bible verses (Debian sword "
                                "modules), words", "verse pairs", 25_478, 2_701, 2_898),
 }
@@ -230,7 +233,12 @@ def _architecture(exp: Experiment, arm: Arm, cfg: Any) -> tuple[str, str]:
     args = cfg.task_args
     if exp.task in ("mr", "sst5"):
         return _classifier_head(args)
-    if exp.task == "logic":
+    if exp.task in ("logic", "nli") and args.get("features") == "rcrn":
+        size = args.get("highway_size")
+        return "rcrn-highway", (f"two highway layers of {size} over the inputs, max and mean "
+                                "pooling, [s1, s2, s1 * s2, s1 - s2] through two highway "
+                                f"layers of {size}, softmax")
+    if exp.task in ("logic", "nli"):
         key, text = _classifier_head(args)
         features = args.get("features", "eq15")
         return f"{features} {key}", f"features {features}; {text}"
@@ -266,7 +274,7 @@ def _lr_here(exp: Experiment, mode: str, cfg: Any) -> str:
         text = (f"Adam's rate searched for each arm in [{lr.low:g}, {lr.high:g}]"
                 f"{' (log)' if lr.log else ''}, {tuning.trials} trials, then fixed")
     else:
-        text = f"{cfg.lr:g}, fixed"
+        text = f"{cfg.lr:g}" + (", fixed" if cfg.lr_decay == 1.0 else "")
     if cfg.lr_decay != 1.0:
         text += f", times {cfg.lr_decay:g} an epoch from epoch {cfg.lr_decay_start}"
     if cfg.weight_decay:
@@ -382,18 +390,83 @@ def rows(exp: Experiment, mode: str, data: dict[str, Any] | None = None,
     return out
 
 
+def paper_scale_cells(exp: Experiment) -> dict[str, str]:
+    """The paper-scale column of the table: each row's value as ``--scale paper`` trains it,
+    derived from the experiment's :class:`~ctrlrnn.reproduce.experiment_spec.PaperScale` by
+    the functions that derive ours (no data is read). Empty without a paper scale."""
+    if exp.paper_scale is None:
+        return {}
+    ps = exp.paper_scale
+    scaled = exp.at_paper_scale()
+    cfgs = configs(scaled, PAPER)
+    first = cfgs[scaled.arms[0].label]
+    args = first.task_args
+    files = [n for n in ps.needs if n.option != "glove"]
+    if files:
+        data = "the user's files: " + "; ".join(f"{n.files} (`--data {n.name}`)"
+                                                for n in files)
+    else:
+        data = _data_here(scaled.task, args)
+    train = _splits(scaled.task, args)[0]
+    unit = (TASK_DATA.get(scaled.task) or DataInfo("", "", "examples")).unit
+    out = {"data": data,
+           "train": f"{_count(train)} {unit}" if train is not None and not files else "all",
+           "width": _per_arm({k: str(int(c.model_args.get("hidden_size", 0)))
+                              for k, c in cfgs.items()}),
+           "depth": _per_arm({k: _layers(c.model_args) for k, c in cfgs.items()}),
+           "parameters": ("the paper's, within 2% (tested)" if ps.parameters
+                          else "the paper prints none"),
+           "optimizer": {"sgd": "SGD"}.get(first.optimizer, first.optimizer.capitalize()),
+           "lr": _lr_here(scaled, PAPER, first),
+           "batch": _batch_here(first),
+           "budget": _budget_here(first),
+           "seeds": f"{len(scaled.seeds(PAPER))} seed{'s' if ps.seeds != 1 else ''}, each arm",
+           "metric": _metric_here(scaled, first)}
+    glove = next((n for n in ps.needs if n.option == "glove"), None)
+    out["embeddings"] = (f"{glove.files} (`--data {glove.name}`), "
+                         + ("frozen" if args.get("freeze_embeddings", False) else
+                            "updated in training")) if glove else _embeddings_here(args)
+    heads = {a.label: _architecture(scaled, a, cfgs[a.label]) for a in scaled.arms}
+    out["architecture"] = _per_arm({k: t for k, (_, t) in heads.items()})
+    return out
+
+
 def table(exp: Experiment, mode: str, data: dict[str, Any] | None = None,
           standing: Any = None) -> list[str]:
-    """The markdown table of :func:`rows` (empty without a paper setting)."""
+    """The markdown table of :func:`rows` (empty without a paper setting), with the paper
+    scale's column (:func:`paper_scale_cells`) where the experiment has one."""
     found = rows(exp, mode, data, standing)
     if not found or exp.paper_setting is None:
         return []
     names = dict(ROWS)
-    lines = [f"| paper vs here | paper ({exp.paper_setting.source}) | here | |",
-             "|---|---|---|---|"]
+    scaled = paper_scale_cells(exp)
+    if not scaled:
+        lines = [f"| paper vs here | paper ({exp.paper_setting.source}) | here | |",
+                 "|---|---|---|---|"]
+        for key, paper, here, status in found:
+            lines.append(f"| {names[key]} | {_cell(paper)} | {_cell(here)} | {_cell(status)} |")
+        return lines
+    lines = [f"| paper vs here | paper ({exp.paper_setting.source}) | paper scale "
+             f"(`--scale paper`) | here | |", "|---|---|---|---|---|"]
     for key, paper, here, status in found:
-        lines.append(f"| {names[key]} | {_cell(paper)} | {_cell(here)} | {_cell(status)} |")
+        lines.append(f"| {names[key]} | {_cell(paper)} | {_cell(scaled.get(key, '–'))} | "
+                     f"{_cell(here)} | {_cell(status)} |")
     return lines
+
+
+def paper_scale_lines(exp: Experiment) -> list[str]:
+    """The sentences under the table: how to train the paper's recipe, the files it needs,
+    and what the paper leaves open; at our scale, what our data stands in for."""
+    out: list[str] = []
+    if exp.stand_in:
+        out.append(f"Our data here stand in for the paper's: {exp.stand_in}.")
+    if exp.paper_scale is not None:
+        out.append(f"This shrinks the paper's recipe, which `ctrlrnn reproduce --scale paper "
+                   f"--only {exp.id}` trains ({exp.paper_scale.source}).")
+        out += [f"It {need.line()}." for need in exp.paper_scale.needs]
+        if exp.paper_scale.unstated:
+            out.append(exp.paper_scale.unstated)
+    return out
 
 
 def _cell(text: str) -> str:

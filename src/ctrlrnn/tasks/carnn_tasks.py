@@ -8,8 +8,14 @@
   table 2). The first sentence of a split has an empty context sentence (``<eos>`` alone).
   Inputs are ``<bos> w_1 .. w_n``, targets ``w_1 .. w_n <eos>``. Metric: perplexity per target
   token. ``task.source=DIR`` reads ``DIR/{train,valid,test}.txt`` (one whitespace-tokenised
-  sentence per line, the prepared ``ptb`` format). PTB has no discourse labels, so the latent
-  variable head of eq 12-13 is not trained here.
+  sentence per line, the prepared ``ptb`` format). The latent variable of eq 12-13 (a
+  discourse relation, a dialog act) needs labels, which PTB has not: with
+  ``task.latent_weight=w`` > 0 (the paper's ``1 - alpha``, 0.5) the task reads
+  ``DIR/{split}.labels``, one label a line beside each sentence, and the CARNN's loss is
+  ``(1 - w) L_w + w L_l``, ``L_l`` the log-loss of eq 12's classifier of the context. The
+  label of the pair (sentence t-1, sentence t) is line t's (``task.latent_label=current``: the
+  relation into sentence t, PDTB's) or line t-1's (``previous``: the previous utterance's
+  dialog act, Switchboard's). Evaluation reads the words alone, as the paper's test does.
 * ``carnn-dialog`` — response selection over a dialog history (section 4.1, eq 8-10) on
   synthetic restaurant-booking dialogs built like the bAbI dialog tasks 1-2 (Bordes and Weston,
   2017; see :func:`make_dialog`), or on the real bAbI dialog files read by
@@ -86,6 +92,8 @@ class CarnnLmTask(Task):
         "source": (str, ""),
         **_size_options(0, 0, 0),
         "embedding_size": (int, 0),
+        "latent_weight": (float, 0.0),
+        "latent_label": (str, "current"),
         "eval_batch_size": (int, 64),
     }
     defaults = {"batch_size": 32, "lr": 1e-3, "clip_norm": 5.0}
@@ -93,10 +101,39 @@ class CarnnLmTask(Task):
     def __init__(
         self, options: dict[str, Any], seed: int,
         sentences: dict[str, Sequence[Sequence[str]]] | None = None,
+        labels: dict[str, Sequence[str]] | None = None,
     ) -> None:
-        """``sentences``: optional ``{split: [tokens, ...]}`` used instead of files."""
+        """``sentences``: optional ``{split: [tokens, ...]}`` used instead of files;
+        ``labels``: their latent labels, one a sentence (eq 12)."""
         super().__init__(options, seed)
         self.given = sentences
+        self.given_labels = labels
+
+    def _labels(self, data: dict[str, list[list[str]]]) -> dict[str, list[str]] | None:
+        """Each split's latent labels, one a sentence (None when eq 12-13 is off)."""
+        weight = float(self.opts["latent_weight"])
+        if not 0.0 <= weight < 1.0:
+            raise ValueError(f"task.latent_weight: expected a weight in [0, 1), got {weight}")
+        if self.opts["latent_label"] not in ("current", "previous"):
+            raise ValueError("task.latent_label: expected current or previous, got "
+                             f"{self.opts['latent_label']!r}")
+        if weight == 0.0:
+            return None
+        if self.given_labels is not None:
+            labels = {s: list(self.given_labels.get(s, [])) for s in SPLITS}
+        else:
+            root = source_dir(self.opts["source"])
+            if root is None:
+                raise ValueError("task.latent_weight: the latent labels are read from "
+                                 "task.source's {split}.labels files (PTB has none)")
+            require_files(root, [f"{s}.labels" for s in SPLITS])
+            labels = {s: (root / f"{s}.labels").read_text(encoding="utf-8").split()
+                      for s in SPLITS}
+        for split, rows in data.items():
+            if len(labels[split]) != len(rows):
+                raise ValueError(f"task.source: {split}.labels has {len(labels[split])} labels "
+                                 f"for {len(rows)} sentences")
+        return labels
 
     def _sentences(self) -> dict[str, list[list[str]]]:
         if self.given is not None:
@@ -110,6 +147,12 @@ class CarnnLmTask(Task):
     def setup(self) -> None:
         sizes = _check_sizes(self.opts, allow_zero=True)
         data = self._sentences()
+        labels = self._labels(data)
+        if labels is not None:  # the labels of the pairs, before empty lines are dropped
+            if self.opts["latent_label"] == "previous":
+                labels = {s: ["", *v[:-1]] for s, v in labels.items()}
+            labels = {s: [y for x, y in zip(data[s], v, strict=True) if x]
+                      for s, v in labels.items()}
         data = {s: [x for x in v if x] for s, v in data.items()}
         # the context of sentence t is sentence t-1 of the same split, so cut after pairing
         pairs = {s: list(zip([[]] + v[:-1], v, strict=True)) for s, v in data.items()}
@@ -117,32 +160,50 @@ class CarnnLmTask(Task):
         check_splits(self.pairs, "task")
         self.vocab = Vocab.build(cur for _, cur in self.pairs["train"])
         v = self.vocab
+        self.latent_labels: list[str] = []
+        latent: dict[str, list[int]] = {s: [-100] * len(p) for s, p in self.pairs.items()}
+        if labels is not None:
+            self.latent_labels = sorted({y for y in labels["train"] if y})
+            index = {y: i for i, y in enumerate(self.latent_labels)}
+            latent = {s: [index.get(y, -100) if y else -100 for y in labels[s][: len(p)]]
+                      for s, p in self.pairs.items()}
         self.encoded = {
-            s: [(v.encode(prev) or [v.eos_id], v.encode(cur)) for prev, cur in p]
+            s: [(v.encode(prev) or [v.eos_id], v.encode(cur), y)
+                for (prev, cur), y in zip(p, latent[s], strict=True)]
             for s, p in self.pairs.items()
         }
 
     def data_summary(self) -> dict[str, Any]:
-        return {**{f"{s} sentences": len(p) for s, p in self.pairs.items()},
-                "vocabulary": len(self.vocab)}
+        out = {**{f"{s} sentences": len(p) for s, p in self.pairs.items()},
+               "vocabulary": len(self.vocab)}
+        if self.latent_labels:
+            out["latent labels"] = len(self.latent_labels)
+        return out
 
     def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
         if encoder == "carnn":
             variant, hidden, layers, dropout = _carnn_args(model_args)
             emb = self.opts["embedding_size"] or hidden
+            weight = float(self.opts["latent_weight"])
             return ContextualLM(len(self.vocab), emb, hidden, variant, num_layers=layers,
-                                dropout=dropout)
+                                dropout=dropout,
+                                num_latent_labels=len(self.latent_labels) or None,
+                                alpha=1.0 - weight)
+        if self.latent_labels:
+            raise ValueError("task.latent_weight: eq 12-13 trains a CARNN's context encoder; "
+                             f"--model {encoder} has none (set task.latent_weight=0)")
         emb = self.opts["embedding_size"] or int(model_args.get("hidden_size", 128))
         return SentenceLM(len(self.vocab), emb, encoder, model_args,
                           dropout=float(model_args.get("dropout", 0.0)))
 
-    def _batch(self, rows: Sequence[tuple[list[int], list[int]]]) -> Batch:
+    def _batch(self, rows: Sequence[tuple[list[int], list[int], int]]) -> Batch:
         v = self.vocab
-        prev = pad_sequences([p for p, _ in rows], v.pad_id)
-        tin = pad_sequences([[v.bos_id, *c] for _, c in rows], v.pad_id)
-        tout = pad_sequences([[*c, v.eos_id] for _, c in rows], v.pad_id)
+        prev = pad_sequences([r[0] for r in rows], v.pad_id)
+        tin = pad_sequences([[v.bos_id, *r[1]] for r in rows], v.pad_id)
+        tout = pad_sequences([[*r[1], v.eos_id] for r in rows], v.pad_id)
         return {"tokens": tin.tokens, "lengths": tin.lengths, "targets": tout.tokens,
                 "prev": prev.tokens, "prev_lengths": prev.lengths,
+                "latent": torch.tensor([r[2] for r in rows], dtype=torch.long),
                 "ntokens": int(tout.lengths.sum())}
 
     def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
@@ -155,16 +216,37 @@ class CarnnLmTask(Task):
                 for k in range(0, len(order) - batch_size + 1, batch_size)]
 
     def _nll(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The summed word log-loss of ``batch``."""
+        return self._nll_and_latent(model, batch, latent=False)[0]
+
+    def _nll_and_latent(self, model: nn.Module, batch: Batch, latent: bool = True
+                        ) -> tuple[Tensor, Tensor | None]:
+        """The summed word log-loss, and (``latent``, with a latent head) eq 12's logits."""
         # the softmax layer only where a target word is (half the padded batch, or less)
         tokens, lengths = batch["tokens"], batch["lengths"]
         valid = torch.arange(tokens.shape[1], device=tokens.device) < lengths.to(
             tokens.device).unsqueeze(1)  # fmt: skip
-        logits = model(tokens, batch["prev"], lengths, batch["prev_lengths"], positions=valid)
-        return F.cross_entropy(logits, batch["targets"][valid], reduction="sum")
+        args = (tokens, batch["prev"], lengths, batch["prev_lengths"])
+        head = None
+        if latent and self.latent_labels:
+            logits, head = model.forward_latent(*args, positions=valid)
+        else:
+            logits = model(*args, positions=valid)
+        return F.cross_entropy(logits, batch["targets"][valid], reduction="sum"), head
 
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         # normalised by the global batch's token count (see Task.shard)
-        return self._nll(model, batch) * batch.get("world_size", 1) / batch["ntokens"]
+        nll, head = self._nll_and_latent(model, batch)
+        words = nll * batch.get("world_size", 1) / batch["ntokens"]
+        if head is None:
+            return words
+        weight = float(self.opts["latent_weight"])  # eq 13: alpha L_w + (1 - alpha) L_l
+        labels = batch["latent"]
+        if bool((labels >= 0).any()):
+            latent = F.cross_entropy(head, labels, ignore_index=-100)
+        else:  # no pair of this batch has a label: eq 13's L_l is 0 (kept in the graph)
+            latent = head.sum() * 0.0
+        return (1.0 - weight) * words + weight * latent
 
     def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
         out = super().shard(batch, rank, world_size)
@@ -174,7 +256,7 @@ class CarnnLmTask(Task):
     def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
         data = self.encoded[split]
         nll = tokens = 0.0
-        for idx in eval_chunks([len(c) for _, c in data], self.opts["eval_batch_size"],
+        for idx in eval_chunks([len(r[1]) for r in data], self.opts["eval_batch_size"],
                                max_batches):
             b = self.to_device(self._batch([data[i] for i in idx]))
             nll += float(self._nll(model, b))

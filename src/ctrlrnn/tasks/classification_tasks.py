@@ -11,7 +11,12 @@ form or a file in GloVe's text format (any dimension), frozen unless
 ``task.freeze_embeddings=false``.
 
 ``task.source=DIR`` reads ``DIR/{train,valid,test}.tsv`` (``label<TAB>space-separated
-tokens``, the prepared format) instead of the prepared data set. Metric: accuracy.
+tokens``, the prepared format) instead of the prepared data set. The papers' own files are
+read with (:mod:`ctrlrnn.tasks.paper_files`): ``task.sst=DIR`` SST's trees (``sst5``, ``sst2``;
+``task.phrases=true`` trains on every labelled phrase), ``task.imdb=DIR`` the ``aclImdb``
+folder (``imdb``), ``task.trec=DIR`` TREC's label files (``trec``), ``task.mtl=DIR/NAME`` a
+set of Liu et al. (2017) (``mr``: the 16 binary sets of the RCRN paper's table 1). Tasks
+``sst2``, ``imdb`` and ``trec`` have no data here and need theirs. Metric: accuracy.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ctrlrnn.data.sources.rotten_tomatoes import load_mr
 from ctrlrnn.data.sources.sst5_like import load_sst5_like
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.classifier import SentenceClassifier, parse_pooling
+from ctrlrnn.tasks import paper_files
 from ctrlrnn.tasks.base import Batch, Task
 from ctrlrnn.tasks.common import (
     check_splits,
@@ -52,6 +58,11 @@ class SentenceClassificationTask(Task):
     num_classes: ClassVar[int]
     options: ClassVar[dict[str, tuple[Any, Any]]] = {
         "source": (str, ""),
+        "sst": (str, ""),
+        "phrases": (bool, False),
+        "imdb": (str, ""),
+        "trec": (str, ""),
+        "mtl": (str, ""),
         "glove": (str, ""),
         "freeze_embeddings": (bool, True),
         "embedding_size": (int, 100),
@@ -64,11 +75,33 @@ class SentenceClassificationTask(Task):
     }
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 32, "lr": 1e-3, "epochs": 5}
 
+    #: the options of the papers' files this task reads (module docstring)
+    file_options: ClassVar[tuple[str, ...]] = ()
+
     @abstractmethod
     def load_prepared(self) -> dict[str, list[Example]]:
         """The prepared data set's ``(tokens, label)`` examples per split."""
 
     def load(self) -> dict[str, list[Example]]:
+        given = [k for k in ("source", "sst", "imdb", "trec", "mtl") if self.opts[k]]
+        if len(given) > 1:
+            raise ValueError(f"task.{given[1]}: give one of task.{given[0]} and "
+                             f"task.{given[1]}, not both")
+        wrong = [k for k in given if k != "source" and k not in self.file_options]
+        if wrong:
+            allowed = ", ".join(f"task.{k}" for k in ("source", *self.file_options))
+            raise ValueError(f"task.{wrong[0]}: task {self.name} reads {allowed}")
+        if self.opts["phrases"] and not self.opts["sst"]:
+            raise ValueError("task.phrases: only SST's trees have labelled phrases (task.sst)")
+        o = self.opts
+        if o["sst"]:
+            return paper_files.sst_splits(o["sst"], self.num_classes, o["phrases"])
+        if o["imdb"]:
+            return paper_files.imdb_splits(o["imdb"])
+        if o["trec"]:
+            return paper_files.trec_splits(o["trec"])
+        if o["mtl"]:
+            return paper_files.mtl_splits(o["mtl"])
         directory = source_dir(self.opts["source"])
         if directory is None:
             return self.load_prepared()
@@ -139,8 +172,9 @@ class SentenceClassificationTask(Task):
 class MrTask(SentenceClassificationTask):
     name = "mr"
     description = ("MR-like binary sentence sentiment (RCRN paper 4.2 classifier; "
-                   "CAS-LSTM paper 3.3)")
+                   "CAS-LSTM paper 3.3); task.mtl: a set of the RCRN paper's table 1")
     num_classes = 2
+    file_options = ("mtl",)
 
     def load_prepared(self) -> dict[str, list[Example]]:
         return load_mr()
@@ -150,6 +184,37 @@ class Sst5Task(SentenceClassificationTask):
     name = "sst5"
     description = "SST-5-like five-class sentence sentiment (RCRN paper 4.2; CAS-LSTM paper 3.3)"
     num_classes = 5
+    file_options = ("sst",)
 
     def load_prepared(self) -> dict[str, list[Example]]:
         return load_sst5_like()
+
+
+class _NeedsFiles(SentenceClassificationTask):
+    """A task whose data cannot be had here: the user's files, or ``task.source``."""
+
+    def load_prepared(self) -> dict[str, list[Example]]:
+        options = " or ".join(f"task.{k}" for k in (*self.file_options, "source"))
+        raise ValueError(f"task {self.name}: its data cannot be fetched here; give {options}")
+
+
+class Sst2Task(_NeedsFiles):
+    name = "sst2"
+    description = "SST-2 binary sentence sentiment from SST's trees (task.sst; RCRN table 3)"
+    num_classes = 2
+    file_options = ("sst",)
+
+
+class ImdbTask(_NeedsFiles):
+    name = "imdb"
+    description = ("IMDB review sentiment from the aclImdb folder (task.imdb; QRNN table 1, "
+                   "RCRN table 4)")
+    num_classes = 2
+    file_options = ("imdb",)
+
+
+class TrecTask(_NeedsFiles):
+    name = "trec"
+    description = "TREC question classification, 6 coarse classes (task.trec; RCRN table 5)"
+    num_classes = 6
+    file_options = ("trec",)

@@ -135,3 +135,105 @@ class LogicTask(Task):
                 if ops in hits:
                     out[f"accuracy_ops{ops}"] = hits[ops][0] / hits[ops][1]
         return out
+
+
+class NliTask(Task):
+    """Sentence-pair classification on the papers' own files (:mod:`~ctrlrnn.tasks.
+    paper_files`): ``task.format`` ``snli``, ``multinli`` (test also reports
+    ``accuracy_mismatched``), ``scitail`` or ``quora``, from the folder ``task.path``; the
+    model of ``task.features`` (``eq15``, ``eq16``, ``rcrn``) over pre-trained vectors
+    (``task.glove``), frozen unless ``task.freeze_embeddings=false``. Metric: accuracy."""
+
+    name = "nli"
+    description = ("SNLI / MultiNLI / SciTail / Quora pairs from the user's files (task.path, "
+                   "task.format; CAS-LSTM tables 1-3, RCRN tables 6-7)")
+    metric: ClassVar[str] = "accuracy"
+    higher_is_better: ClassVar[bool] = True
+    options: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "path": (str, ""),
+        "format": (str, "snli"),
+        "lower": (bool, False),
+        "train_size": (int, 0),
+        "features": (str, "eq15"),
+        "pooling": (str, ""),
+        "glove": (str, ""),
+        "freeze_embeddings": (bool, True),
+        "embedding_size": (int, 300),
+        "highway_size": (int, 300),
+        "mlp_hidden": (int, 1024),
+        "mlp_layers": (int, 1),
+        "dropout": (float, 0.0),
+        "min_count": (int, 1),
+        "eval_batch_size": (int, 256),
+    }
+    defaults: ClassVar[dict[str, Any]] = {"batch_size": 64, "lr": 1e-3, "epochs": 10}
+
+    def setup(self) -> None:
+        from ctrlrnn.tasks.common import load_vectors
+        from ctrlrnn.tasks.paper_files import PAIR_CLASSES, pair_splits
+
+        o = self.opts
+        if o["features"] not in FEATURES:
+            raise ValueError(f"task.features: expected one of {FEATURES}, got {o['features']!r}")
+        if o["pooling"]:
+            parse_pooling(o["pooling"])
+        if not o["path"]:
+            raise ValueError("task.path: the nli task needs the folder of the data set's files "
+                             "(they cannot be fetched here)")
+        splits = pair_splits(o["path"], o["format"], o["lower"])
+        if o["train_size"] > 0:
+            splits["train"] = splits["train"][: o["train_size"]]
+        for split, rows in splits.items():
+            if not rows:
+                raise ValueError(f"task.path: the {split} file has no labelled pairs")
+        self.classes = PAIR_CLASSES[o["format"]]
+        self.splits = splits
+        self.vocab = Vocab.build((t for a, b, _ in splits["train"] for t in (a, b)),
+                                 min_count=o["min_count"])
+        self.encoded = {s: [(self.vocab.encode(a), self.vocab.encode(b), y, 0)
+                            for a, b, y in rows] for s, rows in splits.items()}
+        self.vectors = load_vectors(o["glove"])
+
+    def data_summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"{s} pairs": len(v) for s, v in self.splits.items()}
+        out["vocabulary"] = len(self.vocab)
+        out["classes"] = self.classes
+        return out
+
+    def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
+        from ctrlrnn.tasks.common import embedding_matrix
+
+        o = self.opts
+        return PairClassifier(
+            len(self.vocab), self.classes, encoder=encoder, encoder_args=model_args,
+            features=o["features"], embedding_size=o["embedding_size"],
+            embeddings=embedding_matrix(self.vectors, self.vocab, self.seed),
+            freeze_embeddings=o["freeze_embeddings"], pooling=o["pooling"],
+            highway_size=o["highway_size"], mlp_hidden=o["mlp_hidden"],
+            mlp_layers=o["mlp_layers"], dropout=o["dropout"], pad_id=self.vocab.pad_id,
+        )
+
+    _batch = LogicTask._batch
+    _logits = staticmethod(LogicTask._logits)
+    train_batches = LogicTask.train_batches
+    loss = LogicTask.loss
+
+    def _accuracy(self, model: nn.Module, split: str, max_batches: int) -> tuple[float, float]:
+        data = self.encoded[split]
+        nll = correct = n = 0.0
+        for chunk in eval_chunks([len(x[0]) + len(x[1]) for x in data],
+                                 self.opts["eval_batch_size"], max_batches):
+            b = self.to_device(self._batch([data[i] for i in chunk]))
+            logits = self._logits(model, b)
+            nll += float(F.cross_entropy(logits, b["labels"], reduction="sum"))
+            correct += float((logits.argmax(-1) == b["labels"]).sum())
+            n += len(chunk)
+        return nll / max(n, 1.0), correct / max(n, 1.0)
+
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+        loss, accuracy = self._accuracy(model, split, max_batches)
+        out = {"loss": loss, "accuracy": accuracy}
+        if split == "test" and "test_mismatched" in self.encoded:
+            out["accuracy_mismatched"] = self._accuracy(model, "test_mismatched",
+                                                        max_batches)[1]
+        return out

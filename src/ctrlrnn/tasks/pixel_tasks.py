@@ -15,6 +15,14 @@ pixels in the fixed order of :func:`ctrlrnn.data.pixels.pixel_permutation` with
 any P works (e.g. tiny images in tests). ``task.train_size=N`` trains on N images of the
 train split, the first of a fixed random order (the same sample for every run; 0: all).
 Metric: accuracy.
+
+The papers' data, from the user's files (they cannot be had here):
+
+* ``mnist`` — the whole MNIST, ``task.idx=DIR`` of its four gzipped IDX files; the last
+  twelfth of the training images (5,000) is the validation split;
+* ``cifar10`` — CIFAR-10 pixel by pixel, ``task.cifar=DIR`` of its binary batches
+  (``data_batch_1.bin`` .. ``_5.bin``, ``test_batch.bin``): 1,024 steps of the three colour
+  values of a pixel (METAGROSS table 3); the last 5,000 training images validate.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ class PixelTask(Task):
     higher_is_better: ClassVar[bool] = True
     options: ClassVar[dict[str, tuple[Any, Any]]] = {
         "source": (str, ""),
+        "idx": (str, ""),
+        "cifar": (str, ""),
         "permuted": (bool, False),
         "permutation_seed": (int, 0),
         "pooling": (str, "last"),
@@ -56,12 +66,18 @@ class PixelTask(Task):
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 50, "lr": 1e-3, "epochs": 10,
                                           "clip_norm": 1.0}
 
+    #: values a step reads: 1 (grey pixels), 3 (CIFAR-10's colours)
+    channels: ClassVar[int] = 1
+
     @abstractmethod
     def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
         """The prepared data set's pixel sequences per split."""
 
     def load(self) -> dict[str, PixelSequences]:
         permute, seed = self.opts["permuted"], self.opts["permutation_seed"]
+        for key, wanted in (("idx", "mnist"), ("cifar", "cifar10")):
+            if self.opts[key] and self.name != wanted:
+                raise ValueError(f"task.{key}: only task {wanted} reads it")
         directory = source_dir(self.opts["source"])
         if directory is None:
             return self.load_prepared(permute, seed)
@@ -116,14 +132,16 @@ class PixelTask(Task):
 
     def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
         return PixelClassifier(NUM_CLASSES, encoder=encoder, encoder_args=model_args,
-                               pooling=self.opts["pooling"], dropout=self.opts["dropout"])
+                               input_size=self.channels, pooling=self.opts["pooling"],
+                               dropout=self.opts["dropout"])
 
     def _batch(self, split: str, index: Tensor) -> Batch:
         ds = self.data[split]
         pixels = ds.images[index]
         if ds.permutation is not None:
             pixels = pixels[:, ds.permutation]
-        return {"pixels": pixels.float().div(255.0).unsqueeze(-1), "labels": ds.labels[index]}
+        steps = pixels.float().div(255.0).view(len(index), -1, self.channels)
+        return {"pixels": steps, "labels": ds.labels[index]}
 
     def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
         n = len(self.data["train"])
@@ -165,3 +183,71 @@ class FashionMnistTask(PixelTask):
 
     def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
         return load_fashion_mnist(permute=permute, seed=seed)
+
+
+def _split_off(images: np.ndarray, labels: np.ndarray, valid: int, permute: bool, seed: int
+               ) -> tuple[PixelSequences, PixelSequences]:
+    """The training files' images as (train, valid): the last ``valid`` validate."""
+    cut = len(images) - valid
+    return (PixelSequences(images[:cut], labels[:cut], permute=permute, seed=seed),
+            PixelSequences(images[cut:], labels[cut:], permute=permute, seed=seed))
+
+
+class MnistTask(PixelTask):
+    name = "mnist"
+    description = "pixel-by-pixel MNIST, the whole set from its IDX files (task.idx)"
+
+    def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
+        from ctrlrnn.data.errors import DataFormatError
+        from ctrlrnn.data.loaders.idx import read_mnist_pair
+        from ctrlrnn.tasks.paper_files import _dir, _file
+
+        if not self.opts["idx"]:
+            raise ValueError("task mnist: the whole MNIST cannot be fetched here; give "
+                             "task.idx (its four IDX files) or task.source")
+        root = _dir(self.opts["idx"], "idx")
+        try:
+            x, y = read_mnist_pair(_file(root, "train-images-idx3-ubyte.gz", "idx"),
+                                   _file(root, "train-labels-idx1-ubyte.gz", "idx"))
+            tx, ty = read_mnist_pair(_file(root, "t10k-images-idx3-ubyte.gz", "idx"),
+                                     _file(root, "t10k-labels-idx1-ubyte.gz", "idx"))
+        except DataFormatError as exc:
+            raise ValueError(f"task.idx: {exc}") from None
+        train, valid = _split_off(x, y, len(x) // 12, permute, seed)
+        return {"train": train, "valid": valid,
+                "test": PixelSequences(tx, ty, permute=permute, seed=seed)}
+
+
+def read_cifar_bin(path: Any) -> tuple[np.ndarray, np.ndarray]:
+    """CIFAR-10's binary batch: per image a label byte, then 1,024 red, 1,024 green and 1,024
+    blue values; returned as ``(N, 1024 * 3)`` images, each pixel's three values together,
+    and ``(N,)`` labels."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size % 3073:
+        raise ValueError(f"task.cifar: {path} is not a whole number of 3,073-byte records")
+    rows = raw.reshape(-1, 3073)
+    images = rows[:, 1:].reshape(-1, 3, 1024).transpose(0, 2, 1).reshape(-1, 3072)
+    return np.ascontiguousarray(images), rows[:, 0].astype(np.int64)
+
+
+class Cifar10Task(PixelTask):
+    name = "cifar10"
+    description = ("pixel-by-pixel CIFAR-10, 1,024 steps of 3 colours, from its binary batches "
+                   "(task.cifar; METAGROSS table 3)")
+    channels = 3
+
+    def load_prepared(self, permute: bool, seed: int) -> dict[str, PixelSequences]:
+        from ctrlrnn.tasks.paper_files import _dir, _file
+
+        if not self.opts["cifar"]:
+            raise ValueError("task cifar10: CIFAR-10 cannot be fetched here; give task.cifar "
+                             "(its binary batches)")
+        if permute:
+            raise ValueError("task.permuted: not defined for CIFAR-10's colour pixels")
+        root = _dir(self.opts["cifar"], "cifar")
+        parts = [read_cifar_bin(_file(root, f"data_batch_{k}.bin", "cifar")) for k in range(1, 6)]
+        x = np.concatenate([p[0] for p in parts])
+        y = np.concatenate([p[1] for p in parts])
+        tx, ty = read_cifar_bin(_file(root, "test_batch.bin", "cifar"))
+        train, valid = _split_off(x, y, len(x) // 10, False, seed)
+        return {"train": train, "valid": valid, "test": PixelSequences(tx, ty)}

@@ -12,6 +12,10 @@ generator seeded by (seed, epoch); questions without both a correct and an incor
 are not trained on. Loss: the pairwise hinge of :func:`~ctrlrnn.models.ranker.
 pairwise_hinge_loss`, margin ``task.margin`` (0.1). Evaluation: MAP (the metric) and MRR over
 the questions with at least one correct answer. Defaults follow the paper: Adadelta, lr 0.2.
+``task.attention=ap`` is the AP- setting of table 8 (attentive pooling, dos Santos et al.
+2016: :class:`~ctrlrnn.models.ranker.Ranker`). ``task.scorer=iwan`` scores each pair with the
+IWAN-style model of the CARNN paper's table 3 (:class:`~ctrlrnn.models.iwan.IwanScorer`; with
+``--model carnn`` its cross-context encoder), its scores in the same hinge loss.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class RankingTask(Task):
         "margin": (float, 0.1),
         "hinge": (str, "max"),
         "pooling": (str, "max"),
+        "attention": (str, ""),
+        "scorer": (str, "cosine"),
         "embedding_size": (int, 100),
         "glove": (str, ""),
         "freeze_embeddings": (bool, True),
@@ -133,10 +139,22 @@ class RankingTask(Task):
     def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
         o = self.opts
         matrix = embedding_matrix(self.vectors, self.vocab, self.seed)
+        if o["scorer"] not in ("cosine", "iwan"):
+            raise ValueError(f"task.scorer: expected cosine or iwan, got {o['scorer']!r}")
+        if o["scorer"] == "iwan":
+            from ctrlrnn.models.iwan import IwanScorer
+
+            if o["attention"]:
+                raise ValueError("task.attention: the IWAN scorer aligns the pair itself")
+            return IwanScorer(len(self.vocab), encoder=encoder, encoder_args=model_args,
+                              embedding_size=o["embedding_size"], embeddings=matrix,
+                              freeze_embeddings=o["freeze_embeddings"], dropout=o["dropout"],
+                              pad_id=self.vocab.pad_id)
         return Ranker(len(self.vocab), encoder=encoder, encoder_args=model_args,
                       embedding_size=o["embedding_size"], embeddings=matrix,
                       freeze_embeddings=o["freeze_embeddings"], pooling=o["pooling"],
-                      dropout=o["dropout"], pad_id=self.vocab.pad_id)
+                      dropout=o["dropout"], pad_id=self.vocab.pad_id,
+                      attention=o["attention"])
 
     def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
         if len(self.examples) < batch_size:
@@ -169,6 +187,12 @@ class RankingTask(Task):
     def loss(self, model: nn.Module, batch: Batch) -> Tensor:
         q, ql = batch["question"], batch["question_lengths"]
         B, n, T = batch["negatives"].shape
+        if getattr(model, "attentive", False):  # the question's vector depends on the answer
+            pos = model(q, ql, batch["positive"], batch["positive_lengths"])
+            neg = model(q.repeat_interleave(n, 0), ql.repeat_interleave(n, 0),
+                        batch["negatives"].reshape(B * n, T),
+                        batch["negative_lengths"].reshape(B * n)).view(B, n)
+            return pairwise_hinge_loss(pos, neg, self.opts["margin"], self.opts["hinge"])
         qv = model.encode(q, ql)
         pv = model.encode(batch["positive"], batch["positive_lengths"])
         nv = model.encode(batch["negatives"].reshape(B * n, T),

@@ -29,7 +29,11 @@
 Data: the prepared ``verses-en-es`` source (``ctrlrnn data prepare verses-en-es``), or
 ``task.source=DIR`` with ``{train,valid,test}.tsv`` files in the same
 ``KEY<TAB>english<TAB>spanish`` format, or pairs given to the constructor (tests).
-``task.direction`` is ``en-es`` or ``es-en``.
+``task.direction`` is ``en-es`` or ``es-en``. The papers' IWSLT files:
+``task.iwslt=DIR`` with ``task.pair`` (``de-en``: German source, English target),
+``task.valid_set`` and ``task.test_set`` (``IWSLT16.TED.tst2013``, or ``tst2012`` for the
+Stanford En-Vi files; :func:`ctrlrnn.tasks.paper_files.parallel_splits`); there
+``task.direction`` is not read.
 
 Metrics: teacher-forced ``loss`` / ``perplexity`` / ``token_accuracy``; ``bleu`` (sacreBLEU,
 corpus level, 13a tokenisation; character level: the characters joined, ``_`` back to spaces,
@@ -135,6 +139,10 @@ class TranslationTask(Seq2SeqTask):
     base_options: ClassVar[dict[str, tuple[Any, Any]]] = {
         "source": (str, ""),
         "direction": (str, "en-es"),
+        "iwslt": (str, ""),
+        "pair": (str, "de-en"),
+        "valid_set": (str, "IWSLT16.TED.tst2013"),
+        "test_set": (str, "IWSLT16.TED.tst2014"),
         "train_size": (int, 0),
         "valid_size": (int, 0),
         "test_size": (int, 0),
@@ -176,6 +184,15 @@ class TranslationTask(Seq2SeqTask):
                 raise ValueError(f"pairs: expected the splits {SPLITS}, missing {missing}")
             return {s: [(self.tokenize(en), self.tokenize(es)) for en, es in self.given_pairs[s]]
                     for s in SPLITS}
+        if self.opts["iwslt"]:
+            if self.opts["source"]:
+                raise ValueError("task.iwslt: give task.source or task.iwslt, not both")
+            from ctrlrnn.tasks.paper_files import parallel_splits
+
+            pairs = parallel_splits(self.opts["iwslt"], self.opts["pair"],
+                                    self.opts["valid_set"], self.opts["test_set"])
+            return {s: [(self.tokenize(a), self.tokenize(b)) for a, b in rows]
+                    for s, rows in pairs.items()}
         root = source_dir(self.opts["source"])
         if root is not None:
             require_files(root, [f"{s}.tsv" for s in SPLITS])
@@ -187,7 +204,7 @@ class TranslationTask(Seq2SeqTask):
         if self.opts["direction"] not in DIRECTIONS:
             raise ValueError(f"task.direction: expected one of {DIRECTIONS}, "
                              f"got {self.opts['direction']!r}")
-        swap = self.opts["direction"] == "es-en"
+        swap = self.opts["direction"] == "es-en" and not self.opts["iwslt"]
         max_len = self.opts["max_length"]
         splits: dict[str, list[Seq2SeqExample]] = {}
         for split, rows in self._raw_pairs().items():
