@@ -745,6 +745,8 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
                                          _scale_cell(exp, mode)))
                 readme_claims.append((paper, exp.title, claim, v))
         body += (extra_sections or {}).get(paper, [])
+        if mode == "full" and experiments is None:
+            body += paper_scale_section(paper)
         for page, title_, claim, source, v in extra_claims or []:
             if page == paper:
                 rows.append(_summary_row(paper, title_, claim, source, "measured here", v,
@@ -778,6 +780,42 @@ def write_pages(results_dir: Path, out_dir: Path, mode: str,
     if mode == "full":
         update_readme(out_dir.parent.parent / "README.md", readme_claims)
     return written
+
+
+def paper_scale_section(page: str) -> list[str]:
+    """The page's tables that train at the paper's scale alone (their data cannot be had
+    here), each with the files it needs, and the tables no experiment reproduces, each with
+    why (:mod:`~ctrlrnn.reproduce.paper_tables`)."""
+    from ctrlrnn.reproduce.paper_experiments import PAPER_ONLY
+    from ctrlrnn.reproduce.paper_tables import TABLES
+
+    alone = [e for e in PAPER_ONLY if e.paper == page]
+    missing = [t for t in TABLES if t.page == page and t.missing]
+    if not alone and not missing:
+        return []
+    lines = ["## At the paper's scale alone", ""]
+    if alone:
+        lines += ["These experiments' data cannot be had here. Each trains the paper's recipe "
+                  "with `ctrlrnn reproduce --scale paper --only EXPERIMENT`. Its row says "
+                  "which files it needs; the list below the table names them.", "",
+                  "| experiment | arms (the paper's numbers) | its data |", "|---|---|---|"]
+        files: dict[str, Any] = {}
+        for exp in alone:
+            scaled = exp.at_paper_scale()
+            arms = "; ".join(f"{a.label} ({_fmt(a.paper)})" for a in scaled.arms)
+            needs = exp.missing_data()
+            files.update({n.name: n for n in needs})
+            points = ", ".join(f"`--data {n.name}=PATH`" for n in needs)
+            lines.append(f"| `{exp.id}`: {exp.title} | {arms} | needs the data: point "
+                         f"{points} at it |")
+        lines += ["", "The files:", ""]
+        lines += [f"- `{name}`: {need.files} ({need.origin})." for name, need in files.items()]
+        lines.append("")
+    if missing:
+        lines += ["Tables no experiment here reproduces:", ""]
+        lines += [f"- {t.table} ({t.what}): {t.missing}" for t in missing]
+        lines.append("")
+    return lines
 
 
 def _anchor(heading: str) -> str:
