@@ -8,6 +8,7 @@
     ctrlrnn reproduce --estimate 50 --only carnn-lm   # time 50 steps an arm: the cost here
     ctrlrnn reproduce --only qrnn-ptb-lm --pages chosen --docs runs/main   # its page alone
     ctrlrnn reproduce --jobs 2         # two runs at once, one torch thread each
+    ctrlrnn reproduce --storage postgresql://host/db   # on each machine: the work is shared
     ctrlrnn reproduce --list           # every table of the five papers and its experiments
     ctrlrnn reproduce --scale paper --only qrnn-imdb --data imdb=~/aclImdb   # the paper's recipe
 
@@ -194,8 +195,15 @@ def _run(args: argparse.Namespace) -> int:
                 parallel.prefetch(exp, mode, runs, results, args.jobs, threads)
             elif args.threads:
                 torch.set_num_threads(threads)
-            data = runner.run_experiment(exp, mode, runs, results,
-                                         show_progress=not args.no_progress)
+            try:
+                data = runner.run_experiment(exp, mode, runs, results,
+                                             show_progress=not args.no_progress,
+                                             storage=args.storage)
+            except ValueError as exc:
+                if not str(exc).startswith("--storage"):
+                    raise
+                print(f"ctrlrnn reproduce: {exc}")
+                return 2
             if data.get("errors"):
                 failed[exp.id] = data["errors"]
     if not args.pages_only and not args.no_speed and mode != PAPER:
@@ -293,6 +301,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, metavar="T",
                    help="torch threads per run (default: the CPUs shared out among the jobs); "
                         "a run's numbers depend on it, not on --jobs")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="share the searches' trials and the seeds' runs with every process "
+                        "given the same Optuna storage URL (sqlite:///FILE on one machine, "
+                        "postgresql://... across machines); each trains what no other has")
     p.add_argument("--no-speed", action="store_true", help="skip the speed measurements")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)

@@ -34,12 +34,16 @@ from ctrlrnn import files
 from ctrlrnn.reproduce import figures
 from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
+from ctrlrnn.reproduce.shared_study import SharedStudy, run_units
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
 from ctrlrnn.reproduce.tuning import IN_PROGRESS, tune_arm
 from ctrlrnn.tasks import TASKS
 from ctrlrnn.train.config_changes import config_differences
 from ctrlrnn.train.logs import replace_atomically
 from ctrlrnn.train.run import train_run, validated_config
+
+#: seconds between looks at a shared study while other processes train the units left
+POLL_S = 10.0
 
 
 def slug(text: str) -> str:
@@ -191,7 +195,8 @@ def run_trial(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progres
 def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bool,
          cached: dict[str, Any] | None, log: Callable[[str], None],
          standing: Standing | None = None,
-         save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
+         save: Callable[[dict[str, Any]], None] | None = None,
+         storage: str | None = None) -> dict[str, Any] | None:
     """The tuning of ``exp``'s ``arm`` in ``mode``: read from ``cached`` (the arm's entry of the
     results file) when it stands (:meth:`Standing.tuning`: every planned trial of the same
     search, in the same setting), else run or finish it: the trials the entry already holds
@@ -219,9 +224,22 @@ def tune(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, show_progress: bo
         if save is not None:
             save(standing.stamp_tuning(arm, record))
 
-    record = tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.selected,
-                      exp.selected_higher_is_better, trial, log, arm=arm.label, done=held,
-                      on_trial=saved)
+    def search(shared: SharedStudy | None = None) -> dict[str, Any]:
+        return tune_arm(tuning, tuning_dir(runs_dir, mode, exp, arm.label), exp.selected,
+                        exp.selected_higher_is_better, trial, log, arm=arm.label, done=held,
+                        on_trial=saved, shared=shared)
+
+    if storage is None:
+        record = search()
+    else:  # shared by the processes given the same storage (module shared_study)
+        study = SharedStudy(storage, f"ctrlrnn/{mode}/{exp.id}/{arm.label}/search-"
+                                     f"{tuning.key()}")
+        if tuning.rungs:  # each trial of each rung a unit
+            record = search(study)
+        else:  # TPE proposes each trial from the ones before: the whole search is one unit
+            record = run_units(study, ["search"], lambda unit: None,
+                               lambda unit: (search(), 0.0), lambda: time.sleep(POLL_S)
+                               )["search"]  # fmt: skip
     return standing.stamp_tuning(arm, record)
 
 
@@ -260,8 +278,13 @@ def run_experiment(
     *,
     show_progress: bool = True,
     log: Callable[[str], None] = print,
+    storage: str | None = None,
 ) -> dict[str, Any]:
-    """Run every arm and seed of ``exp`` not yet done; write and return its results."""
+    """Run every arm and seed of ``exp`` not yet done; write and return its results.
+
+    ``storage``: an Optuna storage URL through which processes on this machine and others,
+    each running the same command, split the searches' trials and the seeds' runs
+    (:mod:`ctrlrnn.reproduce.shared_study`); each then writes the same results file."""
     cached = load_results(results_dir, mode, exp)
     standing = Standing(exp, mode, cached)
     standing.date_entries(cached)
@@ -309,7 +332,7 @@ def run_experiment(
 
         try:
             tuned = tune(exp, arm, mode, runs_dir, show_progress,
-                         cached_arms.get(arm.label), log, standing, save_search)
+                         cached_arms.get(arm.label), log, standing, save_search, storage)
         except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
             if files.is_no_space(exc):  # no later arm could write either: stop, one line
                 raise
@@ -338,11 +361,16 @@ def run_experiment(
             # the others train (a run killed meanwhile must lose neither)
             write_results(results_path(results_dir, mode, exp),
                         _partial(data, cached_arms, spent()))
+        shared = _shared_seed_results(exp, arm, todo, mode, runs_dir, params or None,
+                                      storage, log) if storage else {}
         for seed in todo:
             earlier = done.get(arm.label, {}).get(str(seed))
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
             try:
-                result = run_one(exp, arm, seed, mode, runs_dir, show_progress, params or None)
+                result = shared.get(seed) or run_one(exp, arm, seed, mode, runs_dir,
+                                                     show_progress, params or None)
+                if "error" in result:  # failed in _shared_seed_results
+                    raise RuntimeError(result["error"])
             except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
                 if files.is_no_space(exc):
                     raise
@@ -372,6 +400,38 @@ def run_experiment(
     data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     write_results(results_path(results_dir, mode, exp), data)
     return data
+
+
+def _shared_seed_results(exp: Experiment, arm: Arm, seeds: list[int], mode: str, runs_dir: Path,
+                         params: dict[str, float] | None, storage: str,
+                         log: Callable[[str], None]) -> dict[int, dict[str, Any]]:
+    """The results of ``arm``'s ``seeds`` at ``params``, each trained here or by another
+    process sharing ``storage`` (read from its study), once. A run that fails here gives a
+    result with its ``error`` (the caller records it), and stays free for another try."""
+    study = SharedStudy(storage, f"ctrlrnn/{mode}/{exp.id}/runs")
+    units = {f"{arm.label}/seed{seed}/{params_tag(params)}": seed for seed in seeds}
+
+    def here(unit: str) -> tuple[dict[str, Any], float] | None:
+        out = run_dir(runs_dir, mode, exp, arm.label, units[unit], params)
+        finished = out / "result.json"
+        if not finished.exists():
+            return None
+        cfg, _ = config_for(exp, arm, units[unit], mode, out, params)
+        result = json.loads(finished.read_text(encoding="utf-8"))
+        return (result, 0.0) if _finished_run_action(out, result, cfg) == "done" else None
+
+    def train(unit: str) -> tuple[dict[str, Any], float]:
+        log(f"[reproduce] {exp.id}: {arm.label}, seed {units[unit]} (shared)")
+        try:
+            return run_one(exp, arm, units[unit], mode, runs_dir, False, params), 0.0
+        except Exception as exc:  # noqa: BLE001 - recorded by the caller, like any failed seed
+            if files.is_no_space(exc):
+                raise
+            return {"error": "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                    }, float("nan")  # fmt: skip
+
+    rows = run_units(study, list(units), here, train, lambda: time.sleep(POLL_S))
+    return {units[unit]: row for unit, row in rows.items()}
 
 
 def _partial(data: dict[str, Any], cached_arms: dict[str, Any],

@@ -30,12 +30,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctrlrnn import files
+from ctrlrnn.reproduce.shared_study import SharedStudy, run_units
 from ctrlrnn.train.logs import replace_atomically
 
 #: the name of the sampler, as stored with each arm's trial table
@@ -240,7 +242,8 @@ def _score(value: Any, higher_is_better: bool) -> float:
 def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bool,
              run_trial: TrialRunner, log: Callable[[str], None] = print,
              arm: str = "", done: Sequence[dict[str, Any]] = (),
-             on_trial: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             on_trial: Callable[[dict[str, Any]], None] | None = None,
+             shared: SharedStudy | None = None) -> dict[str, Any]:
     """Run (or finish) the search of one arm; returns its trial table and chosen values.
 
     ``run_trial(k, overrides, out)`` trains trial ``k`` with ``overrides`` (the tuned keys at
@@ -258,7 +261,11 @@ def tune_arm(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     stream = arm_stream(tuning, arm)
     if tuning.rungs:
         return _halving(tuning, tuning_dir, metric, higher_is_better, run_trial, log, stream,
-                        done, on_trial)
+                        done, on_trial, shared)
+    if shared is not None:
+        raise ValueError("--storage: this search proposes each trial from the ones before it "
+                         "(TPE), so it cannot be split across processes; only a successive-"
+                         "halving search (Tuning.rungs) can")
     rows: list[dict[str, Any]] = []
     for k in range(tuning.trials):
         out = tuning_dir / f"trial{k}"
@@ -337,7 +344,8 @@ def _propose(tuning: Tuning, dists: dict[str, Any], rows: list[dict[str, Any]], 
 def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bool,
              run_trial: TrialRunner, log: Callable[[str], None], stream: int,
              done: Sequence[dict[str, Any]],
-             on_trial: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+             on_trial: Callable[[dict[str, Any]], None] | None,
+             shared: SharedStudy | None = None, poll: float = 5.0) -> dict[str, Any]:
     """Successive halving: every trial trains to the first rung's caps, the best
     :attr:`Tuning.keep` of them continue from their checkpoints to the next rung's, and so on;
     the choice is the best trial of the last rung, so a fast starter that stalls is passed.
@@ -347,6 +355,10 @@ def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     interrupted search resumes where it stopped. ``done`` rows (a results file's) stand in for
     the rungs whose files are gone. A row's ``rungs`` lists its validation value at each rung
     it reached, ``rung`` the last of them.
+
+    ``shared``: the study through which several processes or machines split each rung's
+    trials (:mod:`ctrlrnn.reproduce.shared_study`); a rung waits, polling every ``poll``
+    seconds, until all its trials are done wherever they trained.
     """
     dists = _distributions(tuning)
     held = {int(r["trial"]): r for r in done if isinstance(r, dict) and "trial" in r}
@@ -363,25 +375,49 @@ def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     alive = list(range(tuning.trials))
     sign = 1.0 if higher_is_better else -1.0
     for r, caps in enumerate(tuning.rungs):
-        for k in alive:
-            out = tuning_dir / f"trial{k}"
-            earlier = rows.get(k, {}).get("rungs", [])
-            result = _read(out / f"rung{r}.json")
+        earlier = {k: list(rows.get(k, {}).get("rungs", [])) for k in alive}
+
+        def finished(unit: str, r: int = r, earlier: dict[int, list[Any]] = earlier
+                     ) -> tuple[dict[str, Any], float] | None:  # fmt: skip
+            k = int(unit.rsplit("trial", 1)[1])
+            result = _read(tuning_dir / f"trial{k}" / f"rung{r}.json")
             past = held.get(k, {})
             if result is None and len(past.get("rungs", [])) > r:  # the results file has it
-                rows[k] = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
-                           "valid": past["rungs"][r]}
-                continue
+                row = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
+                       "valid": past["rungs"][r]}
+                return row, _score(row["valid"], higher_is_better)
             if result is None:
-                log(f"[tune] rung {r + 1}/{len(tuning.rungs)}, trial {k + 1}/{tuning.trials}: "
-                    + ", ".join(f"{key}={v:.3g}" for key, v in params[k].items()))
-                result = run_trial(k, {**tuning.overrides, **caps, **params[k]}, out)
-                _write(out / f"rung{r}.json", result)
+                return None
             row = _trial_row(k, params[k], result, metric)
-            rows[k] = {**row, "rungs": [*earlier, row["valid"]], "rung": r}
+            row = {**row, "rungs": [*earlier[k], row["valid"]], "rung": r}
+            return row, _score(row["valid"], higher_is_better)
+
+        def train(unit: str, r: int = r, caps: dict[str, Any] = caps
+                  ) -> tuple[dict[str, Any], float]:  # fmt: skip
+            k = int(unit.rsplit("trial", 1)[1])
+            out = tuning_dir / f"trial{k}"
+            log(f"[tune] rung {r + 1}/{len(tuning.rungs)}, trial {k + 1}/{tuning.trials}: "
+                + ", ".join(f"{key}={v:.3g}" for key, v in params[k].items()))
+            # the earlier rungs first where they trained elsewhere: the run stops, evaluates
+            # and checkpoints at each rung's cap, so only the same path gives the same result
+            for j, before in enumerate(tuning.rungs[:r]):
+                if not (out / f"rung{j}.json").exists():
+                    _write(out / f"rung{j}.json",
+                           run_trial(k, {**tuning.overrides, **before, **params[k]}, out))
+            _write(out / f"rung{r}.json",
+                   run_trial(k, {**tuning.overrides, **caps, **params[k]}, out))
+            found = finished(unit)
+            assert found is not None
             if on_trial is not None:
+                done_now = {**rows, k: found[0]}
                 on_trial(search_record(tuning, stream, metric, higher_is_better,
-                                       [rows[i] for i in sorted(rows)]))
+                                       [done_now[i] for i in sorted(done_now)]))
+            return found
+
+        units = [f"rung{r}/trial{k}" for k in alive]
+        found = run_units(shared, units, finished, train, lambda: time.sleep(poll))
+        for unit, row in found.items():
+            rows[int(unit.rsplit("trial", 1)[1])] = row
         if r + 1 < len(tuning.rungs):
             ranked = sorted(alive, key=lambda i: (-sign * _score(rows[i]["valid"],
                                                                  higher_is_better), i))
