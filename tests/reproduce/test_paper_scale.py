@@ -282,7 +282,7 @@ def test_paper_scale_trains_under_torchrun_with_rank_0_keeping_the_books(tmp_pat
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc_per_node", "2", str(script)], env=env,
                          capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[:6000]
     saved = json.loads((results / PAPER / "qrnn-ptb-lm.json").read_text())
     assert saved["complete"] and set(saved["arms"]) == {"QRNN", "QRNN + zoneout 0.1"}
     for arm in saved["arms"].values():

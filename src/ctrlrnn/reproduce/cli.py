@@ -144,9 +144,12 @@ def _run(args: argparse.Namespace) -> int:
         if problem:
             print(f"ctrlrnn reproduce: {problem}")
             return 2
-        if not paper_run.is_main():  # rank 0 keeps the books; the others train beside it
-            if args.pages_only:
+        if args.pages_only:
+            if not paper_run.is_main():
                 return 0
+        else:
+            paper_run.keep_one_process_group()
+        if not paper_run.is_main():  # rank 0 keeps the books; the others train beside it
             if mode == PAPER:
                 from ctrlrnn.reproduce.preflight import data_problems
 

@@ -83,6 +83,30 @@ def listing(scale: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def keep_one_process_group() -> None:
+    """Join ``torchrun``'s process group once for every run this process trains.
+
+    Each run of the trainer joins the group and leaves it at its end; a second run joining
+    again would read the first one's addresses from torchrun's store (a fresh default group
+    takes the same name) and could hang. So the group is joined here, before the first run,
+    the trainer's runs find it joined and reuse it, and it is left when the process ends."""
+    import atexit
+
+    import torch.distributed as dist
+
+    from ctrlrnn.train import run as train_module
+    from ctrlrnn.train.distributed import init_distributed
+
+    init_distributed("auto")
+    train_module.shutdown = lambda ctx: None  # type: ignore[assignment]
+
+    def leave() -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    atexit.register(leave)
+
+
 def check_distributed(chosen: Iterable[Experiment], mode: str, args: Any) -> str | None:
     """Why these experiments cannot run under ``torchrun`` (None: they can)."""
     if getattr(args, "jobs", 1) and args.jobs > 1:
