@@ -288,3 +288,15 @@ def test_paper_scale_trains_under_torchrun_with_rank_0_keeping_the_books(tmp_pat
     for arm in saved["arms"].values():
         assert arm["seeds"]["0"]["steps"] == 2
     assert (docs / "qrnn.md").is_file()
+
+
+def test_torchrun_refuses_what_it_cannot_share(monkeypatch, capsys):
+    from ctrlrnn.reproduce import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert cli.run(_args(only=["qrnn-copy"], jobs=2)) == 2
+    assert "drop --jobs" in capsys.readouterr().out
+    assert cli.run(_args(only=["qrnn-copy"])) == 2  # our scale searches: rank 0 alone can
+    assert "without a search" in capsys.readouterr().out
+    assert cli.run(_args(scale=PAPER, only=["qrnn-copy"], storage="sqlite:///x.db")) == 2

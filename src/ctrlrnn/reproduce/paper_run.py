@@ -113,6 +113,9 @@ def check_distributed(chosen: Iterable[Experiment], mode: str, args: Any) -> str
         return "under torchrun, the processes train each run together; drop --jobs"
     if args.estimate is not None:
         return "--estimate times one process; run it without torchrun"
+    if getattr(args, "storage", None):
+        return ("under torchrun, the processes train each run together; --storage shares "
+                "runs between processes that train apart: use one or the other")
     searched = [e.id for e in chosen if e.tuning(mode) is not None]
     if searched and not args.pages_only:
         return (f"under torchrun only experiments without a search can run (the paper's "
