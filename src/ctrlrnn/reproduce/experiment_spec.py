@@ -142,6 +142,9 @@ class PaperScale:
     parameters: dict[str, float] = field(default_factory=dict)
     counted: str = "all"
     unstated: str = ""
+    #: whether this scale's data are the paper's, so that its baselines must reach the
+    #: paper's level for a verdict (False: generated from a description, as the logic pairs)
+    comparable: bool = True
 
 
 @dataclass(frozen=True)
@@ -262,8 +265,10 @@ class Experiment:
         labels = {a.label for a in arms}
         claims = tuple(c for c in (*self.claims, *ps.claims)
                        if c.better in labels and c.worse in labels)
+        note = f"The paper's recipe ({ps.source}). {ps.unstated}".strip()
         return replace(self, arms=tuple(arms), task_args=task_args, claims=claims,
-                       task=ps.task or self.task)
+                       task=ps.task or self.task, note=note, stand_in="",
+                       paper_comparable=ps.comparable)
 
     def missing_data(self, data: dict[str, str] | None = None) -> list[DataNeed]:
         """The paper scale's data the user has not pointed ``--data`` at."""

@@ -328,6 +328,7 @@ LOGIC = PaperScale(
              "128 units, Adam at 1e-3, 64 pairs a batch, at most 50 epochs with patience 5, on "
              "20,000 generated training pairs. Both METAGROSS arms have table 9's recurrent "
              "base.",
+    comparable=False,
 )
 
 #: METAGROSS 3.2, table 3: "3 layered METAGROSS of 128 hidden units each"; table 9's unit for
