@@ -8,6 +8,12 @@ what the runs train. Each row says whether ours matches the paper's, and why not
 not: a row matches when the paper states a value in our terms and ours is equal; otherwise the
 setting's ``why`` for the row says why, and a row that differs without one is shown as such
 (``tests/reproduce`` holds every full-mode experiment to having none).
+
+Between the paper's column and ours stands the paper scale's (:func:`paper_scale_cells`):
+what ``ctrlrnn reproduce --scale paper`` trains, derived by the same functions from the
+experiment's :class:`~ctrlrnn.reproduce.experiment_spec.PaperScale`; the tests hold it to the
+paper's stated values. Under the table, :func:`paper_scale_lines` says how to train it and
+what it needs.
 """
 
 from __future__ import annotations
