@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 
 import pytest
+from tiny_runs import tiny_halving_experiment
 
 from ctrlrnn.reproduce import runner
-from ctrlrnn.reproduce.experiments import Arm, Experiment
-from ctrlrnn.reproduce.tuning import Param, Tuning, halving_search, record_holds, tune_arm
+from ctrlrnn.reproduce.tuning import Param, Tuning, record_holds, tune_arm
 
 RUNGS = ({"epochs": 1}, {"epochs": 3}, {"epochs": 9})
 SEARCH = Tuning(trials=9, params=(Param("lr", 1e-4, 1e-1, log=True),), rungs=RUNGS,
@@ -103,15 +103,8 @@ def test_another_rung_plan_is_another_search() -> None:
 def test_real_trials_continue_from_their_checkpoints(tmp_path: Path, one_thread) -> None:
     """The real trainer: each rung's survivors continue to the higher cap (their step count
     grows from where the last rung stopped), and the arm's seeds train at the choice."""
-    search = halving_search(None, ({"max_steps": 2}, {"max_steps": 4}), trials=3, keep=0.5,
-                            lr=(1e-3, 1e-2), overrides={"epochs": 50})
-    exp = Experiment(
-        id="tiny-halving", paper="qrnn", title="tiny copy, halving search", task="copy",
-        metric="token_accuracy", higher_is_better=True,
-        arms=(Arm("QRNN", "qrnn", {"hidden_size": 8}),), claims=(),
-        quick={"max_steps": 3, "epochs": 1, "batch_size": 16, "task.train_size": 64,
-               "task.valid_size": 16, "task.test_size": 16},
-        full={}, task_args={"digits": 3}, seeds_quick=1, tuning_quick=search)
+    exp = tiny_halving_experiment("tiny-halving", seeds=1)
+    search = exp.tuning("quick")
     data = runner.run_experiment(exp, "quick", tmp_path / "runs", tmp_path / "res",
                                  show_progress=False, log=lambda s: None)
     assert data["complete"], data["errors"]

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from tiny_runs import without
 
 from ctrlrnn.cli import main
 from ctrlrnn.reproduce import parallel, runner
@@ -34,11 +35,7 @@ TIMINGS = {"train_seconds", "seconds_per_epoch", "cpu_share", "load_start", "sec
 
 def _numbers(data: object) -> object:
     """``data`` without its timings (keys in :data:`TIMINGS`, at any depth)."""
-    if isinstance(data, dict):
-        return {k: _numbers(v) for k, v in data.items() if k not in TIMINGS}
-    if isinstance(data, list):
-        return [_numbers(v) for v in data]
-    return data
+    return without(data, TIMINGS)
 
 
 @pytest.fixture

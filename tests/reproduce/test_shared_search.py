@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_runs import without
 
 from ctrlrnn.reproduce.shared_study import SharedStudy, run_units
 
@@ -172,20 +173,11 @@ MACHINE = textwrap.dedent("""
     import json, sys, torch
     from pathlib import Path
     from ctrlrnn.reproduce import runner
-    from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
-    from ctrlrnn.reproduce.tuning import halving_search
+    from tiny_runs import tiny_halving_experiment
 
     torch.set_num_threads(1)
     url, folder = sys.argv[1], Path(sys.argv[2])
-    search = halving_search(None, ({"max_steps": 2}, {"max_steps": 4}), trials=3, keep=0.5,
-                            lr=(1e-3, 1e-2), overrides={"epochs": 50})
-    exp = Experiment(
-        id="tiny-shared", paper="qrnn", title="tiny copy, shared", task="copy",
-        metric="token_accuracy", higher_is_better=True,
-        arms=(Arm("QRNN", "qrnn", {"hidden_size": 8}),), claims=(),
-        quick={"max_steps": 3, "epochs": 1, "batch_size": 16, "task.train_size": 64,
-               "task.valid_size": 16, "task.test_size": 16},
-        full={}, task_args={"digits": 3}, seeds_quick=2, tuning_quick=search)
+    exp = tiny_halving_experiment("tiny-shared", seeds=2)
     data = runner.run_experiment(exp, "quick", folder / "runs", folder / "results",
                                  show_progress=False, log=lambda s: None,
                                  storage=url or None)
@@ -197,17 +189,15 @@ MACHINE_ONLY = {"train_seconds", "seconds_per_epoch", "cpu_share", "load_start",
 
 
 def _same(data: object) -> object:
-    if isinstance(data, dict):
-        return {k: _same(v) for k, v in data.items() if k not in MACHINE_ONLY}
-    if isinstance(data, list):
-        return [_same(v) for v in data]
-    return data
+    return without(data, MACHINE_ONLY)
 
 
 def test_machines_sharing_a_storage_split_an_experiment_and_agree(tmp_path: Path) -> None:
     script = tmp_path / "machine.py"
     script.write_text(MACHINE)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    here = str(Path(__file__).resolve().parent)  # the script imports tiny_runs from here
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
     url = f"sqlite:///{tmp_path / 'study.db'}"
     procs = [subprocess.Popen([sys.executable, str(script), url, str(tmp_path / f"m{i}")],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -145,20 +145,27 @@ def config_for(exp: Experiment, arm: Arm, seed: int, mode: str, out: Path,
 def train_in(out: Path, exp: Experiment, arm: Arm, seed: int, mode: str,
              extra: dict[str, Any] | None, show_progress: bool) -> dict[str, Any]:
     """Train one run of ``exp``'s ``arm`` in ``out`` (resuming it, or reading its result)."""
-    done = out / "result.json"
     cfg, cls = config_for(exp, arm, seed, mode, out, extra)
-    if done.exists():
-        result = json.loads(done.read_text(encoding="utf-8"))
-        action = _finished_run_action(out, result, cfg)
-        if action == "done":
-            return result
-        if action == "restart":  # the runner's own directory: what it held answers nothing now
-            shutil.rmtree(out)
-        # "continue": the trainer extends the finished run from its checkpoint to the new cap
+    result, action = _finished(out, cfg)
+    if result is not None and action == "done":
+        return result
+    if action == "restart":  # the runner's own directory: what it held answers nothing now
+        shutil.rmtree(out)
+    # "continue": the trainer extends the finished run from its checkpoint to the new cap
     resume = (out / "checkpoint.safetensors").exists()
     result = train_run(cfg, cls, resume=resume, show_progress=show_progress, verbose=False)
     assert result is not None
     return result
+
+
+def _finished(out: Path, cfg: Any) -> tuple[dict[str, Any] | None, Action | None]:
+    """The result of the finished run in ``out`` and what to do with it under ``cfg``
+    (:func:`_finished_run_action`); ``(None, None)`` when no run finished there."""
+    done = out / "result.json"
+    if not done.exists():
+        return None, None
+    result = json.loads(done.read_text(encoding="utf-8"))
+    return result, _finished_run_action(out, result, cfg)
 
 
 def _finished_run_action(out: Path, result: dict[str, Any], cfg: Any) -> Action:
@@ -413,12 +420,8 @@ def _shared_seed_results(exp: Experiment, arm: Arm, seeds: list[int], mode: str,
 
     def here(unit: str) -> tuple[dict[str, Any], float] | None:
         out = run_dir(runs_dir, mode, exp, arm.label, units[unit], params)
-        finished = out / "result.json"
-        if not finished.exists():
-            return None
-        cfg, _ = config_for(exp, arm, units[unit], mode, out, params)
-        result = json.loads(finished.read_text(encoding="utf-8"))
-        return (result, 0.0) if _finished_run_action(out, result, cfg) == "done" else None
+        result, action = _finished(out, config_for(exp, arm, units[unit], mode, out, params)[0])
+        return (result, 0.0) if result is not None and action == "done" else None
 
     def train(unit: str) -> tuple[dict[str, Any], float]:
         log(f"[reproduce] {exp.id}: {arm.label}, seed {units[unit]} (shared)")
