@@ -1,0 +1,159 @@
+"""Every environment variable ctrlrnn reads, in one place.
+
+Each :class:`Setting` names its variable, its default, the values it takes and its effect.
+:func:`value` reads a variable and parses it; a value it cannot parse raises
+:class:`SettingError`, which names the variable and the values it takes.
+``docs/environment.md`` lists the same table (:func:`markdown_table` writes it, and a test holds
+the page to it).
+The compiled kernels never read the environment: ``ops`` hands them these values as arguments.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SETTINGS", "Setting", "SettingError", "markdown_table", "raw", "value"]
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value ctrlrnn cannot use."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, how its text is read, and what it does."""
+
+    name: str
+    group: str
+    default: str
+    values: str
+    effect: str
+    parse: Callable[[str], Any]
+
+    def read(self, text: str | None) -> Any:
+        """The parsed value of ``text`` (None or empty: the default's)."""
+        text = "" if text is None else text.strip()
+        try:
+            return self.parse(text)
+        except (ValueError, TypeError) as err:
+            raise SettingError(f"{self.name}={text!r}: expected {self.values} ({err})") from None
+
+
+def _choice(options: dict[str, Any], default: Any) -> Callable[[str], Any]:
+    """A parser for one of ``options`` (case-insensitive); empty gives ``default``."""
+
+    def parse(text: str) -> Any:
+        if not text:
+            return default
+        key = text.lower()
+        if key not in options:
+            raise ValueError(f"{text!r} is not one of {', '.join(sorted(options))}")
+        return options[key]
+
+    return parse
+
+
+_ON = {"1": True, "on": True, "true": True, "yes": True}
+_OFF = {"0": False, "off": False, "false": False, "no": False}
+
+
+def _flag(default: bool) -> Callable[[str], bool]:
+    return _choice({**_ON, **_OFF}, default)
+
+
+def _integer(default: int | None) -> Callable[[str], int | None]:
+    def parse(text: str) -> int | None:
+        return default if not text else int(text)
+
+    return parse
+
+
+def _number(default: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = default if not text else float(text)
+        if not value > 0:
+            raise ValueError("must be positive")
+        return value
+
+    return parse
+
+
+def _text(default: str | None) -> Callable[[str], str | None]:
+    def parse(text: str) -> str | None:
+        return text or default
+
+    return parse
+
+
+_KERNELS = "Kernels and backends"
+_MEMORY = "Memory"
+_GPU = "GPU"
+_TRAINING = "Training and data"
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in (
+    Setting("CTRLRNN_BACKEND", _KERNELS, "unset", "`reference` (or `ref`, `python`)",
+            "`reference` runs every op on its readable reference code, without building or "
+            "warning", _choice({"reference": "reference", "ref": "reference",
+                                "python": "reference", "auto": None}, None)),
+    Setting("CTRLRNN_REQUIRE_COMPILED", _KERNELS, "`0`", "`0` or `1`",
+            "`1` makes a failed kernel build an error instead of a warning", _flag(False)),
+    Setting("CTRLRNN_CACHE", _KERNELS, "`~/.cache/ctrlrnn`", "a folder",
+            "where compiled kernels and their GEMM choices are kept "
+            "(`$XDG_CACHE_HOME/ctrlrnn` when that is set)", _text(None)),
+    Setting("CTRLRNN_GEMM", _KERNELS, "`auto`", "`auto`, `blas`, `onednn`, `blas1` or `tiny`",
+            "the GEMM path of the compiled kernels",
+            _choice({k: k for k in ("auto", "blas", "onednn", "blas1", "tiny")}, "auto")),
+    Setting("CTRLRNN_METAGROSS_SPLIT", _KERNELS, "`auto`", "`auto`, `batch` or `hidden`",
+            "how METAGROSS as printed splits its work over threads",
+            _choice({"auto": 0, "batch": 1, "hidden": 2}, 0)),
+    Setting("CTRLRNN_OUTPUT_CACHE_MB", _MEMORY, "`512`", "a whole number of MiB",
+            "the most free memory the kernels' output cache keeps; `0` turns the cache off",
+            _integer(512)),
+    Setting("CTRLRNN_HUGE_PAGES", _MEMORY, "`1`", "`0` or `1`",
+            "`0` stops advising large cached blocks onto transparent huge pages", _flag(True)),
+    Setting("CTRLRNN_STREAMING_BYTES", _MEMORY,
+            "a quarter of the last-level cache, at most 4 MiB per thread",
+            "a whole number of bytes",
+            "outputs larger than this are written with streaming stores; negative: never",
+            _integer(None)),
+    Setting("CTRLRNN_CUDA_GRAPHS", _GPU, "`1`", "`0` or `1`",
+            "`0` launches the fused cells' step loops step by step instead of replaying CUDA "
+            "graphs", _flag(True)),
+    Setting("CTRLRNN_TRITON_NATIVE", _GPU, "`0`", "`0` or `1`",
+            "`1` runs the Triton kernels natively in the GPU check's tests "
+            "(set by `scripts/gpu-check`)", _flag(False)),
+    Setting("CTRLRNN_DEVICE", _TRAINING, "unset", "a torch device, such as `cpu` or `cuda:1`",
+            "the device that `device=auto` picks; unset, the GPU when there is one", _text(None)),
+    Setting("CTRLRNN_DIST_TIMEOUT", _TRAINING, "`120`", "seconds",
+            "how long a distributed run waits for its peers before it stops with an error",
+            _number(120.0)),
+    Setting("CTRLRNN_DATA", _TRAINING, "`~/.cache/ctrlrnn/data`", "a folder",
+            "where prepared data sets are kept (`$XDG_CACHE_HOME/ctrlrnn/data` when that is set)",
+            _text(None)),
+)}
+
+
+def raw(name: str) -> str | None:
+    """The text of an environment variable as set (None when unset); for variables that other
+    programs define (``XDG_CACHE_HOME``, torchrun's ``RANK``) as well as ctrlrnn's own."""
+    return os.environ.get(name)
+
+
+def value(name: str) -> Any:
+    """The parsed value of ctrlrnn's variable ``name``; a :class:`SettingError` naming it when
+    its text cannot be used."""
+    try:
+        setting = SETTINGS[name]
+    except KeyError:
+        raise KeyError(f"{name} is not one of ctrlrnn's settings: {sorted(SETTINGS)}") from None
+    return setting.read(os.environ.get(name))
+
+
+def markdown_table(group: str) -> str:
+    """The table of one group's settings, as ``docs/environment.md`` prints it."""
+    rows = ["| variable | default | values | what it does |", "|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.default} | {s.values} | {s.effect} |"
+             for s in SETTINGS.values() if s.group == group]
+    return "\n".join(rows)
