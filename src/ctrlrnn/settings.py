@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SETTINGS", "Setting", "SettingError", "markdown_table", "raw", "value"]
+__all__ = ["SETTINGS", "Setting", "SettingError", "child_environment", "markdown_table", "raw",
+           "set_value", "value"]
 
 
 class SettingError(ValueError):
@@ -149,6 +150,28 @@ def value(name: str) -> Any:
     except KeyError:
         raise KeyError(f"{name} is not one of ctrlrnn's settings: {sorted(SETTINGS)}") from None
     return setting.read(os.environ.get(name))
+
+
+def set_value(name: str, text: str | None) -> None:
+    """Set ctrlrnn's variable ``name`` for this process and its children (None: unset it);
+    the text is checked first, so a bad value fails here."""
+    SETTINGS[name].read(text)
+    if text is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = text
+
+
+def child_environment(**changes: str | None) -> dict[str, str]:
+    """This process's environment with ``changes`` applied (None removes a variable), for a
+    child process."""
+    env = dict(os.environ)
+    for name, text in changes.items():
+        if text is None:
+            env.pop(name, None)
+        else:
+            env[name] = text
+    return env
 
 
 def markdown_table(group: str) -> str:
