@@ -176,12 +176,14 @@ PRINTED = {
 def test_paper_scale_refuses_before_training_without_its_data(tmp_path, capsys, monkeypatch):
     from ctrlrnn.reproduce import cli
 
+    monkeypatch.setenv("CTRLRNN_DATA", str(tmp_path / "cache"))  # nothing registered
     needing = next(e for e in DEFINED.values() if e.paper_scale.needs)
     monkeypatch.setattr(runner, "run_experiment", lambda *a, **k: pytest.fail("trained"))
     code = cli.run(_args(scale=PAPER, only=[needing.id], results=str(tmp_path / "r"),
                          runs=str(tmp_path / "runs")))
     out = capsys.readouterr().out
-    assert code == 2 and "needs the data: point `ctrlrnn reproduce --scale paper --data" in out
+    name = needing.paper_scale.needs[0].name
+    assert code == 2 and f"register it once with `ctrlrnn data add {name} PATH`" in out
     assert cli.run(_args(scale=PAPER, data=["nosuch=/x"])) == 2
     assert cli.run(_args(data=["imdb=/x"])) == 2  # --data belongs to the paper's scale
 
@@ -300,3 +302,36 @@ def test_torchrun_refuses_what_it_cannot_share(monkeypatch, capsys):
     assert cli.run(_args(only=["qrnn-copy"])) == 2  # our scale searches: rank 0 alone can
     assert "without a search" in capsys.readouterr().out
     assert cli.run(_args(scale=PAPER, only=["qrnn-copy"], storage="sqlite:///x.db")) == 2
+
+
+def test_files_registered_with_data_add_reach_the_paper_scale(tmp_path, capsys, monkeypatch):
+    """``ctrlrnn data add NAME PATH`` once; ``reproduce --scale paper`` then trains with that
+    path in the task option, and a ``--data`` on the command line wins over it."""
+    from ctrlrnn.data import cli as data_cli
+    from ctrlrnn.reproduce import cli, experiments
+
+    monkeypatch.setenv("CTRLRNN_DATA", str(tmp_path / "cache"))
+    needing = next(e for e in DEFINED.values() if len(e.paper_scale.needs) == 1)
+    need = needing.paper_scale.needs[0]
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    parser = argparse.ArgumentParser(prog="ctrlrnn")
+    data_cli.register(parser.add_subparsers(dest="command"))
+    add = parser.parse_args(["data", "add", need.name, str(mine)])
+    assert add.func(add) == 0
+    given: list[dict[str, str]] = []
+    monkeypatch.setattr(experiments, "at_scale", lambda scale, data=None: (
+        given.append(dict(data or {})), (needing.at_paper_scale(data),))[1])
+    monkeypatch.setattr(runner, "run_experiment", lambda *a, **k: pytest.fail("trained"))
+    run = {"scale": PAPER, "only": [needing.id], "estimate": 0}  # refused before any training
+    cli.run(_args(**run))
+    assert given[-1][need.name] == str(mine.resolve())
+    exp = needing.at_paper_scale(given[-1])
+    assert exp.task_args[need.option] == need.value(str(mine.resolve()))
+    assert not exp.missing_data(given[-1])
+    cli.run(_args(**run, data=[f"{need.name}={other}"]))
+    assert given[-1][need.name] == str(other)
+    assert data_cli.cmd_remove(argparse.Namespace(name=need.name, cache_dir=None)) == 0
+    cli.run(_args(**run))
+    assert need.name not in given[-1]

@@ -1,4 +1,4 @@
-"""``ctrlrnn data list`` and ``ctrlrnn data prepare NAME``.
+"""``ctrlrnn data list``, ``ctrlrnn data prepare NAME`` and ``ctrlrnn data add NAME PATH``.
 
 The console packages (the ``train`` extra's rich) are imported by the commands, not here, so
 that a base install lists ``data`` among the commands."""
@@ -15,6 +15,8 @@ from ctrlrnn.data.errors import CacheNotWritable, DataError
 from ctrlrnn.data.stats import render_stats
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ctrlrnn.tables import Col
 
 
@@ -37,6 +39,66 @@ def register(sub: argparse._SubParsersAction) -> None:
     p_prep.add_argument("--force", action="store_true", help="rebuild even if prepared")
     add_cache_option(p_prep)
     p_prep.set_defaults(func=cmd_prepare)
+
+    p_add = actions.add_parser(
+        "add", help="register your copy of a data set that cannot be had here (for "
+        "`ctrlrnn reproduce --scale paper`)")
+    p_add.add_argument("name", metavar="NAME", help="the data set's name (see `ctrlrnn data "
+                       "list`, table 'your files')")
+    p_add.add_argument("path", metavar="PATH", help="the file or folder holding it")
+    add_cache_option(p_add)
+    p_add.set_defaults(func=cmd_add)
+
+    p_remove = actions.add_parser("remove", help="forget a data set registered with `add`")
+    p_remove.add_argument("name", metavar="NAME")
+    add_cache_option(p_remove)
+    p_remove.set_defaults(func=cmd_remove)
+
+
+def user_needs() -> dict[str, str]:
+    """The data sets a user can register: name -> the files it needs, in words."""
+    from ctrlrnn.reproduce.paper_scales import NEEDS
+
+    return {name: f"{need.files} ({need.origin})" for name, need in NEEDS.items()}
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """``ctrlrnn data add NAME PATH``: record the path; 2 on an unknown name or missing path."""
+    from ctrlrnn.data import user_files
+
+    try:
+        target = user_files.add(args.name, args.path, user_needs(), args.cache_dir)
+    except DataError as exc:
+        print(f"ctrlrnn data add: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.name}: {target} (`ctrlrnn reproduce --scale paper` reads it from now on)")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    """``ctrlrnn data remove NAME``: 1 when it was not registered."""
+    from ctrlrnn.data import user_files
+
+    try:
+        found = user_files.remove(args.name, args.cache_dir)
+    except DataError as exc:
+        print(f"ctrlrnn data remove: {exc}", file=sys.stderr)
+        return 2
+    if not found:
+        print(f"ctrlrnn data remove: {args.name} is not registered", file=sys.stderr)
+        return 1
+    print(f"{args.name}: forgotten")
+    return 0
+
+
+def user_rows(cache_dir: str | None) -> list[list[str]]:
+    """``ctrlrnn data list``'s rows of the data sets a user supplies: each name, what it
+    needs, and the registered path or how to register one."""
+    from ctrlrnn.data import user_files
+
+    paths = user_files.registered(cache_dir)
+    return [[name, needs, paths.get(name, f"[yellow]not given[/]: ctrlrnn data add {name} PATH")]
+            for name, needs in user_needs().items()]
 
 
 def list_columns() -> list[Col]:
@@ -74,13 +136,29 @@ def cmd_list(args: argparse.Namespace) -> int:
     layout = fit_table(console.width, list_columns(), rows)
     if "kind" not in layout.dropped:
         console.print(layout.table(rows, title=f"ctrlrnn data (cache: {cache_dir})"))
-        return 0
+        return _print_user_files(console, args.cache_dir)
     console.print(f"[bold]ctrlrnn data[/] (cache: {cache_dir})")
     kinds = list(dict.fromkeys(row[1] for row in rows))
     for n, kind in enumerate(kinds):
         console.print(layout.table([row for row in rows if row[1] == kind],
                                    title=KIND_TITLES.get(kind, kind),
                                    note_dropped=n == len(kinds) - 1))
+    return _print_user_files(console, args.cache_dir)
+
+
+def _print_user_files(console: Console, cache_dir: str | None) -> int:
+    """The table of the data sets a user supplies for the paper-scale experiments."""
+    from ctrlrnn.tables import Col, fit_table
+
+    try:
+        rows = user_rows(cache_dir)
+    except DataError as exc:
+        print(f"ctrlrnn data list: {exc}", file=sys.stderr)
+        return 1
+    cols = [Col("name"), Col("what it needs", wrap=True, min_width=30, drop=2),
+            Col("your copy", wrap=True)]
+    layout = fit_table(console.width, cols, rows)
+    console.print(layout.table(rows, title="your files (`ctrlrnn reproduce --scale paper`)"))
     return 0
 
 

@@ -106,6 +106,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.quick:
             print("ctrlrnn reproduce: --scale paper is the paper's recipe; drop --quick")
             return 2
+        registered = paper_run.registered_data()
+        if isinstance(registered, str):
+            print(f"ctrlrnn reproduce: {registered}")
+            return 2
+        data = {**registered, **data}  # a --data on the command line wins
         every = experiments.at_scale(PAPER, data)
         mode = PAPER
         default_docs = "docs/results/paper"

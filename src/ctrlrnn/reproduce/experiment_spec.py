@@ -93,8 +93,8 @@ class DataNeed:
     """Data a paper used that cannot be had here: the files the user supplies, in the format
     the task's loader reads, and the task option their path goes to.
 
-    ``ctrlrnn reproduce --scale paper --data NAME=PATH`` sets ``task.OPTION=PATH`` for every
-    experiment that needs ``NAME``."""
+    ``ctrlrnn data add NAME PATH`` (or ``ctrlrnn reproduce --scale paper --data NAME=PATH``)
+    sets ``task.OPTION=PATH`` for every experiment that needs ``NAME``."""
 
     name: str  # the --data name: imdb, snli, sst, ...
     option: str  # the task option the path goes to (without ``task.``)
@@ -108,8 +108,8 @@ class DataNeed:
 
     def line(self) -> str:
         """The page's sentence: what to supply and how."""
-        return (f"needs the data: point `ctrlrnn reproduce --scale paper --data "
-                f"{self.name}=PATH` at it ({self.files}; {self.origin})")
+        return (f"needs the data: register it once with `ctrlrnn data add {self.name} PATH` "
+                f"(or give `--data {self.name}=PATH`): {self.files}; {self.origin}")
 
 
 @dataclass(frozen=True)

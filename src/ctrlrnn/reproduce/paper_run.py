@@ -2,8 +2,9 @@
 
 * :func:`listing`: every table of the five papers (:data:`~ctrlrnn.reproduce.paper_tables.
   TABLES`), the experiments that reproduce it, and at which scales;
-* :func:`parse_data` and :func:`missing_data`: the user's files (``--data NAME=PATH``), and
-  what the chosen experiments still lack (refused before anything trains);
+* :func:`parse_data`, :func:`registered_data` and :func:`missing_data`: the user's files
+  (``--data NAME=PATH``, or registered once with ``ctrlrnn data add NAME PATH``), and what the
+  chosen experiments still lack (refused before anything trains);
 * :func:`follow`: under ``torchrun`` every process trains each run together (the trainer's
   data parallelism), but only rank 0 keeps the books (results files, pages). The other ranks
   follow its plan: the runs its runner will train, decided from the same results files and
@@ -48,6 +49,19 @@ def parse_data(items: Iterable[str]) -> dict[str, str] | str:
             return (f"--data: unknown data set {name!r} (known: {', '.join(sorted(NEEDS))})")
         out[name] = str(Path(path).expanduser())
     return out
+
+
+def registered_data() -> dict[str, str] | str:
+    """The data sets registered with ``ctrlrnn data add`` that the paper scale knows; an
+    error message when the record cannot be read."""
+    from ctrlrnn.data import user_files
+    from ctrlrnn.data.errors import DataError
+    from ctrlrnn.reproduce.paper_scales import NEEDS
+
+    try:
+        return {k: v for k, v in user_files.registered().items() if k in NEEDS}
+    except DataError as exc:
+        return str(exc)
 
 
 def missing_data(chosen: Iterable[Experiment], data: dict[str, str]) -> list[str]:
