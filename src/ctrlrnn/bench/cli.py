@@ -31,6 +31,7 @@ from ctrlrnn.bench.fresh_processes import DEFAULT_PROCESSES
 from ctrlrnn.bench.machine import busy_cpus_elsewhere
 from ctrlrnn.bench.result_rows import BUSY_ELSEWHERE
 from ctrlrnn.ops import gemm_path
+from ctrlrnn.settings import raw, set_value
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -218,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
     from ctrlrnn.progress import progress_bar
 
     console = Console()
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
+    if not console.is_terminal and not raw("COLUMNS"):
         # a log file: wide enough for every column (set COLUMNS to choose another width)
         console = Console(width=max(console.width, 160))
     if args.list:
@@ -262,7 +263,7 @@ def main(args: argparse.Namespace) -> int:
     if busy:
         console.print(f"[yellow]warning[/]: {busy}")
     if args.gemm:
-        os.environ[gemm_path.ENV] = args.gemm  # for the kernels loaded from now on
+        set_value("CTRLRNN_GEMM", args.gemm)  # for the kernels loaded from now on
     with gemm_path.use(args.gemm or gemm_path.requested()), \
             progress_bar(console=console) as bar:
         task = bar.add_task("starting", total=1)

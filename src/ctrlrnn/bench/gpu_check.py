@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -73,6 +72,7 @@ from ctrlrnn.bench.gpu_benchmarks import (
 from ctrlrnn.bench.gpu_page import HOWTO, render_file, render_page
 from ctrlrnn.bench.machine import git_changed, git_commit
 from ctrlrnn.bench.offline_install import install, install_command, offline_env
+from ctrlrnn.settings import child_environment, raw
 from ctrlrnn.train.logs import replace_atomically
 
 __all__ = [
@@ -197,7 +197,7 @@ def run_check(args: argparse.Namespace) -> int:
             bench_json = out / "bench.json"
             cmd = [python, "-m", "ctrlrnn.bench.gpu_check", "--bench-only", str(bench_json),
                    "--budget", str(share)]  # fmt: skip
-            env = dict(os.environ, PYTHONPATH=pythonpath)
+            env = child_environment(PYTHONPATH=pythonpath)
             env.pop("TRITON_INTERPRET", None)
             try:
                 rc = subprocess.run(cmd, cwd=str(repo), env=env, timeout=share + 25).returncode
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("out", nargs="?", help="folder for results.json, gpu.md and the test logs")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[3]),
                    help="the working tree to install and test (default: this one)")
-    p.add_argument("--python", default=os.environ.get("PYTHON", sys.executable),
+    p.add_argument("--python", default=raw("PYTHON") or sys.executable,
                    help="interpreter with torch + CUDA, Triton and pytest")
     p.add_argument("--page", default="docs/gpu.md", help="also write the page here ('' : no)")
     p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the whole check")
