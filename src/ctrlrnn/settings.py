@@ -250,5 +250,5 @@ def rewrite_tables(page: str) -> str:
             replacing = False
     missing = [g for g in SETTINGS_GROUPS if g not in done]
     if missing:
-        raise ValueError(f"docs/environment.md: no heading with a table for {missing}")
+        raise ValueError(f"the page has no heading with a table for {missing}")
     return "\n".join(out)
