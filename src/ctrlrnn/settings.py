@@ -3,19 +3,22 @@
 Each :class:`Setting` names its variable, its default, the values it takes and its effect.
 :func:`value` reads a variable and parses it; a value it cannot parse raises
 :class:`SettingError`, which names the variable and the values it takes.
-``docs/environment.md`` lists the same table (:func:`markdown_table` writes it, and a test holds
-the page to it).
+``docs/environment.md`` lists the same tables (:func:`markdown_table` writes each one,
+:func:`rewrite_tables` puts them on the page, and a test holds the page to them).
 The compiled kernels never read the environment: ``ops`` hands them these values as arguments.
+A shell-only setting (``CTRLRNN_VENV``) is read by ``scripts/`` alone and listed here so that
+the page names it.
 """
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SETTINGS", "Setting", "SettingError", "child_environment", "markdown_table", "raw",
-           "set_value", "value"]
+__all__ = ["SETTINGS", "SETTINGS_GROUPS", "Setting", "SettingError", "child_environment",
+           "markdown_table", "raw", "raw_int", "rewrite_tables", "set_value", "value"]
 
 
 class SettingError(ValueError):
@@ -24,7 +27,10 @@ class SettingError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its name, how its text is read, and what it does."""
+    """One environment variable: its name, how its text is read, and what it does.
+
+    ``shell_only`` marks a variable that only the shell scripts read; :func:`value` refuses
+    it."""
 
     name: str
     group: str
@@ -32,6 +38,7 @@ class Setting:
     values: str
     effect: str
     parse: Callable[[str], Any]
+    shell_only: bool = False
 
     def read(self, text: str | None) -> Any:
         """The parsed value of ``text`` (None or empty: the default's)."""
@@ -61,10 +68,13 @@ _OFF = {"0": False, "off": False, "false": False, "no": False}
 
 
 def _flag(default: bool) -> Callable[[str], bool]:
+    """A parser for on/off words (``1``, ``on``, ``true``, ``yes`` and their opposites)."""
     return _choice({**_ON, **_OFF}, default)
 
 
 def _integer(default: int | None) -> Callable[[str], int | None]:
+    """A parser for a whole number; empty gives ``default``."""
+
     def parse(text: str) -> int | None:
         return default if not text else int(text)
 
@@ -72,6 +82,8 @@ def _integer(default: int | None) -> Callable[[str], int | None]:
 
 
 def _number(default: float) -> Callable[[str], float]:
+    """A parser for a positive number; empty gives ``default``."""
+
     def parse(text: str) -> float:
         value = default if not text else float(text)
         if not value > 0:
@@ -82,16 +94,26 @@ def _number(default: float) -> Callable[[str], float]:
 
 
 def _text(default: str | None) -> Callable[[str], str | None]:
+    """A parser for free text, such as a folder; empty gives ``default``."""
+
     def parse(text: str) -> str | None:
         return text or default
 
     return parse
 
 
+def _device(text: str) -> str | None:
+    """A device name as the ``device`` key takes it; empty or ``auto``: None."""
+    if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", text or "auto"):
+        raise ValueError(f"{text!r} is not auto, cpu, cuda or cuda:N")
+    return None if text in ("", "auto") else text
+
+
 _KERNELS = "Kernels and backends"
 _MEMORY = "Memory"
 _GPU = "GPU"
 _TRAINING = "Training and data"
+_SCRIPTS = "Shell scripts"
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CTRLRNN_BACKEND", _KERNELS, "unset", "`reference` (or `ref`, `python`)",
@@ -125,21 +147,42 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CTRLRNN_TRITON_NATIVE", _GPU, "`0`", "`0` or `1`",
             "`1` runs the Triton kernels natively in the GPU check's tests "
             "(set by `scripts/gpu-check`)", _flag(False)),
-    Setting("CTRLRNN_DEVICE", _TRAINING, "unset", "a torch device, such as `cpu` or `cuda:1`",
-            "the device that `device=auto` picks; unset, the GPU when there is one", _text(None)),
+    Setting("CTRLRNN_DEVICE", _TRAINING, "unset", "`auto`, `cpu`, `cuda` or `cuda:N`",
+            "the device that `device=auto` picks; unset or `auto`, the GPU when there is one",
+            _device),
     Setting("CTRLRNN_DIST_TIMEOUT", _TRAINING, "`120`", "seconds",
             "how long a distributed run waits for its peers before it stops with an error",
             _number(120.0)),
     Setting("CTRLRNN_DATA", _TRAINING, "`~/.cache/ctrlrnn/data`", "a folder",
             "where prepared data sets are kept (`$XDG_CACHE_HOME/ctrlrnn/data` when that is set)",
             _text(None)),
+    Setting("CTRLRNN_VENV", _SCRIPTS, "`.venv` in the checkout", "a folder",
+            "the virtual environment that `scripts/setup.sh` creates and `scripts/run` and "
+            "`scripts/test` use; read by these scripts only", _text(None), shell_only=True),
 )}
+
+
+#: the groups of settings, in the order of :data:`SETTINGS` (a heading each on the page)
+SETTINGS_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(s.group for s in SETTINGS.values()))
 
 
 def raw(name: str) -> str | None:
     """The text of an environment variable as set (None when unset); for variables that other
     programs define (``XDG_CACHE_HOME``, torchrun's ``RANK``) as well as ctrlrnn's own."""
     return os.environ.get(name)
+
+
+def raw_int(name: str, default: int | None = None) -> int:
+    """The whole number in variable ``name`` (``default`` when unset or empty), for numbers
+    that other programs set, such as torchrun's ``WORLD_SIZE``; a :class:`SettingError` naming
+    the variable when its text is not a whole number, or when it is unset with no default."""
+    text = (os.environ.get(name) or "").strip()
+    if not text and default is not None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SettingError(f"{name}={text!r}: expected a whole number") from None
 
 
 def value(name: str) -> Any:
@@ -149,6 +192,8 @@ def value(name: str) -> Any:
         setting = SETTINGS[name]
     except KeyError:
         raise KeyError(f"{name} is not one of ctrlrnn's settings: {sorted(SETTINGS)}") from None
+    if setting.shell_only:
+        raise KeyError(f"{name} is read by the shell scripts only")
     return setting.read(os.environ.get(name))
 
 
@@ -177,6 +222,33 @@ def child_environment(**changes: str | None) -> dict[str, str]:
 def markdown_table(group: str) -> str:
     """The table of one group's settings, as ``docs/environment.md`` prints it."""
     rows = ["| variable | default | values | what it does |", "|---|---|---|---|"]
-    rows += [f"| `{s.name}` | {s.default} | {s.values} | {s.effect} |"
-             for s in SETTINGS.values() if s.group == group]
+    found = [s for s in SETTINGS.values() if s.group == group]
+    if not found:
+        raise KeyError(f"{group!r} is not a group of settings: {list(SETTINGS_GROUPS)}")
+    rows += [f"| `{s.name}` | {s.default} | {s.values} | {s.effect} |" for s in found]
     return "\n".join(rows)
+
+
+def rewrite_tables(page: str) -> str:
+    """``page`` (Markdown) with the first table under each ``## <group>`` heading replaced by
+    :func:`markdown_table` of that group, the prose around the tables kept. A group without a
+    heading and a table on the page raises ValueError naming it."""
+    out: list[str] = []
+    done: list[str] = []
+    group: str | None = None
+    replacing = False
+    for line in page.split("\n"):
+        if line.startswith("## "):
+            group = line[3:].strip()
+        is_row = line.startswith("|")
+        if is_row and group in SETTINGS_GROUPS and group not in done:
+            out += markdown_table(group).split("\n")
+            done.append(group)
+            replacing = True
+        elif not (is_row and replacing):
+            out.append(line)
+            replacing = False
+    missing = [g for g in SETTINGS_GROUPS if g not in done]
+    if missing:
+        raise ValueError(f"the page has no heading with a table for {missing}")
+    return "\n".join(out)

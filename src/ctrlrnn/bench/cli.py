@@ -31,6 +31,7 @@ from ctrlrnn.bench.fresh_processes import DEFAULT_PROCESSES
 from ctrlrnn.bench.machine import busy_cpus_elsewhere
 from ctrlrnn.bench.result_rows import BUSY_ELSEWHERE
 from ctrlrnn.ops import gemm_path
+from ctrlrnn.settings import raw, set_value
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -47,6 +48,24 @@ def register(sub: Any) -> argparse.ArgumentParser:
             "table, writes JSON, optionally BENCHMARKS.md."
         ),
     )
+    _add_grid_options(p)
+    _add_output_options(p)
+    _add_measuring_options(p)
+    p.add_argument(
+        "--compare",
+        action="append",
+        metavar="LABEL=JSON",
+        help="with --markdown: set the rows of another results file (another GEMM path, "
+        "another machine) beside this run's (repeatable)",
+    )
+    p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
+    p.set_defaults(func=main)
+    return p
+
+
+def _add_grid_options(p: argparse.ArgumentParser) -> None:
+    """``--quick``, ``--full``, ``--tiny`` (which points to time) and ``--only`` (which
+    cases)."""
     grid = p.add_mutually_exclusive_group()
     grid.add_argument(
         "--quick",
@@ -79,6 +98,10 @@ def register(sub: Any) -> argparse.ArgumentParser:
         help="run only cases whose name contains PATTERN or matches it as a glob (repeatable, "
         "or comma-separated); their comparison cases (e.g. lstm) run too",
     )
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    """Where the results go (``--out``, ``--markdown``), or ``--from`` which saved file."""
     p.add_argument(
         "--out",
         metavar="PATH",
@@ -93,6 +116,11 @@ def register(sub: Any) -> argparse.ArgumentParser:
         metavar="JSON",
         help="do not measure: load this results file (then print it and/or write --markdown)",
     )
+
+
+def _add_measuring_options(p: argparse.ArgumentParser) -> None:
+    """How each point is timed: repeats, warm-up, time limit, fresh processes, threads, dtype
+    and GEMM path."""
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls before timing (1)")
     p.add_argument(
@@ -120,16 +148,6 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "(ctrlrnn's kernel for per-step products of at most 8 rows, BLAS elsewhere) (default: "
         "CTRLRNN_GEMM, else auto)",
     )
-    p.add_argument(
-        "--compare",
-        action="append",
-        metavar="LABEL=JSON",
-        help="with --markdown: set the rows of another results file (another GEMM path, "
-        "another machine) beside this run's (repeatable)",
-    )
-    p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
-    p.set_defaults(func=main)
-    return p
 
 
 def _compared(specs: list[str] | None) -> list[tuple[str, str, dict[str, Any]]]:
@@ -215,10 +233,8 @@ def main(args: argparse.Namespace) -> int:
     # rich (and ctrlrnn.progress, built on it) come with the `train` extra
     from rich.console import Console
 
-    from ctrlrnn.progress import progress_bar
-
     console = Console()
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
+    if not console.is_terminal and not raw("COLUMNS"):
         # a log file: wide enough for every column (set COLUMNS to choose another width)
         console = Console(width=max(console.width, 160))
     if args.list:
@@ -236,16 +252,11 @@ def main(args: argparse.Namespace) -> int:
                                          compare=compare)
             console.print(f"markdown written to {path}")
         return 0
-    if args.repeats < 1:
-        console.print("[red]--repeats: expected at least 1[/]")
-        return 2
-    if args.processes < 0:
-        console.print("[red]--processes: expected 0 or more[/]")
+    wrong = _wrong_argument(args)
+    if wrong:
+        console.print(f"[red]{wrong}[/]")
         return 2
     if args.threads is not None:
-        if args.threads < 1:
-            console.print("[red]--threads: expected at least 1[/]")
-            return 2
         torch.set_num_threads(args.threads)
     try:
         cases = select(_patterns(args.only))
@@ -261,8 +272,28 @@ def main(args: argparse.Namespace) -> int:
     busy = _busy(elsewhere)
     if busy:
         console.print(f"[yellow]warning[/]: {busy}")
+    doc = _measure(args, cases, console, elsewhere)
+    return _report(doc, args, out, compare, console)
+
+
+def _wrong_argument(args: argparse.Namespace) -> str | None:
+    """The first numeric option out of its range, as one line; None when all are in range."""
+    if args.repeats < 1:
+        return "--repeats: expected at least 1"
+    if args.processes < 0:
+        return "--processes: expected 0 or more"
+    if args.threads is not None and args.threads < 1:
+        return "--threads: expected at least 1"
+    return None
+
+
+def _measure(args: argparse.Namespace, cases: Any, console: Any,
+             elsewhere: float | None) -> dict[str, Any]:
+    """Time ``cases`` as ``args`` ask, under a progress bar; the results document."""
+    from ctrlrnn.progress import progress_bar
+
     if args.gemm:
-        os.environ[gemm_path.ENV] = args.gemm  # for the kernels loaded from now on
+        set_value("CTRLRNN_GEMM", args.gemm)  # for the kernels loaded from now on
     with gemm_path.use(args.gemm or gemm_path.requested()), \
             progress_bar(console=console) as bar:
         task = bar.add_task("starting", total=1)
@@ -270,7 +301,7 @@ def main(args: argparse.Namespace) -> int:
         def progress(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)
 
-        doc = runner.run(
+        return runner.run(
             cases,
             grid=args.grid,
             dtype=DTYPES[args.dtype],
@@ -283,6 +314,12 @@ def main(args: argparse.Namespace) -> int:
             processes=args.processes,
             busy_elsewhere=elsewhere,
         )
+
+
+def _report(doc: dict[str, Any], args: argparse.Namespace, out: str,
+            compare: list[tuple[str, str, dict[str, Any]]], console: Any) -> int:
+    """Save and print the results of a run, write ``--markdown``, list the failed points;
+    the exit code (1 when a point failed)."""
     path = report.save_json(doc, out)
     report.print_report(doc, console)
     console.print(f"results written to {path} ({doc['elapsed_s']:.0f} s)")

@@ -3,13 +3,14 @@ subprocess on the installed package, and the counts and failures read from its j
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+from ctrlrnn.settings import child_environment
 
 TESTS = ("tests/gpu/test_cuda_layers.py", "tests/gpu/test_cuda_dispatch.py",
          "tests/gpu/test_cuda_training.py")
@@ -36,7 +37,7 @@ def run_tests(repo: Path, out: Path, pythonpath: str, timeout: float,
               python: str = sys.executable) -> dict[str, Any]:  # fmt: skip
     xml = out / "tests.xml"
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *TESTS]
-    env = dict(os.environ, PYTHONPATH=pythonpath, CTRLRNN_TRITON_NATIVE="1")
+    env = child_environment(PYTHONPATH=pythonpath, CTRLRNN_TRITON_NATIVE="1")
     env.pop("TRITON_INTERPRET", None)
     t0 = time.monotonic()
     try:

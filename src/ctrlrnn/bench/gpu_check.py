@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -73,6 +72,7 @@ from ctrlrnn.bench.gpu_benchmarks import (
 from ctrlrnn.bench.gpu_page import HOWTO, render_file, render_page
 from ctrlrnn.bench.machine import git_changed, git_commit
 from ctrlrnn.bench.offline_install import install, install_command, offline_env
+from ctrlrnn.settings import child_environment, raw
 from ctrlrnn.train.logs import replace_atomically
 
 __all__ = [
@@ -108,11 +108,12 @@ __all__ = [
 ]
 
 SCHEMA = 1
-#: Whole check, seconds (it must finish within 8 minutes on an H100).
+#: The seconds the whole check may take.
 BUDGET_S = 450.0
-#: Shares of the budget: install, tests, benchmarks (the rest is start-up and rendering).
-#: (Triton compiles every kernel variant the CUDA tests meet on first use: most of the tests'
-#: time; the benchmarks reuse that compile cache.)
+#: Seconds of the budget for the install, the tests and the benchmarks.
+#: Start-up and rendering take the rest.
+#: The tests' share covers Triton's compiles of every kernel variant they meet.
+#: The benchmarks reuse that compile cache.
 SHARES = {"install": 30.0, "tests": 200.0, "bench": 200.0}
 #: The benchmarks' own shares of theirs, in the order they run.
 BENCH_SHARES = {"scan": 0.08, "qrnn_fig4": 0.28, "rcrn_table10": 0.14, "rcrn_native": 0.06,
@@ -197,7 +198,7 @@ def run_check(args: argparse.Namespace) -> int:
             bench_json = out / "bench.json"
             cmd = [python, "-m", "ctrlrnn.bench.gpu_check", "--bench-only", str(bench_json),
                    "--budget", str(share)]  # fmt: skip
-            env = dict(os.environ, PYTHONPATH=pythonpath)
+            env = child_environment(PYTHONPATH=pythonpath)
             env.pop("TRITON_INTERPRET", None)
             try:
                 rc = subprocess.run(cmd, cwd=str(repo), env=env, timeout=share + 25).returncode
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("out", nargs="?", help="folder for results.json, gpu.md and the test logs")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parents[3]),
                    help="the working tree to install and test (default: this one)")
-    p.add_argument("--python", default=os.environ.get("PYTHON", sys.executable),
+    p.add_argument("--python", default=raw("PYTHON") or sys.executable,
                    help="interpreter with torch + CUDA, Triton and pytest")
     p.add_argument("--page", default="docs/gpu.md", help="also write the page here ('' : no)")
     p.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the whole check")

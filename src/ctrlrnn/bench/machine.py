@@ -19,6 +19,7 @@ import torch
 
 import ctrlrnn
 from ctrlrnn.bench.workloads import backend_info
+from ctrlrnn.settings import raw
 
 
 def _cpuinfo() -> dict[str, Any]:
@@ -163,9 +164,9 @@ def machine(busy_elsewhere: float | None | str = MEASURE) -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "torch_parallel_info": parallel,
         "env": {
-            k: os.environ[k]
+            k: text
             for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CTRLRNN_BACKEND")
-            if k in os.environ
+            if (text := raw(k)) is not None
         },
         "load_average_at_start": load,
         "busy_cpus_elsewhere_at_start": busy_elsewhere,

@@ -4,13 +4,14 @@ Used by ``scripts/gpu-check`` (:mod:`ctrlrnn.bench.gpu_check`)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ctrlrnn.settings import child_environment
 
 
 def install_command(repo: Path, target: Path, python: str = sys.executable) -> list[str]:
@@ -23,7 +24,7 @@ def install_command(repo: Path, target: Path, python: str = sys.executable) -> l
 
 def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (the environment) with pip forced offline and no proxy to reach anything."""
-    env = dict(os.environ if base is None else base)
+    env = child_environment() if base is None else dict(base)
     for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "PIP_INDEX_URL",
                 "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"):  # fmt: skip
         env.pop(key, None)

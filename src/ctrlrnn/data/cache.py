@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - not on Linux/macOS
 from ctrlrnn.data.errors import CacheNotWritable, ChecksumError
 from ctrlrnn.files import dumps
 from ctrlrnn.processes import pid_alive
+from ctrlrnn.settings import raw, value
 
 ENV_VAR = "CTRLRNN_DATA"
 MANIFEST = "manifest.json"
@@ -56,10 +57,10 @@ NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 def default_cache_dir() -> Path:
     """The cache directory used when none is given explicitly."""
-    env = os.environ.get(ENV_VAR)
+    env = value(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = raw("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "ctrlrnn" / "data"
 

@@ -14,25 +14,25 @@
 
 from __future__ import annotations
 
-import os
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ctrlrnn.reproduce.experiment_spec import PAPER, Experiment
+from ctrlrnn.settings import raw, raw_int
 
 
 def world_size() -> int:
     """How many processes ``torchrun`` started (1 alone)."""
     try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        return max(1, raw_int("WORLD_SIZE", 1))
     except ValueError:
         return 1
 
 
 def is_main() -> bool:
-    return os.environ.get("RANK", "0") in ("", "0")
+    return (raw("RANK") or "0") == "0"
 
 
 def parse_data(items: Iterable[str]) -> dict[str, str] | str:
@@ -166,7 +166,7 @@ def follow(chosen: Iterable[Experiment], mode: str, runs: Path, results: Path,
                     train_run(cfg, cls, resume=resume, show_progress=show_progress,
                               verbose=False)
                 except Exception as exc:  # noqa: BLE001 - rank 0 reports it; go on as it does
-                    print(f"[reproduce] rank {os.environ.get('RANK')}: {exp.id} {arm.label} "
+                    print(f"[reproduce] rank {raw('RANK')}: {exp.id} {arm.label} "
                           f"seed {seed} failed: "
                           f"{traceback.format_exception_only(type(exc), exc)[-1].strip()}")
     return 0

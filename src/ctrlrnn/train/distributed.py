@@ -10,12 +10,12 @@ fails, torchrun stops the others; a collective that waits on a dead peer fails a
 from __future__ import annotations
 
 import datetime
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from ctrlrnn.settings import SettingError, raw, raw_int, value
 from ctrlrnn.train.config import DEVICE_PATTERN
 
 
@@ -44,10 +44,16 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
     set, else CUDA when available, else CPU). Under torchrun a bare ``cuda`` means the GPU of
     this process's ``LOCAL_RANK``. Raises ValueError, naming ``device``, for a GPU that is not
     there."""
-    env = os.environ.get(DEVICE_ENV, "")
     name, source = device, ""
-    if name == "auto" and env not in ("", "auto"):
-        name, source = env, f" (from ${DEVICE_ENV})"
+    if name == "auto":
+        try:
+            env = value(DEVICE_ENV)
+        except SettingError:
+            text = (raw(DEVICE_ENV) or "").strip()
+            raise SettingError(f"device: expected auto, cpu, cuda or cuda:N, got {text!r} "
+                               f"(from ${DEVICE_ENV})") from None
+        if env is not None:
+            name, source = env, f" (from ${DEVICE_ENV})"
     if not DEVICE_PATTERN.fullmatch(name):
         raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {name!r}{source}")
     if name == "auto":
@@ -69,15 +75,15 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
 def init_distributed(device: str = "auto") -> DistContext:
     """Join the process group described by torchrun's environment, or run alone, on the device
     :func:`resolve_device` picks (NCCL between GPUs, gloo between CPU processes)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = raw_int("WORLD_SIZE", 1)
     if world <= 1:
         return DistContext(device=resolve_device(device))
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    rank = raw_int("RANK")
+    local_rank = raw_int("LOCAL_RANK", 0)
     dev = resolve_device(device, local_rank)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    timeout = datetime.timedelta(seconds=float(os.environ.get("CTRLRNN_DIST_TIMEOUT", "120")))
+    timeout = datetime.timedelta(seconds=value("CTRLRNN_DIST_TIMEOUT"))
     if not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timeout)
     return DistContext(rank=rank, world_size=world, local_rank=local_rank, device=dev)
@@ -121,7 +127,7 @@ def max_over_processes(value: float, ctx: DistContext) -> float:
 def launched_world_size() -> int:
     """How many processes ``torchrun`` started for this run (``$WORLD_SIZE``; 1 alone)."""
     try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        return max(1, raw_int("WORLD_SIZE", 1))
     except ValueError:
         return 1
 
@@ -129,7 +135,7 @@ def launched_world_size() -> int:
 def is_main_process() -> bool:
     """Whether this is the process that speaks for the run (rank 0, or the only one), read
     from ``torchrun``'s environment, so it holds before the process group is joined."""
-    return os.environ.get("RANK", "0") in ("", "0")
+    return (raw("RANK") or "0") == "0"
 
 
 def check_batch_split(batch_size: int, world_size: int) -> None:
