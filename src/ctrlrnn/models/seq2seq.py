@@ -58,6 +58,24 @@ DECODERS = ("qrnn", "lstm")
 ATTENTIONS = ("dot", "bahdanau")
 
 
+def _check_options(decoder: str, attention: str, decoder_layers: int | None) -> None:
+    """An error naming the argument for a decoder, attention or depth the model cannot build."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}")
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention: expected one of {ATTENTIONS}, got {attention!r}")
+    if attention != "dot" and decoder != "lstm":
+        raise ValueError(
+            f"attention: {attention!r} is an option of the LSTM decoder; the QRNN decoder "
+            "attends as its eq 8 says"
+        )
+    if decoder_layers is not None and (
+        isinstance(decoder_layers, bool) or not isinstance(decoder_layers, int)
+        or decoder_layers < 1
+    ):
+        raise ValueError(f"decoder_layers: expected a positive integer, got {decoder_layers!r}")
+
+
 def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     if mask is not None:
         scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
@@ -96,20 +114,7 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         QRNN decoder needs the encoder's, see the module docstring); ``attention``: the LSTM
         decoder's, ``"dot"`` or ``"bahdanau"`` (module docstring)."""
         super().__init__()
-        if decoder not in DECODERS:
-            raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}")
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention: expected one of {ATTENTIONS}, got {attention!r}")
-        if attention != "dot" and decoder != "lstm":
-            raise ValueError(
-                f"attention: {attention!r} is an option of the LSTM decoder; the QRNN decoder "
-                "attends as its eq 8 says"
-            )
-        if decoder_layers is not None and (
-            isinstance(decoder_layers, bool) or not isinstance(decoder_layers, int)
-            or decoder_layers < 1
-        ):
-            raise ValueError(f"decoder_layers: expected a positive integer, got {decoder_layers!r}")
+        _check_options(decoder, attention, decoder_layers)
         self.attention = attention
         self.src_embed = nn.Embedding(src_vocab, embedding_size, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab, embedding_size, padding_idx=pad_id)
@@ -131,41 +136,55 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         if attention == "dot":
             self.query = query
         if decoder == "qrnn":
-            if L != self.encoder.num_layers:
-                raise ValueError(
-                    f"decoder_layers: the QRNN decoder adds encoder layer l's final state to "
-                    f"decoder layer l (QRNN paper eq 7), so it needs the encoder's depth "
-                    f"({self.encoder.num_layers}), got {L}"
-                )
-            if not self.encoder.has_layer_states:
-                raise ValueError(
-                    f"decoder: the QRNN decoder reads every encoder layer's final state (eq 7), "
-                    f"which encoder {encoder!r} with {L} layers does not expose; use "
-                    "decoder='lstm', one encoder layer, or the qrnn, lstm or gru encoder"
-                )
-            windows = check_windows(window, L)
-            self.lower = (
-                QRNN(embedding_size, H, num_layers=L - 1, batch_first=True,
-                     window=windows[:-1], dropout=dropout, encoder_state_size=enc)
-                if L > 1 else None
-            )
-            self.top = QRNNCell(
-                embedding_size if L == 1 else H, H, window=windows[-1], pooling="fo",
-                encoder_state_size=enc,
-            )
-            self.w_k = nn.Linear(enc, H, bias=False)  # eq 8: W_k
-            self.w_c = nn.Linear(H, H)  # eq 8: W_c
+            self._build_qrnn_decoder(encoder, embedding_size, dropout, window)
         else:
-            self.bridge = nn.Linear(enc, 2 * L * H)
-            feed = enc if attention == "bahdanau" else 0  # the context enters the LSTM
-            self.rnn = nn.LSTM(embedding_size + feed, H, num_layers=L, batch_first=True,
-                               dropout=dropout if L > 1 else 0.0)
-            self.mix = nn.Linear(enc + H, H)
-            if attention == "bahdanau":
-                self.att_keys = nn.Linear(enc, H, bias=False)  # U_a
-                self.att_query = nn.Linear(H, H)  # W_a (and the score's bias)
-                self.att_v = nn.Linear(H, 1, bias=False)  # v
+            self._build_lstm_decoder(embedding_size, dropout)
         self.out = nn.Linear(H, tgt_vocab)
+
+    def _build_qrnn_decoder(self, encoder: str, embedding_size: int, dropout: float,
+                            window: int | tuple[int, ...] | list[int]) -> None:
+        """The QRNN decoder (eq 7-8): ``L - 1`` lower layers, a top cell and eq 8's ``W_k``,
+        ``W_c``."""
+        H, L, enc = self.hidden, self.layers, self.encoder.output_size
+        if L != self.encoder.num_layers:
+            raise ValueError(
+                f"decoder_layers: the QRNN decoder adds encoder layer l's final state to "
+                f"decoder layer l (QRNN paper eq 7), so it needs the encoder's depth "
+                f"({self.encoder.num_layers}), got {L}"
+            )
+        if not self.encoder.has_layer_states:
+            raise ValueError(
+                f"decoder: the QRNN decoder reads every encoder layer's final state (eq 7), "
+                f"which encoder {encoder!r} with {L} layers does not expose; use "
+                "decoder='lstm', one encoder layer, or the qrnn, lstm or gru encoder"
+            )
+        windows = check_windows(window, L)
+        self.lower = (
+            QRNN(embedding_size, H, num_layers=L - 1, batch_first=True,
+                 window=windows[:-1], dropout=dropout, encoder_state_size=enc)
+            if L > 1 else None
+        )
+        self.top = QRNNCell(
+            embedding_size if L == 1 else H, H, window=windows[-1], pooling="fo",
+            encoder_state_size=enc,
+        )
+        self.w_k = nn.Linear(enc, H, bias=False)  # eq 8: W_k
+        self.w_c = nn.Linear(H, H)  # eq 8: W_c
+
+    def _build_lstm_decoder(self, embedding_size: int, dropout: float) -> None:
+        """The LSTM decoder: the bridge from the encoder's summary to its initial state, the
+        LSTM, the output mix and, for Bahdanau's attention, its score's projections."""
+        H, L, enc = self.hidden, self.layers, self.encoder.output_size
+        attention = self.attention
+        self.bridge = nn.Linear(enc, 2 * L * H)
+        feed = enc if attention == "bahdanau" else 0  # the context enters the LSTM
+        self.rnn = nn.LSTM(embedding_size + feed, H, num_layers=L, batch_first=True,
+                           dropout=dropout if L > 1 else 0.0)
+        self.mix = nn.Linear(enc + H, H)
+        if attention == "bahdanau":
+            self.att_keys = nn.Linear(enc, H, bias=False)  # U_a
+            self.att_query = nn.Linear(H, H)  # W_a (and the score's bias)
+            self.att_v = nn.Linear(H, 1, bias=False)  # v
 
     def _load_from_state_dict(
         self,
