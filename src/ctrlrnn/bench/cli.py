@@ -47,6 +47,51 @@ def register(sub: Any) -> argparse.ArgumentParser:
             "table, writes JSON, optionally BENCHMARKS.md."
         ),
     )
+    _add_grid(p)
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="PATTERN",
+        help="run only cases whose name contains PATTERN or matches it as a glob (repeatable, "
+        "or comma-separated); their comparison cases (e.g. lstm) run too",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="JSON results file (default bench-results/bench-<timestamp>.json)",
+    )
+    p.add_argument(
+        "--markdown", metavar="PATH", help="(re)write this markdown file from the results"
+    )
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="JSON",
+        help="do not measure: load this results file (then print it and/or write --markdown)",
+    )
+    _add_measurement_options(p)
+    p.add_argument(
+        "--gemm",
+        choices=sorted(gemm_path.PATHS),
+        help="the GEMM path of ctrlrnn's compiled kernels for this run: auto (each shape class "
+        "on the path measured fastest), blas, onednn, blas1 (BLAS on one thread) or tiny "
+        "(ctrlrnn's kernel for per-step products of at most 8 rows, BLAS elsewhere) (default: "
+        "CTRLRNN_GEMM, else auto)",
+    )
+    p.add_argument(
+        "--compare",
+        action="append",
+        metavar="LABEL=JSON",
+        help="with --markdown: set the rows of another results file (another GEMM path, "
+        "another machine) beside this run's (repeatable)",
+    )
+    p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
+    p.set_defaults(func=main)
+    return p
+
+
+def _add_grid(p: argparse.ArgumentParser) -> None:
+    """The grid choice: ``--quick`` (the default), ``--full`` or ``--tiny``."""
     grid = p.add_mutually_exclusive_group()
     grid.add_argument(
         "--quick",
@@ -72,27 +117,10 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "smoke test of the command in seconds; its timings mean nothing",
     )
     p.set_defaults(grid="quick")
-    p.add_argument(
-        "--only",
-        action="append",
-        metavar="PATTERN",
-        help="run only cases whose name contains PATTERN or matches it as a glob (repeatable, "
-        "or comma-separated); their comparison cases (e.g. lstm) run too",
-    )
-    p.add_argument(
-        "--out",
-        metavar="PATH",
-        help="JSON results file (default bench-results/bench-<timestamp>.json)",
-    )
-    p.add_argument(
-        "--markdown", metavar="PATH", help="(re)write this markdown file from the results"
-    )
-    p.add_argument(
-        "--from",
-        dest="source",
-        metavar="JSON",
-        help="do not measure: load this results file (then print it and/or write --markdown)",
-    )
+
+
+def _add_measurement_options(p: argparse.ArgumentParser) -> None:
+    """How each row is timed: repeats, warm-up, time budget, fresh processes, threads, dtype."""
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls before timing (1)")
     p.add_argument(
@@ -112,24 +140,6 @@ def register(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads(N) (default: leave as is)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(float32)")
-    p.add_argument(
-        "--gemm",
-        choices=sorted(gemm_path.PATHS),
-        help="the GEMM path of ctrlrnn's compiled kernels for this run: auto (each shape class "
-        "on the path measured fastest), blas, onednn, blas1 (BLAS on one thread) or tiny "
-        "(ctrlrnn's kernel for per-step products of at most 8 rows, BLAS elsewhere) (default: "
-        "CTRLRNN_GEMM, else auto)",
-    )
-    p.add_argument(
-        "--compare",
-        action="append",
-        metavar="LABEL=JSON",
-        help="with --markdown: set the rows of another results file (another GEMM path, "
-        "another machine) beside this run's (repeatable)",
-    )
-    p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
-    p.set_defaults(func=main)
-    return p
 
 
 def _compared(specs: list[str] | None) -> list[tuple[str, str, dict[str, Any]]]:
@@ -236,16 +246,11 @@ def main(args: argparse.Namespace) -> int:
                                          compare=compare)
             console.print(f"markdown written to {path}")
         return 0
-    if args.repeats < 1:
-        console.print("[red]--repeats: expected at least 1[/]")
-        return 2
-    if args.processes < 0:
-        console.print("[red]--processes: expected 0 or more[/]")
+    refused = _refused_number(args)
+    if refused:
+        console.print(f"[red]{refused}[/]")
         return 2
     if args.threads is not None:
-        if args.threads < 1:
-            console.print("[red]--threads: expected at least 1[/]")
-            return 2
         torch.set_num_threads(args.threads)
     try:
         cases = select(_patterns(args.only))
@@ -283,11 +288,29 @@ def main(args: argparse.Namespace) -> int:
             processes=args.processes,
             busy_elsewhere=elsewhere,
         )
+    return _save_and_say(doc, out, args.markdown, compare, console)
+
+
+def _refused_number(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--repeats``, ``--processes`` or ``--threads``, or None."""
+    if args.repeats < 1:
+        return "--repeats: expected at least 1"
+    if args.processes < 0:
+        return "--processes: expected 0 or more"
+    if args.threads is not None and args.threads < 1:
+        return "--threads: expected at least 1"
+    return None
+
+
+def _save_and_say(doc: dict[str, Any], out: str, markdown: str | None,
+                  compare: list[tuple[str, str, dict[str, Any]]], console: Any) -> int:
+    """Save the run's JSON, print its report, write ``markdown`` when asked and print the
+    rows that failed; the exit code (1 when a row failed)."""
     path = report.save_json(doc, out)
     report.print_report(doc, console)
     console.print(f"results written to {path} ({doc['elapsed_s']:.0f} s)")
-    if args.markdown:
-        md = report.write_markdown(doc, args.markdown, source=str(Path(out)), compare=compare)
+    if markdown:
+        md = report.write_markdown(doc, markdown, source=str(Path(out)), compare=compare)
         console.print(f"markdown written to {md}")
     errors = [r for r in doc["results"] if r["status"] == "error"]
     for r in errors:
