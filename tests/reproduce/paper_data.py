@@ -150,30 +150,24 @@ def _nli_rows(rng: random.Random, n: int, labels: tuple[str, ...]) -> str:
     return "".join(rows)
 
 
-def snli(root: Path) -> Path:
-    rng = random.Random(0)
-    root.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev", "test"):
-        (root / f"snli_1.0_{split}.jsonl").write_text(_nli_rows(rng, 40, _NLI), encoding="utf-8")
-    return root
+def nli_jsonl(pattern: str, splits: tuple[str, str, str],
+              labels: tuple[str, ...] = _NLI) -> Callable[[Path], Path]:
+    """The writer of an SNLI-like data set: one file of ``_nli_rows`` a split, named by
+    ``pattern`` with the split in place of ``{split}``."""
+    def write(root: Path) -> Path:
+        rng = random.Random(0)
+        root.mkdir(parents=True, exist_ok=True)
+        for split in splits:
+            (root / pattern.format(split=split)).write_text(_nli_rows(rng, 40, labels),
+                                                            encoding="utf-8")
+        return root
+
+    return write
 
 
-def multinli(root: Path) -> Path:
-    rng = random.Random(0)
-    root.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev_matched", "dev_mismatched"):
-        (root / f"multinli_1.0_{split}.jsonl").write_text(_nli_rows(rng, 40, _NLI),
-                                                          encoding="utf-8")
-    return root
-
-
-def scitail(root: Path) -> Path:
-    rng = random.Random(0)
-    root.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev", "test"):
-        (root / f"scitail_1.0_{split}.txt").write_text(
-            _nli_rows(rng, 40, ("entailment", "neutral")), encoding="utf-8")
-    return root
+snli = nli_jsonl("snli_1.0_{split}.jsonl", ("train", "dev", "test"))
+multinli = nli_jsonl("multinli_1.0_{split}.jsonl", ("train", "dev_matched", "dev_mismatched"))
+scitail = nli_jsonl("scitail_1.0_{split}.txt", ("train", "dev", "test"), ("entailment", "neutral"))
 
 
 def quora(root: Path) -> Path:

@@ -27,6 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -313,13 +314,10 @@ def run(
     steps = plan(cases, grid)
     fresh_steps = processes * sum(1 for c, p in steps if p in fresh_points
                                   and c.kind == "time" and _fresh.fresh_cases(p, [c]))
-    total = len(steps) + fresh_steps + 2
+    counter = _StepCounter(progress, len(steps) + fresh_steps + 2)
     started = time.time()
-    if progress:
-        progress(0, total, "roofline: GEMM throughput and copy bandwidth")
-    roof_start = _roofline.measure(
-        dtype=dtype, repeats=roofline_repeats, gemm_shape=gemm_shape, copy_bytes=copy_bytes
-    )
+    counter.say(0, "roofline: GEMM throughput and copy bandwidth")
+    roofline = _RunRoofline(dtype, roofline_repeats, gemm_shape, copy_bytes)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -336,91 +334,147 @@ def run(
             "process_points": [[p.batch, p.length, p.width] for p in fresh_points],
         },
         "machine": machine_info if machine_info is not None else machine(busy_elsewhere),
-        "roofline": roof_start.to_dict(),
+        "roofline": roofline.start.to_dict(),
         "memory_methods": {"train_bytes": SAVED_METHOD, "peak_rss_delta_bytes": RSS_METHOD},
-        "cases": {
-            c.name: {
-                "group": c.group,
-                "kind": c.kind,
-                "description": c.description,
-                "compare_to": list(c.compare_to),
-                "warmup": c.warmup,
-                "max_repeats": c.max_repeats,
-                "min_repeats": c.min_repeats,
-            }
-            for c in cases
-        },
+        "cases": _case_descriptions(cases),
         "results": [],
     }
     results: list[dict[str, Any]] = doc["results"]
-    copy_samples: list[float] = []  # copy timings taken before each timed point
-    done = 0
+    groups = _point_groups(steps)
+    for p, group in groups:
+        counter.start(f"{', '.join(c.name for c in group)} B={p.batch} T={p.length} "
+                      f"C={p.width}", len(group))
+        results.extend(_measure_group(p, group, dtype, roofline, warmup=warmup,
+                                      repeats=repeats, max_seconds=max_seconds))
+        gc.collect()
+    fresh: dict[Point, list[list[dict[str, Any]]]] = {}
+    if processes > 0:
+        for p, group in [(p, g) for p, g in groups if p in fresh_points and g[0].kind == "time"]:
+            fresh.update(_fresh.time_points_in_fresh_processes(
+                [(p, group)], dtype, processes, warmup=warmup, repeats=repeats,
+                max_seconds=max_seconds, points=fresh_points,
+                progress=partial(counter.start, n=len(_fresh.fresh_cases(p, group)))))
+    _finish_document(doc, roofline, fresh, counter, started)
+    return doc
+
+
+def _finish_document(doc: dict[str, Any], roofline: _RunRoofline,
+                     fresh: dict[Point, list[list[dict[str, Any]]]], counter: _StepCounter,
+                     started: float) -> None:
+    """After the last point: the roofline again, each row's floors and ratios (the fresh
+    processes' medians included), the memory fits, the run's time and the load at its end."""
+    counter.say(counter.total - 1, "roofline again: GEMM throughput and copy bandwidth")
+    roofline.finish(doc)
+    counter.say(counter.total - 1, "floors")
+    add_floors(doc["results"], roofline.best, per_point=True)
+    doc["gemm"] = {"path": gemm_path.forced(), "onednn_usable": gemm_path.onednn_usable()}
+    counter.say(counter.total, "done")
+    add_ratios(doc["results"])
+    _fresh.add_process_medians(doc["results"], fresh)
+    doc["memory_fits"] = memory_fits(doc["results"])
+    doc["elapsed_s"] = time.time() - started
+    try:
+        doc["load_average_at_end"] = list(os.getloadavg())
+    except OSError:
+        doc["load_average_at_end"] = None
+
+
+class _StepCounter:
+    """A run's progress: the steps done of ``total``, reported to ``progress`` when given."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def say(self, step: int, what: str) -> None:
+        """Report ``what`` at ``step``."""
+        if self.progress:
+            self.progress(step, self.total, what)
+
+    def start(self, what: str, n: int) -> None:
+        """Report ``what`` as the next step, then count its ``n`` steps as done."""
+        self.say(self.done + 1, what)
+        self.done += n
+
+
+class _RunRoofline:
+    """The roofline of a run: measured at its start and end, and the copy timed again before
+    each timed point (the samples the floors' median bandwidth reads)."""
+
+    def __init__(self, dtype: torch.dtype, repeats: int, gemm_shape: tuple[int, int, int],
+                 copy_bytes: int) -> None:
+        self.dtype = dtype
+        self._measure = partial(_roofline.measure, dtype=dtype, repeats=repeats,
+                                gemm_shape=gemm_shape, copy_bytes=copy_bytes)
+        self.start = self._measure()
+        #: copy timings taken before each timed point
+        self.copy_samples: list[float] = []
+        self.best = self.start
+
+    def sample_copy(self) -> None:
+        """Time the copy once more (before a timed point)."""
+        self.copy_samples += _roofline.measure_copy(
+            self.start.copy_bytes, dtype=self.dtype, warmup=1, repeats=3
+        )[1]
+
+    def finish(self, doc: dict[str, Any]) -> None:
+        """Measure the roofline again and record the run's in ``doc``: the better GEMM rate of
+        the two and the median of every copy sample."""
+        end = self._measure()
+        samples = self.copy_samples + self.start.copy_samples_s + end.copy_samples_s
+        self.best = _roofline.with_copy_samples(_roofline.best_of(self.start, end), samples)
+        doc["roofline"] = self.best.to_dict()
+        doc["roofline_start"] = self.start.to_dict()
+        doc["roofline_end"] = end.to_dict()
+
+
+def _case_descriptions(cases: Sequence[Case]) -> dict[str, dict[str, Any]]:
+    """The document's ``cases``: each case's group, kind, description and repeat settings."""
+    return {
+        c.name: {
+            "group": c.group,
+            "kind": c.kind,
+            "description": c.description,
+            "compare_to": list(c.compare_to),
+            "warmup": c.warmup,
+            "max_repeats": c.max_repeats,
+            "min_repeats": c.min_repeats,
+        }
+        for c in cases
+    }
+
+
+def _point_groups(steps: list[tuple[Case, Point]]) -> list[tuple[Point, list[Case]]]:
+    """The plan's steps as groups measured together: the time cases at one point, and each
+    memory step alone."""
     groups: list[tuple[Point, list[Case]]] = []
     for c, p in steps:
         if c.kind == "time" and groups and groups[-1][0] == p and groups[-1][1][0].kind == "time":
             groups[-1][1].append(c)
         else:
             groups.append((p, [c]))
-    for p, group in groups:
-        names = ", ".join(c.name for c in group)
-        if progress:
-            progress(done + 1, total, f"{names} B={p.batch} T={p.length} C={p.width}")
-        t0 = time.perf_counter()
-        if group[0].kind == "time":
-            copy_samples += _roofline.measure_copy(
-                roof_start.copy_bytes, dtype=dtype, warmup=1, repeats=3
-            )[1]
-            # the GEMM rate at this point's shape, measured beside its rows (load changes)
-            shape = point_gemm_shape({"batch": p.batch, "length": p.length, "width": p.width})
-            rate = _roofline.gemm_rate_at(shape, dtype)
-            recs = time_point(
-                group, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds
-            )
-            for r in recs:
-                r["gemm_rate_flops_per_s"] = rate
-        else:
-            recs = [memory_point(c, p, dtype) for c in group]
-        wall = time.perf_counter() - t0
-        for r in recs:
-            r["point_wall_s"] = wall
-        results.extend(recs)
-        done += len(group)
-        gc.collect()
-    fresh: dict[Point, list[list[dict[str, Any]]]] = {}
-    if processes > 0:
-        fresh_groups = [(p, g) for p, g in groups if p in fresh_points and g[0].kind == "time"]
-        for p, group in fresh_groups:
-            def said(what: str, n: int = len(_fresh.fresh_cases(p, group))) -> None:
-                nonlocal done
-                if progress:
-                    progress(done + 1, total, what)
-                done += n
+    return groups
 
-            fresh.update(_fresh.time_points_in_fresh_processes(
-                [(p, group)], dtype, processes, warmup=warmup, repeats=repeats,
-                max_seconds=max_seconds, points=fresh_points, progress=said))
-    if progress:
-        progress(total - 1, total, "roofline again: GEMM throughput and copy bandwidth")
-    roof_end = _roofline.measure(
-        dtype=dtype, repeats=roofline_repeats, gemm_shape=gemm_shape, copy_bytes=copy_bytes
-    )
-    copy_samples += roof_start.copy_samples_s + roof_end.copy_samples_s
-    roof = _roofline.with_copy_samples(_roofline.best_of(roof_start, roof_end), copy_samples)
-    doc["roofline"] = roof.to_dict()
-    doc["roofline_start"] = roof_start.to_dict()
-    doc["roofline_end"] = roof_end.to_dict()
-    if progress:
-        progress(total - 1, total, "floors")
-    add_floors(results, roof, per_point=True)
-    doc["gemm"] = {"path": gemm_path.forced(), "onednn_usable": gemm_path.onednn_usable()}
-    if progress:
-        progress(total, total, "done")
-    add_ratios(results)
-    _fresh.add_process_medians(results, fresh)
-    doc["memory_fits"] = memory_fits(results)
-    doc["elapsed_s"] = time.time() - started
-    try:
-        doc["load_average_at_end"] = list(os.getloadavg())
-    except OSError:
-        doc["load_average_at_end"] = None
-    return doc
+
+def _measure_group(p: Point, group: list[Case], dtype: torch.dtype, roofline: _RunRoofline, *,
+                   warmup: int, repeats: int, max_seconds: float | None) -> list[dict[str, Any]]:
+    """The records of one group: its time cases timed together (after a copy sample and the
+    GEMM rate at the point's shape), or its memory case; each with the group's wall time."""
+    t0 = time.perf_counter()
+    if group[0].kind == "time":
+        roofline.sample_copy()
+        # the GEMM rate at this point's shape, measured beside its rows (load changes)
+        shape = point_gemm_shape({"batch": p.batch, "length": p.length, "width": p.width})
+        rate = _roofline.gemm_rate_at(shape, dtype)
+        recs = time_point(
+            group, p, dtype, warmup=warmup, repeats=repeats, max_seconds=max_seconds
+        )
+        for r in recs:
+            r["gemm_rate_flops_per_s"] = rate
+    else:
+        recs = [memory_point(c, p, dtype) for c in group]
+    wall = time.perf_counter() - t0
+    for r in recs:
+        r["point_wall_s"] = wall
+    return recs

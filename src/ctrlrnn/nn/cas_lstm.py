@@ -34,6 +34,13 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
+from ctrlrnn.nn.cas_lambda import (
+    LambdaArg,
+    fill_lambda_vector,
+    lambda_setting,
+    layer_lambda,
+    register_lambda_vector,
+)
 from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
@@ -48,8 +55,6 @@ from ctrlrnn.ops.fused_cells import (
 )
 from ctrlrnn.ops.padding import reverse_padded
 from ctrlrnn.ops.validation import step_input
-
-LambdaArg = float | Sequence[float] | Tensor | str | None
 
 
 def _check_hidden_size(hidden_size: Any, num_layers: int) -> int:
@@ -121,80 +126,6 @@ class CASLayer(nn.Module):
                 nn.init.uniform_(p, -bound, bound)
 
 
-def _lambda_setting(lambda_: LambdaArg, peephole: bool, width: int
-                    ) -> tuple[float | str | None, Tensor | None]:
-    """``lambda_`` of :class:`CASLSTM` resolved: ``(float, "trainable", "vector" or None; the
-    constant vector of a "vector", else None)``."""
-    if isinstance(lambda_, str):
-        if lambda_ == "auto":
-            lambda_ = None if peephole else 0.5
-        elif lambda_ == "trainable":
-            return "trainable", None
-        else:
-            raise ValueError(
-                f"lambda_: expected a number, {width} numbers, 'trainable', 'auto' or None, "
-                f"got {lambda_!r}"
-            )
-    if lambda_ is None:
-        return None, None
-    const = _constant_lambda(lambda_, width)
-    if const.dim() == 0:
-        return float(const), None
-    return "vector", const
-
-
-def _constant_lambda(value: Any, width: int) -> Tensor:
-    if isinstance(value, bool):
-        raise ValueError(f"lambda_: expected a number, got {value!r}")
-    if isinstance(value, (int, float)):
-        t = torch.tensor(float(value), dtype=torch.float64, device="cpu")
-    else:
-        try:
-            t = torch.as_tensor(value, device="cpu").detach().to(torch.float64)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise ValueError(f"lambda_: expected a number or {width} numbers ({exc})") from exc
-        if t.dim() != 0 and (t.dim() != 1 or t.shape[0] != width):
-            raise ValueError(
-                f"lambda_: expected a number or a vector of hidden_size={width} numbers, "
-                f"got shape {tuple(t.shape)}"
-            )
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError("lambda_: expected finite values")
-    return t.to(torch.get_default_dtype()) if t.dim() == 1 else t
-
-
-def _register_lambda_vector(module: nn.Module, vector: Tensor | None) -> None:
-    """``lambda_vector``, the constant ``(hidden,)`` lambda of a ``"vector"`` setting (None for
-    the others), as a buffer so that it follows ``.to()`` and ``state_dict``; made on the default
-    device like the weights (``meta`` under ``torch.device("meta")``), its values also kept as
-    numbers so that :func:`_fill_lambda_vector` can restore them after ``to_empty()``."""
-    constants = None if vector is None else tuple(float(v) for v in vector.tolist())
-    module._lambda_constants = constants
-    module.register_buffer(
-        "lambda_vector",
-        None if constants is None else torch.tensor(constants, dtype=torch.get_default_dtype()),
-    )
-
-
-def _fill_lambda_vector(module: nn.Module) -> None:
-    """Writes the constants of :func:`_register_lambda_vector` into ``lambda_vector`` again."""
-    constants = getattr(module, "_lambda_constants", None)
-    if module.lambda_vector is not None and constants is not None:
-        with torch.no_grad():
-            module.lambda_vector.copy_(torch.tensor(constants, dtype=torch.float64))
-
-
-def _lambda_value(weights: CASLayer, setting: float | str | None,
-                  vector: Tensor | None) -> float | Tensor | None:
-    """The lambda of eq 12 a layer uses: ``sigmoid`` of its trainable logit, the constant
-    vector, the constant, or None (the plain sum)."""
-    if weights.lambda_logit is not None:
-        return torch.sigmoid(weights.lambda_logit)
-    if vector is not None:
-        return vector
-    return setting if isinstance(setting, float) else None
-
-
 class CASLSTMCell(Traceable, nn.Module):
     """One CAS-LSTM layer direction, step by step: eq 1-6 for the first layer, eq 7-13 (with
     variant (iii)'s eq 17-18) above it. It returns ``(h, (h, c))``, as ``nn.LSTMCell``'s
@@ -263,8 +194,8 @@ class CASLSTMCell(Traceable, nn.Module):
         if layer is not None:
             peephole = layer.peephole is not None
         self.lambda_: float | str | None
-        self.lambda_, vector = _lambda_setting(lambda_, peephole, hidden_size)
-        _register_lambda_vector(self, vector)
+        self.lambda_, vector = lambda_setting(lambda_, peephole, hidden_size)
+        register_lambda_vector(self, vector)
         if layer is None:
             layer = CASLayer(input_size, hidden_size, vertical=check_flag("vertical", vertical),
                              bias=check_flag("bias", bias), peephole=peephole,
@@ -284,11 +215,11 @@ class CASLSTMCell(Traceable, nn.Module):
         """Initialises the weights again (:meth:`CASLayer.reset_parameters`, shared with the
         layer they came from, if any) and restores a constant ``lambda_`` vector."""
         self.weights.reset_parameters()
-        _fill_lambda_vector(self)
+        fill_lambda_vector(self)
 
     def lambda_value(self) -> float | Tensor | None:
         """The lambda of eq 12 the cell uses: float, ``(H,)`` tensor or None."""
-        return _lambda_value(self.weights, self.lambda_, self.lambda_vector)
+        return layer_lambda(self.weights, self.lambda_, self.lambda_vector)
 
     def forward(
         self, input: Tensor, lower_c: Tensor | None = None,
@@ -464,8 +395,8 @@ class CASLSTM(RecurrentBase):
         self.peephole = check_flag("peephole", peephole)
         self.weight_drop = check_weight_drop(weight_drop)
         self.lambda_: float | str | None
-        self.lambda_, vector = _lambda_setting(lambda_, self.peephole, width)
-        _register_lambda_vector(self, vector)
+        self.lambda_, vector = lambda_setting(lambda_, self.peephole, width)
+        register_lambda_vector(self, vector)
         self.layers = nn.ModuleList(
             CASLayer(
                 self.layer_input_size(layer),
@@ -530,11 +461,11 @@ class CASLSTM(RecurrentBase):
         """As :meth:`RecurrentBase.reset_parameters`, and restores a constant ``lambda_``
         vector."""
         super().reset_parameters()
-        _fill_lambda_vector(self)
+        fill_lambda_vector(self)
 
     def lambda_value(self, layer: int, direction: int = 0) -> float | Tensor | None:
         """The lambda of eq 12 used by ``layer`` (> 0): float, ``(H,)`` tensor or None."""
-        return _lambda_value(self.layer(layer, direction), self.lambda_, self.lambda_vector)
+        return layer_lambda(self.layer(layer, direction), self.lambda_, self.lambda_vector)
 
     def cell(self, layer: int, direction: int = 0) -> CASLSTMCell:
         """A :class:`CASLSTMCell` sharing the weights and the lambda of ``layer`` (0-based) in

@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -91,42 +93,54 @@ def run(args: argparse.Namespace) -> int:
         return exit_status(signum)
 
 
+class _Refused(Exception):
+    """A command the arguments refuse: each line is said, and the exit status is 2."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines
+
+
 def _run(args: argparse.Namespace) -> int:
     from ctrlrnn.reproduce import paper_run
 
-    scale = getattr(args, "scale", "ours") or "ours"
     if getattr(args, "list", False):
+        scale = getattr(args, "scale", "ours") or "ours"
         print(paper_run.listing(scale if getattr(args, "scale", None) else None))
         return 0
+    try:
+        return _run_chosen(args, paper_run)
+    except _Refused as refused:
+        for line in refused.lines:
+            print(f"ctrlrnn reproduce: {line}")
+        return 2
+
+
+def _scale_and_mode(args: argparse.Namespace, paper_run: ModuleType
+                    ) -> tuple[Sequence[Experiment], str, str, dict[str, str]]:
+    """The mode's experiments, the mode, its default pages folder and the ``--data`` paths."""
+    scale = getattr(args, "scale", "ours") or "ours"
     data = paper_run.parse_data(getattr(args, "data", None) or [])
     if isinstance(data, str):
-        print(f"ctrlrnn reproduce: {data}")
-        return 2
+        raise _Refused(data)
     if scale == PAPER:
         if args.quick:
-            print("ctrlrnn reproduce: --scale paper is the paper's recipe; drop --quick")
-            return 2
+            raise _Refused("--scale paper is the paper's recipe; drop --quick")
         registered = paper_run.registered_data()
         if isinstance(registered, str):
-            print(f"ctrlrnn reproduce: {registered}")
-            return 2
+            raise _Refused(registered)
         data = {**registered, **data}  # a --data on the command line wins
-        every = experiments.at_scale(PAPER, data)
-        mode = PAPER
-        default_docs = "docs/results/paper"
-    else:
-        if data:
-            print("ctrlrnn reproduce: --data is read at the paper's scale; add --scale paper")
-            return 2
-        every = experiments.EXPERIMENTS
-        mode = "quick" if args.quick else "full"
-        default_docs = "docs/results/quick" if mode == "quick" else "docs/results"
-    results, runs = Path(args.results), Path(args.runs)
-    docs = Path(args.docs if args.docs is not None else default_docs)
-    rerun = _rerun_set(args.rerun, [e.id for e in every])
-    if isinstance(rerun, str):
-        print(f"ctrlrnn reproduce: {rerun}")
-        return 2
+        return experiments.at_scale(PAPER, data), PAPER, "docs/results/paper", data
+    if data:
+        raise _Refused("--data is read at the paper's scale; add --scale paper")
+    mode = "quick" if args.quick else "full"
+    return (experiments.EXPERIMENTS, mode,
+            "docs/results/quick" if mode == "quick" else "docs/results", data)
+
+
+def _chosen(args: argparse.Namespace, every: Sequence[Experiment],
+            rerun: set[str]) -> list[Experiment]:
+    """The experiments ``--only`` and ``--rerun`` name (all without ``--only``)."""
     ids = {e.id for e in every}
     # a pattern that is an experiment's id names that one alone (metagross-sort, not -sort5)
     chosen = [e for e in every  # --rerun names an experiment: it is chosen too
@@ -134,86 +148,45 @@ def _run(args: argparse.Namespace) -> int:
                   e.id == p if p in ids else p in e.id for p in args.only)]
     if args.only and not chosen:
         known = ", ".join(e.id for e in every)
-        print(f"ctrlrnn reproduce: --only matches no experiment (known: {known})")
-        return 2
+        raise _Refused(f"--only matches no experiment (known: {known})")
+    return chosen
+
+
+def _run_chosen(args: argparse.Namespace, paper_run: ModuleType) -> int:
+    every, mode, default_docs, data = _scale_and_mode(args, paper_run)
+    results, runs = Path(args.results), Path(args.runs)
+    docs = Path(args.docs if args.docs is not None else default_docs)
+    rerun = _rerun_set(args.rerun, [e.id for e in every])
+    if isinstance(rerun, str):
+        raise _Refused(rerun)
+    chosen = _chosen(args, every, rerun)
     if mode == PAPER and not args.pages_only:
         missing = paper_run.missing_data(chosen, data)
         if missing:
-            for line in missing:
-                print(f"ctrlrnn reproduce: {line}")
-            print("ctrlrnn reproduce: nothing trained; supply the files above, or leave those "
-                  "experiments out with --only")
-            return 2
+            raise _Refused(*missing, "nothing trained; supply the files above, or leave those "
+                           "experiments out with --only")
     if paper_run.world_size() > 1:
-        problem = paper_run.check_distributed(chosen, mode, args)
-        if problem:
-            print(f"ctrlrnn reproduce: {problem}")
-            return 2
-        if args.pages_only:
-            if not paper_run.is_main():
-                return 0
-        else:
-            paper_run.keep_one_process_group()
-        if not paper_run.is_main():  # rank 0 keeps the books; the others train beside it
-            if mode == PAPER:
-                from ctrlrnn.reproduce.preflight import data_problems
-
-                data_problems(chosen, mode, runs, show_progress=False)
-            return paper_run.follow(chosen, mode, runs, results, rerun)
+        status = _distributed(args, paper_run, chosen, mode, runs, results, rerun)
+        if status is not None:
+            return status
     if args.estimate is not None:
         if args.pages_only or rerun:
-            print("ctrlrnn reproduce: --estimate only measures; drop --pages-only and --rerun")
-            return 2
+            raise _Refused("--estimate only measures; drop --pages-only and --rerun")
         try:
             estimate(chosen, mode, runs, args.estimate, show_progress=not args.no_progress)
         except ValueError as exc:
-            print(f"ctrlrnn reproduce: {exc}")
-            return 2
+            raise _Refused(str(exc)) from exc
         return 0
     if args.pages_only and rerun:
-        print("ctrlrnn reproduce: --pages-only trains nothing; drop --rerun or --pages-only")
-        return 2
+        raise _Refused("--pages-only trains nothing; drop --rerun or --pages-only")
     for name, value in (("--jobs", args.jobs), ("--threads", args.threads)):
         if value is not None and value < 1:
-            print(f"ctrlrnn reproduce: {name}: expected a positive number, got {value}")
-            return 2
-    threads = args.threads or parallel.default_threads(args.jobs)
+            raise _Refused(f"{name}: expected a positive number, got {value}")
     started = time.perf_counter()
     changed = bool(args.pages_only)
     failed: dict[str, dict[str, str]] = {}
     if not args.pages_only:
-        for exp in chosen:
-            if exp.id in rerun:
-                runner.forget(exp, mode, runs, results)
-        from ctrlrnn.reproduce.preflight import data_problems  # the data layer: `train` extra
-
-        to_train = [e for e in chosen if not runner.is_cached(results, mode, e)]
-        problems = data_problems(to_train, mode, runs, show_progress=not args.no_progress)
-        if problems:
-            for exp_id, problem in problems.items():
-                print(f"ctrlrnn reproduce: {exp_id}: its data cannot be set up here: {problem}")
-            print("ctrlrnn reproduce: nothing trained; fix the above, or leave those "
-                  "experiments out with --only")
-            return 2
-        for i, exp in enumerate(chosen, 1):
-            print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
-            if exp in to_train:
-                changed = True
-            if exp in to_train and args.jobs > 1:
-                parallel.prefetch(exp, mode, runs, results, args.jobs, threads)
-            elif args.threads:
-                torch.set_num_threads(threads)
-            try:
-                data = runner.run_experiment(exp, mode, runs, results,
-                                             show_progress=not args.no_progress,
-                                             storage=args.storage)
-            except ValueError as exc:
-                if not str(exc).startswith("--storage"):
-                    raise
-                print(f"ctrlrnn reproduce: {exc}")
-                return 2
-            if data.get("errors"):
-                failed[exp.id] = data["errors"]
+        changed = _train(args, chosen, mode, runs, results, rerun, failed) or changed
     if not args.pages_only and not args.no_speed and mode != PAPER:
         if SPEED in rerun:
             forget_speed(mode, results)
@@ -237,6 +210,66 @@ def _run(args: argparse.Namespace) -> int:
     print(f"[reproduce] {mode} mode done in {(time.perf_counter() - started) / 60:.1f} min; "
           f"pages: {', '.join(str(p) for p in pages)}")
     return _report_failures(failed)
+
+
+def _distributed(args: argparse.Namespace, paper_run: ModuleType, chosen: list[Experiment],
+                 mode: str, runs: Path, results: Path, rerun: set[str]) -> int | None:
+    """Under ``torchrun``: the exit status of a process other than rank 0 (it trains beside
+    rank 0, which keeps the books), or None on rank 0, which goes on."""
+    problem = paper_run.check_distributed(chosen, mode, args)
+    if problem:
+        raise _Refused(problem)
+    if args.pages_only:
+        if not paper_run.is_main():
+            return 0
+    else:
+        paper_run.keep_one_process_group()
+    if not paper_run.is_main():  # rank 0 keeps the books; the others train beside it
+        if mode == PAPER:
+            from ctrlrnn.reproduce.preflight import data_problems
+
+            data_problems(chosen, mode, runs, show_progress=False)
+        return paper_run.follow(chosen, mode, runs, results, rerun)
+    return None
+
+
+def _train(args: argparse.Namespace, chosen: list[Experiment], mode: str, runs: Path,
+           results: Path, rerun: set[str], failed: dict[str, dict[str, str]]) -> bool:
+    """Train the chosen experiments not cached (those ``--rerun`` names again), recording the
+    failed parts in ``failed``; whether any was trained."""
+    threads = args.threads or parallel.default_threads(args.jobs)
+    for exp in chosen:
+        if exp.id in rerun:
+            runner.forget(exp, mode, runs, results)
+    from ctrlrnn.reproduce.preflight import data_problems  # the data layer: `train` extra
+
+    to_train = [e for e in chosen if not runner.is_cached(results, mode, e)]
+    problems = data_problems(to_train, mode, runs, show_progress=not args.no_progress)
+    if problems:
+        raise _Refused(*(f"{exp_id}: its data cannot be set up here: {problem}"
+                         for exp_id, problem in problems.items()),
+                       "nothing trained; fix the above, or leave those experiments out with "
+                       "--only")
+    changed = False
+    for i, exp in enumerate(chosen, 1):
+        print(f"[reproduce] ({i}/{len(chosen)}) {exp.id}: {exp.title}")
+        if exp in to_train:
+            changed = True
+        if exp in to_train and args.jobs > 1:
+            parallel.prefetch(exp, mode, runs, results, args.jobs, threads)
+        elif args.threads:
+            torch.set_num_threads(threads)
+        try:
+            data = runner.run_experiment(exp, mode, runs, results,
+                                         show_progress=not args.no_progress,
+                                         storage=args.storage)
+        except ValueError as exc:
+            if not str(exc).startswith("--storage"):
+                raise
+            raise _Refused(str(exc)) from exc
+        if data.get("errors"):
+            failed[exp.id] = data["errors"]
+    return changed
 
 
 def _report_failures(failed: dict[str, dict[str, str]]) -> int:

@@ -103,6 +103,13 @@ PTB_LM = PaperScale(
 )
 
 
+def patience_stop(epochs: int, patience: int) -> dict[str, Any]:
+    """The overrides of a recipe that evaluates at the end of each epoch on the whole
+    validation split and stops after ``patience`` evaluations without a gain, or at
+    ``epochs``."""
+    return {"epochs": epochs, "patience": patience, "eval_every": 0, "eval_batches": 0}
+
+
 def scaled(base: PaperScale, **changes: Any) -> PaperScale:
     """``base`` with ``changes`` (overrides merged, not replaced)."""
     overrides = {**base.overrides, **changes.pop("overrides", {})}
@@ -112,7 +119,7 @@ def scaled(base: PaperScale, **changes: Any) -> PaperScale:
 #: the seq2seq tasks of the QRNN appendix: n_train examples, up to 100 epochs with early
 #: stopping on the validation character accuracy
 _APPENDIX: dict[str, Any] = {
-    "epochs": 100, "patience": 10, "eval_every": 0, "eval_batches": 0, "optimizer": "adam",
+    **patience_stop(100, 10), "optimizer": "adam",
     "lr": 1e-3, "batch_size": 64, "task.valid_size": 1000, "task.test_size": 1000,
     "monitor": "token_accuracy"}
 _APPENDIX_UNSTATED = ("The appendix does not say the optimiser, batch, patience or the sizes "
@@ -156,8 +163,7 @@ IMDB_QRNN = PaperScale(
     overrides={"optimizer": "rmsprop", "lr": 1e-3, "weight_decay": 4e-6, "batch_size": 24,
                "model.hidden_size": 256, "model.num_layers": 4, "model.dense": True,
                "model.dropout": 0.3, "task.freeze_embeddings": False, "task.pooling": "last",
-               "task.mlp_layers": 0, "epochs": 20, "patience": 3, "eval_every": 0,
-               "eval_batches": 0},
+               "task.mlp_layers": 0, **patience_stop(20, 3)},
     needs=needs("imdb", "glove840b"),
     unstated="The paper does not say how many epochs (ours: at most 20, the best validation "
              "checkpoint, patience 3), whether the vectors are tuned (ours: yes), or what "
@@ -173,8 +179,7 @@ _RCRN_CLASSES = dict(
     source="RCRN section 4.2",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "model.hidden_size": 200,
                "task.freeze_embeddings": True, "task.pooling": "max+mean+min",
-               "task.mlp_layers": 1, "task.mlp_hidden": 200, "epochs": 20, "patience": 3,
-               "eval_every": 0, "eval_batches": 0},
+               "task.mlp_layers": 1, "task.mlp_hidden": 200, **patience_stop(20, 3)},
     unstated="The paper tunes the learning rate among 0.001, 0.0003 and 0.0004 (ours: 0.001) "
              "and does not say the batch or epochs (ours: 32, at most 20, the best "
              "validation checkpoint, patience 3). Its 600-d CoVe vectors and character "
@@ -220,7 +225,7 @@ RANKING = PaperScale(
     source="RCRN section 4.2, table 8", task="ranking",
     overrides={"optimizer": "adadelta", "lr": 0.2, "batch_size": 32, "model.hidden_size": 200,
                "task.margin": 0.1, "task.negatives": 6, "task.freeze_embeddings": True,
-               "epochs": 20, "patience": 3, "eval_every": 0, "eval_batches": 0},
+               **patience_stop(20, 3)},
     unstated="The paper does not say the word vectors (ours: the user's 300-d GloVe, frozen), "
              "the batch or the epochs (ours: 32, at most 20, patience 3).",
 )
@@ -232,7 +237,7 @@ _NLI_OVERRIDES: dict[str, Any] = {
     "optimizer": "adam", "lr": 1e-3, "batch_size": 64, "model.hidden_size": 300,
     "task.features": "eq15", "task.pooling": "max", "task.mlp_hidden": 1024,
     "task.mlp_layers": 2, "task.freeze_embeddings": True, "task.embedding_size": 300,
-    "task.dropout": 0.1, "epochs": 20, "patience": 3, "eval_every": 0, "eval_batches": 0}
+    "task.dropout": 0.1, **patience_stop(20, 3)}
 _CAS_NLI_UNSTATED = ("The optimiser, batch, dropout rate and epochs are in the paper's "
                      "supplement, not its text (ours: Adam at 1e-3, 64, 0.1, at most 20 "
                      "epochs, patience 3). The MLP's depth (one or two hidden layers) is the "
@@ -271,8 +276,7 @@ CAS_SST = PaperScale(
     source="CAS-LSTM sections 3.3 and 4.3, table 4", task="sst5",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "model.hidden_size": 150,
                "task.phrases": True, "task.freeze_embeddings": False, "task.pooling": "max",
-               "task.mlp_layers": 1, "task.mlp_hidden": 300, "epochs": 10, "patience": 3,
-               "eval_every": 0, "eval_batches": 0},
+               "task.mlp_layers": 1, "task.mlp_hidden": 300, **patience_stop(10, 3)},
     needs=needs("sst", "glove840b"),
     arms={"2-layer LSTM": {"paper": 46.0}, "2-layer CAS-LSTM": {"paper": 53.0}},
     extra=(Arm("2-layer Bi-CAS-LSTM", "caslstm", {"num_layers": 2, "bidirectional": True},
@@ -290,8 +294,7 @@ CAS_IWSLT = PaperScale(
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "model.hidden_size": 256,
                "task.embedding_size": 256, "task.vocab_size": 10_000, "task.max_length": 175,
                "task.beam": 10, "task.pair": "de-en", "task.valid_set": "IWSLT14.TED.dev2010",
-               "task.test_set": "IWSLT14.TED.tst2012", "epochs": 50, "patience": 5,
-               "eval_every": 0, "eval_batches": 0},
+               "task.test_set": "IWSLT14.TED.tst2012", **patience_stop(50, 5)},
     needs=needs("iwslt14-de-en"), seeds=5,
     extra=(Arm("247D CAS-LSTM", "caslstm", {"num_layers": 2, "hidden_size": 247},
                {"arch": "cas"}, paper=28.7),),
@@ -309,7 +312,7 @@ CAS_IWSLT = PaperScale(
 TABLE1 = PaperScale(
     source="METAGROSS section 3.1, tables 1 and 9",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "model.hidden_size": 128,
-               "epochs": 100, "patience": 4, "eval_every": 0, "eval_batches": 0,
+               **patience_stop(100, 4),
                "task.train_size": 10_000, "task.valid_size": 1_000, "task.test_size": 1_000},
     unstated="Table 1's text gives no model width, optimiser, batch, epochs or data sizes "
              "(ours: 128, Adam at 1e-3, 64, at most 100 epochs with patience 4, 10,000 / "
@@ -320,7 +323,7 @@ TABLE1 = PaperScale(
 LOGIC = PaperScale(
     source="METAGROSS section 3.1, tables 2 and 9",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "model.hidden_size": 128,
-               "epochs": 50, "patience": 5, "eval_every": 0, "eval_batches": 0,
+               **patience_stop(50, 5),
                "task.train_size": 20_000, "task.valid_size": 2_000, "task.test_per_count": 500},
     arms={"METAGROSS (depth 3)": {"model.base": "lstm"},
           "METAGROSS as printed (depth 3)": {"model.base": "lstm"}},
@@ -336,8 +339,7 @@ LOGIC = PaperScale(
 PIXEL = PaperScale(
     source="METAGROSS section 3.2, tables 3 and 9",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 64, "model.hidden_size": 128,
-               "model.num_layers": 3, "epochs": 100, "patience": 10, "eval_every": 0,
-               "eval_batches": 0, "task.train_size": 0},
+               "model.num_layers": 3, **patience_stop(100, 10), "task.train_size": 0},
     arms={"METAGROSS": {"model.base": "lstm", "model.depth": 2}},
     unstated="The paper does not give the optimiser (its # row uses R-Adam), batch or epochs "
              "(ours: Adam at 1e-3, 64, at most 100 epochs, patience 10). Its 0.9M parameters "
@@ -362,8 +364,7 @@ TRANSFORMER_S = PaperScale(
                "task.vocab_size": 32_000, "task.max_length": 100, "task.beam": 8,
                "task.alpha": 0.6, "task.pair": "de-en",
                "task.valid_set": "IWSLT14.TED.dev2010", "task.test_set": "IWSLT14.TED.tst2012",
-               "model.dropout": 0.1, "epochs": 50, "patience": 5, "eval_every": 0,
-               "eval_batches": 0},
+               "model.dropout": 0.1, **patience_stop(50, 5)},
     needs=needs("iwslt14-de-en"), unstated=_TRANSFORMER_UNSTATED,
 )
 
@@ -371,7 +372,7 @@ TRANSFORMER_S = PaperScale(
 MUSIC = PaperScale(
     source="METAGROSS section 3.5, tables 7 and 9",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 16, "model.hidden_size": 128,
-               "epochs": 200, "patience": 10, "eval_every": 0, "eval_batches": 0},
+               **patience_stop(200, 10)},
     unstated="Table 7's text gives no width, optimiser, batch or epochs (ours: 128, Adam at "
              "1e-3, 16 pieces, at most 200 epochs, patience 10).",
 )
@@ -382,7 +383,7 @@ MUSIC = PaperScale(
 CARNN_LM = PaperScale(
     source="CARNN sections 4.2 and 5.2, table 2",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "model.hidden_size": 256,
-               "epochs": 30, "patience": 3, "eval_every": 0, "eval_batches": 0,
+               **patience_stop(30, 3),
                "task.train_size": 0, "task.valid_size": 0, "task.test_size": 0},
     needs=needs("pdtb"),
     extra=tuple(Arm(f"{v}CARNN (with latent)", "carnn", {"variant": v},
@@ -398,7 +399,7 @@ CARNN_LM = PaperScale(
 DIALOG = PaperScale(
     source="CARNN sections 4.1 and 5.1, table 1",
     overrides={"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "model.hidden_size": 1024,
-               "epochs": 50, "patience": 5, "eval_every": 0, "eval_batches": 0},
+               **patience_stop(50, 5)},
     needs=needs("babi-dialog"),
     arms={"nCARNN": {"paper": 51.3}, "iCARNN": {"paper": 52.0}, "sCARNN": {"paper": 50.9}},
     unstated="The paper gives the width (1024) alone (ours: Adam at 1e-3, 32 turns, at most "

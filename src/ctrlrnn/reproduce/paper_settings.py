@@ -57,43 +57,45 @@ PTB_LM = PaperSetting(
          "seeds": SEEDS},
 )
 
-COPY = PaperSetting(
-    source="QRNN appendix, copy task",
-    data="generated decimal numbers of up to 5 digits", data_key="copy-5",
-    train_size=10_000,
-    width="a sweep: the smallest model that converges (LSTM 1 x 32; QRNN 2 x 32 or 1 x 256)",
-    depth="a sweep (above)",
-    architecture="sequence to sequence, not described further",
-    budget="up to 100 epochs", epochs=100, early_stopping=True,
-    metric="whether validation character accuracy exceeds 99%", metric_key="token_accuracy",
-    why={"width": "one size for both arms, 64 units: above the LSTM's converging size and "
-                  "below the QRNN's, where the claim shows",
-         "depth": "one layer each (the width row's size)",
-         "architecture": "each unit with its own decoder (the QRNN's of eq 7-8, the LSTM's "
-                         "usual one)",
-         "metric": "the test exact match of whole numbers ranks the arms; the paper's "
-                   "character accuracy is the token_accuracy column",
-         "lr": TUNED},
-)
+def _qrnn_appendix(task: str, data: str, data_key: str, train_size: int, width: str,
+                   budget: str, why_width: str, why_depth: str, whole: str) -> PaperSetting:
+    """QRNN appendix: a sequence-to-sequence task whose sizes the paper swept; ``whole``
+    names what the test exact match reads whole (numbers, sums)."""
+    return PaperSetting(
+        source=f"QRNN appendix, {task} task",
+        data=data, data_key=data_key,
+        train_size=train_size,
+        width=width,
+        depth="a sweep (above)",
+        architecture="sequence to sequence, not described further",
+        budget=budget, epochs=100, early_stopping=True,
+        metric="whether validation character accuracy exceeds 99%", metric_key="token_accuracy",
+        why={"width": why_width,
+             "depth": why_depth,
+             "architecture": "each unit with its own decoder (the QRNN's of eq 7-8, the LSTM's "
+                             "usual one)",
+             "metric": f"the test exact match of {whole} ranks the arms; the paper's "
+                       "character accuracy is the token_accuracy column",
+             "lr": TUNED},
+    )
 
-ADDITION = PaperSetting(
-    source="QRNN appendix, addition task",
-    data="generated sums of two numbers of up to 5 digits", data_key="addition-5",
-    train_size=100_000,
+
+COPY = _qrnn_appendix(
+    "copy", "generated decimal numbers of up to 5 digits", "copy-5", 10_000,
+    width="a sweep: the smallest model that converges (LSTM 1 x 32; QRNN 2 x 32 or 1 x 256)",
+    budget="up to 100 epochs",
+    why_width="one size for both arms, 64 units: above the LSTM's converging size and below "
+              "the QRNN's, where the claim shows",
+    why_depth="one layer each (the width row's size)",
+    whole="whole numbers")
+
+ADDITION = _qrnn_appendix(
+    "addition", "generated sums of two numbers of up to 5 digits", "addition-5", 100_000,
     width="a sweep: the LSTM converges at 2 x 128; the QRNN needs more than 3 x 256",
-    depth="a sweep (above)",
-    architecture="sequence to sequence, not described further",
-    budget="up to 100 epochs with early stopping", epochs=100, early_stopping=True,
-    metric="whether validation character accuracy exceeds 99%", metric_key="token_accuracy",
-    why={"width": "both arms at the LSTM's converging size, 2 x 128: the paper's QRNN needs "
-                  "more",
-         "depth": "2 layers each (the width row's size)",
-         "architecture": "each unit with its own decoder (the QRNN's of eq 7-8, the LSTM's "
-                         "usual one)",
-         "metric": "the test exact match of whole sums ranks the arms; the paper's character "
-                   "accuracy is the token_accuracy column",
-         "lr": TUNED},
-)
+    budget="up to 100 epochs with early stopping",
+    why_width="both arms at the LSTM's converging size, 2 x 128: the paper's QRNN needs more",
+    why_depth="2 layers each (the width row's size)",
+    whole="whole sums")
 
 _RCRN_CLASSIFIER = dict(
     embeddings="300d GloVe and 600d CoVe, plus a character BiGRU; frozen",

@@ -27,6 +27,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -295,118 +296,159 @@ def run_experiment(
     cached = load_results(results_dir, mode, exp)
     standing = Standing(exp, mode, cached)
     standing.date_entries(cached)
-    done: dict[str, dict[str, Any]] = {
-        label: dict(arm.get("seeds", {})) for label, arm in (cached or {}).get("arms", {}).items()
-    }
     if cached is not None and is_cached(results_dir, mode, exp):
         log(f"[reproduce] {exp.id}: cached ({results_path(results_dir, mode, exp)})")
         return cached
-    data: dict[str, Any] = {
-        "experiment": exp.id, "mode": mode, "title": exp.title, "task": exp.task,
-        "metric": exp.metric, "higher_is_better": exp.higher_is_better,
-        "selected_by": exp.selected, "definition": asdict(exp), "arms": {}, "errors": {},
-    }
-    if cached and cached.get("figures"):
-        data["figures"] = cached["figures"]
+    job = _ExperimentJob(exp, mode, runs_dir, results_dir, cached, standing,
+                         show_progress=show_progress, log=log, storage=storage)
+    data = job.data
     if exp.task not in TASKS:
         data["errors"]["*"] = f"task {exp.task!r} is not available in this version"
         data["complete"] = False
-        write_results(results_path(results_dir, mode, exp), data)
+        write_results(job.path, data)
         log(f"[reproduce] {exp.id}: skipped, task {exp.task!r} not available")
         return data
-    started = time.perf_counter()
-    cached_arms = (cached or {}).get("arms", {})
-    # the wall time of the work the file holds: an interrupted run's (its partial file records
-    # it) and, when this run carries a finished file's tuning or seeds over, that file's
-    carried = cached is not None and not cached.get("complete")
-
-    def spent() -> float:
-        return (float(cached.get("seconds", 0.0)) if carried and cached else 0.0) + (
-            time.perf_counter() - started)
-
     for arm in exp.arms:
+        job.run_arm(arm)
+    if data["errors"] and cached is not None and cached.get("complete") \
+            and data["arms"] == job.cached_arms:
+        # nothing new came of this run (e.g. the task's dependency is missing here): the
+        # finished results file is left as it was, and the failures are returned and logged
+        log(f"[reproduce] {exp.id}: every failed part kept its earlier results; "
+            f"{job.path} left unchanged")
+        return {**cached, "errors": data["errors"], "complete": False}
+    data["seconds"] = job.spent()
+    data["complete"] = not data["errors"]
+    data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    write_results(job.path, data)
+    return data
+
+
+class _ExperimentJob:
+    """One :func:`run_experiment` of an experiment not cached: its results so far
+    (``data``), the file's earlier ones (``cached``), and each arm's search and seeds."""
+
+    def __init__(self, exp: Experiment, mode: str, runs_dir: Path, results_dir: Path,
+                 cached: dict[str, Any] | None, standing: Standing, *, show_progress: bool,
+                 log: Callable[[str], None], storage: str | None) -> None:
+        self.exp = exp
+        self.mode = mode
+        self.runs_dir = runs_dir
+        self.cached = cached
+        self.standing = standing
+        self.show_progress = show_progress
+        self.log = log
+        self.storage = storage
+        self.path = results_path(results_dir, mode, exp)
+        #: each arm's seeds in the results file
+        self.done: dict[str, dict[str, Any]] = {
+            label: dict(arm.get("seeds", {}))
+            for label, arm in (cached or {}).get("arms", {}).items()
+        }
+        self.data: dict[str, Any] = {
+            "experiment": exp.id, "mode": mode, "title": exp.title, "task": exp.task,
+            "metric": exp.metric, "higher_is_better": exp.higher_is_better,
+            "selected_by": exp.selected, "definition": asdict(exp), "arms": {}, "errors": {},
+        }
+        if cached and cached.get("figures"):
+            self.data["figures"] = cached["figures"]
+        self.started = time.perf_counter()
+        self.cached_arms: dict[str, Any] = (cached or {}).get("arms", {})
+        # the wall time of the work the file holds: an interrupted run's (its partial file
+        # records it) and, when this run carries a finished file's tuning or seeds over, that
+        # file's
+        self.carried = cached is not None and not cached.get("complete")
+
+    def spent(self) -> float:
+        """The wall seconds of the work the results file holds, this run's included."""
+        return (float(self.cached.get("seconds", 0.0)) if self.carried and self.cached
+                else 0.0) + (time.perf_counter() - self.started)
+
+    def save_partial(self) -> None:
+        """Write the results so far (the earlier ones of the arms not done yet kept)."""
+        write_results(self.path, _partial(self.data, self.cached_arms, self.spent()))
+
+    def save_search(self, label: str, record: dict[str, Any]) -> None:
+        """Write the trials so far into the results file beside the arm's earlier results."""
+        so_far = _partial(self.data, self.cached_arms, self.spent())
+        earlier = {k: v for k, v in (self.cached_arms.get(label) or self.data["arms"][label])
+                   .items() if k != IN_PROGRESS}
+        so_far["arms"] = {**so_far["arms"], label: {**earlier, IN_PROGRESS: record}}
+        write_results(self.path, so_far)
+
+    def run_arm(self, arm: Arm) -> None:
+        """Search ``arm`` (where the experiment tunes), then train its seeds not done."""
+        exp, data = self.exp, self.data
         seeds: dict[str, Any] = {}
         entry: dict[str, Any] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
         data["arms"][arm.label] = entry
-
-        def save_search(record: dict[str, Any], label: str = arm.label) -> None:
-            # the trials so far go into the results file beside the arm's earlier results
-            partial = _partial(data, cached_arms, spent())
-            earlier = {k: v for k, v in (cached_arms.get(label) or data["arms"][label]).items()
-                       if k != IN_PROGRESS}
-            partial["arms"] = {**partial["arms"], label: {**earlier, IN_PROGRESS: record}}
-            write_results(results_path(results_dir, mode, exp), partial)
-
         try:
-            tuned = tune(exp, arm, mode, runs_dir, show_progress,
-                         cached_arms.get(arm.label), log, standing, save_search, storage)
+            tuned = tune(exp, arm, self.mode, self.runs_dir, self.show_progress,
+                         self.cached_arms.get(arm.label), self.log, self.standing,
+                         partial(self.save_search, arm.label), self.storage)
         except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
             if files.is_no_space(exc):  # no later arm could write either: stop, one line
                 raise
             data["errors"][f"{arm.label}/tuning"] = "".join(
                 traceback.format_exception_only(type(exc), exc)).strip()
-            log(f"[reproduce] {exp.id}: tuning {arm.label} failed: {exc}")
-            if arm.label in cached_arms:  # the arm's earlier results stay in the file
-                data["arms"][arm.label] = cached_arms[arm.label]
-            continue
+            self.log(f"[reproduce] {exp.id}: tuning {arm.label} failed: {exc}")
+            if arm.label in self.cached_arms:  # the arm's earlier results stay in the file
+                data["arms"][arm.label] = self.cached_arms[arm.label]
+            return
         params: dict[str, float] = {}
         if tuned is not None:
-            carried = carried or tuned == cached_arms.get(arm.label, {}).get("tuning")
+            self.carried = self.carried or tuned == self.cached_arms.get(arm.label, {}).get(
+                "tuning")
             entry["tuning"] = tuned
             params = dict(tuned["chosen"])
         todo = []
-        for seed in exp.seeds(mode):
-            earlier = done.get(arm.label, {}).get(str(seed))
+        for seed in exp.seeds(self.mode):
+            earlier = self.done.get(arm.label, {}).get(str(seed))
             # a seed trained at other values (before tuning, or another search) trains again,
             # and one that stopped at a cap since raised continues (module stopping)
-            if standing.seed(arm, earlier, params if tuned is not None else None):
+            if self.standing.seed(arm, earlier, params if tuned is not None else None):
                 seeds[str(seed)] = earlier
-                carried = True
+                self.carried = True
             else:
                 todo.append(seed)
         if tuned is not None:  # the search, with the seeds that stand, is in the file before
             # the others train (a run killed meanwhile must lose neither)
-            write_results(results_path(results_dir, mode, exp),
-                        _partial(data, cached_arms, spent()))
-        shared = _shared_seed_results(exp, arm, todo, mode, runs_dir, params or None,
-                                      storage, log) if storage else {}
+            self.save_partial()
+        self.train_seeds(arm, todo, seeds, params, tuned=tuned is not None)
+
+    def train_seeds(self, arm: Arm, todo: list[int], seeds: dict[str, Any],
+                    params: dict[str, float], *, tuned: bool) -> None:
+        """Train ``arm``'s seeds ``todo`` at ``params`` into ``seeds``, each written to the
+        results file when it finishes; a failed one is recorded and keeps its earlier result
+        where that trained at these values."""
+        exp, log = self.exp, self.log
+        shared = _shared_seed_results(exp, arm, todo, self.mode, self.runs_dir, params or None,
+                                      self.storage, log) if self.storage else {}
         for seed in todo:
-            earlier = done.get(arm.label, {}).get(str(seed))
+            earlier = self.done.get(arm.label, {}).get(str(seed))
             log(f"[reproduce] {exp.id}: {arm.label}, seed {seed}")
             try:
-                result = shared.get(seed) or run_one(exp, arm, seed, mode, runs_dir,
-                                                     show_progress, params or None)
+                result = shared.get(seed) or run_one(exp, arm, seed, self.mode, self.runs_dir,
+                                                     self.show_progress, params or None)
                 if "error" in result:  # failed in _shared_seed_results
                     raise RuntimeError(result["error"])
             except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
                 if files.is_no_space(exc):
                     raise
-                data["errors"][f"{arm.label}/seed{seed}"] = "".join(
+                self.data["errors"][f"{arm.label}/seed{seed}"] = "".join(
                     traceback.format_exception_only(type(exc), exc)).strip()
                 log(f"[reproduce] {exp.id}: {arm.label} seed {seed} failed: {exc}")
-                if earlier is not None and (tuned is None or earlier.get("params") == params) \
-                        and standing.same_setting(arm, earlier):
+                if earlier is not None and (not tuned or earlier.get("params") == params) \
+                        and self.standing.same_setting(arm, earlier):
                     seeds[str(seed)] = earlier  # trained here at these values: kept, not lost
                 continue
-            seeds[str(seed)] = _summarise(result, exp, arm, mode, params)
+            seeds[str(seed)] = _summarise(result, exp, arm, self.mode, params)
             if seed == 0:
-                _record_figure(exp, arm, mode, runs_dir, data, log, params or None)
+                _record_figure(exp, arm, self.mode, self.runs_dir, self.data, log,
+                               params or None)
             # finished runs are in the results file at once (a partial file can be committed
             # and continued elsewhere, without the run directories)
-            write_results(results_path(results_dir, mode, exp),
-                        _partial(data, cached_arms, spent()))
-    if data["errors"] and cached is not None and cached.get("complete") \
-            and data["arms"] == cached_arms:
-        # nothing new came of this run (e.g. the task's dependency is missing here): the
-        # finished results file is left as it was, and the failures are returned and logged
-        log(f"[reproduce] {exp.id}: every failed part kept its earlier results; "
-            f"{results_path(results_dir, mode, exp)} left unchanged")
-        return {**cached, "errors": data["errors"], "complete": False}
-    data["seconds"] = spent()
-    data["complete"] = not data["errors"]
-    data["finished"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    write_results(results_path(results_dir, mode, exp), data)
-    return data
+            self.save_partial()
 
 
 def _shared_seed_results(exp: Experiment, arm: Arm, seeds: list[int], mode: str, runs_dir: Path,

@@ -360,8 +360,32 @@ def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
     trials (:mod:`ctrlrnn.reproduce.shared_study`); a rung waits, polling every ``poll``
     seconds, until all its trials are done wherever they trained.
     """
-    dists = _distributions(tuning)
     held = {int(r["trial"]): r for r in done if isinstance(r, dict) and "trial" in r}
+    search = _HalvingSearch(tuning, tuning_dir, metric, higher_is_better, run_trial, log, stream,
+                            on_trial, held, _halving_params(tuning, tuning_dir, held,
+                                                            higher_is_better, stream))
+    rows = search.rows
+    alive = list(range(tuning.trials))
+    sign = 1.0 if higher_is_better else -1.0
+    for r, caps in enumerate(tuning.rungs):
+        rung = _Rung(search, r, caps, {k: list(rows.get(k, {}).get("rungs", [])) for k in alive})
+        units = [f"rung{r}/trial{k}" for k in alive]
+        found = run_units(shared, units, rung.finished, rung.train, lambda: time.sleep(poll))
+        for unit, row in found.items():
+            rows[int(unit.rsplit("trial", 1)[1])] = row
+        if r + 1 < len(tuning.rungs):
+            ranked = sorted(alive, key=lambda i: (-sign * _score(rows[i]["valid"],
+                                                                 higher_is_better), i))
+            alive = sorted(ranked[:tuning.rung_sizes()[r + 1]])
+    return search_record(tuning, stream, metric, higher_is_better,
+                         [rows[i] for i in sorted(rows)])
+
+
+def _halving_params(tuning: Tuning, tuning_dir: Path, held: dict[int, dict[str, Any]],
+                    higher_is_better: bool, stream: int) -> dict[int, dict[str, float]]:
+    """Each trial's values: its ``params.json``, else the results file's row, else a new draw
+    (then written to its ``params.json``)."""
+    dists = _distributions(tuning)
     params: dict[int, dict[str, float]] = {}
     for k in range(tuning.trials):
         stored = _read(tuning_dir / f"trial{k}" / "params.json")
@@ -371,59 +395,79 @@ def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
             stored = _propose(tuning, dists, [], k, higher_is_better, stream)
             _write(tuning_dir / f"trial{k}" / "params.json", stored)
         params[k] = {key: float(v) for key, v in stored.items()}
-    rows: dict[int, dict[str, Any]] = {}
-    alive = list(range(tuning.trials))
-    sign = 1.0 if higher_is_better else -1.0
-    for r, caps in enumerate(tuning.rungs):
-        earlier = {k: list(rows.get(k, {}).get("rungs", [])) for k in alive}
+    return params
 
-        def finished(unit: str, r: int = r, earlier: dict[int, list[Any]] = earlier
-                     ) -> tuple[dict[str, Any], float] | None:  # fmt: skip
-            k = int(unit.rsplit("trial", 1)[1])
-            result = _read(tuning_dir / f"trial{k}" / f"rung{r}.json")
-            past = held.get(k, {})
-            if result is None and len(past.get("rungs", [])) > r:  # the results file has it
-                row = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
-                       "valid": past["rungs"][r]}
-                return row, _score(row["valid"], higher_is_better)
-            if result is None:
-                return None
-            row = _trial_row(k, params[k], result, metric)
-            row = {**row, "rungs": [*earlier[k], row["valid"]], "rung": r}
-            return row, _score(row["valid"], higher_is_better)
 
-        def train(unit: str, r: int = r, caps: dict[str, Any] = caps
-                  ) -> tuple[dict[str, Any], float]:  # fmt: skip
-            k = int(unit.rsplit("trial", 1)[1])
-            out = tuning_dir / f"trial{k}"
-            log(f"[tune] rung {r + 1}/{len(tuning.rungs)}, trial {k + 1}/{tuning.trials}: "
-                + ", ".join(f"{key}={v:.3g}" for key, v in params[k].items()))
-            # the earlier rungs first where they trained elsewhere: the run stops, evaluates
-            # and checkpoints at each rung's cap, so only the same path gives the same result
-            for j, before in enumerate(tuning.rungs[:r]):
-                if not (out / f"rung{j}.json").exists():
-                    _write(out / f"rung{j}.json",
-                           run_trial(k, {**tuning.overrides, **before, **params[k]}, out))
-            _write(out / f"rung{r}.json",
-                   run_trial(k, {**tuning.overrides, **caps, **params[k]}, out))
-            found = finished(unit)
-            assert found is not None
-            if on_trial is not None:
-                done_now = {**rows, k: found[0]}
-                on_trial(search_record(tuning, stream, metric, higher_is_better,
-                                       [done_now[i] for i in sorted(done_now)]))
-            return found
+@dataclass
+class _HalvingSearch:
+    """What every rung of one successive-halving search reads: its definition and folder,
+    how a trial trains, the results file's rows (``held``) and each trial's values."""
 
-        units = [f"rung{r}/trial{k}" for k in alive]
-        found = run_units(shared, units, finished, train, lambda: time.sleep(poll))
-        for unit, row in found.items():
-            rows[int(unit.rsplit("trial", 1)[1])] = row
-        if r + 1 < len(tuning.rungs):
-            ranked = sorted(alive, key=lambda i: (-sign * _score(rows[i]["valid"],
-                                                                 higher_is_better), i))
-            alive = sorted(ranked[:tuning.rung_sizes()[r + 1]])
-    return search_record(tuning, stream, metric, higher_is_better,
-                         [rows[i] for i in sorted(rows)])
+    tuning: Tuning
+    tuning_dir: Path
+    metric: str
+    higher_is_better: bool
+    run_trial: TrialRunner
+    log: Callable[[str], None]
+    stream: int
+    on_trial: Callable[[dict[str, Any]], None] | None
+    held: dict[int, dict[str, Any]]
+    params: dict[int, dict[str, float]]
+    #: each trial's row at the last rung it finished
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+class _Rung:
+    """Rung ``r`` of a search: whether a trial has finished it (:meth:`finished`) and how a
+    trial trains to its caps (:meth:`train`); ``earlier`` holds each live trial's validation
+    values at the rungs before."""
+
+    def __init__(self, search: _HalvingSearch, r: int, caps: dict[str, Any],
+                 earlier: dict[int, list[Any]]) -> None:
+        self.search = search
+        self.r = r
+        self.caps = caps
+        self.earlier = earlier
+
+    def finished(self, unit: str) -> tuple[dict[str, Any], float] | None:
+        """The row and score of the trial ``unit`` names at this rung, or None when it has
+        not finished it."""
+        s, r = self.search, self.r
+        k = int(unit.rsplit("trial", 1)[1])
+        result = _read(s.tuning_dir / f"trial{k}" / f"rung{r}.json")
+        past = s.held.get(k, {})
+        if result is None and len(past.get("rungs", [])) > r:  # the results file has it
+            row = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
+                   "valid": past["rungs"][r]}
+            return row, _score(row["valid"], s.higher_is_better)
+        if result is None:
+            return None
+        row = _trial_row(k, s.params[k], result, s.metric)
+        row = {**row, "rungs": [*self.earlier[k], row["valid"]], "rung": r}
+        return row, _score(row["valid"], s.higher_is_better)
+
+    def train(self, unit: str) -> tuple[dict[str, Any], float]:
+        """Train the trial ``unit`` names to this rung's caps; its row and score."""
+        s, r, tuning = self.search, self.r, self.search.tuning
+        k = int(unit.rsplit("trial", 1)[1])
+        out = s.tuning_dir / f"trial{k}"
+        s.log(f"[tune] rung {r + 1}/{len(tuning.rungs)}, trial {k + 1}/{tuning.trials}: "
+              + ", ".join(f"{key}={v:.3g}" for key, v in s.params[k].items()))
+        # the earlier rungs first where they trained elsewhere: the run stops, evaluates
+        # and checkpoints at each rung's cap, so only the same path gives the same result
+        for j, before in enumerate(tuning.rungs[:r]):
+            if not (out / f"rung{j}.json").exists():
+                _write(out / f"rung{j}.json",
+                       s.run_trial(k, {**tuning.overrides, **before, **s.params[k]}, out))
+        _write(out / f"rung{r}.json",
+               s.run_trial(k, {**tuning.overrides, **self.caps, **s.params[k]}, out))
+        found = self.finished(unit)
+        assert found is not None
+        if s.on_trial is not None:
+            done_now = {**s.rows, k: found[0]}
+            s.on_trial(search_record(tuning, s.stream, s.metric, s.higher_is_better,
+                                     [done_now[i] for i in sorted(done_now)]))
+        return found
 
 
 def halving_search(dropout_key: str | None, rungs: Sequence[dict[str, Any]], *, trials: int = 9,

@@ -30,6 +30,31 @@ TEST_OPERATORS = (7, 12)
 Encoded = tuple[list[int], list[int], int, int]  # left ids, right ids, relation, operators
 
 
+def pair_model_options(*, embedding_size: int, highway_size: int, mlp_hidden: int,
+                       vectors: dict[str, tuple[Any, Any]] | None = None
+                       ) -> dict[str, tuple[Any, Any]]:
+    """The task options of the pair model (:class:`PairClassifier`), with these defaults;
+    ``vectors``: the options of pre-trained vectors, listed after the pooling."""
+    return {
+        "features": (str, "eq15"),
+        "pooling": (str, ""),
+        **(vectors or {}),
+        "embedding_size": (int, embedding_size),
+        "highway_size": (int, highway_size),
+        "mlp_hidden": (int, mlp_hidden),
+        "mlp_layers": (int, 1),
+        "dropout": (float, 0.0),
+    }
+
+
+def check_pair_model_options(o: dict[str, Any]) -> None:
+    """Refuse a ``task.features`` the pair model lacks or a ``task.pooling`` it cannot parse."""
+    if o["features"] not in FEATURES:
+        raise ValueError(f"task.features: expected one of {FEATURES}, got {o['features']!r}")
+    if o["pooling"]:
+        parse_pooling(o["pooling"])
+
+
 class LogicTask(Task):
     name = "logic"
     description = ("logical inference pairs, train <= 6 operators, test accuracy per count "
@@ -41,23 +66,14 @@ class LogicTask(Task):
         "valid_size": (int, 2_000),
         "test_per_count": (int, 500),
         "max_train_operators": (int, 6),
-        "features": (str, "eq15"),
-        "pooling": (str, ""),
-        "embedding_size": (int, 64),
-        "highway_size": (int, 128),
-        "mlp_hidden": (int, 128),
-        "mlp_layers": (int, 1),
-        "dropout": (float, 0.0),
+        **pair_model_options(embedding_size=64, highway_size=128, mlp_hidden=128),
         "eval_batch_size": (int, 256),
     }
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 64, "lr": 1e-3, "epochs": 10}
 
     def setup(self) -> None:
         o = self.opts
-        if o["features"] not in FEATURES:
-            raise ValueError(f"task.features: expected one of {FEATURES}, got {o['features']!r}")
-        if o["pooling"]:
-            parse_pooling(o["pooling"])
+        check_pair_model_options(o)
         if not 1 <= o["max_train_operators"] < TEST_OPERATORS[0]:
             raise ValueError("task.max_train_operators: expected 1..6, got "
                              f"{o['max_train_operators']}")
@@ -154,15 +170,8 @@ class NliTask(Task):
         "format": (str, "snli"),
         "lower": (bool, False),
         "train_size": (int, 0),
-        "features": (str, "eq15"),
-        "pooling": (str, ""),
-        "glove": (str, ""),
-        "freeze_embeddings": (bool, True),
-        "embedding_size": (int, 300),
-        "highway_size": (int, 300),
-        "mlp_hidden": (int, 1024),
-        "mlp_layers": (int, 1),
-        "dropout": (float, 0.0),
+        **pair_model_options(embedding_size=300, highway_size=300, mlp_hidden=1024,
+                             vectors={"glove": (str, ""), "freeze_embeddings": (bool, True)}),
         "min_count": (int, 1),
         "eval_batch_size": (int, 256),
     }
@@ -173,10 +182,7 @@ class NliTask(Task):
         from ctrlrnn.tasks.paper_files import PAIR_CLASSES, pair_splits
 
         o = self.opts
-        if o["features"] not in FEATURES:
-            raise ValueError(f"task.features: expected one of {FEATURES}, got {o['features']!r}")
-        if o["pooling"]:
-            parse_pooling(o["pooling"])
+        check_pair_model_options(o)
         if not o["path"]:
             raise ValueError("task.path: the nli task needs the folder of the data set's files "
                              "(they cannot be fetched here)")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from ctrlrnn import files
 from ctrlrnn.data.errors import DataError
@@ -127,30 +128,8 @@ def train_run(
     lock = RunLock(out) if ctx.is_main else None
     try:
         if lock is not None:
-            try:
-                lock.acquire()
-            except RunLocked as exc:
-                raise ConfigError(str(exc)) from exc
-            except OSError as exc:
-                if files.is_no_space(exc):
-                    raise files.NoSpaceLeft(lock.path) from exc
-                raise ConfigError(f"out: cannot write to {out}: "
-                                  f"{exc.strerror or exc}") from exc
-        try:
-            task.setup()
-            model = task.build_model(cfg.model, cfg.model_args).to(ctx.device)
-            task.device = ctx.device
-        except (ValueError, FileNotFoundError, DataError) as exc:
-            # missing data or an optional package, a bad task.path, an option the model
-            # refuses: say it, no traceback
-            raise ConfigError(str(exc)) from exc
-        except (RuntimeError, MemoryError) as exc:
-            asked = _allocation_failure(exc)
-            if asked is None:
-                raise
-            raise ConfigError(f"model: {cfg.model} with these options needs more memory than "
-                              f"{ctx.device} has ({asked}); choose smaller model.* or task.* "
-                              "options") from exc
+            _acquire(lock, out)
+        model = _set_up(task, cfg, ctx.device)
         trainer = Trainer(cfg, task, model, out, ctx, show_progress=show_progress,
                           accept=accept)
         try:
@@ -163,28 +142,71 @@ def train_run(
                                                   trainer.checkpoint_step, out)) from exc
         if not ctx.is_main:
             return None
-        n_params = sum(p.numel() for p in model.parameters())
-        result["parameters"] = n_params
-        report = write_report(
-            out,
-            config=cfg.to_dict(),
-            result=result,
-            data=task.data_summary(),
-            model_info={"encoder": cfg.model, "parameters": n_params,
-                        "processes": ctx.world_size},
-            rows=trainer.log.rows() if trainer.log else [],
-        )
-        if verbose and result.get("stop_reason") != "diverged":
-            print(f"step {result['step']} (best validation {result['metric']} at step "
-                  f"{result['best_step']}; {result['train_seconds']:.1f} s of training)")
-            print(f"valid  {format_metrics(result['valid'])}")
-            print(f"test   {format_metrics(result['test'])}")
-            print(f"report: {report} (numbers for programs: {out / 'result.json'})")
+        _report(result, cfg, task, model, out, trainer.log.rows() if trainer.log else [],
+                processes=ctx.world_size, verbose=verbose)
         return result
     finally:
         if lock is not None:
             lock.release()
         shutdown(ctx)
+
+
+def _acquire(lock: RunLock, out: Path) -> None:
+    """Take the run directory's lock, or say why not (:class:`ConfigError`; a full disk is
+    :class:`~ctrlrnn.files.NoSpaceLeft`)."""
+    try:
+        lock.acquire()
+    except RunLocked as exc:
+        raise ConfigError(str(exc)) from exc
+    except OSError as exc:
+        if files.is_no_space(exc):
+            raise files.NoSpaceLeft(lock.path) from exc
+        raise ConfigError(f"out: cannot write to {out}: "
+                          f"{exc.strerror or exc}") from exc
+
+
+def _set_up(task: Task, cfg: TrainConfig, device: torch.device) -> nn.Module:
+    """Set ``task`` up and build its model on ``device``; missing data, a bad option or a
+    model too large for the device is a :class:`ConfigError`."""
+    try:
+        task.setup()
+        model = task.build_model(cfg.model, cfg.model_args).to(device)
+        task.device = device
+    except (ValueError, FileNotFoundError, DataError) as exc:
+        # missing data or an optional package, a bad task.path, an option the model
+        # refuses: say it, no traceback
+        raise ConfigError(str(exc)) from exc
+    except (RuntimeError, MemoryError) as exc:
+        asked = _allocation_failure(exc)
+        if asked is None:
+            raise
+        raise ConfigError(f"model: {cfg.model} with these options needs more memory than "
+                          f"{device} has ({asked}); choose smaller model.* or task.* "
+                          "options") from exc
+    return model
+
+
+def _report(result: dict[str, Any], cfg: TrainConfig, task: Task, model: nn.Module, out: Path,
+            rows: list[dict[str, Any]], *, processes: int, verbose: bool) -> None:
+    """Add the parameter count to ``result``, write the run's report and, when ``verbose``,
+    print its lines (a diverged run's the caller says)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    result["parameters"] = n_params
+    report = write_report(
+        out,
+        config=cfg.to_dict(),
+        result=result,
+        data=task.data_summary(),
+        model_info={"encoder": cfg.model, "parameters": n_params,
+                    "processes": processes},
+        rows=rows,
+    )
+    if verbose and result.get("stop_reason") != "diverged":
+        print(f"step {result['step']} (best validation {result['metric']} at step "
+              f"{result['best_step']}; {result['train_seconds']:.1f} s of training)")
+        print(f"valid  {format_metrics(result['valid'])}")
+        print(f"test   {format_metrics(result['test'])}")
+        print(f"report: {report} (numbers for programs: {out / 'result.json'})")
 
 
 def _size(n: int) -> str:

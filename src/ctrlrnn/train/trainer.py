@@ -42,25 +42,20 @@ went wrong (``diverged``).
 from __future__ import annotations
 
 import math
-import os
-import signal
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ctrlrnn.interrupts import STOP_SIGNALS, StopSignal
+from ctrlrnn.interrupts import StopSignal
 from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.progress import TrainingProgressBar as _ProgressBar
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.checkpoint import (
     Checkpoint,
     CheckpointError,
-    WeightsMismatch,
     load_newest_intact,
     previous_path,
     remove_stale_temporaries,
@@ -71,110 +66,27 @@ from ctrlrnn.train.config_changes import (
     IMPLIED_WHEN_ABSENT,
     RESUMABLE_CHANGES,
     config_differences,
-    override_advice,
-    show_value,
 )
 from ctrlrnn.train.distributed import (
     DistContext,
-    average_gradients,
     barrier,
     max_over_processes,
     mean_over_processes,
 )
 from ctrlrnn.train.logs import RunLog
 from ctrlrnn.train.optim import build_optimizer, epoch_decay_factor
-from ctrlrnn.train.precision import FLOAT32, MixedPrecision
+from ctrlrnn.train.precision import MixedPrecision
+from ctrlrnn.train.resume_checks import check_same_run, resume_line
+from ctrlrnn.train.step import StepClock, training_step
+from ctrlrnn.train.stops import Diverged as _Diverged
+from ctrlrnn.train.stops import InterruptFlag as _InterruptFlag
+from ctrlrnn.train.stops import TrainingInterrupted
 
 __all__ = ["BEST", "IMPLIED_WHEN_ABSENT", "LATEST", "RESUMABLE_CHANGES", "Trainer",
            "TrainingInterrupted", "config_differences", "training_step"]
 
 LATEST = "checkpoint.safetensors"
 BEST = "best.safetensors"
-
-
-class _Diverged(Exception):
-    """A non-finite training loss or parameter: the run stops (caught in :meth:`Trainer.fit`)."""
-
-    def __init__(self, step: int, what: str) -> None:
-        super().__init__(what)
-        self.step = step
-        self.what = what
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped training at a step boundary, after the
-    checkpoint was written; ``signum`` is the signal.
-
-    A ``KeyboardInterrupt``, so that ``except Exception`` (one failed run among several)
-    never swallows it."""
-
-    def __init__(self, step: int, checkpoint: Path, signum: int = signal.SIGINT) -> None:
-        super().__init__(f"interrupted at step {step}")
-        self.step = step
-        self.checkpoint = checkpoint
-        self.signum = int(signum)
-
-
-class _InterruptFlag:
-    """A stop signal (:data:`~ctrlrnn.interrupts.STOP_SIGNALS`) records itself in a flag the
-    loop reads at step boundaries (main thread only; elsewhere the signals keep their
-    handlers). A second stop signal raises :class:`~ctrlrnn.interrupts.StopSignal` at once."""
-
-    def __init__(self) -> None:
-        #: the first stop signal received (0: none)
-        self.signum = 0
-        self._previous: dict[int, Any] = {}
-
-    @property
-    def raised(self) -> bool:
-        return self.signum != 0
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.raised:
-            raise StopSignal(self.signum)
-        self.signum = int(signum)
-
-    def __enter__(self) -> _InterruptFlag:
-        if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handler)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
-
-
-def training_step(
-    task: Task,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    params: list[nn.Parameter],
-    batch: Any,
-    clip_norm: float,
-    ctx: DistContext | None = None,
-    precision: MixedPrecision | None = None,
-) -> torch.Tensor:
-    """One optimizer step on ``batch``: loss (under ``precision``'s autocast; float32 when
-    None), backward, gradient averaging over processes, clipping to ``clip_norm`` (0: none)
-    and the update; returns the (attached) loss.
-
-    The trainer's loop and the epoch-time measurement of ``ctrlrnn reproduce`` both use it,
-    so the timed step is the trained one."""
-    precision = precision or FLOAT32
-    with precision.autocast():
-        loss = task.loss(model, batch)
-    optimizer.zero_grad(set_to_none=True)
-
-    def between() -> None:
-        if ctx is not None:
-            average_gradients(params, ctx)
-        if clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, clip_norm)
-
-    precision.backward_and_step(loss, optimizer, between)
-    return loss
 
 
 class Trainer:
@@ -277,7 +189,7 @@ class Trainer:
             self._say(f"resume: {reason}; using {ckpt.path} (step "
                       f"{int(ckpt.progress.get('step', 0))}) instead")
         path = ckpt.path
-        self._check_same_run(ckpt)
+        check_same_run(ckpt, self.cfg, self.accept, self.model, self.out)
         try:
             ckpt.restore(self.model, self.optimizer)
         except (RuntimeError, ValueError, KeyError) as exc:
@@ -296,34 +208,8 @@ class Trainer:
             self.progress["stop_reason"] = None
         if self.log is not None:
             self.log.truncate_after(int(self.progress["step"]), keep_final=not extend)
-        self._say(self._resume_line(extend))
+        self._say(resume_line(self.progress, self.cfg, self.out, extend))
         return True
-
-    def _check_same_run(self, ckpt: Checkpoint) -> None:
-        """Refuse to resume with a configuration other than the stored one, but for the keys
-        meant to change and those the user accepted (``--override``). The refusal suggests
-        the overrides only where the checkpoint's weights fit the model this configuration
-        builds and each key is one the requested model and task accept."""
-        requested = self.cfg.to_dict()
-        differ = config_differences(ckpt.config, requested, self.accept)
-        if not differ:
-            return
-        changes = ", ".join(f"{k} {show_value(a)} -> {show_value(b)}"
-                            for k, (a, b) in differ.items())
-        head = f"resume: the run in {self.out} was started with another configuration ({changes})"
-        try:  # the weights are loaded again, with the optimizer's state, once the run is the same
-            ckpt.load_model_state(self.model)
-        except WeightsMismatch as exc:
-            raise ConfigError(
-                f"{head}; its checkpoint {ckpt.path} does not fit the model these settings "
-                f"build ({exc.why}), so it cannot continue with them: resume it with its own "
-                "settings, or train into a new --out") from exc
-        accept = override_advice(differ, requested)
-        if accept is None:
-            raise ConfigError(f"{head}; it cannot continue with these settings: resume it with "
-                              "its own, or train into a new --out")
-        raise ConfigError(f"{head}; to continue it with the new values add {accept}, or train "
-                          "into a new --out")
 
     def _can_continue(self) -> bool:
         """Whether a finished run has steps left under this configuration's limits (a run
@@ -336,21 +222,6 @@ class Trainer:
         if cfg.max_steps and int(p["step"]) >= cfg.max_steps:
             return False
         return int(p["epoch"]) < cfg.epochs
-
-    def _resume_line(self, extend: bool) -> str:
-        p, cfg = self.progress, self.cfg
-        step = int(p["step"])
-        if p.get("done"):
-            why = {"patience": "by early stopping"}.get(str(p.get("stop_reason")), "")
-            limit = (f"max_steps {cfg.max_steps}" if cfg.max_steps and step >= cfg.max_steps
-                     else f"epochs {cfg.epochs}")
-            return (f"resume: {self.out} finished at step {step}"
-                    f"{' ' + why if why else ''}; nothing left to train under {limit} "
-                    "(raise --max-steps or --epochs to continue it)")
-        target = f"step {cfg.max_steps}" if cfg.max_steps else f"epoch {cfg.epochs}"
-        verb = "continuing the finished run" if extend else "resuming"
-        return (f"resume: {verb} {self.out} from step {step} (epoch {int(p['epoch']) + 1}), "
-                f"to {target}")
 
     def _say(self, line: str) -> None:
         if self.ctx.is_main:
@@ -424,6 +295,35 @@ class Trainer:
                 self._interrupt = None
 
     def _fit(self, resume: bool) -> dict[str, Any]:
+        self._open_run_directory(resume)
+        if resume and self._restore() and self.progress.get("done"):
+            return self._finish(already_done=True)
+        self._check_monitor()
+        self._stop_if_interrupted()
+        bar = _ProgressBar(self._planned_steps(), self.progress["step"],
+                           enabled=self.show_progress)
+        clock = StepClock(self.progress)
+        diverged: _Diverged | None = None
+        try:
+            stop = False
+            while self.progress["epoch"] < self.cfg.epochs and not stop:
+                stop = self._train_epoch(bar, clock)
+            if not stop:
+                self.progress["stop_reason"] = "epochs"
+            self._check_parameters()  # before the final evaluation and checkpoint
+        except _Diverged as exc:
+            diverged = exc
+        finally:
+            bar.close()
+        self.progress["done"] = True
+        if diverged is not None:
+            return self._finish_diverged(diverged)
+        return self._finish(already_done=False)
+
+    def _open_run_directory(self, resume: bool) -> None:
+        """Before training: clear the temporaries of processes that are gone, refuse a
+        directory that holds a run unless resuming, refuse an epoch of no step, and empty the
+        log of a run stopped before its first checkpoint."""
         has_ckpt = (self.out / LATEST).exists() or previous_path(self.out / LATEST).exists()
         if self.ctx.is_main and self.out.is_dir():
             removed = remove_stale_temporaries(self.out)
@@ -444,87 +344,67 @@ class Trainer:
             elif dropped:
                 self._say(f"out: {self.out} holds the log of a run stopped before its first "
                           f"checkpoint; starting again at step 0 (its {dropped} row(s) dropped)")
-        if resume and self._restore() and self.progress.get("done"):
-            return self._finish(already_done=True)
-        self._check_monitor()
-        self._stop_if_interrupted()
+
+    def _train_epoch(self, bar: _ProgressBar, clock: StepClock) -> bool:
+        """Train the rest of the current epoch (from the batch the progress names); at its
+        end evaluate (without ``eval_every``) and save. Returns whether the run stops."""
         cfg = self.cfg
-        total_steps = self._planned_steps()
-        bar = _ProgressBar(total_steps, self.progress["step"], enabled=self.show_progress)
+        epoch = int(self.progress["epoch"])
+        lr = cfg.lr * epoch_decay_factor(epoch, cfg.lr_decay, cfg.lr_decay_start)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batches = self.task.train_batches(epoch, cfg.batch_size)
+        self.model.train()
         stop = False
-        t_start = time.perf_counter()
-        cpu_start = time.process_time()
-        cpu_before = float(self.progress.get("cpu_seconds") or 0.0)
-        load = _load_average()
-        if load is not None:  # the busiest start of the run (a resume may start on a busier one)
-            self.progress["load_start"] = max(load, self.progress.get("load_start") or 0.0)
-        seconds_before = float(self.progress["train_seconds"])
-        examples = 0
-        diverged: _Diverged | None = None
-        try:
-            while self.progress["epoch"] < cfg.epochs and not stop:
-                epoch = int(self.progress["epoch"])
-                lr = cfg.lr * epoch_decay_factor(epoch, cfg.lr_decay, cfg.lr_decay_start)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                batches = self.task.train_batches(epoch, cfg.batch_size)
-                self.model.train()
-                for index in range(int(self.progress["batch"]), len(batches)):
-                    batch = self.task.to_device(
-                        self.task.shard(batches[index], self.ctx.rank, self.ctx.world_size))
-                    loss = training_step(self.task, self.model, self.optimizer, self.params,
-                                         batch, cfg.clip_norm, self.ctx,
-                                         precision=self.precision)
-                    loss_value = mean_over_processes(float(loss.detach()), self.ctx)
-                    self.progress["step"] += 1
-                    self.progress["batch"] = index + 1
-                    step = int(self.progress["step"])
-                    examples += _batch_size(batches[index])
-                    elapsed = seconds_before + time.perf_counter() - t_start
-                    self.progress["train_seconds"] = elapsed
-                    self.progress["cpu_seconds"] = cpu_before + time.process_time() - cpu_start
-                    if not math.isfinite(loss_value):
-                        raise _Diverged(step, f"the training loss is {loss_value} at step {step}")
-                    if step % cfg.log_every == 0 and self.log is not None:
-                        self.log.write({"step": step, "epoch": epoch, "split": "train",
-                                        "loss": loss_value, "lr": lr, "seconds": elapsed})
-                    bar.update(step, loss_value, self.last_metrics.get(self.task.metric),
-                               self.task.metric)
-                    if cfg.eval_every and step % cfg.eval_every == 0:
-                        self._evaluate()
-                        if self._should_stop_early():
-                            stop = True
-                    if step % cfg.checkpoint_every == 0 or (
-                        cfg.eval_every and step % cfg.eval_every == 0
-                    ):
-                        self._save()
-                    self._stop_if_interrupted()
-                    if stop or (cfg.max_steps and step >= cfg.max_steps):
-                        self.progress["stop_reason"] = "patience" if stop else "max_steps"
-                        stop = True
-                        break
-                if self.progress["batch"] >= len(batches):
-                    self.progress["epoch"] += 1
-                    self.progress["batch"] = 0
-                    if not cfg.eval_every:
-                        self._evaluate()
-                        if self._should_stop_early():
-                            stop = True
-                            self.progress["stop_reason"] = "patience"
-                    self._save()
-                    if not stop:
-                        self._stop_if_interrupted()
+        for index in range(int(self.progress["batch"]), len(batches)):
+            if self._train_step(batches[index], index, epoch, lr, bar, clock):
+                stop = True
+                break
+        if self.progress["batch"] >= len(batches):
+            self.progress["epoch"] += 1
+            self.progress["batch"] = 0
+            if not cfg.eval_every:
+                self._evaluate()
+                if self._should_stop_early():
+                    stop = True
+                    self.progress["stop_reason"] = "patience"
+            self._save()
             if not stop:
-                self.progress["stop_reason"] = "epochs"
-            self._check_parameters()  # before the final evaluation and checkpoint
-        except _Diverged as exc:
-            diverged = exc
-        finally:
-            bar.close()
-        self.progress["done"] = True
-        if diverged is not None:
-            return self._finish_diverged(diverged)
-        return self._finish(already_done=False)
+                self._stop_if_interrupted()
+        return stop
+
+    def _train_step(self, batch: Any, index: int, epoch: int, lr: float, bar: _ProgressBar,
+                    clock: StepClock) -> bool:
+        """One optimizer step on batch ``index`` of the epoch, then its log row, evaluation
+        and checkpoint as the configuration asks. Returns whether the run stops after it
+        (early stopping or ``max_steps``; ``stop_reason`` is set)."""
+        cfg = self.cfg
+        batch = self.task.to_device(self.task.shard(batch, self.ctx.rank, self.ctx.world_size))
+        loss = training_step(self.task, self.model, self.optimizer, self.params,
+                             batch, cfg.clip_norm, self.ctx, precision=self.precision)
+        loss_value = mean_over_processes(float(loss.detach()), self.ctx)
+        self.progress["step"] += 1
+        self.progress["batch"] = index + 1
+        step = int(self.progress["step"])
+        elapsed = clock.record(self.progress)
+        if not math.isfinite(loss_value):
+            raise _Diverged(step, f"the training loss is {loss_value} at step {step}")
+        if step % cfg.log_every == 0 and self.log is not None:
+            self.log.write({"step": step, "epoch": epoch, "split": "train",
+                            "loss": loss_value, "lr": lr, "seconds": elapsed})
+        bar.update(step, loss_value, self.last_metrics.get(self.task.metric), self.task.metric)
+        stop = False
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            self._evaluate()
+            if self._should_stop_early():
+                stop = True
+        if step % cfg.checkpoint_every == 0 or (cfg.eval_every and step % cfg.eval_every == 0):
+            self._save()
+        self._stop_if_interrupted()
+        if stop or (cfg.max_steps and step >= cfg.max_steps):
+            self.progress["stop_reason"] = "patience" if stop else "max_steps"
+            return True
+        return False
 
     def _drop_log_without_checkpoint(self) -> int:
         """Empty the log of a run directory that holds no checkpoint (the rows of a run
@@ -683,17 +563,3 @@ def _device_name(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     return device.type
-
-
-def _load_average() -> float | None:
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):  # pragma: no cover - Windows
-        return None
-
-
-def _batch_size(batch: dict[str, Any]) -> int:
-    for value in batch.values():
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            return int(value.shape[0])
-    return 0
