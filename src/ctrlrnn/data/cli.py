@@ -57,9 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def user_needs() -> dict[str, str]:
     """The data sets a user can register: name -> the files it needs, in words."""
-    from ctrlrnn.reproduce.paper_scales import NEEDS
+    from ctrlrnn.data.user_needs import USER_DATA_SETS
 
-    return {name: f"{need.files} ({need.origin})" for name, need in NEEDS.items()}
+    return {name: f"{need.files} ({need.origin})" for name, need in USER_DATA_SETS.items()}
 
 
 def cmd_add(args: argparse.Namespace) -> int:

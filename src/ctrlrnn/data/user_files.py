@@ -3,7 +3,7 @@
 ``ctrlrnn data add NAME PATH`` records ``PATH`` for ``NAME`` in ``user-files.json`` in the data
 cache; ``ctrlrnn reproduce --scale paper`` then finds it without ``--data NAME=PATH`` (a
 ``--data`` given on the command line wins). The names are those of the paper-scale experiments'
-data needs (:data:`ctrlrnn.reproduce.paper_scales.NEEDS`). The record is written by a temporary
+data needs (:data:`ctrlrnn.data.user_needs.USER_DATA_SETS`). The record is written by a temporary
 name and a rename, so it is never half-written.
 """
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ctrlrnn.data.user_needs import DataNeed
 from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.reproduce.tuning import Tuning
 
@@ -86,30 +87,6 @@ class PaperSetting:
 
 #: the mode of the paper's scale: results in ``RESULTS/paper``, runs in ``RUNS/paper``
 PAPER = "paper"
-
-
-@dataclass(frozen=True)
-class DataNeed:
-    """Data a paper used that cannot be had here: the files the user supplies, in the format
-    the task's loader reads, and the task option their path goes to.
-
-    ``ctrlrnn data add NAME PATH`` (or ``ctrlrnn reproduce --scale paper --data NAME=PATH``)
-    sets ``task.OPTION=PATH`` for every experiment that needs ``NAME``."""
-
-    name: str  # the --data name: imdb, snli, sst, ...
-    option: str  # the task option the path goes to (without ``task.``)
-    files: str  # the exact files, as their distribution names them
-    origin: str  # where they come from, in words
-    subpath: str = ""  # joined to the given path (one data set of a folder of several)
-
-    def value(self, path: str) -> str:
-        """The task option's value for the user's ``path``."""
-        return f"{path.rstrip('/')}/{self.subpath}" if self.subpath else path
-
-    def line(self) -> str:
-        """The page's sentence: what to supply and how."""
-        return (f"needs the data: register it once with `ctrlrnn data add {self.name} PATH` "
-                f"(or give `--data {self.name}=PATH`): {self.files}; {self.origin}")
 
 
 @dataclass(frozen=True)
