@@ -33,11 +33,22 @@ GRACE_S = 120
 OPEN_ATTEMPTS = 6
 
 
+#: what SQLite and PostgreSQL say when another process created the same table or row first
+#: (PostgreSQL's "duplicate key" comes from its catalog, pg_type, on a concurrent CREATE TABLE)
+_RACE_WORDS = ("already exists", "UNIQUE constraint", "duplicate key")
+
+
+def _lost_race(exc: BaseException) -> bool:
+    """Whether ``exc`` says another process was creating the same tables at the same time."""
+    kind = type(exc).__name__ in ("IntegrityError", "OperationalError", "ProgrammingError")
+    return kind and any(word in str(exc) for word in _RACE_WORDS)
+
+
 def _open(optuna: Any, url: str, kwargs: dict[str, Any], heartbeat: int, grace: int) -> Any:
     """Optuna's storage at ``url``. Processes that start together race to create its tables,
     and the losers see an error ("already exists", a unique constraint): they try again, as
-    the tables are then there. A
-    missing driver or an unreachable database is one line naming ``--storage``."""
+    the tables are then there. A missing driver or an unreachable database is one line naming
+    ``--storage``."""
     for attempt in range(OPEN_ATTEMPTS):
         try:
             with warnings.catch_warnings():  # the heartbeat is "experimental" to Optuna
@@ -49,11 +60,7 @@ def _open(optuna: Any, url: str, kwargs: dict[str, Any], heartbeat: int, grace: 
             raise ValueError(f"--storage: {url.split(':', 1)[0]} needs a database driver "
                              f"that is not installed ({exc})") from exc
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: one line naming it
-            racing = type(exc).__name__ in ("IntegrityError", "OperationalError")
-            if racing and "already exists" in str(exc) and attempt + 1 < OPEN_ATTEMPTS:
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            if "UNIQUE constraint" in str(exc) and attempt + 1 < OPEN_ATTEMPTS:
+            if _lost_race(exc) and attempt + 1 < OPEN_ATTEMPTS:
                 time.sleep(0.5 * (attempt + 1))
                 continue
             raise ValueError(f"--storage: cannot open {url!r} ({type(exc).__name__}: "
