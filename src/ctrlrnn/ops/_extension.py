@@ -11,8 +11,8 @@ kernels use (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
 ``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources,
 the module source and the headers, the flags, torch's version, git revision and C++ ABI, the
 Python version and extension suffix, the compiler (``$CXX`` or ``c++``: its path and
-``--version``) and the CPU (the kernels use ``-march=native``). A finished build is recorded in ``build.json`` beside the
-library; later processes import that library directly, without asking ninja or the compiler
+``--version``) and the CPU (the kernels use ``-march=native``). A finished build is recorded
+in ``build.json`` beside the library; later processes import that library directly, without asking ninja or the compiler
 anything, so neither PATH, an activated virtual environment nor another ninja can trigger a
 rebuild.
 
