@@ -11,10 +11,10 @@ kernels use (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
 ``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources,
 the module source and the headers, the flags, torch's version, git revision and C++ ABI, the
 Python version and extension suffix, the compiler (``$CXX`` or ``c++``: its path and
-``--version``) and the CPU (the kernels use ``-march=native``). A finished build is recorded
-in ``build.json`` beside the library; later processes import that library directly, without asking ninja or the compiler
-anything, so neither PATH, an activated virtual environment nor another ninja can trigger a
-rebuild.
+``--version``) and the CPU (the kernels use ``-march=native``). A finished build is recorded in
+``build.json`` beside the library; later processes import that library directly, without asking
+ninja or the compiler anything, so neither PATH, an activated virtual environment nor another
+ninja can trigger a rebuild.
 
 **Building.** The compile runs in a child process (``_build_worker.py``) through
 :func:`torch.utils.cpp_extension.load`, with the C++ standard torch itself asks for (ctrlrnn
