@@ -9,7 +9,9 @@ extension is not rebuilt; its op's CPU kernels are routed there."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -42,9 +44,10 @@ def test_the_walkthrough_touches_only_its_own_folder_and_the_list() -> None:
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModuleType, ModuleType]]:
-    """``(the toy's Python module, its compiled extension)``, the extension built (or taken from
-    the kernel cache) from the page's files."""
+def toy(tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[tuple[ModuleType, ModuleType, Path]]:  # fmt: skip
+    """``(the toy's Python module, its compiled extension, the folder holding its package)``, the
+    extension built (or taken from the kernel cache) from the page's files."""
     files = walkthrough()
     folder = tmp_path_factory.mktemp("ops") / "cells" / "tanh_rnn"
     folder.mkdir(parents=True)
@@ -64,7 +67,7 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModuleType, 
         module = importlib.import_module("ctrlrnn.ops.cells.tanh_rnn")
         ext = _extension.load("toy")
         assert ext is not None, _extension.status("toy").reason
-        yield module, ext
+        yield module, ext, folder.parent
     finally:
         registry.OPS, ctrlrnn.ops.cells.__path__[:] = saved[0], saved[3]
         registry.FAMILIES.clear()
@@ -84,7 +87,7 @@ def _inputs(dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, ...]:
 
 
 def test_the_toy_cell_builds_and_matches_its_reference(toy, monkeypatch) -> None:
-    module, ext = toy
+    module, ext, _ = toy
     real = backend.kernel_for
     monkeypatch.setattr(backend, "kernel_for", lambda family, device: ext if (
         family == "cells" and device.type == "cpu") else real(family, device))
@@ -108,7 +111,7 @@ def test_the_toy_cell_builds_and_matches_its_reference(toy, monkeypatch) -> None
 
 def test_the_toy_kernels_run_a_stack_of_recurrences(toy) -> None:
     """A stack of two recurrences in one call (weight_hh (R, H, H)) equals one call each."""
-    _, ext = toy
+    _, ext, _ = toy
     x, w, h0, lengths = _inputs(torch.float32)
     xs, ws, hs = torch.stack([x, x.flip(1)]), torch.stack([w, -w]), torch.stack([h0, h0 * 2])
     stacked = ext.tanh_rnn_forward(xs, ws, hs, lengths, True)
@@ -118,22 +121,39 @@ def test_the_toy_kernels_run_a_stack_of_recurrences(toy) -> None:
             torch.testing.assert_close(s[r], o)
 
 
-def test_the_toy_triton_kernels_match_the_reference(toy, monkeypatch) -> None:
+TRITON_CHECK = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated: before any import
+import sys
+import torch
+import ctrlrnn.ops.cells
+ctrlrnn.ops.cells.__path__.append(sys.argv[1])
+from ctrlrnn.ops.cells import tanh_rnn, triton_host
+forward, backward = triton_host._bind(tanh_rnn)
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(3, 5, 4, generator=g), torch.randn(4, 4, generator=g) * 0.5
+h0, lengths = torch.randn(3, 4, generator=g), torch.tensor([5, 2, 0])
+h_seq, h_last, acts = forward(x, w, h0, lengths, True)
+want = tanh_rnn.tanh_rnn_sequence_ref(x, w, h0, lengths)
+torch.testing.assert_close(h_seq, want[0])
+torch.testing.assert_close(h_last, want[1])
+grad = torch.randn(h_seq.shape, generator=g)
+got = backward(grad, None, w, h0, h_seq, acts, lengths)
+refs = [t.clone().requires_grad_() for t in (x, w, h0)]
+torch.autograd.backward(tanh_rnn.tanh_rnn_sequence_ref(*refs, lengths)[0], grad)
+for a, r in zip(got, refs, strict=True):
+    torch.testing.assert_close(a, r.grad, rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+
+
+def test_the_toy_triton_kernels_match_the_reference(toy) -> None:
+    """In Triton's interpreter, in a process of its own (the interpreter is chosen when the
+    kernels and their helpers are decorated, before anything imports them)."""
     pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrlrnn[gpu]'): "
                                          "the toy cell's Triton kernels are checked where it is")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernels are decorated
-    from ctrlrnn.ops.cells import triton_host
-
-    module, _ = toy
-    forward, backward = triton_host._bind(module)
-    x, w, h0, lengths = _inputs(torch.float32)
-    h_seq, h_last, acts = forward(x, w, h0, lengths, True)
-    want = module.tanh_rnn_sequence_ref(x, w, h0, lengths)
-    torch.testing.assert_close(h_seq, want[0])
-    torch.testing.assert_close(h_last, want[1])
-    grad = torch.randn_like(h_seq)
-    dx, dw, dh0 = backward(grad, None, w, h0, h_seq, acts, lengths)
-    refs = [t.clone().requires_grad_() for t in (x, w, h0)]
-    torch.autograd.backward(module.tanh_rnn_sequence_ref(*refs, lengths)[0], grad)
-    for got, ref in zip((dx, dw, dh0), refs, strict=True):
-        torch.testing.assert_close(got, ref.grad, rtol=1e-4, atol=1e-5)
+    _, _, package = toy
+    env = {k: v for k, v in os.environ.items() if k != "CTRLRNN_TRITON_NATIVE"}
+    done = subprocess.run([sys.executable, "-c", TRITON_CHECK, str(package)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
