@@ -6,23 +6,26 @@ from __future__ import annotations
 
 
 def budget_note(steps: int, measured: str, kept: str = "") -> str:
-    """The sentence stating a search's trial budget and where it comes from; ``kept``: why it
-    is longer than the rule (a third of the slowest arm's median steps to its best checkpoint)
-    gives."""
+    """The sentences stating a search's trial budget (its middle rung) and where it comes from;
+    ``kept``: why it is longer than the rule (a third of the slowest arm's median steps to its
+    best checkpoint) gives."""
+    rungs = (" The first rung of the successive-halving search trains a third of this "
+             "budget, and its last rung three times it.")
     if kept:
-        return (f" Each search trial trains {steps:,} steps ({kept}), at least a third of the "
-                f"median steps to the best checkpoint of the slowest arm in the previous full run "
-                f"({measured}).")
-    return (f" Each search trial trains {steps:,} steps, a third of the median steps to the "
-            f"best checkpoint of the slowest arm in the previous full run ({measured}).")
+        return (f" The search's trial budget is {steps:,} steps ({kept}), at least a third of "
+                f"the median steps to the best checkpoint of the slowest arm in the previous "
+                f"full run ({measured}).{rungs}")
+    return (f" The search's trial budget is {steps:,} steps, a third of the median steps to the "
+            f"best checkpoint of the slowest arm in the previous full run ({measured}).{rungs}")
 
 
 def search_changed(date: str, before: str) -> str:
-    """What changed in an experiment's search since its previous verdict (runs of ``date``):
-    ``before`` describes the earlier search."""
-    return (f" Changed since the previous verdict (runs of {date}): every arm's search was "
-            f"{before}, the same points for every arm (one sampler stream); now each arm has its "
-            f"own 8-trial search (its own stream, 4 random points, then TPE) of the budget above.")
+    """What changed in an experiment's search since the verdict of the runs of ``date``:
+    ``before`` describes the search those runs had."""
+    return (f" Changed since the verdict of the runs of {date}: every arm's search was "
+            f"{before}, the same points for every arm (one sampler stream). The next search "
+            "gave each arm its own 8 trials of the trial budget (its own stream, 4 random "
+            "points, then TPE).")
 
 
 PIXEL_NOTE = ("METAGROSS here is one layer of depth 2 with the linear base, whose gates see "
@@ -102,13 +105,14 @@ CARNN_LM_NOTE = ("In full mode the models train on the first 10,000 training sen
                  + " Changed since the previous verdict (runs of 2026-11-23: the LSTM LM "
                  "190.0 ± 1.7 ahead of nCARNN 224 ± 9.9, iCARNN 218 ± 0.7 and sCARNN "
                  "229 ± 8.5): the dropout placement above, and the search (4 random points of "
-                 "500 steps, the same for every arm). What the new search leaves open: at 750 "
-                 "steps a trial the LSTM's search chose its fastest learner (lr 0.008, dropout "
-                 "0.07), whose seeds peak at step 600; at the previous search's values (lr "
+                 "500 steps, the same for every arm). What the 8-trial TPE search left open: "
+                 "at 750 steps a trial the LSTM's search chose its fastest learner (lr 0.008, "
+                 "dropout 0.07), whose seeds peak at step 600; at the previous search's values (lr "
                  "0.00138, dropout 0.01, the same dropout placement for the LSTM) its seeds "
                  "reached 190.0 ± 1.7 at steps 2,100-2,250, below every CARNN here. So the "
                  "iCARNN's lead over the LSTM depends on the trial budget, and trials of the "
-                 "LSTM's whole 2,250 steps are what would settle it.")
+                 "LSTM's whole 2,250 steps are what would settle it. The successive-halving "
+                 "search's last rung trains 2,250 steps.")
 
 PTB_LM_NOTE = ("In full mode: 2 layers of 256 units, batch 20, BPTT 35 (1,328 steps an "
                "epoch; 0.12-0.14 s a step for every arm, measured here with `ctrlrnn "
@@ -204,5 +208,7 @@ NLI_STAND_IN = ("the logical-inference pairs (generated here) for SNLI and Multi
 
 def new_budget_note(steps: int, like: str) -> str:
     """The trial budget of an experiment with no full run yet to measure its own."""
-    return (f" Each search trial trains {steps:,} steps, the budget of {like}'s trials: this "
-            "experiment has no full run yet to measure its own.")
+    return (f" The search's trial budget is {steps:,} steps, the budget of {like}'s trials: "
+            "this experiment has no full run yet to measure its own. The first rung of the "
+            "successive-halving search trains a third of this budget, and its last rung "
+            "three times it.")
