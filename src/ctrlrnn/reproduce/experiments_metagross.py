@@ -8,6 +8,7 @@ from typing import Any
 from ctrlrnn.reproduce import experiment_notes as notes
 from ctrlrnn.reproduce import paper_scales as scale
 from ctrlrnn.reproduce import paper_settings as paper
+from ctrlrnn.reproduce import pixel_notes
 from ctrlrnn.reproduce.experiment_builders import (
     LOGIC_EPOCHS,
     SMALL,
@@ -214,7 +215,8 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
         paper_setting=paper.MNIST,
         paper_scale=scale.replace(scale.PIXEL, task="mnist", needs=scale.needs("mnist")),
         stand_in="MNIST's 5,000-digit subset for the whole MNIST",
-        note=notes.PIXEL_NOTE + notes.MNIST_BUDGET_NOTE
+        note=notes.PIXEL_NOTE + pixel_notes.PIXEL_RECIPE_NOTE + notes.MNIST_BUDGET_NOTE
+        + pixel_notes.MNIST_PROBE_NOTE.format(trained=pixel_notes.MNIST_PROBE_TRAINED)
         + notes.search_changed("2026-11-23", "4 points of 10 epochs (patience 5), 3 drawn at "
                                "random"),
         chance=0.1,
@@ -238,7 +240,8 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
         paper_scale=scale.replace(scale.PIXEL, task="cifar10", needs=scale.needs("cifar10"),
                                   arms={"METAGROSS": {"model.base": "lstm", "paper": 73.01}}),
         stand_in="Fashion-MNIST for CIFAR-10, a harder image set than MNIST",
-        note=notes.PIXEL_NOTE + notes.FASHION_NOTE
+        note=notes.PIXEL_NOTE + pixel_notes.PIXEL_RECIPE_NOTE + notes.FASHION_NOTE
+        + pixel_notes.FASHION_PROBE_NOTE
         + notes.budget_note(2028, "METAGROSS, 5,928 steps", kept="13 whole epochs")
         + notes.search_changed("2026-11-23", "4 points of 3 epochs, 3 drawn at random"),
         chance=0.1,

@@ -79,6 +79,7 @@ TRANSLATION_EXPERIMENTS: tuple[Experiment, ...] = (
                   "cap was 30 epochs until one of the LSTM's first two seeds reached it with "
                   "its best validation loss at epoch 29.)")
         + notes.BY_LOSS_NOTE + notes.CHAR_TRANSLATION_QRNN_NOTE
+        + notes.CHAR_TRANSLATION_LEVEL_NOTE
         + notes.budget_note(6250, "LSTM, 18,125 steps", kept="10 whole epochs")
         + TRANSLATION_CHANGED,
     ),
