@@ -33,7 +33,9 @@ MNIST_PROBE_NOTE = (
 MNIST_PROBE_TRAINED = (
     "With forget gates 3 higher at 0.001, it stayed at chance through 1,200 steps (19 "
     "epochs): validation accuracy 10% at all 48 evaluations, validation loss 2.3030 at best "
-    "and 2.3053 at the end. So the initial forget bias explains the missing gradient, but not "
+    "and 2.3053 at the end. At 0.003, the top of the new range, it also stayed at chance "
+    "through 1,200 steps: validation loss 2.3031 at best and 2.3061 at the end. So the "
+    "initial forget bias explains the missing gradient, but not "
     "the whole plateau; its other cause was not found here.")
 
 #: the probe of the Fashion-MNIST baseline's spread: measured on 2026-12-03
