@@ -232,7 +232,7 @@ def test_character_translation_reruns_its_qrnn_arm_alone(tmp_path):
     (section 3.3: widths 6 and 2, unmasked; eq 7 layer by layer): QRNN seeds and searches of the
     earlier setting (``model.num_layers=2`` alone, as the committed files stored them) train
     again, the LSTM arm's stand, in quick mode; in full mode the experiment also defines
-    another search (each arm its own 8 trials), so the LSTM arm's earlier search trains again
+    another search (successive halving), so the LSTM arm's earlier search trains again
     too (and stands once it has), its seeds' setting unchanged; nothing is lost from the file
     until then. Built from the
     committed files with the QRNN entries set to the earlier setting, whether or not they have
@@ -241,6 +241,7 @@ def test_character_translation_reruns_its_qrnn_arm_alone(tmp_path):
     from pathlib import Path
 
     from ctrlrnn.reproduce.experiments import by_id
+    from ctrlrnn.reproduce.tuning import search_of
 
     exp = by_id()["translation-char-qrnn"]
     qrnn = next(a for a in exp.arms if a.label == "QRNN")
@@ -260,9 +261,9 @@ def test_character_translation_reruns_its_qrnn_arm_alone(tmp_path):
         params = {"LSTM": None, "QRNN": None}
         for arm in (lstm, qrnn):
             entry = cached["arms"][arm.label]
-            # the LSTM's search stands in quick mode, and in full mode once its own 8-trial
-            # search (each arm its own stream) has replaced the earlier shared one in the file
-            new_search = bool(entry.get("tuning", {}).get("arm_streams"))
+            # the LSTM's search stands in quick mode, and in full mode once the search the
+            # experiment defines now (successive halving) has replaced the earlier ones
+            new_search = search_of(entry.get("tuning")) == exp.tuning(mode)
             stands = arm is lstm and (mode == "quick" or new_search)
             if exp.tuning(mode) is not None:
                 assert standing.tuning(arm, entry["tuning"]) == stands

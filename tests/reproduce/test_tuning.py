@@ -340,24 +340,6 @@ def test_the_page_names_the_search_the_runs_ran_and_a_changed_definition(tmp_pat
     assert all(verdict.endswith("(earlier search)") for _, _, verdict in judged)
 
 
-def test_every_full_mode_search_can_tell_the_arms_apart():
-    """Every experiment's full-mode search: at least 8 trials per arm, 4 drawn at random before
-    TPE, each arm its own sampler stream (so its trials differ from the other arms'), one
-    budget for every arm; and every experiment's note states the trial budget it chose."""
-    from ctrlrnn.reproduce.experiments import EXPERIMENTS
-    from ctrlrnn.reproduce.tuning import arm_stream
-
-    for exp in EXPERIMENTS:
-        search = exp.tuning("full")
-        assert search is not None, exp.id
-        assert search.trials >= 8 and search.startup == 4 and search.arm_streams, exp.id
-        streams = {arm_stream(search, arm.label) for arm in exp.arms}
-        assert len(streams) == len(exp.arms), exp.id
-        budget = {k for k in search.overrides if k in ("epochs", "max_steps")}
-        assert budget, exp.id
-        assert "trial" in exp.note, exp.id
-
-
 def test_a_search_cut_mid_way_resumes_from_the_results_file_alone(tmp_path, monkeypatch):
     """Each finished trial is in the results file at once (the arm's ``search_in_progress``,
     beside its earlier results): with the run directories gone, the search goes on from the

@@ -14,7 +14,8 @@ pixels in the fixed order of :func:`ctrlrnn.data.pixels.pixel_permutation` with
 ``DIR/{split}_labels.npy`` (int64), the prepared format, instead of the prepared data set;
 any P works (e.g. tiny images in tests). ``task.train_size=N`` trains on N images of the
 train split, the first of a fixed random order (the same sample for every run; 0: all).
-Metric: accuracy.
+``task.forget_bias=B`` starts the encoder's forget gates B higher
+(:mod:`ctrlrnn.tasks.forget_bias`: ``nn.LSTM`` and METAGROSS's linear base). Metric: accuracy.
 
 The papers' data, from the user's files (they cannot be had here):
 
@@ -43,6 +44,7 @@ from ctrlrnn.models.classifier import parse_pooling
 from ctrlrnn.models.pixel_classifier import PixelClassifier
 from ctrlrnn.tasks.base import Batch, Task
 from ctrlrnn.tasks.common import require_files, source_dir
+from ctrlrnn.tasks.forget_bias import offset_forget_bias
 
 NUM_CLASSES = 10
 
@@ -62,6 +64,7 @@ class PixelTask(Task):
         "dropout": (float, 0.0),
         "train_size": (int, 0),
         "eval_batch_size": (int, 200),
+        "forget_bias": (float, 0.0),
     }
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 50, "lr": 1e-3, "epochs": 10,
                                           "clip_norm": 1.0}
@@ -131,9 +134,11 @@ class PixelTask(Task):
                 "permuted": self.opts["permuted"]}
 
     def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
-        return PixelClassifier(NUM_CLASSES, encoder=encoder, encoder_args=model_args,
-                               input_size=self.channels, pooling=self.opts["pooling"],
-                               dropout=self.opts["dropout"])
+        model = PixelClassifier(NUM_CLASSES, encoder=encoder, encoder_args=model_args,
+                                input_size=self.channels, pooling=self.opts["pooling"],
+                                dropout=self.opts["dropout"])
+        offset_forget_bias(model.encoder, self.opts["forget_bias"])
+        return model
 
     def _batch(self, split: str, index: Tensor) -> Batch:
         ds = self.data[split]
