@@ -8,7 +8,7 @@ import torch
 from task_helpers import write_pixel_dir
 
 from ctrlrnn.models.encoders import SequenceEncoder
-from ctrlrnn.ops.metagross_layout import base_index
+from ctrlrnn.ops.metagross_level.layout import base_index
 from ctrlrnn.tasks import task_class
 from ctrlrnn.tasks.forget_bias import offset_forget_bias
 

@@ -1,4 +1,4 @@
-"""The elementwise part of one METAGROSS level: :mod:`ctrlrnn.ops.metagross_gates` (the ops
+"""The elementwise part of one METAGROSS level: :mod:`ctrlrnn.ops.metagross_level.gates` (the ops
 compose it with the scan, so it lives there; this module keeps its names importable here)."""
 
 from ctrlrnn.ops.metagross_level.gates import (

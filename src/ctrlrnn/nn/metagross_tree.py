@@ -2,7 +2,7 @@
 
 A tree of maximum depth ``L`` holds ``2^L - 1`` units in heap order (the root is node 0, node
 ``k``'s children ``2k+1`` and ``2k+2``); its ``3N`` base functions are laid out level-major
-(:mod:`ctrlrnn.ops.metagross_layout`, which the kernels share). The functions below compute a
+(:mod:`ctrlrnn.ops.metagross_level.layout`, which the kernels share). The functions below compute a
 tree's pass from the parameters of a :class:`~ctrlrnn.nn.metagross.MetagrossUnit` (``unit``):
 the base functions' pre-activations (:func:`base_preactivations`), the soft depth gates
 (:func:`depth_gates`), and the whole pass in either reading (:func:`forward_input_gates`,
@@ -54,8 +54,8 @@ def base_preactivations(
     """``F^*_k(x_t)`` of all of ``unit``'s base functions, one block ``(B, T, 3*k*H)`` per level.
 
     Blocks are listed root level first, each in the level-major order of
-    :func:`~ctrlrnn.ops.metagross_layout.base_index`. Linear base (section 2.2): one GEMM per level
-    (no split or concatenation of a single large output, whose backward would copy it again), into a
+    :func:`~ctrlrnn.ops.metagross_level.layout.base_index`. Linear base (section 2.2): one GEMM
+    per level (no split or concatenation of a single large output, whose backward would copy it again), into a
     cached output block on CPU (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the root level's
     GEMM also yields the token depth-gate logits (returned second, ``(B, T, 2I)``, else None). RNN
     base: one GEMM for the input projections of all ``3N`` RNNs, then each RNN's recurrence on the
@@ -163,7 +163,7 @@ def residual(unit: nn.Module, x: Tensor) -> Tensor | None:
 
 def _one_node(unit: nn.Module, x: Tensor) -> bool:
     """Whether :func:`forward_input_gates` runs the tree as one autograd node
-    (:func:`ctrlrnn.ops.metagross_input_tree.input_tree`): a linear base, token depth gates
+    (:func:`ctrlrnn.ops.metagross_level.input_tree.input_tree`): a linear base, token depth gates
     (or none, at depth 1), a residual that is ``x`` itself or none, on the eager CPU path."""
     if unit.base != "linear" or unit.residual_weight is not None:
         return False

@@ -28,7 +28,7 @@ class MetagrossUnit(nn.Module):
 
     Parameters (``N = 2^depth - 1`` nodes, ``I = 2^(depth-1) - 1`` internal nodes, ``H`` hidden),
     all ``3N`` base functions in the level-major order of
-    :func:`~ctrlrnn.ops.metagross_layout.base_index`:
+    :func:`~ctrlrnn.ops.metagross_level.layout.base_index`:
 
     * linear base: ``weight`` ``(3*N*H, D)`` and ``bias`` ``(3*N*H,)``: rows
       ``base_index(g, k) * H ...`` hold ``W^g_k``, ``b^g_k``;

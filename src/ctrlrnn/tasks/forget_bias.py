@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ctrlrnn.nn.metagross import Metagross
-from ctrlrnn.ops.metagross_layout import base_index
+from ctrlrnn.ops.metagross_level.layout import base_index
 
 
 def _lstm(rnn: nn.LSTM, value: float) -> None:
