@@ -56,13 +56,14 @@ def base_preactivations(
     Blocks are listed root level first, each in the level-major order of
     :func:`~ctrlrnn.ops.metagross_level.layout.base_index`. Linear base (section 2.2): one GEMM
     per level (no split or concatenation of a single large output, whose backward would copy it
-    again), into a cached output block on CPU (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the root level's
-    GEMM also yields the token depth-gate logits (returned second, ``(B, T, 2I)``, else None). RNN
-    base: one GEMM for the input projections of all ``3N`` RNNs, then each RNN's recurrence on the
-    fused-cell engine, from zero states (the paper) or from ``base_state`` ``(B, base_state_size)``;
-    the third result is the RNNs' final states (None for the linear base). ``weight_drop``:
-    DropConnect on the base RNNs' ``base_weight_hh`` in training (:mod:`ctrlrnn.nn.weight_drop`).
-    """
+    again), into a cached output block on CPU
+    (:func:`~ctrlrnn.ops.cached_linear.cached_linear`); the root level's GEMM also yields the
+    token depth-gate logits (returned second, ``(B, T, 2I)``, else None). RNN base: one GEMM for
+    the input projections of all ``3N`` RNNs, then each RNN's recurrence on the fused-cell
+    engine, from zero states (the paper) or from ``base_state`` ``(B, base_state_size)``; the
+    third result is the RNNs' final states (None for the linear base). ``weight_drop``:
+    DropConnect on the base RNNs' ``base_weight_hh`` in training
+    (:mod:`ctrlrnn.nn.weight_drop`)."""
     B, T, _ = x.shape
     N, H, L = unit.num_nodes, unit.hidden_size, unit.depth
     rows = [level_columns(n, H) for n in range(1, L + 1)]  # each level's rows, root first
