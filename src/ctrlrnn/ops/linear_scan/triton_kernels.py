@@ -156,6 +156,84 @@ def _scan_fwd_kernel(
 
 
 @triton.jit
+def _length_of(len_ptr, pid_b, T, HAS_LEN: tl.constexpr):
+    """The valid length of row ``pid_b``: ``lengths[b]``, or ``T`` without lengths."""
+    if HAS_LEN:
+        L = tl.load(len_ptr + pid_b)
+    else:
+        L = T
+    return L
+
+
+@triton.jit
+def _bwd_entry(init_ptr, h0_ptr, pid_b, k, n_chunks, C, cols, cmask,
+               HAS_INIT: tl.constexpr, HAS_H0: tl.constexpr, ACC: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """The backward's carry entering chunk ``k`` (``init[b, k]``, or zero) and ``h0`` (or
+    zero), both in ``ACC``."""
+    if HAS_INIT:
+        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * C + cols, mask=cmask, other=0.0)
+        carry = carry.to(ACC)
+    else:
+        carry = tl.zeros([BLOCK], ACC)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + pid_b * C + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        h0 = tl.zeros([BLOCK], ACC)
+    return carry, h0
+
+
+@triton.jit
+def _bwd_tile_steps(k, CHUNK, j0, steps, T, L, REVERSE: tl.constexpr):
+    """Processing indices ``s`` of a backward tile (the chunk's last first), their time steps
+    ``t`` and the previous step ``t_prev`` in processing order, and the masks ``inside`` (in
+    the chunk and the sequence) and ``valid`` (also within the length)."""
+    s = k * CHUNK + CHUNK - 1 - (j0 + steps)
+    inside = ((j0 + steps) < CHUNK) & (s < T)
+    valid = inside & (s < L)
+    if REVERSE:
+        t = tl.where(s < L, L - 1 - s, s)
+        t_prev = t + 1
+    else:
+        t = s
+        t_prev = t - 1
+    return s, t, t_prev, inside, valid
+
+
+@triton.jit
+def _prev_state(out_ptr, row, s, t_prev, C, cols, m_valid, h0, ACC: tl.constexpr):
+    """``h_{t-1}`` of a tile, read back from the forward output (``h0`` at the first step)."""
+    has_prev = (s > 0)[:, None]
+    prev_off = row + t_prev[:, None] * C + cols[None, :]
+    prev = tl.load(out_ptr + prev_off, mask=m_valid & has_prev, other=0.0).to(ACC)
+    return tl.where(has_prev, prev, h0[None, :])
+
+
+@triton.jit
+def _put_grads(da_tile, db_tile, d, prev, steps, j: tl.constexpr):
+    """Row ``j`` of the tiles: ``db_t = d`` and ``da_t = d h_{t-1}``."""
+    here = steps[:, None] == j
+    db_tile = tl.where(here, d[None, :], db_tile)
+    da_tile = tl.where(here, (d * _step_of(prev, steps, j))[None, :], da_tile)
+    return da_tile, db_tile
+
+
+@triton.jit
+def _bwd_exit(prod_ptr, state_ptr, dh0_ptr, p, carry, pid_b, k, n_chunks, C, cols, cmask,
+              SUMMARY: tl.constexpr, BLOCK: tl.constexpr):
+    """The backward's end of a chunk: with ``SUMMARY`` ``prod[b, k] = p`` and
+    ``state[b, k] = carry``; otherwise ``dh0 = carry`` from chunk 0."""
+    if SUMMARY:
+        soff = (pid_b * n_chunks + k) * C + cols
+        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
+        tl.store(state_ptr + soff, carry.to(state_ptr.dtype.element_ty), mask=cmask)
+    else:
+        zero = tl.zeros([BLOCK], tl.int64)
+        is_first = cmask & ((zero + k) == 0)
+        tl.store(dh0_ptr + pid_b * C + cols, carry.to(dh0_ptr.dtype.element_ty), mask=is_first)
+
+
+@triton.jit
 def _scan_bwd_kernel(
     g_ptr,
     a_ptr,
@@ -194,34 +272,15 @@ def _scan_bwd_kernel(
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     k = tl.program_id(2)
     cmask = cols < C
-    zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        L = tl.load(len_ptr + pid_b)
-    else:
-        L = T
+    L = _length_of(len_ptr, pid_b, T, HAS_LEN)
     row = pid_b * T * C
-    if HAS_INIT:
-        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * C + cols, mask=cmask, other=0.0)
-        carry = carry.to(ACC)
-    else:
-        carry = tl.zeros([BLOCK], ACC)
-    if HAS_H0:
-        h0 = tl.load(h0_ptr + pid_b * C + cols, mask=cmask, other=0.0).to(ACC)
-    else:
-        h0 = tl.zeros([BLOCK], ACC)
+    carry, h0 = _bwd_entry(init_ptr, h0_ptr, pid_b, k, n_chunks, C, cols, cmask,
+                           HAS_INIT, HAS_H0, ACC, BLOCK)
     p = tl.full([BLOCK], 1.0, ACC)
     steps = tl.arange(0, STEPS)
     # tiles of STEPS time steps, loaded at once and walked in registers, as in the forward
     for j0 in range(0, CHUNK, STEPS):
-        s = k * CHUNK + CHUNK - 1 - (j0 + steps)  # processing indices, last first
-        inside = ((j0 + steps) < CHUNK) & (s < T)
-        valid = inside & (s < L)
-        if REVERSE:
-            t = tl.where(s < L, L - 1 - s, s)
-            t_prev = t + 1  # the previous step in processing order
-        else:
-            t = s
-            t_prev = t - 1
+        s, t, t_prev, inside, valid = _bwd_tile_steps(k, CHUNK, j0, steps, T, L, REVERSE)
         off = row + t[:, None] * C + cols[None, :]
         m_inside = inside[:, None] & cmask[None, :]
         m_valid = valid[:, None] & cmask[None, :]
@@ -229,10 +288,7 @@ def _scan_bwd_kernel(
         if HAS_G:
             g_tile = tl.load(g_ptr + off, mask=m_valid, other=0.0).to(ACC)
         if not SUMMARY:
-            has_prev = (s > 0)[:, None]
-            prev_off = row + t_prev[:, None] * C + cols[None, :]
-            prev = tl.load(out_ptr + prev_off, mask=m_valid & has_prev, other=0.0).to(ACC)
-            prev = tl.where(has_prev, prev, h0[None, :])  # h_{t-1}: h0 at the first step
+            prev = _prev_state(out_ptr, row, s, t_prev, C, cols, m_valid, h0, ACC)
             da_tile = tl.zeros([STEPS, BLOCK], ACC)
             db_tile = tl.zeros([STEPS, BLOCK], ACC)
         for j in tl.static_range(STEPS):
@@ -244,22 +300,15 @@ def _scan_bwd_kernel(
             if SUMMARY:
                 p = p * a
             else:
-                here = steps[:, None] == j
-                db_tile = tl.where(here, d[None, :], db_tile)
-                da_tile = tl.where(here, (d * _step_of(prev, steps, j))[None, :], da_tile)
+                da_tile, db_tile = _put_grads(da_tile, db_tile, d, prev, steps, j)
             carry = d * a  # past the length g = 0 and a = 1: the carry passes through exactly
         if not SUMMARY:
             db_tile = tl.where(m_valid, db_tile, 0.0)
             da_tile = tl.where(m_valid, da_tile, 0.0)
             tl.store(db_ptr + off, db_tile.to(db_ptr.dtype.element_ty), mask=m_inside)
             tl.store(da_ptr + off, da_tile.to(da_ptr.dtype.element_ty), mask=m_inside)
-    if SUMMARY:
-        soff = (pid_b * n_chunks + k) * C + cols
-        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
-        tl.store(state_ptr + soff, carry.to(state_ptr.dtype.element_ty), mask=cmask)
-    else:
-        is_first = cmask & ((zero + k) == 0)
-        tl.store(dh0_ptr + pid_b * C + cols, carry.to(dh0_ptr.dtype.element_ty), mask=is_first)
+    _bwd_exit(prod_ptr, state_ptr, dh0_ptr, p, carry, pid_b, k, n_chunks, C, cols, cmask,
+              SUMMARY, BLOCK)
 
 
 _scan_fwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan_fwd_kernel)

@@ -131,6 +131,164 @@ def _level_fwd_kernel(
 
 
 @triton.jit
+def _length_of(len_ptr, b, T, HAS_LEN: tl.constexpr):
+    """The valid length of row ``b``: ``lengths[b]``, or ``T`` without lengths."""
+    if HAS_LEN:
+        L = tl.load(len_ptr + b)
+    else:
+        L = T
+    return L
+
+
+@triton.jit
+def _bwd_entry(glast_ptr, s0_ptr, b, kH, uh, tile, HAS_GLAST: tl.constexpr,
+               HAS_S0: tl.constexpr, ACC: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr):
+    """The reverse pass's starting carry (the final-state gradient, or zero) and ``s_0`` (or
+    zero), as ``(KP, BLOCK)`` tiles in ``ACC``."""
+    if HAS_GLAST:
+        carry = tl.load(glast_ptr + b * kH + uh, mask=tile, other=0.0).to(ACC)
+    else:
+        carry = tl.zeros([KP, BLOCK], ACC)
+    if HAS_S0:
+        s0 = tl.load(s0_ptr + b * kH + uh, mask=tile, other=0.0).to(ACC)
+    else:
+        s0 = tl.zeros([KP, BLOCK], ACC)
+    return carry, s0
+
+
+@triton.jit
+def _bias_setup(bias_ptr, kH, uh, tile, ACC: tl.constexpr, KP: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """The base maps' biases ``bf, bo, bz`` (section 2.2) and their zeroed gradient sums."""
+    bf = tl.load(bias_ptr + uh, mask=tile, other=0.0).to(ACC)
+    bo = tl.load(bias_ptr + kH + uh, mask=tile, other=0.0).to(ACC)
+    bz = tl.load(bias_ptr + 2 * kH + uh, mask=tile, other=0.0).to(ACC)
+    dbf = tl.zeros([KP, BLOCK], ACC)
+    dbo = tl.zeros([KP, BLOCK], ACC)
+    dbz = tl.zeros([KP, BLOCK], ACC)
+    return bf, bo, bz, dbf, dbo, dbz
+
+
+@triton.jit
+def _bwd_rows(zero, T, j, L, tile, REVERSE: tl.constexpr):
+    """Processing index ``sj`` of reverse step ``j`` (last first) as a tile, its mask
+    ``valid``, its time step ``t`` and the previous step ``t_prev`` in processing order."""
+    sj = zero + (T - 1 - j)
+    valid = tile & (sj < L)
+    if REVERSE:
+        t = tl.where(sj < L, L - 1 - sj, sj)
+        t_prev = t + 1
+    else:
+        t = sj
+        t_prev = t - 1
+    return sj, valid, t, t_prev
+
+
+@triton.jit
+def _time_row(T, j, L, REVERSE: tl.constexpr):
+    """The time step of reverse step ``j`` as a scalar (the same for every channel)."""
+    r = T - 1 - j
+    if REVERSE:
+        r = tl.where(r < L, L - 1 - r, r)
+    return r
+
+
+@triton.jit
+def _preacts(P_ptr, p_off, kH, valid, ACC: tl.constexpr):
+    """The base maps' pre-activations ``F^F, F^O`` and ``z``'s of one step, in ``ACC``."""
+    pf = tl.load(P_ptr + p_off, mask=valid, other=0.0).to(ACC)
+    po = tl.load(P_ptr + p_off + kH, mask=valid, other=0.0).to(ACC)
+    pz = tl.load(P_ptr + p_off + 2 * kH, mask=valid, other=0.0).to(ACC)
+    return pf, po, pz
+
+
+@triton.jit
+def _child_inputs(child_ptr, alpha_ptr, beta_ptr, row, units, cols, K, H, valid,
+                  ACC: tl.constexpr):
+    """The children's ``M^F, M^O`` and the depth gates ``alpha, beta`` of eq 2-1 / 2-2, with
+    the children's offset ``c_off``."""
+    c_off = (row * K + units[:, None]) * 2 * H + cols[None, :]
+    cf = tl.load(child_ptr + c_off, mask=valid, other=0.0).to(ACC)
+    co = tl.load(child_ptr + c_off + H, mask=valid, other=0.0).to(ACC)
+    g_off = row * K + units[:, None]
+    al = tl.load(alpha_ptr + g_off, mask=valid, other=0.0).to(ACC)
+    be = tl.load(beta_ptr + g_off, mask=valid, other=0.0).to(ACC)
+    return cf, co, al, be, c_off
+
+
+@triton.jit
+def _out_grad_prev(gout_ptr, saved_ptr, o_off, b, T, t_prev, kH, uh, valid, sj, s0,
+                   HAS_G: tl.constexpr, ACC: tl.constexpr, KP: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """The output's gradient ``g_t`` (or zero) and the state ``s_{t-1}`` (``s_0`` first)."""
+    if HAS_G:
+        g = tl.load(gout_ptr + o_off, mask=valid, other=0.0).to(ACC)
+    else:
+        g = tl.zeros([KP, BLOCK], ACC)
+    prev = tl.load(saved_ptr + (b * T + t_prev) * kH + uh, mask=valid & (sj > 0), other=0.0)
+    prev = tl.where(sj > 0, prev.to(ACC), s0)
+    return g, prev
+
+
+@triton.jit
+def _step_grads(saved_ptr, o_off, g, carry, prev, f, o, z, valid, HFORM: tl.constexpr,
+                ACC: tl.constexpr):
+    """One reverse step of the scan (eq 2-4..2-6) and the gate activations: the new carry,
+    the gradients at the sigmoids' and tanh's inputs (eq 2-1, 2-2, 2-3) and the residual's
+    per-unit gradient ``dr``."""
+    if HFORM:  # s = o (1 - f) s_prev + o f z (+ x), out = s
+        d = g + carry
+        ga = d * prev
+        new_carry = d * (o * (1.0 - f))
+        g_o = ga * (1.0 - f) + d * f * z
+        g_f = o * (d * z - ga)
+        g_z = d * o * f
+        dr = d
+    else:  # s = (1 - f) s_prev + f z, out = o s (+ x)
+        cur = tl.load(saved_ptr + o_off, mask=valid, other=0.0).to(ACC)
+        d = g * o + carry
+        ga = d * prev
+        new_carry = d * (1.0 - f)
+        g_o = g * cur
+        g_f = d * z - ga
+        g_z = d * f
+        dr = g
+    gsf = g_f * f * (1.0 - f)  # through the sigmoid of eq 2-1
+    gso = g_o * o * (1.0 - o)  # eq 2-2
+    dpz = g_z * (1.0 - z * z)  # eq 2-3
+    return new_carry, gsf, gso, dpz, dr
+
+
+@triton.jit
+def _child_grads(dP_ptr, dchild_ptr, pa_ptr, pb_ptr, d_off, c_off, part, gsf, gso, al, be,
+                 cf, co, rpf, rpo, valid, tile, umask, kH, H):
+    """Through the depth-gate mixes of eq 2-1 / 2-2: store ``dP``'s f and o rows, ``dchild``
+    and the depth gates' partial gradients ``pa, pb`` at ``part``; return ``dpf, dpo``."""
+    ety = dP_ptr.dtype.element_ty
+    # d/dp of p + w (c - p) summed as autograd sums it: g - g w (see the CPU kernel)
+    dpf = tl.where(valid, gsf - gsf * al, 0.0)
+    dpo = tl.where(valid, gso - gso * be, 0.0)
+    tl.store(dP_ptr + d_off, dpf.to(ety), mask=tile)
+    tl.store(dP_ptr + d_off + kH, dpo.to(ety), mask=tile)
+    tl.store(dchild_ptr + c_off, tl.where(valid, gsf * al, 0.0).to(ety), mask=tile)
+    tl.store(dchild_ptr + c_off + H, tl.where(valid, gso * be, 0.0).to(ety), mask=tile)
+    ta = tl.sum(tl.where(valid, gsf * (cf - rpf), 0.0), axis=1)  # (KP,)
+    tb = tl.sum(tl.where(valid, gso * (co - rpo), 0.0), axis=1)
+    tl.store(pa_ptr + part, ta.to(pa_ptr.dtype.element_ty), mask=umask)
+    tl.store(pb_ptr + part, tb.to(pb_ptr.dtype.element_ty), mask=umask)
+    return dpf, dpo
+
+
+@triton.jit
+def _store_bias_grad(db_ptr, b, kH, uh, tile, dbf, dbo, dbz):
+    """This batch row's sums over its steps of ``dP`` (summed over rows on the host)."""
+    dty = db_ptr.dtype.element_ty
+    tl.store(db_ptr + b * 3 * kH + uh, dbf.to(dty), mask=tile)
+    tl.store(db_ptr + b * 3 * kH + kH + uh, dbo.to(dty), mask=tile)
+    tl.store(db_ptr + b * 3 * kH + 2 * kH + uh, dbz.to(dty), mask=tile)
+
+
+@triton.jit
 def _level_bwd_kernel(
     gout_ptr, glast_ptr, P_ptr, bias_ptr, child_ptr, alpha_ptr, beta_ptr, s0_ptr, len_ptr,
     saved_ptr, dP_ptr, dchild_ptr, pa_ptr, pb_ptr, dres_ptr, ds0_ptr, db_ptr,
@@ -156,39 +314,15 @@ def _level_bwd_kernel(
     zero = tl.zeros([KP, BLOCK], tl.int64)
     kH = K * H
     uh = units[:, None] * H + cols[None, :]
-    if HAS_LEN:
-        L = tl.load(len_ptr + b)
-    else:
-        L = T
-    if HAS_GLAST:
-        carry = tl.load(glast_ptr + b * kH + uh, mask=tile, other=0.0).to(ACC)
-    else:
-        carry = tl.zeros([KP, BLOCK], ACC)
-    if HAS_S0:
-        s0 = tl.load(s0_ptr + b * kH + uh, mask=tile, other=0.0).to(ACC)
-    else:
-        s0 = tl.zeros([KP, BLOCK], ACC)
+    L = _length_of(len_ptr, b, T, HAS_LEN)
+    carry, s0 = _bwd_entry(glast_ptr, s0_ptr, b, kH, uh, tile, HAS_GLAST, HAS_S0, ACC, KP, BLOCK)
     if HAS_BIAS:
-        bf = tl.load(bias_ptr + uh, mask=tile, other=0.0).to(ACC)
-        bo = tl.load(bias_ptr + kH + uh, mask=tile, other=0.0).to(ACC)
-        bz = tl.load(bias_ptr + 2 * kH + uh, mask=tile, other=0.0).to(ACC)
-        dbf = tl.zeros([KP, BLOCK], ACC)
-        dbo = tl.zeros([KP, BLOCK], ACC)
-        dbz = tl.zeros([KP, BLOCK], ACC)
+        bf, bo, bz, dbf, dbo, dbz = _bias_setup(bias_ptr, kH, uh, tile, ACC, KP, BLOCK)
     for j in range(0, T):
-        sj = zero + (T - 1 - j)  # processing index, last first
-        valid = tile & (sj < L)
-        if REVERSE:
-            t = tl.where(sj < L, L - 1 - sj, sj)
-            t_prev = t + 1  # the previous step in processing order
-        else:
-            t = sj
-            t_prev = t - 1
+        sj, valid, t, t_prev = _bwd_rows(zero, T, j, L, tile, REVERSE)
         row = b * T + t
         p_off = b * sPB + t * sPT + uh
-        rpf = tl.load(P_ptr + p_off, mask=valid, other=0.0).to(ACC)
-        rpo = tl.load(P_ptr + p_off + kH, mask=valid, other=0.0).to(ACC)
-        pz = tl.load(P_ptr + p_off + 2 * kH, mask=valid, other=0.0).to(ACC)
+        rpf, rpo, pz = _preacts(P_ptr, p_off, kH, valid, ACC)
         if HAS_BIAS:  # F = W x_t + b (section 2.2)
             rpf = rpf + bf
             rpo = rpo + bo
@@ -196,63 +330,25 @@ def _level_bwd_kernel(
         pf = rpf
         po = rpo
         if CHILD:
-            c_off = (row * K + units[:, None]) * 2 * H + cols[None, :]
-            cf = tl.load(child_ptr + c_off, mask=valid, other=0.0).to(ACC)
-            co = tl.load(child_ptr + c_off + H, mask=valid, other=0.0).to(ACC)
-            g_off = row * K + units[:, None]
-            al = tl.load(alpha_ptr + g_off, mask=valid, other=0.0).to(ACC)
-            be = tl.load(beta_ptr + g_off, mask=valid, other=0.0).to(ACC)
+            cf, co, al, be, c_off = _child_inputs(child_ptr, alpha_ptr, beta_ptr, row, units, cols,
+                                                  K, H, valid, ACC)
             pf = pf + al * (cf - pf)
             po = po + be * (co - po)
         f = sigmoid(pf)
         o = sigmoid(po)
         z = tanh(pz)
         o_off = row * kH + uh
-        if HAS_G:
-            g = tl.load(gout_ptr + o_off, mask=valid, other=0.0).to(ACC)
-        else:
-            g = tl.zeros([KP, BLOCK], ACC)
-        prev = tl.load(saved_ptr + (b * T + t_prev) * kH + uh, mask=valid & (sj > 0), other=0.0)
-        prev = tl.where(sj > 0, prev.to(ACC), s0)
-        if HFORM:  # s = o (1 - f) s_prev + o f z (+ x), out = s
-            d = g + carry
-            ga = d * prev
-            new_carry = d * (o * (1.0 - f))
-            g_o = ga * (1.0 - f) + d * f * z
-            g_f = o * (d * z - ga)
-            g_z = d * o * f
-            dr = d
-        else:  # s = (1 - f) s_prev + f z, out = o s (+ x)
-            cur = tl.load(saved_ptr + o_off, mask=valid, other=0.0).to(ACC)
-            d = g * o + carry
-            ga = d * prev
-            new_carry = d * (1.0 - f)
-            g_o = g * cur
-            g_f = d * z - ga
-            g_z = d * f
-            dr = g
+        g, prev = _out_grad_prev(gout_ptr, saved_ptr, o_off, b, T, t_prev, kH, uh, valid, sj, s0,
+                                 HAS_G, ACC, KP, BLOCK)
+        new_carry, gsf, gso, dpz, dr = _step_grads(saved_ptr, o_off, g, carry, prev, f, o, z,
+                                                   valid, HFORM, ACC)
         carry = tl.where(valid, new_carry, carry)
-        gsf = g_f * f * (1.0 - f)  # through the sigmoid of eq 2-1
-        gso = g_o * o * (1.0 - o)  # eq 2-2
-        dpz = g_z * (1.0 - z * z)  # eq 2-3
         d_off = row * 3 * kH + uh
         ety = dP_ptr.dtype.element_ty
-        if CHILD:
-            # d/dp of p + w (c - p) summed as autograd sums it: g - g w (see the CPU kernel)
-            dpf = tl.where(valid, gsf - gsf * al, 0.0)
-            dpo = tl.where(valid, gso - gso * be, 0.0)
-            tl.store(dP_ptr + d_off, dpf.to(ety), mask=tile)
-            tl.store(dP_ptr + d_off + kH, dpo.to(ety), mask=tile)
-            tl.store(dchild_ptr + c_off, tl.where(valid, gsf * al, 0.0).to(ety), mask=tile)
-            tl.store(dchild_ptr + c_off + H, tl.where(valid, gso * be, 0.0).to(ety), mask=tile)
-            ta = tl.sum(tl.where(valid, gsf * (cf - rpf), 0.0), axis=1)  # (KP,)
-            tb = tl.sum(tl.where(valid, gso * (co - rpo), 0.0), axis=1)
-            t_row = T - 1 - j
-            if REVERSE:  # the depth gates' row: t of this step (same for every channel)
-                t_row = tl.where(t_row < L, L - 1 - t_row, t_row)
-            part = ((blk * B + b) * T + t_row) * K + units
-            tl.store(pa_ptr + part, ta.to(pa_ptr.dtype.element_ty), mask=umask)
-            tl.store(pb_ptr + part, tb.to(pb_ptr.dtype.element_ty), mask=umask)
+        if CHILD:  # the depth gates' row: t of this step (same for every channel)
+            part = ((blk * B + b) * T + _time_row(T, j, L, REVERSE)) * K + units
+            dpf, dpo = _child_grads(dP_ptr, dchild_ptr, pa_ptr, pb_ptr, d_off, c_off, part, gsf,
+                                    gso, al, be, cf, co, rpf, rpo, valid, tile, umask, kH, H)
         else:
             dpf = tl.where(valid, gsf, 0.0)
             dpo = tl.where(valid, gso, 0.0)
@@ -266,17 +362,11 @@ def _level_bwd_kernel(
             dbz += dpz
         if RES:  # the residual reaches every unit's output (eq 2-6): sum over units
             dres = tl.sum(tl.where(valid, dr, 0.0), axis=0)  # (BLOCK,)
-            r_row = T - 1 - j
-            if REVERSE:
-                r_row = tl.where(r_row < L, L - 1 - r_row, r_row)
-            tl.store(dres_ptr + (b * T + r_row) * H + cols,
+            tl.store(dres_ptr + (b * T + _time_row(T, j, L, REVERSE)) * H + cols,
                      dres.to(dres_ptr.dtype.element_ty), mask=cols < H)  # fmt: skip
     tl.store(ds0_ptr + b * kH + uh, carry.to(ds0_ptr.dtype.element_ty), mask=tile)
     if HAS_BIAS:  # this batch row's sums over its steps, summed over rows on the host
-        dty = db_ptr.dtype.element_ty
-        tl.store(db_ptr + b * 3 * kH + uh, dbf.to(dty), mask=tile)
-        tl.store(db_ptr + b * 3 * kH + kH + uh, dbo.to(dty), mask=tile)
-        tl.store(db_ptr + b * 3 * kH + 2 * kH + uh, dbz.to(dty), mask=tile)
+        _store_bias_grad(db_ptr, b, kH, uh, tile, dbf, dbo, dbz)
 
 
 def _block(batch: int, k: int, hidden: int, device: torch.device) -> tuple[int, int, int]:

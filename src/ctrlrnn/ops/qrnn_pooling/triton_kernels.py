@@ -46,6 +46,46 @@ _GATES = (2, 3, 4)
 
 
 @triton.jit
+def _length_of(len_ptr, pid_b, T, HAS_LEN: tl.constexpr):
+    """The valid length of row ``pid_b``: ``lengths[b]``, or ``T`` without lengths."""
+    if HAS_LEN:
+        L = tl.load(len_ptr + pid_b)
+    else:
+        L = T
+    return L
+
+
+@triton.jit
+def _z_f_keep(g_ptr, keep_ptr, gbase, koff, valid, keep_scale, H,
+              HAS_KEEP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``z = tanh(Z)``, ``f = sigmoid(F)`` (eq 1-2), the zoneout factor ``k`` and the
+    zoneout-ed ``1 - f``, ``omf = k (1 - f)`` (eq 6), of one step."""
+    z = tanh(tl.load(g_ptr + gbase, mask=valid, other=0.0).to(ACC))
+    f = sigmoid(tl.load(g_ptr + gbase + H, mask=valid, other=0.0).to(ACC))
+    if HAS_KEEP:
+        kk = tl.load(keep_ptr + koff, mask=valid, other=0.0).to(ACC) * keep_scale
+    else:
+        kk = tl.zeros([BLOCK], ACC) + keep_scale
+    omf = kk * (1.0 - f)  # zoneout-ed 1 - f (eq 6)
+    return z, f, kk, omf
+
+
+@triton.jit
+def _chunk_exit(prod_ptr, state_ptr, end_ptr, p, v, pid_b, k, k_end, n_chunks, H, cols, cmask,
+                SUMMARY: tl.constexpr, BLOCK: tl.constexpr):
+    """The end of a chunk: with ``SUMMARY`` ``prod[b, k] = p`` and ``state[b, k] = v``;
+    otherwise ``end[b] = v`` from chunk ``k_end`` (the last cell, or ``dc0``)."""
+    if SUMMARY:
+        soff = (pid_b * n_chunks + k) * H + cols
+        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
+        tl.store(state_ptr + soff, v.to(state_ptr.dtype.element_ty), mask=cmask)
+    else:
+        zero = tl.zeros([BLOCK], tl.int64)
+        is_end = cmask & ((zero + k) == k_end)
+        tl.store(end_ptr + pid_b * H + cols, v.to(end_ptr.dtype.element_ty), mask=is_end)
+
+
+@triton.jit
 def _qrnn_fwd_kernel(
     g_ptr,
     init_ptr,
@@ -81,10 +121,7 @@ def _qrnn_fwd_kernel(
     k = tl.program_id(2)
     cmask = cols < H
     zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        L = tl.load(len_ptr + pid_b)
-    else:
-        L = T
+    L = _length_of(len_ptr, pid_b, T, HAS_LEN)
     if HAS_INIT:
         c = tl.load(init_ptr + (pid_b * n_chunks + k) * H + cols, mask=cmask, other=0.0).to(ACC)
     else:
@@ -96,13 +133,8 @@ def _qrnn_fwd_kernel(
         valid = inside & (t < L)
         rowt = pid_b * T + t
         gbase = rowt * (NG * H) + cols
-        z = tanh(tl.load(g_ptr + gbase, mask=valid, other=0.0).to(ACC))
-        f = sigmoid(tl.load(g_ptr + gbase + H, mask=valid, other=0.0).to(ACC))
-        if HAS_KEEP:
-            kk = tl.load(keep_ptr + rowt * H + cols, mask=valid, other=0.0).to(ACC) * keep_scale
-        else:
-            kk = tl.zeros([BLOCK], ACC) + keep_scale
-        omf = kk * (1.0 - f)  # zoneout-ed 1 - f (eq 6)
+        z, f, kk, omf = _z_f_keep(g_ptr, keep_ptr, gbase, rowt * H + cols, valid, keep_scale, H,
+                                  HAS_KEEP, ACC, BLOCK)
         if MODE == 2:
             inp = sigmoid(tl.load(g_ptr + gbase + 3 * H, mask=valid, other=0.0).to(ACC)) * z
         else:
@@ -119,13 +151,75 @@ def _qrnn_fwd_kernel(
             ooff = rowt * H + cols
             tl.store(c_ptr + ooff, tl.where(valid, c, 0.0).to(c_ptr.dtype.element_ty), mask=inside)
             tl.store(h_ptr + ooff, tl.where(valid, h, 0.0).to(h_ptr.dtype.element_ty), mask=inside)
-    if SUMMARY:
-        soff = (pid_b * n_chunks + k) * H + cols
-        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
-        tl.store(state_ptr + soff, c.to(state_ptr.dtype.element_ty), mask=cmask)
+    _chunk_exit(prod_ptr, state_ptr, last_ptr, p, c, pid_b, k, n_chunks - 1, n_chunks, H, cols,
+                cmask, SUMMARY, BLOCK)
+
+
+@triton.jit
+def _bwd_entry(init_ptr, c0_ptr, pid_b, k, n_chunks, H, cols, cmask,
+               HAS_INIT: tl.constexpr, HAS_C0: tl.constexpr, ACC: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """The carry entering chunk ``k`` (``init[b, k]``, or zero) and ``c0`` (or zero)."""
+    if HAS_INIT:
+        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * H + cols, mask=cmask, other=0.0)
+        carry = carry.to(ACC)
     else:
-        is_last = cmask & ((zero + k) == n_chunks - 1)
-        tl.store(last_ptr + pid_b * H + cols, c.to(last_ptr.dtype.element_ty), mask=is_last)
+        carry = tl.zeros([BLOCK], ACC)
+    if HAS_C0:
+        c0 = tl.load(c0_ptr + pid_b * H + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        c0 = tl.zeros([BLOCK], ACC)
+    return carry, c0
+
+
+@triton.jit
+def _cell_grad(gh_ptr, gc_ptr, g_ptr, carry, ooff, gbase, valid, H, MODE: tl.constexpr,
+               HAS_GH: tl.constexpr, HAS_GC: tl.constexpr, ACC: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """``dh = g^h_t`` and the cell's gradient ``dc = carry + g^c_t + g^h_t o_t`` (``o = 1``
+    in mode 0, eq 3; eq 4-5 otherwise), with ``o_t`` (unused zeros in mode 0)."""
+    if HAS_GH:
+        dh = tl.load(gh_ptr + ooff, mask=valid, other=0.0).to(ACC)
+    else:
+        dh = tl.zeros([BLOCK], ACC)
+    dc = carry
+    if HAS_GC:
+        dc = dc + tl.load(gc_ptr + ooff, mask=valid, other=0.0).to(ACC)
+    if MODE == 0:
+        dc = dc + dh
+        o = tl.zeros([BLOCK], ACC)
+    else:
+        o = sigmoid(tl.load(g_ptr + gbase + 2 * H, mask=valid, other=0.0).to(ACC))
+        dc = dc + dh * o
+    return dh, dc, o
+
+
+@triton.jit
+def _gate_grads(dg_ptr, g_ptr, cseq_ptr, c0, gbase, ooff, t, valid, inside, z, f, kk, omf,
+                dh, dc, o, H, MODE: tl.constexpr, ACC: tl.constexpr):
+    """Store the gradients of one step's pre-activations ``Z, F`` (and ``O`` in eq 4-5, ``I``
+    in eq 5), zeros past the length, from ``dh``, ``dc`` and ``c_{t-1}`` (``c0`` at step 0)."""
+    c = tl.load(cseq_ptr + ooff, mask=valid, other=0.0).to(ACC)
+    cprev = tl.load(cseq_ptr + ooff - H, mask=valid & (t > 0), other=0.0).to(ACC)
+    cprev = tl.where(t > 0, cprev, c0)
+    if MODE != 0:
+        d_o = tl.where(valid, dh * c * o * (1.0 - o), 0.0)
+        tl.store(dg_ptr + gbase + 2 * H, d_o.to(dg_ptr.dtype.element_ty), mask=inside)
+    if MODE == 2:
+        # c = (1 - omf) c_prev + i z with omf = k (1 - f): d f = k dc c_prev
+        i = sigmoid(tl.load(g_ptr + gbase + 3 * H, mask=valid, other=0.0).to(ACC))
+        d_i = tl.where(valid, dc * z * i * (1.0 - i), 0.0)
+        tl.store(dg_ptr + gbase + 3 * H, d_i.to(dg_ptr.dtype.element_ty), mask=inside)
+        dz = dc * i
+        df = kk * dc * cprev
+    else:
+        # c = c_prev + omf (z - c_prev): d omf = dc (z - c_prev), d f = -k d omf
+        dz = dc * omf
+        df = -kk * dc * (z - cprev)
+    d_z = tl.where(valid, dz * (1.0 - z * z), 0.0)
+    d_f = tl.where(valid, df * f * (1.0 - f), 0.0)
+    tl.store(dg_ptr + gbase, d_z.to(dg_ptr.dtype.element_ty), mask=inside)
+    tl.store(dg_ptr + gbase + H, d_f.to(dg_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
@@ -172,19 +266,9 @@ def _qrnn_bwd_kernel(
     k = tl.program_id(2)
     cmask = cols < H
     zero = tl.zeros([BLOCK], tl.int64)
-    if HAS_LEN:
-        L = tl.load(len_ptr + pid_b)
-    else:
-        L = T
-    if HAS_INIT:
-        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * H + cols, mask=cmask, other=0.0)
-        carry = carry.to(ACC)
-    else:
-        carry = tl.zeros([BLOCK], ACC)
-    if HAS_C0:
-        c0 = tl.load(c0_ptr + pid_b * H + cols, mask=cmask, other=0.0).to(ACC)
-    else:
-        c0 = tl.zeros([BLOCK], ACC)
+    L = _length_of(len_ptr, pid_b, T, HAS_LEN)
+    carry, c0 = _bwd_entry(init_ptr, c0_ptr, pid_b, k, n_chunks, H, cols, cmask,
+                           HAS_INIT, HAS_C0, ACC, BLOCK)
     p = tl.full([BLOCK], 1.0, ACC)
     for j in range(0, CHUNK):
         t = zero + (k * CHUNK + CHUNK - 1 - j)
@@ -193,58 +277,19 @@ def _qrnn_bwd_kernel(
         rowt = pid_b * T + t
         gbase = rowt * (NG * H) + cols
         ooff = rowt * H + cols
-        z = tanh(tl.load(g_ptr + gbase, mask=valid, other=0.0).to(ACC))
-        f = sigmoid(tl.load(g_ptr + gbase + H, mask=valid, other=0.0).to(ACC))
-        if HAS_KEEP:
-            kk = tl.load(keep_ptr + ooff, mask=valid, other=0.0).to(ACC) * keep_scale
-        else:
-            kk = tl.zeros([BLOCK], ACC) + keep_scale
-        omf = kk * (1.0 - f)
-        if HAS_GH:
-            dh = tl.load(gh_ptr + ooff, mask=valid, other=0.0).to(ACC)
-        else:
-            dh = tl.zeros([BLOCK], ACC)
-        dc = carry
-        if HAS_GC:
-            dc = dc + tl.load(gc_ptr + ooff, mask=valid, other=0.0).to(ACC)
-        if MODE == 0:
-            dc = dc + dh
-        else:
-            o = sigmoid(tl.load(g_ptr + gbase + 2 * H, mask=valid, other=0.0).to(ACC))
-            dc = dc + dh * o
+        z, f, kk, omf = _z_f_keep(g_ptr, keep_ptr, gbase, ooff, valid, keep_scale, H,
+                                  HAS_KEEP, ACC, BLOCK)
+        dh, dc, o = _cell_grad(gh_ptr, gc_ptr, g_ptr, carry, ooff, gbase, valid, H, MODE,
+                               HAS_GH, HAS_GC, ACC, BLOCK)
         decay = tl.where(valid, 1.0 - omf, 1.0)
         if SUMMARY:
             p = p * decay
         else:
-            c = tl.load(cseq_ptr + ooff, mask=valid, other=0.0).to(ACC)
-            cprev = tl.load(cseq_ptr + ooff - H, mask=valid & (t > 0), other=0.0).to(ACC)
-            cprev = tl.where(t > 0, cprev, c0)
-            if MODE != 0:
-                d_o = tl.where(valid, dh * c * o * (1.0 - o), 0.0)
-                tl.store(dg_ptr + gbase + 2 * H, d_o.to(dg_ptr.dtype.element_ty), mask=inside)
-            if MODE == 2:
-                # c = (1 - omf) c_prev + i z with omf = k (1 - f): d f = k dc c_prev
-                i = sigmoid(tl.load(g_ptr + gbase + 3 * H, mask=valid, other=0.0).to(ACC))
-                d_i = tl.where(valid, dc * z * i * (1.0 - i), 0.0)
-                tl.store(dg_ptr + gbase + 3 * H, d_i.to(dg_ptr.dtype.element_ty), mask=inside)
-                dz = dc * i
-                df = kk * dc * cprev
-            else:
-                # c = c_prev + omf (z - c_prev): d omf = dc (z - c_prev), d f = -k d omf
-                dz = dc * omf
-                df = -kk * dc * (z - cprev)
-            d_z = tl.where(valid, dz * (1.0 - z * z), 0.0)
-            d_f = tl.where(valid, df * f * (1.0 - f), 0.0)
-            tl.store(dg_ptr + gbase, d_z.to(dg_ptr.dtype.element_ty), mask=inside)
-            tl.store(dg_ptr + gbase + H, d_f.to(dg_ptr.dtype.element_ty), mask=inside)
+            _gate_grads(dg_ptr, g_ptr, cseq_ptr, c0, gbase, ooff, t, valid, inside, z, f, kk,
+                        omf, dh, dc, o, H, MODE, ACC)
         carry = dc * decay  # past the length every gradient term is 0 and decay 1
-    if SUMMARY:
-        soff = (pid_b * n_chunks + k) * H + cols
-        tl.store(prod_ptr + soff, p.to(prod_ptr.dtype.element_ty), mask=cmask)
-        tl.store(state_ptr + soff, carry.to(state_ptr.dtype.element_ty), mask=cmask)
-    else:
-        is_first = cmask & ((zero + k) == 0)
-        tl.store(dc0_ptr + pid_b * H + cols, carry.to(dc0_ptr.dtype.element_ty), mask=is_first)
+    _chunk_exit(prod_ptr, state_ptr, dc0_ptr, p, carry, pid_b, k, 0, n_chunks, H, cols, cmask,
+                SUMMARY, BLOCK)
 
 
 _qrnn_fwd_tuned = triton.autotune(configs=block_configs(), key=["B", "H"])(_qrnn_fwd_kernel)

@@ -97,6 +97,57 @@ def step_forward(
     tl.store(acts_ptr + xrow + 4 * H, g.to(ty), mask=cmask)
 
 
+@triton.jit
+def _load_acts(acts_ptr, arow, H, valid, ACC: tl.constexpr):
+    """The step's saved activations ``i, f, c~, o, g`` (eq 7-11), in ``ACC``."""
+    i = tl.load(acts_ptr + arow, mask=valid, other=0.0).to(ACC)
+    f = tl.load(acts_ptr + arow + H, mask=valid, other=0.0).to(ACC)
+    ct = tl.load(acts_ptr + arow + 2 * H, mask=valid, other=0.0).to(ACC)
+    o = tl.load(acts_ptr + arow + 3 * H, mask=valid, other=0.0).to(ACC)
+    g = tl.load(acts_ptr + arow + 4 * H, mask=valid, other=0.0).to(ACC)
+    return i, f, ct, o, g
+
+
+@triton.jit
+def _load_cells(cseq_ptr, c0_ptr, orow, srow, zero, t, H, valid, cmask, ACC: tl.constexpr):
+    """The cell ``c_t`` and the previous cell ``c_{t-1}`` (``c0`` at step 0)."""
+    c = tl.load(cseq_ptr + orow, mask=valid, other=0.0).to(ACC)
+    c_prev = tl.load(cseq_ptr + orow - H, mask=valid & ((zero + t) > 0), other=0.0).to(ACC)
+    c0 = tl.load(c0_ptr + srow, mask=cmask, other=0.0).to(ACC)
+    c_prev = tl.where((zero + t) > 0, c_prev, c0)
+    return c, c_prev
+
+
+@triton.jit
+def _store_dgates(dg_ptr, arow, H, valid, cmask, dgi, dgf, dgc, dgo, dgg):
+    """Store the gradients of the five pre-activations (zero past the length)."""
+    ty = dg_ptr.dtype.element_ty
+    tl.store(dg_ptr + arow, tl.where(valid, dgi, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + H, tl.where(valid, dgf, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + 2 * H, tl.where(valid, dgc, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + 3 * H, tl.where(valid, dgo, 0.0).to(ty), mask=cmask)
+    tl.store(dg_ptr + arow + 4 * H, tl.where(valid, dgg, 0.0).to(ty), mask=cmask)
+
+
+@triton.jit
+def _accumulate_dpar(dpar_ptr, prow, H, valid, cmask, dc, f, g, c_prev, low, dgg,
+                     PEEP: tl.constexpr, ACC: tl.constexpr):
+    """Add this step's gradients of ``1 - lambda``, ``lambda`` (eq 12) and, with ``PEEP``, of
+    the peepholes ``p_g1``, ``p_g2`` (eq 17) to the row's sums ``dpar[b]``."""
+    pty = dpar_ptr.dtype.element_ty
+    dsf = tl.load(dpar_ptr + prow, mask=cmask, other=0.0).to(ACC)
+    dsg = tl.load(dpar_ptr + prow + H, mask=cmask, other=0.0).to(ACC)
+    tl.store(dpar_ptr + prow, tl.where(valid, dsf + dc * f * c_prev, dsf).to(pty), mask=cmask)
+    tl.store(dpar_ptr + prow + H, tl.where(valid, dsg + dc * g * low, dsg).to(pty), mask=cmask)
+    if PEEP:
+        dp1 = tl.load(dpar_ptr + prow + 2 * H, mask=cmask, other=0.0).to(ACC)
+        dp2 = tl.load(dpar_ptr + prow + 3 * H, mask=cmask, other=0.0).to(ACC)
+        tl.store(dpar_ptr + prow + 2 * H, tl.where(valid, dp1 + dgg * c_prev, dp1).to(pty),
+                 mask=cmask)  # fmt: skip
+        tl.store(dpar_ptr + prow + 3 * H, tl.where(valid, dp2 + dgg * low, dp2).to(pty),
+                 mask=cmask)  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["t"])
 def step_backward(
     gh_ptr,
@@ -145,15 +196,8 @@ def step_backward(
         dh += tl.load(gh_ptr + orow, mask=valid, other=0.0).to(ACC)
     if HAS_GC:
         dc += tl.load(gc_ptr + orow, mask=valid, other=0.0).to(ACC)
-    i = tl.load(acts_ptr + arow, mask=valid, other=0.0).to(ACC)
-    f = tl.load(acts_ptr + arow + H, mask=valid, other=0.0).to(ACC)
-    ct = tl.load(acts_ptr + arow + 2 * H, mask=valid, other=0.0).to(ACC)
-    o = tl.load(acts_ptr + arow + 3 * H, mask=valid, other=0.0).to(ACC)
-    g = tl.load(acts_ptr + arow + 4 * H, mask=valid, other=0.0).to(ACC)
-    c = tl.load(cseq_ptr + orow, mask=valid, other=0.0).to(ACC)
-    c_prev = tl.load(cseq_ptr + orow - H, mask=valid & ((zero + t) > 0), other=0.0).to(ACC)
-    c0 = tl.load(c0_ptr + srow, mask=cmask, other=0.0).to(ACC)
-    c_prev = tl.where((zero + t) > 0, c_prev, c0)
+    i, f, ct, o, g = _load_acts(acts_ptr, arow, H, valid, ACC)
+    c, c_prev = _load_cells(cseq_ptr, c0_ptr, orow, srow, zero, t, H, valid, cmask, ACC)
     low = tl.load(low_ptr + orow, mask=valid, other=0.0).to(ACC)
     sf = tl.load(sf_ptr + cols, mask=cmask, other=0.0).to(ACC)
     sg = tl.load(sg_ptr + cols, mask=cmask, other=0.0).to(ACC)
@@ -173,25 +217,9 @@ def step_backward(
         p2 = tl.load(pp_ptr + H + cols, mask=cmask, other=0.0).to(ACC)
         dlow += dgg * p2
         dcp += dgg * p1
-    ty = dg_ptr.dtype.element_ty
-    tl.store(dg_ptr + arow, tl.where(valid, dgi, 0.0).to(ty), mask=cmask)
-    tl.store(dg_ptr + arow + H, tl.where(valid, dgf, 0.0).to(ty), mask=cmask)
-    tl.store(dg_ptr + arow + 2 * H, tl.where(valid, dgc, 0.0).to(ty), mask=cmask)
-    tl.store(dg_ptr + arow + 3 * H, tl.where(valid, dgo, 0.0).to(ty), mask=cmask)
-    tl.store(dg_ptr + arow + 4 * H, tl.where(valid, dgg, 0.0).to(ty), mask=cmask)
+    _store_dgates(dg_ptr, arow, H, valid, cmask, dgi, dgf, dgc, dgo, dgg)
     tl.store(dlow_ptr + orow, tl.where(valid, dlow, 0.0).to(dlow_ptr.dtype.element_ty), mask=cmask)
-    pty = dpar_ptr.dtype.element_ty
-    dsf = tl.load(dpar_ptr + prow, mask=cmask, other=0.0).to(ACC)
-    dsg = tl.load(dpar_ptr + prow + H, mask=cmask, other=0.0).to(ACC)
-    tl.store(dpar_ptr + prow, tl.where(valid, dsf + dc * f * c_prev, dsf).to(pty), mask=cmask)
-    tl.store(dpar_ptr + prow + H, tl.where(valid, dsg + dc * g * low, dsg).to(pty), mask=cmask)
-    if PEEP:
-        dp1 = tl.load(dpar_ptr + prow + 2 * H, mask=cmask, other=0.0).to(ACC)
-        dp2 = tl.load(dpar_ptr + prow + 3 * H, mask=cmask, other=0.0).to(ACC)
-        tl.store(dpar_ptr + prow + 2 * H, tl.where(valid, dp1 + dgg * c_prev, dp1).to(pty),
-                 mask=cmask)  # fmt: skip
-        tl.store(dpar_ptr + prow + 3 * H, tl.where(valid, dp2 + dgg * low, dp2).to(pty),
-                 mask=cmask)  # fmt: skip
+    _accumulate_dpar(dpar_ptr, prow, H, valid, cmask, dc, f, g, c_prev, low, dgg, PEEP, ACC)
     tl.store(dc_ptr + srow, tl.where(valid, dcp, dc_in).to(dc_ptr.dtype.element_ty), mask=cmask)
     tl.store(dh_ptr + srow, tl.where(valid, 0.0, dh_in).to(dh_ptr.dtype.element_ty), mask=cmask)
 

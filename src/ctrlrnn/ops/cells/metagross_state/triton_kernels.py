@@ -106,6 +106,33 @@ def _mg_unit_fwd(
 
 
 @triton.jit
+def _unit_preacts(p_ptr, prow, valid, H, K: tl.constexpr, S: tl.constexpr, ACC: tl.constexpr):
+    """Offsets and saved pre-activations ``P^F, P^O, P^Z`` of unit ``K`` (eq 2-1..2-3)."""
+    J = K - S
+    off_f = (3 * S + J) * H
+    off_o = (3 * S + S + 1 + J) * H
+    off_z = (3 * S + 2 * (S + 1) + J) * H
+    pf = tl.load(p_ptr + prow + off_f, mask=valid, other=0.0).to(ACC)
+    po = tl.load(p_ptr + prow + off_o, mask=valid, other=0.0).to(ACC)
+    pz = tl.load(p_ptr + prow + off_z, mask=valid, other=0.0).to(ACC)
+    return off_f, off_o, off_z, pf, po, pz
+
+
+@triton.jit
+def _store_mix_grads(dx_ptr, pa_ptr, pb_ptr, prow, part, off_f, off_o, duf, duo, a, b, mf, mo,
+                     pf, po, valid, cmask, K: tl.constexpr):
+    """An internal unit's ``dP^F``, ``dP^O`` through the mixes of eq 2-1, 2-2 and its block's
+    partial sums over channels of ``d alpha_K``, ``d beta_K``."""
+    ty = dx_ptr.dtype.element_ty
+    # d/dP of P + w (m - P), summed as autograd sums it: g - g w (as the CPU kernel)
+    tl.store(dx_ptr + prow + off_f, tl.where(valid, duf - duf * a, 0.0).to(ty), mask=cmask)
+    tl.store(dx_ptr + prow + off_o, tl.where(valid, duo - duo * b, 0.0).to(ty), mask=cmask)
+    pty = pa_ptr.dtype.element_ty
+    tl.store(pa_ptr + part + K, tl.sum(tl.where(valid, duf * (mf - pf), 0.0), axis=0).to(pty))
+    tl.store(pb_ptr + part + K, tl.sum(tl.where(valid, duo * (mo - po), 0.0), axis=0).to(pty))
+
+
+@triton.jit
 def _mg_unit_bwd(
     p_ptr,
     al_ptr,
@@ -141,13 +168,7 @@ def _mg_unit_bwd(
     Returns the subtree's part of ``d h_{t-1}`` (every unit reads ``s`` in eq 2-4) and of
     ``d r_t`` (eq 2-6 adds ``r`` to every unit's output).
     """
-    J = K - S
-    off_f = (3 * S + J) * H
-    off_o = (3 * S + S + 1 + J) * H
-    off_z = (3 * S + 2 * (S + 1) + J) * H
-    pf = tl.load(p_ptr + prow + off_f, mask=valid, other=0.0).to(ACC)
-    po = tl.load(p_ptr + prow + off_o, mask=valid, other=0.0).to(ACC)
-    pz = tl.load(p_ptr + prow + off_z, mask=valid, other=0.0).to(ACC)
+    off_f, off_o, off_z, pf, po, pz = _unit_preacts(p_ptr, prow, valid, H, K, S, ACC)
     if K < (NODES - 1) // 2:
         mf = _mg_unit_fwd(p_ptr, p_ptr, p_ptr, al_ptr, be_ptr, prow, prow, grow, s, r, valid,
                           H, 2 * K + 1, 2 * S + 1, NODES, False, False, RES, ACC)  # fmt: skip
@@ -171,12 +192,8 @@ def _mg_unit_bwd(
     tl.store(dx_ptr + prow + off_z, tl.where(valid, dc * f * (1.0 - z * z), 0.0).to(ty),
              mask=cmask)  # fmt: skip
     if K < (NODES - 1) // 2:
-        # d/dP of P + w (m - P), summed as autograd sums it: g - g w (as the CPU kernel)
-        tl.store(dx_ptr + prow + off_f, tl.where(valid, duf - duf * a, 0.0).to(ty), mask=cmask)
-        tl.store(dx_ptr + prow + off_o, tl.where(valid, duo - duo * b, 0.0).to(ty), mask=cmask)
-        pty = pa_ptr.dtype.element_ty
-        tl.store(pa_ptr + part + K, tl.sum(tl.where(valid, duf * (mf - pf), 0.0), axis=0).to(pty))
-        tl.store(pb_ptr + part + K, tl.sum(tl.where(valid, duo * (mo - po), 0.0), axis=0).to(pty))
+        _store_mix_grads(dx_ptr, pa_ptr, pb_ptr, prow, part, off_f, off_o, duf, duo, a, b, mf, mo,
+                         pf, po, valid, cmask, K)
         ds_f, dr_f = _mg_unit_bwd(p_ptr, al_ptr, be_ptr, dx_ptr, pa_ptr, pb_ptr, prow, grow, part,
                                   s, r, duf * a, valid, cmask, H, 2 * K + 1, 2 * S + 1, NODES,
                                   RES, ACC)  # fmt: skip
