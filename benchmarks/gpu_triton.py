@@ -36,7 +36,7 @@ import torch
 
 import ctrlrnn
 from ctrlrnn import linear_scan, linear_scan_ref
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref_backward
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref_backward
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling, qrnn_pooling_ref
 
 
@@ -72,7 +72,7 @@ def fwd_bwd(module: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
 def check(dev: torch.device, dtype: torch.dtype, steps: int = 301, channels: int = 96) -> None:
     """The GPU kernels against the references (on ``dev``; ``steps`` odd on purpose)."""
     from ctrlrnn.ops import cells_ref, fused_cells
-    from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward
+    from ctrlrnn.ops.linear_scan.triton_kernels import linear_scan_backward, linear_scan_forward
 
     tol = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
     g = torch.Generator(device=dev).manual_seed(0)
@@ -117,7 +117,7 @@ def check(dev: torch.device, dtype: torch.dtype, steps: int = 301, channels: int
 
 
 def _scan_row(dev: torch.device, dtype: torch.dtype, B: int, T: int, C: int, repeats: int) -> dict:
-    from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward
+    from ctrlrnn.ops.linear_scan.triton_kernels import linear_scan_backward, linear_scan_forward
 
     n = B * T * C
     a = torch.rand(B, T, C, device=dev, dtype=dtype).requires_grad_()

@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 import ctrlrnn
 from ctrlrnn.ops import cells_ref, scan_export
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref
 from ctrlrnn.ops.metagross_level import metagross_level, metagross_level_reference
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling_ref
 

@@ -1,4 +1,5 @@
-"""The Triton linear scan (``ctrlrnn.ops.gpu.scan_triton``) against the reference, in Triton's
+"""The Triton linear scan (``ctrlrnn.ops.linear_scan.triton_kernels``) against the reference, in
+Triton's
 CPU interpreter: forward and backward, sequential and chunked, lengths, reverse, bfloat16 and
 float64, the public op dispatching to it, NaN and Inf parity, empty shapes.
 
@@ -11,7 +12,7 @@ The chunked scans (summary pass, scan over chunk carries, apply pass) combine ch
 ``h_in(k+1) = P_k h_in(k) + S_k`` from a zero start inside each chunk, which is exact for finite
 values and for NaN anywhere, but not IEEE-exact when a decay factor ``a`` is infinite (``inf * 0``
 of the zero start, or the sign of ``inf * h``): the chunked non-finite case puts the infinities
-in ``b`` and ``h0`` only (see the docstring of :mod:`ctrlrnn.ops.gpu.scan_triton`).
+in ``b`` and ``h0`` only (see the docstring of :mod:`ctrlrnn.ops.linear_scan.triton_kernels`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from triton_tolerances import INF, NAN, Poke, close, parity, poke, weights  # no
 
 from ctrlrnn import linear_scan_ref  # noqa: E402
 from ctrlrnn.ops.gpu import _common, scan_and_pooling  # noqa: E402
-from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward  # noqa: E402
+from ctrlrnn.ops.linear_scan.triton_kernels import linear_scan_backward, linear_scan_forward  # noqa: E402
 
 # the module (``ctrlrnn.ops.linear_scan`` the attribute is the function of the same name)
 linear_scan_mod = importlib.import_module("ctrlrnn.ops.linear_scan")

@@ -1,7 +1,7 @@
 """The fused METAGROSS level's Triton kernels against the reference, in Triton's interpreter.
 
-``ctrlrnn.ops.gpu.metagross_triton.forward`` / ``backward`` (METAGROSS paper eq 2-1..2-6: gates
-and scan in one pass) are compared, forward and every gradient, with
+``ctrlrnn.ops.metagross_level.triton_kernels.forward`` / ``backward`` (METAGROSS paper eq
+2-1..2-6: gates and scan in one pass) are compared, forward and every gradient, with
 :func:`ctrlrnn.ops.metagross_level.metagross_level_reference` in float64 differentiated by
 autograd: both forms, internal levels (children and depth gates) and leaves, residual, initial
 state, lengths (including an empty sequence), reverse, fp32 and bf16 (fp32 state). Shapes are
@@ -20,8 +20,8 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'ctrl
 
 from kernel_routes import route  # noqa: E402
 
-from ctrlrnn.ops.gpu import metagross_triton as mt  # noqa: E402
 from ctrlrnn.ops.metagross_level import metagross_level_reference  # noqa: E402
+from ctrlrnn.ops.metagross_level import triton_kernels as mt  # noqa: E402
 from ctrlrnn.ops.padding import reverse_padded  # noqa: E402
 
 level_mod = importlib.import_module("ctrlrnn.ops.metagross_level")

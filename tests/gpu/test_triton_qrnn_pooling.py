@@ -1,5 +1,5 @@
-"""The Triton QRNN pooling (``ctrlrnn.ops.gpu.qrnn_triton``: f-, fo- and ifo-pooling with
-zoneout, QRNN paper eq 3-6) against the reference, in Triton's CPU interpreter: forward and
+"""The Triton QRNN pooling (``ctrlrnn.ops.qrnn_pooling.triton_kernels``: f-, fo- and ifo-pooling
+with zoneout, QRNN paper eq 3-6) against the reference, in Triton's CPU interpreter: forward and
 backward, sequential and chunked, half precision, the public op and a QRNN layer dispatching to
 it, NaN and Inf parity, empty shapes.
 
@@ -20,13 +20,13 @@ from kernel_routes import route  # noqa: E402
 from triton_tolerances import INF, NAN, Poke, close, parity, poke, weights  # noqa: E402
 
 from ctrlrnn.ops.gpu import scan_and_pooling  # noqa: E402
-from ctrlrnn.ops.gpu.qrnn_triton import qrnn_pooling_backward, qrnn_pooling_forward  # noqa: E402
 from ctrlrnn.ops.qrnn_pooling import (  # noqa: E402
     GATES_PER_MODE,
     POOLING_MODES,
     qrnn_pooling,
     qrnn_pooling_ref,
 )
+from ctrlrnn.ops.qrnn_pooling.triton_kernels import qrnn_pooling_backward, qrnn_pooling_forward  # noqa: E402
 
 # the module (``ctrlrnn.ops.qrnn_pooling`` the attribute is the function of the same name)
 qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")

@@ -1,4 +1,5 @@
-"""The Triton RCRN listener (``ctrlrnn.ops.gpu.listener_triton``: RCRN eq 15-16, both directions
+"""The Triton RCRN listener (``ctrlrnn.ops.rcrn_listener.triton_kernels``: RCRN eq 15-16, both
+directions
 in one launch) against the reference written from the equations, in Triton's CPU interpreter
 (``conftest.py`` sets ``TRITON_INTERPRET=1``): values and gradients in fp32, fp64 and half
 precision, strided inputs, lengths with a zero, the public op and an RCRN layer routed to it.
@@ -15,12 +16,12 @@ from kernel_routes import Spy, route, triton_module  # noqa: E402
 from triton_tolerances import close  # noqa: E402
 
 import ctrlrnn  # noqa: E402
-from ctrlrnn.ops.gpu.listener_triton import (  # noqa: E402
+from ctrlrnn.ops.rcrn_listener import rcrn_listener  # noqa: E402
+from ctrlrnn.ops.rcrn_listener.reference import rcrn_listener_ref  # noqa: E402
+from ctrlrnn.ops.rcrn_listener.triton_kernels import (  # noqa: E402
     rcrn_listener_backward,
     rcrn_listener_forward,
 )
-from ctrlrnn.ops.rcrn_listener import rcrn_listener  # noqa: E402
-from ctrlrnn.ops.rcrn_listener_ref import rcrn_listener_ref  # noqa: E402
 
 B, T, C = 3, 9, 20
 

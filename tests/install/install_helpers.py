@@ -84,6 +84,6 @@ TINY_PRELUDE = """
 import json, sys
 from pathlib import Path
 from ctrlrnn.ops import _extension as e
-e.CSRC = Path(sys.argv[1])
+e.SOURCE_ROOT = e.CSRC = Path(sys.argv[1])
 e.EXTENSIONS = {"tiny": ["tiny.cpp"]}
 """

@@ -13,7 +13,7 @@ import torch
 import ctrlrnn
 from ctrlrnn.nn import metagross_tree
 from ctrlrnn.ops import backend
-from ctrlrnn.ops.metagross_input_tree import ROW_MULTIPLE, input_tree
+from ctrlrnn.ops.metagross_level.input_tree import ROW_MULTIPLE, input_tree
 
 pytestmark = pytest.mark.skipif(
     not backend.has_kernel("metagross", torch.device("cpu")),

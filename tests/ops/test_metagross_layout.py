@@ -1,10 +1,11 @@
-"""The METAGROSS tree layout (ctrlrnn.ops.metagross_layout): heap order, level-major base maps."""
+"""The METAGROSS tree layout (ctrlrnn.ops.metagross_level.layout): heap order, level-major base
+maps."""
 
 from __future__ import annotations
 
 import pytest
 
-from ctrlrnn.ops.metagross_layout import (
+from ctrlrnn.ops.metagross_level.layout import (
     base_index,
     base_offsets,
     level_columns,

@@ -16,7 +16,7 @@ import torch
 
 from ctrlrnn.ops import compiled_op, kernel_op
 from ctrlrnn.ops.backend import kernel_for
-from ctrlrnn.ops.qrnn_pooling_ref import qrnn_pooling_ref_backward
+from ctrlrnn.ops.qrnn_pooling.reference import qrnn_pooling_ref_backward
 
 # the module (``ctrlrnn.ops.qrnn_pooling`` the attribute is the function of the same name)
 qrnn_mod = importlib.import_module("ctrlrnn.ops.qrnn_pooling")

@@ -15,8 +15,8 @@ import torch
 
 from ctrlrnn.ops import compiled_op
 from ctrlrnn.ops.backend import kernel_for
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
-from ctrlrnn.ops.rcrn_listener_ref import rcrn_listener_ref_backward
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref
+from ctrlrnn.ops.rcrn_listener.reference import rcrn_listener_ref_backward
 
 listener_mod = importlib.import_module("ctrlrnn.ops.rcrn_listener")
 rcrn_listener = listener_mod.rcrn_listener

@@ -124,7 +124,7 @@ def _reps(budget: Budget, cells_left: int, per_call_s: float, cap: int) -> int:
 def bench_scan(budget: Budget) -> dict[str, Any]:
     """Linear scan forward+backward vs the copy bandwidth measured on the same device."""
     # the Triton kernels' module imports triton (the `gpu` extra): only when this benchmark runs
-    from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward
+    from ctrlrnn.ops.linear_scan.triton_kernels import linear_scan_backward, linear_scan_forward
 
     Bn, Tn, C = SCAN_SHAPE
     a = torch.rand(Bn, Tn, C, device="cuda").requires_grad_()

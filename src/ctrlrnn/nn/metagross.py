@@ -90,7 +90,7 @@ from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import metagross_state_sequences
-from ctrlrnn.ops.metagross_layout import base_index, level_slice, tree_nodes
+from ctrlrnn.ops.metagross_level.layout import base_index, level_slice, tree_nodes
 from ctrlrnn.ops.padding import length_mask, reverse_padded
 
 # Defined in metagross_unit, named here (their module until they moved) so that whole-module

@@ -28,7 +28,7 @@ from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops.autocast import accepts_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
-from ctrlrnn.ops.metagross_layout import level_slice, tree_nodes
+from ctrlrnn.ops.metagross_level.layout import level_slice, tree_nodes
 
 FFN_DEPTH_GATES = ("token", "scalar")
 

@@ -1,7 +1,7 @@
 """The elementwise part of one METAGROSS level: :mod:`ctrlrnn.ops.metagross_gates` (the ops
 compose it with the scan, so it lives there; this module keeps its names importable here)."""
 
-from ctrlrnn.ops.metagross_gates import (
+from ctrlrnn.ops.metagross_level.gates import (
     COMPILE_MIN_NUMEL,
     gate_backend,
     level_gates,

@@ -19,10 +19,10 @@ from ctrlrnn.nn.arguments import check_choice
 from ctrlrnn.nn.weight_drop import drop_weight
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_grouped
 from ctrlrnn.ops.fused_cells import gru_sequences, lstm_sequences, metagross_state_sequences
-from ctrlrnn.ops.metagross_input_tree import applies as tree_applies
-from ctrlrnn.ops.metagross_input_tree import input_tree
-from ctrlrnn.ops.metagross_layout import level_columns, level_slice
 from ctrlrnn.ops.metagross_level import metagross_level
+from ctrlrnn.ops.metagross_level.input_tree import applies as tree_applies
+from ctrlrnn.ops.metagross_level.input_tree import input_tree
+from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice
 from ctrlrnn.ops.padding import length_mask
 
 BASES = ("linear", "lstm", "gru")

@@ -19,7 +19,7 @@ from ctrlrnn.nn.metagross_tree import (
     check_gates,
 )
 from ctrlrnn.nn.torchscript import Traceable
-from ctrlrnn.ops.metagross_layout import tree_nodes
+from ctrlrnn.ops.metagross_level.layout import tree_nodes
 from ctrlrnn.ops.validation import step_input
 
 

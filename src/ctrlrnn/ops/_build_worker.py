@@ -1,9 +1,9 @@
 """Compile one ctrlrnn extension; run as a script, in a child process, by :mod:`._extension`.
 
-The argument is a JSON object: ``module`` (the extension module's name), ``sources``, ``cflags``,
-``ldflags`` and ``build_dir``. The parent captures everything this process prints into the build
-log; the last line ``CTRLRNN_LIBRARY=<path>`` names the library built (and imported once here,
-so a library that cannot load counts as a failed build).
+The argument is a JSON object: ``module`` (the extension module's name), ``sources``,
+``include_dirs``, ``cflags``, ``ldflags`` and ``build_dir``. The parent captures everything this
+process prints into the build log; the last line ``CTRLRNN_LIBRARY=<path>`` names the library
+built (and imported once here, so a library that cannot load counts as a failed build).
 
 The parent starts the worker as the leader of a new process group, which ninja joins. The
 worker ends on SIGTERM by passing it to ninja (which ends its compilers) and then killing the
@@ -62,6 +62,7 @@ def main(argv: list) -> int:
     module = cpp_extension.load(
         name=spec["module"],
         sources=spec["sources"],
+        extra_include_paths=spec.get("include_dirs", []),
         extra_cflags=spec["cflags"],
         extra_ldflags=spec["ldflags"],
         build_directory=spec["build_dir"],

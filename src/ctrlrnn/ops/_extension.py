@@ -1,17 +1,20 @@
 """Building, caching and loading the compiled CPU extensions.
 
-Each family of ops (``scan`` for the linear scan and QRNN pooling, ``cells`` for the fused gated
-cells, ``metagross`` for the METAGROSS level) is one C++ extension compiled against the running
-PyTorch.
+Each family of ops (``scan`` for the linear scan, QRNN pooling, the convolution windows and the
+RCRN listener, ``cells`` for the fused gated cells, ``metagross`` for the METAGROSS level) is one
+C++ extension compiled against the running PyTorch. Its sources are the shared runtime
+(``csrc/runtime.cpp``) and each op's C++ file, and its module source is written from the list
+of ops (:mod:`.registry`). When an extension loads, :func:`configure` hands it the settings its
+kernels use (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
 
 **Cache.** A build lives in ``$CTRLRNN_CACHE/ext/<name>-<key>`` (default
-``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources
-and headers, the flags, torch's version, git revision and C++ ABI, the Python version and
-extension suffix, the compiler (``$CXX`` or ``c++``: its path and ``--version``) and the CPU
-(the kernels use ``-march=native``). A finished build is recorded in ``build.json`` beside the
-library; later processes import that library directly, without asking ninja or the compiler
-anything, so neither PATH, an activated virtual environment nor another ninja can trigger a
-rebuild.
+``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources,
+the module source and the headers, the flags, torch's version, git revision and C++ ABI, the
+Python version and extension suffix, the compiler (``$CXX`` or ``c++``: its path and
+``--version``) and the CPU (the kernels use ``-march=native``). A finished build is recorded in
+``build.json`` beside the library; later processes import that library directly, without asking
+ninja or the compiler anything, so neither PATH, an activated virtual environment nor another
+ninja can trigger a rebuild.
 
 **Building.** The compile runs in a child process (``_build_worker.py``) through
 :func:`torch.utils.cpp_extension.load`, with the C++ standard torch itself asks for (ctrlrnn
@@ -39,15 +42,9 @@ building or warning (read at every call, so it can be switched at run time).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
-import os
-import re
-import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import sysconfig
 import threading
@@ -56,32 +53,43 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import IO
 
 import torch
 
-from ctrlrnn import files
-from ctrlrnn.ops import build_progress, gemm_path
+from ctrlrnn import files, settings
+from ctrlrnn.ops import build_progress, gemm_path, registry
+from ctrlrnn.ops._build import (
+    Compiler,
+    Job,
+    _cpu_signature,
+    advice,
+    compile_extension,
+    compiler,
+    first_error_line,
+    ninja_dir,
+)
 
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
     import fcntl
 except ImportError:  # pragma: no cover - not on Linux/macOS
     fcntl = None  # type: ignore[assignment]
 
-CSRC = Path(__file__).resolve().parent / "csrc"
-WORKER = Path(__file__).resolve().parent / "_build_worker.py"
+__all__ = ["Compiler", "ExtensionStatus", "KernelBuildWarning", "advice", "build_all",
+           "cache_dir", "compiler", "ensure", "failure_message", "first_error_line",
+           "forced_reference", "load", "loaded_modules", "ninja_dir", "require_compiled",
+           "status"]
+
+#: The folder the extensions' sources are named relative to (``ops/``).
+SOURCE_ROOT = registry.OPS_DIR
+#: The shared C++ runtime headers, on every compile's include path.
+CSRC = SOURCE_ROOT / "csrc"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
-#: The extensions ctrlrnn ships: name -> C++ source files under ``ops/csrc``.
-EXTENSIONS: dict[str, list[str]] = {
-    "scan": ["scan.cpp", "rcrn_listener.cpp", "conv_windows.cpp"],
-    "cells": ["cells.cpp", "lstm.cpp", "gru.cpp", "cas_lstm.cpp", "ncarnn.cpp",
-              "metagross_state.cpp"],
-    "metagross": ["metagross.cpp"],
-}
+#: The extensions ctrlrnn ships: name -> C++ sources relative to :data:`SOURCE_ROOT`, derived
+#: from the list of ops (:mod:`.registry`), which also writes each one's module source.
+EXTENSIONS: dict[str, list[str]] = {name: registry.sources(name) for name in registry.families()}
 
 #: Optimisation flags. No ``-std=``: torch's own build flags carry the standard its headers
 #: need (C++17 up to torch 2.12, C++20 after).
@@ -92,7 +100,6 @@ LDFLAGS = ["-fopenmp"]
 BUILD_RECORD = "build.json"
 FAILURE_RECORD = "failed.json"
 BUILD_LOG = "build.log"
-BUILD_TIMEOUT_S = 3600
 
 
 class KernelBuildWarning(RuntimeWarning):
@@ -126,101 +133,25 @@ _WARNED = False
 
 def cache_dir() -> Path:
     """Root of ctrlrnn's on-disk cache (``$CTRLRNN_CACHE`` or ``~/.cache/ctrlrnn``)."""
-    root = os.environ.get("CTRLRNN_CACHE")
+    root = settings.value("CTRLRNN_CACHE")
     if root:
         return Path(root).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = settings.raw("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "ctrlrnn"
 
 
 def forced_reference() -> bool:
     """True when ``CTRLRNN_BACKEND=reference`` asks for the reference implementations."""
-    return os.environ.get("CTRLRNN_BACKEND", "").lower() in {"reference", "ref", "python"}
+    return settings.value("CTRLRNN_BACKEND") == "reference"
 
 
 def require_compiled() -> bool:
     """True when ``CTRLRNN_REQUIRE_COMPILED`` makes a failed build an error."""
-    return os.environ.get("CTRLRNN_REQUIRE_COMPILED", "") not in {"", "0"}
+    return bool(settings.value("CTRLRNN_REQUIRE_COMPILED"))
 
 
 # ------------------------------------------------------------------ what goes into the key
-
-
-@dataclass(frozen=True)
-class Compiler:
-    """The C++ compiler torch's build would call (``$CXX``, default ``c++``)."""
-
-    command: str
-    path: str | None  # with symlinks resolved: the binary that runs
-    version: str
-    error: str | None
-
-
-@lru_cache(maxsize=8)
-def _probe_compiler(command: str, search_path: str) -> Compiler:
-    argv = shlex.split(command) or ["c++"]
-    found = shutil.which(argv[0], path=search_path)
-    path = os.path.realpath(found) if found else None  # c++ -> /etc/alternatives -> g++-12
-    if path is None:
-        return Compiler(command, None, "", f"no C++ compiler: {argv[0]!r} (from "
-                        f"{'$CXX' if 'CXX' in os.environ else 'the default c++'}) is not on PATH")
-    try:
-        proc = subprocess.run([path, *argv[1:], "--version"], capture_output=True, text=True,
-                              timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Compiler(command, path, "", f"the C++ compiler {command!r} does not run ({exc})")
-    lines = [ln.strip() for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()]
-    if proc.returncode != 0:
-        return Compiler(command, path, "", f"the C++ compiler {command!r} does not run "
-                        f"(`{command} --version` exited with status {proc.returncode})")
-    return Compiler(command, path, lines[0] if lines else "", None)
-
-
-def compiler() -> Compiler:
-    """The compiler a build would use now (probed once per ``$CXX`` and PATH)."""
-    return _probe_compiler(os.environ.get("CXX", "c++"), os.environ.get("PATH", os.defpath))
-
-
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def ninja_dir() -> str | None:
-    """The folder of the ninja that belongs to the running interpreter, whatever PATH holds:
-    the ``ninja`` package's, else the one beside the interpreter, else the first on PATH."""
-    candidates: list[Path] = []
-    try:
-        import ninja  # the PyPI package ctrlrnn depends on
-
-        bin_dir = getattr(ninja, "BIN_DIR", None)
-        if bin_dir:
-            candidates.append(Path(bin_dir))
-    except ImportError:
-        pass
-    candidates += [Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
-    for folder in candidates:
-        if _is_executable(folder / "ninja"):
-            return str(folder)
-    found = shutil.which("ninja")
-    return str(Path(found).parent) if found else None
-
-
-@lru_cache(maxsize=1)
-def _cpu_signature() -> str:
-    """The CPU's model and feature flags (the kernels are built with ``-march=native``)."""
-    seen: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key = line.split(":", 1)[0].strip()
-                if key in ("model name", "flags", "Features", "CPU part") and key not in seen:
-                    seen[key] = line.strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.machine() + platform.processor() + "".join(seen.values())
 
 
 def build_inputs(name: str) -> dict[str, str]:
@@ -242,13 +173,20 @@ def build_inputs(name: str) -> dict[str, str]:
     }
 
 
+def module_text(name: str) -> str | None:
+    """The module source :mod:`.registry` writes for extension ``name`` (None for an extension
+    outside the list, whose sources bind themselves)."""
+    return registry.module_source(name) if name in registry.FAMILIES else None
+
+
 def build_key(name: str) -> str:
     """The cache key of extension ``name`` (module docstring)."""
     h = hashlib.sha256(files.dumps(build_inputs(name), sort_keys=True).encode())
     for src in EXTENSIONS[name]:
-        h.update((CSRC / src).read_bytes())
-    for header in sorted(CSRC.glob("*.h")):
-        h.update(header.name.encode())
+        h.update((SOURCE_ROOT / src).read_bytes())
+    h.update((module_text(name) or "").encode())
+    for header in sorted(SOURCE_ROOT.rglob("*.h")):
+        h.update(header.relative_to(SOURCE_ROOT).as_posix().encode())
         h.update(header.read_bytes())
     return h.hexdigest()[:16]
 
@@ -354,96 +292,9 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 # ------------------------------------------------------------------ compiling
 
 
-_ERROR_LINE = re.compile(
-    r"(#error|\berror:|fatal error|undefined reference|cannot find -l|No such file or directory"
-    r"|Ninja is required|command not found|not found|Error building extension)",
-    re.IGNORECASE,
-)
-
-
-def first_error_line(log: str) -> str:
-    """The first line of a build log that says what went wrong (else its last line)."""
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    for ln in lines:
-        if _ERROR_LINE.search(ln) and not ln.startswith(("[", "FAILED:", "c++ ", "g++ ")):
-            return ln[:400]
-    for ln in lines:
-        if _ERROR_LINE.search(ln):
-            return ln[:400]
-    return lines[-1][:400] if lines else "no output"
-
-
-def advice(cause: str) -> str:
-    """What to do about a build that failed with ``cause``."""
-    if cause.startswith("the kernel cache"):
-        return ("set CTRLRNN_CACHE to a writable folder (or run `ctrlrnn build` once where this "
-                "one is writable)")
-    if cause.startswith(("no C++ compiler", "the C++ compiler")):
-        return "install a C++ compiler (e.g. `apt install g++`) or point $CXX at one"
-    if "ninja" in cause.lower():
-        return "install ninja into this environment (`pip install ninja`)"
-    return "see the build log"
-
-
-def _run_worker(spec: dict, log: IO[str], env: dict[str, str]) -> int:
-    """Run the build worker in a process group of its own and wait for it. Whatever ends the
-    wait (the timeout, Ctrl-C, SIGTERM) ends the whole group, ninja and the compilers included;
-    the worker itself ends the group when this process dies (``_build_worker.py``)."""
-    proc = subprocess.Popen([sys.executable, str(WORKER), files.dumps(spec)], stdout=log,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        return proc.wait(timeout=BUILD_TIMEOUT_S)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)  # the worker ends ninja's compilers, then itself
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        raise
-
-
-def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
-    """Compile ``name`` into ``folder`` in a child process: ``(library or None, cause, seconds,
-    whether a failure is worth remembering)``. A compile killed by a signal or stopped by the
-    timeout is not remembered: the next process tries again."""
-    ninja = ninja_dir()
-    if ninja is None:
-        return (None, "ninja not found (it is installed with ctrlrnn: `pip install ninja`)", 0.0,
-                False)
-    env = dict(os.environ)
-    env["PATH"] = ninja + os.pathsep + env.get("PATH", "")
-    spec = {
-        "module": f"ctrlrnn_{name}",
-        "sources": [str(CSRC / s) for s in EXTENSIONS[name]],
-        "cflags": CFLAGS,
-        "ldflags": LDFLAGS,
-        "build_dir": str(folder),
-    }
-    log_path = folder / BUILD_LOG
-    start = time.perf_counter()
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write(f"ctrlrnn build of {name!r}\n{files.dumps(build_inputs(name), indent=2)}\n"
-                  f"PATH={env['PATH']}\n\n")
-        log.flush()
-        try:
-            rc: int | str = _run_worker(spec, log, env)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            rc = f"{type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
-    text = log_path.read_text(encoding="utf-8", errors="replace")
-    marker = re.findall(r"^CTRLRNN_LIBRARY=(.+)$", text, flags=re.MULTILINE)
-    if rc == 0 and marker and Path(marker[-1]).is_file():
-        return Path(marker[-1]), "", seconds, False
-    if isinstance(rc, str) or rc < 0:
-        return None, f"the compile was stopped ({rc})", seconds, False
-    return None, first_error_line(text), seconds, True
-
-
 def _import_library(name: str, path: Path) -> ModuleType:
     modname = f"ctrlrnn_{name}"
+    values = kernel_settings()  # a bad setting fails before anything is imported
     current = sys.modules.get(modname)
     if current is not None and getattr(current, "__file__", None) == str(path):
         return current
@@ -454,7 +305,44 @@ def _import_library(name: str, path: Path) -> ModuleType:
     spec.loader.exec_module(mod)
     sys.modules[modname] = mod
     gemm_path.attach(mod, cache_dir() / "ext", _cpu_signature())
+    configure(mod, values)
     return mod
+
+
+def kernel_settings() -> dict[str, object]:
+    """The settings the C++ kernels take, read and checked (:mod:`ctrlrnn.settings`): a bad
+    value is one :class:`~ctrlrnn.settings.SettingError` naming its variable."""
+    return {"streaming_bytes": settings.value("CTRLRNN_STREAMING_BYTES"),
+            "huge_pages": settings.value("CTRLRNN_HUGE_PAGES"),
+            "output_cache_mb": settings.value("CTRLRNN_OUTPUT_CACHE_MB"),
+            "metagross_split": settings.value("CTRLRNN_METAGROSS_SPLIT")}
+
+
+def configure(mod: ModuleType, values: dict[str, object] | None = None) -> None:
+    """Hand a freshly imported extension the settings its C++ runtime and kernels use (the C++
+    code reads no environment). An extension without the runtime (a test's tiny one) is left
+    alone; the runtime applies its part once per process (``configure`` in
+    ``csrc/runtime.cpp``)."""
+    v = kernel_settings() if values is None else values
+    if callable(getattr(mod, "configure", None)):
+        mod.configure(v["streaming_bytes"], v["huge_pages"], v["output_cache_mb"])
+    split = getattr(mod, "metagross_state_split", None)
+    if callable(split):
+        split(v["metagross_split"])
+
+
+def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
+    """Compile extension ``name`` into ``folder`` (:func:`ctrlrnn.ops._build.compile_extension`):
+    its sources, plus the module source :mod:`.registry` writes for it."""
+    sources = [str(SOURCE_ROOT / s) for s in EXTENSIONS[name]]
+    text = module_text(name)
+    if text is not None:
+        module_file = folder / f"{name}_module.cpp"
+        module_file.write_text(text, encoding="utf-8")
+        sources.append(str(module_file))
+    header = f"ctrlrnn build of {name!r}\n{files.dumps(build_inputs(name), indent=2)}"
+    return compile_extension(Job(f"ctrlrnn_{name}", sources, [str(CSRC)], CFLAGS, LDFLAGS,
+                                 folder, BUILD_LOG, header))
 
 
 def _loaded_status(st: ExtensionStatus, mod: ModuleType, path: Path) -> ExtensionStatus:

@@ -53,7 +53,7 @@ def _has_kernel(family: str, device_type: str) -> bool:
 @constant_under_compile
 def reference_forced() -> bool:
     """``CTRLRNN_BACKEND=reference`` (read once while tracing, like :func:`has_kernel`: torch
-    2.4's dynamo cannot trace ``os.environ``)."""
+    2.4's dynamo cannot trace reading the environment)."""
     return _extension.forced_reference()
 
 

@@ -5,24 +5,16 @@ autograd. They define what the compiled kernels must compute and serve as the fa
 devices without a compiled path; the conventions are in :mod:`ctrlrnn.ops.cells.reference`.
 """
 
-from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_sequence_ref, cas_lstm_step
-from ctrlrnn.ops.cells.gru.reference import gru_sequence_ref, gru_step
-from ctrlrnn.ops.cells.lstm.reference import lstm_sequence_ref, lstm_step
-from ctrlrnn.ops.cells.metagross_state.reference import (
-    metagross_state_sequence_ref,
-    metagross_state_step,
-)
-from ctrlrnn.ops.cells.ncarnn.reference import ncarnn_sequence_ref, ncarnn_step
+import importlib
 
-__all__ = [
-    "cas_lstm_sequence_ref",
-    "cas_lstm_step",
-    "gru_sequence_ref",
-    "gru_step",
-    "lstm_sequence_ref",
-    "lstm_step",
-    "metagross_state_sequence_ref",
-    "metagross_state_step",
-    "ncarnn_sequence_ref",
-    "ncarnn_step",
-]
+from ctrlrnn.ops import registry
+
+#: Every cell's ``<cell>_sequence_ref`` and ``<cell>_step``, for every cell of the list of ops
+#: (:mod:`ctrlrnn.ops.registry`).
+__all__: list[str] = []
+for _op in registry.ops_of("cells"):
+    _module = importlib.import_module(f"{_op.module}.reference")
+    for _name in (f"{_op.name}_sequence_ref", f"{_op.name}_step"):
+        globals()[_name] = getattr(_module, _name)
+        __all__.append(_name)
+__all__.sort()

@@ -28,26 +28,17 @@ one scan (:mod:`ctrlrnn.ops.scan_export`). float16/bfloat16 inputs are computed 
 the outputs cast back.
 """
 
-from ctrlrnn.ops.cells.cas_lstm import cas_lstm_sequence, cas_lstm_sequences
-from ctrlrnn.ops.cells.gru import gru_sequence, gru_sequences
-from ctrlrnn.ops.cells.lstm import lstm_sequence, lstm_sequences
-from ctrlrnn.ops.cells.metagross_state import (
-    metagross_state_sequence,
-    metagross_state_sequences,
-    metagross_tree_size,
-)
-from ctrlrnn.ops.cells.ncarnn import ncarnn_sequence, ncarnn_sequences
+import importlib
 
-__all__ = [
-    "cas_lstm_sequence",
-    "cas_lstm_sequences",
-    "gru_sequence",
-    "gru_sequences",
-    "lstm_sequence",
-    "lstm_sequences",
-    "metagross_state_sequence",
-    "metagross_state_sequences",
-    "metagross_tree_size",
-    "ncarnn_sequence",
-    "ncarnn_sequences",
-]
+from ctrlrnn.ops import registry
+
+#: Every cell's public functions (its module's ``__all__`` but the references), for every cell
+#: of the list of ops (:mod:`ctrlrnn.ops.registry`).
+__all__: list[str] = []
+for _op in registry.ops_of("cells"):
+    _module = importlib.import_module(_op.module)
+    for _name in _module.__all__:
+        if not _name.endswith(("_ref", "_step")):
+            globals()[_name] = getattr(_module, _name)
+            __all__.append(_name)
+__all__.sort()

@@ -42,7 +42,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +50,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn import files
+from ctrlrnn import files, settings
 
 __all__ = ["ENV", "PATHS", "forced", "one_thread_usable", "requested", "table", "use", "uses"]
 
@@ -68,11 +67,9 @@ _USING: list[str] = []
 
 
 def requested() -> str:
-    """The path ``CTRLRNN_GEMM`` asks for (``auto`` when unset); a clear error when invalid."""
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
-    if value not in PATHS:
-        raise ValueError(f"{ENV}={os.environ.get(ENV)!r}: expected one of {sorted(PATHS)}")
-    return value
+    """The path ``CTRLRNN_GEMM`` asks for (``auto`` when unset); a
+    :class:`~ctrlrnn.settings.SettingError` naming the variable when invalid."""
+    return str(settings.value(ENV))
 
 
 #: Bumped when the set of candidate paths changes, so choices measured among fewer paths are

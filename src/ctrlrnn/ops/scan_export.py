@@ -18,7 +18,7 @@ would not cover ``CTRLRNN_BACKEND=reference`` (whose ops are plain loops, not cu
 scan path reuses the step functions of :mod:`ctrlrnn.ops.cells_ref` as they are, works with a
 plain ``torch.onnx.export(..., dynamo=True)``, and is the same whichever backend is active.
 Each fused cell hands :func:`scan` its reference step (``ctrlrnn.ops.cells.<cell>``); the
-linear scan and QRNN pooling are below.
+linear scan is below, and QRNN pooling's export path (:mod:`ctrlrnn.ops.qrnn_pooling`) runs on it.
 
 When it runs (:func:`active`): while the dynamo ONNX exporter of torch runs
 (``torch.onnx.export(..., dynamo=True)``, the default from torch 2.9), or inside
@@ -50,9 +50,8 @@ from torch import Tensor
 
 from ctrlrnn.ops.compiled_op import constant_under_compile
 from ctrlrnn.ops.padding import length_mask, reverse_padded
-from ctrlrnn.ops.qrnn_pooling_ref import gate_activations, zoneout_factor
 
-__all__ = ["active", "linear_scan", "qrnn_pooling", "scan", "scan_mode"]
+__all__ = ["active", "linear_scan", "scan", "scan_mode"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _forced = 0  # depth of nested scan_mode() contexts
@@ -214,7 +213,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 def linear_scan(
     a: Tensor, b: Tensor, h0: Tensor | None, lengths: Tensor | None, reverse: bool
 ) -> tuple[Tensor, Tensor]:
-    """``h_t = a_t h_{t-1} + b_t`` (:func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref`)
+    """``h_t = a_t h_{t-1} + b_t`` (:func:`ctrlrnn.ops.linear_scan.reference.linear_scan_ref`)
     -> ``(h, h_last)``."""
     out_dtype = a.dtype
     acc = _acc_dtype(a.dtype)
@@ -227,28 +226,3 @@ def linear_scan(
         out = reverse_padded(out, lengths)
     return out.to(out_dtype), last.to(out_dtype)
 
-
-def qrnn_pooling(
-    gates: Tensor,
-    c0: Tensor | None,
-    pooling: str,
-    keep: Tensor | None,
-    keep_scale: float,
-    lengths: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """QRNN pooling, QRNN paper eq 1-6 (:func:`ctrlrnn.ops.qrnn_pooling_ref.qrnn_pooling_ref`)
-    -> ``(h, c, c_last)``.
-
-    The gates are computed for all steps at once; eq 3-5 is then the linear scan
-    ``c_t = (1 - s (1 - f_t)) c_{t-1} + b_t`` with ``b = s (1 - f) z`` (eq 3-4) or ``i z``
-    (eq 5), ``s`` the zoneout factor of eq 6, and ``h = o c`` (zero past a length, as ``c``).
-    """
-    out_dtype = gates.dtype
-    g = gates.to(_acc_dtype(gates.dtype))
-    z, f, o, i = gate_activations(g, pooling)
-    one_minus_f = zoneout_factor(f, keep, keep_scale) * (1 - f)  # eq 6, no rescaling
-    b = i * z if i is not None else one_minus_f * z  # eq 5: i z; eq 3-4: (1 - f) z
-    c = g.new_zeros(g.shape[0], z.shape[2]) if c0 is None else c0.to(g.dtype)
-    c_seq, c_last = linear_scan(1 - one_minus_f, b, c, lengths, False)
-    h = c_seq if o is None else o * c_seq  # eq 4-5: h = o c
-    return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)

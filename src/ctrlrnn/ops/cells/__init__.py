@@ -13,7 +13,7 @@ Layout:
 * ``<cell>/triton_kernels.py``: its Triton step kernels (imported on the first CUDA call);
 * ``<cell>/__init__.py``: its :class:`~ctrlrnn.ops.cells.shell.Cell` (what differs from the
   others: inputs, states, what backward reads, shapes), its op, and its public function;
-* ``ops/csrc/<cell>.cpp``: its CPU kernels, in the extension ``cells``;
+* ``<cell>/<cell>.cpp``: its CPU kernels, in the extension ``cells``;
 * :mod:`.shell`: the ops, fakes, autograd and dispatch every cell shares;
   :mod:`.triton_host`: the host loop of the Triton kernels; :mod:`.reference`: the loop over
   time of the references; :mod:`.checks`: the argument checks.

@@ -9,7 +9,7 @@ step. From that :func:`define` makes
 * ``ctrlrnn::<cell>_cell_fwd(<inputs>, lengths, save) -> (<state>_seq..., <state>_last...,
   acts)`` and ``ctrlrnn::<cell>_cell_bwd(grad_<state>_seq..., grad_<state>_last..., <saved>,
   lengths) -> (one gradient per input)``, each with its CPU kernel (the extension ``cells``'s
-  ``<cell>_forward`` / ``<cell>_backward``, ``ops/csrc/<cell>.cpp``) and its CUDA kernel (the
+  ``<cell>_forward`` / ``<cell>_backward``, ``cells/<cell>/<cell>.cpp``) and its CUDA kernel (the
   same functions of :mod:`ctrlrnn.ops.cells.triton_host`, whose host loop runs the cell's
   Triton step kernels) registered on the same op (:mod:`ctrlrnn.ops.kernel_op`);
 * their fake implementations, from the shapes;

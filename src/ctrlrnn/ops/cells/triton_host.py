@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.cells import cas_lstm, gru, lstm, metagross_state, ncarnn
+from ctrlrnn.ops import registry
 from ctrlrnn.ops.cells.shell import Cell, per_recurrence, stacked
 from ctrlrnn.ops.gpu import step_graphs
 from ctrlrnn.ops.gpu._common import acc_dtype
@@ -303,8 +303,10 @@ def takes_stack(cell: str) -> bool:
     return kernels is not None and batches_stacks(kernels)
 
 
-lstm_forward, lstm_backward = _bind(lstm)
-gru_forward, gru_backward = _bind(gru)
-cas_lstm_forward, cas_lstm_backward = _bind(cas_lstm)
-ncarnn_forward, ncarnn_backward = _bind(ncarnn)
-metagross_state_forward, metagross_state_backward = _bind(metagross_state)
+#: Each cell's ``<cell>_forward`` and ``<cell>_backward``, for every cell of the list of ops
+#: (:mod:`ctrlrnn.ops.registry`).
+__all__ = ["takes_stack"]
+for _op in registry.ops_of("cells"):
+    globals()[f"{_op.name}_forward"], globals()[f"{_op.name}_backward"] = _bind(
+        importlib.import_module(_op.module))
+    __all__ += [f"{_op.name}_forward", f"{_op.name}_backward"]

@@ -1,8 +1,23 @@
-// Helpers shared by the fused gated cells of the `cells` extension (lstm.cpp, gru.cpp,
-// cas_lstm.cpp, ncarnn.cpp, metagross_state.cpp; bound into one module by cells.cpp):
-// activations, lengths, the per-step GEMM, the batch-slice parallelism and the state-gradient
-// bookkeeping of backward through time. Everything is inline: the extension's translation units
-// each get their own copy.
+// Helpers shared by the fused gated cells of the `cells` extension (ops/cells/<cell>/<cell>.cpp,
+// made one module by the source ops/registry.py writes). They cover activations, lengths, the
+// per-step GEMM, the batch-slice parallelism and the state-gradient bookkeeping of backward
+// through time. Everything is inline.
+//
+// The recipe every cell follows (lmnt-com/haste). The input projections of all time steps
+// arrive precomputed as one tensor x_proj (B, T, G), from one big GEMM done by the caller. Per
+// step a cell does one GEMM for the recurrent term U h_{t-1} into a preallocated (B, G_h) buffer
+// and one fused pointwise pass. Backward through time mirrors it: per step a pointwise pass
+// writes the gate pre-activation gradients dG_t into dx_proj[:, t], then one GEMM adds dG_t U to
+// dh_{t-1}. dU = sum_t dG_t^T h_{t-1} is one (G_h, B*T) x (B*T, H) GEMM at the end. Threads
+// split the batch and each runs the whole time loop on its slice (over_batch_slices), so there
+// is no barrier per step.
+//
+// Variable lengths: for t >= lengths[b] the state of row b stays unchanged and the outputs are
+// zero. In backward the carried state gradient passes through such steps untouched and dG is
+// zero.
+//
+// Tensor layouts (all contiguous, batch-major): x_proj (B, T, G); weight_hh (G_h, H), so that the
+// recurrent term is h_{t-1} @ weight_hh^T; states (B, H); sequences (B, T, H).
 
 #pragma once
 
@@ -134,23 +149,7 @@ inline Lengths read_lengths(const c10::optional<at::Tensor>& lengths, int64_t B,
 // op(W) made once per batch slice (gemm_path.h says why and how it uses the threads).
 // ---------------------------------------------------------------------------------------------
 
-extern "C" {
-size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k) __attribute__((weak));
-void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha,
-                      const float* src, int ld, float* dest) __attribute__((weak));
-void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a,
-                         int lda, const float* b, int ldb, float beta, float* c, int ldc)
-    __attribute__((weak));
-}
-
-namespace mkl {
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162;
-inline bool available() {
-  return cblas_sgemm_pack_get_size != nullptr && cblas_sgemm_pack != nullptr &&
-         cblas_sgemm_compute != nullptr;
-}
-inline bool fits_int(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
-}  // namespace mkl
+// MKL's packed GEMM (the weak cblas_sgemm_pack symbols, ctrlrnn::mkl) lives in gemm_path.h.
 
 template <typename scalar_t>
 class StepGemm {
@@ -377,13 +376,5 @@ inline void check_state(const at::Tensor& s, int64_t B, int64_t H, const at::Ten
               "), got ", s.sizes());
   TORCH_CHECK(s.scalar_type() == like.scalar_type(), what, ": dtype must match x_proj");
 }
-
-// Each registers one cell's functions (<cell>_forward, <cell>_backward; defined in <cell>.cpp)
-// on the module (cells.cpp).
-void bind_lstm(pybind11::module_& m);
-void bind_gru(pybind11::module_& m);
-void bind_cas_lstm(pybind11::module_& m);
-void bind_ncarnn(pybind11::module_& m);
-void bind_metagross_state(pybind11::module_& m);
 
 }  // namespace ctrlrnn::cells

@@ -1,4 +1,4 @@
-// The loops over time every fused gated cell of the `cells` extension runs (cells.cpp has the
+// The loops over time every fused gated cell of the `cells` extension runs (cells_common.h has the
 // recipe): the batch split into slices, one per thread, each running the whole time loop
 // (over_batch_slices, so no barrier per step); per step one GEMM with the recurrent matrix U for
 // the slice's rows that are still running, and the cell's pointwise work row by row. A cell

@@ -46,6 +46,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -62,6 +63,33 @@ extern "C" {
 // previous local value. Weak: absent where torch's BLAS is not MKL.
 int MKL_Set_Num_Threads_Local(int nt) __attribute__((weak));
 }
+
+// MKL's packed GEMM, which the cells' per-step products use for float32 (cells_common.h).
+// Weak: absent where torch's BLAS is not MKL.
+extern "C" {
+size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k) __attribute__((weak));
+void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha,
+                      const float* src, int ld, float* dest) __attribute__((weak));
+void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a,
+                         int lda, const float* b, int ldb, float beta, float* c, int ldc)
+    __attribute__((weak));
+}
+
+namespace ctrlrnn::mkl {
+
+// CBLAS constants of the packed calls.
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162;
+
+// Whether MKL's packed GEMM is reachable (torch's BLAS is MKL and exports it).
+inline bool available() {
+  return cblas_sgemm_pack_get_size != nullptr && cblas_sgemm_pack != nullptr &&
+         cblas_sgemm_compute != nullptr;
+}
+
+// Whether a dimension fits the int the CBLAS interface takes.
+inline bool fits_int(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
+
+}  // namespace ctrlrnn::mkl
 
 namespace ctrlrnn::gemm {
 
@@ -409,6 +437,8 @@ inline void load(const pybind11::dict& d) {
 
 // Python bindings every extension adds (all share the one table).
 inline void bind(pybind11::module& m) {
+  m.def("mkl_packed_gemm", &ctrlrnn::mkl::available,
+        "whether float32 per-step GEMMs use MKL's packed weights (else at::mm_out)");
   m.def("gemm_onednn_usable", &onednn_usable,
         "whether oneDNN's float32 matmul is reachable through this torch");
   m.def("gemm_one_thread_usable", &one_thread_usable,

@@ -1,8 +1,9 @@
-// ctrlrnn: helpers shared by the elementwise-recurrence kernels (scan.cpp, metagross.cpp):
-// work splitting, branch-free activations, and streaming stores.
+// ctrlrnn: helpers shared by the elementwise-recurrence kernels (the linear scan, QRNN pooling,
+// the RCRN listener, the convolution windows, the METAGROSS level).
+// They cover work splitting, branch-free activations and streaming stores.
 //
-// Each extension is a single translation unit, so everything here is inline and each module
-// gets its own copy of the one piece of state (the streaming-store threshold).
+// Everything here is inline. The one piece of state, the streaming-store threshold, is a
+// function-local static, so every extension of the process shares it (output_pool.h says how).
 
 #pragma once
 
@@ -80,6 +81,12 @@ inline const int64_t* lengths_ptr(const c10::optional<at::Tensor>& lengths, int6
   return p;
 }
 
+// A (B, T, C) argument must be contiguous and on the CPU: the kernels index it directly.
+inline void check_btc(const at::Tensor& x, const char* name) {
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && x.device().is_cpu(), name,
+              " must be a contiguous CPU tensor of shape (B, T, C)");
+}
+
 inline int64_t num_threads() { return at::get_num_threads(); }
 
 // How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
@@ -141,15 +148,13 @@ inline double tanh_(double x) { return std::tanh(x); }
 
 // ----------------------------------------------------------------------------------------------
 // Streaming (non-temporal) stores. An ordinary store to a line not in cache first reads the line
-// (read-for-ownership), so writing N bytes moves 2N; a streaming store writes whole lines and
-// skips that read, and does not evict the caches' contents. Worth it when the output would not
-// be found in cache by its reader anyway: when a kernel writes more than a fair share of the
+// (read-for-ownership), so writing N bytes moves 2N. A streaming store writes whole lines, skips
+// that read and leaves the caches' contents in place. It pays when the output would not be in
+// cache for its reader anyway, that is when a kernel writes more than a fair share of the
 // last-level cache. By default that share is a quarter of the cache, and at most 4 MiB per
-// thread of this process: in a virtual machine sysfs reports the whole socket's cache, shared
-// with every other guest, and a quarter of it would keep outputs far larger than the cache this
-// process can hold on ordinary stores (README has the measurement). On a CPU of 4 MiB per core
-// the two bounds agree. CTRLRNN_STREAMING_BYTES sets the threshold in bytes (negative: never
-// stream).
+// thread. The per-thread bound exists because in a virtual machine sysfs reports the whole
+// socket's cache, which other guests share. CTRLRNN_STREAMING_BYTES (handed in by configure)
+// sets the threshold in bytes; negative means never stream.
 
 // The last-level cache of the cores this process runs on. sysfs first: on a CPU of several core
 // complexes (an AMD EPYC) glibc's sysconf reports the sum over all of them, many times the cache
@@ -184,20 +189,10 @@ constexpr int64_t kCachePerThread = int64_t(4) << 20;
 // Stands for "not set": the threshold follows the cache and the thread count.
 constexpr int64_t kThresholdAuto = std::numeric_limits<int64_t>::min();
 
-// The threshold set by CTRLRNN_STREAMING_BYTES or set_streaming_threshold, or kThresholdAuto.
+// The threshold set by configure (ctrlrnn.settings' CTRLRNN_STREAMING_BYTES) or
+// set_streaming_threshold, or kThresholdAuto. One per process, shared by every extension.
 inline std::atomic<int64_t>& streaming_threshold_ref() {
-  static std::atomic<int64_t> threshold{[] {
-    const char* text = std::getenv("CTRLRNN_STREAMING_BYTES");
-    if (text == nullptr || *text == '\0') return kThresholdAuto;
-    try {
-      size_t used = 0;
-      const int64_t v = std::stoll(text, &used);
-      if (used == std::string(text).size()) return v;
-    } catch (...) {
-    }
-    TORCH_WARN("CTRLRNN_STREAMING_BYTES=", text, " is not a whole number of bytes; ignored");
-    return kThresholdAuto;
-  }()};
+  static std::atomic<int64_t> threshold{kThresholdAuto};
   return threshold;
 }
 

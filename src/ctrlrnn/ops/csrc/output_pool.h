@@ -12,17 +12,15 @@
 // it is at least kMinPooledBytes; when the tensor dies, its block returns to the cache instead of
 // the system. Capacities are rounded up to 8 size classes per power of two (a request reuses a
 // block of its class; the untouched tail of a fresh block is never paged in). Free blocks are
-// bounded: CTRLRNN_OUTPUT_CACHE_MB (default 512; 0 disables the cache) caps the bytes held
-// while unused, evicting the oldest first. `ctrlrnn.ops.empty_cache()` frees them all.
+// bounded: CTRLRNN_OUTPUT_CACHE_MB (default 512, handed in by configure; 0 disables the cache)
+// caps the bytes held while unused, evicting the oldest first. `ctrlrnn.ops.empty_cache()` frees them all.
 //
-// Huge pages: a block of 2 MiB or more is aligned to 2 MiB and advised MADV_HUGEPAGE (Linux), so
-// that where transparent huge pages are in "madvise" mode (a common default) the kernels' large
-// outputs sit on 2 MiB pages. These outputs are streamed through once per step by kernels that
-// run at memory bandwidth; with 4 KiB pages every few rows of a (B, T, N) block is a new page and
-// a TLB miss (README's performance section has what it gives). CTRLRNN_HUGE_PAGES=0 turns the
-// advice off
-// (plain blocks from torch's CPU allocator); under THP "never" it is a no-op, under "always"
-// the pages were huge already.
+// Huge pages: a block of 2 MiB or more is aligned to 2 MiB and advised MADV_HUGEPAGE (Linux).
+// Where transparent huge pages are in "madvise" mode (a common default), the kernels' large
+// outputs then sit on 2 MiB pages. The kernels stream through these outputs once per step, and
+// with 4 KiB pages every few rows of a (B, T, N) block is a new page and a TLB miss.
+// CTRLRNN_HUGE_PAGES=0 turns the advice off (plain blocks from torch's CPU allocator). Under THP
+// "never" the advice does nothing; under "always" the pages were huge already.
 //
 // The extensions that include this header share one cache: GCC exports the function-local
 // static of OutputPool::instance() as a unique symbol, which the dynamic loader binds to one
@@ -40,11 +38,8 @@
 #include <sys/mman.h>
 #endif
 
-#include "gemm_path.h"
-
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -109,14 +104,13 @@ class OutputPool {
     trim();
   }
 
-  // Whether large blocks are advised onto huge pages (CTRLRNN_HUGE_PAGES, default on).
-  static bool huge_pages() {
-    static const bool on = [] {
-      const char* e = std::getenv("CTRLRNN_HUGE_PAGES");
-      return e == nullptr || std::string(e) != "0";
-    }();
+  // Whether large blocks are advised onto huge pages (CTRLRNN_HUGE_PAGES, default on; set by
+  // configure).
+  static std::atomic<bool>& huge_pages_ref() {
+    static std::atomic<bool> on{true};
     return on;
   }
+  static bool huge_pages() { return huge_pages_ref().load(); }
 
   // A fresh block of cap bytes: 2 MiB-aligned and advised onto huge pages when it is that large
   // (header comment), else torch's CPU allocation. Either is released with c10::free_cpu (free).
@@ -143,18 +137,8 @@ class OutputPool {
   }
 
  private:
-  OutputPool() {
-    const char* env = std::getenv("CTRLRNN_OUTPUT_CACHE_MB");
-    int64_t mb = 512;
-    if (env != nullptr && *env != '\0') {
-      try {
-        mb = std::stoll(env);
-      } catch (...) {
-        TORCH_WARN("ctrlrnn: CTRLRNN_OUTPUT_CACHE_MB=", env, " is not an integer; using 512");
-      }
-    }
-    limit_ = mb <= 0 ? 0 : mb << 20;
-  }
+  // The limit is 512 MiB until configure hands in CTRLRNN_OUTPUT_CACHE_MB.
+  OutputPool() : limit_(int64_t(512) << 20) {}
 
   void* take(int64_t cap) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -317,112 +301,6 @@ inline at::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& o
 
 inline at::Tensor pooled_empty_like(const at::Tensor& like) {
   return pooled_empty(like.sizes(), like.options());
-}
-
-// x W^T + b (into a cached block, as cached_linear below) with weight's N rows taken as
-// `groups` consecutive blocks of N / groups, the output laid out group first:
-// (groups, ..., N / groups), each group's block contiguous. The input
-// projections of independent recurrences that read the same x (a METAGROSS unit's base RNNs)
-// arrive so without the permuted copy of a (..., N) output: one GEMM per group, each into its
-// slice of one cached output block.
-inline at::Tensor cached_linear_grouped(const at::Tensor& x, const at::Tensor& weight,
-                                        const c10::optional<at::Tensor>& bias,
-                                        int64_t groups) {
-  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
-                  x.device().is_cpu() && weight.scalar_type() == x.scalar_type(),
-              "cached_linear: expected x (..., D) and weight (N, D) of one dtype on CPU");
-  TORCH_CHECK(groups >= 1 && weight.size(0) % groups == 0, "cached_linear_grouped: groups=",
-              groups, " must divide the weight's ", weight.size(0), " rows");
-  const int64_t n = weight.size(0) / groups;
-  auto sizes = x.sizes().vec();
-  sizes.back() = n;
-  sizes.insert(sizes.begin(), groups);
-  // rows counted explicitly: a -1 in view/reshape is ambiguous for empty tensors (N or D = 0)
-  int64_t rows = 1;
-  for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
-  auto out = pooled_empty(sizes, x.options());
-  const auto x2 = x.reshape({rows, x.size(-1)});
-  for (int64_t k = 0; k < groups; ++k) {
-    auto out2 = out.select(0, k).view({rows, n});
-    if (bias.has_value()) out2.copy_(bias->slice(0, k * n, (k + 1) * n).expand_as(out2));
-    gemm::into(out2, x2, weight.slice(0, k * n, (k + 1) * n).t(),
-               /*accumulate=*/bias.has_value());
-  }
-  return out;
-}
-
-// x W^T + b, x (..., D), weight (N, D), bias (N,) or None -> (..., N), written into a cached
-// block: the GEMM output of a layer's input projection is often the largest tensor of a step
-// (a METAGROSS level's pre-activations, a QRNN's gates), above glibc's mmap threshold, so a fresh
-// one would page-fault on every first write, every step. The GEMM takes the path gemm_path.h
-// chooses for its shape class.
-// It is the one-group case of cached_linear_grouped: (1, ..., N) viewed as (..., N).
-inline at::Tensor cached_linear(const at::Tensor& x, const at::Tensor& weight,
-                                const c10::optional<at::Tensor>& bias) {
-  return cached_linear_grouped(x, weight, bias, 1).squeeze(0);
-}
-
-// The input projections of R independent recurrences with their own weights, read by groups:
-// x (G, rows, D) holds G inputs, weight (R, N, D) and bias (R, N) or None the recurrences'
-// (R a multiple of G), and recurrence r reads x[r / (R / G)] (RCRN's two controllers and
-// listener base of one direction read the same input, each direction its own). Returns
-// (R, rows, N) in a cached output block, out[r] = x[r / (R / G)] W_r^T + b_r, each product on the
-// path gemm_path.h chooses for its shape class: the stack the cell kernels take (recurrences.h),
-// without a copy of any input per reader.
-inline at::Tensor cached_linear_stacked(const at::Tensor& x, const at::Tensor& weight,
-                                        const c10::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.dim() == 3 && weight.dim() == 3 && x.size(0) >= 1 &&
-                  weight.size(0) % x.size(0) == 0 && x.size(2) == weight.size(2),
-              "cached_linear_stacked: expected x (G, rows, D) and weight (R, N, D) with G "
-              "dividing R, got x ", x.sizes(), " and weight ", weight.sizes());
-  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() &&
-                  weight.scalar_type() == x.scalar_type(),
-              "cached_linear_stacked: x and weight must be CPU tensors of one dtype");
-  const int64_t R = weight.size(0), rows = x.size(1), N = weight.size(1);
-  const int64_t per = R / x.size(0);
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->dim() == 2 && bias->size(0) == R && bias->size(1) == N &&
-                    bias->scalar_type() == x.scalar_type(),
-                "cached_linear_stacked: bias must be (R, N) = (", R, ", ", N, "), got ",
-                bias->sizes());
-  }
-  auto out = pooled_empty({R, rows, N}, x.options());
-  for (int64_t r = 0; r < R; ++r) {
-    auto o = out.select(0, r);
-    if (bias.has_value()) o.copy_(bias->select(0, r).expand_as(o));
-    gemm::into(o, x.select(0, r / per), weight.select(0, r).t(),
-               /*accumulate=*/bias.has_value());
-  }
-  return out;
-}
-
-// Python bindings every extension adds: output_cache_stats, output_cache_release,
-// output_cache_set_limit, cached_linear, cached_linear_grouped, cached_linear_stacked, and the
-// GEMM path's (gemm_path.h).
-inline void bind_output_pool(pybind11::module& m) {
-  m.def("output_cache_stats", [] { return OutputPool::instance().stats(); },
-        "[held bytes, limit bytes, fresh allocations, reuses] of this extension's output cache");
-  m.def("output_cache_release", [] { return OutputPool::instance().release(); },
-        "free every cached block; returns the bytes freed");
-  m.def("output_cache_huge_pages", [] { return OutputPool::huge_pages(); },
-        "whether blocks of 2 MiB or more are 2 MiB-aligned and advised onto huge pages "
-        "(CTRLRNN_HUGE_PAGES=0 turns it off)");
-  m.def("output_cache_set_limit", [](int64_t bytes) { OutputPool::instance().set_limit(bytes); },
-        "cap on the bytes of free blocks held (0 disables the cache)");
-  m.def("pooled_empty", [](const std::vector<int64_t>& sizes, const at::Tensor& like) {
-    TORCH_CHECK(like.device().is_cpu(), "pooled_empty: like must be a CPU tensor");
-    return pooled_empty(sizes, like.options());
-  }, "an uninitialised tensor of these sizes with like's dtype and device, from the cache when "
-     "large (a whole METAGROSS tree's gradient block, written by several kernels)");
-  m.def("cached_linear", &cached_linear,
-        "(x (..., D), weight (N, D), bias (N,) or None) -> x W^T + b in a cached output block");
-  m.def("cached_linear_grouped", &cached_linear_grouped,
-        "(x (..., D), weight (N, D), bias (N,) or None, groups) -> x W^T + b as (groups, ..., "
-        "N / groups) in a cached output block");
-  m.def("cached_linear_stacked", &cached_linear_stacked,
-        "(x (G, rows, D), weight (R, N, D), bias (R, N) or None) -> (R, rows, N), out[r] = "
-        "x[r / (R / G)] W_r^T + b_r, in a cached output block");
-  gemm::bind(m);
 }
 
 }  // namespace ctrlrnn

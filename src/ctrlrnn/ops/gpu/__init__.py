@@ -3,8 +3,8 @@ gated cells and the fused METAGROSS level.
 
 Triton is an optional dependency (``pip install ctrlrnn[gpu]``) and is imported lazily: nothing
 here imports it at ``import ctrlrnn``, so a CPU-only install without Triton keeps working. The
-kernel modules (:mod:`.scan_triton`, :mod:`.qrnn_triton`, :mod:`.metagross_triton`, and each
-cell's ``triton_kernels`` in :mod:`ctrlrnn.ops.cells`) import Triton at their own import, which
+kernel modules (each op's ``triton_kernels`` in its folder, :mod:`ctrlrnn.ops.linear_scan`,
+:mod:`ctrlrnn.ops.cells.lstm`, ...) import Triton at their own import, which
 happens only when a CUDA tensor first asks for a kernel (through
 :func:`ctrlrnn.ops.backend.kernel_for`) or when the tests load them under the Triton interpreter.
 
@@ -17,10 +17,12 @@ itself is the pure function :func:`choose_backend`, tested without a GPU.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 import warnings
 from types import ModuleType
+
+from ctrlrnn import settings
+from ctrlrnn.ops import registry
 
 __all__ = [
     "CELL_FUNCTIONS",
@@ -33,25 +35,22 @@ __all__ = [
     "triton_status",
 ]
 
-#: Op families with a GPU implementation -> the module exposing it. Each mirrors the CPU
-#: extension of the same name: the same functions with the same signatures, registered as the
-#: CUDA kernels of the same custom ops (:mod:`ctrlrnn.ops.kernel_op`).
+#: Op families with a GPU implementation -> the module exposing it, derived from the list of
+#: ops (:mod:`ctrlrnn.ops.registry`). Each mirrors the CPU extension of the same name: the same
+#: functions with the same signatures, registered as the CUDA kernels of the same custom ops
+#: (:mod:`ctrlrnn.ops.kernel_op`). A family whose kernels come from several ops' modules is
+#: gathered by :mod:`.scan_and_pooling`.
 FAMILIES: dict[str, str] = {
-    "scan": "ctrlrnn.ops.gpu.scan_and_pooling",
-    "cells": "ctrlrnn.ops.cells.triton_host",
-    "metagross": "ctrlrnn.ops.gpu.metagross_triton",
+    family: modules[0] if len(modules) == 1 else "ctrlrnn.ops.gpu.scan_and_pooling"
+    for family in registry.families()
+    if (modules := registry.gpu_modules(family))
 }
 
 #: The functions each family's GPU module must expose (the dispatch test and ``ctrlrnn info``
-#: check them): for ``cells``, the forward and backward of every cell of
-#: :mod:`ctrlrnn.ops.fused_cells`, including CAS-LSTM, nCARNN and the METAGROSS unit as printed.
+#: check them): those of its ops with CUDA kernels.
 FAMILY_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "scan": ("linear_scan_forward", "linear_scan_backward", "qrnn_pooling_forward",
-             "qrnn_pooling_backward", "rcrn_listener_forward", "rcrn_listener_backward"),
-    "cells": tuple(f"{cell}_{way}" for cell in ("lstm", "gru", "cas_lstm", "ncarnn",
-                                                "metagross_state")
-                   for way in ("forward", "backward")),
-    "metagross": ("forward", "backward"),
+    family: tuple(fn for op in registry.ops_of(family) if not op.cpu_only for fn in op.functions)
+    for family in FAMILIES
 }
 CELL_FUNCTIONS = FAMILY_FUNCTIONS["cells"]
 
@@ -62,7 +61,7 @@ _WARNED: set[str] = set()
 
 def interpreting() -> bool:
     """True when ``TRITON_INTERPRET=1``: kernels run in Triton's CPU interpreter (tests)."""
-    return os.environ.get("TRITON_INTERPRET", "") not in {"", "0"}
+    return (settings.raw("TRITON_INTERPRET") or "").strip() not in {"", "0"}
 
 
 def triton_status() -> tuple[bool, str]:

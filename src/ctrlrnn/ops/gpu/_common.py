@@ -7,7 +7,7 @@ Conventions of every kernel in this package:
 * Tensors are contiguous and batch-first ``(B, T, C)``; a program owns one batch row and a block
   of ``BLOCK`` channels and walks time sequentially with its state in registers, in the
   accumulation type ``ACC`` (fp32 for fp16/bf16/fp32 inputs, fp64 for fp64), like the CPU
-  kernels of ``csrc/scan.cpp``.
+  kernels of ``linear_scan.cpp``.
 * Offsets are int64 (the batch index is widened before any multiplication), so tensors beyond
   2**31 elements are addressed correctly.
 * Per-step conditions (time step valid for this row, step inside the tensor) are computed as

@@ -1,23 +1,26 @@
-"""The Triton linear scan, QRNN pooling and RCRN listener: the GPU counterpart of the CPU
-extension ``scan``, the same six functions with the same signatures.
+"""The CUDA kernels of the op family ``scan`` gathered in one module: the GPU counterpart of the
+CPU extension ``scan``, with the same functions and signatures.
 
-:func:`ctrlrnn.ops.backend.kernel_for` returns this module for CUDA tensors when Triton is
-available, and the CUDA kernels of the custom ops of :mod:`ctrlrnn.ops.linear_scan`,
-:mod:`ctrlrnn.ops.qrnn_pooling` and :mod:`ctrlrnn.ops.rcrn_listener` call its functions
-(:mod:`ctrlrnn.ops.kernel_op`).
+The family's ops come from the list of ops (:mod:`ctrlrnn.ops.registry`); each op's kernels live
+in its own ``triton_kernels`` module (:mod:`ctrlrnn.ops.linear_scan.triton_kernels`, ...), and this
+module takes each op's functions from there. :func:`ctrlrnn.ops.backend.kernel_for` returns it
+for CUDA tensors when Triton is available.
 """
 
 from __future__ import annotations
 
-from ctrlrnn.ops.gpu.listener_triton import rcrn_listener_backward, rcrn_listener_forward
-from ctrlrnn.ops.gpu.qrnn_triton import qrnn_pooling_backward, qrnn_pooling_forward
-from ctrlrnn.ops.gpu.scan_triton import linear_scan_backward, linear_scan_forward
+import importlib
 
-__all__ = [
-    "linear_scan_backward",
-    "linear_scan_forward",
-    "qrnn_pooling_backward",
-    "qrnn_pooling_forward",
-    "rcrn_listener_backward",
-    "rcrn_listener_forward",
-]
+from ctrlrnn.ops import registry
+
+FAMILY = "scan"
+
+__all__: list[str] = []
+
+for _op in registry.ops_of(FAMILY):
+    if _op.cpu_only:
+        continue
+    _kernels = importlib.import_module(f"{_op.module}.triton_kernels")
+    for _name in _op.functions:
+        globals()[_name] = getattr(_kernels, _name)
+        __all__.append(_name)

@@ -34,7 +34,6 @@ launches each step from Python and keeps no graphs.
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+from ctrlrnn import settings
 
 ENV = "CTRLRNN_CUDA_GRAPHS"
 #: the most graphs kept at once (each holds its inputs, outputs and intermediates)
@@ -56,13 +57,7 @@ Body = Callable[[SimpleNamespace], tuple[Any, ...]]
 def enabled() -> bool:
     """Whether ``CTRLRNN_CUDA_GRAPHS`` asks for graphs (unset, empty, ``1``/``on``: the
     default); a value that is neither on nor off is an error naming the variable."""
-    value = os.environ.get(ENV, "1").strip().lower()
-    if value in ("0", "off", "false", "no"):
-        return False
-    if value in ("", "1", "on", "true", "yes"):
-        return True
-    raise ValueError(f"{ENV}={value!r}: use 1 to capture the fused cells' step loops in CUDA "
-                     "graphs (the default), or 0 to launch each step from Python")
+    return bool(settings.value(ENV))
 
 
 class GraphBackend(Protocol):

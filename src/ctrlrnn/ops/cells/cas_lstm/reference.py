@@ -9,6 +9,8 @@ from torch import Tensor
 
 from ctrlrnn.ops.cells.reference import run
 
+__all__ = ["cas_lstm_sequence_ref", "cas_lstm_step", "step"]
+
 
 def cas_lstm_step(
     x_t: Tensor,

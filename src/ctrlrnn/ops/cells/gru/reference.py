@@ -9,6 +9,8 @@ from torch import Tensor
 
 from ctrlrnn.ops.cells.reference import run
 
+__all__ = ["gru_sequence_ref", "gru_step", "step"]
+
 
 def gru_step(x_t: Tensor, weight_hh: Tensor, bias_hh: Tensor, h: Tensor) -> Tensor:
     """One GRU step in the torch.nn.GRU formulation (gate order r, z, n).

@@ -9,6 +9,8 @@ from torch import Tensor
 
 from ctrlrnn.ops.cells.reference import run
 
+__all__ = ["lstm_sequence_ref", "lstm_step", "step"]
+
 
 def lstm_step(x_t: Tensor, weight_hh: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     """One LSTM step, CAS-LSTM paper eq 1-6 (the cell of RCRN eq 1-6 and 10-14).

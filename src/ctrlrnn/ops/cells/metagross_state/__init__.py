@@ -16,6 +16,7 @@ from ctrlrnn.ops.cells.shell import Cell, define, plural, sequence
 
 __all__ = [
     "metagross_state_sequence",
+    "metagross_state_sequences",
     "metagross_state_sequence_ref",
     "metagross_state_step",
     "metagross_tree_size",
@@ -76,7 +77,7 @@ def metagross_state_sequence(
 
     Args:
         x_proj: (B, T, 3NH) the input part of every base map with its bias, level-major (the
-            layout of ``ctrlrnn.ops.metagross_layout.base_index``).
+            layout of ``ctrlrnn.ops.metagross_level.layout.base_index``).
         weight_hh: (3NH, H) the recurrent part of every base map, same row order.
         alpha, beta: (B, T, I) depth gates of the ``I = (N-1)/2`` internal units in heap order
             (None when ``N == 1``).

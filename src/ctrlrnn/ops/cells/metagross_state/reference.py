@@ -8,7 +8,9 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cells.reference import run
-from ctrlrnn.ops.metagross_layout import base_offsets
+from ctrlrnn.ops.metagross_level.layout import base_offsets
+
+__all__ = ["metagross_state_sequence_ref", "metagross_state_step", "step"]
 
 
 def metagross_state_step(
@@ -22,7 +24,7 @@ def metagross_state_step(
     """One step of the METAGROSS unit as printed in section 2 (gates that read ``h_{t-1}``).
 
     ``x_t`` (B, 3NH) holds the input part of every base map of the tree's ``N = 2^L - 1`` units
-    (level-major, :func:`~ctrlrnn.ops.metagross_layout.base_offsets`), biases included;
+    (level-major, :func:`~ctrlrnn.ops.metagross_level.layout.base_offsets`), biases included;
     ``weight_hh`` (3NH, H) their recurrent part, so
     ``F^g_k(x_t, h_{t-1}) = x_t[g, k] + (h_{t-1} U^T)[g, k]``; ``alpha_t``, ``beta_t`` (B, I)
     the depth gates of the ``I = (N-1)/2`` internal units; ``res_t`` (B, H) the residual term

@@ -9,6 +9,8 @@ from torch import Tensor
 
 from ctrlrnn.ops.cells.reference import run
 
+__all__ = ["ncarnn_sequence_ref", "ncarnn_step", "step"]
+
 
 def ncarnn_step(x_t: Tensor, weight_hh: Tensor, context_proj: Tensor, h: Tensor) -> Tensor:
     """One nCARNN step, CARNN paper eq 3.

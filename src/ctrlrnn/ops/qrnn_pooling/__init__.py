@@ -23,7 +23,7 @@ the layer), and the bias's gradient would be one more pass summing the largest g
 Both are the custom ops ``ctrlrnn::qrnn_pooling`` and ``ctrlrnn::qrnn_pooling_backward``, each
 with the CPU extension's kernel and the Triton kernel registered on it
 (:mod:`ctrlrnn.ops.kernel_op`). Where no compiled kernel exists, :func:`qrnn_pooling` runs
-:func:`ctrlrnn.ops.qrnn_pooling_ref.qrnn_pooling_ref` through autograd instead.
+:func:`ctrlrnn.ops.qrnn_pooling.reference.qrnn_pooling_ref` through autograd instead.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -35,7 +35,7 @@ from torch import Tensor
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.kernel_op import Kernel, KernelOp
-from ctrlrnn.ops.qrnn_pooling_ref import (
+from ctrlrnn.ops.qrnn_pooling.reference import (
     GATES_PER_MODE,
     POOLING_MODES,
     gate_activations,
@@ -183,7 +183,7 @@ def qrnn_pooling(
     if route != backend.KERNEL and bias is not None:  # the composition: add it here
         gates, bias = gates + bias, None
     if route == backend.EXPORT:  # ONNX export: one scan of symbolic length (ops/scan_export.py)
-        return scan_export.qrnn_pooling(gates, c0, pooling, keep, keep_scale, lengths)
+        return export_pooling(gates, c0, pooling, keep, keep_scale, lengths)
     if route == backend.REFERENCE:  # the readable reference, through autograd
         return qrnn_pooling_ref(
             gates, c0, pooling=pooling, keep=keep, keep_scale=keep_scale, lengths=lengths
@@ -198,3 +198,29 @@ def fuses_bias(device: torch.device) -> bool:
     it to :func:`qrnn_pooling` (module docstring): on CPU with the compiled kernels. On CUDA the
     GEMM's epilogue adds it at no cost, and the composition adds it in an op of its own."""
     return device.type == "cpu" and backend.path("scan", device) == backend.KERNEL
+
+
+def export_pooling(
+    gates: Tensor,
+    c0: Tensor | None,
+    pooling: str,
+    keep: Tensor | None,
+    keep_scale: float,
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """QRNN pooling while an export is traced (:mod:`ctrlrnn.ops.scan_export`), QRNN paper eq
+    1-6 as :func:`qrnn_pooling_ref` computes it -> ``(h, c, c_last)``.
+
+    The gates are computed for all steps at once; eq 3-5 is then the linear scan
+    ``c_t = (1 - s (1 - f_t)) c_{t-1} + b_t`` with ``b = s (1 - f) z`` (eq 3-4) or ``i z``
+    (eq 5), ``s`` the zoneout factor of eq 6, and ``h = o c`` (zero past a length, as ``c``).
+    """
+    out_dtype = gates.dtype
+    g = gates.to(torch.float32 if gates.dtype in (torch.float16, torch.bfloat16) else gates.dtype)
+    z, f, o, i = gate_activations(g, pooling)
+    one_minus_f = zoneout_factor(f, keep, keep_scale) * (1 - f)  # eq 6, no rescaling
+    b = i * z if i is not None else one_minus_f * z  # eq 5: i z; eq 3-4: (1 - f) z
+    c = g.new_zeros(g.shape[0], z.shape[2]) if c0 is None else c0.to(g.dtype)
+    c_seq, c_last = scan_export.linear_scan(1 - one_minus_f, b, c, lengths, False)
+    h = c_seq if o is None else o * c_seq  # eq 4-5: h = o c
+    return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)

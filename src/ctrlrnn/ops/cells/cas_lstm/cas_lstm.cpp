@@ -1,5 +1,5 @@
 // The CAS-LSTM cell on CPU, one of the fused gated cells of the extension `cells`
-// (cells.cpp: the recipe they share and the module; cells_common.h: their helpers).
+// (cells_common.h: the recipe they share and their helpers).
 //
 // CAS-LSTM, layers l > 1 (eq 7-13), with lambda mixing and the peephole variant (iii), eq 17-18.
 // Gate order in x_proj: i, f, c~, o, g (vertical forget gate last).

@@ -18,6 +18,8 @@ from torch import Tensor
 
 from ctrlrnn.ops.padding import reverse_padded
 
+__all__ = ["linear_scan_ref", "linear_scan_ref_backward"]
+
 
 def linear_scan_ref(
     a: Tensor,

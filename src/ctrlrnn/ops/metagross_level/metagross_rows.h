@@ -1,6 +1,6 @@
-// The per-row arithmetic of the METAGROSS level kernels (metagross.cpp): the gates and the
+// The per-row arithmetic of the METAGROSS level kernels (metagross_level.cpp): the gates and the
 // scan step of one unit over a block of channels, forward and backward, in registers and
-// L1-resident scratch rows. Only metagross.cpp includes it.
+// L1-resident scratch rows. Only metagross_level.cpp includes it.
 
 #pragma once
 

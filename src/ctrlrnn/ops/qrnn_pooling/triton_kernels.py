@@ -1,7 +1,7 @@
 """Triton kernels for QRNN pooling fused with the gate activations and zoneout (QRNN paper eq 1-6).
 
 The launchers :func:`qrnn_pooling_forward` and :func:`qrnn_pooling_backward` take the arguments
-of the CPU extension's functions of the same name (``csrc/scan.cpp``) and return the same
+of the CPU extension's functions of the same name (``qrnn_pooling.cpp``) and return the same
 outputs, so :mod:`ctrlrnn.ops.qrnn_pooling` dispatches to them unchanged.
 
 ``gates`` ``(B, T, G*H)`` holds raw pre-activations ``[Z | F | O | I]``; with ``z = tanh(Z)``,
@@ -18,7 +18,7 @@ the activations and runs one reverse pass, ``dc = carry + g^c_t + g^h_t o_t`` an
 ``carry = dc (1 - k(1-f))``, from the gradient of the last cell, writing the gradient of the
 pre-activations. Both are linear recurrences in ``c`` (resp. ``carry``) with decay
 ``1 - k(1-f)``, so for long sequences with small ``B * H`` they run chunked exactly like
-:mod:`ctrlrnn.ops.gpu.scan_triton` (summary pass, scan over chunk carries, apply pass).
+:mod:`ctrlrnn.ops.linear_scan.triton_kernels` (summary pass, scan over chunk carries, apply pass).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Triton kernels for the diagonal linear scan ``h_t = a_t h_{t-1} + b_t``.
 
 The launchers :func:`linear_scan_forward` and :func:`linear_scan_backward` take the arguments of
-the CPU extension's functions of the same name (``csrc/scan.cpp``) and return the same outputs,
+the CPU extension's functions of the same name (``linear_scan.cpp``) and return the same outputs,
 so :mod:`ctrlrnn.ops.linear_scan` dispatches to them unchanged. Semantics (shared with the CPU
 kernels and :func:`ctrlrnn.linear_scan_ref`):
 
@@ -41,8 +41,9 @@ The chunked variant is exact for finite values and for NaN anywhere, but its com
 ``inf * h`` differing between the two terms) or underflows to 0 under an infinite state: the
 state entering later chunks can then be NaN where the sequential recurrence gives +-Inf. The
 decays of the layers (sigmoid gates, ``[0, 1]``) never are infinite; the launchers' ``chunk=0``
-forces the sequential variant. (QRNN pooling's chunked variant, :mod:`.qrnn_triton`, has
-decays in ``[0, 1]``: only the underflow case applies to it.)
+forces the sequential variant. QRNN pooling's chunked variant
+(:mod:`ctrlrnn.ops.qrnn_pooling.triton_kernels`) has decays in ``[0, 1]``: only the underflow
+case applies to it.
 """
 
 from __future__ import annotations

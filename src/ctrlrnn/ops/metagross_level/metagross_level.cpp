@@ -1,4 +1,4 @@
-// ctrlrnn compiled CPU kernels: one METAGROSS tree level, gates and scan in one pass.
+// One METAGROSS tree level on CPU, gates and scan in one pass (the extension `metagross`).
 //
 // For the k units of one level (METAGROSS paper section 2) and every (batch, step, unit, channel),
 // with (pf, po, pz) = P + bias, the base maps F^F, F^O, F^Z = W x_t + b of section 2.2 (the
@@ -119,6 +119,76 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
   });
 }
 
+// The inputs of unit u's backward row at step t of batch row bi, channels from h0 (zeros stand
+// in for an absent output gradient or initial state).
+template <typename scalar_t, bool CHILD>
+BackRow<scalar_t> back_row(const Level<scalar_t>& g, const scalar_t* gout, const scalar_t* saved,
+                           const scalar_t* zero, const scalar_t* pt, int64_t bi, int64_t t,
+                           int64_t u, int64_t h0) {
+  const int64_t k = g.k, H = g.H, kH = k * H, row = bi * g.T + t;
+  const int64_t off = u * H + h0;  // this unit's channels in a (k*H) row
+  BackRow<scalar_t> r;
+  r.g = gout ? gout + row * kH + off : zero;
+  r.prev = t > 0 ? saved + (row - 1) * kH + off : (g.s0 ? g.s0 + bi * kH + off : zero);
+  r.cur = saved + row * kH + off;
+  r.pf = pt + u * H;
+  r.po = r.pf + kH;
+  r.bf = g.bias + off;
+  r.bo = r.bf + kH;
+  r.cf = CHILD ? g.child + (row * k + u) * 2 * H + h0 : nullptr;
+  r.co = CHILD ? r.cf + H : nullptr;
+  return r;
+}
+
+// The gradients of the steps t >= len of batch row bi, past its length, are zero. dres is left
+// alone when it accumulates over levels.
+template <typename scalar_t, bool CHILD, bool RES>
+void zero_padded_steps(const Level<scalar_t>& g, int64_t bi, int64_t len, int64_t h0,
+                       int64_t n, scalar_t* dP, scalar_t* dchild, at::opmath_type<scalar_t>* part,
+                       scalar_t* dres, int64_t sdB, int64_t sdT, bool dres_acc) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t T = g.T, k = g.k, H = g.H, kH = k * H;
+  for (int64_t t = len; t < T; ++t) {
+    const int64_t row = bi * T + t;
+    for (int64_t q = 0; q < 3 * k; ++q) {
+      scalar_t* d = dP + bi * sdB + t * sdT + q * H + h0;
+      for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
+    }
+    if constexpr (CHILD) {
+      for (int64_t q = 0; q < 2 * k; ++q) {
+        scalar_t* d = dchild + row * 2 * kH + q * H + h0;
+        for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
+      }
+      for (int64_t q = 0; q < 2 * k; ++q) part[t * k * 2 + q] = acc_t(0);
+    }
+    if constexpr (RES) {
+      if (!dres_acc) {
+        for (int64_t j = 0; j < n; ++j) dres[row * H + h0 + j] = scalar_t(0);
+      }
+    }
+  }
+}
+
+// A work item's results once its reverse pass ends. The carries are the gradient of s_0. dbias,
+// when not null, holds the block's bias-gradient sums, row q = g k + u of (3, k, H).
+template <typename scalar_t>
+void store_block_sums(const Level<scalar_t>& g, int64_t bi, int64_t h0, int64_t n, int64_t ld,
+                      const at::opmath_type<scalar_t>* carries, scalar_t* ds0,
+                      const at::opmath_type<scalar_t>* dbias,
+                      at::opmath_type<scalar_t>* db_part) {
+  const int64_t k = g.k, H = g.H, kH = k * H;
+  for (int64_t u = 0; u < k; ++u) {
+    for (int64_t j = 0; j < n; ++j) {
+      ds0[bi * kH + u * H + h0 + j] = scalar_t(carries[u * ld + j]);
+    }
+  }
+  if (dbias == nullptr) return;
+  for (int64_t q = 0; q < 3 * k; ++q) {
+    at::opmath_type<scalar_t>* d = db_part + bi * 3 * kH + q * H + h0;
+    for (int64_t j = 0; j < n; ++j) d[j] = dbias[q * ld + j];
+  }
+}
+
 // dab_part: (nblk, B, T, k, 2) partial sums over each block's channels of d alpha, d beta.
 // db_part: (B, 3, k, H) each batch row's sum over its steps of dP (the bias gradient's terms),
 // or null when the bias gradient is not wanted. dP: packed (3, k, H) rows at batch and step
@@ -172,17 +242,8 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
                                 CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
         for (int64_t u = 0; u < k; ++u) {
           const int64_t off = u * H + h0;  // this unit's channels in a (k*H) row
-          BackRow<scalar_t> r;
-          r.g = gout ? gout + row * kH + off : zero_in.data();
-          r.prev = t > 0 ? saved + (row - 1) * kH + off
-                         : (g.s0 ? g.s0 + bi * kH + off : zero_in.data());
-          r.cur = saved + row * kH + off;
-          r.pf = pt + u * H;
-          r.po = r.pf + kH;
-          r.bf = g.bias + off;
-          r.bo = r.bf + kH;
-          r.cf = CHILD ? g.child + (row * k + u) * 2 * H + h0 : nullptr;
-          r.co = CHILD ? r.cf + H : nullptr;
+          const BackRow<scalar_t> r = back_row<scalar_t, CHILD>(g, gout, saved, zero_in.data(), pt,
+                                                                bi, t, u, h0);
           const acc_t al = CHILD ? acc_t(g.alpha[row * k + u]) : acc_t(0);
           const acc_t be = CHILD ? acc_t(g.beta[row * k + u]) : acc_t(0);
           backward_row<HFORM, CHILD, RES>(r, o, fa + u * ld, oa + u * ld, za + u * ld, al, be,
@@ -212,36 +273,9 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
           emit_row(dt, dr, n, stream);
         }
       }
-      for (int64_t t = len; t < T; ++t) {  // past the length: zero gradients
-        const int64_t row = bi * T + t;
-        for (int64_t q = 0; q < 3 * k; ++q) {
-          scalar_t* d = dP + bi * sdB + t * sdT + q * H + h0;
-          for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
-        }
-        if constexpr (CHILD) {
-          for (int64_t q = 0; q < 2 * k; ++q) {
-            scalar_t* d = dchild + row * 2 * kH + q * H + h0;
-            for (int64_t j = 0; j < n; ++j) d[j] = scalar_t(0);
-          }
-          for (int64_t q = 0; q < 2 * k; ++q) part[t * k * 2 + q] = acc_t(0);
-        }
-        if constexpr (RES) {
-          if (!dres_acc) {
-            for (int64_t j = 0; j < n; ++j) dres[row * H + h0 + j] = scalar_t(0);
-          }
-        }
-      }
-      for (int64_t u = 0; u < k; ++u) {
-        for (int64_t j = 0; j < n; ++j) {
-          ds0[bi * kH + u * H + h0 + j] = scalar_t(carries[u * ld + j]);
-        }
-      }
-      if (db_part) {  // row q = g k + u of (3, k, H) at q H
-        for (int64_t q = 0; q < 3 * k; ++q) {
-          acc_t* d = db_part + bi * 3 * kH + q * H + h0;
-          for (int64_t j = 0; j < n; ++j) d[j] = dbias[q * ld + j];
-        }
-      }
+      zero_padded_steps<scalar_t, CHILD, RES>(g, bi, len, h0, n, dP, dchild, part, dres, sdB,
+                                              sdT, dres_acc);
+      store_block_sums(g, bi, h0, n, ld, carries, ds0, db_part ? dbias : nullptr, db_part);
     }
     stream_fence(stream);
   });
@@ -437,8 +471,9 @@ std::vector<at::Tensor> metagross_level_backward(
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "ctrlrnn compiled CPU kernels: one METAGROSS level, gates and scan fused";
+namespace ctrlrnn {
+
+void bind_metagross_level(pybind11::module_& m) {
   // bias last and optional, as in the custom op's schema (a call without it has no bias)
   namespace py = pybind11;
   m.def("forward", &metagross_level_forward,
@@ -454,12 +489,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("alpha"), py::arg("beta"), py::arg("s0"), py::arg("lengths"), py::arg("saved"),
         py::arg("h_form"), py::arg("has_res"), py::arg("bias") = py::none(),
         py::arg("dP_out") = py::none(), py::arg("dres_in") = py::none());
-  m.def("set_streaming_threshold", &set_streaming_threshold,
-        "kernels writing at least this many bytes use streaming stores (negative: never)");
-  m.def("streaming_threshold", &streaming_threshold,
-        "bytes written from which the kernels use streaming stores (default: a quarter of the "
-        "last-level cache, at most 4 MiB per thread; CTRLRNN_STREAMING_BYTES sets it)");
-  m.def("num_threads", &num_threads);
-  m.def("parallel_threads", &openmp_threads_in_region);
-  ctrlrnn::bind_output_pool(m);
 }
+
+}  // namespace ctrlrnn

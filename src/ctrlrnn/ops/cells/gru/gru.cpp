@@ -1,5 +1,5 @@
 // The GRU cell on CPU, one of the fused gated cells of the extension `cells`
-// (cells.cpp: the recipe they share and the module; cells_common.h: their helpers).
+// (cells_common.h: the recipe they share and their helpers).
 //
 // GRU, torch.nn.GRU formulation (gate order r, z, n; the recurrent bias b_hn sits inside r*(.)):
 //   r = sig(x_r + U_r h + b_hr), z = sig(x_z + U_z h + b_hz), n = tanh(x_n + r (U_n h + b_hn)),

@@ -19,15 +19,15 @@ zero (for both forms, residual included).
 
 On CPU the work is the custom op ``ctrlrnn::metagross_level`` (registered with
 :mod:`torch.library`, so it traces under ``torch.compile``) running the compiled kernel of
-``ops/csrc/metagross.cpp``: one pass over time per (batch, channel block) that never writes
+``metagross_level.cpp``: one pass over time per (batch, channel block) that never writes
 ``a``, ``b`` or the gates to memory, and a backward ``ctrlrnn::metagross_level_backward`` that
 recomputes ``f, o, z`` and runs the scan's reverse recurrence together with the gate gradients
 in one reverse pass. CUDA tensors run the same two custom ops on the Triton kernels of
-:mod:`ctrlrnn.ops.gpu.metagross_triton`, registered on them as their CUDA kernels (same
+:mod:`ctrlrnn.ops.metagross_level.triton_kernels`, registered on them as their CUDA kernels (same
 arguments, same fusion; :mod:`ctrlrnn.ops.kernel_op`; the module chosen by
 :func:`ctrlrnn.ops.backend.kernel_for`). ``CTRLRNN_BACKEND=reference``, CUDA without Triton and
 machines where the extension cannot be built run :func:`metagross_level_reference`, the
-composition of :func:`ctrlrnn.ops.metagross_gates.level_gates` and
+composition of :func:`ctrlrnn.ops.metagross_level.gates.level_gates` and
 :func:`ctrlrnn.ops.linear_scan.linear_scan`
 (the custom ops also fall back to that composition by themselves, forward and backward, where
 a graph traced with the extension runs without it).
@@ -52,40 +52,13 @@ from torch import Tensor
 from ctrlrnn.ops import backend
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.kernel_op import Kernel, KernelOp
-from ctrlrnn.ops.linear_scan import linear_scan, linear_scan_op
-from ctrlrnn.ops.metagross_gates import _backward_recompute, _forward_math, level_gates
+from ctrlrnn.ops.linear_scan import linear_scan_op
+from ctrlrnn.ops.metagross_level.gates import _backward_recompute, _forward_math
+from ctrlrnn.ops.metagross_level.reference import metagross_level_reference
 from ctrlrnn.ops.padding import length_mask
 from ctrlrnn.ops.validation import check_lengths
 
 __all__ = ["metagross_level", "metagross_level_reference"]
-
-
-def metagross_level_reference(
-    P: Tensor, child: Tensor | None, alpha: Tensor | None, beta: Tensor | None,
-    res: Tensor | None, s0: Tensor | None, lengths: Tensor | None, h_form: bool,
-    bias: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """The composition :func:`level_gates` + :func:`linear_scan` (differentiable), on
-    ``P + bias`` (the base maps ``W x_t + b``, section 2.2) when a ``bias`` is given.
-
-    Returns ``(out, s, s_last)``: the level's output and its carried states ``(B, T, k*H)``
-    (the same tensor for the ``"h"`` form) and the final states ``(B, k*H)``.
-    """
-    B, T, _, k, H = P.shape
-    if bias is not None:
-        P = P + bias.view(3, k, H)
-    a, b, o = level_gates(P, child, alpha, beta, res if h_form else None, h_form)
-    s, last = linear_scan(
-        a.reshape(B, T, k * H), b.reshape(B, T, k * H), s0, lengths=lengths, return_last=True
-    )
-    if h_form:  # eq 2-4..2-6: the scan's state is the unit's output
-        return s, s, last
-    out = o.reshape(B, T, k * H) * s  # h_t = o c_t
-    if res is not None:
-        out = (out.view(B, T, k, H) + res).view(B, T, k * H)
-        if lengths is not None:  # o * 0 + x past the length: zero it like the h form
-            out = out * length_mask(lengths.to(out.device), T).unsqueeze(-1).to(out)
-    return out, s, last
 
 
 # ------------------------------------------------------------------ the compiled op
@@ -118,9 +91,9 @@ def _reference_backward(
     saved: Tensor, h_form: bool, has_res: bool, bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """The gradients of :func:`metagross_level_reference`, written out (a custom op's body runs
-    below autograd): the gates' forward of :mod:`ctrlrnn.ops.metagross_gates`, the scan's reverse
-    pass (``ctrlrnn::linear_scan_backward``), then the gates' backward; the bias's gradient is
-    ``dP`` summed over the batch and the steps."""
+    below autograd): the gates' forward of :mod:`ctrlrnn.ops.metagross_level.gates`, the scan's
+    reverse pass (``ctrlrnn::linear_scan_backward``), then the gates' backward; the bias's
+    gradient is ``dP`` summed over the batch and the steps."""
     B, T, _, k, H = P.shape
     if bias is not None:
         P = P + bias.view(3, k, H)
@@ -250,7 +223,7 @@ def metagross_level(
 
     Args:
         P: base pre-activations ``(B, T, 3, k, H)``, gates ``[F | O | Z]`` each over the ``k``
-            units (the level-major layout of :func:`ctrlrnn.ops.metagross_layout.base_index`).
+            units (the level-major layout of :func:`ctrlrnn.ops.metagross_level.layout.base_index`).
         child: the children's outputs ``(B, T, k, 2, H)`` (``[M^F, M^O]`` per unit), or None at
             the leaves (then ``alpha`` and ``beta`` must be None too).
         alpha, beta: depth gates ``(B, T, k, 1)`` in ``[0, 1]`` (section 2.1), or None.

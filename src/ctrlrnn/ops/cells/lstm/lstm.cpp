@@ -1,5 +1,5 @@
 // The LSTM cell on CPU, one of the fused gated cells of the extension `cells`
-// (cells.cpp: the recipe they share and the module; cells_common.h: their helpers).
+// (cells_common.h: the recipe they share and their helpers).
 //
 // LSTM (CAS-LSTM eq 1-6; RCRN eq 1-6 / 10-14). Gate order i, f, g(=c~), o as torch.nn.LSTM.
 //   c_t = f c_{t-1} + i g,  h_t = o tanh(c_t)

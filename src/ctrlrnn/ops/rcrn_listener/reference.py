@@ -8,7 +8,7 @@ Over batch-first ``(B, T, C)`` controller and base outputs ``h1``, ``h2``, ``h3`
 with ``gate = sigmoid`` (the paper's text, the authors' code) or the identity (eq 16 as
 printed). Channels ``[0, split)`` run forward in time, channels ``[split, C)`` run each sequence
 backwards from its own last valid step (a bidirectional layer's backward direction, its inputs
-in forward time). Eq 15 is :func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref` with
+in forward time). Eq 15 is :func:`ctrlrnn.ops.linear_scan.reference.linear_scan_ref` with
 ``a = sigmoid(h1)``, ``b = (1 - a) h3``; autograd differentiates it. It is the oracle the fused
 kernels (:mod:`ctrlrnn.ops.rcrn_listener`) are tested against, and their fallback.
 """
@@ -22,7 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref
+
+__all__ = ["rcrn_listener_ref", "rcrn_listener_ref_backward"]
 
 #: The output gates of eq 16: ``"sigmoid"`` (the text) and ``"identity"`` (eq 16 as printed).
 OUTPUT_GATES = ("sigmoid", "identity")

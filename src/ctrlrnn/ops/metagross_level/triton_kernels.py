@@ -1,6 +1,6 @@
 """Triton kernels for one METAGROSS tree level, gates and scan fused (METAGROSS paper eq 2-1..2-6).
 
-The GPU counterpart of the CPU extension ``metagross`` (``csrc/metagross.cpp``): :func:`forward`
+The GPU counterpart of the CPU extension ``metagross`` (``metagross_level.cpp``): :func:`forward`
 and :func:`backward` take that extension's arguments and return its outputs, so
 :mod:`ctrlrnn.ops.metagross_level` calls ``ext.forward(...)`` / ``ext.backward(...)`` without
 knowing the device. For the ``k`` units of a level and every (batch, step, unit, channel)::

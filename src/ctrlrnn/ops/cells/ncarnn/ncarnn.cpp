@@ -1,5 +1,5 @@
 // The nCARNN cell on CPU, one of the fused gated cells of the extension `cells`
-// (cells.cpp: the recipe they share and the module; cells_common.h: their helpers).
+// (cells_common.h: the recipe they share and their helpers).
 //
 // nCARNN (CARNN eq 3). x_proj gate order: u, f, e with x_u = W^e_u e_m + b_u,
 // x_f = W^e_f e_m + b_f, x_e = ebar_m = W_e e_m + b_e; ctx = [W^c_u c, W^c_f c] (B, 2H) is the

@@ -12,7 +12,10 @@ where no kernel exists. :mod:`ctrlrnn.ops.qrnn_pooling` says what the pooling co
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref_backward
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref_backward
+
+__all__ = ["GATES_PER_MODE", "POOLING_MODES", "gate_activations", "qrnn_pooling_ref",
+           "qrnn_pooling_ref_backward", "zoneout_factor"]
 
 POOLING_MODES: dict[str, int] = {"f": 0, "fo": 1, "ifo": 2}
 GATES_PER_MODE: dict[str, int] = {"f": 2, "fo": 3, "ifo": 4}

@@ -17,10 +17,11 @@ be 1: torch's LSTM gives its batch-first outputs as transposed views), write ``h
 state sequence, and in one reverse pass the three gradients, in the inputs' strides.
 
 The custom ops ``ctrlrnn::rcrn_listener`` and ``ctrlrnn::rcrn_listener_backward`` carry the CPU
-extension's kernel (``csrc/rcrn_listener.cpp``) and the Triton kernel
-(:mod:`ctrlrnn.ops.gpu.listener_triton`) (:mod:`ctrlrnn.ops.kernel_op`); where neither exists
-:func:`rcrn_listener` runs :func:`~ctrlrnn.ops.rcrn_listener_ref.rcrn_listener_ref` through
-autograd, and under an ONNX export the same equations on :func:`ctrlrnn.linear_scan`.
+extension's kernel (``rcrn_listener.cpp`` beside it) and the Triton kernel
+(:mod:`ctrlrnn.ops.rcrn_listener.triton_kernels`) (:mod:`ctrlrnn.ops.kernel_op`); where neither
+exists :func:`rcrn_listener` runs
+:func:`~ctrlrnn.ops.rcrn_listener.reference.rcrn_listener_ref` through autograd, and under an
+ONNX export the same equations on :func:`ctrlrnn.linear_scan`.
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -33,8 +34,8 @@ from ctrlrnn.ops import backend
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.kernel_op import Kernel, KernelOp
 from ctrlrnn.ops.linear_scan import linear_scan
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref
-from ctrlrnn.ops.rcrn_listener_ref import (
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref
+from ctrlrnn.ops.rcrn_listener.reference import (
     OUTPUT_GATES,
     rcrn_listener_ref,
     rcrn_listener_ref_backward,

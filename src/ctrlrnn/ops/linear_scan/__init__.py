@@ -5,13 +5,13 @@ CUDA) the work is done by the custom op ``ctrlrnn::linear_scan``, one op with bo
 registered on it (:mod:`ctrlrnn.ops.kernel_op`; it traces under ``torch.compile``, and in eager
 mode its kernels and autograd formula run through :mod:`ctrlrnn.ops.compiled_op`, with less
 dispatch); elsewhere the reference
-:func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref` runs, differentiated by autograd. The op's
+:func:`ctrlrnn.ops.linear_scan.reference.linear_scan_ref` runs, differentiated by autograd. The op's
 backward is the single reverse pass
 
     d = g_t + carry;  db_t = d;  da_t = d * h_{t-1};  carry = d * a_t
 
 started from the gradient of the final state, with ``carry`` at the end being ``dh_0``
-(:func:`ctrlrnn.ops.linear_scan_ref.linear_scan_ref_backward` writes it out).
+(:func:`ctrlrnn.ops.linear_scan.reference.linear_scan_ref_backward` writes it out).
 """
 
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
@@ -23,8 +23,10 @@ from torch import Tensor
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_inputs
 from ctrlrnn.ops.kernel_op import Kernel, KernelOp
-from ctrlrnn.ops.linear_scan_ref import linear_scan_ref, linear_scan_ref_backward
+from ctrlrnn.ops.linear_scan.reference import linear_scan_ref, linear_scan_ref_backward
 from ctrlrnn.ops.validation import check_flag, check_lengths, check_same
+
+__all__ = ["linear_scan", "linear_scan_op"]
 
 
 def _reference_forward(

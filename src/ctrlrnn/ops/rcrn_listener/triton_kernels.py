@@ -11,7 +11,8 @@ LSTM outputs, transposed views, are read in place; the input gradients take the 
 
 A program walks the whole sequence for one batch row and one block of one direction's channels
 (grid ``(B, blocks of [0, split) + blocks of [split, C))``), loading ``STEPS`` time steps at once
-and stepping through them in registers, as the sequential linear scan (:mod:`.scan_triton`).
+and stepping through them in registers, as the sequential linear scan does
+(:mod:`ctrlrnn.ops.linear_scan.triton_kernels`).
 Past a sequence's length ``h1`` is read as ``+inf`` and ``h3`` as 0, so ``a = 1`` keeps the
 state (and passes the backward's carry) unchanged.
 """

@@ -1,5 +1,5 @@
 // The RCRN listener, eq 15-16 of the RCRN paper, in one pass over time (part of the extension
-// `scan`; scan.cpp binds it):
+// `scan`):
 //
 //   a_t  = sigmoid(h1_t)                        (the forget-gate controller, eq 1-6)
 //   c4_t = a_t * c4_{t-1} + (1 - a_t) * h3_t    (eq 15; h3 is the listener base, eq 10-14)

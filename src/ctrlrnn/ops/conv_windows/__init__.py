@@ -8,7 +8,7 @@ is the masked (causal) convolution of section 2, ``(-a, .., b)`` the centred one
 :func:`shifted_windows_ref` builds them from torch ops, a pad then a concatenation of ``k``
 slices: two passes over the output forward, and backward ``k`` zero-filled slices of the padded
 input added up. On CPU with the compiled kernels, :func:`shifted_windows` writes the windows
-once into the kernels' output cache (``ops/csrc/conv_windows.cpp``), and its gradient, the
+once into the kernels' output cache (``conv_windows.cpp`` beside this file), and its gradient, the
 adjoint (``dx[s] = sum_j g[s - offsets[j], tap j]``), once: each is the other's derivative, so
 double backward works. Elsewhere (CUDA, ``torch.compile``, ONNX export, the reference backend,
 small inputs) it is the reference itself.
@@ -20,40 +20,16 @@ small inputs) it is the reference itself.
 from typing import Any, List  # noqa: UP035 - torch 2.4's custom_op schema needs typing.List
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ctrlrnn.ops import backend
 from ctrlrnn.ops.compiled_op import CompiledOp
+from ctrlrnn.ops.conv_windows.reference import shifted_windows_adjoint_ref, shifted_windows_ref
 
 __all__ = ["shifted_windows", "shifted_windows_adjoint_ref", "shifted_windows_ref"]
 
 #: Below this many output bytes the torch ops' fixed cost is smaller than the custom op's.
 KERNEL_MIN_BYTES = 1 << 20
-
-
-def shifted_windows_ref(x: Tensor, offsets: list[int], steps: int) -> Tensor:
-    """``(B, steps, k*D)``: block ``j`` of step ``t`` is ``x[:, t + offsets[j]]``, zeros where
-    ``t + offsets[j]`` is outside ``[0, S)`` (``x`` is ``(B, S, D)``)."""
-    length = x.shape[1]
-    before = max(0, -min(offsets))
-    after = max(0, max(offsets) + steps - length)
-    padded = F.pad(x, (0, 0, before, after))
-    return torch.cat([padded[:, before + o : before + o + steps] for o in offsets], dim=-1)
-
-
-def shifted_windows_adjoint_ref(g: Tensor, offsets: list[int], length: int) -> Tensor:
-    """The gradient of :func:`shifted_windows_ref` with respect to ``x`` (``(B, length, D)``),
-    for the output gradient ``g`` (``(B, steps, k*D)``): ``dx[:, s] = sum_j g[:, s - offsets[j],
-    block j]`` over the ``j`` that read ``s``."""
-    B, steps, width = g.shape
-    D = width // len(offsets)
-    dx = g.new_zeros(B, length, D)
-    for j, o in enumerate(offsets):
-        first, last = max(0, -o), min(steps, length - o)  # the steps t that read t + o in range
-        if first < last:
-            dx[:, first + o : last + o] += g[:, first:last, j * D : (j + 1) * D]
-    return dx
 
 
 def _kernel() -> Any:

@@ -11,7 +11,7 @@ Here the tree is one node, and its backward produces ``x``'s gradient once:
 
 * forward: one GEMM for the base maps of every level and the depth gates' logits,
   ``Y = x [W_1; ...; W_L; W_a]^T`` into a cached block; each level's kernel
-  (``ops/csrc/metagross.cpp``, eq 2-1..2-6) reads its column slice of ``Y`` and adds its bias;
+  (``metagross_level.cpp``, eq 2-1..2-6) reads its column slice of ``Y`` and adds its bias;
 * backward: the levels' kernels, root first, write their ``dP`` into the column slices of one
   gradient block ``dY`` (the depth gates' ``dlogits`` into its last columns) and add their
   residual gradients into one tensor; then ``dx = dres + dY W`` is one GEMM accumulating into
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
-from ctrlrnn.ops.metagross_layout import level_columns, level_slice, tree_nodes
+from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
 
 __all__ = ["applies", "input_tree"]
@@ -267,7 +267,7 @@ def input_tree(
         x: ``(B, T, D)``; with ``residual``, ``D`` equals ``hidden_size`` (the residual is
             ``x`` itself, eq 2-6).
         weight, bias: the linear base maps of every node ``(3 N H, D)``, ``(3 N H,)`` or None,
-            in the level-major layout of :func:`ctrlrnn.ops.metagross_layout.base_index`.
+            in the level-major layout of :func:`ctrlrnn.ops.metagross_level.layout.base_index`.
         depth_weight, depth_bias: the token depth gates ``(2 I, D)``, ``(2 I,)`` (rows
             ``[alpha | beta]`` per internal node), or None for a tree of depth 1.
         state: the nodes' initial states ``(B, N H)`` in heap order, or None (zeros).
