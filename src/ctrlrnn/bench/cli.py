@@ -59,6 +59,9 @@ def register(sub: Any) -> argparse.ArgumentParser:
         "another machine) beside this run's (repeatable)",
     )
     p.add_argument("--list", action="store_true", help="list the cases and their grids, then exit")
+    p.add_argument("--overhead", action="store_true",
+                   help="the per-call overhead rows instead (batch 1, T 1 and 8, against "
+                   "nn.LSTM/LSTMCell/GRU, interleaved; with --tiny: one width, T 1)")
     p.set_defaults(func=main)
     return p
 
@@ -239,6 +242,10 @@ def main(args: argparse.Namespace) -> int:
         console = Console(width=max(console.width, 160))
     if args.list:
         return _list_cases()
+    if args.overhead:
+        from ctrlrnn.bench import overhead
+
+        return overhead.run("tiny" if args.grid == "tiny" else "quick", console, args.markdown)
     try:
         compare = _compared(args.compare)
     except (ValueError, OSError) as exc:

@@ -212,9 +212,10 @@ class RecurrentBase(Traceable, nn.Module):
 
     # ------------------------------------------------------------------ input handling
     def _prepare_input(
-        self, input: Tensor | PackedSequence, lengths: Tensor | None
+        self, input: Tensor | PackedSequence, lengths: Tensor | None, ref: Any = False
     ) -> tuple[Tensor, Tensor | None, bool, bool]:
-        """Return batch-first ``x``, validated CPU ``lengths``, ``packed`` and ``unbatched``."""
+        """Return batch-first ``x``, validated CPU ``lengths``, ``packed`` and ``unbatched``
+        (``ref``: the first parameter when the caller has it, as in :meth:`_prepare_hx`)."""
         packed = isinstance(input, PackedSequence)
         unbatched = False
         if packed:
@@ -243,7 +244,7 @@ class RecurrentBase(Traceable, nn.Module):
             )
         if x.shape[1] == 0:
             raise ValueError("input: expected at least one time step, got 0")
-        ref = self._param_ref()
+        ref = self._param_ref() if ref is False else ref
         if not x.is_floating_point():
             raise ValueError(f"input: expected a floating dtype, got {x.dtype}")
         if ref is not None:
@@ -263,7 +264,10 @@ class RecurrentBase(Traceable, nn.Module):
             x = zero_padding(x, lengths)  # the padding's content reaches no gradient
         return x, lengths, packed, unbatched
 
-    def _prepare_hx(self, hx: Tensor | tuple[Tensor, ...] | None, x: Tensor, unbatched: bool):
+    def _prepare_hx(self, hx: Tensor | tuple[Tensor, ...] | None, x: Tensor, unbatched: bool,
+                    ref: Any = False):
+        """The states of ``hx`` checked, each ``(L*D, B, S)``; ``ref``: the first parameter
+        when the caller has it (:meth:`_param_ref`), so the module is walked once per call."""
         if hx is None:
             return None
         if not isinstance(hx, (Tensor, tuple, list)):
@@ -287,10 +291,7 @@ class RecurrentBase(Traceable, nn.Module):
                              f"{len(states)}{lstm}")
         out = []
         ld = self.num_layers * self.num_directions
-        allowed = {x.dtype}  # under autocast, also the parameters' and the autocast dtype
-        cast, ref = autocast_dtype(x.device), self._param_ref()
-        if cast is not None and ref is not None:
-            allowed |= {cast, ref.dtype}
+        allowed: set[torch.dtype] | None = None  # made when a state's dtype is not x's
         for k, s in enumerate(states):
             name = "hx" if self.num_states == 1 else f"hx[{k}] ({self.state_names[k]})"
             if not isinstance(s, Tensor):
@@ -300,13 +301,25 @@ class RecurrentBase(Traceable, nn.Module):
             want = (ld, x.shape[0], self.state_size(k))
             if tuple(s.shape) != want:
                 raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
-            if s.dtype not in allowed or s.device != x.device:
+            if s.dtype != x.dtype and allowed is None:
+                allowed = self._allowed_state_dtypes(x, ref)
+            if (s.dtype != x.dtype and s.dtype not in allowed) or s.device != x.device:
                 raise ValueError(
                     f"{name}: expected dtype {x.dtype} on {x.device} (the input's), "
                     f"got {s.dtype} on {s.device}"
                 )
             out.append(s)
         return out
+
+    def _allowed_state_dtypes(self, x: Tensor, ref: Any = False) -> set[torch.dtype]:
+        """The dtypes a state may have: the input's, and under autocast also the parameters'
+        and the autocast dtype (``ref`` as in :meth:`_prepare_hx`)."""
+        allowed = {x.dtype}
+        cast = autocast_dtype(x.device)
+        ref = self._param_ref() if ref is False else ref
+        if cast is not None and ref is not None:
+            allowed |= {cast, ref.dtype}
+        return allowed
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -343,8 +356,9 @@ class RecurrentBase(Traceable, nn.Module):
                 packed for packed input), zeros past each length.
             h_n: the final state, in the layout of ``hx``: a tensor, or a tuple of tensors.
         """
-        x, lens, packed, unbatched = self._prepare_input(input, lengths)
-        states = self._prepare_hx(hx, x, unbatched)
+        ref = self._param_ref()  # the module walked once per call
+        x, lens, packed, unbatched = self._prepare_input(input, lengths, ref)
+        states = self._prepare_hx(hx, x, unbatched, ref)
         self._check_extra(x, lens, kwargs)
         out, finals = self._run_stack(x, lens, states, **kwargs)
         h_n: Tensor | tuple[Tensor, ...]
@@ -418,7 +432,9 @@ class RecurrentBase(Traceable, nn.Module):
         for d, (o, f) in enumerate(done):
             outs.append(o if d == 0 else reverse_padded(o, lengths))
             fins.append(f)
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        if len(outs) == 1:  # (the stack's copy is left to _run_stack's concatenation)
+            return outs[0], [f.unsqueeze(0) for f in fins[0]]
+        out = torch.cat(outs, dim=-1)
         return out, [torch.stack([f[k] for f in fins], 0) for k in range(self.num_states)]
 
     def _direction_call(

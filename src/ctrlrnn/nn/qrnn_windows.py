@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.nn.arguments import check_choice, check_positive_int, check_rate
+from ctrlrnn.ops.compiled_op import eager_ok
 from ctrlrnn.ops.conv_windows import shifted_windows
 from ctrlrnn.ops.padding import zero_padding
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE
@@ -40,10 +41,22 @@ def causal_windows(x: Tensor, window: int, history: Tensor | None = None) -> Ten
     """
     if window == 1:
         return x
+    if x.shape[1] == 1 and eager_ok(x):  # one step (decoding): one copy, no pad or slices
+        return _one_step_window(x, window, history)
     if history is None:  # tap j of step t reads x_{t+j-k+1}, zeros before the start
         return shifted_windows(x, [j - (window - 1) for j in range(window)], x.shape[1])
     # the history precedes x: tap j of step t reads step t + j of [history, x]
     return shifted_windows(torch.cat([history, x], dim=1), list(range(window)), x.shape[1])
+
+
+def _one_step_window(x: Tensor, window: int, history: Tensor | None) -> Tensor:
+    """:func:`causal_windows` of a one-step ``x`` ``(B, 1, D)``: the ``window - 1`` earlier
+    inputs (``history``, else zeros) and ``x``, oldest first, as one ``(B, 1, window * D)``
+    row (eager only: under tracing a length compared with 1 would specialise the graph)."""
+    B, _, D = x.shape
+    if history is None:
+        return torch.cat([x.new_zeros(B, 1, (window - 1) * D), x], dim=-1)
+    return torch.cat([history, x], dim=1).reshape(B, 1, window * D)
 
 
 def centred_taps(window: int) -> tuple[int, int]:

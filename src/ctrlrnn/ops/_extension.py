@@ -127,6 +127,8 @@ class ExtensionStatus:
 
 
 _STATUS: dict[str, ExtensionStatus] = {}
+#: The loaded extensions by name: :func:`load`'s fast path (no lock, no status object)
+_READY: dict[str, ModuleType] = {}
 _LOCK = threading.RLock()
 _WARNED = False
 
@@ -141,9 +143,22 @@ def cache_dir() -> Path:
     return base / "ctrlrnn"
 
 
+#: ``(text, answer)``: the last ``CTRLRNN_BACKEND`` text :func:`forced_reference` parsed and
+#: its answer, so that a call on the hot path reads the variable once and parses nothing
+_BACKEND_SEEN: tuple[str | None, bool] | None = None
+
+
 def forced_reference() -> bool:
-    """True when ``CTRLRNN_BACKEND=reference`` asks for the reference implementations."""
-    return settings.value("CTRLRNN_BACKEND") == "reference"
+    """True when ``CTRLRNN_BACKEND=reference`` asks for the reference implementations (read
+    at every call, so it can be switched at run time; parsed only when its text changes)."""
+    global _BACKEND_SEEN
+    text = settings.raw("CTRLRNN_BACKEND")
+    seen = _BACKEND_SEEN
+    if seen is not None and seen[0] == text:
+        return seen[1]
+    answer = settings.value("CTRLRNN_BACKEND") == "reference"
+    _BACKEND_SEEN = (text, answer)
+    return answer
 
 
 def require_compiled() -> bool:
@@ -502,8 +517,11 @@ def ensure(name: str, force: bool = False, *, position: str = "") -> ExtensionSt
         with _LOCK:
             st = _STATUS.get(name)
             if st is None or force:
+                _READY.pop(name, None)
                 st = _obtain(name, force, position)
                 _STATUS[name] = st
+                if st.loaded and st.module is not None:
+                    _READY[name] = st.module
     return st
 
 
@@ -518,6 +536,9 @@ def load(name: str) -> ModuleType | None:
         if name not in EXTENSIONS:
             raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
         return None
+    ready = _READY.get(name)
+    if ready is not None:  # the hot path: imported already
+        return ready
     st = ensure(name)
     if not st.loaded:
         _report_failure(st)

@@ -47,6 +47,8 @@ def kernel_for(family: str, device: torch.device) -> ModuleType | None:
 
 @constant_under_compile
 def _has_kernel(family: str, device_type: str) -> bool:
+    if device_type == "cpu":  # the hot path: no device object, the loaded extension's dict
+        return _extension.load(family) is not None
     return kernel_for(family, torch.device(device_type)) is not None
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import backend
+from ctrlrnn.ops import backend, compiled_op
 from ctrlrnn.ops.compiled_op import CompiledOp, backward_of
 from ctrlrnn.ops.double_backward import forbid_double_backward
 
@@ -56,6 +56,15 @@ def _cuda_device_of(args: tuple[Any, ...]) -> torch.device | None:
                 return at
             return None
     return None
+
+
+def _records_graph(args: tuple[Any, ...]) -> bool:
+    """Whether a call on ``args`` may record autograd (reverse or forward mode)."""
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
 def _on(family: str, device: str, kernel: Kernel) -> Callable[..., Any]:
@@ -117,7 +126,18 @@ class KernelOp(CompiledOp):
             backward_name or f"{name}_backward", family, backward
         )
         super().__init__(name, op, impl, setup_context, backward_fn)
+        self.impl = impl
         forbid_double_backward(self.backward_op, name, used_by)
+
+    def __call__(self, *args: Any) -> Any:
+        """The forward: the custom op while anything traces, else the eager twin, or, where
+        no autograd graph can be recorded (grad mode off, or no argument requiring grad, and
+        no forward-mode AD level open), the kernel table itself: no ``Function`` node."""
+        if not compiled_op.eager_ok(*args):  # (read from the module: tests replace it)
+            return self.op(*args)
+        if _records_graph(args):
+            return self.eager(*args)
+        return self.impl(*args)
 
     def run_backward(self, *args: Any) -> Any:
         """The backward op on ``args``, or its table directly where no graph of the backward is
