@@ -113,7 +113,9 @@ def test_channel_blocks(monkeypatch):
         calls.append(hidden)
         return 16, 1
 
-    monkeypatch.setattr(triton_module("cells").metagross_state.triton_kernels, "block", small)
+    import ctrlrnn.ops.cells.metagross_state.triton_kernels as kernels
+
+    monkeypatch.setattr(kernels, "block", small)
     lens = torch.tensor([5, 3, 0])
     _compare(_args(3, True, seed=20, hidden=40), lens, torch.float32, seed=21)
     assert calls and all(c == 40 for c in calls)  # forward and backward both split

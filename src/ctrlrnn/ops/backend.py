@@ -45,11 +45,16 @@ def kernel_for(family: str, device: torch.device) -> ModuleType | None:
     return gpu_kernels(family, device)
 
 
+#: one device object per device type, so that the per-call query builds none
+_DEVICES: dict[str, torch.device] = {}
+
+
 @constant_under_compile
 def _has_kernel(family: str, device_type: str) -> bool:
-    if device_type == "cpu":  # the hot path: no device object, the loaded extension's dict
-        return _extension.load(family) is not None
-    return kernel_for(family, torch.device(device_type)) is not None
+    device = _DEVICES.get(device_type)
+    if device is None:
+        device = _DEVICES.setdefault(device_type, torch.device(device_type))
+    return kernel_for(family, device) is not None
 
 
 @constant_under_compile
