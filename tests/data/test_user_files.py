@@ -32,8 +32,10 @@ def test_add_list_and_remove(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     assert _run(["data", "list", "--cache-dir", str(cache)]) == 0
     out = capsys.readouterr().out
-    assert "your files" in out and str(copy.resolve())[:20] in out.replace("\n", "")
-    assert "ctrlrnn data add snli PATH" in out.replace("\n", " ") or "snli" in out
+    flat = " ".join(out.split())
+    assert "your files" in out and "imdb" in out and str(copy.resolve())[:20] in flat
+    supply = flat[flat.index("Only you can supply"):]
+    assert "snli" in supply and "imdb" not in supply and "ctrlrnn data add NAME PATH" in supply
     assert _run(["data", "remove", "imdb", "--cache-dir", str(cache)]) == 0
     assert user_files.registered(cache) == {}
     assert _run(["data", "remove", "imdb", "--cache-dir", str(cache)]) == 1

@@ -91,16 +91,6 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def user_rows(cache_dir: str | None) -> list[list[str]]:
-    """``ctrlrnn data list``'s rows of the data sets a user supplies: each name, what it
-    needs, and the registered path or how to register one."""
-    from ctrlrnn.data import user_files
-
-    paths = user_files.registered(cache_dir)
-    return [[name, needs, paths.get(name, f"[yellow]not given[/]: ctrlrnn data add {name} PATH")]
-            for name, needs in user_needs().items()]
-
-
 def list_columns() -> list[Col]:
     """The columns of ``ctrlrnn data list``; on a narrow console those of highest ``drop`` go
     first (without ``kind`` the real data sets and the synthetic tasks get a table each)."""
@@ -147,18 +137,25 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _print_user_files(console: Console, cache_dir: str | None) -> int:
-    """The table of the data sets a user supplies for the paper-scale experiments."""
+    """The data sets only the user can supply (``ctrlrnn reproduce --scale paper``): a table of
+    those registered, and one line naming the rest."""
+    from ctrlrnn.data import user_files
     from ctrlrnn.tables import Col, fit_table
 
     try:
-        rows = user_rows(cache_dir)
+        paths = user_files.registered(cache_dir)
     except DataError as exc:
         print(f"ctrlrnn data list: {exc}", file=sys.stderr)
         return 1
-    cols = [Col("name"), Col("what it needs", wrap=True, min_width=30, drop=2),
-            Col("your copy", wrap=True)]
-    layout = fit_table(console.width, cols, rows)
-    console.print(layout.table(rows, title="your files (`ctrlrnn reproduce --scale paper`)"))
+    names = list(user_needs())
+    given = [[name, paths[name]] for name in names if name in paths]
+    if given:
+        layout = fit_table(console.width, [Col("name"), Col("your copy", wrap=True)], given)
+        console.print(layout.table(given, title="your files"))
+    rest = [name for name in names if name not in paths]
+    if rest:
+        console.print(f"Only you can supply (for `--scale paper`): {', '.join(rest)}. "
+                      "Register each with `ctrlrnn data add NAME PATH`.", highlight=False)
     return 0
 
 
