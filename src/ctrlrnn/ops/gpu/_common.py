@@ -176,3 +176,66 @@ def launch_chunk_carry(
         BLOCK=block,
         num_warps=1 if interpreting() else 4,
     )
+
+
+#: Channels a program of the chunked passes owns.
+CHUNK_BLOCK = 16 if interpreting() else 64
+
+
+def check_btc(x: torch.Tensor, name: str) -> None:
+    """Raise unless ``x`` is a contiguous ``(B, T, C)`` tensor of a supported dtype."""
+    if x.dim() != 3 or not x.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous (B, T, C) tensor, got {tuple(x.shape)}")
+    acc_dtype(x.dtype)
+
+
+def lengths_arg(
+    lengths: torch.Tensor | None, batch: int, device: torch.device
+) -> torch.Tensor | None:
+    """``lengths`` as the kernels read it (contiguous int64 on ``device``), checked against
+    ``batch``."""
+    if lengths is None:
+        return None
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths: expected shape ({batch},), got {tuple(lengths.shape)}")
+    return lengths.to(device=device, dtype=torch.int64).contiguous()
+
+
+def pick_chunk(
+    batch: int, channels: int, steps: int, device: torch.device, chunk: int | None
+) -> tuple[int, int]:
+    """``(chunk length, number of chunks)``: ``(0, 1)`` runs the sequential kernel. ``chunk``
+    overrides the heuristic of :func:`chunk_length`."""
+    if chunk is None:
+        chunk = chunk_length(batch, channels, steps, sm_count(device), block=CHUNK_BLOCK)
+    if chunk <= 0 or chunk >= steps:
+        return 0, 1
+    return chunk, triton.cdiv(steps, chunk)
+
+
+@triton.jit
+def length_of(len_ptr, pid_b, T, HAS_LEN: tl.constexpr):
+    """The valid length of row ``pid_b``: ``lengths[b]``, or ``T`` without lengths."""
+    if HAS_LEN:
+        L = tl.load(len_ptr + pid_b)
+    else:
+        L = T
+    return L
+
+
+@triton.jit
+def backward_entry(init_ptr, s0_ptr, pid_b, k, n_chunks, C, cols, cmask,
+                   HAS_INIT: tl.constexpr, HAS_S0: tl.constexpr, ACC: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """What a backward program of chunk ``k`` starts from, both in ``ACC``: the carry entering
+    the chunk (``init[b, k]``, or zero) and the initial state ``s0[b]`` (or zero)."""
+    if HAS_INIT:
+        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * C + cols, mask=cmask, other=0.0)
+        carry = carry.to(ACC)
+    else:
+        carry = tl.zeros([BLOCK], ACC)
+    if HAS_S0:
+        s0 = tl.load(s0_ptr + pid_b * C + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        s0 = tl.zeros([BLOCK], ACC)
+    return carry, s0

@@ -54,13 +54,17 @@ import triton.language as tl
 from torch import Tensor
 
 from ctrlrnn.ops.gpu._common import (
+    CHUNK_BLOCK,
     acc_dtype,
     acc_torch_dtype,
+    backward_entry,
     block_configs,
-    chunk_length,
+    check_btc,
     interpreting,
     launch_chunk_carry,
-    sm_count,
+    length_of,
+    lengths_arg,
+    pick_chunk,
 )
 
 __all__ = ["linear_scan_backward", "linear_scan_forward"]
@@ -156,34 +160,6 @@ def _scan_fwd_kernel(
 
 
 @triton.jit
-def _length_of(len_ptr, pid_b, T, HAS_LEN: tl.constexpr):
-    """The valid length of row ``pid_b``: ``lengths[b]``, or ``T`` without lengths."""
-    if HAS_LEN:
-        L = tl.load(len_ptr + pid_b)
-    else:
-        L = T
-    return L
-
-
-@triton.jit
-def _bwd_entry(init_ptr, h0_ptr, pid_b, k, n_chunks, C, cols, cmask,
-               HAS_INIT: tl.constexpr, HAS_H0: tl.constexpr, ACC: tl.constexpr,
-               BLOCK: tl.constexpr):
-    """The backward's carry entering chunk ``k`` (``init[b, k]``, or zero) and ``h0`` (or
-    zero), both in ``ACC``."""
-    if HAS_INIT:
-        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * C + cols, mask=cmask, other=0.0)
-        carry = carry.to(ACC)
-    else:
-        carry = tl.zeros([BLOCK], ACC)
-    if HAS_H0:
-        h0 = tl.load(h0_ptr + pid_b * C + cols, mask=cmask, other=0.0).to(ACC)
-    else:
-        h0 = tl.zeros([BLOCK], ACC)
-    return carry, h0
-
-
-@triton.jit
 def _bwd_tile_steps(k, CHUNK, j0, steps, T, L, REVERSE: tl.constexpr):
     """Processing indices ``s`` of a backward tile (the chunk's last first), their time steps
     ``t`` and the previous step ``t_prev`` in processing order, and the masks ``inside`` (in
@@ -272,10 +248,10 @@ def _scan_bwd_kernel(
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     k = tl.program_id(2)
     cmask = cols < C
-    L = _length_of(len_ptr, pid_b, T, HAS_LEN)
+    L = length_of(len_ptr, pid_b, T, HAS_LEN)
     row = pid_b * T * C
-    carry, h0 = _bwd_entry(init_ptr, h0_ptr, pid_b, k, n_chunks, C, cols, cmask,
-                           HAS_INIT, HAS_H0, ACC, BLOCK)
+    carry, h0 = backward_entry(init_ptr, h0_ptr, pid_b, k, n_chunks, C, cols, cmask,
+                                 HAS_INIT, HAS_H0, ACC, BLOCK)
     p = tl.full([BLOCK], 1.0, ACC)
     steps = tl.arange(0, STEPS)
     # tiles of STEPS time steps, loaded at once and walked in registers, as in the forward
@@ -316,32 +292,9 @@ _scan_bwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan
 
 #: Channel block of the chunked passes (their grid is already large; no autotuning, so that the
 #: in-place carry pass is never re-run by a benchmark).
-_CHUNK_BLOCK = 16 if interpreting() else 64
 
 #: Time steps loaded per tile by both kernels.
 _STEPS = 4 if interpreting() else 16
-
-
-def _check(a: Tensor, name: str) -> None:
-    if a.dim() != 3 or not a.is_contiguous():
-        raise ValueError(f"{name}: expected a contiguous (B, T, C) tensor, got {tuple(a.shape)}")
-    acc_dtype(a.dtype)
-
-
-def _lengths(lengths: Tensor | None, batch: int, device: torch.device) -> Tensor | None:
-    if lengths is None:
-        return None
-    if lengths.shape != (batch,):
-        raise ValueError(f"lengths: expected shape ({batch},), got {tuple(lengths.shape)}")
-    return lengths.to(device=device, dtype=torch.int64).contiguous()
-
-
-def _pick_chunk(batch: int, channels: int, steps: int, device: torch.device, chunk: int | None):
-    if chunk is None:
-        chunk = chunk_length(batch, channels, steps, sm_count(device), block=_CHUNK_BLOCK)
-    if chunk <= 0 or chunk >= steps:
-        return 0, 1
-    return chunk, triton.cdiv(steps, chunk)
 
 
 def linear_scan_forward(
@@ -363,8 +316,8 @@ def linear_scan_forward(
         chunk: chunk length of the chunked variant; ``None`` chooses by
             :func:`~ctrlrnn.ops.gpu._common.chunk_length`, ``0`` forces the sequential kernel.
     """
-    _check(a, "a")
-    _check(b, "b")
+    check_btc(a, "a")
+    check_btc(b, "b")
     if a.shape != b.shape or a.dtype != b.dtype:
         raise ValueError(f"b: expected shape {tuple(a.shape)} and dtype {a.dtype}")
     batch, steps, channels = a.shape
@@ -372,11 +325,11 @@ def linear_scan_forward(
     last = torch.empty(batch, channels, dtype=a.dtype, device=a.device)
     if batch == 0 or channels == 0:
         return [out, last]
-    lens = _lengths(lengths, batch, a.device)
+    lens = lengths_arg(lengths, batch, a.device)
     acc = acc_dtype(a.dtype)
     flags = dict(HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc, STEPS=_STEPS)
     lp = lens if lens is not None else a
-    length, n_chunks = _pick_chunk(batch, channels, steps, a.device, chunk)
+    length, n_chunks = pick_chunk(batch, channels, steps, a.device, chunk)
     if n_chunks == 1:
         _scan_fwd_tuned[lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1)](
             a, b, h0 if h0 is not None else a, lp, out, last, a, a,
@@ -386,15 +339,15 @@ def linear_scan_forward(
         return [out, last]
     prod = torch.empty(batch, n_chunks, channels, dtype=acc_torch_dtype(a.dtype), device=a.device)
     state = torch.empty_like(prod)
-    grid = (batch, triton.cdiv(channels, _CHUNK_BLOCK), n_chunks)
+    grid = (batch, triton.cdiv(channels, CHUNK_BLOCK), n_chunks)
     _scan_fwd_kernel[grid](
         a, b, a, lp, out, last, prod, state, batch, steps, channels, length, n_chunks,
-        HAS_INIT=False, SUMMARY=True, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=False, SUMMARY=True, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     launch_chunk_carry(prod, state, h0, backward=False)
     _scan_fwd_kernel[grid](
         a, b, state, lp, out, last, prod, state, batch, steps, channels, length, n_chunks,
-        HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=True, SUMMARY=False, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     return [out, last]
 
@@ -416,11 +369,11 @@ def linear_scan_backward(
     of the final state (either may be None); ``out`` is the forward output. ``chunk`` as in
     :func:`linear_scan_forward`.
     """
-    _check(a, "a")
-    _check(out, "out")
+    check_btc(a, "a")
+    check_btc(out, "out")
     batch, steps, channels = a.shape
     if grad_out is not None:
-        _check(grad_out, "grad_out")
+        check_btc(grad_out, "grad_out")
     if grad_last is not None and (
         not grad_last.is_contiguous() or grad_last.numel() != batch * channels
     ):
@@ -430,7 +383,7 @@ def linear_scan_backward(
     dh0 = torch.empty(batch, channels, dtype=a.dtype, device=a.device)
     if batch == 0 or channels == 0:
         return [da, db, dh0]
-    lens = _lengths(lengths, batch, a.device)
+    lens = lengths_arg(lengths, batch, a.device)
     flags = dict(
         HAS_G=grad_out is not None,
         HAS_H0=h0 is not None,
@@ -442,7 +395,7 @@ def linear_scan_backward(
     g = grad_out if grad_out is not None else a
     hp = h0 if h0 is not None else a
     lp = lens if lens is not None else a
-    length, n_chunks = _pick_chunk(batch, channels, steps, a.device, chunk)
+    length, n_chunks = pick_chunk(batch, channels, steps, a.device, chunk)
     if n_chunks == 1:
         _scan_bwd_tuned[lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1)](
             g, a, out, hp, grad_last if grad_last is not None else a, lp, da, db, dh0, a, a,
@@ -452,16 +405,16 @@ def linear_scan_backward(
         return [da, db, dh0]
     prod = torch.empty(batch, n_chunks, channels, dtype=acc_torch_dtype(a.dtype), device=a.device)
     state = torch.empty_like(prod)
-    grid = (batch, triton.cdiv(channels, _CHUNK_BLOCK), n_chunks)
+    grid = (batch, triton.cdiv(channels, CHUNK_BLOCK), n_chunks)
     _scan_bwd_kernel[grid](
         g, a, out, hp, a, lp, da, db, dh0, prod, state,
         batch, steps, channels, length, n_chunks,
-        HAS_INIT=False, SUMMARY=True, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=False, SUMMARY=True, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     launch_chunk_carry(prod, state, grad_last, backward=True)
     _scan_bwd_kernel[grid](
         g, a, out, hp, state, lp, da, db, dh0, prod, state,
         batch, steps, channels, length, n_chunks,
-        HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=True, SUMMARY=False, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     return [da, db, dh0]

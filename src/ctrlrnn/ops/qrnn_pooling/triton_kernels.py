@@ -29,30 +29,23 @@ import triton.language as tl
 from torch import Tensor
 
 from ctrlrnn.ops.gpu._common import (
+    CHUNK_BLOCK,
     acc_dtype,
     acc_torch_dtype,
+    backward_entry,
     block_configs,
-    chunk_length,
-    interpreting,
+    check_btc,
     launch_chunk_carry,
+    length_of,
+    lengths_arg,
+    pick_chunk,
     sigmoid,
-    sm_count,
     tanh,
 )
 
 __all__ = ["qrnn_pooling_backward", "qrnn_pooling_forward"]
 
 _GATES = (2, 3, 4)
-
-
-@triton.jit
-def _length_of(len_ptr, pid_b, T, HAS_LEN: tl.constexpr):
-    """The valid length of row ``pid_b``: ``lengths[b]``, or ``T`` without lengths."""
-    if HAS_LEN:
-        L = tl.load(len_ptr + pid_b)
-    else:
-        L = T
-    return L
 
 
 @triton.jit
@@ -121,7 +114,7 @@ def _qrnn_fwd_kernel(
     k = tl.program_id(2)
     cmask = cols < H
     zero = tl.zeros([BLOCK], tl.int64)
-    L = _length_of(len_ptr, pid_b, T, HAS_LEN)
+    L = length_of(len_ptr, pid_b, T, HAS_LEN)
     if HAS_INIT:
         c = tl.load(init_ptr + (pid_b * n_chunks + k) * H + cols, mask=cmask, other=0.0).to(ACC)
     else:
@@ -153,23 +146,6 @@ def _qrnn_fwd_kernel(
             tl.store(h_ptr + ooff, tl.where(valid, h, 0.0).to(h_ptr.dtype.element_ty), mask=inside)
     _chunk_exit(prod_ptr, state_ptr, last_ptr, p, c, pid_b, k, n_chunks - 1, n_chunks, H, cols,
                 cmask, SUMMARY, BLOCK)
-
-
-@triton.jit
-def _bwd_entry(init_ptr, c0_ptr, pid_b, k, n_chunks, H, cols, cmask,
-               HAS_INIT: tl.constexpr, HAS_C0: tl.constexpr, ACC: tl.constexpr,
-               BLOCK: tl.constexpr):
-    """The carry entering chunk ``k`` (``init[b, k]``, or zero) and ``c0`` (or zero)."""
-    if HAS_INIT:
-        carry = tl.load(init_ptr + (pid_b * n_chunks + k) * H + cols, mask=cmask, other=0.0)
-        carry = carry.to(ACC)
-    else:
-        carry = tl.zeros([BLOCK], ACC)
-    if HAS_C0:
-        c0 = tl.load(c0_ptr + pid_b * H + cols, mask=cmask, other=0.0).to(ACC)
-    else:
-        c0 = tl.zeros([BLOCK], ACC)
-    return carry, c0
 
 
 @triton.jit
@@ -266,9 +242,9 @@ def _qrnn_bwd_kernel(
     k = tl.program_id(2)
     cmask = cols < H
     zero = tl.zeros([BLOCK], tl.int64)
-    L = _length_of(len_ptr, pid_b, T, HAS_LEN)
-    carry, c0 = _bwd_entry(init_ptr, c0_ptr, pid_b, k, n_chunks, H, cols, cmask,
-                           HAS_INIT, HAS_C0, ACC, BLOCK)
+    L = length_of(len_ptr, pid_b, T, HAS_LEN)
+    carry, c0 = backward_entry(init_ptr, c0_ptr, pid_b, k, n_chunks, H, cols, cmask,
+                                 HAS_INIT, HAS_C0, ACC, BLOCK)
     p = tl.full([BLOCK], 1.0, ACC)
     for j in range(0, CHUNK):
         t = zero + (k * CHUNK + CHUNK - 1 - j)
@@ -295,17 +271,10 @@ def _qrnn_bwd_kernel(
 _qrnn_fwd_tuned = triton.autotune(configs=block_configs(), key=["B", "H"])(_qrnn_fwd_kernel)
 _qrnn_bwd_tuned = triton.autotune(configs=block_configs(), key=["B", "H"])(_qrnn_bwd_kernel)
 
-_CHUNK_BLOCK = 16 if interpreting() else 64
-
-
-def _check_btc(x: Tensor, name: str) -> None:
-    if x.dim() != 3 or not x.is_contiguous():
-        raise ValueError(f"{name}: expected a contiguous (B, T, C) tensor, got {tuple(x.shape)}")
 
 
 def _geometry(gates: Tensor, mode: int) -> tuple[int, int, int, int]:
-    _check_btc(gates, "gates")
-    acc_dtype(gates.dtype)
+    check_btc(gates, "gates")
     if mode not in (0, 1, 2):
         raise ValueError(f"mode: expected 0 (f), 1 (fo) or 2 (ifo), got {mode}")
     ng = _GATES[mode]
@@ -315,14 +284,6 @@ def _geometry(gates: Tensor, mode: int) -> tuple[int, int, int, int]:
     return batch, steps, width // ng, ng
 
 
-def _pick_chunk(batch: int, hidden: int, steps: int, device: torch.device, chunk: int | None):
-    if chunk is None:
-        chunk = chunk_length(batch, hidden, steps, sm_count(device), block=_CHUNK_BLOCK)
-    if chunk <= 0 or chunk >= steps:
-        return 0, 1
-    return chunk, triton.cdiv(steps, chunk)
-
-
 def _prepare(
     gates: Tensor, keep: Tensor | None, lengths: Tensor | None, batch: int, steps: int, hidden: int
 ) -> tuple[Tensor | None, Tensor | None]:
@@ -330,11 +291,7 @@ def _prepare(
         if keep.shape != (batch, steps, hidden):
             raise ValueError(f"keep: expected shape {(batch, steps, hidden)}, got {keep.shape}")
         keep = keep.to(gates.dtype).contiguous()
-    if lengths is not None:
-        if lengths.shape != (batch,):
-            raise ValueError(f"lengths: expected shape ({batch},), got {tuple(lengths.shape)}")
-        lengths = lengths.to(device=gates.device, dtype=torch.int64).contiguous()
-    return keep, lengths
+    return keep, lengths_arg(lengths, batch, gates.device)
 
 
 def qrnn_pooling_forward(
@@ -379,7 +336,7 @@ def qrnn_pooling_forward(
     kp = keep if keep is not None else gates
     lp = lens if lens is not None else gates
     ks = float(keep_scale)
-    length, n_chunks = _pick_chunk(batch, hidden, steps, gates.device, chunk)
+    length, n_chunks = pick_chunk(batch, hidden, steps, gates.device, chunk)
     if n_chunks == 1:
         _qrnn_fwd_tuned[lambda m: (batch, triton.cdiv(hidden, m["BLOCK"]), 1)](
             gates, c0 if c0 is not None else gates, kp, lp, h, c, last, gates, gates, ks,
@@ -390,17 +347,17 @@ def qrnn_pooling_forward(
     prod = torch.empty(batch, n_chunks, hidden, dtype=acc_torch_dtype(gates.dtype),
                        device=gates.device)  # fmt: skip
     state = torch.empty_like(prod)
-    grid = (batch, triton.cdiv(hidden, _CHUNK_BLOCK), n_chunks)
+    grid = (batch, triton.cdiv(hidden, CHUNK_BLOCK), n_chunks)
     _qrnn_fwd_kernel[grid](
         gates, gates, kp, lp, h, c, last, prod, state, ks,
         batch, steps, hidden, length, n_chunks,
-        HAS_INIT=False, SUMMARY=True, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=False, SUMMARY=True, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     launch_chunk_carry(prod, state, c0, backward=False)
     _qrnn_fwd_kernel[grid](
         gates, state, kp, lp, h, c, last, prod, state, ks,
         batch, steps, hidden, length, n_chunks,
-        HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=True, SUMMARY=False, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     return [h, c, last]
 
@@ -446,10 +403,10 @@ def qrnn_pooling_backward(
     """
     batch, steps, hidden, ng = _geometry(gates, mode)
     gates = _with_bias(gates, bias, ng * hidden)
-    _check_btc(cseq, "c")
+    check_btc(cseq, "c")
     for name, g in (("grad_h", grad_h), ("grad_c", grad_c)):
         if g is not None:
-            _check_btc(g, name)
+            check_btc(g, name)
     if grad_clast is not None and (
         not grad_clast.is_contiguous() or grad_clast.numel() != batch * hidden
     ):
@@ -475,7 +432,7 @@ def qrnn_pooling_backward(
     kp = keep if keep is not None else gates
     lp = lens if lens is not None else gates
     ks = float(keep_scale)
-    length, n_chunks = _pick_chunk(batch, hidden, steps, gates.device, chunk)
+    length, n_chunks = pick_chunk(batch, hidden, steps, gates.device, chunk)
     if n_chunks == 1:
         _qrnn_bwd_tuned[lambda m: (batch, triton.cdiv(hidden, m["BLOCK"]), 1)](
             gh, gc, gates, cseq, cp, grad_clast if grad_clast is not None else gates, kp, lp,
@@ -486,16 +443,16 @@ def qrnn_pooling_backward(
     prod = torch.empty(batch, n_chunks, hidden, dtype=acc_torch_dtype(gates.dtype),
                        device=gates.device)  # fmt: skip
     state = torch.empty_like(prod)
-    grid = (batch, triton.cdiv(hidden, _CHUNK_BLOCK), n_chunks)
+    grid = (batch, triton.cdiv(hidden, CHUNK_BLOCK), n_chunks)
     _qrnn_bwd_kernel[grid](
         gh, gc, gates, cseq, cp, gates, kp, lp, dgates, dc0, prod, state, ks,
         batch, steps, hidden, length, n_chunks,
-        HAS_INIT=False, SUMMARY=True, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=False, SUMMARY=True, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     launch_chunk_carry(prod, state, grad_clast, backward=True)
     _qrnn_bwd_kernel[grid](
         gh, gc, gates, cseq, cp, state, kp, lp, dgates, dc0, prod, state, ks,
         batch, steps, hidden, length, n_chunks,
-        HAS_INIT=True, SUMMARY=False, BLOCK=_CHUNK_BLOCK, **flags,
+        HAS_INIT=True, SUMMARY=False, BLOCK=CHUNK_BLOCK, **flags,
     )  # fmt: skip
     return _with_bias_grad(dgates, dc0, bias)
