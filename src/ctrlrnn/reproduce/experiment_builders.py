@@ -17,6 +17,18 @@ SMALL = {"hidden_size": 64}
 LOGIC_EPOCHS = 50
 
 
+def logic_runs() -> dict[str, dict[str, Any]]:
+    """The logical inference experiments' quick and full runs and their search, shared by
+    every paper's logic experiment so that their arms compare on equal footing: quick on 5,000
+    training pairs, full at width 128 up to :data:`LOGIC_EPOCHS` epochs with patience 3."""
+    return {
+        "quick": {"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
+                  "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
+        "full": {"epochs": LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
+        "tuning_full": epochs_search("task.dropout", 5, 312),
+    }
+
+
 #: the search of every experiment: successive halving (:func:`halving_search`), 9 trials per
 #: arm drawn at random from the arm's own stream, the best third of each rung continued from
 #: its checkpoint; the rungs' caps are a third of, equal to and three times an experiment's

@@ -10,8 +10,8 @@ from ctrlrnn.reproduce import paper_scales as scale
 from ctrlrnn.reproduce import paper_settings as paper
 from ctrlrnn.reproduce.experiment_builders import (
     CLASSIFIER_CHANGED,
-    LOGIC_EPOCHS,
     epochs_search,
+    logic_runs,
 )
 from ctrlrnn.reproduce.experiment_spec import Arm, Claim, Experiment
 
@@ -68,10 +68,7 @@ CAS_EXPERIMENTS: tuple[Experiment, ...] = (
             Arm("2-layer CAS-LSTM", "caslstm", {"num_layers": 2}),
         ),
         claims=(Claim("2-layer CAS-LSTM", "2-layer LSTM", "tables 1-3 (NLI)"),),
-        quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
-               "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
-        full={"epochs": LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
-        tuning_full=epochs_search("task.dropout", 5, 312),
+        **logic_runs(),
         note=notes.budget_note(1560, "2-layer LSTM, 4,680 steps") + CLASSIFIER_CHANGED,
         paper_metric="SNLI / MultiNLI accuracy (not available here)",
         paper_setting=paper.CAS_LOGIC,
@@ -91,10 +88,7 @@ CAS_EXPERIMENTS: tuple[Experiment, ...] = (
                    for label, args, number in _CAS_VARIANTS),
         claims=tuple(Claim(_CAS_VARIANTS[0][0], label, f"table 6: {number} vs 87.0")
                      for label, _args, number in _CAS_VARIANTS[1:]),
-        quick={"max_steps": 200, "epochs": 3, "model.hidden_size": 64, "eval_batches": 10,
-               "task.train_size": 5000, "task.valid_size": 500, "task.test_per_count": 200},
-        full={"epochs": LOGIC_EPOCHS, "model.hidden_size": 128, "patience": 3},
-        tuning_full=epochs_search("task.dropout", 5, 312),
+        **logic_runs(),
         note=("The variants of CAS-LSTM section 4.6 on a 2-layer Bi-CAS-LSTM (the paper's "
               "baseline has 3 layers): lambda 0.5 (the default), 0.25, 0.75 or trained in "
               "(0, 1), no lambda (the plain sum of eq 12's two cell terms), and variant (iii), "
