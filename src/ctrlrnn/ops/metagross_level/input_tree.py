@@ -35,10 +35,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
+from ctrlrnn.ops.cached_linear import _small
 from ctrlrnn.ops.derived_weights import derived
 from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
@@ -104,7 +106,9 @@ def _levels_forward(
     H, L = hidden_size, depth
     I = tree_nodes(L - 1)  # internal nodes: one alpha and one beta each
     rows = 3 * H * tree_nodes(L)
-    Y = ext.cached_linear(x, W, None)  # (B, T, 3NH [+ 2I + pad]): every W x_t, the logits
+    # (B, T, 3NH [+ 2I + pad]): every W x_t, the logits; a small product outside the node
+    # takes F.linear, as ops.cached_linear does
+    Y = F.linear(x, W) if not graph and _small(x, W) else ext.cached_linear(x, W, None)
     if I > 0:
         logits = Y[..., rows : rows + 2 * I]
         g = torch.sigmoid(logits if depth_bias is None else logits + depth_bias)
