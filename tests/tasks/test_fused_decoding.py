@@ -205,3 +205,14 @@ def test_the_lstm_decoders_keep_their_tokens():
     assert model.greedy(src, lengths, 9) == reference_greedy(model, src, lengths, 9)
     got = model.beam_search(src, lengths, beam=3, alpha=0.6, max_len=9)
     assert got == reference_beam(model, src, lengths, 3, 0.6, 9)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_libraries_readable_greedy_equals_the_reference_loop(batch):
+    """``greedy_reference``, which ``ctrlrnn bench --overhead`` times against ``greedy``."""
+    src, lengths = _source(batch, 6, seed=4)
+    model = _end_early(_model(2), src, lengths)
+    for max_len in (0, 3, 30):
+        want = reference_greedy(model, src, lengths, max_len)
+        assert model.greedy_reference(src, lengths, max_len) == want
+        assert model.greedy(src, lengths, max_len) == want

@@ -92,6 +92,29 @@ class IncrementalDecoding:
         return _before_eos(tokens[1 : steps + 1].t().tolist(), eos)
 
     @torch.no_grad()
+    def greedy_reference(self, src: Tensor, src_lengths: Tensor,
+                         max_len: int) -> list[list[int]]:
+        """:meth:`greedy` written plainly (as it was before the decoders' buffers and the
+        models' :meth:`decode_step`): the model's readable ``step`` on the encoder's outputs,
+        the tokens of each step kept in a list, one test of the ends per step. The same tokens
+        as :meth:`greedy` (tests/tasks); ``ctrlrnn bench --overhead`` times the two."""
+        enc = self.encode(src, src_lengths)  # type: ignore[attr-defined]
+        state = self.init_state(enc)  # type: ignore[attr-defined]
+        B = src.shape[0]
+        token = torch.full((B,), self.bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        steps: list[Tensor] = []
+        for _ in range(max_len):
+            logp, state = self.step(token, state, enc)  # type: ignore[attr-defined]
+            token = logp.argmax(-1)
+            steps.append(token)
+            done |= token == self.eos_id
+            if bool(done.all()):
+                break
+        rows = torch.stack(steps, 1).tolist() if steps else [[] for _ in range(B)]
+        return _before_eos(rows, self.eos_id)
+
+    @torch.no_grad()
     def beam_search(
         self,
         src: Tensor,
