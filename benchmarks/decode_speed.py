@@ -68,6 +68,15 @@ def _cell(a: argparse.Namespace) -> tuple[Any, Any]:
     with torch.no_grad():
         state, lstm_state = cell(x)[1], lstm(x)
 
+    if a.grad:  # forward + backward
+        def ours() -> Any:
+            cell(x, state)[0].sum().backward()
+
+        def theirs() -> Any:
+            lstm(x, lstm_state)[0].sum().backward()
+
+        return (ours, theirs), None
+
     def ours() -> Any:
         with torch.no_grad():
             return cell(x, state)
@@ -109,6 +118,7 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--grad", type=int, default=0, help="cells: 1 times forward + backward")
     ap.add_argument("--worker", action="store_true")
     a = ap.parse_args()
     if a.worker:
