@@ -122,3 +122,33 @@ def test_derived_weights_are_made_again_when_a_source_changes():
     derived_weights.derived("test", [a, b], make)
     assert len(made) == 3
     assert derived_weights.derived("test", [a, None], make) is not None and len(made) == 4
+
+
+@pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_qrnn_cell_without_a_graph_equals_the_recorded_step(pooling, window):
+    """Where no graph can be recorded the step calls the pooling kernel without its wrapper
+    (:func:`ctrlrnn.ops.qrnn_pooling.pooling_step`): the same values."""
+    from ctrlrnn import QRNNCell
+
+    torch.manual_seed(6)
+    cell = QRNNCell(4, 5, window=window, pooling=pooling, encoder_state_size=3)
+    x, enc = torch.randn(2, 6, 4), torch.randn(2, 3)
+
+    def run():
+        state, outs = None, []
+        for t in range(x.shape[1]):
+            h, state = cell(x[:, t], state, encoder_state=enc)
+            outs.append(h)
+        return torch.stack(outs, 1), state
+
+    want, want_state = run()
+    assert want.grad_fn is not None
+    with torch.no_grad():
+        got, got_state = run()
+    torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+    for a, b in zip(got_state, want_state, strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-6)
+    with torch.no_grad(), pytest.raises(ValueError, match="c0: expected"):
+        cell(x[:, 0], (torch.zeros(2, 5, dtype=D64), torch.zeros(2, window - 1, 4)),
+             encoder_state=enc)
