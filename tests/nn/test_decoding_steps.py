@@ -152,3 +152,25 @@ def test_qrnn_cell_without_a_graph_equals_the_recorded_step(pooling, window):
     with torch.no_grad(), pytest.raises(ValueError, match="c0: expected"):
         cell(x[:, 0], (torch.zeros(2, 5, dtype=D64), torch.zeros(2, window - 1, 4)),
              encoder_state=enc)
+
+
+@pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("pooling", ["f", "ifo"])
+def test_qrnn_layer_without_a_graph_equals_the_recorded_call(T, bidirectional, pooling):
+    """The layer's pooling without its wrapper where no graph can be recorded (no lengths, no
+    zoneout): the same outputs and final cells, with and without a carried state."""
+    from ctrlrnn import QRNN
+
+    torch.manual_seed(7)
+    layer = QRNN(4, 5, num_layers=2, window=(2, 3), pooling=pooling,
+                 bidirectional=bidirectional)
+    D = 2 if bidirectional else 1
+    x, hx = torch.randn(T, 3, 4), torch.randn(2 * D, 3, 5)
+    for state in (None, hx):
+        want, want_c = layer(x, state)
+        assert want.grad_fn is not None
+        with torch.no_grad():
+            got, got_c = layer(x, state)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got_c, want_c.detach(), rtol=1e-6, atol=1e-6)

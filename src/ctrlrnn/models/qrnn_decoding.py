@@ -55,7 +55,7 @@ class QRNNDecoding:
     #: the decoder's layers, the lower ones then the top one
     layers: list[Layer]
     #: the pooling kernel (:func:`~ctrlrnn.ops.qrnn_pooling.pooling_step`)
-    pool: Callable[[Tensor, Tensor, int], Sequence[Tensor]]
+    pool: Callable[[Tensor, Tensor | None, int, Tensor | None], Sequence[Tensor]]
     #: ``F.embedding``'s arguments after the token: the target embedding's weight and options
     embedding: tuple[Any, ...]
     #: the encoder outputs ``(B, S, E)`` and as the attention scores read them, ``(B, E, S)``
@@ -118,7 +118,7 @@ def decode_step(
         # eq 1-2 over the window x_{t-k+1} .. x_t, oldest first, plus eq 7's term
         window = torch.cat([state[2 * l + 1], y.unsqueeze(1)], dim=1)
         gates = F.linear(window.reshape(B, 1, layer.width), layer.weight, layer.bias) + layer.term
-        h, c_seq, c_new = ctx.pool(gates, state[2 * l].contiguous(), layer.mode)  # eq 3-5
+        h, c_seq, c_new = ctx.pool(gates, state[2 * l].contiguous(), layer.mode, None)  # eq 3-5
         new += [c_new, window[:, 1:]]
         y = h[:, 0]
     H = ctx.hidden

@@ -29,11 +29,13 @@ from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, POOLING_MODES, pooling_step
 from ctrlrnn.ops.validation import step_input
 
 
-def _short_pooling(gates: Tensor, c: Tensor) -> bool:
+def short_pooling(gates: Tensor, c: Tensor | None) -> bool:
     """Whether a step's pooling (eq 3-5 at ``T = 1``) may call the kernel without the wrapper
     (:func:`~ctrlrnn.ops.qrnn_pooling.pooling_step`): no autograd graph can be recorded,
     nothing traces, no autocast is on, and the state has the gates' dtype (the wrapper's
     check, whose error the kernel would not give)."""
+    if c is None:
+        c = gates
     if torch.is_grad_enabled() and (gates.requires_grad or c.requires_grad):
         return False
     if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
@@ -212,10 +214,10 @@ class QRNNCell(Traceable, nn.Module):
         keep, scale = zoneout_keep(
             (B, 1, H), self.zoneout, self.training, x, self.zoneout_eval
         )
-        if keep is None and scale == 1.0 and _short_pooling(gates, c):
+        if keep is None and scale == 1.0 and short_pooling(gates, c):
             # decoding: the pooling kernel itself, its wrapper's checks made above
             h, _c_seq, c_new = pooling_step(x.device)(
-                gates, c.contiguous(), POOLING_MODES[self.pooling]
+                gates, c.contiguous(), POOLING_MODES[self.pooling], None
             )
         else:
             h, _c_seq, c_new = qrnn_pooling(

@@ -229,16 +229,19 @@ def export_pooling(
     return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)
 
 
-def pooling_step(device: torch.device) -> Callable[[Tensor, Tensor, int], Sequence[Tensor]]:
-    """``fn(gates, c0, mode)``: :func:`qrnn_pooling` of contiguous ``gates`` ``(B, T, G*H)``
-    from a contiguous ``c0`` ``(B, H)`` of their dtype, for mode ``POOLING_MODES[pooling]``,
-    without zoneout, lengths or a separate bias, and without the checks and the route the
-    wrapper decides at every call: a decoder asks once per decode, where nothing traces, no
-    autocast is on and no autograd graph is recorded (eq 3-5 at one step, ``T = 1``). On the
-    compiled kernel's route it is the kernel the wrapper calls there, looked up once
+def pooling_step(
+    device: torch.device,
+) -> Callable[[Tensor, Tensor | None, int, Tensor | None], Sequence[Tensor]]:
+    """``fn(gates, c0, mode, bias)``: :func:`qrnn_pooling` of contiguous ``gates``
+    ``(B, T, G*H)`` from a contiguous ``c0`` ``(B, H)`` of their dtype (or None: zeros), for mode
+    ``POOLING_MODES[pooling]``, with the gates' ``bias`` ``(G*H,)`` or None, without zoneout or
+    lengths, and without the checks and the route the wrapper decides at every call: for a
+    caller that made those checks (a layer's or a cell's step, a decoder once per decode)
+    where nothing traces, no autocast is on and no autograd graph is recorded. On the compiled
+    kernel's route it is the kernel the wrapper calls there, looked up once
     (:meth:`~ctrlrnn.ops.kernel_op.KernelOp.resolved`); elsewhere the wrapper."""
     if backend.path("scan", device) == backend.KERNEL:
         kernel = _qrnn_pooling.resolved(device)
-        return lambda gates, c0, mode: kernel(gates, c0, None, 1.0, None, mode, None)
+        return lambda gates, c0, mode, bias: kernel(gates, c0, None, 1.0, None, mode, bias)
     modes = list(POOLING_MODES)
-    return lambda gates, c0, mode: qrnn_pooling(gates, c0, pooling=modes[mode])
+    return lambda gates, c0, mode, bias: qrnn_pooling(gates, c0, pooling=modes[mode], bias=bias)
