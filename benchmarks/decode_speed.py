@@ -13,6 +13,8 @@ environment, one thread); the driver asks them in turn for one round of timings,
 * a cell's name: one step at batch 1 and width ``--hidden`` with the state of the previous
   step, under ``no_grad``, against ``nn.LSTMCell``'s, the two interleaved in the worker (as
   ``ctrlrnn bench --overhead`` times them); each tree's ratio is the median over rounds.
+  ``QRNN2Layers``: a 2-layer ``QRNN`` call at ``T = 1`` with the cells of the previous call,
+  against a 2-layer ``nn.LSTM``'s.
 """
 
 from __future__ import annotations
@@ -62,11 +64,18 @@ def _cell(a: argparse.Namespace) -> tuple[Any, Any]:
     import ctrlrnn
 
     torch.manual_seed(0)
-    cell = getattr(ctrlrnn, a.what)(a.hidden, a.hidden)
-    lstm = torch.nn.LSTMCell(a.hidden, a.hidden)
-    x = torch.randn(1, a.hidden)
+    if a.what == "QRNN2Layers":  # a decoding step of a 2-layer QRNN against nn.LSTM's
+        cell: Any = ctrlrnn.QRNN(a.hidden, a.hidden, num_layers=2)
+        lstm: Any = torch.nn.LSTM(a.hidden, a.hidden, num_layers=2)
+        x = torch.randn(1, 1, a.hidden)
+    else:
+        cell = getattr(ctrlrnn, a.what)(a.hidden, a.hidden)
+        lstm = torch.nn.LSTMCell(a.hidden, a.hidden)
+        x = torch.randn(1, a.hidden)
     with torch.no_grad():
         state, lstm_state = cell(x)[1], lstm(x)
+        if a.what == "QRNN2Layers":
+            lstm_state = lstm_state[1]
 
     if a.grad:  # forward + backward
         def ours() -> Any:
@@ -92,7 +101,7 @@ def worker(a: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    fn, tokens = _cell(a) if a.what.endswith("Cell") else _decoder(a)
+    fn, tokens = _decoder(a) if a.what in ("greedy", "beam") else _cell(a)
     print(json.dumps({"tokens": tokens}), flush=True)
     for line in sys.stdin:
         calls = int(line)
