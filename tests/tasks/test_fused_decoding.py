@@ -194,15 +194,32 @@ def test_greedy_reading_the_end_every_few_steps_gives_the_same_tokens(monkeypatc
     assert 1 <= len(want[0]) < 30
 
 
-def test_the_lstm_decoders_keep_their_tokens():
-    """The decoders' bookkeeping (token buffer, back-pointers) for a model without a fused
-    step: the LSTM decoder with Bahdanau's attention."""
-    torch.manual_seed(2)
-    model = Seq2Seq(30, 25, encoder="lstm", decoder="lstm", attention="bahdanau",
-                    encoder_args={"hidden_size": 16}, embedding_size=8).eval()
-    torch.nn.init.normal_(model.out.weight, std=1.0)
+def _other_models():
+    from ctrlrnn.models.attn_lstm_seq2seq import AttnLSTMSeq2Seq
+    from ctrlrnn.models.transformer import TransformerSeq2Seq
+
+    return {
+        "lstm-bahdanau": lambda: Seq2Seq(30, 25, encoder="lstm", decoder="lstm",
+                                         attention="bahdanau", encoder_args={"hidden_size": 16},
+                                         embedding_size=8),
+        "cas": lambda: AttnLSTMSeq2Seq(30, 25, encoder="caslstm",
+                                       encoder_args={"hidden_size": 16}, embedding_size=8),
+        "transformer": lambda: TransformerSeq2Seq(30, 25, d_model=16, heads=2, layers=2,
+                                                  dropout=0.0),
+    }
+
+
+@pytest.mark.parametrize("kind", ["lstm-bahdanau", "cas", "transformer"])
+def test_the_other_decoders_keep_their_tokens(kind):
+    """The decoders' bookkeeping (token buffer, back-pointers) for models without a fused
+    step: their readable step through the decoders, as through the reference loops."""
+    torch.manual_seed(3)
+    model = _other_models()[kind]().eval()
+    torch.nn.init.normal_(model.out.weight, std=1.0)  # varied tokens from an untrained model
     src, lengths = _source(2, 5)
-    assert model.greedy(src, lengths, 9) == reference_greedy(model, src, lengths, 9)
+    want = reference_greedy(model, src, lengths, 9)
+    assert model.greedy(src, lengths, 9) == want
+    assert any(len(row) > 1 for row in want)
     got = model.beam_search(src, lengths, beam=3, alpha=0.6, max_len=9)
     assert got == reference_beam(model, src, lengths, 3, 0.6, 9)
 
