@@ -174,3 +174,18 @@ def test_qrnn_layer_without_a_graph_equals_the_recorded_call(T, bidirectional, p
             got, got_c = layer(x, state)
         torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(got_c, want_c.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_derived_weights_of_inference_tensors_are_made_at_every_call():
+    with torch.inference_mode():
+        a = torch.randn(3)
+    made = []
+    derived_weights.derived("test-inference", [a], lambda: made.append(1) or a * 2)
+    derived_weights.derived("test-inference", [a], lambda: made.append(1) or a * 2)
+    assert len(made) == 2
+    with torch.inference_mode():  # a METAGROSS cell built and run there
+        cell = MetagrossCell(4, 4, depth=2)
+        x = torch.randn(2, 4)
+        h, state = cell(x)
+        h2, _ = cell(x, state)
+    assert h2.shape == (2, 4)

@@ -8,7 +8,8 @@ optimizer's step, ``load_state_dict``, ``p.data.copy_``, ``nn.init``), its stora
 dtype, device and shape. A kept tensor is never handed out after any of these changed, and
 never where a graph may be recorded (the caller's rule: there the tensor must be made from the
 parameters inside the graph, so that their gradients flow). The entries hold weak references
-to their sources, so a dropped module frees its entries at the next insertion.
+to their sources, so a dropped module frees its entries at the next insertion. A source made
+under ``torch.inference_mode`` has no version counter: its tensors are made at every call.
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ T = TypeVar("T")
 _KEPT: dict[tuple[str, int], tuple[list[Any], tuple[Any, ...], Any]] = {}
 
 
-def _key(t: Tensor | None) -> tuple[Any, ...]:
+def _key(t: Tensor | None) -> tuple[Any, ...] | None:
+    """What changes with ``t`` (module docstring); None for a tensor without a version counter
+    (made under ``torch.inference_mode``), whose changes cannot be seen."""
     if t is None:
         return ()
+    if t.is_inference():
+        return None
     return (t._version, t.data_ptr(), t.dtype, t.device, tuple(t.shape))
 
 
@@ -40,6 +45,8 @@ def derived(name: str, sources: Sequence[Tensor | None], make: Callable[[], T]) 
     assert first is not None
     slot = (name, id(first))
     key = tuple(_key(s) for s in sources)
+    if None in key:  # a source without a version counter: made at every call, never kept
+        return make()
     entry = _KEPT.get(slot)
     if entry is not None and entry[1] == key and all(
             (r is None and s is None) or (r is not None and r() is s)
