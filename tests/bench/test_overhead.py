@@ -30,7 +30,7 @@ def test_overhead_cli_tiny_writes_the_table(tmp_path: Path) -> None:
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
     cases = {r[0] for r in rows}
     assert {"QRNN", "QRNN 2 layers", "METAGROSS", "iCARNN", "CAS-LSTM", "RCRN", "QRNNCell",
-            "CARNNCell", "MetagrossCell", "RCRNCell"} <= cases
+            "CARNNCell", "MetagrossCell", "RCRNCell", "Seq2Seq QRNN greedy"} <= cases
     assert all(len(r) == len(overhead.COLUMNS) and r[-1].endswith("x") for r in rows)
     assert {r[2] for r in rows} == {"8"} and {r[4] for r in rows} == {"fwd"}
     assert "ctrlrnn Python" in text and "total" in text

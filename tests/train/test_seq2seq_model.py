@@ -207,12 +207,26 @@ def test_changing_one_encoder_layer_moves_only_its_decoder_layer():
             m.encode = encode
 
 
+def _record_encoder_terms(m, seen):
+    """Wrap every decoder cell's eq 7 term ``V^l h~^l_T`` so that each call records (layer,
+    encoder_state, None) in ``seen``: the decoders' step makes it once per decode
+    (ctrlrnn.models.qrnn_decoding), not through ``step_preactivations``."""
+    cells = [m.lower.cell(layer) for layer in range(m.layers - 1)] + [m.top]
+    for layer, cell in enumerate(cells):
+        def term(encoder_state, fn=cell._encoder_term, layer=layer):
+            seen.append((layer, encoder_state, None))
+            return fn(encoder_state)
+
+        cell._encoder_term = term
+
+
 def test_step_and_beam_search_read_the_same_layer_states():
     m = _qrnn_model(seed=2)
     src, lens = torch.randint(4, 12, (2, 5)), torch.tensor([5, 2])
     with torch.no_grad():
         layers = m.encode(src, lens)["layers"]
     seen = _record_encoder_states(m)
+    _record_encoder_terms(m, seen)
     m.greedy(src, lens, 4)
     assert seen and {layer for layer, _, _ in seen} == {0, 1, 2}
     for layer, e, _ in seen:

@@ -3,7 +3,9 @@
 Each ctrlrnn layer and cell is timed against ``torch.nn.LSTM`` / ``nn.GRU`` (layers) or
 ``nn.LSTMCell`` (cells) at the same shape: batch 1, ``T`` 1 and 8, width 8 and 64, forward
 without grad and forward + backward, always with carried state (the state a previous call
-returned, as a decoder passes it). Every pair is measured interleaved in one process: each
+returned, as a decoder passes it). The translation model's greedy decoding at batch 1 is timed
+against its readable loop over its readable step (the same tokens; the row's ``T`` is the
+number of tokens decoded). Every pair is measured interleaved in one process: each
 repeat times ``calls`` calls of ctrlrnn, then ``calls`` of torch, and the row's ratio is the
 median over repeats of the per-repeat ratios, so a loaded machine slows both sides alike.
 
@@ -155,6 +157,27 @@ def _cells(H: int) -> list[tuple[str, str, Step, Step]]:
     ]
 
 
+#: The decoding row's source length and number of tokens decoded (an untrained model rarely
+#: emits end-of-sequence, so both decoders run every step).
+DECODE_SOURCE, DECODE_TOKENS = 12, 30
+
+
+def _decoders(H: int) -> list[tuple[str, str, int, Step, Step]]:
+    """(case, against, T, ctrlrnn step, reference step): greedy decoding at batch 1 by the
+    translation model's QRNN encoder-decoder (two layers) through the decoders' buffers and the
+    decoder's fused step, against the readable loop over its readable step
+    (:meth:`~ctrlrnn.models.search.IncrementalDecoding.greedy_reference`); ``T`` tokens."""
+    from ctrlrnn.models.seq2seq import Seq2Seq
+
+    model = Seq2Seq(40, 40, encoder="qrnn", encoder_args={"hidden_size": H, "num_layers": 2},
+                    embedding_size=H).eval()
+    src = torch.randint(4, 40, (1, DECODE_SOURCE))
+    lengths = torch.tensor([DECODE_SOURCE])
+    return [("Seq2Seq QRNN greedy", "readable step loop", DECODE_TOKENS,
+             lambda: model.greedy(src, lengths, DECODE_TOKENS),
+             lambda: model.greedy_reference(src, lengths, DECODE_TOKENS))]
+
+
 # ------------------------------------------------------------------ timing
 
 
@@ -198,8 +221,12 @@ def measure(grid: str = "quick", progress: Callable[[str], None] | None = None) 
     for H in g["widths"]:
         plans = [(T, *c) for T in g["lengths"] for c in _layers(H, T)]
         plans += [(1, *c) for c in _cells(H)]
+        plans += [(T, case, against, ours, theirs)
+                  for case, against, T, ours, theirs in _decoders(H)]
         for T, case, against, ours, theirs in plans:
             for mode in g["modes"]:
+                if case.endswith("greedy") and mode != "fwd":
+                    continue  # decoding runs without gradients
                 if progress is not None:
                     progress(f"{case} H={H} T={T} {mode}")
                 a, b = pair(_with_mode(ours, mode), _with_mode(theirs, mode),

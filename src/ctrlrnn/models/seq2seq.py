@@ -37,7 +37,9 @@ A state dict saved before that projection was left out of the additive mode stil
 ``query.weight`` is dropped (:meth:`Seq2Seq._load_from_state_dict`).
 
 Decoding (greedy and the length-normalised beam search of the appendix) comes from
-:class:`ctrlrnn.models.search.IncrementalDecoding`.
+:class:`ctrlrnn.models.search.IncrementalDecoding`; the QRNN decoder's steps there reuse what
+does not change between steps (:mod:`ctrlrnn.models.qrnn_decoding`), with the log-probabilities
+of :meth:`Seq2Seq.step`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ctrlrnn.models import qrnn_decoding
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
 from ctrlrnn.nn.qrnn import QRNN, QRNNCell
@@ -330,6 +333,24 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         h = (o * (self.w_k(k) + self.w_c(c_seq)))[:, 0]
         new += [c_new, hist]
         return F.log_softmax(self.out(h), -1), new
+
+    def decoding_context(self, enc: dict[str, Tensor]) -> Any:
+        """For the QRNN decoder, what its steps reuse through one decode
+        (:func:`ctrlrnn.models.qrnn_decoding.decoding_context`); else ``enc``."""
+        if self.decoder_kind == "qrnn":
+            ctx = qrnn_decoding.decoding_context(self, enc)
+            if ctx is not None:
+                return ctx
+        return enc
+
+    def decode_step(
+        self, token: Tensor, state: list[Tensor], context: Any
+    ) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`step`, for the QRNN decoder with what does not change between steps made
+        once (:func:`ctrlrnn.models.qrnn_decoding.decode_step`: the same log-probabilities)."""
+        if isinstance(context, qrnn_decoding.QRNNDecoding):
+            return qrnn_decoding.decode_step(token, state, context)
+        return self.step(token, state, context)
 
     def _select(self, state: list[Tensor], index: Tensor) -> list[Tensor]:
         """Reorder decoder states along the batch (LSTM states are ``(L, B, H)``)."""

@@ -40,7 +40,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ctrlrnn.nn.arguments import check_flag
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.initialization import factory_arguments
-from ctrlrnn.nn.qrnn_cell import QRNNCell
+from ctrlrnn.nn.qrnn_cell import QRNNCell, short_pooling
 from ctrlrnn.nn.qrnn_windows import (
     ZONEOUT_EVAL,
     causal_windows,
@@ -56,7 +56,13 @@ from ctrlrnn.nn.qrnn_windows import (
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops.padding import last_valid
-from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, fuses_bias, qrnn_pooling
+from ctrlrnn.ops.qrnn_pooling import (
+    GATES_PER_MODE,
+    POOLING_MODES,
+    fuses_bias,
+    pooling_step,
+    qrnn_pooling,
+)
 
 # Defined in qrnn_cell, named here (its module until it moved) so that whole-module pickles
 # keep one class path: ``torch.load(weights_only=True)`` allows a class by that path.
@@ -419,10 +425,18 @@ class QRNN(RecurrentBase):
             (B, T, self.hidden_size), self.zoneout, self.training, x, self.zoneout_eval
         )
         c0 = None if state is None else state[0]
-        h, _c, c_last = qrnn_pooling(
-            gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths,
-            bias=cell.bias if fuse else None,
-        )
+        bias = cell.bias if fuse else None
+        if keep is None and scale == 1.0 and lengths is None and short_pooling(gates, c0):
+            # no graph (decoding): the kernel without its wrapper's checks, made above
+            h, _c, c_last = pooling_step(x.device)(
+                gates.contiguous(), None if c0 is None else c0.contiguous(),
+                POOLING_MODES[self.pooling], bias,
+            )  # fmt: skip
+        else:
+            h, _c, c_last = qrnn_pooling(
+                gates, c0, pooling=self.pooling, keep=keep, keep_scale=scale, lengths=lengths,
+                bias=bias,
+            )
         finals = kwargs.get("_layer_states")
         if finals is not None:  # h~_T of eq 7: where this direction's pass ends
             finals.append(last_valid(h, lengths))

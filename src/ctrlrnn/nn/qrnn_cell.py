@@ -22,9 +22,26 @@ from ctrlrnn.nn.qrnn_windows import (
     zoneout_keep,
 )
 from ctrlrnn.nn.torchscript import Traceable
+from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
-from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, qrnn_pooling
+from ctrlrnn.ops.compiled_op import eager_ok
+from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE, POOLING_MODES, pooling_step, qrnn_pooling
 from ctrlrnn.ops.validation import step_input
+
+
+def short_pooling(gates: Tensor, c: Tensor | None) -> bool:
+    """Whether a step's pooling (eq 3-5 at ``T = 1``) may call the kernel without the wrapper
+    (:func:`~ctrlrnn.ops.qrnn_pooling.pooling_step`): no autograd graph can be recorded,
+    nothing traces, no autocast is on, and the state has the gates' dtype (the wrapper's
+    check, whose error the kernel would not give)."""
+    if c is None:
+        c = gates
+    if torch.is_grad_enabled() and (gates.requires_grad or c.requires_grad):
+        return False
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return False
+    return (c.dtype == gates.dtype and eager_ok(gates, c)
+            and autocast_dtype(gates.device) is None)  # fmt: skip
 
 
 class QRNNCell(Traceable, nn.Module):
@@ -197,9 +214,15 @@ class QRNNCell(Traceable, nn.Module):
         keep, scale = zoneout_keep(
             (B, 1, H), self.zoneout, self.training, x, self.zoneout_eval
         )
-        h, _c_seq, c_new = qrnn_pooling(
-            gates, c, pooling=self.pooling, keep=keep, keep_scale=scale
-        )
+        if keep is None and scale == 1.0 and short_pooling(gates, c):
+            # decoding: the pooling kernel itself, its wrapper's checks made above
+            h, _c_seq, c_new = pooling_step(x.device)(
+                gates, c.contiguous(), POOLING_MODES[self.pooling], None
+            )
+        else:
+            h, _c_seq, c_new = qrnn_pooling(
+                gates, c, pooling=self.pooling, keep=keep, keep_scale=scale
+            )
         h = h[:, 0]
         if unbatched:
             return h[0], (c_new[0], new_history[0])

@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
+from ctrlrnn.nn import rcrn_step
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.gated_rnn import CELLS, GatedRNN, project_all, run_sequences
@@ -201,6 +202,16 @@ class RCRNCell(Traceable, nn.Module):
                 if not isinstance(s, Tensor) or tuple(s.shape) != (B, H):
                     got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
                     raise ValueError(f"state: expected {name} of shape {(B, H)}, got {got}")
+        if rcrn_step.applies(x):  # each RNN one of torch's cell ops
+            h4, new = rcrn_step.step(self, x, st)
+        else:
+            h4, new = self._step(x, st)
+        if unbatched:
+            return h4[0], tuple(s[0] for s in new)
+        return h4, tuple(new)
+
+    def _step(self, x: Tensor, st: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        """Eq 1-16 written out (where a tracer records the step): ``(h4, new states)``."""
         k = self.controller1.num_states
         new: list[Tensor] = []
         outs: list[Tensor] = []
@@ -211,11 +222,8 @@ class RCRNCell(Traceable, nn.Module):
         h1, h2, h3 = outs
         f = torch.sigmoid(h1)
         c4 = f * st[-1] + (1 - f) * h3  # eq 15
-        h4 = _gate(h2, self.output_gate) * c4  # eq 16
         new.append(c4)
-        if unbatched:
-            return h4[0], tuple(s[0] for s in new)
-        return h4, tuple(new)
+        return _gate(h2, self.output_gate) * c4, new  # eq 16
 
     def extra_repr(self) -> str:
         return (

@@ -122,6 +122,7 @@ class KernelOp(CompiledOp):
                  setup_context: Callable[..., None], backward_fn: Callable[..., Any],
                  used_by: str, backward_name: str | None = None) -> None:  # fmt: skip
         op, impl = device_op(name, family, forward)
+        self.family, self.forward_kernel = family, forward
         self.backward_op, self.backward_impl = device_op(
             backward_name or f"{name}_backward", family, backward
         )
@@ -138,6 +139,18 @@ class KernelOp(CompiledOp):
         if _records_graph(args):
             return self.eager(*args)
         return self.impl(*args)
+
+    def resolved(self, device: torch.device) -> Callable[..., Any]:
+        """The forward on ``device`` as :meth:`__call__` runs it where no graph can be
+        recorded and nothing traces, with the dispatch table asked now instead of at every
+        call: for a caller that runs it many times while the table cannot change (the steps
+        of one decode). On the CPU the family module's function itself (it returns a list
+        where the table returns a tuple), elsewhere the table (:attr:`impl`)."""
+        if device.type == "cpu":
+            module = backend.kernel_for(self.family, device)
+            if module is not None:
+                return getattr(module, self.forward_kernel.name)
+        return self.impl
 
     def run_backward(self, *args: Any) -> Any:
         """The backward op on ``args``, or its table directly where no graph of the backward is

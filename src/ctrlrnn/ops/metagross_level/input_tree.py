@@ -17,6 +17,10 @@ Here the tree is one node, and its backward produces ``x``'s gradient once:
   residual gradients into one tensor; then ``dx = dres + dY W`` is one GEMM accumulating into
   that tensor, and ``dW = dY^T x`` one GEMM for all the rows.
 
+Where no graph can be recorded (decoding step by step), the same forward runs without the
+node, and the joint weight ``[W_1; ...; W_L; W_a]`` is made once and kept until a parameter
+changes (:func:`_joint_weight_cached`), so a step is the GEMM and the levels' kernels.
+
 The arithmetic is the per-level ops' (the same kernels), so results equal theirs to float
 rounding of the GEMMs' summation order; :mod:`tests.ops.test_metagross_input_tree` checks them
 against the per-level path and float64 ``gradcheck``. It serves the eager CPU path with the
@@ -31,10 +35,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
+from ctrlrnn.ops.cached_linear import _small
+from ctrlrnn.ops.derived_weights import derived
 from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
 
@@ -77,6 +84,70 @@ def _joint_weight(weight: Tensor, depth_weight: Tensor | None) -> Tensor:
     return torch.cat(parts)
 
 
+def _joint_weight_cached(weight: Tensor, depth_weight: Tensor | None) -> Tensor:
+    """:func:`_joint_weight` where no autograd graph is recorded (decoding step by step), made
+    once and kept while neither tensor changes (:func:`ctrlrnn.ops.derived_weights.derived`:
+    an in-place write or a new tensor makes it again)."""
+    return derived("metagross_joint_weight", [weight, depth_weight],
+                   lambda: _joint_weight(weight, depth_weight))
+
+
+def _levels_forward(
+    ext: Any, x: Tensor, W: Tensor, bias: Tensor | None, depth_bias: Tensor | None,
+    state: Tensor | None, lengths: Tensor | None, depth: int, hidden_size: int, h_form: bool,
+    residual: bool, graph: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, list[dict[str, Any]], Tensor, Tensor]:  # fmt: skip
+    """The tree's forward from the joint weight ``W`` (module docstring: one GEMM, then each
+    level's kernel, eq 2-1..2-6, leaves first): ``(out, last, alpha, beta, levels, Y, g)``,
+    ``levels`` what each level's backward reads (root last), ``Y`` the joint GEMM's output and
+    ``g`` the depth gates. ``graph``: inside the autograd node, which must not hold views of
+    its own outputs (below); elsewhere the gates' slices are passed as they are."""
+    B, T, _ = x.shape
+    H, L = hidden_size, depth
+    I = tree_nodes(L - 1)  # internal nodes: one alpha and one beta each
+    rows = 3 * H * tree_nodes(L)
+    # (B, T, 3NH [+ 2I + pad]): every W x_t, the logits; a small product outside the node
+    # takes F.linear, as ops.cached_linear does
+    Y = F.linear(x, W) if not graph and _small(x, W) else ext.cached_linear(x, W, None)
+    if I > 0:
+        logits = Y[..., rows : rows + 2 * I]
+        g = torch.sigmoid(logits if depth_bias is None else logits + depth_bias)
+    else:
+        g = x.new_zeros(B, T, 0)
+    alpha, beta = g[..., :I].contiguous(), g[..., I:].contiguous()
+    res = x.unsqueeze(2) if residual else None
+    levels: list[dict[str, Any]] = []
+    child: Tensor | None = None
+    finals: list[Tensor] = []
+    for level in range(L, 0, -1):  # eq 2-1..2-6, leaves first
+        sl, (c0, c1) = level_slice(level), level_columns(level, H)
+        k = sl.stop - sl.start
+        P = Y[..., c0:c1].view(B, T, 3, k, H)
+        ch = a_ = b_ = None
+        if child is not None:
+            ch = child.view(B, T, k, 2, H)
+            a_ = alpha[..., sl].unsqueeze(-1)
+            b_ = beta[..., sl].unsqueeze(-1)
+            if graph:
+                # copies: the node must not hold its own outputs outside save_for_backward
+                # (a reference cycle through their grad_fn would keep the tree's blocks alive)
+                a_ = a_.clone(memory_format=torch.contiguous_format)
+                b_ = b_.clone(memory_format=torch.contiguous_format)
+            else:
+                a_, b_ = a_.contiguous(), b_.contiguous()
+        s0 = None if state is None else state[:, sl.start * H : sl.stop * H].contiguous()
+        b_l = None if bias is None else bias[c0:c1]
+        out, c, last = ext.forward(P, ch, a_, b_, res, s0, lengths, h_form, b_l)
+        # the root's output is this node's output: saved by save_for_backward
+        saved = None if (level == 1 and h_form) else (out if h_form else c)
+        levels.append({"level": level, "P": P, "child": ch, "alpha": a_, "beta": b_,
+                       "s0": s0, "bias": b_l, "saved": saved})  # fmt: skip
+        finals.append(last)
+        child = out
+    assert child is not None
+    return child, torch.cat(finals[::-1], dim=1), alpha, beta, levels, Y, g
+
+
 class _InputTree(torch.autograd.Function):
     """``(x, weight, bias, depth_weight, depth_bias, state) -> (out, last, alpha, beta)``."""
 
@@ -88,53 +159,23 @@ class _InputTree(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
         ext = backend.kernel_for("metagross", x.device)
         assert ext is not None
-        B, T, _ = x.shape
-        H, L = hidden_size, depth
-        I = tree_nodes(L - 1)  # internal nodes: one alpha and one beta each
-        rows = 3 * H * tree_nodes(L)
         W = _joint_weight(weight, depth_weight)
-        Y = ext.cached_linear(x, W, None)  # (B, T, 3NH [+ 2I + pad]): every W x_t, the logits
-        if I > 0:
-            logits = Y[..., rows : rows + 2 * I]
-            g = torch.sigmoid(logits if depth_bias is None else logits + depth_bias)
-        else:
-            g = x.new_zeros(B, T, 0)
-        alpha, beta = g[..., :I].contiguous(), g[..., I:].contiguous()
-        res = x.unsqueeze(2) if residual else None
-        levels: list[dict[str, Any]] = []
-        child: Tensor | None = None
-        finals: list[Tensor] = []
-        for level in range(L, 0, -1):  # eq 2-1..2-6, leaves first
-            sl, (c0, c1) = level_slice(level), level_columns(level, H)
-            k = sl.stop - sl.start
-            P = Y[..., c0:c1].view(B, T, 3, k, H)
-            ch = a_ = b_ = None
-            if child is not None:
-                ch = child.view(B, T, k, 2, H)
-                # copies: the node must not hold its own outputs outside save_for_backward
-                # (a reference cycle through their grad_fn would keep the tree's blocks alive)
-                a_ = alpha[..., sl].unsqueeze(-1).clone(memory_format=torch.contiguous_format)
-                b_ = beta[..., sl].unsqueeze(-1).clone(memory_format=torch.contiguous_format)
-            s0 = None if state is None else state[:, sl.start * H : sl.stop * H].contiguous()
-            b_l = None if bias is None else bias[c0:c1]
-            out, c, last = ext.forward(P, ch, a_, b_, res, s0, lengths, h_form, b_l)
-            # the root's output is this node's output: saved by save_for_backward below
-            saved = None if (level == 1 and h_form) else (out if h_form else c)
-            levels.append({"level": level, "P": P, "child": ch, "alpha": a_, "beta": b_,
-                           "s0": s0, "bias": b_l, "saved": saved})  # fmt: skip
-            finals.append(last)
-            child = out
-        assert child is not None
+        child, last, alpha, beta, levels, Y, g = _levels_forward(
+            ext, x, W, bias, depth_bias, state, lengths, depth, hidden_size, h_form, residual,
+            graph=True,
+        )  # fmt: skip
         ctx.levels = levels[::-1]  # root first, the order of the backward
         ctx.W, ctx.Y, ctx.g = W, Y, g  # intermediates
-        ctx.shape = (B, T, H, L, I, rows)
+        B, T, _ = x.shape
+        ctx.shape = (B, T, hidden_size, depth, tree_nodes(depth - 1),
+                     3 * hidden_size * tree_nodes(depth))  # fmt: skip
         ctx.h_form, ctx.residual, ctx.lengths = h_form, residual, lengths
         ctx.has = (bias is not None, depth_weight is not None, depth_bias is not None,
                    state is not None)  # fmt: skip
         # the inputs and the root's output (the h form's saved states) through autograd, which
         # checks that none was modified in place before the backward
         ctx.save_for_backward(x, weight, bias, depth_weight, depth_bias, child)
-        return child, torch.cat(finals[::-1], dim=1), alpha, beta
+        return child, last, alpha, beta
 
     @staticmethod
     def backward(  # type: ignore[override]
@@ -256,6 +297,13 @@ class _NoDerivative(torch.autograd.Function):
         )
 
 
+def _records_graph(*tensors: Tensor | None) -> bool:
+    """Whether a call on ``tensors`` may record autograd (reverse or forward mode)."""
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def input_tree(
     x: Tensor, weight: Tensor, bias: Tensor | None, depth_weight: Tensor | None,
     depth_bias: Tensor | None, state: Tensor | None, lengths: Tensor | None, depth: int,
@@ -278,6 +326,15 @@ def input_tree(
     """
     if lengths is not None:
         lengths = check_lengths(lengths, x.shape[0], x.shape[1], allow_zero=True)
+    if not _records_graph(x, weight, bias, depth_weight, depth_bias, state):
+        # no node to build (decoding): the same kernels, the joint weight made once
+        ext = backend.kernel_for("metagross", x.device)
+        assert ext is not None
+        out, last, alpha, beta, _, _, _ = _levels_forward(
+            ext, x.contiguous(), _joint_weight_cached(weight, depth_weight), bias, depth_bias,
+            state, lengths, depth, hidden_size, bool(h_form), bool(residual), graph=False,
+        )  # fmt: skip
+        return out, last, alpha, beta
     out, last, alpha, beta = _InputTree.apply(
         x.contiguous(), weight, bias, depth_weight, depth_bias, state, lengths, depth,
         hidden_size, bool(h_form), bool(residual),

@@ -29,6 +29,8 @@ with the CPU extension's kernel and the Triton kernel registered on it
 # No `from __future__ import annotations`: torch 2.4's custom_op reads the annotations of the
 # functions it registers as written, and cannot parse them as strings.
 
+from collections.abc import Callable, Sequence
+
 import torch
 from torch import Tensor
 
@@ -49,6 +51,7 @@ __all__ = [
     "POOLING_MODES",
     "fuses_bias",
     "gate_activations",
+    "pooling_step",
     "qrnn_pooling",
     "qrnn_pooling_ref",
     "zoneout_factor",
@@ -224,3 +227,21 @@ def export_pooling(
     c_seq, c_last = scan_export.linear_scan(1 - one_minus_f, b, c, lengths, False)
     h = c_seq if o is None else o * c_seq  # eq 4-5: h = o c
     return h.to(out_dtype), c_seq.to(out_dtype), c_last.to(out_dtype)
+
+
+def pooling_step(
+    device: torch.device,
+) -> Callable[[Tensor, Tensor | None, int, Tensor | None], Sequence[Tensor]]:
+    """``fn(gates, c0, mode, bias)``: :func:`qrnn_pooling` of contiguous ``gates``
+    ``(B, T, G*H)`` from a contiguous ``c0`` ``(B, H)`` of their dtype (or None: zeros), for mode
+    ``POOLING_MODES[pooling]``, with the gates' ``bias`` ``(G*H,)`` or None, without zoneout or
+    lengths, and without the checks and the route the wrapper decides at every call: for a
+    caller that made those checks (a layer's or a cell's step, a decoder once per decode)
+    where nothing traces, no autocast is on and no autograd graph is recorded. On the compiled
+    kernel's route it is the kernel the wrapper calls there, looked up once
+    (:meth:`~ctrlrnn.ops.kernel_op.KernelOp.resolved`); elsewhere the wrapper."""
+    if backend.path("scan", device) == backend.KERNEL:
+        kernel = _qrnn_pooling.resolved(device)
+        return lambda gates, c0, mode, bias: kernel(gates, c0, None, 1.0, None, mode, bias)
+    modes = list(POOLING_MODES)
+    return lambda gates, c0, mode, bias: qrnn_pooling(gates, c0, pooling=modes[mode], bias=bias)

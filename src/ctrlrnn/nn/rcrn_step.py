@@ -1,0 +1,51 @@
+"""One :class:`~ctrlrnn.nn.rcrn.RCRNCell` step in eager mode with each of the three RNNs of RCRN
+eq 1-14 (the two controllers and the listener's base) as one of torch's cell ops.
+
+:meth:`GatedRNN.step <ctrlrnn.nn.gated_rnn.GatedRNN.step>` writes a step from its equations,
+about a dozen ops per RNN (the biases folded, the input product, the recurrent product, the
+gates one by one); ``torch.lstm_cell`` (``torch.gru_cell``) is the same step of eq 1-6 / 10-14
+(torch's gate order and weight layout, which :class:`~ctrlrnn.nn.gated_rnn.GatedRNN` keeps) in
+one call, differentiable. Eq 15-16 follow in four ops::
+
+    c4_t = sigmoid(h1_t) * c4_{t-1} + (1 - sigmoid(h1_t)) * h3_t   (15: a lerp)
+    h4_t = sigmoid(h2_t) * c4_t   (or h2_t * c4_t, as printed)    (16)
+
+The results equal the written-out step's to float rounding (torch adds the two biases to their
+products separately). Where a tracer records the step (``torch.compile``, ``torch.export``,
+TorchScript, ONNX export) the written-out step runs, whose ops every exporter knows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ctrlrnn.ops import scan_export
+from ctrlrnn.ops.compiled_op import eager_ok
+
+
+def applies(x: Tensor) -> bool:
+    """Whether :func:`step` serves a call on ``x``: eager mode, nothing tracing or exporting."""
+    return eager_ok(x) and not scan_export.active()
+
+
+def step(cell: Any, x: Tensor, st: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+    """``(h4, new states)`` of one step (module docstring) from ``x`` ``(B, D)`` and the states
+    ``st`` in the order of ``cell.state_names``, each ``(B, H)``."""
+    new: list[Tensor] = []
+    if cell.cell == "lstm":  # eq 1-6, 10-14
+        for j, rnn in enumerate(cell.rnns()):
+            new += torch.lstm_cell(x, (st[2 * j], st[2 * j + 1]), rnn.weight_ih, rnn.weight_hh,
+                                   rnn.bias_ih, rnn.bias_hh)  # fmt: skip
+        h1, h2, h3 = new[0], new[2], new[4]
+    else:
+        for j, rnn in enumerate(cell.rnns()):
+            new.append(torch.gru_cell(x, st[j], rnn.weight_ih, rnn.weight_hh, rnn.bias_ih,
+                                      rnn.bias_hh))  # fmt: skip
+        h1, h2, h3 = new
+    c4 = torch.lerp(h3, st[-1], torch.sigmoid(h1))  # eq 15
+    new.append(c4)
+    gate = torch.sigmoid(h2) if cell.output_gate == "sigmoid" else h2
+    return gate * c4, new  # eq 16

@@ -1,0 +1,191 @@
+"""The cells' short steps: an RCRN cell's three RNNs as torch's cell ops
+(:mod:`ctrlrnn.nn.rcrn_step`) against the step written out from eq 1-16, values and gradients;
+a METAGROSS tree where no graph is recorded (the same kernels without the autograd node, its
+joint weight kept between steps) against the step that records one, and never stale after a
+parameter changes (:mod:`ctrlrnn.ops.derived_weights`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctrlrnn import MetagrossCell, RCRNCell
+from ctrlrnn.nn import rcrn_step
+from ctrlrnn.ops import derived_weights
+
+D64 = torch.float64
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("output_gate", ["sigmoid", "identity"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_rcrn_cell_step_equals_the_written_out_step(cell, output_gate, bias):
+    torch.manual_seed(3)
+    c = RCRNCell(5, 7, cell=cell, output_gate=output_gate, bias=bias).to(D64)
+    x = torch.randn(3, 4, 5, dtype=D64, requires_grad=True)
+    st = [torch.randn(3, 7, dtype=D64) for _ in c.state_names]
+    fast_st, slow_st = list(st), list(st)
+    fast_out, slow_out = [], []
+    for t in range(4):
+        assert rcrn_step.applies(x[:, t])
+        h, fast_st = rcrn_step.step(c, x[:, t], fast_st)
+        fast_out.append(h)
+        h, slow_st = c._step(x[:, t], slow_st)
+        slow_out.append(h)
+    fast, slow = torch.stack(fast_out), torch.stack(slow_out)
+    torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+    for a, b in zip(fast_st, slow_st, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert not torch.equal(fast, torch.zeros_like(fast))
+    g = torch.randn_like(fast)
+    params = [x, *c.parameters()]
+    grads_fast = torch.autograd.grad((fast * g).sum(), params)
+    grads_slow = torch.autograd.grad((slow * g).sum(), params)
+    for a, b in zip(grads_fast, grads_slow, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_rcrn_cell_takes_the_written_out_step_under_a_tracer(monkeypatch):
+    c = RCRNCell(3, 4)
+    calls = []
+    written = c._step
+    monkeypatch.setattr(c, "_step", lambda x, st: calls.append(1) or written(x, st))
+    monkeypatch.setattr(rcrn_step, "eager_ok", lambda *args: False)
+    c(torch.randn(2, 3))
+    assert calls == [1]
+
+
+def _steps(cell, x, state=None):
+    outs = []
+    for t in range(x.shape[1]):
+        h, state = cell(x[:, t], state)
+        outs.append(h)
+    return torch.stack(outs, 1), state
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("recurrence", ["h", "c"])
+def test_metagross_cell_without_a_graph_equals_the_recorded_step(depth, recurrence):
+    torch.manual_seed(4)
+    cell = MetagrossCell(6, 6, depth=depth, recurrence=recurrence)
+    x = torch.randn(2, 5, 6)
+    want, want_state = _steps(cell, x)
+    assert want.grad_fn is not None  # the autograd node's path
+    with torch.no_grad():
+        got, got_state = _steps(cell, x)
+    torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_state, want_state.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_metagross_cell_without_a_graph_follows_its_parameters():
+    """The kept joint weight is made again after every change: an optimizer's step, a loaded
+    state dict, a parameter replaced, ``nn.init`` on one."""
+    torch.manual_seed(5)
+    cell = MetagrossCell(4, 4, depth=2)
+    x = torch.randn(3, 4, 4)
+
+    def check():
+        want, _ = _steps(cell, x)
+        with torch.no_grad():
+            got, _ = _steps(cell, x)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+        return got
+
+    first = check()
+    opt = torch.optim.SGD(cell.parameters(), lr=0.5)
+    _steps(cell, x)[0].sum().backward()
+    opt.step()
+    assert not torch.allclose(check(), first)
+    other = MetagrossCell(4, 4, depth=2)
+    cell.load_state_dict(other.state_dict())
+    check()
+    cell.unit.depth_weight = torch.nn.Parameter(torch.randn_like(cell.unit.depth_weight))
+    check()
+    torch.nn.init.normal_(cell.unit.weight)
+    check()
+
+
+def test_derived_weights_are_made_again_when_a_source_changes():
+    made = []
+    a, b = torch.randn(3), torch.randn(2)
+
+    def make():
+        made.append(1)
+        return torch.cat([a, b])
+
+    first = derived_weights.derived("test", [a, b], make)
+    assert derived_weights.derived("test", [a, b], make) is first and len(made) == 1
+    b.add_(1.0)  # an in-place write
+    second = derived_weights.derived("test", [a, b], make)
+    assert len(made) == 2 and torch.equal(second, torch.cat([a, b]))
+    b = torch.randn(2)  # another tensor in the same place
+    derived_weights.derived("test", [a, b], make)
+    assert len(made) == 3
+    assert derived_weights.derived("test", [a, None], make) is not None and len(made) == 4
+
+
+@pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_qrnn_cell_without_a_graph_equals_the_recorded_step(pooling, window):
+    """Where no graph can be recorded the step calls the pooling kernel without its wrapper
+    (:func:`ctrlrnn.ops.qrnn_pooling.pooling_step`): the same values."""
+    from ctrlrnn import QRNNCell
+
+    torch.manual_seed(6)
+    cell = QRNNCell(4, 5, window=window, pooling=pooling, encoder_state_size=3)
+    x, enc = torch.randn(2, 6, 4), torch.randn(2, 3)
+
+    def run():
+        state, outs = None, []
+        for t in range(x.shape[1]):
+            h, state = cell(x[:, t], state, encoder_state=enc)
+            outs.append(h)
+        return torch.stack(outs, 1), state
+
+    want, want_state = run()
+    assert want.grad_fn is not None
+    with torch.no_grad():
+        got, got_state = run()
+    torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+    for a, b in zip(got_state, want_state, strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-6)
+    with torch.no_grad(), pytest.raises(ValueError, match="c0: expected"):
+        cell(x[:, 0], (torch.zeros(2, 5, dtype=D64), torch.zeros(2, window - 1, 4)),
+             encoder_state=enc)
+
+
+@pytest.mark.parametrize("T", [1, 5])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("pooling", ["f", "ifo"])
+def test_qrnn_layer_without_a_graph_equals_the_recorded_call(T, bidirectional, pooling):
+    """The layer's pooling without its wrapper where no graph can be recorded (no lengths, no
+    zoneout): the same outputs and final cells, with and without a carried state."""
+    from ctrlrnn import QRNN
+
+    torch.manual_seed(7)
+    layer = QRNN(4, 5, num_layers=2, window=(2, 3), pooling=pooling,
+                 bidirectional=bidirectional)
+    D = 2 if bidirectional else 1
+    x, hx = torch.randn(T, 3, 4), torch.randn(2 * D, 3, 5)
+    for state in (None, hx):
+        want, want_c = layer(x, state)
+        assert want.grad_fn is not None
+        with torch.no_grad():
+            got, got_c = layer(x, state)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got_c, want_c.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_derived_weights_of_inference_tensors_are_made_at_every_call():
+    with torch.inference_mode():
+        a = torch.randn(3)
+    made = []
+    derived_weights.derived("test-inference", [a], lambda: made.append(1) or a * 2)
+    derived_weights.derived("test-inference", [a], lambda: made.append(1) or a * 2)
+    assert len(made) == 2
+    with torch.inference_mode():  # a METAGROSS cell built and run there
+        cell = MetagrossCell(4, 4, depth=2)
+        x = torch.randn(2, 4)
+        h, state = cell(x)
+        h2, _ = cell(x, state)
+    assert h2.shape == (2, 4)
