@@ -222,6 +222,7 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
         note=notes.PIXEL_NOTE + pixel_notes.PIXEL_RECIPE_NOTE + notes.MNIST_BUDGET_NOTE
         + pixel_notes.MNIST_PROBE_NOTE.format(trained=pixel_notes.MNIST_PROBE_TRAINED)
         + pixel_notes.MNIST_CAUSE_NOTE.format(coupled=pixel_notes.MNIST_CAUSE_TRAINED)
+        + pixel_notes.MNIST_RECIPE_RUN_NOTE
         + notes.search_changed("2026-11-23", "4 points of 10 epochs (patience 5), 3 drawn at "
                                "random"),
         chance=0.1,
