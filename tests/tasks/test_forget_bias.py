@@ -13,11 +13,13 @@ from ctrlrnn.tasks import task_class
 from ctrlrnn.tasks.forget_bias import offset_forget_bias
 
 
-def _pixel_model(tmp_path, encoder: str, forget_bias: float, **model_args):
+def _pixel_model(tmp_path, encoder: str, forget_bias: float, couple: bool = False,
+                 **model_args):
     source = write_pixel_dir(tmp_path, {"train": 8, "valid": 4, "test": 4})
     task = task_class("mnist-5k")({**{k: v for k, (_, v) in task_class("mnist-5k")
                                       .options.items()},
-                                   "source": str(source), "forget_bias": forget_bias}, 0)
+                                   "source": str(source), "forget_bias": forget_bias,
+                                   "couple_gates": couple}, 0)
     task.setup()
     torch.manual_seed(0)
     return task.build_model(encoder, {"hidden_size": 8, "num_layers": 2, "dropout": 0.0,
@@ -37,6 +39,24 @@ def test_lstm_forget_gate_starts_one_higher_and_nothing_else_moves(tmp_path):
         delta = after - before
         assert torch.allclose(delta[8:16], torch.ones(8))  # gate order i, f, g, o
         assert torch.count_nonzero(delta[:8]) == torch.count_nonzero(delta[16:]) == 0
+
+
+def test_coupled_lstm_input_gate_starts_as_much_lower(tmp_path):
+    """``task.couple_gates``: the LSTM writes sigmoid(-B) as it keeps sigmoid(B), as METAGROSS
+    does; its cell gate and output gate stay as they were."""
+    plain = _pixel_model(tmp_path / "a", "lstm", 0.0)
+    coupled = _pixel_model(tmp_path / "b", "lstm", 3.0, couple=True)
+    for layer in (0, 1):
+        delta = (getattr(coupled.encoder.rnn, f"bias_ih_l{layer}")
+                 - getattr(plain.encoder.rnn, f"bias_ih_l{layer}"))
+        assert torch.allclose(delta[:8], -3 * torch.ones(8))  # input gate
+        assert torch.allclose(delta[8:16], 3 * torch.ones(8))  # forget gate
+        assert torch.count_nonzero(delta[16:]) == 0
+    # METAGROSS's write weight is its keep weight's complement already: nothing more moves
+    mg = _pixel_model(tmp_path / "c", "metagross", 3.0, depth=2)
+    mg_coupled = _pixel_model(tmp_path / "d", "metagross", 3.0, couple=True, depth=2)
+    for a, b in zip(mg.parameters(), mg_coupled.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_metagross_keeps_more_of_its_state(tmp_path):

@@ -15,6 +15,16 @@ decides how much of a unit's carried state it keeps:
 
 Any other encoder with a nonzero ``value`` raises ``ValueError``: no other unit's gate is
 mapped here.
+
+``couple=True`` (``task.couple_gates``) also starts ``nn.LSTM``'s input gates ``value`` lower,
+so that at initialisation the cell writes ``sigmoid(-value)`` of its candidate as it keeps
+``sigmoid(value)`` of its state: the convex mix a METAGROSS unit has by construction, and the
+fixed-value form of the chrono initialisation (Tallec & Ollivier, 2018, forget bias
+``log U(1, T - 1)``, input bias its negative). Without it, an LSTM whose forget gates start
+3 higher still writes half its candidate every step; its cell then sums about 20 steps of
+input, and over the 784 steps of a pixel-by-pixel image its gradient explodes (the probe on
+the METAGROSS page). METAGROSS needs nothing more: its write gate is its keep gate's
+complement.
 """
 
 from __future__ import annotations
@@ -26,13 +36,15 @@ from ctrlrnn.nn.metagross import Metagross
 from ctrlrnn.ops.metagross_level.layout import base_index
 
 
-def _lstm(rnn: nn.LSTM, value: float) -> None:
+def _lstm(rnn: nn.LSTM, value: float, couple: bool) -> None:
     hidden = rnn.hidden_size
     if not rnn.bias:
         raise ValueError("task.forget_bias: this nn.LSTM has no biases (bias=False)")
     for name, param in rnn.named_parameters():
         if name.startswith("bias_ih"):
             param[hidden : 2 * hidden] += value
+            if couple:
+                param[:hidden] -= value
 
 
 def _metagross(rnn: Metagross, value: float) -> None:
@@ -48,8 +60,9 @@ def _metagross(rnn: Metagross, value: float) -> None:
             bias[row : row + hidden] -= value
 
 
-def offset_forget_bias(encoder: nn.Module, value: float) -> None:
-    """Adds ``value`` to the initial forget-gate bias of ``encoder``'s recurrent units.
+def offset_forget_bias(encoder: nn.Module, value: float, couple: bool = False) -> None:
+    """Adds ``value`` to the initial forget-gate bias of ``encoder``'s recurrent units
+    (``couple``: and subtracts it from ``nn.LSTM``'s input gates, see the module's text).
 
     ``encoder`` is a :class:`~ctrlrnn.models.encoders.SequenceEncoder` or holds one; ``value``
     0 leaves the weights as they are. Raises ``ValueError`` where no unit of ``encoder`` has
@@ -61,7 +74,7 @@ def offset_forget_bias(encoder: nn.Module, value: float) -> None:
     with torch.no_grad():
         for module in encoder.modules():
             if isinstance(module, nn.LSTM):
-                _lstm(module, value)
+                _lstm(module, value, couple)
                 found = True
             elif isinstance(module, Metagross):
                 _metagross(module, value)

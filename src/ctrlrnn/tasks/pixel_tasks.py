@@ -15,7 +15,9 @@ pixels in the fixed order of :func:`ctrlrnn.data.pixels.pixel_permutation` with
 any P works (e.g. tiny images in tests). ``task.train_size=N`` trains on N images of the
 train split, the first of a fixed random order (the same sample for every run; 0: all).
 ``task.forget_bias=B`` starts the encoder's forget gates B higher
-(:mod:`ctrlrnn.tasks.forget_bias`: ``nn.LSTM`` and METAGROSS's linear base). Metric: accuracy.
+(:mod:`ctrlrnn.tasks.forget_bias`: ``nn.LSTM`` and METAGROSS's linear base);
+``task.couple_gates=true`` starts ``nn.LSTM``'s input gates B lower as well, so that it writes
+as little as it forgets, as METAGROSS does by construction. Metric: accuracy.
 
 The papers' data, from the user's files (they cannot be had here):
 
@@ -65,6 +67,7 @@ class PixelTask(Task):
         "train_size": (int, 0),
         "eval_batch_size": (int, 200),
         "forget_bias": (float, 0.0),
+        "couple_gates": (bool, False),
     }
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 50, "lr": 1e-3, "epochs": 10,
                                           "clip_norm": 1.0}
@@ -137,7 +140,7 @@ class PixelTask(Task):
         model = PixelClassifier(NUM_CLASSES, encoder=encoder, encoder_args=model_args,
                                 input_size=self.channels, pooling=self.opts["pooling"],
                                 dropout=self.opts["dropout"])
-        offset_forget_bias(model.encoder, self.opts["forget_bias"])
+        offset_forget_bias(model.encoder, self.opts["forget_bias"], self.opts["couple_gates"])
         return model
 
     def _batch(self, split: str, index: Tensor) -> Batch:
