@@ -6,6 +6,35 @@ import os
 import pytest
 
 os.environ.setdefault("CTRLRNN_REQUIRE_COMPILED", "1")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--runtime", choices=("tuned", "plain"), default=None,
+        help="the CPU runtime behind the compiled kernels for this run (sets CTRLRNN_RUNTIME; "
+             "scripts/test runs the kernel suites under `plain` as well)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # before any test module imports ctrlrnn, so the first extension loaded is configured so,
+    # and in every xdist worker and child process alike
+    chosen = config.getoption("--runtime")
+    if chosen:
+        os.environ["CTRLRNN_RUNTIME"] = chosen
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"ctrlrnn CPU runtime: {os.environ.get('CTRLRNN_RUNTIME') or 'tuned'}"
+
+
+@pytest.fixture
+def tuned_runtime():
+    """The tuned CPU runtime for one test, whatever ``--runtime`` says: for the tests of its
+    own machinery (the output cache, the GEMM paths, streaming stores)."""
+    from ctrlrnn.ops import runtime
+
+    with runtime.using("tuned"):
+        yield
 # training in the tests runs on the CPU even where a GPU is visible: the tests compare runs
 # bitwise (resume, torchrun against one process), which CUDA's atomics would not give
 os.environ.setdefault("CTRLRNN_DEVICE", "cpu")

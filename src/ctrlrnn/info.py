@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"            to fix: {st['fix']}")
         print(f"            cuda: {st['cuda']}")
     print(f"CUDA graphs of the fused cells' step loops: {info['cuda']['step_graphs']}")
+    print(f"CPU runtime of the compiled kernels (CTRLRNN_RUNTIME): {info['cpu_runtime']}")
     _print_gemm(info["gemm"])
     return 0
 

@@ -128,6 +128,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CTRLRNN_GEMM", _KERNELS, "`auto`", "`auto`, `blas`, `onednn`, `blas1` or `tiny`",
             "the GEMM path of the compiled kernels",
             _choice({k: k for k in ("auto", "blas", "onednn", "blas1", "tiny")}, "auto")),
+    Setting("CTRLRNN_RUNTIME", _KERNELS, "`tuned`", "`tuned` or `plain`",
+            "the CPU runtime behind the compiled kernels: `tuned` (the output cache, the "
+            "measured GEMM paths, streaming stores, a vectorised exp) or `plain` (torch's "
+            "allocator and `at::mm`, `std::exp`); results agree up to float32 rounding",
+            _choice({"tuned": "tuned", "plain": "plain"}, "tuned")),
     Setting("CTRLRNN_METAGROSS_SPLIT", _KERNELS, "`auto`", "`auto`, `batch` or `hidden`",
             "how METAGROSS as printed splits its work over threads",
             _choice({"auto": 0, "batch": 1, "hidden": 2}, 0)),

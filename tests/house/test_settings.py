@@ -18,6 +18,7 @@ BAD: dict[str, str] = {
     "CTRLRNN_REQUIRE_COMPILED": "maybe",
     "CTRLRNN_GEMM": "cublas",
     "CTRLRNN_METAGROSS_SPLIT": "time",
+    "CTRLRNN_RUNTIME": "fast",
     "CTRLRNN_OUTPUT_CACHE_MB": "lots",
     "CTRLRNN_HUGE_PAGES": "2",
     "CTRLRNN_STREAMING_BYTES": "4MiB",

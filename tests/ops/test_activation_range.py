@@ -1,8 +1,9 @@
 """The compiled kernels' sigmoid and tanh against torch's over the whole float range.
 
-The kernels compute exp by a clamped polynomial (``kernel_common.h``: ``exp_saturating``) whose
-two ends saturate through the clamp alone (the scale 2^n becomes +Inf at the top, FLT_MIN at
-the bottom) and whose NaN is restored by a final select. These tests read the activations
+The tuned kernels compute exp by a clamped polynomial (``runtime/vector_math.h``:
+``exp_saturating``) whose two ends saturate through the clamp alone (the scale 2^n becomes +Inf
+at the top, FLT_MIN at the bottom) and whose NaN is restored by a final select; the plain
+runtime calls ``std::exp`` and ``std::tanh``, held to the same. These tests read the activations
 through a METAGROSS level at one step, where the output is one gate alone: with the other two
 gates saturated at 1 the printed form's ``o f z`` is ``f`` or ``z``. The values sweep the range
 densely around the clamp's bounds (about +-87.3 and +-88.7, where a wrong scale would give

@@ -54,6 +54,7 @@ def test_small_products_take_f_linear_in_eager_mode(monkeypatch, scan_ext, rows,
     assert len(calls) == int(takes_op)
 
 
+@pytest.mark.usefixtures("tuned_runtime")  # the output cache is the tuned runtime's
 def test_output_comes_from_the_cache(scan_ext):
     x = torch.randn(64, 128, 64)
     w = torch.randn(256, 64)  # output (64, 128, 256) fp32 = 8 MiB
@@ -66,6 +67,7 @@ def test_output_comes_from_the_cache(scan_ext):
     torch.testing.assert_close(second, expected, rtol=0, atol=0)
 
 
+@pytest.mark.usefixtures("tuned_runtime")  # the GEMM paths are the tuned runtime's
 @pytest.mark.parametrize("as_parameter", [False, True])
 def test_backward_products_take_the_chosen_gemm_path(scan_ext, as_parameter):
     """Both backward products (``dx = g W``, ``dW = g^T x``) run on the GEMM path chosen for
@@ -109,6 +111,7 @@ def test_grouped_is_linear_split_by_group_and_gradchecks(groups, with_bias):
     torch.library.opcheck(_cached_linear_grouped_op, (x, w, b, groups))
 
 
+@pytest.mark.usefixtures("tuned_runtime")  # the output cache is the tuned runtime's
 def test_grouped_output_comes_from_the_cache_and_bad_groups_are_named(scan_ext):
     from ctrlrnn.ops.cached_linear import cached_linear_grouped
 
@@ -153,6 +156,7 @@ def test_stacked_is_each_readers_linear_and_gradchecks(inputs, readers, with_bia
     torch.library.opcheck(_cached_linear_stacked_op, (x, w, b))
 
 
+@pytest.mark.usefixtures("tuned_runtime")  # the output cache is the tuned runtime's
 def test_stacked_runs_the_op_on_large_products_and_names_bad_shapes(scan_ext):
     from ctrlrnn.ops.cached_linear import cached_linear_stacked
 

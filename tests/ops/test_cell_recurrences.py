@@ -230,10 +230,11 @@ def test_blocks_of_one_flat_tensor_go_in_whole(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.usefixtures("tuned_runtime")  # the output cache and its stacked blocks
 @pytest.mark.parametrize("batch", [1, 12])  # concurrent and one after another
 def test_large_outputs_are_written_into_their_stack(batch):
     """The sequences, saved activations and input gradients each recurrence allocates are slices
-    of one block per output (StackedBlocks, csrc/output_pool.h): the stack is that block, so a
+    of one block per output (StackedBlocks, csrc/runtime/pool.h): the stack is that block, so a
     call takes one cached block per large output, not one per recurrence and one more for the
     copy; the values and gradients are one call's each."""
     if backend.path("cells", torch.device("cpu")) != backend.KERNEL:

@@ -1,6 +1,7 @@
-"""The GEMM path (ops/gemm_path.py, ops/csrc/gemm_path.h): both paths compute the same products,
-every layer trains the same under either, the choice is measured, remembered and persisted, and
-``CTRLRNN_GEMM`` forces it or fails loudly."""
+"""The GEMM path (ops/gemm_path.py, ops/csrc/runtime/gemm_paths.h): both paths compute the same
+products, every layer trains the same under either, the choice is measured, remembered and
+persisted, and ``CTRLRNN_GEMM`` forces it or fails loudly. The paths are the tuned runtime's:
+every test runs under it (``--runtime plain`` or not)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import ctrlrnn
 from ctrlrnn.ops import _extension, gemm_path
 
 ext = _extension.load("scan")
-pytestmark = pytest.mark.skipif(ext is None, reason="needs the compiled kernels")
+pytestmark = [pytest.mark.skipif(ext is None, reason="needs the compiled kernels"),
+              pytest.mark.usefixtures("tuned_runtime")]
 PATHS = ["blas", "onednn", "blas1", "tiny"]
 
 
@@ -232,7 +234,7 @@ def test_use_rejects_unknown_paths():
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, **env}
+    full = {**os.environ, "CTRLRNN_RUNTIME": "tuned", **env}
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
                           timeout=300)
 

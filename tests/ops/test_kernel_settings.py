@@ -20,6 +20,7 @@ KERNEL_SETTINGS = {
     "CTRLRNN_HUGE_PAGES": "maybe",
     "CTRLRNN_OUTPUT_CACHE_MB": "lots",
     "CTRLRNN_METAGROSS_SPLIT": "sideways",
+    "CTRLRNN_RUNTIME": "fast",
 }
 
 

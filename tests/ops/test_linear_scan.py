@@ -271,8 +271,9 @@ def test_unused_output_reaches_the_backward_as_none(monkeypatch, use_custom_op):
 
 
 @pytest.fixture
-def streaming_everywhere():
-    """Every scan call streams its outputs, however small."""
+def streaming_everywhere(tuned_runtime):
+    """Every scan call streams its outputs, however small (streaming stores are the tuned
+    runtime's)."""
     scan_ext = cpu_extension("scan")
     assert scan_ext is not None
     before = scan_ext.streaming_threshold()

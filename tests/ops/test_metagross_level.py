@@ -202,6 +202,7 @@ def test_low_precision_against_float32_reference(dtype, h_form):
         assert (a.float() - b).abs().max() / scale < (3e-2 if dtype == torch.bfloat16 else 5e-3)
 
 
+@pytest.mark.usefixtures("tuned_runtime")  # streaming stores are the tuned runtime's
 def test_channel_blocks_streaming_and_strided_P():
     """Batch 1 splits the channels into blocks (partial d alpha sums); streaming and ordinary
     stores agree; P may be a column slice of a wider tensor (the root's projection)."""

@@ -18,7 +18,8 @@ DEFAULT_MB = 512  # CTRLRNN_OUTPUT_CACHE_MB unset
 
 
 @pytest.fixture
-def scan_ext():
+def scan_ext(tuned_runtime):
+    """The scan extension, under the tuned runtime (the cache is its own)."""
     ext = cpu_extension("scan")
     assert ext is not None
     return ext

@@ -239,13 +239,14 @@ def test_unused_outputs_reach_the_backward_as_none(monkeypatch, use_custom_op):
 
 # ------------------------------------------------------------------------------------------------
 # streaming stores: from the threshold, the float kernels write h, c and the gate gradients with
-# non-temporal stores (ops/csrc/kernel_common.h, store_row)
+# non-temporal stores (ops/csrc/runtime/streaming.h, store_row)
 # ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def streaming_threshold():
-    """Sets the scan extension's streaming threshold for a test, restored after."""
+def streaming_threshold(tuned_runtime):
+    """Sets the scan extension's streaming threshold for a test, restored after (streaming
+    stores are the tuned runtime's)."""
     ext = kernel_for("scan", torch.device("cpu"))
     if ext is None:
         pytest.skip("no compiled kernels")

@@ -30,9 +30,13 @@ The ops (public entry point, then its folder):
 
 Shared by all of them:
 
-* ``csrc/``: the CPU runtime every extension carries (the output cache ``output_pool.h``, the
-  GEMM paths ``gemm_path.h`` with :mod:`.gemm_path`, ``cached_linear.h``, ``kernel_common.h``,
-  and their bindings in ``runtime.cpp``) and the cells' shared headers.
+* ``csrc/runtime/``: the CPU runtime every extension carries, behind one header the kernels
+  include (``runtime.h``: an output, a bulk GEMM, a step GEMM, the activations, the stores of
+  large outputs), tuned or plain (:mod:`.runtime`): the output cache ``pool.h``, the GEMM
+  paths ``gemm_paths.h`` and ``tiny_gemm.h`` with :mod:`.gemm_path`, ``step_gemm.h``,
+  ``streaming.h``, ``vector_math.h``, ``cached_linear.h``, and their bindings in
+  ``runtime.cpp``. ``csrc/`` beside it: the kernels' shared helpers (``kernel_common.h``) and
+  the cells' shared headers.
 * :mod:`.backend`: the dispatch table (which path a call takes: kernel, reference or export;
   which module implements a family's kernels on a device) and ``ctrlrnn info``'s report.
 * :mod:`.kernel_op`: one custom op per op, with its CPU and CUDA kernels registered on it, its

@@ -3,9 +3,9 @@
 Each family of ops (``scan`` for the linear scan, QRNN pooling, the convolution windows and the
 RCRN listener, ``cells`` for the fused gated cells, ``metagross`` for the METAGROSS level) is one
 C++ extension compiled against the running PyTorch. Its sources are the shared runtime
-(``csrc/runtime.cpp``) and each op's C++ file, and its module source is written from the list
-of ops (:mod:`.registry`). When an extension loads, :func:`configure` hands it the settings its
-kernels use (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
+(``csrc/runtime/runtime.cpp``) and each op's C++ file, and its module source is written from the
+list of ops (:mod:`.registry`). When an extension loads, :func:`configure` hands it the settings
+its kernels use (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
 
 **Cache.** A build lives in ``$CTRLRNN_CACHE/ext/<name>-<key>`` (default
 ``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources,
@@ -60,6 +60,7 @@ import torch
 
 from ctrlrnn import files, settings
 from ctrlrnn.ops import build_progress, gemm_path, registry
+from ctrlrnn.ops import runtime as cpu_runtime
 from ctrlrnn.ops._build import (
     Compiler,
     Job,
@@ -321,6 +322,7 @@ def _import_library(name: str, path: Path) -> ModuleType:
     sys.modules[modname] = mod
     gemm_path.attach(mod, cache_dir() / "ext", _cpu_signature())
     configure(mod, values)
+    cpu_runtime.attach(mod)
     return mod
 
 
@@ -330,17 +332,18 @@ def kernel_settings() -> dict[str, object]:
     return {"streaming_bytes": settings.value("CTRLRNN_STREAMING_BYTES"),
             "huge_pages": settings.value("CTRLRNN_HUGE_PAGES"),
             "output_cache_mb": settings.value("CTRLRNN_OUTPUT_CACHE_MB"),
-            "metagross_split": settings.value("CTRLRNN_METAGROSS_SPLIT")}
+            "metagross_split": settings.value("CTRLRNN_METAGROSS_SPLIT"),
+            "runtime": settings.value("CTRLRNN_RUNTIME")}
 
 
 def configure(mod: ModuleType, values: dict[str, object] | None = None) -> None:
     """Hand a freshly imported extension the settings its C++ runtime and kernels use (the C++
     code reads no environment). An extension without the runtime (a test's tiny one) is left
     alone; the runtime applies its part once per process (``configure`` in
-    ``csrc/runtime.cpp``)."""
+    ``csrc/runtime/runtime.cpp``)."""
     v = kernel_settings() if values is None else values
     if callable(getattr(mod, "configure", None)):
-        mod.configure(v["streaming_bytes"], v["huge_pages"], v["output_cache_mb"])
+        mod.configure(v["streaming_bytes"], v["huge_pages"], v["output_cache_mb"], v["runtime"])
     split = getattr(mod, "metagross_state_split", None)
     if callable(split):
         split(v["metagross_split"])

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import _extension, gemm_path, gpu, scan_export
+from ctrlrnn.ops import _extension, gemm_path, gpu, runtime, scan_export
 from ctrlrnn.ops.compiled_op import constant_under_compile, torchscript_tracing
 
 #: The three paths of :func:`path`.
@@ -210,6 +210,7 @@ def backend_info() -> dict[str, Any]:
                 st.module, "parallel_threads") else st.threads,
             "cuda": _cuda_status(family),
         }
+    info["cpu_runtime"] = runtime.current()
     info["gemm"] = {
         "requested": gemm_path.requested(),
         "forced": gemm_path.forced(),

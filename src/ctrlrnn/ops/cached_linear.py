@@ -1,4 +1,4 @@
-"""``x W^T + b`` into a block of the compiled kernels' output cache (``ops/csrc/output_pool.h``),
+"""``x W^T + b`` into a block of the compiled kernels' output cache (``ops/csrc/runtime/pool.h``),
 its GEMMs on the path measured fastest for their shape (:mod:`ctrlrnn.ops.gemm_path`).
 
 The input projection of a recurrent layer — a QRNN's gates (QRNN paper eq 1-2), a METAGROSS
@@ -46,7 +46,7 @@ __all__ = ["cached_linear", "cached_linear_each", "cached_linear_grouped", "cach
 #: Below this many multiply-adds (rows x input features x output features), with an output under
 #: :data:`CACHE_MIN_BYTES`, an eager call takes ``F.linear`` (module docstring).
 SMALL_MACS = 1 << 24
-#: The output cache's smallest block (``kMinPooledBytes`` in ``ops/csrc/output_pool.h``).
+#: The output cache's smallest block (``kMinPooledBytes`` in ``ops/csrc/runtime/pool.h``).
 CACHE_MIN_BYTES = 1 << 20
 
 #: Tensor types that hold their data, as opposed to the tracers' subclasses (:func:`_matmul`).

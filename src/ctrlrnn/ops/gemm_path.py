@@ -1,4 +1,5 @@
-"""Which GEMM library the compiled CPU kernels use, per shape class (``ops/csrc/gemm_path.h``).
+"""Which GEMM library the compiled CPU kernels use, per shape class
+(``ops/csrc/runtime/gemm_paths.h``).
 
 torch's CPU build carries its BLAS (MKL on x86) and oneDNN. For float32, which is faster depends
 on the CPU generation and the shape: on recent AVX-512 cores oneDNN's JIT kernels run large and

@@ -1,4 +1,4 @@
-"""The compiled kernels' cache of freed output blocks (``ops/csrc/output_pool.h``).
+"""The compiled kernels' cache of freed output blocks (``ops/csrc/runtime/pool.h``).
 
 On Linux, glibc hands blocks above its mmap threshold (at most 32 MiB) straight back to the
 system when they are freed, so a training loop that allocates the same large outputs every step

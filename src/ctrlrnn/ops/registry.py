@@ -26,8 +26,9 @@ __all__ = ["FAMILIES", "OPS", "Family", "Op", "families", "functions", "gpu_modu
 #: The folder of ``ctrlrnn.ops``: op folders are named relative to it.
 OPS_DIR = Path(__file__).resolve().parent
 
-#: The shared C++ runtime every extension carries (``ops/csrc``), relative to :data:`OPS_DIR`.
-RUNTIME_SOURCE = "csrc/runtime.cpp"
+#: The shared C++ runtime every extension carries (``ops/csrc/runtime``), relative to
+#: :data:`OPS_DIR`.
+RUNTIME_SOURCE = "csrc/runtime/runtime.cpp"
 
 
 @dataclass(frozen=True)

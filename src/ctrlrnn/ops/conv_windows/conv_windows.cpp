@@ -8,14 +8,14 @@
 // The convolution of eq 1 is then one GEMM over the windows (B*steps, k*D) x (k*D, G*H). Built
 // from torch ops (a pad, then a concatenation of k slices) the windows cost two passes over the
 // output forward, and their gradient k zero-filled slices and k-1 additions backward; these
-// kernels write each output once, into the output cache (output_pool.h). Layout: contiguous
-// (B, S, D) and (B, steps, k*D).
+// kernels write each output once, into an output of the runtime (runtime::empty). Layout:
+// contiguous (B, S, D) and (B, steps, k*D).
 
 #include <ATen/ATen.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
-#include "output_pool.h"
+#include "runtime/runtime.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -86,7 +86,7 @@ at::Tensor shifted_windows(const at::Tensor& x, const std::vector<int64_t>& offs
   check_offsets(offsets);
   const int64_t B = x.size(0), S = x.size(1), D = x.size(2);
   const int64_t k = static_cast<int64_t>(offsets.size());
-  auto out = ctrlrnn::pooled_empty({B, steps, k * D}, x.options());
+  auto out = ctrlrnn::runtime::empty({B, steps, k * D}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "shifted_windows",
                                   [&] {
     windows_kernel<scalar_t>(x.data_ptr<scalar_t>(), offsets, out.data_ptr<scalar_t>(), B, S,
@@ -104,7 +104,7 @@ at::Tensor shifted_windows_adjoint(const at::Tensor& g, const std::vector<int64_
               "(B, steps, k*D) for k = ", k, " offsets");
   TORCH_CHECK(length >= 0, "shifted_windows_adjoint: length must be >= 0, got ", length);
   const int64_t B = g.size(0), steps = g.size(1), D = g.size(2) / k;
-  auto dx = ctrlrnn::pooled_empty({B, length, D}, g.options());
+  auto dx = ctrlrnn::runtime::empty({B, length, D}, g.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, g.scalar_type(),
                                   "shifted_windows_adjoint", [&] {
     adjoint_kernel<scalar_t>(g.data_ptr<scalar_t>(), offsets, dx.data_ptr<scalar_t>(), B,

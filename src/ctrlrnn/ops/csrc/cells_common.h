@@ -1,7 +1,7 @@
 // Helpers shared by the fused gated cells of the `cells` extension (ops/cells/<cell>/<cell>.cpp,
-// made one module by the source ops/registry.py writes). They cover activations, lengths, the
-// per-step GEMM, the batch-slice parallelism and the state-gradient bookkeeping of backward
-// through time. Everything is inline.
+// made one module by the source ops/registry.py writes): lengths, the batch-slice parallelism and
+// the state-gradient bookkeeping of backward through time. Everything is inline. The per-step
+// GEMM, the outputs and the activations are the runtime's (runtime/runtime.h).
 //
 // The recipe every cell follows (lmnt-com/haste). The input projections of all time steps
 // arrive precomputed as one tensor x_proj (B, T, G), from one big GEMM done by the caller. Per
@@ -24,8 +24,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "gemm_path.h"
-#include "output_pool.h"
+#include "runtime/runtime.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
@@ -41,65 +40,6 @@
 #define CTRLRNN_SIMD _Pragma("omp simd")
 
 namespace ctrlrnn::cells {
-
-// ---------------------------------------------------------------------------------------------
-// Activations. float: a vectorisable exp (Cephes expf polynomial, ~1 ulp) so the pointwise loops
-// compile to AVX2/AVX-512 code without -ffast-math; double: libm (used for gradcheck). Both give
-// the special values of torch.sigmoid / torch.tanh: sigmoid(+Inf) = 1, sigmoid(-Inf) = 0,
-// tanh(+-Inf) = +-1, NaN -> NaN (the compiled cells must put NaN and Inf exactly where the
-// references of cells_ref.py do).
-// ---------------------------------------------------------------------------------------------
-
-template <typename T>
-struct Act;
-
-template <>
-struct Act<double> {
-  static inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-  static inline double tanh(double x) { return std::tanh(x); }
-};
-
-template <>
-struct Act<float> {
-  // exp(x) for x in [-87, 88] by the polynomial; beyond, std::exp's values: +Inf above
-  // ln(FLT_MAX) (+Inf included), 0 below the smallest normal's logarithm (-Inf included;
-  // subnormal results flushed), NaN for NaN. The clamp keeps the polynomial's arithmetic finite
-  // (NaN clamps to -87: no float-to-int conversion of NaN); the special cases are a final
-  // select (a blend in vector code), so the function stays branch-free.
-  static inline float exp(float x) {
-    float xc = x > -87.0f ? x : -87.0f;  // NaN -> -87
-    xc = xc < 88.0f ? xc : 88.0f;
-    // n = round(x / ln 2) by the 1.5 * 2^23 trick (std::floor blocks gcc's vectoriser).
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, sizeof(scale));
-    float y = p * scale;
-    y = x < -87.3365447504f ? 0.0f : y;                                    // below FLT_MIN
-    y = x > 88.7228391117f ? std::numeric_limits<float>::infinity() : y;  // above FLT_MAX
-    return x != x ? x : y;                                                 // NaN stays NaN
-  }
-  static inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
-  static inline float tanh(float x) {
-    // 1 - 2 / (exp(2x) + 1) loses relative accuracy near 0; use the odd series there. (+-Inf:
-    // exactly +-1 by the first form; NaN fails the comparison and takes that form, NaN too.)
-    const float big = 1.0f - 2.0f / (exp(2.0f * x) + 1.0f);
-    const float x2 = x * x;
-    const float small =
-        x * (1.0f + x2 * (-0.333333333333f +
-                          x2 * (0.133333333333f + x2 * (-0.053968253968f + x2 * 0.021869488536f))));
-    return (x2 < 0.01f) ? small : big;
-  }
-};
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers.
@@ -135,141 +75,9 @@ inline Lengths read_lengths(const c10::optional<at::Tensor>& lengths, int64_t B,
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The per-step GEMM out(M, N) (+)= A(M, K) @ op(W), with the same W at every step, on the path
-// gemm_path.h chooses for its shape class (float32; other dtypes use at::mm_out / addmm_).
-// The BLAS path: with MKL (torch's default CPU BLAS) W is packed once per batch slice with
-// cblas_sgemm_pack and each step calls cblas_sgemm_compute, so MKL does not re-pack the weights
-// every step. The MKL symbols are weak: where torch exports no MKL (other BLAS, other platforms)
-// they are null and the BLAS path is at::mm_out / addmm_. The oneDNN path: mkldnn_matmul on
-// the step's rows (its primitive comes from oneDNN's cache after the first step). The "blas1"
-// path is the BLAS path held to the calling thread (gemm_path.h): what a small batch, which runs
-// its time loop on the calling thread (over_batch_slices), wants for its tiny per-step products.
-// The "tiny" path (M <= gemm::tiny::kMaxRows) is ctrlrnn's own kernel on a contiguous copy of
-// op(W) made once per batch slice (gemm_path.h says why and how it uses the threads).
-// ---------------------------------------------------------------------------------------------
-
-// MKL's packed GEMM (the weak cblas_sgemm_pack symbols, ctrlrnn::mkl) lives in gemm_path.h.
-
-template <typename scalar_t>
-class StepGemm {
- public:
-  // op(W) = W^T when transpose (W is (N, K)), else W (W is (K, N)); M rows per call.
-  StepGemm(const at::Tensor& W, bool transpose, int64_t M)
-      : w_op_(transpose ? W.t() : W), M_(M), K_(w_op_.size(0)), N_(w_op_.size(1)) {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if (mkl::available() && M_ > 0 && K_ > 0 && N_ > 0 && W.is_contiguous() &&
-          mkl::fits_int(M_) && mkl::fits_int(K_) && mkl::fits_int(N_)) {
-        const size_t bytes = cblas_sgemm_pack_get_size(mkl::kBMatrix, static_cast<int>(M_),
-                                                       static_cast<int>(N_), static_cast<int>(K_));
-        packed_ = at::empty({static_cast<int64_t>(bytes / sizeof(float)) + 16}, W.options());
-        cblas_sgemm_pack(mkl::kRowMajor, mkl::kBMatrix, transpose ? mkl::kTrans : mkl::kNoTrans,
-                         static_cast<int>(M_), static_cast<int>(N_), static_cast<int>(K_), 1.0f,
-                         W.data_ptr<float>(), static_cast<int>(W.size(1)),
-                         packed_.data_ptr<float>());
-      }
-      if (M_ > 0 && K_ > 0 && N_ > 0) {
-        const std::string key = gemm::class_key("step", M_, K_, N_, 'n', gemm::layout(w_op_),
-                                                gemm::threads_here());
-        const bool tiny = M_ <= gemm::tiny::kMaxRows;
-        path_ = gemm::choose(key, [&] {
-          if (tiny) w_contig_ = w_op_.contiguous();  // the tiny candidate's operand
-          return std::function<void(int)>(
-              [this, a = gemm::scratch({M_, K_}, W.options()),
-               o = at::empty({M_, N_}, W.options())](int path) {
-                if (path == gemm::kOneDnn) {
-                  gemm::onednn_into(o, a, w_op_, false);
-                } else if (path == gemm::kTiny) {
-                  tiny_compute(a.data_ptr<float>(), K_, o.data_ptr<float>(), N_, false);
-                } else {
-                  gemm::blas_as(path, [&] { run_blas(a, o, false); });
-                }
-              });
-        }, tiny);
-        if (path_ == gemm::kOneDnn || path_ == gemm::kTiny) packed_ = at::Tensor();
-        // op(W) copied only where the tiny kernel runs (or was just measured)
-        if (path_ == gemm::kTiny && !w_contig_.defined()) w_contig_ = w_op_.contiguous();
-        if (path_ != gemm::kTiny) w_contig_ = at::Tensor();
-      }
-    }
-  }
-
-  // out = A @ op(W) (accumulate: out += A @ op(W)); A (M, K) and out (M, N) with unit inner
-  // stride.
-  void run(const at::Tensor& A, const at::Tensor& out, bool accumulate) const {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if (path_ == gemm::kTiny && A.size(0) == M_ && A.stride(1) == 1 && out.stride(1) == 1) {
-        tiny_compute(A.data_ptr<float>(), A.stride(0), out.data_ptr<float>(), out.stride(0),
-                     accumulate);
-        return;
-      }
-    }
-    if (path_ == gemm::kOneDnn && out.is_contiguous()) {
-      gemm::onednn_into(out, A, w_op_, accumulate);
-      return;
-    }
-    gemm::blas_as(path_, [&] { run_blas(A, out, accumulate); });
-  }
-
-  // out (M rows, leading dimension ldo) (+)= A (M rows, leading dimension lda) @ op(W) on raw
-  // pointers, with no tensor views made: only on MKL's packed BLAS path and the tiny path (the
-  // ones small batches take, where building two tensor views per step costs as much as the
-  // product). Returns false (nothing done) on any other path; the caller then calls run().
-  bool run_raw(const scalar_t* A, int64_t lda, scalar_t* out, int64_t ldo,
-               bool accumulate) const {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if (path_ == gemm::kTiny) {
-        tiny_compute(A, lda, out, ldo, accumulate);
-        return true;
-      }
-      if (!packed_.defined() || path_ == gemm::kOneDnn || !mkl::fits_int(lda) ||
-          !mkl::fits_int(ldo)) {
-        return false;
-      }
-      gemm::blas_as(path_, [&] { packed_compute(A, lda, out, ldo, accumulate); });
-      return true;
-    } else {
-      (void)A, (void)lda, (void)out, (void)ldo, (void)accumulate;
-      return false;
-    }
-  }
-
-  // The path this GEMM takes ("blas", "blas1" or "onednn").
-  const char* path() const { return gemm::path_name(path_); }
-
- private:
-  void run_blas(const at::Tensor& A, const at::Tensor& out, bool accumulate) const {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if (packed_.defined() && A.size(0) == M_ && A.stride(1) == 1 && out.stride(1) == 1 &&
-          mkl::fits_int(A.stride(0)) && mkl::fits_int(out.stride(0))) {
-        packed_compute(A.data_ptr<float>(), A.stride(0), out.data_ptr<float>(), out.stride(0),
-                       accumulate);
-        return;
-      }
-    }
-    gemm::blas_into(out, A, w_op_, accumulate);
-  }
-
-  // MKL's packed product on M_ rows: out (+)= A @ op(W), leading dimensions lda and ldo.
-  void packed_compute(const float* A, int64_t lda, float* out, int64_t ldo,
-                      bool accumulate) const {
-    cblas_sgemm_compute(mkl::kRowMajor, mkl::kNoTrans, mkl::kPacked, static_cast<int>(M_),
-                        static_cast<int>(N_), static_cast<int>(K_), A, static_cast<int>(lda),
-                        packed_.data_ptr<float>(), static_cast<int>(N_),
-                        accumulate ? 1.0f : 0.0f, out, static_cast<int>(ldo));
-  }
-
-  // The tiny kernel on M_ rows: out (+)= A @ op(W), leading dimensions lda and ldo.
-  void tiny_compute(const float* A, int64_t lda, float* out, int64_t ldo, bool accumulate) const {
-    gemm::tiny::gemm(A, lda, w_contig_.data_ptr<float>(), M_, K_, N_, out, ldo, accumulate);
-  }
-
-  at::Tensor w_op_;
-  int64_t M_, K_, N_;
-  at::Tensor packed_;
-  at::Tensor w_contig_;  // op(W) contiguous, (K, N): the tiny path's operand
-  int path_ = gemm::kBlas;
-};
+using ctrlrnn::runtime::Act;
+using ctrlrnn::runtime::StepGemm;
+using ctrlrnn::runtime::with_math;
 
 // Parallelism: the rows of a batch never interact in a recurrence, so each thread takes one
 // contiguous slice of the batch and runs the *whole* time loop on it: its own per-step GEMM
@@ -327,7 +135,7 @@ struct SavedActs {
   at::Tensor acts;
   at::Tensor scratch;
   SavedActs(bool save, int64_t B, int64_t T, int64_t GA, const at::TensorOptions& opts)
-      : acts(save ? ctrlrnn::pooled_empty({B, T, GA}, opts) : at::empty({0}, opts)),
+      : acts(save ? ctrlrnn::runtime::empty({B, T, GA}, opts) : at::empty({0}, opts)),
         scratch(save ? at::Tensor() : at::empty({B, GA}, opts)) {}
   template <typename T>
   T* row(int64_t b, int64_t bt, int64_t GA) const {

@@ -7,8 +7,8 @@
 // * calls it as it is when weight_hh is not stacked;
 // * else runs it once per recurrence r on the r-th slice of every tensor argument (lengths
 //   excepted: the recurrences share the batch) and stacks each output. The outputs the cells
-//   allocate with pooled_empty (their sequences, saved activations, input gradients: the large
-//   ones) are written in place into their stacks (StackedBlocks, output_pool.h); the others are
+//   allocate with runtime::empty (their sequences, saved activations, input gradients: the large
+//   ones) are written in place into their stacks (StackedBlocks, runtime/pool.h); the others are
 //   copied into one.
 //
 // The recurrences run concurrently, one thread each, when that gives every thread work a single
@@ -57,13 +57,12 @@ auto slice_args(const Tuple& args, int64_t r, std::index_sequence<I...>) {
   }()...);
 }
 
-// at::stack(parts, 0) into a block of the output cache (output_pool.h): the stacked sequences
-// and saved activations are the largest tensors of the call, and a fresh block would page-fault
-// on every first write, every step.
+// at::stack(parts, 0) into an output of the runtime (runtime::empty): the stacked sequences and
+// saved activations are the largest tensors of the call.
 inline at::Tensor stack_pooled(const std::vector<at::Tensor>& parts) {
   auto sizes = parts[0].sizes().vec();
   sizes.insert(sizes.begin(), static_cast<int64_t>(parts.size()));
-  at::Tensor out = ctrlrnn::pooled_empty(sizes, parts[0].options());
+  at::Tensor out = ctrlrnn::runtime::empty(sizes, parts[0].options());
   for (size_t r = 0; r < parts.size(); ++r) out.select(0, static_cast<int64_t>(r)).copy_(parts[r]);
   return out;
 }
@@ -97,9 +96,9 @@ struct Recurrences<Fn, WeightIdx, BatchIdx, LengthsIdx> {
     using Tuple = std::tuple<std::decay_t<A>...>;
     const Tuple copy(args...);
     std::vector<std::vector<at::Tensor>> outs(static_cast<size_t>(R));
-    ctrlrnn::StackedBlocks blocks(R);
+    ctrlrnn::runtime::StackedBlocks blocks(R);
     const auto one = [&](int64_t r) {
-      const ctrlrnn::StackedScope scope(&blocks, r);
+      const ctrlrnn::runtime::StackedScope scope(&blocks, r);
       auto sliced = recurrences_detail::slice_args<LengthsIdx>(
           copy, r, std::index_sequence_for<A...>{});
       outs[static_cast<size_t>(r)] = std::apply(Fn, sliced);

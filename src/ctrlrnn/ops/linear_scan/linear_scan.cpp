@@ -11,7 +11,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
-#include "output_pool.h"
+#include "runtime/runtime.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -30,7 +30,8 @@
 
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths, ...
+using namespace ctrlrnn::runtime;  // NOLINT: store_row, stream_fence, use_streaming_stores
 
 // ----------------------------------------------------------------------------------------------
 // linear scan
@@ -193,7 +194,7 @@ std::vector<at::Tensor> linear_scan_forward(const at::Tensor& a, const at::Tenso
                 "h0 must be contiguous (B, C) with the dtype of a");
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto out = ctrlrnn::pooled_empty_like(a);
+  auto out = ctrlrnn::runtime::empty_like(a);
   auto hlast = at::empty({B, C}, a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan", [&] {
     auto run = [&](auto stream) {
@@ -226,8 +227,8 @@ std::vector<at::Tensor> linear_scan_backward(const c10::optional<at::Tensor>& gr
                 "grad_last must be contiguous (B, C)");
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto da = ctrlrnn::pooled_empty_like(a);
-  auto db = ctrlrnn::pooled_empty_like(a);
+  auto da = ctrlrnn::runtime::empty_like(a);
+  auto db = ctrlrnn::runtime::empty_like(a);
   auto dh0 = at::empty({B, C}, a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "linear_scan_bwd",
                                   [&] {

@@ -29,7 +29,7 @@
 // are summed per block, then over blocks in a fixed order: no atomics, deterministic results.
 // With lengths: steps t >= length[b] leave the state unchanged and write zeros (outputs and
 // gradients alike). Accumulation in fp32 for fp16/bf16/fp32, fp64 for fp64. Large outputs come
-// from the output cache of output_pool.h and, for float, are written with streaming stores.
+// from the runtime (runtime::empty) and, for float, are written with streaming stores.
 //
 // The per-row arithmetic (gates, scan step, their gradients) is in metagross_rows.h.
 
@@ -38,7 +38,7 @@
 
 #include "kernel_common.h"
 #include "metagross_rows.h"
-#include "output_pool.h"
+#include "runtime/runtime.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -57,10 +57,12 @@
 
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths, ...
+using ctrlrnn::runtime::stream_fence;
+using ctrlrnn::runtime::use_streaming_stores;
 using namespace ctrlrnn::metagross_rows;  // NOLINT: Level, forward_row, backward_row, ...
 
-template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
+template <typename scalar_t, bool HFORM, bool CHILD, bool RES, typename M>
 void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cseq,
                           scalar_t* last, bool stream) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -89,7 +91,7 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
         const int64_t row = bi * T + t;
         const scalar_t* pt = g.P + bi * g.sPB + t * g.sPT + h0;
         const scalar_t* rt = RES ? g.res + row * H + h0 : nullptr;
-        step_activations<CHILD>(pt, g.bias + h0, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
+        step_activations<M, CHILD>(pt, g.bias + h0, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
                                 CHILD ? g.alpha + row * k : nullptr,
                                 CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
         for (int64_t u = 0; u < k; ++u) {
@@ -195,7 +197,7 @@ void store_block_sums(const Level<scalar_t>& g, int64_t bi, int64_t h0, int64_t 
 // strides sdB, sdT (a column slice of a whole tree's gradient block, or its own tensor).
 // dres_acc: add this level's residual gradient to what dres holds (the residual feeds every
 // level of a tree), rather than overwrite it.
-template <typename scalar_t, bool HFORM, bool CHILD, bool RES>
+template <typename scalar_t, bool HFORM, bool CHILD, bool RES, typename M>
 void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const scalar_t* glast,
                            const scalar_t* saved, scalar_t* dP, scalar_t* dchild,
                            at::opmath_type<scalar_t>* dab_part,
@@ -237,7 +239,7 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
         if constexpr (RES) {
           for (int64_t j = 0; j < n; ++j) dr[j] = acc_t(0);
         }
-        step_activations<CHILD>(pt, g.bias + h0, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
+        step_activations<M, CHILD>(pt, g.bias + h0, CHILD ? g.child + row * 2 * kH + h0 : nullptr,
                                 CHILD ? g.alpha + row * k : nullptr,
                                 CHILD ? g.beta + row * k : nullptr, k, H, n, ld, fa, oa, za);
         for (int64_t u = 0; u < k; ++u) {
@@ -335,16 +337,19 @@ Level<scalar_t> level_of(const at::Tensor& P, const Dims& d, const scalar_t* bia
                          ptr_or_null<scalar_t>(s0), lengths, d.B, d.T, d.k, d.H};
 }
 
-// Calls fn(HFORM, CHILD, RES) with the runtime flags as std::bool_constant values.
-template <typename Fn>
+// Calls fn(HFORM, CHILD, RES, math) with the runtime flags as std::bool_constant values and the
+// runtime's activations for acc_t (vector_math.h).
+template <typename acc_t, typename Fn>
 void dispatch_flags(bool h_form, bool child, bool res, Fn&& fn) {
-  auto with_res = [&](auto h, auto c) {
-    res ? fn(h, c, std::true_type{}) : fn(h, c, std::false_type{});
-  };
-  auto with_child = [&](auto h) {
-    child ? with_res(h, std::true_type{}) : with_res(h, std::false_type{});
-  };
-  h_form ? with_child(std::true_type{}) : with_child(std::false_type{});
+  ctrlrnn::runtime::with_math<acc_t, ctrlrnn::runtime::Saturating>([&](auto m) {
+    auto with_res = [&](auto h, auto c) {
+      res ? fn(h, c, std::true_type{}, m) : fn(h, c, std::false_type{}, m);
+    };
+    auto with_child = [&](auto h) {
+      child ? with_res(h, std::true_type{}) : with_res(h, std::false_type{});
+    };
+    h_form ? with_child(std::true_type{}) : with_child(std::false_type{});
+  });
 }
 
 // bias: the base maps' biases (3*k*H,) in P's row layout, added to P inside the kernel (the
@@ -360,9 +365,9 @@ std::vector<at::Tensor> metagross_level_forward(const at::Tensor& P, const OptTe
   check_input(bias, P, 3 * d.k * d.H, "bias", "(3*k*H,)");
   const int64_t* lp = lengths_ptr(lengths, d.B, d.T);
   const int64_t kH = d.k * d.H;
-  auto out = ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
+  auto out = ctrlrnn::runtime::empty({d.B, d.T, kH}, P.options());
   auto cseq = h_form ? at::empty({0}, P.options())
-                     : ctrlrnn::pooled_empty({d.B, d.T, kH}, P.options());
+                     : ctrlrnn::runtime::empty({d.B, d.T, kH}, P.options());
   auto last = at::empty({d.B, kH}, P.options());
   const bool stream = use_streaming_stores(out.nbytes() + cseq.nbytes());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, P.scalar_type(), "metagross_level",
@@ -370,9 +375,10 @@ std::vector<at::Tensor> metagross_level_forward(const at::Tensor& P, const OptTe
     std::vector<scalar_t> zeros;
     const auto lv = level_of<scalar_t>(P, d, bias_or_zeros(bias, zeros, 3 * kH), child, alpha,
                                        beta, res, s0, lp);
-    dispatch_flags(h_form, child.has_value(), res.has_value(), [&](auto hf, auto ch, auto rs) {
+    dispatch_flags<at::opmath_type<scalar_t>>(h_form, child.has_value(), res.has_value(),
+                                              [&](auto hf, auto ch, auto rs, auto m) {
       level_forward_kernel<scalar_t, decltype(hf)::value, decltype(ch)::value,
-                           decltype(rs)::value>(
+                           decltype(rs)::value, decltype(m)>(
           lv, out.data_ptr<scalar_t>(), h_form ? nullptr : cseq.data_ptr<scalar_t>(),
           last.data_ptr<scalar_t>(), stream);
     });
@@ -412,9 +418,9 @@ std::vector<at::Tensor> metagross_level_backward(
                 "dP_out must have packed (3, k, H) rows (strides (k*H, H, 1) of its last three "
                 "dims)");
   } else {
-    dP = ctrlrnn::pooled_empty({d.B, d.T, 3, d.k, d.H}, opts);
+    dP = ctrlrnn::runtime::empty({d.B, d.T, 3, d.k, d.H}, opts);
   }
-  auto dchild = child.has_value() ? ctrlrnn::pooled_empty(child->sizes(), opts)
+  auto dchild = child.has_value() ? ctrlrnn::runtime::empty(child->sizes(), opts)
                                   : at::empty({0}, opts);
   auto dalpha = alpha.has_value() ? at::empty(alpha->sizes(), opts) : at::empty({0}, opts);
   auto dbeta = beta.has_value() ? at::empty(beta->sizes(), opts) : at::empty({0}, opts);
@@ -422,7 +428,7 @@ std::vector<at::Tensor> metagross_level_backward(
   check_input(dres_in, P, BT * d.H, "dres_in", "(B, T, 1, H)");
   auto dres = dres_in.has_value()
                   ? *dres_in
-                  : (has_res ? ctrlrnn::pooled_empty({d.B, d.T, 1, d.H}, opts)
+                  : (has_res ? ctrlrnn::runtime::empty({d.B, d.T, 1, d.H}, opts)
                              : at::empty({0}, opts));
   auto ds0 = at::empty({d.B, kH}, opts);
   auto dbias = bias.has_value() ? at::empty({3 * kH}, opts) : at::empty({0}, opts);
@@ -438,9 +444,10 @@ std::vector<at::Tensor> metagross_level_backward(
                                        beta, OptTensor(), s0, lp);
     std::vector<acc_t> dab_part(child.has_value() ? nblk * BT * d.k * 2 : 0);
     std::vector<acc_t> db_part(bias.has_value() ? d.B * 3 * kH : 0, acc_t(0));
-    dispatch_flags(h_form, child.has_value(), has_res, [&](auto hf, auto ch, auto rs) {
+    dispatch_flags<acc_t>(h_form, child.has_value(), has_res,
+                          [&](auto hf, auto ch, auto rs, auto m) {
       level_backward_kernel<scalar_t, decltype(hf)::value, decltype(ch)::value,
-                            decltype(rs)::value>(
+                            decltype(rs)::value, decltype(m)>(
           lv, ptr_or_null<scalar_t>(grad_out), ptr_or_null<scalar_t>(grad_last),
           saved.data_ptr<scalar_t>(), dP.data_ptr<scalar_t>(),
           child.has_value() ? dchild.data_ptr<scalar_t>() : nullptr, dab_part.data(),

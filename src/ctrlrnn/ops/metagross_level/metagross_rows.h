@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "kernel_common.h"
+#include "runtime/runtime.h"
 
 #include <ATen/OpMathType.h>
 
@@ -20,7 +21,7 @@
 
 namespace ctrlrnn::metagross_rows {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths, ...
 
 // Sum of n values with 16 independent partial sums (a plain loop of += would not vectorise
 // without -ffast-math); the order is fixed, so the result is reproducible.
@@ -48,28 +49,11 @@ inline int64_t scratch_stride(int64_t n) {
   return (lines | 1) * kLine;
 }
 
-// Streaming stores (kernel_common.h): the kernels compute each output row into a small scratch
-// row (L1-resident) and emit it to memory with emit_row, for float outputs past the streaming
-// threshold with streaming stores (their reader, the GEMMs of the level's projection backward or
-// the next level, comes after other large traffic and would not find them in cache anyway).
-
-// dst[0:n] = src[0:n] converted to scalar_t; with `stream` (float only), by streaming stores.
-template <typename scalar_t, typename acc_t>
-inline void emit_row(scalar_t* __restrict__ dst, const acc_t* __restrict__ src, int64_t n,
-                     bool stream) {
-  int64_t j = 0;
-#if defined(__AVX__)
-  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
-    if (stream) {
-      for (const int64_t head = peel_to_32(dst, n); j < head; ++j) dst[j] = src[j];
-      for (; j + 8 <= n; j += 8) _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
-    }
-  }
-#else
-  (void)stream;
-#endif
-  for (; j < n; ++j) dst[j] = scalar_t(src[j]);
-}
+// Streaming stores (runtime/streaming.h): the kernels compute each output row into a small
+// scratch row (L1-resident) and emit it with emit_row, for float outputs past the streaming
+// threshold by streaming stores. Their reader (the GEMMs of the level's projection backward or
+// the next level) comes after other large traffic and would not find them in cache anyway.
+using ctrlrnn::runtime::emit_row;
 
 // ----------------------------------------------------------------------------------------------
 // One level's inputs.
@@ -90,14 +74,14 @@ struct Level {
 
 // sig(p + w (c - p)) over n channels, p = the GEMM's x W^T plus the bias (eq 2-1, 2-2; sig(p)
 // without the child's c).
-template <bool CHILD, typename scalar_t, typename acc_t>
+template <typename M, bool CHILD, typename scalar_t, typename acc_t>
 inline void sigmoid_row(const scalar_t* __restrict__ p, const scalar_t* __restrict__ bias,
                         const scalar_t* __restrict__ c, acc_t w, int64_t n,
                         acc_t* __restrict__ y) {
   for (int64_t j = 0; j < n; ++j) {
     acc_t q = acc_t(p[j]) + acc_t(bias[j]);
     if constexpr (CHILD) q += w * (acc_t(c[j]) - q);
-    y[j] = sigmoid(q);
+    y[j] = M::sigmoid(q);
   }
 }
 
@@ -107,24 +91,25 @@ inline void sigmoid_row(const scalar_t* __restrict__ p, const scalar_t* __restri
 // lose track of a stream that jumps back and forth); one simple loop each so that they
 // vectorise. pt: the step's P row at the block's first channel; bt: the bias row (the layout of
 // P's rows) at that channel; ct: the children's row.
-template <bool CHILD, typename scalar_t, typename acc_t>
+template <typename M, bool CHILD, typename scalar_t, typename acc_t>
 inline void step_activations(const scalar_t* pt, const scalar_t* bt, const scalar_t* ct,
                              const scalar_t* alpha, const scalar_t* beta, int64_t k, int64_t H,
                              int64_t n, int64_t ld, acc_t* fa, acc_t* oa, acc_t* za) {
   const int64_t kH = k * H;
   for (int64_t u = 0; u < k; ++u) {
-    sigmoid_row<CHILD>(pt + u * H, bt + u * H, CHILD ? ct + 2 * u * H : nullptr,
-                       CHILD ? acc_t(alpha[u]) : acc_t(0), n, fa + u * ld);  // eq 2-1
+    sigmoid_row<M, CHILD>(pt + u * H, bt + u * H, CHILD ? ct + 2 * u * H : nullptr,
+                          CHILD ? acc_t(alpha[u]) : acc_t(0), n, fa + u * ld);  // eq 2-1
   }
   for (int64_t u = 0; u < k; ++u) {
-    sigmoid_row<CHILD>(pt + kH + u * H, bt + kH + u * H, CHILD ? ct + (2 * u + 1) * H : nullptr,
-                       CHILD ? acc_t(beta[u]) : acc_t(0), n, oa + u * ld);  // eq 2-2
+    sigmoid_row<M, CHILD>(pt + kH + u * H, bt + kH + u * H,
+                          CHILD ? ct + (2 * u + 1) * H : nullptr,
+                          CHILD ? acc_t(beta[u]) : acc_t(0), n, oa + u * ld);  // eq 2-2
   }
   for (int64_t u = 0; u < k; ++u) {
     const scalar_t* __restrict__ pz = pt + 2 * kH + u * H;
     const scalar_t* __restrict__ bz = bt + 2 * kH + u * H;
     acc_t* __restrict__ z = za + u * ld;
-    for (int64_t j = 0; j < n; ++j) z[j] = tanh_(acc_t(pz[j]) + acc_t(bz[j]));  // eq 2-3
+    for (int64_t j = 0; j < n; ++j) z[j] = M::tanh(acc_t(pz[j]) + acc_t(bz[j]));  // eq 2-3
   }
 }
 

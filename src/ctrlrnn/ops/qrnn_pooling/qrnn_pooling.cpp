@@ -8,7 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
-#include "output_pool.h"
+#include "runtime/runtime.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -27,7 +27,8 @@
 
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, sigmoid, streaming stores, ...
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths, ...
+using namespace ctrlrnn::runtime;  // NOLINT: store_row, stream_fence, use_streaming_stores
 
 // ----------------------------------------------------------------------------------------------
 // QRNN pooling. gates: (B, T, G*H) raw pre-activations laid out [Z | F | O | I]:
@@ -46,33 +47,33 @@ inline int64_t gates_of(int64_t mode) { return mode == 0 ? 2 : (mode == 1 ? 3 : 
 
 // z, f, o, i of one step over n channels (eq 1-2) from the step's pre-activations gt and the
 // bias row bt (both at the block's first channel, gate g at + g H), one simple loop each so
-// that they vectorise.
-template <int MODE, typename scalar_t, typename acc_t>
+// that they vectorise. M: the runtime's activations (vector_math.h).
+template <int MODE, typename M, typename scalar_t, typename acc_t>
 inline void qrnn_activations(const scalar_t* __restrict__ gt, const scalar_t* __restrict__ bt,
                              int64_t H, int64_t n, acc_t* __restrict__ za,
                              acc_t* __restrict__ fa, acc_t* __restrict__ oa,
                              acc_t* __restrict__ ia) {
-  for (int64_t j = 0; j < n; ++j) za[j] = tanh_(acc_t(gt[j]) + acc_t(bt[j]));
-  for (int64_t j = 0; j < n; ++j) fa[j] = sigmoid(acc_t(gt[H + j]) + acc_t(bt[H + j]));
+  for (int64_t j = 0; j < n; ++j) za[j] = M::tanh(acc_t(gt[j]) + acc_t(bt[j]));
+  for (int64_t j = 0; j < n; ++j) fa[j] = M::sigmoid(acc_t(gt[H + j]) + acc_t(bt[H + j]));
   if constexpr (MODE != 0) {
     for (int64_t j = 0; j < n; ++j) {
-      oa[j] = sigmoid(acc_t(gt[2 * H + j]) + acc_t(bt[2 * H + j]));
+      oa[j] = M::sigmoid(acc_t(gt[2 * H + j]) + acc_t(bt[2 * H + j]));
     }
   }
   if constexpr (MODE == 2) {
     for (int64_t j = 0; j < n; ++j) {
-      ia[j] = sigmoid(acc_t(gt[3 * H + j]) + acc_t(bt[3 * H + j]));
+      ia[j] = M::sigmoid(acc_t(gt[3 * H + j]) + acc_t(bt[3 * H + j]));
     }
   }
 }
 
-template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
+template <typename scalar_t, int MODE, bool KEEP, bool STREAM, typename M>
 void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scalar_t* c0,
                          const scalar_t* keep, double keep_scale, const int64_t* lengths,
                          scalar_t* hout, scalar_t* cout, scalar_t* clast, int64_t B, int64_t T,
                          int64_t H) {
   // MODE and KEEP are compile-time so that the inner loop over channels has no branches and
-  // vectorises (activations included: exp_saturating is branch-free).
+  // vectorises.
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t G = MODE == 0 ? 2 : (MODE == 1 ? 3 : 4);
   const int64_t kBlock = block_size(B, H, T);
@@ -100,7 +101,7 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scal
         scalar_t* __restrict__ ht = hout + (bi * T + t) * H + h0i;
         scalar_t* __restrict__ ct = cout + (bi * T + t) * H + h0i;
         // activations (eq 1-2), one simple loop each so that they vectorise
-        qrnn_activations<MODE>(gt, bias + h0i, H, n, za, fa, oa, ia);
+        qrnn_activations<MODE, M>(gt, bias + h0i, H, n, za, fa, oa, ia);
         if constexpr (KEEP) {
           const scalar_t* __restrict__ kt = keep + (bi * T + t) * H + h0i;
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
@@ -128,20 +129,16 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scal
   });
 }
 
-// Calls fn(mode, keep, stream) with the runtime mode and flags as compile-time constants
-// (std::integral_constant<int, MODE>, std::bool_constant<KEEP>, std::bool_constant<STREAM>).
-// Streaming stores are float's only (store_row): other types take the plain kernels.
+// Calls fn(mode, keep, flavour) with the mode and flags as compile-time constants
+// (std::integral_constant<int, MODE>, std::bool_constant<KEEP>) and the runtime's Flavour
+// (runtime.h: streaming stores as its value, the activations as its Math). Streaming stores are
+// float's only (store_row): other types never stream.
 template <typename scalar_t, typename Fn>
 void dispatch_pooling(int64_t mode, bool keep, bool stream, Fn&& fn) {
   const auto with_mode = [&](auto m) {
     const auto with_keep = [&](auto k) {
-      if constexpr (std::is_same_v<scalar_t, float>) {
-        if (stream) {
-          fn(m, k, std::true_type{});
-          return;
-        }
-      }
-      fn(m, k, std::false_type{});
+      with_flavour<at::opmath_type<scalar_t>, Saturating, std::is_same_v<scalar_t, float>>(
+          stream, [&](auto st) { fn(m, k, st); });
     };
     keep ? with_keep(std::true_type{}) : with_keep(std::false_type{});
   };
@@ -205,7 +202,7 @@ __attribute__((noinline)) void qrnn_backward_step(
 
 // db_part: (B, G*H) each batch row's sums over its steps of dgates (the bias gradient's terms),
 // or null when no bias gradient is wanted.
-template <typename scalar_t, int MODE, bool KEEP, bool STREAM>
+template <typename scalar_t, int MODE, bool KEEP, bool STREAM, typename M>
 void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t* gclast,
                           const scalar_t* gates, const scalar_t* bias, const scalar_t* cseq,
                           const scalar_t* c0, const scalar_t* keep, double keep_scale,
@@ -244,7 +241,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
             t > 0 ? cseq + (row - 1) * H + h0i : (c0 ? c0 + bi * H + h0i : zero_in.data());
         const scalar_t* __restrict__ ght = gh ? gh + row * H + h0i : zero_in.data();
         const scalar_t* __restrict__ gct = gc ? gc + row * H + h0i : zero_in.data();
-        qrnn_activations<MODE>(gt, bias + h0i, H, n, za, fa, oa, ia);
+        qrnn_activations<MODE, M>(gt, bias + h0i, H, n, za, fa, oa, ia);
         if constexpr (KEEP) {
           const scalar_t* __restrict__ kt = keep + row * H + h0i;
           for (int64_t j = 0; j < n; ++j) ka[j] = acc_t(kt[j]) * ks;
@@ -319,8 +316,8 @@ std::vector<at::Tensor> qrnn_pooling_forward(const at::Tensor& gates,
                 "keep must be (B, T, H) with the dtype of gates");
   }
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto h = ctrlrnn::pooled_empty({B, T, H}, gates.options());
-  auto c = ctrlrnn::pooled_empty({B, T, H}, gates.options());
+  auto h = ctrlrnn::runtime::empty({B, T, H}, gates.options());
+  auto c = ctrlrnn::runtime::empty({B, T, H}, gates.options());
   auto clast = at::empty({B, H}, gates.options());
   // h and c written: streaming stores from the threshold (float only, see store_row)
   const bool stream = use_streaming_stores(2 * h.numel() * h.element_size());
@@ -328,7 +325,8 @@ std::vector<at::Tensor> qrnn_pooling_forward(const at::Tensor& gates,
     std::vector<scalar_t> zeros;
     const scalar_t* bp = bias_or_zeros(bias, zeros, G * H);
     dispatch_pooling<scalar_t>(mode, keep.has_value(), stream, [&](auto m, auto k, auto st) {
-      qrnn_forward_kernel<scalar_t, decltype(m)::value, decltype(k)::value, decltype(st)::value>(
+      qrnn_forward_kernel<scalar_t, decltype(m)::value, decltype(k)::value, decltype(st)::value,
+                          typename decltype(st)::Math>(
           gates.data_ptr<scalar_t>(), bp, c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr,
           keep.has_value() ? keep->data_ptr<scalar_t>() : nullptr, keep_scale, lp,
           h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), clast.data_ptr<scalar_t>(), B, T, H);
@@ -352,7 +350,7 @@ std::vector<at::Tensor> qrnn_pooling_backward(
   if (grad_h.has_value()) check_btc(*grad_h, "grad_h");
   if (grad_c.has_value()) check_btc(*grad_c, "grad_c");
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto dgates = ctrlrnn::pooled_empty_like(gates);
+  auto dgates = ctrlrnn::runtime::empty_like(gates);
   auto dc0 = at::empty({B, H}, gates.options());
   auto dbias = bias.has_value() ? at::empty({G * H}, gates.options())
                                 : at::empty({0}, gates.options());
@@ -365,7 +363,7 @@ std::vector<at::Tensor> qrnn_pooling_backward(
     std::vector<acc_t> db_part(bias.has_value() ? B * G * H : 0, acc_t(0));
     dispatch_pooling<scalar_t>(mode, keep.has_value(), stream, [&](auto m, auto kp, auto st) {
       qrnn_backward_kernel<scalar_t, decltype(m)::value, decltype(kp)::value,
-                           decltype(st)::value>(
+                           decltype(st)::value, typename decltype(st)::Math>(
           grad_h.has_value() ? grad_h->data_ptr<scalar_t>() : nullptr,
           grad_c.has_value() ? grad_c->data_ptr<scalar_t>() : nullptr,
           grad_clast.has_value() ? grad_clast->data_ptr<scalar_t>() : nullptr,

@@ -20,7 +20,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "kernel_common.h"
-#include "output_pool.h"
+#include "runtime/runtime.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -33,7 +33,7 @@
 namespace ctrlrnn {
 namespace {
 
-using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths, sigmoid
+using namespace ctrlrnn::kernels;  // NOLINT: block_size, grain_for, lengths
 
 // A (B, T, C) view with unit channel stride: the row of (b, t) starts at b * sb + t * st.
 template <typename T>
@@ -53,14 +53,14 @@ Rows<T> rows_or_null(const c10::optional<at::Tensor>& x) {
   return x.has_value() ? rows_of<T>(*x) : Rows<T>{nullptr, 0, 0};
 }
 
-// An uninitialised tensor of x's shape from the output cache, time-major (a transposed view) when
+// An uninitialised tensor of x's shape from the runtime, time-major (a transposed view) when
 // x is, batch-first contiguous otherwise: the gradient of an input in the input's layout.
 at::Tensor pooled_like(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   if (B > 1 && T > 1 && x.stride(1) == B * C && x.stride(0) == C) {
-    return ctrlrnn::pooled_empty({T, B, C}, x.options()).transpose(0, 1);
+    return ctrlrnn::runtime::empty({T, B, C}, x.options()).transpose(0, 1);
   }
-  return ctrlrnn::pooled_empty({B, T, C}, x.options());
+  return ctrlrnn::runtime::empty({B, T, C}, x.options());
 }
 
 void check_input(const at::Tensor& x, const at::Tensor& like, const char* name) {
@@ -94,9 +94,9 @@ struct Blocks {
 };
 
 // GATE: the output gate is sigmoid (else the identity), a compile-time constant so that the
-// loops over channels have no branches and vectorise (activations included: exp_saturating is
-// branch-free); each step computes its activations in simple loops, then the recurrence.
-template <typename scalar_t, bool GATE>
+// loops over channels have no branches and vectorise. M: the runtime's activations
+// (vector_math.h). Each step computes its activations in simple loops, then the recurrence.
+template <typename scalar_t, bool GATE, typename M>
 void listener_forward_kernel(Rows<const scalar_t> h1, Rows<const scalar_t> h2,
                              Rows<const scalar_t> h3, const scalar_t* c0, const int64_t* lengths,
                              scalar_t* out, scalar_t* cseq, scalar_t* clast, int64_t B, int64_t T,
@@ -121,8 +121,8 @@ void listener_forward_kernel(Rows<const scalar_t> h1, Rows<const scalar_t> h2,
         const scalar_t* __restrict__ x3 = h3.at(b, t) + ch;
         scalar_t* __restrict__ o = out + (b * T + t) * C + ch;
         scalar_t* __restrict__ cs = cseq + (b * T + t) * C + ch;
-        for (int64_t j = 0; j < n; ++j) av[j] = sigmoid(acc_t(x1[j]));
-        for (int64_t j = 0; j < n; ++j) gv[j] = GATE ? sigmoid(acc_t(x2[j])) : acc_t(x2[j]);
+        for (int64_t j = 0; j < n; ++j) av[j] = M::sigmoid(acc_t(x1[j]));
+        for (int64_t j = 0; j < n; ++j) gv[j] = GATE ? M::sigmoid(acc_t(x2[j])) : acc_t(x2[j]);
         for (int64_t j = 0; j < n; ++j) {
           const acc_t z = acc_t(x3[j]);
           const acc_t cj = av[j] * c[j] + (z - av[j] * z);  // eq 15, as the reference writes it
@@ -140,7 +140,7 @@ void listener_forward_kernel(Rows<const scalar_t> h1, Rows<const scalar_t> h2,
   });
 }
 
-template <typename scalar_t, bool GATE>
+template <typename scalar_t, bool GATE, typename M>
 void listener_backward_kernel(Rows<const scalar_t> gout, const scalar_t* gclast,
                               Rows<const scalar_t> h1, Rows<const scalar_t> h2,
                               Rows<const scalar_t> h3, const scalar_t* cseq, const scalar_t* c0,
@@ -175,10 +175,10 @@ void listener_backward_kernel(Rows<const scalar_t> gout, const scalar_t* gclast,
         scalar_t* __restrict__ o1 = d1.at(b, t) + ch;
         scalar_t* __restrict__ o2 = d2.at(b, t) + ch;
         scalar_t* __restrict__ o3 = d3.at(b, t) + ch;
-        for (int64_t j = 0; j < n; ++j) av[j] = sigmoid(acc_t(x1[j]));
+        for (int64_t j = 0; j < n; ++j) av[j] = M::sigmoid(acc_t(x1[j]));
         for (int64_t j = 0; j < n; ++j) {
           const acc_t x = acc_t(x2[j]);
-          const acc_t gate = GATE ? sigmoid(x) : x;
+          const acc_t gate = GATE ? M::sigmoid(x) : x;
           gv[j] = gate;
           dgv[j] = GATE ? gate * (acc_t(1) - gate) : acc_t(1);
         }
@@ -202,14 +202,17 @@ void listener_backward_kernel(Rows<const scalar_t> gout, const scalar_t* gclast,
   });
 }
 
-// Calls fn(std::integral_constant<bool, sigmoid_gate>{}).
-template <typename Fn>
+// Calls fn(std::integral_constant<bool, sigmoid_gate>{}, math) with the runtime's activations
+// for acc_t (vector_math.h).
+template <typename acc_t, typename Fn>
 void with_gate(bool sigmoid_gate, Fn&& fn) {
-  if (sigmoid_gate) {
-    fn(std::true_type{});
-  } else {
-    fn(std::false_type{});
-  }
+  ctrlrnn::runtime::with_math<acc_t, ctrlrnn::runtime::Saturating>([&](auto math) {
+    if (sigmoid_gate) {
+      fn(std::true_type{}, math);
+    } else {
+      fn(std::false_type{}, math);
+    }
+  });
 }
 
 void check_state(const c10::optional<at::Tensor>& x, const at::Tensor& like, int64_t B,
@@ -232,14 +235,14 @@ std::vector<at::Tensor> rcrn_listener_forward(const at::Tensor& h1, const at::Te
   TORCH_CHECK(split >= 0 && split <= C, "split must lie in [0, C]");
   check_state(c0, h1, B, C, "c0");
   const int64_t* lp = lengths_ptr(lengths, B, T);
-  auto out = ctrlrnn::pooled_empty({B, T, C}, h1.options());
-  auto cseq = ctrlrnn::pooled_empty({B, T, C}, h1.options());
+  auto out = ctrlrnn::runtime::empty({B, T, C}, h1.options());
+  auto cseq = ctrlrnn::runtime::empty({B, T, C}, h1.options());
   auto clast = at::empty({B, C}, h1.options());
   if (B == 0 || C == 0) return {out, cseq, clast};
   const Blocks blocks(B, C, split);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, h1.scalar_type(), "rcrn_listener", [&] {
-    with_gate(sigmoid_gate, [&](auto gate) {
-      listener_forward_kernel<scalar_t, decltype(gate)::value>(
+    with_gate<at::opmath_type<scalar_t>>(sigmoid_gate, [&](auto gate, auto math) {
+      listener_forward_kernel<scalar_t, decltype(gate)::value, decltype(math)>(
           rows_of<const scalar_t>(h1), rows_of<const scalar_t>(h2), rows_of<const scalar_t>(h3),
           c0.has_value() ? c0->data_ptr<scalar_t>() : nullptr, lp, out.data_ptr<scalar_t>(),
           cseq.data_ptr<scalar_t>(), clast.data_ptr<scalar_t>(), B, T, blocks);
@@ -270,8 +273,8 @@ std::vector<at::Tensor> rcrn_listener_backward(
   const Blocks blocks(B, C, split);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, h1.scalar_type(), "rcrn_listener_bwd",
                                   [&] {
-    with_gate(sigmoid_gate, [&](auto gate) {
-      listener_backward_kernel<scalar_t, decltype(gate)::value>(
+    with_gate<at::opmath_type<scalar_t>>(sigmoid_gate, [&](auto gate, auto math) {
+      listener_backward_kernel<scalar_t, decltype(gate)::value, decltype(math)>(
           rows_or_null<const scalar_t>(grad_out),
           grad_last.has_value() ? grad_last->data_ptr<scalar_t>() : nullptr,
           rows_of<const scalar_t>(h1), rows_of<const scalar_t>(h2), rows_of<const scalar_t>(h3),

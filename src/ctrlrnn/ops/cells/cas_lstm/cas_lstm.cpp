@@ -24,13 +24,12 @@
 namespace ctrlrnn::cells {
 namespace {
 
-template <typename scalar_t, bool PEEP>
+template <typename scalar_t, bool PEEP, typename A>
 void cas_forward_loop(const at::Tensor& x_proj, const at::Tensor& weight_hh,
                       const at::Tensor& lower, const at::Tensor& sf_t, const at::Tensor& sg_t,
                       const at::Tensor& peep, at::Tensor& h, at::Tensor& c, at::Tensor& h_seq,
                       at::Tensor& c_seq, const SavedActs& saved, at::Tensor& rec,
                       const Lengths& L) {
-  using A = Act<scalar_t>;
   const int64_t B = x_proj.size(0), T = x_proj.size(1), H = weight_hh.size(1), G = 5 * H;
   const int64_t Gh = weight_hh.size(0);
   const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
@@ -121,30 +120,32 @@ std::vector<at::Tensor> cas_lstm_forward(const at::Tensor& x_proj_in,
 
   at::Tensor h = h0_in.contiguous().clone();
   at::Tensor c = c0_in.contiguous().clone();
-  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
-  at::Tensor c_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::runtime::empty({B, T, H}, x_proj.options());
+  at::Tensor c_seq = ctrlrnn::runtime::empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, 5 * H, x_proj.options());
   at::Tensor rec = at::zeros({B, weight_hh.size(0)}, x_proj.options());
   AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "cas_lstm_forward", [&] {
-    if (peep) {
-      cas_forward_loop<scalar_t, true>(x_proj, weight_hh, lower, sf, sg, pp, h, c, h_seq, c_seq,
-                                       saved, rec, L);
-    } else {
-      cas_forward_loop<scalar_t, false>(x_proj, weight_hh, lower, sf, sg, pp, h, c, h_seq, c_seq,
-                                        saved, rec, L);
-    }
+    with_math<scalar_t, Act<scalar_t>>([&](auto math) {
+      using A = decltype(math);
+      if (peep) {
+        cas_forward_loop<scalar_t, true, A>(x_proj, weight_hh, lower, sf, sg, pp, h, c, h_seq,
+                                            c_seq, saved, rec, L);
+      } else {
+        cas_forward_loop<scalar_t, false, A>(x_proj, weight_hh, lower, sf, sg, pp, h, c, h_seq,
+                                             c_seq, saved, rec, L);
+      }
+    });
   });
   return {h_seq, c_seq, h, c, saved.acts};
 }
 
-template <typename scalar_t, bool PEEP>
+template <typename scalar_t, bool PEEP, typename A>
 void cas_backward_loop(const at::Tensor& gh, const at::Tensor& gc, const at::Tensor& weight_hh,
                        const at::Tensor& lower, const at::Tensor& sf_t, const at::Tensor& sg_t,
                        const at::Tensor& peep, const at::Tensor& c0, const at::Tensor& c_seq,
                        const at::Tensor& acts, at::Tensor& dx, at::Tensor& dlow,
                        at::Tensor& acc, at::Tensor& carry_h, at::Tensor& carry_c,
                        at::Tensor& rec, const at::Tensor& zeros_h, const Lengths& L) {
-  using A = Act<scalar_t>;
   const int64_t B = c_seq.size(0), T = c_seq.size(1), H = c_seq.size(2), G = 5 * H;
   const int64_t Gh = weight_hh.size(0);
   const scalar_t* z = zeros_h.data_ptr<scalar_t>();
@@ -240,8 +241,8 @@ std::vector<at::Tensor> cas_lstm_backward(
   const at::Tensor ghl = opt_contig(grad_h_last), gcl = opt_contig(grad_c_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
-  at::Tensor dlow = ctrlrnn::pooled_empty({B, T, H}, opts);
+  at::Tensor dx = ctrlrnn::runtime::empty({B, T, G}, opts);
+  at::Tensor dlow = ctrlrnn::runtime::empty({B, T, H}, opts);
   at::Tensor acc = at::zeros({B, 4, H}, opts);
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor carry_c = gcl.defined() ? gcl.clone() : at::zeros({B, H}, opts);
@@ -249,16 +250,20 @@ std::vector<at::Tensor> cas_lstm_backward(
   const at::Tensor zeros_h = at::zeros({H}, opts);
 
   AT_DISPATCH_FLOATING_TYPES(h_seq.scalar_type(), "cas_lstm_backward", [&] {
-    if (peep) {
-      cas_backward_loop<scalar_t, true>(gh, gc, weight_hh, lower, sf, sg, pp, c0, c_seq, acts, dx,
-                                        dlow, acc, carry_h, carry_c, rec, zeros_h, L);
-    } else {
-      cas_backward_loop<scalar_t, false>(gh, gc, weight_hh, lower, sf, sg, pp, c0, c_seq, acts,
-                                         dx, dlow, acc, carry_h, carry_c, rec, zeros_h, L);
-    }
+    with_math<scalar_t, Act<scalar_t>>([&](auto math) {
+      using A = decltype(math);
+      if (peep) {
+        cas_backward_loop<scalar_t, true, A>(gh, gc, weight_hh, lower, sf, sg, pp, c0, c_seq, acts,
+                                             dx, dlow, acc, carry_h, carry_c, rec, zeros_h, L);
+      } else {
+        cas_backward_loop<scalar_t, false, A>(gh, gc, weight_hh, lower, sf, sg, pp, c0, c_seq,
+                                              acts, dx, dlow, acc, carry_h, carry_c, rec,
+                                              zeros_h, L);
+      }
+    });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).narrow(1, 0, Gh).t(),
+  at::Tensor dW = ctrlrnn::runtime::mm(dx.view({B * T, G}).narrow(1, 0, Gh).t(),
                          shifted_states(h0, h_seq).view({B * T, H}));
   at::Tensor accs = acc.sum(0);  // (4, H)
   at::Tensor dsf = accs[0].reshape(sf.sizes()).clone();

@@ -34,44 +34,46 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& x_proj_in, const at::Tenso
   const Lengths L = read_lengths(lengths, B, T);
 
   at::Tensor h = h0_in.contiguous().clone();
-  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::runtime::empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, 4 * H, x_proj.options());
   at::Tensor rec = at::zeros({B, G}, x_proj.options());
 
   AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "gru_forward", [&] {
-    using A = Act<scalar_t>;
-    const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
-    const scalar_t* rec_p = rec.data_ptr<scalar_t>();
-    const scalar_t* bh = bias_hh.data_ptr<scalar_t>();
-    scalar_t* h_p = h.data_ptr<scalar_t>();
-    scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
-        [&](int64_t b0, int64_t b1, const auto& run) {
-      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
-        scalar_t* __restrict hs = hs_p + bt * H;
-        scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 4 * H);
-        if (!valid) {
-          fill_zero(hs, H);
-          fill_zero(a, 4 * H);
-          return;
-        }
-        const scalar_t* __restrict xp = xp_all + bt * G;
-        const scalar_t* __restrict r = rec_p + b * G;
-        scalar_t* __restrict hb = h_p + b * H;
+    with_math<scalar_t, Act<scalar_t>>([&](auto math) {
+      using A = decltype(math);
+      const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
+      const scalar_t* rec_p = rec.data_ptr<scalar_t>();
+      const scalar_t* bh = bias_hh.data_ptr<scalar_t>();
+      scalar_t* h_p = h.data_ptr<scalar_t>();
+      scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
+      forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+          [&](int64_t b0, int64_t b1, const auto& run) {
+        run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+          scalar_t* __restrict hs = hs_p + bt * H;
+          scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 4 * H);
+          if (!valid) {
+            fill_zero(hs, H);
+            fill_zero(a, 4 * H);
+            return;
+          }
+          const scalar_t* __restrict xp = xp_all + bt * G;
+          const scalar_t* __restrict r = rec_p + b * G;
+          scalar_t* __restrict hb = h_p + b * H;
 CTRLRNN_SIMD
-        for (int64_t j = 0; j < H; ++j) {
-          const scalar_t rg = A::sigmoid(xp[j] + r[j] + bh[j]);
-          const scalar_t zg = A::sigmoid(xp[H + j] + r[H + j] + bh[H + j]);
-          const scalar_t hn = r[2 * H + j] + bh[2 * H + j];
-          const scalar_t ng = A::tanh(xp[2 * H + j] + rg * hn);
-          const scalar_t hnew = (scalar_t(1) - zg) * ng + zg * hb[j];
-          a[j] = rg;
-          a[H + j] = zg;
-          a[2 * H + j] = ng;
-          a[3 * H + j] = hn;
-          hb[j] = hnew;
-          hs[j] = hnew;
-        }
+          for (int64_t j = 0; j < H; ++j) {
+            const scalar_t rg = A::sigmoid(xp[j] + r[j] + bh[j]);
+            const scalar_t zg = A::sigmoid(xp[H + j] + r[H + j] + bh[H + j]);
+            const scalar_t hn = r[2 * H + j] + bh[2 * H + j];
+            const scalar_t ng = A::tanh(xp[2 * H + j] + rg * hn);
+            const scalar_t hnew = (scalar_t(1) - zg) * ng + zg * hb[j];
+            a[j] = rg;
+            a[H + j] = zg;
+            a[2 * H + j] = ng;
+            a[3 * H + j] = hn;
+            hb[j] = hnew;
+            hs[j] = hnew;
+          }
+        });
       });
     });
   });
@@ -93,8 +95,8 @@ std::vector<at::Tensor> gru_backward(const c10::optional<at::Tensor>& grad_h_seq
   const at::Tensor gh = opt_contig(grad_h_seq), ghl = opt_contig(grad_h_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
-  at::Tensor drec = ctrlrnn::pooled_empty({B, T, G}, opts);  // gradient of U h + b_hh per step
+  at::Tensor dx = ctrlrnn::runtime::empty({B, T, G}, opts);
+  at::Tensor drec = ctrlrnn::runtime::empty({B, T, G}, opts);  // gradient of U h + b_hh per step
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor rec = at::zeros({B, H}, opts);
   const at::Tensor zeros_h = at::zeros({H}, opts);
@@ -144,7 +146,7 @@ CTRLRNN_SIMD
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
   const at::Tensor drec2 = drec.view({B * T, G});
-  at::Tensor dW = ctrlrnn::gemm::mm(drec2.t(), shifted_states(h0, h_seq).view({B * T, H}));
+  at::Tensor dW = ctrlrnn::runtime::mm(drec2.t(), shifted_states(h0, h_seq).view({B * T, H}));
   at::Tensor db = drec2.sum(0);
   return {dx, dW, db, dh0};
 }

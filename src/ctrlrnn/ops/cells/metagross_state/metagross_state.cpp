@@ -157,7 +157,7 @@ void over_columns(int64_t parts, int64_t steps, const Setup& setup, const Step& 
 
 // Forward with the hidden units split (see above). h (B, H): h_0 in, the state at each row's
 // length out.
-template <typename scalar_t>
+template <typename scalar_t, typename A>
 void forward_columns(const Tree& tr, const Lengths& L, int64_t parts, const at::Tensor& weight_hh,
                      const scalar_t* xp_all, const scalar_t* al_p, const scalar_t* be_p,
                      const scalar_t* res_p, at::Tensor& h, scalar_t* hs_p,
@@ -210,9 +210,9 @@ void forward_columns(const Tree& tr, const Lengths& L, int64_t parts, const at::
 CTRLRNN_SIMD
         for (int64_t j = 0; j < W; ++j) Pm[j] = xm[j] + rm[j];
       }
-      tree_forward<scalar_t>(tr, P, prev + b * H, al_p + bt * I, be_p + bt * I,
-                             res_p ? res_p + bt * H : nullptr, hn[i].data(), nullptr, nullptr,
-                             nullptr, nullptr, j0, W);
+      tree_forward<scalar_t, A>(tr, P, prev + b * H, al_p + bt * I, be_p + bt * I,
+                                res_p ? res_p + bt * H : nullptr, hn[i].data(), nullptr, nullptr,
+                                nullptr, nullptr, j0, W);
       std::memcpy(next + b * H + j0, hn[i].data(), sizeof(scalar_t) * size_t(W));
       std::memcpy(hs, hn[i].data(), sizeof(scalar_t) * size_t(W));
     }
@@ -230,8 +230,8 @@ CTRLRNN_SIMD
 // Backward with the hidden units split (see above): part p writes the columns of its units of
 // dx (every map), dres, and of rec (the carried dh_{t-1}), and its share of the sums d alpha,
 // d beta into its own slab of da_parts, db_parts (parts, B, T, I), added up by the caller.
-template <typename scalar_t>
-void backward_columns(const BackwardRows<scalar_t>& rows, int64_t parts,
+template <typename scalar_t, typename A>
+void backward_columns(const BackwardRows<scalar_t, A>& rows, int64_t parts,
                       const at::Tensor& weight_hh, const at::Tensor& rec, scalar_t* da_parts,
                       scalar_t* db_parts, int64_t B) {
   const Tree& tr = rows.tr;
@@ -332,45 +332,48 @@ std::vector<at::Tensor> metagross_state_forward(const at::Tensor& x_proj_in,
   const Lengths L = read_lengths(lengths, B, T);
 
   at::Tensor h = h0_in.contiguous().clone();
-  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::runtime::empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, G, x_proj.options());
   at::Tensor rec = at::zeros({B, G}, x_proj.options());
 
   const int64_t parts = column_parts(B, T, H);
   AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "metagross_state_forward", [&] {
-    const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
-    const scalar_t* al_p = alpha.data_ptr<scalar_t>();
-    const scalar_t* be_p = beta.data_ptr<scalar_t>();
-    const scalar_t* res_p = res.defined() ? res.data_ptr<scalar_t>() : nullptr;
-    if (parts > 1) {
-      forward_columns<scalar_t>(tr, L, parts, weight_hh, xp_all, al_p, be_p, res_p, h,
-                                h_seq.data_ptr<scalar_t>(), saved, B, T);
-      return;
-    }
-    const scalar_t* rec_p = rec.data_ptr<scalar_t>();
-    scalar_t* h_p = h.data_ptr<scalar_t>();
-    scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
-        [&](int64_t b0, int64_t b1, const auto& run) {
-      std::vector<scalar_t> hn(static_cast<size_t>(N * H));
-      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
-        scalar_t* __restrict hs = hs_p + bt * H;
-        scalar_t* __restrict P = saved.row<scalar_t>(b, bt, G);
-        if (!valid) {
-          fill_zero(hs, H);
-          fill_zero(P, G);
-          return;
-        }
-        const scalar_t* __restrict xp = xp_all + bt * G;
-        const scalar_t* __restrict rr = rec_p + b * G;
+    with_math<scalar_t, Act<scalar_t>>([&](auto math) {
+      using A = decltype(math);
+      const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
+      const scalar_t* al_p = alpha.data_ptr<scalar_t>();
+      const scalar_t* be_p = beta.data_ptr<scalar_t>();
+      const scalar_t* res_p = res.defined() ? res.data_ptr<scalar_t>() : nullptr;
+      if (parts > 1) {
+        forward_columns<scalar_t, A>(tr, L, parts, weight_hh, xp_all, al_p, be_p, res_p, h,
+                                  h_seq.data_ptr<scalar_t>(), saved, B, T);
+        return;
+      }
+      const scalar_t* rec_p = rec.data_ptr<scalar_t>();
+      scalar_t* h_p = h.data_ptr<scalar_t>();
+      scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
+      forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+          [&](int64_t b0, int64_t b1, const auto& run) {
+        std::vector<scalar_t> hn(static_cast<size_t>(N * H));
+        run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+          scalar_t* __restrict hs = hs_p + bt * H;
+          scalar_t* __restrict P = saved.row<scalar_t>(b, bt, G);
+          if (!valid) {
+            fill_zero(hs, H);
+            fill_zero(P, G);
+            return;
+          }
+          const scalar_t* __restrict xp = xp_all + bt * G;
+          const scalar_t* __restrict rr = rec_p + b * G;
 CTRLRNN_SIMD
-        for (int64_t g = 0; g < G; ++g) P[g] = xp[g] + rr[g];
-        scalar_t* hb = h_p + b * H;
-        tree_forward<scalar_t>(tr, P, hb, al_p + bt * I, be_p + bt * I,
-                               res_p ? res_p + bt * H : nullptr, hn.data(), nullptr, nullptr,
-                               nullptr, nullptr, 0, H);
-        std::memcpy(hb, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
-        std::memcpy(hs, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+          for (int64_t g = 0; g < G; ++g) P[g] = xp[g] + rr[g];
+          scalar_t* hb = h_p + b * H;
+          tree_forward<scalar_t, A>(tr, P, hb, al_p + bt * I, be_p + bt * I,
+                                    res_p ? res_p + bt * H : nullptr, hn.data(), nullptr,
+                                    nullptr, nullptr, nullptr, 0, H);
+          std::memcpy(hb, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+          std::memcpy(hs, hn.data(), sizeof(scalar_t) * static_cast<size_t>(H));
+        });
       });
     });
   });
@@ -398,7 +401,7 @@ std::vector<at::Tensor> metagross_state_backward(
   const at::Tensor gh = opt_contig(grad_h_seq), ghl = opt_contig(grad_h_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
+  at::Tensor dx = ctrlrnn::runtime::empty({B, T, G}, opts);
   at::Tensor dalpha = at::empty({B, T, I}, opts), dbeta = at::empty({B, T, I}, opts);
   at::Tensor dres = has_res ? at::empty({B, T, H}, opts) : at::empty({0}, opts);
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
@@ -406,40 +409,43 @@ std::vector<at::Tensor> metagross_state_backward(
 
   const int64_t parts = column_parts(B, T, H);
   AT_DISPATCH_FLOATING_TYPES(h_seq.scalar_type(), "metagross_state_backward", [&] {
-    const scalar_t* gh_p = gh.defined() ? gh.data_ptr<scalar_t>() : nullptr;
-    const scalar_t* P_all = acts.data_ptr<scalar_t>();
-    const scalar_t* al_p = alpha.data_ptr<scalar_t>();
-    const scalar_t* be_p = beta.data_ptr<scalar_t>();
-    const scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    const scalar_t* h0_p = h0.data_ptr<scalar_t>();
-    scalar_t* rec_p = rec.data_ptr<scalar_t>();
-    const scalar_t* ch_p = carry_h.data_ptr<scalar_t>();
-    scalar_t* dx_p = dx.data_ptr<scalar_t>();
-    scalar_t* da_p = dalpha.data_ptr<scalar_t>();
-    scalar_t* db_p = dbeta.data_ptr<scalar_t>();
-    scalar_t* dr_p = has_res ? dres.data_ptr<scalar_t>() : nullptr;
-    const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
-    const BackwardRows<scalar_t> rows{tr, L, T, gh_p, P_all, al_p, be_p, hs_p, h0_p, res_p,
-                                      ch_p, rec_p, dx_p, dr_p};
-    if (parts > 1) {
-      at::Tensor da_parts = at::zeros({parts, B, T, I}, opts);
-      at::Tensor db_parts = at::zeros({parts, B, T, I}, opts);
-      backward_columns<scalar_t>(rows, parts, weight_hh, rec, da_parts.data_ptr<scalar_t>(),
-                                 db_parts.data_ptr<scalar_t>(), B);
-      at::sum_out(dalpha, da_parts, {0});
-      at::sum_out(dbeta, db_parts, {0});
-      return;
-    }
-    backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
-        [&](int64_t b0, int64_t b1, const auto& run) {
-      TreeScratch<scalar_t> sc(N, H);
-      run([&](int64_t b, int64_t t, int64_t bt, bool) {
-        rows.row(b, t, 0, H, da_p + bt * I, db_p + bt * I, sc);
-      });
-    }, dx, dx.size(2));
+    with_math<scalar_t, Act<scalar_t>>([&](auto math) {
+      using A = decltype(math);
+      const scalar_t* gh_p = gh.defined() ? gh.data_ptr<scalar_t>() : nullptr;
+      const scalar_t* P_all = acts.data_ptr<scalar_t>();
+      const scalar_t* al_p = alpha.data_ptr<scalar_t>();
+      const scalar_t* be_p = beta.data_ptr<scalar_t>();
+      const scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
+      const scalar_t* h0_p = h0.data_ptr<scalar_t>();
+      scalar_t* rec_p = rec.data_ptr<scalar_t>();
+      const scalar_t* ch_p = carry_h.data_ptr<scalar_t>();
+      scalar_t* dx_p = dx.data_ptr<scalar_t>();
+      scalar_t* da_p = dalpha.data_ptr<scalar_t>();
+      scalar_t* db_p = dbeta.data_ptr<scalar_t>();
+      scalar_t* dr_p = has_res ? dres.data_ptr<scalar_t>() : nullptr;
+      const scalar_t* res_p = has_res ? res.data_ptr<scalar_t>() : nullptr;
+      const BackwardRows<scalar_t, A> rows{tr, L, T, gh_p, P_all, al_p, be_p, hs_p, h0_p, res_p,
+                                        ch_p, rec_p, dx_p, dr_p};
+      if (parts > 1) {
+        at::Tensor da_parts = at::zeros({parts, B, T, I}, opts);
+        at::Tensor db_parts = at::zeros({parts, B, T, I}, opts);
+        backward_columns<scalar_t, A>(rows, parts, weight_hh, rec, da_parts.data_ptr<scalar_t>(),
+                                   db_parts.data_ptr<scalar_t>(), B);
+        at::sum_out(dalpha, da_parts, {0});
+        at::sum_out(dbeta, db_parts, {0});
+        return;
+      }
+      backward_in_time<scalar_t>(L, B, T, weight_hh, rec, true,
+          [&](int64_t b0, int64_t b1, const auto& run) {
+        TreeScratch<scalar_t> sc(N, H);
+        run([&](int64_t b, int64_t t, int64_t bt, bool) {
+          rows.row(b, t, 0, H, da_p + bt * I, db_p + bt * I, sc);
+        });
+      }, dx, dx.size(2));
+    });
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
+  at::Tensor dW = ctrlrnn::runtime::mm(dx.view({B * T, G}).t(), shifted_states(h0, h_seq).view({B * T, H}));
   return {dx, dW, dalpha, dbeta, dres, dh0};
 }
 

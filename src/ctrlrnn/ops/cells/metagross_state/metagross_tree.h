@@ -39,12 +39,11 @@ struct Tree {
 // 3NH) and the previous state s (the row's H), every unit's output into hn (N*W); with
 // fs != nullptr also f, o, z, c (each N*W) for backward. r: the row's residual (H), or null.
 // The units of a hidden index never read another index's, so any range is evaluated alone.
-template <typename scalar_t>
+template <typename scalar_t, typename A>
 inline void tree_forward(const Tree& tr, const scalar_t* __restrict P, const scalar_t* s_row,
                          const scalar_t* alpha, const scalar_t* beta, const scalar_t* r_row,
                          scalar_t* hn, scalar_t* fs, scalar_t* os, scalar_t* zs, scalar_t* cs,
                          int64_t j0, int64_t W) {
-  using A = Act<scalar_t>;
   const int64_t H = tr.H;
   const scalar_t* __restrict s = s_row + j0;
   const scalar_t* __restrict r = r_row ? r_row + j0 : nullptr;
@@ -111,7 +110,7 @@ struct TreeScratch {
 // writes dP into d (the row's 3NH; these units' columns), the residual's gradient into dr (the
 // row's H; null without one), the gradient of h_{t-1} through the cells' (1 - f) into sc.ds, and
 // the range's part of d alpha_i, d beta_i (sums over the hidden units) into sa[i], sb[i].
-template <typename scalar_t>
+template <typename scalar_t, typename A>
 inline void tree_backward(const Tree& tr, const scalar_t* P, const scalar_t* s_row,
                           const scalar_t* al, const scalar_t* be, const scalar_t* r_row,
                           const scalar_t* dh_row, const scalar_t* g_row, scalar_t* d,
@@ -119,8 +118,8 @@ inline void tree_backward(const Tree& tr, const scalar_t* P, const scalar_t* s_r
                           int64_t j0, int64_t W) {
   const int64_t H = tr.H, N = tr.N, I = tr.I;
   // the children's outputs hn (residual included) enter d alpha, d beta
-  tree_forward<scalar_t>(tr, P, s_row, al, be, r_row, sc.hn.data(), sc.fs.data(), sc.os.data(),
-                         sc.zs.data(), sc.cs.data(), j0, W);
+  tree_forward<scalar_t, A>(tr, P, s_row, al, be, r_row, sc.hn.data(), sc.fs.data(),
+                            sc.os.data(), sc.zs.data(), sc.cs.data(), j0, W);
   const scalar_t* s = s_row + j0;
   for (int64_t j = 0; j < W; ++j) {
     sc.dn[static_cast<size_t>(j)] = dh_row[j0 + j] + (g_row ? g_row[j0 + j] : scalar_t(0));
@@ -187,7 +186,7 @@ CTRLRNN_SIMD
 
 // What the backward of one call reads and writes, and the step of one row over a range of hidden
 // units, for both splits (the batch split's rows take the whole range).
-template <typename scalar_t>
+template <typename scalar_t, typename A>
 struct BackwardRows {
   const Tree& tr;
   const Lengths& L;
@@ -211,7 +210,7 @@ struct BackwardRows {
       return;
     }
     const scalar_t* s = t > 0 ? hs + (bt - 1) * H : h0 + b * H;
-    tree_backward<scalar_t>(tr, P + bt * G, s, al + bt * I, be + bt * I,
+    tree_backward<scalar_t, A>(tr, P + bt * G, s, al + bt * I, be + bt * I,
                             res ? res + bt * H : nullptr,
                             incoming(L, b, t, static_cast<const scalar_t*>(rec), carry, H),
                             gh ? gh + bt * H : nullptr, d, dr ? dr + bt * H : nullptr, sa, sb, sc,

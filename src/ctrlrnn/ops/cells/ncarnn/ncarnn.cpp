@@ -36,41 +36,43 @@ std::vector<at::Tensor> ncarnn_forward(const at::Tensor& x_proj_in, const at::Te
   const Lengths L = read_lengths(lengths, B, T);
 
   at::Tensor h = h0_in.contiguous().clone();
-  at::Tensor h_seq = ctrlrnn::pooled_empty({B, T, H}, x_proj.options());
+  at::Tensor h_seq = ctrlrnn::runtime::empty({B, T, H}, x_proj.options());
   const SavedActs saved(save, B, T, 2 * H, x_proj.options());
   at::Tensor rec = at::zeros({B, 2 * H}, x_proj.options());
 
   AT_DISPATCH_FLOATING_TYPES(x_proj.scalar_type(), "ncarnn_forward", [&] {
-    using A = Act<scalar_t>;
-    const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
-    const scalar_t* ctx_p = ctx.data_ptr<scalar_t>();
-    const scalar_t* rec_p = rec.data_ptr<scalar_t>();
-    scalar_t* h_p = h.data_ptr<scalar_t>();
-    scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
-    forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
-        [&](int64_t b0, int64_t b1, const auto& run) {
-      run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
-        scalar_t* __restrict hs = hs_p + bt * H;
-        scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 2 * H);
-        if (!valid) {
-          fill_zero(hs, H);
-          fill_zero(a, 2 * H);
-          return;
-        }
-        const scalar_t* __restrict xp = xp_all + bt * G;
-        const scalar_t* __restrict cx = ctx_p + b * 2 * H;
-        const scalar_t* __restrict r = rec_p + b * 2 * H;
-        scalar_t* __restrict hb = h_p + b * H;
+    with_math<scalar_t, Act<scalar_t>>([&](auto math) {
+      using A = decltype(math);
+      const scalar_t* xp_all = x_proj.data_ptr<scalar_t>();
+      const scalar_t* ctx_p = ctx.data_ptr<scalar_t>();
+      const scalar_t* rec_p = rec.data_ptr<scalar_t>();
+      scalar_t* h_p = h.data_ptr<scalar_t>();
+      scalar_t* hs_p = h_seq.data_ptr<scalar_t>();
+      forward_in_time<scalar_t>(L, B, T, weight_hh, h, rec,
+          [&](int64_t b0, int64_t b1, const auto& run) {
+        run([&](int64_t b, int64_t t, int64_t bt, bool valid) {
+          scalar_t* __restrict hs = hs_p + bt * H;
+          scalar_t* __restrict a = saved.row<scalar_t>(b, bt, 2 * H);
+          if (!valid) {
+            fill_zero(hs, H);
+            fill_zero(a, 2 * H);
+            return;
+          }
+          const scalar_t* __restrict xp = xp_all + bt * G;
+          const scalar_t* __restrict cx = ctx_p + b * 2 * H;
+          const scalar_t* __restrict r = rec_p + b * 2 * H;
+          scalar_t* __restrict hb = h_p + b * H;
 CTRLRNN_SIMD
-        for (int64_t j = 0; j < H; ++j) {
-          const scalar_t ug = A::sigmoid(xp[j] + cx[j] + r[j]);
-          const scalar_t fg = A::sigmoid(xp[H + j] + cx[H + j] + r[H + j]);
-          const scalar_t hnew = ug * (fg * xp[2 * H + j]) + (scalar_t(1) - ug) * hb[j];
-          a[j] = ug;
-          a[H + j] = fg;
-          hb[j] = hnew;
-          hs[j] = hnew;
-        }
+          for (int64_t j = 0; j < H; ++j) {
+            const scalar_t ug = A::sigmoid(xp[j] + cx[j] + r[j]);
+            const scalar_t fg = A::sigmoid(xp[H + j] + cx[H + j] + r[H + j]);
+            const scalar_t hnew = ug * (fg * xp[2 * H + j]) + (scalar_t(1) - ug) * hb[j];
+            a[j] = ug;
+            a[H + j] = fg;
+            hb[j] = hnew;
+            hs[j] = hnew;
+          }
+        });
       });
     });
   });
@@ -94,7 +96,7 @@ std::vector<at::Tensor> ncarnn_backward(const c10::optional<at::Tensor>& grad_h_
   const at::Tensor gh = opt_contig(grad_h_seq), ghl = opt_contig(grad_h_last);
 
   const auto opts = h_seq.options();
-  at::Tensor dx = ctrlrnn::pooled_empty({B, T, G}, opts);
+  at::Tensor dx = ctrlrnn::runtime::empty({B, T, G}, opts);
   at::Tensor dctx = at::zeros({B, 2 * H}, opts);
   at::Tensor carry_h = ghl.defined() ? ghl.clone() : at::zeros({B, H}, opts);
   at::Tensor rec = at::zeros({B, H}, opts);
@@ -142,7 +144,7 @@ CTRLRNN_SIMD
     }, dx, 2 * H);
   });
   at::Tensor dh0 = initial_state_grad(L, rec, carry_h);
-  at::Tensor dW = ctrlrnn::gemm::mm(dx.view({B * T, G}).narrow(1, 0, 2 * H).t(),
+  at::Tensor dW = ctrlrnn::runtime::mm(dx.view({B * T, G}).narrow(1, 0, 2 * H).t(),
                          shifted_states(h0, h_seq).view({B * T, H}));
   return {dx, dW, dctx, dh0};
 }

@@ -1,45 +1,36 @@
-// ctrlrnn: the GEMM path, chosen per shape by measurement.
+// ctrlrnn runtime, tuned: the GEMM path, chosen per shape class by measurement.
 //
-// torch's CPU build carries two GEMM libraries: its BLAS (MKL on x86 builds: `at::mm`, and the
-// packed `cblas_sgemm_compute` of cells_common.h) and oneDNN, which torch uses for its own
-// nn.LSTM and for reduced-precision matmuls. Which one is faster for float32 depends on the CPU
-// generation and the shape (oneDNN's JIT kernels win on large and mid-sized products on recent
-// AVX-512 cores; BLAS wins on tiny products, where oneDNN's per-call set-up dominates). So the
-// path is not assumed: the first GEMM of a shape class times both paths on scratch operands of
-// that class's layout and remembers the faster one. ctrlrnn/ops/gemm_path.py persists the table
-// beside the kernel build (keyed by the CPU, torch version and build) and forces a path with
-// CTRLRNN_GEMM=blas|onednn.
+// torch's CPU build carries two GEMM libraries: its BLAS (MKL on x86 builds) and oneDNN. Which
+// is faster for float32 depends on the CPU generation and the shape. oneDNN's JIT kernels win on
+// large products on recent AVX-512 cores; BLAS wins on tiny ones, where oneDNN's set-up dominates.
+// So the first GEMM of a shape class times the candidate paths on scratch operands and remembers
+// the fastest. ctrlrnn/ops/gemm_path.py persists the table beside the kernel build and forces a
+// path with CTRLRNN_GEMM.
 //
-// oneDNN is reached through `at::native::mkldnn_matmul`, which libtorch_cpu exports (the oneDNN
-// C API itself is not exported). It is declared weak: where torch lacks it (builds without
-// oneDNN) or refuses float32 (torch versions whose mkldnn_matmul takes bf16/fp16 only), the
-// probe below fails once and every GEMM takes the BLAS path.
+// The paths:
+// * blas: at::mm_out / addmm_, threaded as torch threads it.
+// * onednn: `at::native::mkldnn_matmul`, which libtorch_cpu exports (oneDNN's C API is not).
+//   It is declared weak. Where torch lacks it or refuses float32, a probe fails once and BLAS
+//   serves every product.
+// * blas1: BLAS on the calling thread alone. Outside a parallel region MKL threads every product;
+//   on a tiny one, waking the other threads can cost more than the product. Offered where the
+//   caller has threads to spare and MKL exports its per-thread setting.
+// * tiny: ctrlrnn's own kernel for products of a few rows (tiny_gemm.h). MKL picks its code path
+//   by CPU vendor, and on AMD cores its generic path is slow on these products.
+// A candidate is taken only where it measures faster than blas.
 //
-// A third path is BLAS on the calling thread alone ("blas1"): outside a parallel region torch lets
-// MKL thread every product, and on tiny products (the per-step GEMMs of small recurrences: a
-// few rows of a narrow layer) waking the other threads can cost several times the product
-// itself. It is offered where the caller has more than one thread and torch exports MKL's
-// per-thread setting (MKL_Set_Num_Threads_Local), and taken only where it measures faster.
-//
-// A fourth path, for the per-step products of a few rows only ("tiny": M <= tiny::kMaxRows), is
-// ctrlrnn's own register-blocked kernel (tiny::gemm below), on the calling thread (a wide product
-// with threads to spare splits its columns over them). MKL picks its
-// code path by CPU vendor: on AMD cores it takes its generic one ("def") for these products, which
-// there runs several times slower than a plain vectorised loop. It is a candidate like the others,
-// and taken only where it measures faster.
-//
-// Only float32 has a choice: bfloat16 / float16 `at::mm` already goes to oneDNN inside torch,
-// float64 has BLAS only.
-//
-// One table per process: like OutputPool::instance(), the function-local static of table() is a
-// unique symbol, shared by every extension that includes this header.
+// Only float32 has a choice: bfloat16 and float16 at::mm already go to oneDNN, float64 to BLAS.
+// One table per process, shared by every extension (the unique-symbol rule of pool.h).
+// Under the plain runtime (mode.h) every product is at::mm_out / addmm_.
 
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Parallel.h>
+
+#include "mode.h"
+#include "tiny_gemm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -104,86 +95,6 @@ inline int path_code(const std::string& name) {
   return name == "onednn" ? kOneDnn : name == "blas1" ? kBlasOne : name == "tiny" ? kTiny : kBlas;
 }
 
-// The "tiny" path: out (M, N) (+)= A (M, K) @ B (K, N) for a few rows M, B contiguous, by
-// blocks of output columns held in vector registers across the whole K loop (each B row read
-// once per pair of output rows, each output element written once); a wide enough product called
-// with threads to spare splits its columns over them.
-namespace tiny {
-constexpr int64_t kMaxRows = 8;
-#if defined(__AVX512F__)
-constexpr int64_t kCols = 64;  // four 16-float registers per output row
-#else
-constexpr int64_t kCols = 32;
-#endif
-
-// R output rows, columns [n0, n0 + width) (B's rows of stride N): W > 0 a constant width
-// (kCols, unrolled and vectorised by the compiler), W == 0 the tail, of width w < kCols.
-template <int R, int64_t W>
-inline void block(const float* __restrict A, int64_t lda, const float* __restrict B, int64_t K,
-                  int64_t N, float* __restrict out, int64_t ldo, int64_t n0, int64_t w,
-                  bool accumulate) {
-  const int64_t width = W > 0 ? W : w;
-  float c[R][kCols];
-  for (int r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < width; ++j) c[r][j] = accumulate ? out[r * ldo + n0 + j] : 0.0f;
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    const float* __restrict b = B + k * N + n0;
-    for (int r = 0; r < R; ++r) {
-      const float a = A[r * lda + k];
-      for (int64_t j = 0; j < width; ++j) c[r][j] += a * b[j];
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int64_t j = 0; j < width; ++j) out[r * ldo + n0 + j] = c[r][j];
-  }
-}
-
-// Columns [c0, c1) of R output rows.
-template <int R>
-inline void rows(const float* A, int64_t lda, const float* B, int64_t K, int64_t N, float* out,
-                 int64_t ldo, int64_t c0, int64_t c1, bool accumulate) {
-  int64_t n0 = c0;
-  for (; n0 + kCols <= c1; n0 += kCols) {
-    block<R, kCols>(A, lda, B, K, N, out, ldo, n0, kCols, accumulate);
-  }
-  if (n0 < c1) block<R, 0>(A, lda, B, K, N, out, ldo, n0, c1 - n0, accumulate);
-}
-
-// Columns [c0, c1) of out (M, N; row stride ldo) (+)= A (M, K; row stride lda) @ B (K, N,
-// contiguous).
-inline void gemm_columns(const float* A, int64_t lda, const float* B, int64_t M, int64_t K,
-                         int64_t N, float* out, int64_t ldo, int64_t c0, int64_t c1,
-                         bool accumulate) {
-  int64_t m = 0;
-  for (; m + 2 <= M; m += 2) {
-    rows<2>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, c0, c1, accumulate);
-  }
-  if (m < M) rows<1>(A + m * lda, lda, B, K, N, out + m * ldo, ldo, c0, c1, accumulate);
-}
-
-// At least this many multiply-adds before a product called outside a parallel region splits
-// its columns over the threads: below, waking them costs more than the product.
-constexpr int64_t kSplitMacs = int64_t(1) << 16;
-
-// out (M, N; row stride ldo) (+)= A (M, K; row stride lda) @ B (K, N, contiguous). Called
-// outside a parallel region with more than one thread and enough work (a batch of one or two
-// rows of a wide layer), the column blocks are split over the threads, each thread taking the
-// same columns every step, so its part of B stays in its own core's cache.
-inline void gemm(const float* A, int64_t lda, const float* B, int64_t M, int64_t K, int64_t N,
-                 float* out, int64_t ldo, bool accumulate) {
-  const int64_t blocks = (N + kCols - 1) / kCols;
-  if (blocks >= 2 && M * K * N >= kSplitMacs && !at::in_parallel_region() &&
-      at::get_num_threads() > 1) {
-    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      gemm_columns(A, lda, B, M, K, N, out, ldo, b0 * kCols, std::min(N, b1 * kCols),
-                   accumulate);
-    });
-    return;
-  }
-  gemm_columns(A, lda, B, M, K, N, out, ldo, 0, N, accumulate);
-}
-}  // namespace tiny
 
 // Whether the BLAS path can be held to the calling thread (MKL_Set_Num_Threads_Local exists).
 inline bool one_thread_usable() { return MKL_Set_Num_Threads_Local != nullptr; }
@@ -381,7 +292,7 @@ inline void blas_into(const at::Tensor& out, const at::Tensor& a, const at::Tens
 inline void into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                  bool accumulate) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  if (a.scalar_type() != at::kFloat || M == 0 || K == 0 || N == 0 || !out.is_contiguous()) {
+  if (runtime::plain() || a.scalar_type() != at::kFloat || M == 0 || K == 0 || N == 0 || !out.is_contiguous()) {
     blas_into(out, a, b, accumulate);
     return;
   }
@@ -410,90 +321,6 @@ inline at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
   into(out, a, b, false);
   return out;
-}
-
-inline pybind11::dict dump() {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  pybind11::dict d;
-  for (const auto& [key, p] : t.choice) {
-    const auto adv = t.advantage.find(key);
-    d[pybind11::str(key)] =
-        pybind11::make_tuple(path_name(p), adv == t.advantage.end() ? 0.0 : adv->second);
-  }
-  return d;
-}
-
-inline void load(const pybind11::dict& d) {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  for (const auto& item : d) {
-    const auto key = item.first.cast<std::string>();
-    const auto value = item.second.cast<std::pair<std::string, double>>();
-    t.choice[key] = path_code(value.first);
-    t.advantage[key] = value.second;
-  }
-}
-
-// Python bindings every extension adds (all share the one table).
-inline void bind(pybind11::module& m) {
-  m.def("mkl_packed_gemm", &ctrlrnn::mkl::available,
-        "whether float32 per-step GEMMs use MKL's packed weights (else at::mm_out)");
-  m.def("gemm_onednn_usable", &onednn_usable,
-        "whether oneDNN's float32 matmul is reachable through this torch");
-  m.def("gemm_one_thread_usable", &one_thread_usable,
-        "whether BLAS can be held to the calling thread (MKL_Set_Num_Threads_Local)");
-  m.def("gemm_force", [](int p) { forced().store(p); },
-        "-1: choose per shape by measurement; 0: BLAS always; 1: oneDNN always; 2: BLAS on "
-        "the calling thread alone always; 3: the tiny kernel for every product of a few rows "
-        "(BLAS elsewhere)");
-  m.def("gemm_forced", [] { return forced().load(); }, "the forced path (-1: none)");
-  m.def("gemm_table", &dump, "shape class -> (path, BLAS time / oneDNN time)");
-  m.def("gemm_table_load", &load, "add measured choices (as gemm_table returns them)");
-  m.def("gemm_table_clear", [] {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    t.choice.clear();
-    t.advantage.clear();
-  }, "forget every choice (the next GEMM of each class measures again)");
-  m.def("gemm", &mm, "(a (M, K), b (K, N)) -> a @ b on the path chosen for the shape class");
-  m.def("gemm_into", [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                        bool accumulate) {
-    TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) &&
-                    out.size(0) == a.size(0) && out.size(1) == b.size(1),
-                "gemm_into: expected out (M, N), a (M, K), b (K, N), got ", out.sizes(), ", ",
-                a.sizes(), ", ", b.sizes());
-    TORCH_CHECK(a.scalar_type() == out.scalar_type() && b.scalar_type() == out.scalar_type() &&
-                    out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(),
-                "gemm_into: out, a and b must be CPU tensors of one dtype");
-    TORCH_CHECK(out.size(1) <= 1 || out.stride(1) == 1, "gemm_into: out needs unit inner stride");
-    into(out, a, b, accumulate);
-  }, "out (+)= a @ b (accumulate: +=) on the path chosen for the shape class, in place");
-  m.def("gemm_tiny", [](const at::Tensor& a, const at::Tensor& b, at::Tensor out, bool accumulate) {
-    TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-                    out.scalar_type() == at::kFloat && a.dim() == 2 && b.dim() == 2 &&
-                    out.dim() == 2 && a.size(1) == b.size(0) && out.size(0) == a.size(0) &&
-                    out.size(1) == b.size(1) && a.size(0) <= tiny::kMaxRows,
-                "gemm_tiny: expected float32 a (M <= ", tiny::kMaxRows, ", K), b (K, N), out (M, N)");
-    TORCH_CHECK(a.stride(1) == 1 && out.stride(1) == 1, "gemm_tiny: a and out need unit inner stride");
-    const at::Tensor bc = b.contiguous();
-    tiny::gemm(a.data_ptr<float>(), a.stride(0), bc.data_ptr<float>(), a.size(0), a.size(1),
-               b.size(1), out.data_ptr<float>(), out.stride(0), accumulate);
-  }, "out (+)= a @ b on the tiny kernel (a of at most 8 rows; out and a rows of unit stride)");
-  m.def("gemm_uses", [] {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    pybind11::dict d;
-    for (const auto& [key, use] : t.uses) {
-      d[pybind11::str(key)] = pybind11::make_tuple(path_name(use.first), use.second);
-    }
-    return d;
-  }, "shape class -> (path, calls) of the GEMMs run since gemm_uses_clear()");
-  m.def("gemm_uses_clear", [] {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    t.uses.clear();
-  }, "start counting gemm_uses afresh");
 }
 
 }  // namespace ctrlrnn::gemm

@@ -1,14 +1,14 @@
-// ctrlrnn: linear layers whose outputs land in the output cache (output_pool.h), each product
-// on the GEMM path chosen for its shape class (gemm_path.h).
+// ctrlrnn runtime: linear layers whose outputs come from runtime::empty, each product by
+// runtime::mm_into (tuned: the output cache and the GEMM path of the shape class; plain:
+// at::empty and at::mm_out).
 //
-// This header sits above both: the allocator and the GEMM chooser do not know each other.
+// This header sits above runtime.h: the allocator and the GEMM chooser do not know each other.
 
 #pragma once
 
 #include <ATen/ATen.h>
 
-#include "gemm_path.h"
-#include "output_pool.h"
+#include "runtime.h"
 
 #include <cstdint>
 #include <vector>
@@ -36,12 +36,12 @@ inline at::Tensor cached_linear_grouped(const at::Tensor& x, const at::Tensor& w
   // rows counted explicitly: a -1 in view/reshape is ambiguous for empty tensors (N or D = 0)
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
-  auto out = pooled_empty(sizes, x.options());
+  auto out = runtime::empty(sizes, x.options());
   const auto x2 = x.reshape({rows, x.size(-1)});
   for (int64_t k = 0; k < groups; ++k) {
     auto out2 = out.select(0, k).view({rows, n});
     if (bias.has_value()) out2.copy_(bias->slice(0, k * n, (k + 1) * n).expand_as(out2));
-    gemm::into(out2, x2, weight.slice(0, k * n, (k + 1) * n).t(),
+    runtime::mm_into(out2, x2, weight.slice(0, k * n, (k + 1) * n).t(),
                /*accumulate=*/bias.has_value());
   }
   return out;
@@ -50,7 +50,7 @@ inline at::Tensor cached_linear_grouped(const at::Tensor& x, const at::Tensor& w
 // x W^T + b, x (..., D), weight (N, D), bias (N,) or None -> (..., N), written into a cached
 // block: the GEMM output of a layer's input projection is often the largest tensor of a step
 // (a METAGROSS level's pre-activations, a QRNN's gates), above glibc's mmap threshold, so a fresh
-// one would page-fault on every first write, every step. The GEMM takes the path gemm_path.h
+// one would page-fault on every first write, every step. The GEMM takes the path gemm_paths.h
 // chooses for its shape class.
 // It is the one-group case of cached_linear_grouped: (1, ..., N) viewed as (..., N).
 inline at::Tensor cached_linear(const at::Tensor& x, const at::Tensor& weight,
@@ -63,7 +63,7 @@ inline at::Tensor cached_linear(const at::Tensor& x, const at::Tensor& weight,
 // (R a multiple of G), and recurrence r reads x[r / (R / G)] (RCRN's two controllers and
 // listener base of one direction read the same input, each direction its own). Returns
 // (R, rows, N) in a cached output block, out[r] = x[r / (R / G)] W_r^T + b_r, each product on the
-// path gemm_path.h chooses for its shape class: the stack the cell kernels take (recurrences.h),
+// path gemm_paths.h chooses for its shape class: the stack the cell kernels take (recurrences.h),
 // without a copy of any input per reader.
 inline at::Tensor cached_linear_stacked(const at::Tensor& x, const at::Tensor& weight,
                                         const c10::optional<at::Tensor>& bias) {
@@ -82,11 +82,11 @@ inline at::Tensor cached_linear_stacked(const at::Tensor& x, const at::Tensor& w
                 "cached_linear_stacked: bias must be (R, N) = (", R, ", ", N, "), got ",
                 bias->sizes());
   }
-  auto out = pooled_empty({R, rows, N}, x.options());
+  auto out = runtime::empty({R, rows, N}, x.options());
   for (int64_t r = 0; r < R; ++r) {
     auto o = out.select(0, r);
     if (bias.has_value()) o.copy_(bias->select(0, r).expand_as(o));
-    gemm::into(o, x.select(0, r / per), weight.select(0, r).t(),
+    runtime::mm_into(o, x.select(0, r / per), weight.select(0, r).t(),
                /*accumulate=*/bias.has_value());
   }
   return out;

@@ -1,36 +1,29 @@
-// ctrlrnn: a small cache of freed blocks for the large outputs of the compiled kernels.
+// ctrlrnn runtime, tuned: a cache of freed blocks for the kernels' large outputs.
 //
-// Why: on Linux, glibc serves blocks larger than its mmap threshold (at most 32 MiB) with a
-// fresh mmap and returns them with munmap on free. The first write to each fresh page is a page
-// fault and a page clear by the kernel, several times slower than a write into memory already
-// mapped. A recurrent layer in a training
-// loop allocates the same large outputs every step (the scan's h, its gradients da and db), so
-// without a cache every step pays the first-touch cost again. The CUDA caching allocator exists
-// for the same reason; PyTorch's CPU allocator has none on desktop builds.
+// Why: glibc serves blocks above its mmap threshold (at most 32 MiB) with a fresh mmap and
+// returns them with munmap. The first write to each fresh page is a page fault and a page clear.
+// A recurrent layer allocates the same large outputs every training step. Without a cache every
+// step pays that first touch again. torch's CPU allocator has no such cache on desktop builds.
 //
-// What: `pooled_empty(sizes, options)` returns a tensor whose storage comes from this cache when
-// it is at least kMinPooledBytes; when the tensor dies, its block returns to the cache instead of
-// the system. Capacities are rounded up to 8 size classes per power of two (a request reuses a
-// block of its class; the untouched tail of a fresh block is never paged in). Free blocks are
-// bounded: CTRLRNN_OUTPUT_CACHE_MB (default 512, handed in by configure; 0 disables the cache)
-// caps the bytes held while unused, evicting the oldest first. `ctrlrnn.ops.empty_cache()` frees them all.
+// What: pooled_empty(sizes, options) serves a request of kMinPooledBytes or more from the cache.
+// When the tensor dies its block returns to the cache. Capacities round up to 8 size classes per
+// power of two, so a request reuses a block of its class. The bytes held while unused are capped
+// (CTRLRNN_OUTPUT_CACHE_MB, handed in by configure; 0 disables the cache), oldest evicted first.
+// `ctrlrnn.ops.empty_cache()` frees them all.
 //
-// Huge pages: a block of 2 MiB or more is aligned to 2 MiB and advised MADV_HUGEPAGE (Linux).
-// Where transparent huge pages are in "madvise" mode (a common default), the kernels' large
-// outputs then sit on 2 MiB pages. The kernels stream through these outputs once per step, and
-// with 4 KiB pages every few rows of a (B, T, N) block is a new page and a TLB miss.
-// CTRLRNN_HUGE_PAGES=0 turns the advice off (plain blocks from torch's CPU allocator). Under THP
-// "never" the advice does nothing; under "always" the pages were huge already.
+// Huge pages: a block of 2 MiB or more is 2 MiB-aligned and advised MADV_HUGEPAGE. The kernels
+// stream through these outputs each step; on 4 KiB pages every few rows is a TLB miss.
+// CTRLRNN_HUGE_PAGES=0 turns the advice off. Under THP "never" the advice does nothing.
 //
-// The extensions that include this header share one cache: GCC exports the function-local
-// static of OutputPool::instance() as a unique symbol, which the dynamic loader binds to one
-// instance across the libraries despite RTLD_LOCAL. ctrlrnn/ops/output_cache.py finds out
-// which extensions share a pool and reports each pool once.
+// The extensions share one cache: GCC exports the function-local static of
+// OutputPool::instance() as a unique symbol, which the loader binds once across libraries despite
+// RTLD_LOCAL. ctrlrnn/ops/output_cache.py reports each shared pool once.
+//
+// Kernels do not call this header: they ask runtime.h for an output (runtime::empty).
 
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -297,10 +290,6 @@ class StackedScope {
 inline at::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
   if (StackedScope* scope = StackedScope::current()) return scope->next(sizes, options);
   return OutputPool::instance().empty(sizes, options);
-}
-
-inline at::Tensor pooled_empty_like(const at::Tensor& like) {
-  return pooled_empty(like.sizes(), like.options());
 }
 
 }  // namespace ctrlrnn
