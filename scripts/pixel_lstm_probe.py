@@ -7,7 +7,8 @@ initialisation or sequence length can be compared with another at small cost:
     OMP_NUM_THREADS=1 .venv/bin/python scripts/pixel_lstm_probe.py --init chrono --steps 300
 
 ``--init``: ``fb3`` (forget gates 3 higher, the recipe until 2026-12-03), ``fb3i`` (forget
-gates 3 higher and input gates 3 lower), ``chrono`` (Tallec & Ollivier 2018: forget bias
+gates 3 higher and input gates 3 lower: the biases ``task.forget_bias=3
+task.couple_gates=true`` gives), ``chrono`` (Tallec & Ollivier 2018: forget bias
 log U(1, T - 1), input bias its negative), ``default`` (torch's). ``--rows``: 28 steps of a
 row each instead of 784 pixels; ``--pool 2``: 14x14 images (196 steps). Prints one line per
 evaluation: step, seconds, training loss, gradient norm before clipping, validation loss and

@@ -8,7 +8,7 @@ from typing import Any
 from ctrlrnn.reproduce import experiment_notes as notes
 from ctrlrnn.reproduce import paper_scales as scale
 from ctrlrnn.reproduce import paper_settings as paper
-from ctrlrnn.reproduce import pixel_notes
+from ctrlrnn.reproduce import pixel_notes, tree_notes
 from ctrlrnn.reproduce.experiment_builders import (
     LOGIC_EPOCHS,
     SMALL,
@@ -121,7 +121,8 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
             ordered=False),
     _table1("tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
             (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
-            2236, "S-BiLSTM, 6,708 steps", paper.TREE4, setting_note=notes.TREE4_NOTE),
+            2236, "S-BiLSTM, 6,708 steps", paper.TREE4,
+            setting_note=notes.TREE4_NOTE + tree_notes.TREE4_PROBE_NOTE),
     *(_table1("tree-traversal", f"metagross-tree{n}", f"Tree traversal, n = {n} (table 1)",
               exact, ppl, {"max_depth": n}, f"tree traversal, n = {n}", 2236, "",
               getattr(paper, f"TREE{n}"), like="tree traversal n = 4")

@@ -1,0 +1,22 @@
+"""What the page of tree traversal n = 4 (METAGROSS table 1, ``metagross-tree``) says about the
+BiLSTM baseline's level, from the probes that measured it."""
+
+from __future__ import annotations
+
+#: capacity and data-size probes of the BiLSTM at n = 4: measured on 2026-12-03 (see the text)
+TREE4_PROBE_NOTE = (
+    " Probe of the BiLSTM's level (2026-12-03, AMD EPYC family 25 model 17 under a load of "
+    "about 8 from other jobs, one thread; `ctrlrnn train --task tree-traversal --model lstm "
+    "--seed 0` with this experiment's setting and its BiLSTM's chosen learning rate 0.00284 "
+    "and dropout 0.135, 2,340 steps, the search's trial budget, at which the search's trial "
+    "of the same point reached 65.2% validation exact match). Twice as wide (128 units a "
+    "direction, 10,000 trees): 61.8% validation exact match at best (step 2,184), 63.1% on "
+    "the test split, validation perplexity 1.213. Three times the trees (30,000, 64 units a "
+    "direction, the same 2,340 steps, so each tree seen 5 times instead of 15): 70.4% "
+    "validation exact match at best (step 1,872), 75.0% on the test split, validation "
+    "perplexity 1.125, above every 10,000-tree run of this arm (its three seeds, continued by "
+    "patience to 2,808-4,524 steps: 65.2-68.2% validation, 62.2-64.8% test). So at this "
+    "budget width does not explain the gap to the paper's 96.9, and the training set's size "
+    "does in part: with 10,000 trees the BiLSTM stops improving while it still gains from "
+    "more trees. One seed each; the paper does not state its training-set size."
+)
