@@ -22,7 +22,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include "gemm_path.h"
 #include "output_pool.h"

@@ -37,7 +37,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Parallel.h>
 
@@ -410,90 +409,6 @@ inline at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
   into(out, a, b, false);
   return out;
-}
-
-inline pybind11::dict dump() {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  pybind11::dict d;
-  for (const auto& [key, p] : t.choice) {
-    const auto adv = t.advantage.find(key);
-    d[pybind11::str(key)] =
-        pybind11::make_tuple(path_name(p), adv == t.advantage.end() ? 0.0 : adv->second);
-  }
-  return d;
-}
-
-inline void load(const pybind11::dict& d) {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
-  for (const auto& item : d) {
-    const auto key = item.first.cast<std::string>();
-    const auto value = item.second.cast<std::pair<std::string, double>>();
-    t.choice[key] = path_code(value.first);
-    t.advantage[key] = value.second;
-  }
-}
-
-// Python bindings every extension adds (all share the one table).
-inline void bind(pybind11::module& m) {
-  m.def("mkl_packed_gemm", &ctrlrnn::mkl::available,
-        "whether float32 per-step GEMMs use MKL's packed weights (else at::mm_out)");
-  m.def("gemm_onednn_usable", &onednn_usable,
-        "whether oneDNN's float32 matmul is reachable through this torch");
-  m.def("gemm_one_thread_usable", &one_thread_usable,
-        "whether BLAS can be held to the calling thread (MKL_Set_Num_Threads_Local)");
-  m.def("gemm_force", [](int p) { forced().store(p); },
-        "-1: choose per shape by measurement; 0: BLAS always; 1: oneDNN always; 2: BLAS on "
-        "the calling thread alone always; 3: the tiny kernel for every product of a few rows "
-        "(BLAS elsewhere)");
-  m.def("gemm_forced", [] { return forced().load(); }, "the forced path (-1: none)");
-  m.def("gemm_table", &dump, "shape class -> (path, BLAS time / oneDNN time)");
-  m.def("gemm_table_load", &load, "add measured choices (as gemm_table returns them)");
-  m.def("gemm_table_clear", [] {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    t.choice.clear();
-    t.advantage.clear();
-  }, "forget every choice (the next GEMM of each class measures again)");
-  m.def("gemm", &mm, "(a (M, K), b (K, N)) -> a @ b on the path chosen for the shape class");
-  m.def("gemm_into", [](const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                        bool accumulate) {
-    TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(0) &&
-                    out.size(0) == a.size(0) && out.size(1) == b.size(1),
-                "gemm_into: expected out (M, N), a (M, K), b (K, N), got ", out.sizes(), ", ",
-                a.sizes(), ", ", b.sizes());
-    TORCH_CHECK(a.scalar_type() == out.scalar_type() && b.scalar_type() == out.scalar_type() &&
-                    out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(),
-                "gemm_into: out, a and b must be CPU tensors of one dtype");
-    TORCH_CHECK(out.size(1) <= 1 || out.stride(1) == 1, "gemm_into: out needs unit inner stride");
-    into(out, a, b, accumulate);
-  }, "out (+)= a @ b (accumulate: +=) on the path chosen for the shape class, in place");
-  m.def("gemm_tiny", [](const at::Tensor& a, const at::Tensor& b, at::Tensor out, bool accumulate) {
-    TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-                    out.scalar_type() == at::kFloat && a.dim() == 2 && b.dim() == 2 &&
-                    out.dim() == 2 && a.size(1) == b.size(0) && out.size(0) == a.size(0) &&
-                    out.size(1) == b.size(1) && a.size(0) <= tiny::kMaxRows,
-                "gemm_tiny: expected float32 a (M <= ", tiny::kMaxRows, ", K), b (K, N), out (M, N)");
-    TORCH_CHECK(a.stride(1) == 1 && out.stride(1) == 1, "gemm_tiny: a and out need unit inner stride");
-    const at::Tensor bc = b.contiguous();
-    tiny::gemm(a.data_ptr<float>(), a.stride(0), bc.data_ptr<float>(), a.size(0), a.size(1),
-               b.size(1), out.data_ptr<float>(), out.stride(0), accumulate);
-  }, "out (+)= a @ b on the tiny kernel (a of at most 8 rows; out and a rows of unit stride)");
-  m.def("gemm_uses", [] {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    pybind11::dict d;
-    for (const auto& [key, use] : t.uses) {
-      d[pybind11::str(key)] = pybind11::make_tuple(path_name(use.first), use.second);
-    }
-    return d;
-  }, "shape class -> (path, calls) of the GEMMs run since gemm_uses_clear()");
-  m.def("gemm_uses_clear", [] {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    t.uses.clear();
-  }, "start counting gemm_uses afresh");
 }
 
 }  // namespace ctrlrnn::gemm

@@ -30,7 +30,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include <c10/core/impl/alloc_cpu.h>
 
