@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import timeit
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-DPy_LIMITED_API=0x030a0000"]
 
 
 def build(name: str, folder: Path, extra: list[str]) -> None:
+    """Compile ``<name>.cpp`` into ``folder/<name>`` and load it (``torch.ops``)."""
     out = folder / name
     out.mkdir(parents=True, exist_ok=True)
     cpp_extension.load(name=name, sources=[str(HERE / f"{name}.cpp")], extra_cflags=FLAGS + extra,
@@ -24,12 +26,14 @@ def build(name: str, folder: Path, extra: list[str]) -> None:
                        is_python_module=False, verbose=False)
 
 
-def best(fn, n: int) -> float:
+def best(fn: Callable[[], object], n: int) -> float:
+    """Seconds per call of ``fn``: the best of 7 repeats of ``n`` calls."""
     fn()
     return min(timeit.repeat(fn, number=n, repeat=7)) / n
 
 
 def main() -> None:
+    """Build both, check them, print the times."""
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "build/stable_abi")
     build("scan_stable", folder, ["-DTORCH_TARGET_VERSION=0x020a000000000000"])
     build("scan_unstable", folder, [])
@@ -43,10 +47,11 @@ def main() -> None:
         got, want = stable(a, b), plain(a, b)
         torch.testing.assert_close(got[0], want[0])
         torch.testing.assert_close(got[0], ours.linear_scan_forward(a, b, None, None, False)[0])
-        rows = {"stable ABI": lambda: stable(a, b), "TORCH_LIBRARY": lambda: plain(a, b),
-                "ctrlrnn kernel": lambda: ours.linear_scan_forward(a, b, None, None, False)}
-        for label, fn in rows.items():
-            print(f"{shape} {label}: {best(fn, n) * 1e6:.1f} us")
+        rows = {"stable ABI": (stable, ()), "TORCH_LIBRARY": (plain, ()),
+                "ctrlrnn kernel": (ours.linear_scan_forward, (None, None, False))}
+        for label, (op, rest) in rows.items():
+            seconds = best(lambda op=op, rest=rest, a=a, b=b: op(a, b, *rest), n)
+            print(f"{shape} {label}: {seconds * 1e6:.1f} us")
 
 
 if __name__ == "__main__":

@@ -74,11 +74,16 @@ print(json.dumps({"warnings": [[str(w.message), w.filename, w.lineno] for w in c
 
 #: A tiny extension that compiles in seconds, for the tests of the build cache: one op in the
 #: namespace the build names (``CTRLRNN_OPS_NAMESPACE``, passed through one macro to expand it).
+#: It uses the LibTorch stable ABI's header, a quarter of ``<torch/library.h>``'s compile time.
 TINY_CPP = """
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 int64_t twice(int64_t x) { return 2 * x; }
-#define TINY_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-TINY_LIBRARY(CTRLRNN_OPS_NAMESPACE, m) { m.def("twice(int x) -> int", &twice); }
+#define TINY_LIBRARY(ns, m) STABLE_TORCH_LIBRARY(ns, m)
+#define TINY_IMPL(ns, k, m) STABLE_TORCH_LIBRARY_IMPL(ns, k, m)
+TINY_LIBRARY(CTRLRNN_OPS_NAMESPACE, m) { m.def("twice(int x) -> int"); }
+TINY_IMPL(CTRLRNN_OPS_NAMESPACE, CompositeExplicitAutograd, m) {
+  m.impl("twice", TORCH_BOX(&twice));
+}
 """
 
 # Point the loader at the tiny extension, then report what happened to it.

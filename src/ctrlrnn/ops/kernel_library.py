@@ -4,10 +4,11 @@ Each extension registers its ops with ``TORCH_LIBRARY`` (the schemas and CPU ker
 files define, the namespace :func:`ctrlrnn.ops.registry.module_source` writes), so the library
 holds no Python binding and loads with ``torch.ops.load_library`` under any CPython version.
 The Python side calls its kernels as it called the attributes of a pybind11 module:
-``lib.linear_scan_forward(...)``. Each attribute is the op's default overload, taken once at
-load (its ``_op``, the callable its ``__call__`` forwards to, so a call costs one dispatcher
-call and no Python frame of ours); the GEMM table's three ops, whose schemas carry lists where
-the Python side uses a dict, have dict-shaped wrappers here.
+``lib.linear_scan_forward(...)``. Each attribute is the op's default overload, resolved once,
+on first use, and then kept as a plain attribute (its ``_op``, the callable its ``__call__``
+forwards to, so a call costs one dispatcher call and no Python frame of ours); the GEMM table's
+three ops, whose schemas carry lists where the Python side uses a dict, have dict-shaped
+wrappers here.
 """
 
 from __future__ import annotations
@@ -48,20 +49,26 @@ class KernelLibrary:
         self.__doc__ = fam.doc if fam else family
         self.family = family
         self.namespace = namespace
-        ops = getattr(torch.ops, namespace)
         self.ops = op_names(namespace)
-        for name in self.ops:
-            overload = getattr(ops, name).default
-            setattr(self, name, getattr(overload, "_op", overload))
         for flag in fam.flags if fam else ():
             setattr(self, flag, True)
-        if "gemm_table" in self.ops:
-            self._table = self.gemm_table
-            self._table_load = self.gemm_table_load
-            self._uses = self.gemm_uses
-            self.gemm_table = self._gemm_table
-            self.gemm_table_load = self._gemm_table_load
-            self.gemm_uses = self._gemm_uses
+
+    def __getattr__(self, name: str) -> Any:
+        """An op of the library, resolved on first use and then kept as an attribute (later
+        lookups do not reach this method). The GEMM table's ops get their dict wrappers."""
+        if name.startswith("__") or name not in self.__dict__.get("ops", ()):
+            raise AttributeError(f"{self!r} has no op {name!r}")
+        wrappers = {"gemm_table": self._gemm_table, "gemm_table_load": self._gemm_table_load,
+                    "gemm_uses": self._gemm_uses}
+        value = wrappers[name] if name in wrappers else self.op(name)
+        setattr(self, name, value)
+        return value
+
+    def op(self, name: str) -> Any:
+        """The callable of op ``name``'s default overload (its ``_op``, which the overload's
+        ``__call__`` forwards to)."""
+        overload = getattr(getattr(torch.ops, self.namespace), name).default
+        return getattr(overload, "_op", overload)
 
     def __repr__(self) -> str:
         return f"<ctrlrnn kernels {self.__name__!r} (torch.ops.{self.namespace}) " \
@@ -69,18 +76,18 @@ class KernelLibrary:
 
     def _gemm_table(self) -> dict[str, tuple[str, float]]:
         """Shape class -> (path, BLAS time / oneDNN time)."""
-        keys, paths, advantages = self._table()
+        keys, paths, advantages = self.op("gemm_table")()
         return {k: (p, float(a)) for k, p, a in zip(keys, paths, advantages)}
 
     def _gemm_table_load(self, table: dict[str, Any]) -> None:
         """Add measured choices (as :meth:`_gemm_table` returns them)."""
         keys = list(table)
-        self._table_load(keys, [str(table[k][0]) for k in keys],
-                         [float(table[k][1]) for k in keys])
+        self.op("gemm_table_load")(keys, [str(table[k][0]) for k in keys],
+                                   [float(table[k][1]) for k in keys])
 
     def _gemm_uses(self) -> dict[str, tuple[str, int]]:
         """Shape class -> (path, calls) of the GEMMs run since ``gemm_uses_clear()``."""
-        keys, paths, calls = self._uses()
+        keys, paths, calls = self.op("gemm_uses")()
         return {k: (p, int(c)) for k, p, c in zip(keys, paths, calls)}
 
 
