@@ -17,6 +17,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"ctrlrnn {__version__}  torch {info['torch']}  threads {info['threads']}")
     print(f"extension cache: {info['cache']}")
     print(f"C++ compiler: {info['compiler']}")
+    print(f"prebuilt kernels: {info['prebuilt']}")
     for family, st in info["families"].items():
         print(f"  {family:9s} runs: {st['ops']}")
         print(f"            cpu: {st['cpu']:9s} ({st['reason']})")

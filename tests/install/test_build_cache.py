@@ -2,7 +2,7 @@
 reported once at the user's call site; the reference path trains every layer without a compiler.
 
 Each case runs in a fresh Python process (the loader keeps per-process state). The builds here
-compile a tiny pybind11 module, not the real kernels, so each takes seconds.
+compile a tiny extension (one op), not the real kernels, so each takes seconds.
 """
 
 from __future__ import annotations

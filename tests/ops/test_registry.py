@@ -37,9 +37,10 @@ def test_every_registered_op_has_its_reference_and_kernels_in_its_folder(op: reg
     cpp = OPS_DIR / op.source
     assert cpp.is_file() and cpp.parent == folder, f"{op.name}: no {cpp.name} in {folder}"
     text = cpp.read_text(encoding="utf-8")
-    assert re.search(rf"\bvoid bind_{op.name}\(pybind11::module_& m\)", text), cpp
-    for function in op.functions:
-        assert f'm.def("{function}"' in text, f"{cpp.name} does not bind {function}"
+    assert re.search(rf"\bvoid register_{op.name}\(torch::Library& m\)", text), cpp
+    assert "pybind" not in text, f"{cpp.name} uses pybind11 (its ops are TORCH_LIBRARY ones)"
+    for function in op.functions:  # each defined with its schema
+        assert f'm.def("{function}(' in text, f"{cpp.name} does not define {function}"
     kernels = folder / "triton_kernels.py"
     if op.cpu_only:
         assert not kernels.exists(), f"{op.name} says it is CPU-only but has {kernels}"
@@ -78,8 +79,9 @@ def test_the_tables_are_derived_from_the_list() -> None:
         ops = registry.ops_of(family)
         assert sources == [registry.RUNTIME_SOURCE, *(op.source for op in ops)]
         module = _extension.module_text(family)
-        assert module is not None and "PYBIND11_MODULE" in module
-        assert module.count("::bind_") == len(ops) + 1  # the runtime and each op
+        assert module is not None and "TORCH_LIBRARY(ns, m)" in module
+        assert "pybind" not in module.lower()
+        assert module.count("::register_") == len(ops) + 1  # the runtime and each op
         cpu_only = {fn for op in ops if op.cpu_only for fn in op.functions}
         assert set(gpu.FAMILY_FUNCTIONS[family]) == set(registry.functions(family)) - cpu_only
     cells = [op.name for op in registry.ops_of("cells")]

@@ -3,7 +3,8 @@
 The argument is a JSON object: ``module`` (the extension module's name), ``sources``,
 ``include_dirs``, ``cflags``, ``ldflags`` and ``build_dir``. The parent captures everything this
 process prints into the build log; the last line ``CTRLRNN_LIBRARY=<path>`` names the library
-built (and imported once here, so a library that cannot load counts as a failed build).
+built (a plain shared library that registers its ops with ``TORCH_LIBRARY``, loaded once here
+with ``torch.ops.load_library``, so a library that cannot load counts as a failed build).
 
 The parent starts the worker as the leader of a new process group, which ninja joins. The
 worker ends on SIGTERM by passing it to ninja (which ends its compilers) and then killing the
@@ -59,7 +60,7 @@ def main(argv: list) -> int:
         os.remove(stale)
     from torch.utils import cpp_extension
 
-    module = cpp_extension.load(
+    library = cpp_extension.load(
         name=spec["module"],
         sources=spec["sources"],
         extra_include_paths=spec.get("include_dirs", []),
@@ -67,8 +68,9 @@ def main(argv: list) -> int:
         extra_ldflags=spec["ldflags"],
         build_directory=spec["build_dir"],
         verbose=True,
+        is_python_module=False,
     )
-    print(f"CTRLRNN_LIBRARY={module.__file__}", flush=True)
+    print(f"CTRLRNN_LIBRARY={library}", flush=True)
     return 0
 
 

@@ -3,9 +3,14 @@
 Each family of ops (``scan`` for the linear scan, QRNN pooling, the convolution windows and the
 RCRN listener, ``cells`` for the fused gated cells, ``metagross`` for the METAGROSS level) is one
 C++ extension compiled against the running PyTorch. Its sources are the shared runtime
-(``csrc/runtime/runtime.cpp``) and each op's C++ file, and its module source is written from the
-list of ops (:mod:`.registry`). When an extension loads, :func:`configure` hands it the settings
-its kernels use (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
+(``csrc/runtime/runtime.cpp``) and each op's C++ file, and its module source, which registers every op in
+one ``TORCH_LIBRARY`` namespace, is written from the list of ops (:mod:`.registry`). The library
+holds no pybind11 and no Python API (it is built with ``Py_LIMITED_API``): it is loaded with
+``torch.ops.load_library`` and its ops reached through a :class:`.kernel_library.KernelLibrary`.
+A build of the cache registers the namespace ``ctrlrnn_<name>_<key>`` (the compile defines
+``CTRLRNN_OPS_NAMESPACE``), so two builds of one extension never collide in one process. When
+an extension loads, :func:`configure` hands it the settings its kernels use
+(:mod:`ctrlrnn.settings`); the C++ code reads no environment.
 
 **Cache.** A build lives in ``$CTRLRNN_CACHE/ext/<name>-<key>`` (default
 ``~/.cache/ctrlrnn/ext``), where ``key`` hashes everything that changes the binary: the sources,
@@ -43,7 +48,6 @@ building or warning (read at every call, so it can be switched at run time).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import shutil
 import sys
 import sysconfig
@@ -59,7 +63,7 @@ from types import ModuleType
 import torch
 
 from ctrlrnn import files, settings
-from ctrlrnn.ops import build_progress, gemm_path, registry
+from ctrlrnn.ops import build_progress, gemm_path, prebuilt, registry
 from ctrlrnn.ops import runtime as cpu_runtime
 from ctrlrnn.ops._build import (
     Compiler,
@@ -71,6 +75,7 @@ from ctrlrnn.ops._build import (
     first_error_line,
     ninja_dir,
 )
+from ctrlrnn.ops.kernel_library import KernelLibrary, load_library
 
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
     import fcntl
@@ -93,10 +98,13 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 EXTENSIONS: dict[str, list[str]] = {name: registry.sources(name) for name in registry.families()}
 
 #: Optimisation flags. No ``-std=``: torch's own build flags carry the standard its headers
-#: need (C++17 up to torch 2.12, C++20 after).
+#: need (C++17 up to torch 2.12, C++20 after). ``Py_LIMITED_API`` (3.10) keeps the libraries
+#: abi3: nothing of Python's full API can be reached from them.
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
-          "-fno-trapping-math"]
-LDFLAGS = ["-fopenmp"]
+          "-fno-trapping-math", "-DPy_LIMITED_API=0x030a0000"]
+#: ``--as-needed``: the library records only the torch libraries it uses (not
+#: ``libtorch_python``, which cpp_extension links by default).
+LDFLAGS = ["-fopenmp", "-Wl,--as-needed"]
 
 BUILD_RECORD = "build.json"
 FAILURE_RECORD = "failed.json"
@@ -111,9 +119,10 @@ class KernelBuildWarning(RuntimeWarning):
 class ExtensionStatus:
     """What happened when an extension was asked for.
 
-    ``origin`` is ``"cached"`` (imported from an earlier build), ``"compiled"`` (built by this
-    process), ``"failed"`` (the build failed now), ``"failed earlier"`` (a remembered failure),
-    ``"reference"`` (``CTRLRNN_BACKEND=reference``) or ``""`` (not asked for yet).
+    ``origin`` is ``"prebuilt"`` (the wheel's kernels), ``"cached"`` (imported from an earlier
+    build), ``"compiled"`` (built by this process), ``"failed"`` (the build failed now),
+    ``"failed earlier"`` (a remembered failure), ``"reference"`` (``CTRLRNN_BACKEND=reference``)
+    or ``""`` (not asked for yet).
     """
 
     name: str
@@ -124,12 +133,12 @@ class ExtensionStatus:
     log: str | None = None
     seconds: float | None = None
     threads: int | None = None
-    module: ModuleType | None = field(default=None, repr=False)
+    module: KernelLibrary | ModuleType | None = field(default=None, repr=False)
 
 
 _STATUS: dict[str, ExtensionStatus] = {}
 #: The loaded extensions by name: :func:`load`'s fast path (no lock, no status object)
-_READY: dict[str, ModuleType] = {}
+_READY: dict[str, KernelLibrary | ModuleType] = {}
 _LOCK = threading.RLock()
 _WARNED = False
 
@@ -191,8 +200,14 @@ def build_inputs(name: str) -> dict[str, str]:
 
 def module_text(name: str) -> str | None:
     """The module source :mod:`.registry` writes for extension ``name`` (None for an extension
-    outside the list, whose sources bind themselves)."""
+    outside the list, whose sources register themselves in ``CTRLRNN_OPS_NAMESPACE``)."""
     return registry.module_source(name) if name in registry.FAMILIES else None
+
+
+def cache_namespace(name: str, folder: Path) -> str:
+    """The ``torch.ops`` namespace of the build of ``name`` in cache folder ``folder``
+    (``<name>-<key>``): ``ctrlrnn_<name>_<key>``."""
+    return f"ctrlrnn_{name}_{folder.name.rsplit('-', 1)[-1]}"
 
 
 def build_key(name: str) -> str:
@@ -308,19 +323,14 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 # ------------------------------------------------------------------ compiling
 
 
-def _import_library(name: str, path: Path) -> ModuleType:
-    modname = f"ctrlrnn_{name}"
+def _import_library(name: str, path: Path, namespace: str,
+                    store: Path | None = None) -> KernelLibrary:
+    """Load the library at ``path`` (its ops in ``torch.ops.<namespace>``), attach it to the
+    GEMM paths' choices (persisted in the folder ``store``; None: not persisted, as for the
+    prebuilt kernels, whose import writes nothing) and configure it."""
     values = kernel_settings()  # a bad setting fails before anything is imported
-    current = sys.modules.get(modname)
-    if current is not None and getattr(current, "__file__", None) == str(path):
-        return current
-    spec = importlib.util.spec_from_file_location(modname, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules[modname] = mod
-    gemm_path.attach(mod, cache_dir() / "ext", _cpu_signature())
+    mod = load_library(name, path, namespace)
+    gemm_path.attach(mod, store, _cpu_signature())
     configure(mod, values)
     cpu_runtime.attach(mod)
     return mod
@@ -336,7 +346,7 @@ def kernel_settings() -> dict[str, object]:
             "runtime": settings.value("CTRLRNN_RUNTIME")}
 
 
-def configure(mod: ModuleType, values: dict[str, object] | None = None) -> None:
+def configure(mod: KernelLibrary | ModuleType, values: dict[str, object] | None = None) -> None:
     """Hand a freshly imported extension the settings its C++ runtime and kernels use (the C++
     code reads no environment). An extension without the runtime (a test's tiny one) is left
     alone; the runtime applies its part once per process (``configure`` in
@@ -359,11 +369,12 @@ def _compile(name: str, folder: Path) -> tuple[Path | None, str, float, bool]:
         module_file.write_text(text, encoding="utf-8")
         sources.append(str(module_file))
     header = f"ctrlrnn build of {name!r}\n{files.dumps(build_inputs(name), indent=2)}"
-    return compile_extension(Job(f"ctrlrnn_{name}", sources, [str(CSRC)], CFLAGS, LDFLAGS,
+    cflags = [*CFLAGS, f"-D{registry.NAMESPACE_MACRO}={cache_namespace(name, folder)}"]
+    return compile_extension(Job(f"ctrlrnn_{name}", sources, [str(CSRC)], cflags, LDFLAGS,
                                  folder, BUILD_LOG, header))
 
 
-def _loaded_status(st: ExtensionStatus, mod: ModuleType, path: Path) -> ExtensionStatus:
+def _loaded_status(st: ExtensionStatus, mod: KernelLibrary, path: Path) -> ExtensionStatus:
     st.loaded, st.module, st.path = True, mod, str(path)
     threads = getattr(mod, "num_threads", None)
     st.threads = int(threads()) if callable(threads) else None
@@ -384,7 +395,8 @@ def _import_cached(st: ExtensionStatus, folder: Path) -> str | None:
     if fault is not None:
         return f"the cached library {lib} {fault}"
     try:
-        _loaded_status(st, _import_library(st.name, lib), lib)
+        _loaded_status(st, _import_library(st.name, lib, cache_namespace(st.name, folder),
+                                           cache_dir() / "ext"), lib)
     except ImportError as exc:
         return f"the cached library {lib} does not import ({exc})"
     st.origin, st.reason = "cached", "compiled C++ extension (cached)"
@@ -411,7 +423,8 @@ def _build(st: ExtensionStatus, folder: Path, position: str) -> None:
     st.seconds, st.log = seconds, str(folder / BUILD_LOG)
     if lib is not None:
         try:
-            _loaded_status(st, _import_library(name, lib), lib)
+            _loaded_status(st, _import_library(name, lib, cache_namespace(name, folder),
+                                               cache_dir() / "ext"), lib)
         except ImportError as exc:
             lib, cause, remember = None, f"the built library does not import: {exc}", True
     if lib is None:
@@ -429,6 +442,24 @@ def _build(st: ExtensionStatus, folder: Path, position: str) -> None:
     st.origin, st.reason = "compiled", f"compiled C++ extension (built in {seconds:.0f} s)"
 
 
+def _import_prebuilt(st: ExtensionStatus) -> bool:
+    """Load the wheel's prebuilt library of ``st.name`` when it fits this torch and CPU
+    (:mod:`.prebuilt`), writing nothing; False (and the build on first use) otherwise."""
+    chosen = prebuilt.choice()
+    if chosen is None or st.name not in chosen.libraries:
+        return False
+    lib, namespace = chosen.libraries[st.name]
+    try:
+        _loaded_status(st, _import_library(st.name, lib, namespace, None), lib)
+    except ImportError as exc:
+        print(f"ctrlrnn: the prebuilt library {lib} does not load ({exc}); building it on first "
+              f"use instead", file=sys.stderr, flush=True)
+        return False
+    st.origin = "prebuilt"
+    st.reason = f"prebuilt kernels {chosen.variant}, built for torch {chosen.torch}"
+    return True
+
+
 def _obtain(name: str, force: bool, position: str = "") -> ExtensionStatus:
     """Import the cached build of ``name``, or build it (or recall that it failed).
 
@@ -437,6 +468,8 @@ def _obtain(name: str, force: bool, position: str = "") -> ExtensionStatus:
     A damaged library is rebuilt from an empty folder, and so is every ``force`` build.
     """
     st = ExtensionStatus(name)
+    if not force and _import_prebuilt(st):
+        return st
     cxx = compiler()
     folder = build_dir(name)
     if cxx.error is not None:  # (no build can exist under a key without a compiler)
@@ -528,7 +561,7 @@ def ensure(name: str, force: bool = False, *, position: str = "") -> ExtensionSt
     return st
 
 
-def load(name: str) -> ModuleType | None:
+def load(name: str) -> KernelLibrary | ModuleType | None:
     """Return the compiled extension ``name`` (imported from the cache, or built on first use);
     None when the reference implementations must run.
 
@@ -556,7 +589,7 @@ def status(name: str) -> ExtensionStatus:
     return ensure(name)
 
 
-def loaded_modules() -> dict[str, ModuleType]:
+def loaded_modules() -> dict[str, KernelLibrary | ModuleType]:
     """The extensions imported so far in this process."""
     return {n: st.module for n, st in list(_STATUS.items()) if st.loaded and st.module}
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ctrlrnn.ops import _extension, gemm_path, gpu, runtime, scan_export
+from ctrlrnn.ops import _extension, gemm_path, gpu, prebuilt, runtime, scan_export
 from ctrlrnn.ops.compiled_op import constant_under_compile, torchscript_tracing
 
 #: The three paths of :func:`path`.
@@ -188,6 +188,7 @@ def backend_info() -> dict[str, Any]:
         "forced_reference": _extension.forced_reference(),
         "require_compiled": _extension.require_compiled(),
         "compiler": _compiler_line(),
+        "prebuilt": prebuilt.describe(),
         "families": {},
         "cuda": {
             "available": torch.cuda.is_available(),

@@ -46,7 +46,6 @@ import hashlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -61,7 +60,9 @@ ENV = "CTRLRNN_GEMM"
 PATHS: dict[str, int] = {"auto": -1, "blas": 0, "onednn": 1, "blas1": 2, "tiny": 3}
 
 _LOCK = threading.Lock()
-_MODULES: list[ModuleType] = []
+#: The loaded kernel libraries (:class:`ctrlrnn.ops.kernel_library.KernelLibrary`, or a
+#: module with the same functions)
+_MODULES: list[Any] = []
 _STORE: dict[str, Any] = {"path": None, "saved": None}
 #: The path :func:`use` forces (None: ``CTRLRNN_GEMM`` decides), applied to kernels loaded later.
 _USING: list[str] = []
@@ -85,7 +86,7 @@ def _store_file(folder: Path, cpu_signature: str) -> Path:
     return folder / f"gemm-paths-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
 
 
-def _apply(mod: ModuleType, name: str) -> None:
+def _apply(mod: Any, name: str) -> None:
     if name == "onednn" and not mod.gemm_onednn_usable():
         raise RuntimeError(
             f"{ENV}=onednn: this torch ({torch.__version__}) cannot run float32 GEMMs on oneDNN "
@@ -98,9 +99,11 @@ def _apply(mod: ModuleType, name: str) -> None:
     mod.gemm_force(PATHS[name])
 
 
-def attach(mod: ModuleType, folder: Path, cpu_signature: str) -> None:
+def attach(mod: Any, folder: Path | None, cpu_signature: str) -> None:
     """Called by the extension loader for every compiled extension it imports: applies
-    ``CTRLRNN_GEMM`` and loads the persisted choices for this CPU and torch (once)."""
+    ``CTRLRNN_GEMM`` and loads the persisted choices for this CPU and torch (once), from
+    ``folder`` (None: the choices are neither read nor saved, as for the prebuilt kernels,
+    whose import writes nothing)."""
     if not hasattr(mod, "gemm_table"):
         return
     with _LOCK:
@@ -108,13 +111,13 @@ def attach(mod: ModuleType, folder: Path, cpu_signature: str) -> None:
             return
         _apply(mod, _USING[-1] if _USING else requested())
         _MODULES.append(mod)
-        if _STORE["path"] is None:
+        if _STORE["path"] is None and folder is not None:
             path = _store_file(folder, cpu_signature)
             _STORE["path"] = path
             saved = files.read_dict(path)
             _STORE["saved"] = saved if isinstance(saved, dict) else {}
             atexit.register(save)
-        saved = _STORE["saved"]
+        saved = _STORE["saved"] or {}
     with contextlib.suppress(TypeError, ValueError, RuntimeError):
         mod.gemm_table_load({k: tuple(v) for k, v in saved.items()})
 

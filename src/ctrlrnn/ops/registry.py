@@ -5,7 +5,8 @@ with the same files:
 
 * ``reference.py``: the readable reference, written from the paper's equations;
 * ``__init__.py``: the autograd op and the public function;
-* ``<op>.cpp``: the CPU kernels, with a ``bind_<op>`` function that adds them to a module;
+* ``<op>.cpp``: the CPU kernels, with a ``register_<op>`` function that defines their schemas
+  and registers them in the extension's ``TORCH_LIBRARY`` namespace;
 * ``triton_kernels.py``: the CUDA kernels (or, for a CPU-only op, :attr:`Op.cpu_only` says why
   there are none).
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["FAMILIES", "OPS", "Family", "Op", "families", "functions", "gpu_modules",
-           "module_source", "ops_of", "sources"]
+           "module_source", "namespace", "ops_of", "sources"]
 
 #: The folder of ``ctrlrnn.ops``: op folders are named relative to it.
 OPS_DIR = Path(__file__).resolve().parent
@@ -37,7 +38,8 @@ class Family:
 
     name: str
     doc: str
-    #: Module attributes the C++ module sets to true (what its kernels promise the Python side).
+    #: Attributes the loaded extension's Python object sets to true (what its kernels promise
+    #: the Python side).
     flags: tuple[str, ...] = ()
 
 
@@ -50,7 +52,7 @@ class Op:
     family: str
     folder: str
     functions: tuple[str, ...]
-    #: The C++ namespace of ``bind_<name>``.
+    #: The C++ namespace of ``register_<name>``.
     namespace: str = "ctrlrnn"
     #: Why the op has no CUDA kernel ("" when ``triton_kernels.py`` provides one).
     cpu_only: str = ""
@@ -143,27 +145,37 @@ def gpu_modules(family: str, ops: tuple[Op, ...] | None = None) -> list[str]:
     return names
 
 
-def module_source(family: str, ops: tuple[Op, ...] | None = None,
-                  doc: str | None = None) -> str:
-    """The C++ file that makes extension ``family`` one Python module: it declares and calls
-    the runtime's bindings and each op's ``bind_<op>``."""
+#: The macro naming the ``TORCH_LIBRARY`` namespace of an extension: its compile defines it (the
+#: kernel cache and the wheel name their own), else the module source defaults it to
+#: :func:`namespace`.
+NAMESPACE_MACRO = "CTRLRNN_OPS_NAMESPACE"
+
+
+def namespace(family: str) -> str:
+    """The ``torch.ops`` namespace extension ``family`` registers its ops in when its compile
+    names none (:data:`NAMESPACE_MACRO`)."""
+    return f"ctrlrnn_{family}"
+
+
+def module_source(family: str, ops: tuple[Op, ...] | None = None) -> str:
+    """The C++ file that registers extension ``family``'s ops in one ``TORCH_LIBRARY``
+    namespace (:data:`NAMESPACE_MACRO`): it declares and calls the runtime's
+    ``register_runtime`` and each op's ``register_<op>``, which define the ops' schemas and CPU
+    kernels. The library holds no Python binding: ``torch.ops.load_library`` loads it, under any
+    CPython version."""
     chosen = ops_of(family, ops)
-    fam = FAMILIES.get(family)
-    text = doc if doc is not None else (fam.doc if fam else family)
     lines = ["// Written by ctrlrnn/ops/registry.py from its list of ops: edit that list.",
-             "#include <torch/csrc/utils/pybind.h>", "",
-             "namespace ctrlrnn {", "void bind_runtime(pybind11::module_& m);",
+             "#include <torch/library.h>", "", f"#ifndef {NAMESPACE_MACRO}",
+             f"#define {NAMESPACE_MACRO} {namespace(family)}", "#endif",
+             "// TORCH_LIBRARY pastes its argument: one more macro expands the namespace first",
+             "#define CTRLRNN_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)", "",
+             "namespace ctrlrnn {", "void register_runtime(torch::Library& m);",
              "}  // namespace ctrlrnn"]
     for op in chosen:
-        lines += [f"namespace {op.namespace} {{", f"void bind_{op.name}(pybind11::module_& m);",
+        lines += [f"namespace {op.namespace} {{",
+                  f"void register_{op.name}(torch::Library& m);",
                   f"}}  // namespace {op.namespace}"]
-    lines += ["", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
-              f"  m.doc() = {_cpp_string(text)};", "  ctrlrnn::bind_runtime(m);"]
-    lines += [f"  {op.namespace}::bind_{op.name}(m);" for op in chosen]
-    lines += [f'  m.attr("{flag}") = true;' for flag in (fam.flags if fam else ())]
+    lines += ["", f"CTRLRNN_LIBRARY({NAMESPACE_MACRO}, m) {{", "  ctrlrnn::register_runtime(m);"]
+    lines += [f"  {op.namespace}::register_{op.name}(m);" for op in chosen]
     lines += ["}", ""]
     return "\n".join(lines)
-
-
-def _cpp_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

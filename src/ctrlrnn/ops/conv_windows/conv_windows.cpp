@@ -12,7 +12,7 @@
 // contiguous (B, S, D) and (B, steps, k*D).
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include "kernel_common.h"
 #include "runtime/runtime.h"
@@ -116,11 +116,11 @@ at::Tensor shifted_windows_adjoint(const at::Tensor& g, const std::vector<int64_
 }  // namespace
 
 namespace ctrlrnn {
-void bind_conv_windows(pybind11::module_& m) {
-  m.def("shifted_windows", &shifted_windows, "the QRNN convolution's windows (eq 1) in one copy",
-        pybind11::arg("x"), pybind11::arg("offsets"), pybind11::arg("steps"));
-  m.def("shifted_windows_adjoint", &shifted_windows_adjoint,
-        "the gradient of shifted_windows with respect to its input", pybind11::arg("g"),
-        pybind11::arg("offsets"), pybind11::arg("length"));
+void register_conv_windows(torch::Library& m) {
+  // the QRNN convolution's windows (eq 1) in one copy
+  m.def("shifted_windows(Tensor x, int[] offsets, int steps) -> Tensor", &shifted_windows);
+  // the gradient of shifted_windows with respect to its input
+  m.def("shifted_windows_adjoint(Tensor g, int[] offsets, int length) -> Tensor",
+        &shifted_windows_adjoint);
 }
 }  // namespace ctrlrnn

@@ -22,7 +22,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include "runtime/runtime.h"
 

@@ -8,7 +8,7 @@
 // sequence from its own last valid step down to 0.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include "kernel_common.h"
 #include "runtime/runtime.h"
@@ -253,9 +253,11 @@ std::vector<at::Tensor> linear_scan_backward(const c10::optional<at::Tensor>& gr
 
 namespace ctrlrnn {
 
-void bind_linear_scan(pybind11::module_& m) {
-  m.def("linear_scan_forward", &linear_scan_forward);
-  m.def("linear_scan_backward", &linear_scan_backward);
+void register_linear_scan(torch::Library& m) {
+  m.def("linear_scan_forward(Tensor a, Tensor b, Tensor? h0, Tensor? lengths, bool reverse) "
+        "-> Tensor[]", &linear_scan_forward);
+  m.def("linear_scan_backward(Tensor? grad_out, Tensor? grad_last, Tensor a, Tensor out, "
+        "Tensor? h0, Tensor? lengths, bool reverse) -> Tensor[]", &linear_scan_backward);
 }
 
 }  // namespace ctrlrnn

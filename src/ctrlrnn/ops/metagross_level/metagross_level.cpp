@@ -34,7 +34,7 @@
 // The per-row arithmetic (gates, scan step, their gradients) is in metagross_rows.h.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include "kernel_common.h"
 #include "metagross_rows.h"
@@ -480,22 +480,16 @@ std::vector<at::Tensor> metagross_level_backward(
 
 namespace ctrlrnn {
 
-void bind_metagross_level(pybind11::module_& m) {
+void register_metagross_level(torch::Library& m) {
   // bias last and optional, as in the custom op's schema (a call without it has no bias)
-  namespace py = pybind11;
-  m.def("forward", &metagross_level_forward,
-        "(P, child, alpha, beta, res, s0, lengths, h_form, bias=None) -> [out, c (c form), "
-        "last state]",
-        py::arg("P"), py::arg("child"), py::arg("alpha"), py::arg("beta"), py::arg("res"),
-        py::arg("s0"), py::arg("lengths"), py::arg("h_form"), py::arg("bias") = py::none());
-  m.def("backward", &metagross_level_backward,
-        "(grad_out, grad_last, P, child, alpha, beta, s0, lengths, saved states, h_form, "
-        "has_res, bias=None, dP_out=None, dres_in=None) -> [dP, dchild, dalpha, dbeta, dres, "
-        "ds0, dbias]",
-        py::arg("grad_out"), py::arg("grad_last"), py::arg("P"), py::arg("child"),
-        py::arg("alpha"), py::arg("beta"), py::arg("s0"), py::arg("lengths"), py::arg("saved"),
-        py::arg("h_form"), py::arg("has_res"), py::arg("bias") = py::none(),
-        py::arg("dP_out") = py::none(), py::arg("dres_in") = py::none());
+  // -> [out, c (c form), last state]
+  m.def("forward(Tensor P, Tensor? child, Tensor? alpha, Tensor? beta, Tensor? res, Tensor? s0, "
+        "Tensor? lengths, bool h_form, Tensor? bias=None) -> Tensor[]", &metagross_level_forward);
+  // -> [dP, dchild, dalpha, dbeta, dres, ds0, dbias]
+  m.def("backward(Tensor? grad_out, Tensor? grad_last, Tensor P, Tensor? child, Tensor? alpha, "
+        "Tensor? beta, Tensor? s0, Tensor? lengths, Tensor saved, bool h_form, bool has_res, "
+        "Tensor? bias=None, Tensor? dP_out=None, Tensor? dres_in=None) -> Tensor[]",
+        &metagross_level_backward);
 }
 
 }  // namespace ctrlrnn

@@ -5,7 +5,7 @@
 // over (batch, block of channels), time walked with the state in registers.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include "kernel_common.h"
 #include "runtime/runtime.h"
@@ -384,16 +384,13 @@ std::vector<at::Tensor> qrnn_pooling_backward(
 
 namespace ctrlrnn {
 
-void bind_qrnn_pooling(pybind11::module_& m) {
+void register_qrnn_pooling(torch::Library& m) {
   // bias last and optional, as in the custom op's schema (a call without it has no bias)
-  namespace py = pybind11;
-  m.def("qrnn_pooling_forward", &qrnn_pooling_forward, py::arg("gates"), py::arg("c0"),
-        py::arg("keep"), py::arg("keep_scale"), py::arg("lengths"), py::arg("mode"),
-        py::arg("bias") = py::none());
-  m.def("qrnn_pooling_backward", &qrnn_pooling_backward, py::arg("grad_h"), py::arg("grad_c"),
-        py::arg("grad_last"), py::arg("gates"), py::arg("c_seq"), py::arg("c0"),
-        py::arg("keep"), py::arg("keep_scale"), py::arg("lengths"), py::arg("mode"),
-        py::arg("bias") = py::none());
+  m.def("qrnn_pooling_forward(Tensor gates, Tensor? c0, Tensor? keep, float keep_scale, "
+        "Tensor? lengths, int mode, Tensor? bias=None) -> Tensor[]", &qrnn_pooling_forward);
+  m.def("qrnn_pooling_backward(Tensor? grad_h, Tensor? grad_c, Tensor? grad_last, "
+        "Tensor gates, Tensor c_seq, Tensor? c0, Tensor? keep, float keep_scale, "
+        "Tensor? lengths, int mode, Tensor? bias=None) -> Tensor[]", &qrnn_pooling_backward);
 }
 
 }  // namespace ctrlrnn

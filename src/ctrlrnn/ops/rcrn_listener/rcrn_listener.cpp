@@ -17,7 +17,7 @@
 //   dh3 = dc (1 - a);  carry = dc a;  carry at the end is dc0.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include "kernel_common.h"
 #include "runtime/runtime.h"
@@ -288,11 +288,14 @@ std::vector<at::Tensor> rcrn_listener_backward(
 
 }  // namespace
 
-void bind_rcrn_listener(pybind11::module_& m) {
-  m.def("rcrn_listener_forward", &rcrn_listener_forward,
-        "RCRN listener (eq 15-16) -> h4, c4, c4_last");
-  m.def("rcrn_listener_backward", &rcrn_listener_backward,
-        "RCRN listener backward -> dh1, dh2, dh3, dc0");
+void register_rcrn_listener(torch::Library& m) {
+  // RCRN listener (eq 15-16) -> h4, c4, c4_last
+  m.def("rcrn_listener_forward(Tensor h1, Tensor h2, Tensor h3, Tensor? c0, Tensor? lengths, "
+        "int split, bool sigmoid_gate) -> Tensor[]", &rcrn_listener_forward);
+  // RCRN listener backward -> dh1, dh2, dh3, dc0
+  m.def("rcrn_listener_backward(Tensor? grad_out, Tensor? grad_last, Tensor h1, Tensor h2, "
+        "Tensor h3, Tensor c_seq, Tensor? c0, Tensor? lengths, int split, bool sigmoid_gate) "
+        "-> Tensor[]", &rcrn_listener_backward);
 }
 
 }  // namespace ctrlrnn

@@ -15,7 +15,7 @@
 #include "cells_time.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
@@ -274,12 +274,16 @@ std::vector<at::Tensor> cas_lstm_backward(
 
 }  // namespace
 
-void bind_cas_lstm(pybind11::module_& m) {
-  m.def("cas_lstm_forward", &Recurrences<&cas_lstm_forward, 1, 0, 8>::run,
-        "CAS-LSTM forward -> h_seq, c_seq, h_last, c_last, acts");
-  m.def("cas_lstm_backward", &Recurrences<&cas_lstm_backward, 4, 11, 14>::run,
-        "CAS-LSTM backward -> dx_proj, dweight_hh, dlower_c, dscale_f, dscale_g, dpeephole, dh0, "
-        "dc0");
+void register_cas_lstm(torch::Library& m) {
+  // CAS-LSTM forward -> h_seq, c_seq, h_last, c_last, acts
+  m.def("cas_lstm_forward(Tensor x_proj, Tensor weight_hh, Tensor lower, Tensor scale_f, "
+        "Tensor scale_g, Tensor? peephole, Tensor h0, Tensor c0, Tensor? lengths, bool save) "
+        "-> Tensor[]", &Recurrences<&cas_lstm_forward, 1, 0, 8>::run);
+  // CAS-LSTM backward -> dx_proj, dweight_hh, dlower_c, dscale_f, dscale_g, dpeephole, dh0, dc0
+  m.def("cas_lstm_backward(Tensor? grad_h_seq, Tensor? grad_c_seq, Tensor? grad_h_last, "
+        "Tensor? grad_c_last, Tensor weight_hh, Tensor lower, Tensor scale_f, Tensor scale_g, "
+        "Tensor? peephole, Tensor h0, Tensor c0, Tensor h_seq, Tensor c_seq, Tensor acts, "
+        "Tensor? lengths) -> Tensor[]", &Recurrences<&cas_lstm_backward, 4, 11, 14>::run);
 }
 
 }  // namespace ctrlrnn::cells

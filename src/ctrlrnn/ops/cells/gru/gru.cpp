@@ -11,7 +11,7 @@
 #include "cells_time.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
@@ -153,11 +153,14 @@ CTRLRNN_SIMD
 
 }  // namespace
 
-void bind_gru(pybind11::module_& m) {
-  m.def("gru_forward", &Recurrences<&gru_forward, 1, 0, 4>::run,
-        "GRU forward -> h_seq, h_last, acts");
-  m.def("gru_backward", &Recurrences<&gru_backward, 2, 4, 6>::run,
-        "GRU backward -> dx_proj, dweight_hh, dbias_hh, dh0");
+void register_gru(torch::Library& m) {
+  // GRU forward -> h_seq, h_last, acts
+  m.def("gru_forward(Tensor x_proj, Tensor weight_hh, Tensor bias_hh, Tensor h0, "
+        "Tensor? lengths, bool save) -> Tensor[]", &Recurrences<&gru_forward, 1, 0, 4>::run);
+  // GRU backward -> dx_proj, dweight_hh, dbias_hh, dh0
+  m.def("gru_backward(Tensor? grad_h_seq, Tensor? grad_h_last, Tensor weight_hh, Tensor h0, "
+        "Tensor h_seq, Tensor acts, Tensor? lengths) -> Tensor[]",
+        &Recurrences<&gru_backward, 2, 4, 6>::run);
 }
 
 }  // namespace ctrlrnn::cells

@@ -10,7 +10,7 @@
 #include "cells_time.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
@@ -160,11 +160,15 @@ CTRLRNN_SIMD
 
 }  // namespace
 
-void bind_lstm(pybind11::module_& m) {
-  m.def("lstm_forward", &Recurrences<&lstm_forward, 1, 0, 4>::run,
-        "LSTM forward -> h_seq, c_seq, h_last, c_last, acts");
-  m.def("lstm_backward", &Recurrences<&lstm_backward, 4, 7, 10>::run,
-        "LSTM backward -> dx_proj, dweight_hh, dh0, dc0");
+void register_lstm(torch::Library& m) {
+  // LSTM forward -> h_seq, c_seq, h_last, c_last, acts
+  m.def("lstm_forward(Tensor x_proj, Tensor weight_hh, Tensor h0, Tensor c0, Tensor? lengths, "
+        "bool save) -> Tensor[]", &Recurrences<&lstm_forward, 1, 0, 4>::run);
+  // LSTM backward -> dx_proj, dweight_hh, dh0, dc0
+  m.def("lstm_backward(Tensor? grad_h_seq, Tensor? grad_c_seq, Tensor? grad_h_last, "
+        "Tensor? grad_c_last, Tensor weight_hh, Tensor h0, Tensor c0, Tensor h_seq, "
+        "Tensor c_seq, Tensor acts, Tensor? lengths) -> Tensor[]",
+        &Recurrences<&lstm_backward, 4, 7, 10>::run);
 }
 
 }  // namespace ctrlrnn::cells

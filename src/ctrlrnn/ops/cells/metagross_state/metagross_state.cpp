@@ -32,7 +32,7 @@
 #include "metagross_tree.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <ATen/ThreadLocalState.h>
 
@@ -451,20 +451,24 @@ std::vector<at::Tensor> metagross_state_backward(
 
 }  // namespace
 
-void bind_metagross_state(pybind11::module_& m) {
-  m.def("metagross_state_forward", &Recurrences<&metagross_state_forward, 1, 0, 6>::run,
-        "METAGROSS (section 2 as printed) forward -> h_seq, h_last, saved pre-activations");
-  m.def("metagross_state_backward", &Recurrences<&metagross_state_backward, 2, 7, 9>::run,
-        "METAGROSS (section 2 as printed) backward -> dx_proj, dweight_hh, dalpha, dbeta, dres, "
-        "dh0");
-  m.def("metagross_state_split", [](int mode) {
+void register_metagross_state(torch::Library& m) {
+  // METAGROSS (section 2 as printed) forward -> h_seq, h_last, saved pre-activations
+  m.def("metagross_state_forward(Tensor x_proj, Tensor weight_hh, Tensor alpha, Tensor beta, "
+        "Tensor? res, Tensor h0, Tensor? lengths, bool save) -> Tensor[]",
+        &Recurrences<&metagross_state_forward, 1, 0, 6>::run);
+  // METAGROSS (section 2 as printed) backward -> dx_proj, dweight_hh, dalpha, dbeta, dres, dh0
+  m.def("metagross_state_backward(Tensor? grad_h_seq, Tensor? grad_h_last, Tensor weight_hh, "
+        "Tensor alpha, Tensor beta, Tensor? res, Tensor h0, Tensor h_seq, Tensor acts, "
+        "Tensor? lengths) -> Tensor[]", &Recurrences<&metagross_state_backward, 2, 7, 9>::run);
+  // how METAGROSS as printed splits its work over the threads: 0 auto, 1 the batch, 2 the
+  // hidden units (with 2+ threads); returns the previous mode
+  m.def("metagross_state_split(int mode) -> int", [](int64_t mode) -> int64_t {
     TORCH_CHECK(mode >= 0 && mode <= 2, "metagross_state_split: mode must be 0 (auto), 1 (the "
                 "batch) or 2 (the hidden units), got ", mode);
-    return split_mode().exchange(mode);
-  }, "how METAGROSS as printed splits its work over the threads: 0 auto, 1 the batch, 2 the "
-     "hidden units (with 2+ threads); returns the previous mode");
-  m.def("metagross_state_parts", &column_parts,
-        "the parts the hidden units of a (B, T, H) call split into (1: the batch split)");
+    return split_mode().exchange(static_cast<int>(mode));
+  });
+  // the parts the hidden units of a (B, T, H) call split into (1: the batch split)
+  m.def("metagross_state_parts(int B, int T, int H) -> int", &column_parts);
 }
 
 }  // namespace ctrlrnn::cells

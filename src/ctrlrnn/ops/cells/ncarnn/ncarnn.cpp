@@ -13,7 +13,7 @@
 #include "cells_time.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
@@ -151,11 +151,14 @@ CTRLRNN_SIMD
 
 }  // namespace
 
-void bind_ncarnn(pybind11::module_& m) {
-  m.def("ncarnn_forward", &Recurrences<&ncarnn_forward, 1, 0, 4>::run,
-        "nCARNN forward -> h_seq, h_last, acts");
-  m.def("ncarnn_backward", &Recurrences<&ncarnn_backward, 3, 2, 7>::run,
-        "nCARNN backward -> dx_proj, dweight_hh, dcontext_proj, dh0");
+void register_ncarnn(torch::Library& m) {
+  // nCARNN forward -> h_seq, h_last, acts
+  m.def("ncarnn_forward(Tensor x_proj, Tensor weight_hh, Tensor ctx, Tensor h0, "
+        "Tensor? lengths, bool save) -> Tensor[]", &Recurrences<&ncarnn_forward, 1, 0, 4>::run);
+  // nCARNN backward -> dx_proj, dweight_hh, dcontext_proj, dh0
+  m.def("ncarnn_backward(Tensor? grad_h_seq, Tensor? grad_h_last, Tensor x_proj, "
+        "Tensor weight_hh, Tensor h0, Tensor h_seq, Tensor acts, Tensor? lengths) -> Tensor[]",
+        &Recurrences<&ncarnn_backward, 3, 2, 7>::run);
 }
 
 }  // namespace ctrlrnn::cells
