@@ -3,10 +3,11 @@
 Each family of ops (``scan`` for the linear scan, QRNN pooling, the convolution windows and the
 RCRN listener, ``cells`` for the fused gated cells, ``metagross`` for the METAGROSS level) is one
 C++ extension compiled against the running PyTorch. Its sources are the shared runtime
-(``csrc/runtime/runtime.cpp``) and each op's C++ file, and its module source, which registers every op in
-one ``TORCH_LIBRARY`` namespace, is written from the list of ops (:mod:`.registry`). The library
-holds no pybind11 and no Python API (it is built with ``Py_LIMITED_API``): it is loaded with
-``torch.ops.load_library`` and its ops reached through a :class:`.kernel_library.KernelLibrary`.
+(``csrc/runtime/runtime.cpp``) and each op's C++ file, and its module source, which registers
+every op in one ``TORCH_LIBRARY`` namespace, is written from the list of ops (:mod:`.registry`).
+The library holds no pybind11 and no Python API (it is built with ``Py_LIMITED_API``): it is
+loaded with ``torch.ops.load_library`` and its ops reached through a
+:class:`.kernel_library.KernelLibrary`.
 A build of the cache registers the namespace ``ctrlrnn_<name>_<key>`` (the compile defines
 ``CTRLRNN_OPS_NAMESPACE``), so two builds of one extension never collide in one process. When
 an extension loads, :func:`configure` hands it the settings its kernels use
