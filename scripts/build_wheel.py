@@ -74,6 +74,30 @@ def compile_variant(variant: str, work: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+def native_variant() -> dict[str, dict[str, str]]:
+    """The kernel cache's builds for this CPU (``-march=native``; built now if missing), packaged
+    as they are: a wheel for machines with this CPU's flags, such as a cluster of one machine
+    type, made without a second compile. Returns what :func:`compile_variant` returns."""
+    out: dict[str, dict[str, str]] = {}
+    for family in registry.families():
+        st = _extension.ensure(family)
+        if not st.loaded or not st.path or st.origin == "prebuilt":
+            sys.exit(f"build-wheel: no kernel cache build of {family} to package as the native "
+                     f"variant ({st.reason or st.origin})")
+        folder = Path(st.path).parent
+        out[family] = {"built": st.path,
+                       "namespace": _extension.cache_namespace(family, folder)}
+    return out
+
+
+def variant_flags(variant: str) -> list[str]:
+    """The CPU flags a machine needs to run ``variant``: for ``native``, every flag of this
+    CPU."""
+    if variant == "native":
+        return sorted(prebuilt.cpu_flags())
+    return list(prebuilt.VARIANT_FLAGS[variant])
+
+
 def pure_wheel(dest: Path) -> Path:
     """The wheel setuptools writes for the source tree (pure Python, no kernels)."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -115,7 +139,7 @@ def platform_wheel(pure: Path, libraries: dict[str, dict[str, dict[str, str]]],
                 "built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                 "compiler": _build.compiler().version, "variants": []}
     for variant, libs in libraries.items():
-        entry = {"name": variant, "cpu_flags": list(prebuilt.VARIANT_FLAGS[variant]),
+        entry = {"name": variant, "cpu_flags": variant_flags(variant),
                  "libraries": {}}
         for family, lib in libs.items():
             rel = f"{variant}/ctrlrnn_{family}.so"
@@ -137,17 +161,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help="CPU variants, best first (-march values: x86-64-v4, x86-64-v3, "
-                             "x86-64-v2, x86-64); default %(default)s")
+                             "x86-64-v2, x86-64; or native: the kernel cache's builds for this "
+                             "CPU, for machines with its flags); default %(default)s")
     parser.add_argument("--out", default=str(ROOT / "dist"), help="folder of the wheel")
     parser.add_argument("--work", default=str(ROOT / "build" / "wheel"),
                         help="folder of the compiles (kept, so a rebuild is incremental)")
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in prebuilt.VARIANT_FLAGS]
+    unknown = [v for v in variants if v not in prebuilt.VARIANT_FLAGS and v != "native"]
     if unknown:
         parser.error(f"unknown variant {unknown[0]}; known: {', '.join(prebuilt.VARIANT_FLAGS)}")
     work = Path(args.work) / torch_tag()
-    libraries = {v: compile_variant(v, work) for v in variants}
+    libraries = {v: native_variant() if v == "native" else compile_variant(v, work)
+                 for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         wheel = platform_wheel(pure_wheel(Path(tmp)), libraries, Path(args.out))
     print(f"[build-wheel] wrote {wheel}")

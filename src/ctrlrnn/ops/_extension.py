@@ -2,15 +2,12 @@
 
 Each family of ops (``scan`` for the linear scan, QRNN pooling, the convolution windows and the
 RCRN listener, ``cells`` for the fused gated cells, ``metagross`` for the METAGROSS level) is one
-C++ extension compiled against the running PyTorch. Its sources are the shared runtime
-(``csrc/runtime/runtime.cpp``) and each op's C++ file, and its module source, which registers
-every op in one ``TORCH_LIBRARY`` namespace, is written from the list of ops (:mod:`.registry`).
-The library holds no pybind11 and no Python API (it is built with ``Py_LIMITED_API``): it is
-loaded with ``torch.ops.load_library`` and its ops reached through a
-:class:`.kernel_library.KernelLibrary`.
-A build of the cache registers the namespace ``ctrlrnn_<name>_<key>`` (the compile defines
-``CTRLRNN_OPS_NAMESPACE``), so two builds of one extension never collide in one process. When
-an extension loads, :func:`configure` hands it the settings its kernels use
+C++ extension compiled against the running PyTorch: the runtime (``csrc/runtime/runtime.cpp``),
+each op's C++ file, and a module source written from :mod:`.registry` that registers every op in
+one ``TORCH_LIBRARY`` namespace. No pybind11, no Python API (``Py_LIMITED_API``): the library is
+loaded with ``torch.ops.load_library``, its ops reached through a :class:`.KernelLibrary`. A
+cache build registers ``ctrlrnn_<name>_<key>`` (``CTRLRNN_OPS_NAMESPACE``), so two builds never
+collide in one process. :func:`configure` hands a loaded extension its settings
 (:mod:`ctrlrnn.settings`); the C++ code reads no environment.
 
 **Cache.** A build lives in ``$CTRLRNN_CACHE/ext/<name>-<key>`` (default
