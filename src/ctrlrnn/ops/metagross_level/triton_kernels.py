@@ -41,6 +41,7 @@ from ctrlrnn.ops.gpu._common import (
     acc_dtype,
     acc_torch_dtype,
     interpreting,
+    length_of,
     sigmoid,
     sm_count,
     tanh,
@@ -128,16 +129,6 @@ def _level_fwd_kernel(
         o_off = row * kH + uh
         tl.store(out_ptr + o_off, tl.where(valid, h, 0.0).to(out_ptr.dtype.element_ty), mask=tile)
     tl.store(last_ptr + b * kH + uh, s.to(last_ptr.dtype.element_ty), mask=tile)
-
-
-@triton.jit
-def _length_of(len_ptr, b, T, HAS_LEN: tl.constexpr):
-    """The valid length of row ``b``: ``lengths[b]``, or ``T`` without lengths."""
-    if HAS_LEN:
-        L = tl.load(len_ptr + b)
-    else:
-        L = T
-    return L
 
 
 @triton.jit
@@ -314,7 +305,7 @@ def _level_bwd_kernel(
     zero = tl.zeros([KP, BLOCK], tl.int64)
     kH = K * H
     uh = units[:, None] * H + cols[None, :]
-    L = _length_of(len_ptr, b, T, HAS_LEN)
+    L = length_of(len_ptr, b, T, HAS_LEN)
     carry, s0 = _bwd_entry(glast_ptr, s0_ptr, b, kH, uh, tile, HAS_GLAST, HAS_S0, ACC, KP, BLOCK)
     if HAS_BIAS:
         bf, bo, bz, dbf, dbo, dbz = _bias_setup(bias_ptr, kH, uh, tile, ACC, KP, BLOCK)
