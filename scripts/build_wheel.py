@@ -135,7 +135,7 @@ def platform_wheel(pure: Path, libraries: dict[str, dict[str, dict[str, str]]],
                 text = re.sub(r"^Tag: .*$", f"Tag: {tag}", text, flags=re.MULTILINE)
                 data = text.encode()
             entries[name.replace(old_info, new_info, 1)] = data
-    manifest = {**prebuilt.torch_record(), "torch_git": str(torch.version.git_version),
+    manifest = {**prebuilt.torch_record(),
                 "built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                 "compiler": _build.compiler().version, "variants": []}
     for variant, libs in libraries.items():

@@ -13,6 +13,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--runtime", choices=("tuned", "plain"), default=None,
         help="the CPU runtime behind the compiled kernels for this run (sets CTRLRNN_RUNTIME; "
              "scripts/test runs the kernel suites under `plain` as well)")
+    parser.addoption(
+        "--other-python", metavar="PATH", default=None,
+        help="an interpreter of another CPython version (3.10-3.13) with a torch of this "
+             "torch's release (its CPU or CUDA build): tests/install/test_wheel_other_python.py "
+             "installs the abi3 wheel there and runs its kernels (skipped without it)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def fresh_env(tmp_path: Path, **overrides: str | None) -> dict[str, str]:
     """This process's environment with an empty kernel cache under ``tmp_path``, no backend
@@ -22,6 +24,21 @@ def fresh_env(tmp_path: Path, **overrides: str | None) -> dict[str, str]:
         else:
             env[key] = value
     return env
+
+
+def build_wheel(out: Path, variant: str) -> Path:
+    """The wheel ``scripts/build-wheel --variants <variant>`` writes into ``out``."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "build-wheel"), "--out", str(out),
+                    "--variants", variant], check=True, timeout=3600, cwd=ROOT)
+    return next(out.glob("ctrlrnn-*.whl"))
+
+
+def no_compiler_env(cache: Path) -> dict[str, str]:
+    """This process's environment with no ``CTRLRNN_*`` setting, no C/C++ compiler (``CC`` and
+    ``CXX`` are ``/bin/false``), the kernel cache ``cache`` and one OpenMP thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRNN_")}
+    return {**env, "CC": "/bin/false", "CXX": "/bin/false", "CTRLRNN_CACHE": str(cache),
+            "OMP_NUM_THREADS": "1"}
 
 
 def line_of(code: str, marker: str) -> int:

@@ -57,6 +57,38 @@ def test_another_torch_falls_back_with_one_line_saying_why(fresh_choice: Path, c
     assert prebuilt.describe().startswith("not used: they were built for torch 2.10.0+cpu")
 
 
+def test_another_build_of_this_release_is_chosen(fresh_choice: Path, capsys) -> None:
+    """Kernels built on ``2.13.0+cpu`` serve ``2.13.0+cu130`` (the same release and commit): the
+    local build tag is not compared (docs/install.md has the run that showed it works)."""
+    here = prebuilt.torch_record()["torch"]
+    other = prebuilt.release(here) + ("+cu130" if "+cpu" in here else "+cpu")
+    _manifest(fresh_choice, torch=other)
+    chosen = prebuilt.choice()
+    assert chosen is not None and chosen.torch == other
+    assert capsys.readouterr().err == ""
+
+
+def test_the_release_drops_only_the_local_tag() -> None:
+    assert prebuilt.release("2.13.0+cpu") == prebuilt.release("2.13.0+cu130") == "2.13.0"
+    assert prebuilt.release("2.13.1") == "2.13.1"
+    assert prebuilt.release("2.13.0.dev20261201+cpu") == "2.13.0.dev20261201"
+
+
+def test_another_commit_of_this_release_falls_back(fresh_choice: Path, capsys) -> None:
+    _manifest(fresh_choice, torch_git="0123456789abcdef")
+    assert prebuilt.choice() is None
+    err = capsys.readouterr().err
+    assert "commit 0123456789ab)" in err and "building them on first use" in err
+
+
+def test_a_manifest_without_a_commit_compares_the_release(fresh_choice: Path) -> None:
+    _manifest(fresh_choice)
+    manifest = json.loads((fresh_choice / prebuilt.MANIFEST).read_text())
+    del manifest["torch_git"]
+    (fresh_choice / prebuilt.MANIFEST).write_text(json.dumps(manifest))
+    assert prebuilt.choice() is not None
+
+
 def test_another_cxx_abi_falls_back(fresh_choice: Path, capsys) -> None:
     here = prebuilt.torch_record()["cxx11_abi"]
     _manifest(fresh_choice, cxx11_abi=not here)

@@ -28,10 +28,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from install_helpers import ROOT, build_wheel, no_compiler_env
 
 from ctrlrnn.ops import _extension, prebuilt, registry
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.wheel,
@@ -80,10 +79,7 @@ print(json.dumps({"first_forward_s": first, "import_s": start - begin, "file": c
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel ``scripts/build-wheel`` writes for :data:`VARIANT`."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(["bash", str(ROOT / "scripts" / "build-wheel"), "--out", str(out),
-                    "--variants", VARIANT], check=True, timeout=3600, cwd=ROOT)
-    return next(out.glob("ctrlrnn-*.whl"))
+    return build_wheel(tmp_path_factory.mktemp("dist"), VARIANT)
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +96,6 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     "--disable-pip-version-check", str(wheel)], check=True, timeout=600)
     return env_dir
-
-
-def _env(cache: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRLRNN_")}
-    return {**env, "CC": "/bin/false", "CXX": "/bin/false", "CTRLRNN_CACHE": str(cache),
-            "OMP_NUM_THREADS": "1"}
 
 
 def _files(folder: Path) -> list[str]:
@@ -138,7 +128,7 @@ def test_the_wheel_trains_without_a_compiler_and_writes_nothing(installed: Path,
                                                                 tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    env = _env(cache)
+    env = no_compiler_env(cache)
     info = subprocess.run([str(installed / "bin" / "ctrlrnn"), "info"], env=env,
                           capture_output=True, text=True, timeout=300, check=True)
     assert f"prebuilt kernels: {VARIANT}, built for torch" in info.stdout, info.stdout
@@ -165,7 +155,7 @@ def test_another_torch_falls_back_with_one_line(installed: Path, tmp_path: Path)
     saved = manifest.read_text()
     manifest.write_text(json.dumps({**json.loads(saved), "torch": "2.12.0+cpu"}))
     try:
-        run = subprocess.run([str(py), "-c", TRAIN], env=_env(tmp_path / "cache"),
+        run = subprocess.run([str(py), "-c", TRAIN], env=no_compiler_env(tmp_path / "cache"),
                              capture_output=True, text=True, timeout=300, check=False)
     finally:
         manifest.write_text(saved)

@@ -3,12 +3,13 @@
 A wheel built ahead of time holds, under ``ctrlrnn/_kernels/``, one folder of libraries per CPU
 variant (for example ``x86-64-v4`` and ``x86-64-v3``: a prebuilt library cannot use
 ``-march=native``) and ``manifest.json``, which records the torch they were built against (its
-version and C++ ABI flag) and, per variant, the CPU flags it needs and its libraries. At the
-first kernel call :func:`choice` picks the first variant whose flags this CPU has, when the
-running torch is the recorded one (version and ``torch._C._GLIBCXX_USE_CXX11_ABI``: cheap and
-exact); the loader (:mod:`._extension`) then loads those libraries and writes nothing. Otherwise
-it says why in one line on stderr, and the loader builds the kernels on first use as from a
-source install. A source or editable install has no ``_kernels`` folder and says nothing.
+version, source commit and C++ ABI flag) and, per variant, the CPU flags it needs and its
+libraries. At the first kernel call :func:`choice` picks the first variant whose flags this CPU
+has, when the running torch is the recorded release, built from the same commit with the same
+C++ ABI (:func:`mismatch`); the loader (:mod:`._extension`) then loads those libraries and
+writes nothing. Otherwise it says why in one line on stderr, and the loader builds the kernels
+on first use as from a source install. A source or editable install has no ``_kernels`` folder
+and says nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from ctrlrnn import files
 
 __all__ = ["KERNELS_DIR", "MANIFEST", "VARIANT_FLAGS", "Prebuilt", "choice", "cpu_flags",
-           "describe", "mismatch", "torch_record"]
+           "describe", "mismatch", "release", "torch_record"]
 
 #: Where a wheel's prebuilt kernels lie, and their manifest.
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "_kernels"
@@ -57,9 +58,16 @@ _WHY: list[str] = [""]
 
 
 def torch_record() -> dict[str, Any]:
-    """What a prebuilt library depends on of the running torch: its version and C++ ABI."""
-    return {"torch": torch.__version__,
+    """What a prebuilt library depends on of the running torch: its version, the source commit
+    it was built from and its C++ ABI."""
+    return {"torch": torch.__version__, "torch_git": str(torch.version.git_version),
             "cxx11_abi": bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", False))}
+
+
+def release(version: object) -> str:
+    """``2.13.0`` for ``2.13.0+cpu`` or ``2.13.0+cu130``: a torch version without its local build
+    tag."""
+    return str(version).partition("+")[0]
 
 
 def cpu_flags() -> set[str]:
@@ -76,14 +84,25 @@ def cpu_flags() -> set[str]:
 
 def mismatch(manifest: dict[str, Any]) -> str:
     """Why kernels built as ``manifest`` records cannot load into the running torch ("" when
-    they can)."""
+    they can).
+
+    The torch release is compared without its local build tag, so kernels built on ``+cpu`` load
+    into ``+cu130`` of the same release. The CPU kernels link only against libtorch's and c10's
+    C++ API, which the CPU and CUDA builds of one release share. docs/install.md records the run
+    in which a wheel built on 2.13.0+cpu passed the kernel tests under 2.13.0+cu130. The C++ ABI
+    flag is compared because it changes the mangled name of every ``std::string`` in that API.
+    The source commit (``torch.version.git_version``) is compared where the manifest records
+    one, so a patched build that keeps the release number is refused.
+    """
     here = torch_record()
-    built = {"torch": manifest.get("torch"), "cxx11_abi": manifest.get("cxx11_abi")}
-    if built == here:
+    built, built_git = manifest.get("torch"), manifest.get("torch_git")
+    abi = bool(manifest.get("cxx11_abi"))
+    if (release(built) == release(here["torch"]) and abi == here["cxx11_abi"]
+            and built_git in (None, here["torch_git"])):
         return ""
-    return (f"they were built for torch {built['torch']} (C++11 ABI "
-            f"{int(bool(built['cxx11_abi']))}) and this is torch {here['torch']} (C++11 ABI "
-            f"{int(here['cxx11_abi'])})")
+    return (f"they were built for torch {built} (C++11 ABI {int(abi)}, commit "
+            f"{str(built_git or 'unrecorded')[:12]}) and this is torch {here['torch']} (C++11 ABI "
+            f"{int(here['cxx11_abi'])}, commit {here['torch_git'][:12]})")
 
 
 def _pick(manifest: dict[str, Any], root: Path) -> Prebuilt | str:
