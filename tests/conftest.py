@@ -3,6 +3,7 @@ test starts from the same random state."""
 
 import os
 
+import kernel_tests
 import pytest
 
 os.environ.setdefault("CTRLRNN_REQUIRE_COMPILED", "1")
@@ -13,6 +14,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--runtime", choices=("tuned", "plain"), default=None,
         help="the CPU runtime behind the compiled kernels for this run (sets CTRLRNN_RUNTIME; "
              "scripts/test runs the kernel suites under `plain` as well)")
+    kernel_tests.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -21,6 +23,13 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--runtime")
     if chosen:
         os.environ["CTRLRNN_RUNTIME"] = chosen
+    folder = config.getoption("--record-kernel-tests")
+    if folder:
+        config.pluginmanager.register(kernel_tests.Recorder(folder), "kernel-tests-recorder")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kernel_tests.select(config, items)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
