@@ -34,9 +34,11 @@ VARIANTS: dict[str, dict[str, str]] = {
     "no-output-cache": {"CTRLRNN_OUTPUT_CACHE_MB": "0"},  # huge pages go with it
     "no-huge-pages": {"CTRLRNN_HUGE_PAGES": "0"},
     "no-streaming-stores": {"CTRLRNN_STREAMING_BYTES": "-1"},
-    # the GEMM chooser's candidates (oneDNN, BLAS on one thread, the tiny kernel) off; MKL's
-    # packed per-step GEMM and the polynomial exp have no switch of their own (plain has them off)
+    # the GEMM chooser's candidates (oneDNN, BLAS on one thread, the tiny kernel) off
     "gemm-blas-only": {"CTRLRNN_GEMM": "blas"},
+    "no-packed-gemm": {"CTRLRNN_RUNTIME_OFF": "packed_gemm"},
+    "no-poly-exp": {"CTRLRNN_RUNTIME_OFF": "poly_exp"},
+    "no-stacked-outputs": {"CTRLRNN_RUNTIME_OFF": "stacked_outputs"},
 }
 
 

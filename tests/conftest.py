@@ -3,6 +3,7 @@ test starts from the same random state."""
 
 import os
 
+import kernel_tests
 import pytest
 
 os.environ.setdefault("CTRLRNN_REQUIRE_COMPILED", "1")
@@ -18,6 +19,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="an interpreter of another CPython version (3.10-3.13) with a torch of this "
              "torch's release (its CPU or CUDA build): tests/install/test_wheel_other_python.py "
              "installs the abi3 wheel there and runs its kernels (skipped without it)")
+    kernel_tests.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,6 +28,13 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--runtime")
     if chosen:
         os.environ["CTRLRNN_RUNTIME"] = chosen
+    folder = config.getoption("--record-kernel-tests")
+    if folder:
+        config.pluginmanager.register(kernel_tests.Recorder(folder), "kernel-tests-recorder")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kernel_tests.select(config, items)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

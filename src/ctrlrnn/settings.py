@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SETTINGS", "SETTINGS_GROUPS", "Setting", "SettingError", "child_environment",
+__all__ = ["RUNTIME_MECHANISMS", "SETTINGS", "SETTINGS_GROUPS", "Setting", "SettingError",
+           "child_environment",
            "markdown_table", "raw", "raw_int", "rewrite_tables", "set_value", "value"]
 
 
@@ -102,6 +103,22 @@ def _text(default: str | None) -> Callable[[str], str | None]:
     return parse
 
 
+#: the tuned runtime's mechanisms that ``CTRLRNN_RUNTIME_OFF`` switches off, in the order the
+#: kernels' configure op takes them
+RUNTIME_MECHANISMS = ("packed_gemm", "poly_exp", "stacked_outputs")
+
+
+def _mechanisms(text: str) -> tuple[str, ...]:
+    """A comma list of :data:`RUNTIME_MECHANISMS` (case-insensitive, each once at most, in that
+    order); empty gives none."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()] if text else []
+    unknown = [n for n in names if n not in RUNTIME_MECHANISMS]
+    if unknown:
+        raise ValueError(f"{', '.join(map(repr, unknown))} not among "
+                         f"{', '.join(RUNTIME_MECHANISMS)}")
+    return tuple(n for n in RUNTIME_MECHANISMS if n in names)
+
+
 def _device(text: str) -> str | None:
     """A device name as the ``device`` key takes it; empty or ``auto``: None."""
     if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", text or "auto"):
@@ -133,6 +150,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "measured GEMM paths, streaming stores, a vectorised exp) or `plain` (torch's "
             "allocator and `at::mm`, `std::exp`); results agree up to float32 rounding",
             _choice({"tuned": "tuned", "plain": "plain"}, "tuned")),
+    Setting("CTRLRNN_RUNTIME_OFF", _KERNELS, "unset",
+            "a comma list of `packed_gemm`, `poly_exp`, `stacked_outputs`",
+            "tuned runtime mechanisms to switch off one by one, so a benchmark can measure each "
+            "alone: MKL's packed per-step GEMM, the polynomial exp and tanh, the stacked "
+            "recurrences' outputs without a copy (the other mechanisms have variables of their "
+            "own; `plain` has none of them)", _mechanisms),
     Setting("CTRLRNN_METAGROSS_SPLIT", _KERNELS, "`auto`", "`auto`, `batch` or `hidden`",
             "how METAGROSS as printed splits its work over threads",
             _choice({"auto": 0, "batch": 1, "hidden": 2}, 0)),

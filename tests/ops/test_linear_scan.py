@@ -330,6 +330,7 @@ def _threshold_in_a_fresh_process(value: str | None, threads: int = 2) -> tuple[
     return got, llc, done.stderr
 
 
+@pytest.mark.not_plain("a tuned setting read in child processes; no kernel's values")
 def test_the_streaming_threshold_is_a_fair_share_of_the_cache_or_what_the_user_sets():
     """By default a quarter of the last-level cache and at most 4 MiB per thread (a virtual
     machine's sysfs reports the whole socket's cache); CTRLRNN_STREAMING_BYTES sets it, and a

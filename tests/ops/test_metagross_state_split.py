@@ -101,6 +101,7 @@ def test_the_automatic_split_follows_the_measured_rule(cells):
         cells.metagross_state_split(3)
 
 
+@pytest.mark.not_plain("a setting read in child processes; no kernel's values")
 @pytest.mark.parametrize(("value", "parts"), [
     ("hidden", 2), ("batch", 1), ("auto", 1), ("sideways", None)])
 def test_the_environment_variable_forces_a_split(cells, value, parts):

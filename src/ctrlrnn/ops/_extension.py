@@ -337,11 +337,10 @@ def _import_library(name: str, path: Path, namespace: str,
 def kernel_settings() -> dict[str, object]:
     """The settings the C++ kernels take, read and checked (:mod:`ctrlrnn.settings`): a bad
     value is one :class:`~ctrlrnn.settings.SettingError` naming its variable."""
-    return {"streaming_bytes": settings.value("CTRLRNN_STREAMING_BYTES"),
-            "huge_pages": settings.value("CTRLRNN_HUGE_PAGES"),
-            "output_cache_mb": settings.value("CTRLRNN_OUTPUT_CACHE_MB"),
-            "metagross_split": settings.value("CTRLRNN_METAGROSS_SPLIT"),
-            "runtime": settings.value("CTRLRNN_RUNTIME")}
+    names = {"streaming_bytes": "STREAMING_BYTES", "huge_pages": "HUGE_PAGES",
+             "output_cache_mb": "OUTPUT_CACHE_MB", "metagross_split": "METAGROSS_SPLIT",
+             "runtime": "RUNTIME", "runtime_off": "RUNTIME_OFF"}
+    return {key: settings.value(f"CTRLRNN_{name}") for key, name in names.items()}
 
 
 def configure(mod: KernelLibrary | ModuleType, values: dict[str, object] | None = None) -> None:
@@ -351,7 +350,8 @@ def configure(mod: KernelLibrary | ModuleType, values: dict[str, object] | None 
     ``csrc/runtime/runtime.cpp``)."""
     v = kernel_settings() if values is None else values
     if callable(getattr(mod, "configure", None)):
-        mod.configure(v["streaming_bytes"], v["huge_pages"], v["output_cache_mb"], v["runtime"])
+        mod.configure(v["streaming_bytes"], v["huge_pages"], v["output_cache_mb"], v["runtime"],
+                      ",".join(v["runtime_off"]))
     split = getattr(mod, "metagross_state_split", None)
     if callable(split):
         split(v["metagross_split"])

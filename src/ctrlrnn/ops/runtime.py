@@ -16,6 +16,10 @@ Both compute the same results up to float32 rounding, and the kernel tests run u
 kernel's correctness never rests on the machinery. ``CTRLRNN_RUNTIME`` picks the runtime when
 the first extension loads; :func:`use` switches it at run time (no rebuild), for every loaded
 extension and those loaded later.
+
+Three of the tuned runtime's mechanisms have no variable of their own, so that a benchmark can
+measure each alone: ``CTRLRNN_RUNTIME_OFF`` (:data:`MECHANISMS`) switches them off one by one,
+:func:`switch_off` at run time, and :func:`mechanism_uses` counts the calls each served.
 """
 
 from __future__ import annotations
@@ -27,17 +31,25 @@ from types import ModuleType
 
 from ctrlrnn import settings
 
-__all__ = ["ENV", "RUNTIMES", "attach", "current", "use", "using"]
+__all__ = ["ENV", "MECHANISMS", "OFF_ENV", "RUNTIMES", "attach", "current", "mechanism_uses",
+           "switch_off", "switched_off", "use", "using"]
 
 #: The environment variable that picks the runtime.
 ENV = "CTRLRNN_RUNTIME"
 #: The runtimes.
 RUNTIMES = ("tuned", "plain")
+#: The environment variable that switches tuned mechanisms off.
+OFF_ENV = "CTRLRNN_RUNTIME_OFF"
+#: The mechanisms it takes: MKL's packed per-step GEMM, the polynomial exp and tanh, the stacked
+#: recurrences' outputs without a copy.
+MECHANISMS = settings.RUNTIME_MECHANISMS
 
 _LOCK = threading.Lock()
 _MODULES: list[ModuleType] = []
 #: The runtime :func:`use` chose (None: ``CTRLRNN_RUNTIME`` decides).
 _CHOSEN: list[str] = []
+#: The mechanisms :func:`switch_off` chose (empty: ``CTRLRNN_RUNTIME_OFF`` decides).
+_OFF: list[tuple[str, ...]] = []
 
 
 def requested() -> str:
@@ -56,6 +68,8 @@ def attach(mod: ModuleType) -> None:
             _MODULES.append(mod)
         if _CHOSEN:
             mod.set_runtime(_CHOSEN[-1])
+        if _OFF and hasattr(mod, "set_runtime_off"):
+            mod.set_runtime_off(list(_OFF[-1]))
 
 
 def current() -> str:
@@ -86,3 +100,35 @@ def using(name: str) -> Iterator[None]:
         yield
     finally:
         use(before)
+
+
+def switched_off() -> tuple[str, ...]:
+    """The tuned mechanisms switched off now (:data:`MECHANISMS`)."""
+    with _LOCK:
+        if _MODULES:
+            return tuple(str(n) for n in _MODULES[0].runtime_off())
+        return _OFF[-1] if _OFF else tuple(settings.value(OFF_ENV))
+
+
+def switch_off(*names: str) -> None:
+    """Switch off exactly the tuned mechanisms ``names`` (the others on) from the next call on."""
+    unknown = [n for n in names if n not in MECHANISMS]
+    if unknown:
+        raise ValueError(f"names: expected among {', '.join(MECHANISMS)}, got {unknown}")
+    chosen = tuple(n for n in MECHANISMS if n in names)
+    with _LOCK:
+        _OFF[:] = [chosen]
+        for mod in _MODULES:
+            mod.set_runtime_off(list(chosen))
+
+
+def mechanism_uses(clear: bool = False) -> dict[str, int]:
+    """How many kernel calls each switchable mechanism served since the last clear (one count
+    per process, shared by the extensions); ``clear`` resets the counts after reading them."""
+    with _LOCK:
+        if not _MODULES:
+            return dict.fromkeys(MECHANISMS, 0)
+        names, counts = _MODULES[0].mechanism_uses()
+        if clear:
+            _MODULES[0].mechanism_uses_clear()
+    return {str(n): int(c) for n, c in zip(names, counts, strict=True)}

@@ -73,15 +73,6 @@ inline void check_btc(const at::Tensor& x, const char* name) {
               " must be a contiguous CPU tensor of shape (B, T, C)");
 }
 
-inline int64_t num_threads() { return at::get_num_threads(); }
-
-// How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
-inline int64_t openmp_threads_in_region() {
-  std::atomic<int64_t> seen{0};
-  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { seen.fetch_add(1); });
-  return seen.load();
-}
-
 // ----------------------------------------------------------------------------------------------
 // A bias added inside a kernel (the QRNN pooling's and the METAGROSS level's): the GEMM before it
 // then writes x W^T alone, with no pass filling its output with the bias

@@ -5,9 +5,9 @@
 // A recurrent layer allocates the same large outputs every training step. Without a cache every
 // step pays that first touch again. torch's CPU allocator has no such cache on desktop builds.
 //
-// What: pooled_empty(sizes, options) serves a request of kMinPooledBytes or more from the cache.
-// When the tensor dies its block returns to the cache. Capacities round up to 8 size classes per
-// power of two, so a request reuses a block of its class. The bytes held while unused are capped
+// What: OutputPool::empty(sizes, options) serves a request of kMinPooledBytes or more from the
+// cache. When the tensor dies its block returns to the cache. Capacities round up to 8 size
+// classes per power of two, so a request reuses a block of its class. The bytes held while unused are capped
 // (CTRLRNN_OUTPUT_CACHE_MB, handed in by configure; 0 disables the cache), oldest evicted first.
 // `ctrlrnn.ops.empty_cache()` frees them all.
 //
@@ -26,6 +26,8 @@
 #include <ATen/ATen.h>
 
 #include <c10/core/impl/alloc_cpu.h>
+
+#include "mode.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -200,14 +202,15 @@ class OutputPool {
 
 // The outputs of independent recurrences run in one call (recurrences.h) without a stacking
 // copy. Every recurrence runs the same code on tensors of the same sizes, so it makes the same
-// sequence of pooled_empty requests; the call returns each output stacked on a leading dimension
+// sequence of runtime::empty requests; the call returns each output stacked on a leading dimension
 // R. While recurrence r runs on a thread (a StackedScope there), that thread's k-th request is
 // served by slice r of the k-th block of shape (R, sizes...), made by whichever recurrence asks
 // first; afterwards an output that is slice r of one block in every recurrence r is that block,
 // with nothing copied. For the largest tensors of a bidirectional layer (sequences, saved
-// activations, input gradients) the copy it replaces was a read and a write of each of them.
-// A request whose sizes or options differ from its block's gets a block of its own (the output
-// is then stacked by copying, as before).
+// activations, input gradients) the copy it saves is a read and a write of each of them.
+// A request whose sizes or options differ from its block's gets a block of its own, and its
+// output is stacked by copying. With stacked_outputs off (mode.h) runtime::empty skips the
+// scope, so every output is stacked by copying.
 class StackedBlocks {
  public:
   explicit StackedBlocks(int64_t R) : R_(R) {}
@@ -249,6 +252,7 @@ class StackedBlocks {
         }
       }
       given_[k] = true;
+      runtime::count_use(runtime::kStackedOutputs);
       return block;
     }
     return {};
@@ -261,7 +265,7 @@ class StackedBlocks {
   std::vector<bool> given_;
 };
 
-// While alive, this thread's pooled_empty requests are recurrence r's (StackedBlocks above).
+// While alive, this thread's runtime::empty requests are recurrence r's (StackedBlocks above).
 class StackedScope {
  public:
   StackedScope(StackedBlocks* blocks, int64_t r) : prev_(current()), blocks_(blocks), r_(r) {
@@ -286,10 +290,5 @@ class StackedScope {
   int64_t r_;
   size_t next_ = 0;
 };
-
-inline at::Tensor pooled_empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  if (StackedScope* scope = StackedScope::current()) return scope->next(sizes, options);
-  return OutputPool::instance().empty(sizes, options);
-}
 
 }  // namespace ctrlrnn

@@ -9,10 +9,12 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <ATen/Parallel.h>
+
 #include "cached_linear.h"
-#include "kernel_common.h"
 #include "runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -30,15 +32,27 @@ inline std::atomic<bool>& runtime_configured() {
 
 // Hands the runtime its settings (ctrlrnn.settings reads and checks them): the streaming-store
 // threshold in bytes (None: follow the cache), whether large cached blocks go on huge pages, the
-// output cache's limit in MiB, and the runtime ("tuned" or "plain"). Only the first call of a
-// process applies them, so loading a second extension does not undo a setter called in between.
-// Returns whether this call applied.
+// output cache's limit in MiB, the runtime ("tuned" or "plain") and the tuned mechanisms
+// switched off as a comma list (mode.h; a schema's list of str cannot have a default). Only the
+// first call of a process applies them, so loading a second extension does not undo a setter
+// called in between. Returns whether this call applied.
 inline bool configure(std::optional<int64_t> streaming_bytes, bool huge_pages,
-                      int64_t output_cache_mb, const std::string& runtime) {
+                      int64_t output_cache_mb, const std::string& runtime,
+                      const std::string& off) {
   TORCH_CHECK(runtime == "tuned" || runtime == "plain",
               "configure: runtime must be 'tuned' or 'plain', got '", runtime, "'");
+  std::vector<std::string> names;
+  for (size_t start = 0; start < off.size();) {
+    const size_t comma = std::min(off.find(',', start), off.size());
+    if (comma > start) names.push_back(off.substr(start, comma - start));
+    start = comma + 1;
+  }
+  const int off_bits = runtime::off_bits(names);
+  TORCH_CHECK(off_bits >= 0, "configure: off takes packed_gemm, poly_exp and stacked_outputs, "
+              "got '", off, "'");
   if (runtime_configured().exchange(true)) return false;
   runtime::set_kind(runtime);
+  runtime::off_ref().store(off_bits);
   runtime::set_streaming_threshold(streaming_bytes.value_or(runtime::kThresholdAuto));
   OutputPool::huge_pages_ref().store(huge_pages);
   OutputPool::instance().set_limit(output_cache_mb <= 0 ? 0 : output_cache_mb << 20);
@@ -50,9 +64,31 @@ void set_runtime(const std::string& name) {
               "'");
 }
 
+void set_runtime_off(const std::vector<std::string>& names) {
+  TORCH_CHECK(runtime::set_off(names), "set_runtime_off: expected names among packed_gemm, "
+              "poly_exp and stacked_outputs, got ", c10::Join(", ", names));
+}
+
 namespace {
 
 using Names = std::vector<std::string>;
+
+// How many threads at::parallel_for really uses here (a second OpenMP runtime can make it 1).
+int64_t threads_in_region() {
+  std::atomic<int64_t> seen{0};
+  at::parallel_for(0, 1024, 1, [&](int64_t, int64_t) { seen.fetch_add(1); });
+  return seen.load();
+}
+
+// The switchable mechanisms' names and how often each served since the last clear (mode.h).
+std::tuple<Names, std::vector<int64_t>> mechanism_uses() {
+  std::tuple<Names, std::vector<int64_t>> out;
+  for (int m = 0; m < runtime::kMechanisms; ++m) {
+    std::get<0>(out).emplace_back(runtime::mechanism_name(m));
+    std::get<1>(out).push_back(runtime::use_counts()[m].load());
+  }
+  return out;
+}
 
 // The GEMM table as three lists (shape class, path, BLAS time / oneDNN time).
 std::tuple<Names, Names, std::vector<double>> gemm_table() {
@@ -160,15 +196,24 @@ void register_gemm(torch::Library& m) {
 void register_runtime(torch::Library& m) {
   // hand the runtime its settings (the first call of a process applies them)
   m.def("configure(int? streaming_bytes, bool huge_pages, int output_cache_mb, "
-        "str runtime='tuned') -> bool", &configure);
+        "str runtime='tuned', str off='') -> bool", &configure);
   // the runtime serving the kernels: 'tuned' or 'plain'
   m.def("runtime() -> str", [] { return std::string(runtime::kind_name()); });
   // serve the kernels by the 'tuned' or the 'plain' runtime from the next call on
   m.def("set_runtime(str name) -> ()", &set_runtime);
+  // the tuned mechanisms switched off: packed_gemm, poly_exp, stacked_outputs (mode.h)
+  m.def("runtime_off() -> str[]", [] { return runtime::off_names(); });
+  // switch off exactly these mechanisms from the next call on (the others on)
+  m.def("set_runtime_off(str[] names) -> ()", &set_runtime_off);
+  // each switchable mechanism's name and how often it served a call
+  m.def("mechanism_uses() -> (str[], int[])", &mechanism_uses);
+  m.def("mechanism_uses_clear() -> ()", [] {
+    for (auto& c : runtime::use_counts()) c.store(0);
+  });
   // at::get_num_threads() as seen by this extension
-  m.def("num_threads() -> int", &kernels::num_threads);
+  m.def("num_threads() -> int", [] { return static_cast<int64_t>(at::get_num_threads()); });
   // how many threads at::parallel_for really uses in this extension
-  m.def("parallel_threads() -> int", &kernels::openmp_threads_in_region);
+  m.def("parallel_threads() -> int", &threads_in_region);
   // bytes written from which the kernels use streaming stores (negative: never stream)
   m.def("streaming_threshold() -> int", &runtime::streaming_threshold);
   m.def("set_streaming_threshold(int bytes) -> ()", &runtime::set_streaming_threshold);

@@ -11,7 +11,8 @@
 // Two runtimes stand behind it (mode.h), chosen by CTRLRNN_RUNTIME through configure and
 // switchable between calls. Tuned: the output cache with huge pages, the measured GEMM paths,
 // streaming stores and the polynomial exp. Plain: at::empty, at::mm_out and addmm_, ordinary
-// stores, std::exp and std::tanh.
+// stores, std::exp and std::tanh. CTRLRNN_RUNTIME_OFF switches three tuned mechanisms off one by
+// one (mode.h).
 
 #pragma once
 
@@ -29,11 +30,14 @@
 
 namespace ctrlrnn::runtime {
 
-// An uninitialised output. Tuned: from the output cache when large, or a slice of a stacked
-// block inside a StackedScope. Plain: at::empty.
+// An uninitialised output. Tuned: a slice of a stacked block inside a StackedScope (unless
+// stacked_outputs is off, mode.h), else from the output cache when large. Plain: at::empty.
 inline at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
   if (plain()) return at::empty(sizes, options);
-  return pooled_empty(sizes, options);
+  if (uses(kStackedOutputs)) {
+    if (StackedScope* scope = StackedScope::current()) return scope->next(sizes, options);
+  }
+  return OutputPool::instance().empty(sizes, options);
 }
 
 inline at::Tensor empty_like(const at::Tensor& like) { return empty(like.sizes(), like.options()); }
@@ -54,8 +58,21 @@ struct Flavour : std::bool_constant<STREAM> {
   using Math = M;
 };
 
+// Calls f with Flavour<stream and CAN_STREAM, Math>.
+template <typename Math, bool CAN_STREAM, typename F>
+inline void with_stores(bool stream, const F& f) {
+  if constexpr (CAN_STREAM) {
+    if (stream) {
+      f(Flavour<true, Math>{});
+      return;
+    }
+  }
+  f(Flavour<false, Math>{});
+}
+
 // Calls f with the Flavour for this call: plain math and ordinary stores under the plain runtime
-// (Acc float), else Tuned math, streaming where `stream` and the kernel allows it (CAN_STREAM).
+// (Acc float), else Tuned math (plain math for float with poly_exp off), streaming where
+// `stream` and the kernel allows it (CAN_STREAM).
 template <typename Acc, typename Tuned, bool CAN_STREAM, typename F>
 inline void with_flavour(bool stream, const F& f) {
   if constexpr (std::is_same_v<Acc, float>) {
@@ -63,14 +80,13 @@ inline void with_flavour(bool stream, const F& f) {
       f(Flavour<false, Plain>{});
       return;
     }
-  }
-  if constexpr (CAN_STREAM) {
-    if (stream) {
-      f(Flavour<true, Tuned>{});
+    if (!uses(kPolyExp)) {
+      with_stores<Plain, CAN_STREAM>(stream, f);
       return;
     }
+    count_use(kPolyExp);
   }
-  f(Flavour<false, Tuned>{});
+  with_stores<Tuned, CAN_STREAM>(stream, f);
 }
 
 using ctrlrnn::StackedBlocks;

@@ -4,7 +4,7 @@
 // Tuned (float32): the path gemm_paths.h chooses for the shape class.
 // * blas: with MKL, W is packed once per batch slice (cblas_sgemm_pack) and each step calls
 //   cblas_sgemm_compute, so MKL does not pack the weights again every step. The MKL symbols are
-//   weak; without them this path is at::mm_out / addmm_.
+//   weak; without them, or with packed_gemm off (mode.h), this path is at::mm_out / addmm_.
 // * onednn: mkldnn_matmul on the step's rows; its primitive is cached after the first step.
 // * blas1: the blas path held to the calling thread, for a small batch's tiny products.
 // * tiny: tiny_gemm.h on a contiguous copy of op(W), made once per batch slice.
@@ -33,7 +33,7 @@ class StepGemm {
     // plain: no packing and no choice, so path_ stays blas and run() calls at::mm_out / addmm_
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (runtime::plain()) return;
-      if (mkl::available() && M_ > 0 && K_ > 0 && N_ > 0 && W.is_contiguous() &&
+      if (mkl::available() && uses(kPackedGemm) && M_ > 0 && K_ > 0 && N_ > 0 && W.is_contiguous() &&
           mkl::fits_int(M_) && mkl::fits_int(K_) && mkl::fits_int(N_)) {
         const size_t bytes = cblas_sgemm_pack_get_size(mkl::kBMatrix, static_cast<int>(M_),
                                                        static_cast<int>(N_), static_cast<int>(K_));
@@ -66,6 +66,7 @@ class StepGemm {
         if (path_ == gemm::kTiny && !w_contig_.defined()) w_contig_ = w_op_.contiguous();
         if (path_ != gemm::kTiny) w_contig_ = at::Tensor();
       }
+      if (packed_.defined()) count_use(kPackedGemm);
     }
   }
 

@@ -7,7 +7,8 @@
 //   the argument is clamped and NaN restored by one final select.
 // * Act<float> (the fused cells): selects at both ends give std::exp's values there, and tanh
 //   takes an odd series near 0, where 1 - 2 / (exp(2x) + 1) loses relative accuracy.
-// Plain: std::exp and std::tanh. double is std::exp and std::tanh in every flavour.
+// Plain: std::exp and std::tanh, also the tuned runtime's with poly_exp off (mode.h). double is
+// std::exp and std::tanh in every flavour.
 // All give torch's special values: sigmoid(+Inf) = 1, sigmoid(-Inf) = 0, tanh(+-Inf) = +-1, and
 // NaN stays NaN.
 //
@@ -135,14 +136,16 @@ struct Plain {
   }
 };
 
-// Calls f(Tuned{}) or, for float under the plain runtime, f(Plain{}). double has one flavour.
+// Calls f(Tuned{}) or, for float under the plain runtime or with poly_exp off (mode.h),
+// f(Plain{}). double has one flavour.
 template <typename T, typename Tuned, typename F>
 inline void with_math(const F& f) {
   if constexpr (std::is_same_v<T, float>) {
-    if (plain()) {
+    if (!uses(kPolyExp)) {
       f(Plain{});
       return;
     }
+    count_use(kPolyExp);
   }
   f(Tuned{});
 }
