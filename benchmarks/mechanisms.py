@@ -4,6 +4,7 @@ against the tuned runtime, on the same grid.
 Usage::
 
     python benchmarks/mechanisms.py [--grid quick|tiny] [--only PATTERN] [--out-dir DIR]
+                                    [--variants tuned,no-poly-exp,...]
     python benchmarks/mechanisms.py --from-dir DIR          # the table of a finished run
     python benchmarks/mechanisms.py --pair LABEL=BASE.json,OTHER.json   # two saved runs
 
@@ -95,10 +96,22 @@ def table(rows: list[tuple[str, dict[str, list[float]]]]) -> str:
     return "\n".join(head + [line(label, r) for label, r in rows])
 
 
-def run(grid: str, only: list[str], out_dir: Path) -> None:
-    """Every variant's bench run into ``out_dir``, in fresh processes, one after another."""
+def chosen_variants(text: str) -> list[str]:
+    """The variants a comma list names (all of :data:`VARIANTS` for an empty one), in the
+    order of :data:`VARIANTS`; an unknown name is an error naming ``--variants``."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
+    return [n for n in VARIANTS if not names or n in names]
+
+
+def run(grid: str, only: list[str], out_dir: Path, variants: list[str] | None = None) -> None:
+    """The bench run of each of ``variants`` (default: all) into ``out_dir``, in fresh
+    processes, one after another."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, env in VARIANTS.items():
+    for name in variants or list(VARIANTS):
+        env = VARIANTS[name]
         cmd = [sys.executable, "-m", "ctrlrnn", "bench", f"--{grid}", "--processes", "0",
                "--out", str(out_dir / f"{name}.json")]
         for pattern in only:
@@ -113,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grid", choices=("quick", "tiny"), default="quick")
     p.add_argument("--only", action="append", default=[], metavar="PATTERN")
     p.add_argument("--out-dir", type=Path, default=Path("bench-results/mechanisms"))
+    p.add_argument("--variants", default="", metavar="NAME,...",
+                   help=f"run only these variants (comma list of {', '.join(VARIANTS)}; "
+                        "default all; the table needs tuned in the folder)")
     p.add_argument("--from-dir", type=Path, help="do not measure: tabulate this folder's runs")
     p.add_argument("--pair", action="append", default=[], metavar="LABEL=BASE,OTHER",
                    help="tabulate time(OTHER) / time(BASE) of two saved results files")
@@ -128,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     folder = args.from_dir or args.out_dir
     if args.from_dir is None:
-        run(args.grid, args.only, folder)
+        run(args.grid, args.only, folder, chosen_variants(args.variants))
     base = folder / "tuned.json"
     rows = []
     for name in VARIANTS:
