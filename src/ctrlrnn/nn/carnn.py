@@ -34,6 +34,7 @@ from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
+from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import ncarnn_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -156,6 +157,13 @@ class CARNNCell(Traceable, nn.Module):
                 h = h.unsqueeze(0)
             if tuple(h.shape) != (B, H):
                 raise ValueError(f"h: expected shape {(B, H)}, got {tuple(h.shape)}")
+        p = self._parameters  # the attributes without nn.Module's lookup
+        w_ih, b_ih, w_ch, w_hh = (p["weight_ih"], p.get("bias_ih"), p.get("weight_ch"),
+                                  p.get("weight_hh"))  # fmt: skip
+        ext = cell_steps.kernels(x, h, w_ih, b_ih, context, w_ch, w_hh)
+        if ext is not None:  # the whole step as one op (carnn_cell_step_ref its twin)
+            h_new = ext.carnn_cell_step(x, h, w_ih, b_ih, context, w_ch, w_hh)
+            return h_new[0] if unbatched else h_new
         proj = self.input_projection(x)
         pre = proj[:, : 2 * H]
         ctx = self.context_projection(context)

@@ -19,6 +19,7 @@ from ctrlrnn.nn.metagross_tree import (
     check_gates,
 )
 from ctrlrnn.nn.torchscript import Traceable
+from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.metagross_level.layout import tree_nodes
 from ctrlrnn.ops.validation import step_input
 
@@ -298,6 +299,10 @@ class MetagrossCell(Traceable, nn.Module):
                     raise ValueError(f"state: expected shape {(B, size)}, got {tuple(p.shape)}")
             tree = parts[0]
             base_state = parts[1] if rnn else None
+        fused = _fused_step(u, x, tree)
+        if fused is not None:  # the whole tree's step as one op
+            h, last = fused
+            return (h[0], last[0]) if unbatched else (h, last)
         out, last, base_last, _, _ = u(x.unsqueeze(1), None, tree, base_state)
         h = out[:, 0]
         new: Tensor | tuple[Tensor, Tensor] = last if base_last is None else (last, base_last)
@@ -305,3 +310,24 @@ class MetagrossCell(Traceable, nn.Module):
             h = h[0]
             new = new[0] if isinstance(new, Tensor) else (new[0][0], new[1][0])
         return h, new
+
+
+def _fused_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list[Tensor] | None:
+    """Eq 2-1..2-6 for the whole tree as one op (:func:`ctrlrnn.ops.cell_steps.kernels` says
+    where; :func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref` is its readable
+    twin), or None where the tree's written-out pass must run: gates from the state, a base
+    other than linear, depth gates other than the token gates, a projected residual."""
+    if tree is None or unit.gates != "input" or unit.base != "linear":
+        return None
+    p = unit._parameters  # the attributes without nn.Module's lookup
+    if p.get("residual_weight") is not None:
+        return None
+    depth_weight = p.get("depth_weight")
+    if unit.num_internal > 0 and (unit.depth_gate != "token" or depth_weight is None):
+        return None
+    weight, bias, depth_bias = p["weight"], p.get("bias"), p.get("depth_bias")
+    ext = cell_steps.kernels(x, tree, weight, bias, depth_weight, depth_bias)
+    if ext is None:
+        return None
+    return ext.metagross_cell_step(x, tree, weight, bias, depth_weight,  # type: ignore[no-any-return]
+                                   depth_bias, unit.depth, unit.recurrence == "h", unit.residual)

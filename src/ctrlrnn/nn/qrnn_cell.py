@@ -22,6 +22,7 @@ from ctrlrnn.nn.qrnn_windows import (
     zoneout_keep,
 )
 from ctrlrnn.nn.torchscript import Traceable
+from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.compiled_op import eager_ok
@@ -210,6 +211,12 @@ class QRNNCell(Traceable, nn.Module):
                 )
         if encoder_state is not None and unbatched:
             encoder_state = encoder_state.unsqueeze(0)
+        fused = self._fused_step(x, c, history, encoder_state)
+        if fused is not None:
+            h, c_new, new_history = fused
+            if unbatched:
+                return h[0], (c_new[0], new_history[0])
+            return h, (c_new, new_history)
         gates, new_history = self.step_preactivations(x, history, encoder_state)
         keep, scale = zoneout_keep(
             (B, 1, H), self.zoneout, self.training, x, self.zoneout_eval
@@ -227,6 +234,21 @@ class QRNNCell(Traceable, nn.Module):
         if unbatched:
             return h[0], (c_new[0], new_history[0])
         return h, (c_new, new_history)
+
+    def _fused_step(self, x: Tensor, c: Tensor, history: Tensor,
+                    encoder_state: Tensor | None) -> list[Tensor] | None:
+        """Eq 1-5 as one op (:func:`ctrlrnn.ops.cell_steps.kernels` says where it applies;
+        :func:`~ctrlrnn.ops.cell_steps.reference.qrnn_cell_step_ref` is its readable twin), or
+        None where the written-out step must run: zoneout and eq 7's term run there."""
+        p = self._parameters  # the attributes without nn.Module's lookup
+        if self.zoneout or p.get("encoder_weight") is not None or encoder_state is not None:
+            return None
+        weight, bias = p["weight"], p.get("bias")
+        ext = cell_steps.kernels(x, c, history, weight, bias)
+        if ext is None:
+            return None
+        return ext.qrnn_cell_step(x, c, history, weight, bias,  # type: ignore[no-any-return]
+                                  POOLING_MODES[self.pooling])
 
     def step_preactivations(
         self, x: Tensor, history: Tensor, encoder_state: Tensor | None = None

@@ -202,7 +202,10 @@ class RCRNCell(Traceable, nn.Module):
                 if not isinstance(s, Tensor) or tuple(s.shape) != (B, H):
                     got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
                     raise ValueError(f"state: expected {name} of shape {(B, H)}, got {got}")
-        if rcrn_step.applies(x):  # each RNN one of torch's cell ops
+        fused = rcrn_step.fused(self, x, st)  # the whole step as one op
+        if fused is not None:
+            h4, new = fused[0], fused[1:]
+        elif rcrn_step.applies(x):  # each RNN one of torch's cell ops
             h4, new = rcrn_step.step(self, x, st)
         else:
             h4, new = self._step(x, st)

@@ -13,6 +13,10 @@ one call, differentiable. Eq 15-16 follow in four ops::
 The results equal the written-out step's to float rounding (torch adds the two biases to their
 products separately). Where a tracer records the step (``torch.compile``, ``torch.export``,
 TorchScript, ONNX export) the written-out step runs, whose ops every exporter knows.
+
+:func:`fused` is eq 1-16 with LSTM cells as one op, where no autograd graph can be recorded
+(:func:`ctrlrnn.ops.cell_steps.kernels`); its readable twin is
+:func:`ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops import scan_export
+from ctrlrnn.ops import cell_steps, scan_export
 from ctrlrnn.ops.compiled_op import eager_ok
 
 
@@ -49,3 +53,20 @@ def step(cell: Any, x: Tensor, st: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
     new.append(c4)
     gate = torch.sigmoid(h2) if cell.output_gate == "sigmoid" else h2
     return gate * c4, new  # eq 16
+
+
+def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
+    """``[h4, *new states]`` of one step by the fused op (module docstring), or None where it
+    does not apply (GRU cells among them)."""
+    if cell.cell != "lstm":
+        return None
+    weights, biases = [], []
+    for rnn in cell.rnns():
+        p = rnn._parameters  # the attributes without nn.Module's lookup
+        weights += (p["weight_ih"], p["weight_hh"])
+        biases += (p.get("bias_ih"), p.get("bias_hh"))
+    ext = cell_steps.kernels(x, *st, *weights, *biases)
+    if ext is None:
+        return None
+    return ext.rcrn_cell_step(x, st, weights, biases,  # type: ignore[no-any-return]
+                              cell.output_gate == "sigmoid")

@@ -81,7 +81,7 @@ class Op:
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("scan", "ctrlrnn compiled CPU kernels: linear scan, QRNN pooling and convolution "
-                   "windows, the RCRN listener"),
+                   "windows, the RCRN listener, the cells' fused decoding steps"),
     Family("cells", "ctrlrnn fused gated cells (LSTM, GRU, CAS-LSTM, nCARNN, METAGROSS as "
                     "printed) on CPU", flags=("runs_recurrences_concurrently",)),
     Family("metagross", "ctrlrnn compiled CPU kernels: one METAGROSS level, gates and scan "
@@ -102,6 +102,10 @@ OPS: tuple[Op, ...] = (
     Op("conv_windows", "scan", "conv_windows", ("shifted_windows", "shifted_windows_adjoint"),
        cpu_only="on CUDA the reference's pad and concatenation are already one kernel each, "
                 "and its output goes to torch's caching allocator"),
+    Op("cell_steps", "scan", "cell_steps",
+       ("qrnn_cell_step", "rcrn_cell_step", "carnn_cell_step", "metagross_cell_step"),
+       cpu_only="the fused steps serve small-batch decoding on CPU, where a step's dispatcher "
+                "calls cost more than its arithmetic; on CUDA a step is launch-bound either way"),
     Op("metagross_level", "metagross", "metagross_level", ("forward", "backward")),
     _cell("lstm"),
     _cell("gru"),

@@ -1,0 +1,371 @@
+// One step of a cell at a small batch on CPU, the whole step in one op: the input (and
+// recurrent) products as matrix-vector products on the weights as they are stored, then the
+// gates and the state update. These ops serve the cells' steps where no autograd graph is
+// recorded (decoding one token at a time), where a step's dozen tensor ops cost far more than
+// its arithmetic. Each op's readable twin is in reference.py beside this file.
+//
+// * qrnn_cell_step: QRNN paper eq 1-5 (the window's convolution as one product, then f-, fo- or
+//   ifo-pooling);
+// * rcrn_cell_step: RCRN paper eq 1-16 with LSTM controllers and base (three LSTM cells, then
+//   the listener's eq 15-16);
+// * carnn_cell_step: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN);
+// * metagross_cell_step: METAGROSS paper eq 2-1..2-6 with a linear base and token depth gates.
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+// The accumulator lanes of a dot product: independent sums the compiler keeps in vector
+// registers, so no reassociation is needed to vectorise the loop.
+constexpr int64_t kLanes = 16;
+
+// out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N: rows of a row-major weight against one
+// vector, the weight read once, in its stored layout.
+template <typename T>
+inline void gemv(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t N, int64_t K,
+                 T* __restrict out, bool accumulate) {
+  const int64_t main = K - K % kLanes;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* __restrict row = w + n * ldw;
+    T acc[kLanes] = {};
+    for (int64_t k = 0; k < main; k += kLanes) {
+      for (int64_t j = 0; j < kLanes; ++j) acc[j] += row[k + j] * x[k + j];
+    }
+    T sum = 0;
+    for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
+    for (int64_t k = main; k < K; ++k) sum += row[k] * x[k];
+    out[n] = accumulate ? out[n] + sum : sum;
+  }
+}
+
+// A scratch buffer of n values for this thread, kept between calls: a step's intermediate
+// products are a few hundred values, which an allocation per call would cost more than.
+template <typename T>
+inline T* scratch(int64_t n) {
+  thread_local std::vector<T> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+template <typename T>
+inline T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+// The tensor's data, or nullptr for an absent optional one.
+template <typename T>
+inline const T* data_or_null(const c10::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->data_ptr<T>() : nullptr;
+}
+
+// Fails loudly on what the fast path does not serve: the Python side routes every other call
+// to the composite step, so reaching here with any of these is a caller's bug.
+void check_operand(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), name, ": expected a CPU tensor");
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), name, ": expected dtype ",
+              like.scalar_type(), ", got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
+}
+
+void check_optional(const c10::optional<at::Tensor>& t, const at::Tensor& like,
+                    const char* name) {
+  if (t.has_value() && t->defined()) check_operand(*t, like, name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// QRNN (eq 1-5). x (B, D); c (B, H); history (B, k-1, D), oldest first; weight (G*H, k*D), the
+// taps oldest first; bias (G*H,) or none; mode 0 = f, 1 = fo, 2 = ifo (G = 2, 3, 4). The window
+// [history, x] is never concatenated: tap j's columns of the weight meet its row directly.
+template <typename T>
+void qrnn_rows(const at::Tensor& x, const at::Tensor& c, const at::Tensor& history,
+               const at::Tensor& weight, const T* bias, int64_t mode, const at::Tensor& h,
+               const at::Tensor& c_new, const at::Tensor& next) {
+  const int64_t B = x.size(0), D = x.size(1), H = c.size(1), k = history.size(1) + 1;
+  const int64_t G = weight.size(0) / H, ldw = weight.size(1);
+  const T* w = weight.data_ptr<T>();
+  T* g = scratch<T>(G * H);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < k; ++j) {  // eq 1-2: tap j of the window
+      const T* row = j + 1 < k ? history.data_ptr<T>() + (b * (k - 1) + j) * D
+                               : x.data_ptr<T>() + b * D;
+      gemv<T>(w + j * D, ldw, row, G * H, D, g, j > 0);
+    }
+    const T* cp = c.data_ptr<T>() + b * H;
+    T* hp = h.data_ptr<T>() + b * H;
+    T* cn = c_new.data_ptr<T>() + b * H;
+    for (int64_t i = 0; i < H; ++i) {  // eq 3-5
+      auto at = [&](int64_t gate) { return g[gate * H + i] + (bias ? bias[gate * H + i] : T(0)); };
+      const T z = std::tanh(at(0)), f = sigmoid(at(1));
+      const T cell = mode == 2 ? f * cp[i] + sigmoid(at(3)) * z : f * cp[i] + (T(1) - f) * z;
+      cn[i] = cell;
+      hp[i] = mode == 0 ? cell : sigmoid(at(2)) * cell;
+    }
+    if (k > 1) {  // the new history: the window's last k-1 inputs, x last
+      T* nx = next.data_ptr<T>() + b * (k - 1) * D;
+      std::copy_n(history.data_ptr<T>() + (b * (k - 1) + 1) * D, (k - 2) * D, nx);
+      std::copy_n(x.data_ptr<T>() + b * D, D, nx + (k - 2) * D);
+    }
+  }
+}
+
+std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
+                                       const at::Tensor& history, const at::Tensor& weight,
+                                       const c10::optional<at::Tensor>& bias, int64_t mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "qrnn_cell_step: mode must be 0, 1 or 2, got ", mode);
+  TORCH_CHECK(x.dim() == 2 && c.dim() == 2 && history.dim() == 3 && weight.dim() == 2,
+              "qrnn_cell_step: expected x (B, D), c (B, H), history (B, k-1, D), weight 2-D");
+  for (auto [t, name] : {std::pair{&c, "c"}, {&history, "history"}, {&weight, "weight"}}) {
+    check_operand(*t, x, name);
+  }
+  check_operand(x, x, "x");
+  check_optional(bias, x, "bias");
+  const int64_t B = x.size(0), D = x.size(1), H = c.size(1), k = history.size(1) + 1;
+  const int64_t G = mode == 0 ? 2 : (mode == 1 ? 3 : 4);
+  TORCH_CHECK(c.size(0) == B && history.size(0) == B && history.size(2) == D &&
+                  weight.size(0) == G * H && weight.size(1) == k * D,
+              "qrnn_cell_step: shapes disagree");
+  auto h = at::empty({B, H}, x.options());
+  auto c_new = at::empty({B, H}, x.options());
+  auto next = at::empty({B, k - 1, D}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "qrnn_cell_step", [&] {
+    qrnn_rows<scalar_t>(x, c, history, weight, data_or_null<scalar_t>(bias), mode, h, c_new,
+                        next);
+  });
+  return {h, c_new, next};
+}
+
+// ---------------------------------------------------------------------------------------------
+// One LSTM cell (RCRN eq 1-6, 10-14 in torch's layout: gate rows [i | f | g | o]) at batch row b:
+// gates = W_ih x + b_ih + W_hh h + b_hh, c' = f c + i g, h' = o tanh(c').
+template <typename T>
+void lstm_row(const T* x, int64_t D, const T* h, const T* c, int64_t H, const at::Tensor& w_ih,
+              const at::Tensor& w_hh, const T* b_ih, const T* b_hh, T* gates, T* h_new,
+              T* c_new) {
+  gemv<T>(w_ih.data_ptr<T>(), D, x, 4 * H, D, gates, false);
+  gemv<T>(w_hh.data_ptr<T>(), H, h, 4 * H, H, gates, true);
+  for (int64_t i = 0; i < H; ++i) {
+    auto at = [&](int64_t gate) {
+      const int64_t r = gate * H + i;
+      return gates[r] + (b_ih ? b_ih[r] : T(0)) + (b_hh ? b_hh[r] : T(0));
+    };
+    const T cell = sigmoid(at(1)) * c[i] + sigmoid(at(0)) * std::tanh(at(2));
+    c_new[i] = cell;
+    h_new[i] = sigmoid(at(3)) * std::tanh(cell);
+  }
+}
+
+// RCRN (eq 1-16), LSTM cells. states: h1, c1, h2, c2, h3, c3, c4, each (B, H); weights: per RNN
+// (controller 1, controller 2, listener) weight_ih (4H, D), weight_hh (4H, H), bias_ih, bias_hh
+// (4H,) or none. Returns h4 and the seven new states.
+std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList states,
+                                       at::TensorList weights,
+                                       const c10::List<c10::optional<at::Tensor>>& biases,
+                                       bool sigmoid_gate) {
+  TORCH_CHECK(states.size() == 7 && weights.size() == 6 && biases.size() == 6,
+              "rcrn_cell_step: expected 7 states, 6 weights and 6 biases");
+  TORCH_CHECK(x.dim() == 2, "rcrn_cell_step: expected x (B, D)");
+  check_operand(x, x, "x");
+  const int64_t B = x.size(0), D = x.size(1), H = states[0].size(-1);
+  for (const auto& s : states) {
+    check_operand(s, x, "state");
+    TORCH_CHECK(s.dim() == 2 && s.size(0) == B && s.size(1) == H, "rcrn_cell_step: state shape");
+  }
+  for (size_t j = 0; j < 3; ++j) {
+    check_operand(weights[2 * j], x, "weight_ih");
+    check_operand(weights[2 * j + 1], x, "weight_hh");
+    TORCH_CHECK(weights[2 * j].size(0) == 4 * H && weights[2 * j].size(1) == D &&
+                    weights[2 * j + 1].size(0) == 4 * H && weights[2 * j + 1].size(1) == H,
+                "rcrn_cell_step: weight shapes");
+  }
+  std::vector<c10::optional<at::Tensor>> b(biases.begin(), biases.end());
+  for (const auto& t : b) check_optional(t, x, "bias");
+  std::vector<at::Tensor> out;
+  for (int i = 0; i < 8; ++i) out.push_back(at::empty({B, H}, x.options()));
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rcrn_cell_step", [&] {
+    using T = scalar_t;
+    T* gates = scratch<T>(4 * H);
+    auto ptr = [&](const at::Tensor& t, int64_t row) { return t.data_ptr<T>() + row * H; };
+    for (int64_t r = 0; r < B; ++r) {
+      for (size_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
+        lstm_row<T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
+                    ptr(states[2 * j + 1], r), H, weights[2 * j], weights[2 * j + 1],
+                    data_or_null<T>(b[2 * j]), data_or_null<T>(b[2 * j + 1]),
+                    gates, ptr(out[1 + 2 * j], r), ptr(out[2 + 2 * j], r));
+      }
+      const T *h1 = ptr(out[1], r), *h2 = ptr(out[3], r), *h3 = ptr(out[5], r);
+      const T* c4 = ptr(states[6], r);
+      T *c4n = ptr(out[7], r), *h4 = ptr(out[0], r);
+      for (int64_t i = 0; i < H; ++i) {
+        const T f = sigmoid(h1[i]);
+        c4n[i] = h3[i] + f * (c4[i] - h3[i]);  // eq 15
+        h4[i] = (sigmoid_gate ? sigmoid(h2[i]) : h2[i]) * c4n[i];  // eq 16
+      }
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CARNN (eq 3, 5, 6). x (B, D); h (B, H); weight_ih (G*H, D) rows [u | f | ebar] (G = 3, or 2
+// for sCARNN, whose ebar is x itself); bias_ih (G*H,) or none; context (B, C) with weight_ch
+// (2H, C), or both none; weight_hh (2H, H) (nCARNN) or none.
+//   g_u, g_f = sigmoid(W^e x + b + W^c c + W^h h),  h' = g_u (g_f ebar) + (1 - g_u) h
+at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight_ih,
+                           const c10::optional<at::Tensor>& bias_ih,
+                           const c10::optional<at::Tensor>& context,
+                           const c10::optional<at::Tensor>& weight_ch,
+                           const c10::optional<at::Tensor>& weight_hh) {
+  TORCH_CHECK(x.dim() == 2 && h.dim() == 2 && weight_ih.dim() == 2,
+              "carnn_cell_step: expected x (B, D), h (B, H), weight_ih 2-D");
+  check_operand(x, x, "x");
+  check_operand(h, x, "h");
+  check_operand(weight_ih, x, "weight_ih");
+  check_optional(bias_ih, x, "bias_ih");
+  check_optional(context, x, "context");
+  check_optional(weight_ch, x, "weight_ch");
+  check_optional(weight_hh, x, "weight_hh");
+  const int64_t B = x.size(0), D = x.size(1), H = h.size(1), G = weight_ih.size(0) / H;
+  const bool has_ctx = context.has_value() && context->defined();
+  const bool has_hh = weight_hh.has_value() && weight_hh->defined();
+  TORCH_CHECK(has_ctx == (weight_ch.has_value() && weight_ch->defined()),
+              "carnn_cell_step: context and weight_ch go together");
+  TORCH_CHECK((G == 2 || G == 3) && weight_ih.size(0) == G * H && weight_ih.size(1) == D &&
+                  h.size(0) == B && (G == 3 || D == H),
+              "carnn_cell_step: shapes disagree");
+  auto out = at::empty({B, H}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "carnn_cell_step", [&] {
+    using T = scalar_t;
+    T* p = scratch<T>(G * H);
+    const T* bias = data_or_null<T>(bias_ih);
+    for (int64_t r = 0; r < B; ++r) {
+      const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+      gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
+      if (has_ctx) {
+        const int64_t C = context->size(1);
+        gemv<T>(weight_ch->data_ptr<T>(), C, context->data_ptr<T>() + r * C, 2 * H, C, p, true);
+      }
+      if (has_hh) gemv<T>(weight_hh->data_ptr<T>(), H, hr, 2 * H, H, p, true);
+      T* o = out.data_ptr<T>() + r * H;
+      for (int64_t i = 0; i < H; ++i) {
+        const T u = sigmoid(p[i] + (bias ? bias[i] : T(0)));
+        const T f = sigmoid(p[H + i] + (bias ? bias[H + i] : T(0)));
+        const T e = G == 2 ? xr[i] : p[2 * H + i] + (bias ? bias[2 * H + i] : T(0));
+        o[i] = u * (f * e) + (T(1) - u) * hr[i];
+      }
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// METAGROSS (paper eq 2-1..2-6, gates from x_t of section 2.2), a linear base and token depth
+// gates. x (B, D); state (B, N*H), every unit's carried state in heap order; weight (3NH, D), the
+// base maps level-major (each level [F | O | Z] of its units, ops/metagross_level/layout.py);
+// depth_weight (2I, D) rows [alpha | beta] of the I internal units, or none at depth 1; the
+// residual x itself (D == H) or none. Levels run from the leaves up:
+//   f = sig(pf + alpha (m^F - pf)), o = sig(po + beta (m^O - po)), z = tanh(pz)
+//   "h" form: h_t = o (1 - f) h_{t-1} + o f z (+ x)
+//   "c" form: c_t = (1 - f) c_{t-1} + f z,  h_t = o c_t (+ x)
+// with m^F, m^O the outputs of the unit's two children (none at the leaves).
+template <typename T>
+void metagross_row(const T* x, const T* state, const T* y, const T* bias, const T* gates,
+                   int64_t I, int64_t depth, int64_t H, bool h_form, bool residual, T* last,
+                   T* out, T* below) {
+  for (int64_t level = depth; level >= 1; --level) {
+    const int64_t s = (int64_t(1) << (level - 1)) - 1, k = s + 1;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t u = s + j;
+      for (int64_t i = 0; i < H; ++i) {
+        auto pre = [&](int64_t g) {
+          const int64_t col = 3 * H * s + (g * k + j) * H + i;
+          return y[col] + (bias ? bias[col] : T(0));
+        };
+        T pf = pre(0), po = pre(1);
+        if (level < depth) {  // eq 2-1, 2-2: the children's outputs mixed in
+          pf += sigmoid(gates[u]) * (below[(2 * j) * H + i] - pf);
+          po += sigmoid(gates[I + u]) * (below[(2 * j + 1) * H + i] - po);
+        }
+        const T f = sigmoid(pf), o = sigmoid(po), z = std::tanh(pre(2));
+        const T prev = state[u * H + i], res = residual ? x[i] : T(0);
+        const T carried = h_form ? o * (T(1) - f) * prev + o * f * z + res
+                                 : (T(1) - f) * prev + f * z;
+        last[u * H + i] = carried;
+        out[j * H + i] = h_form ? carried : o * carried + res;
+      }
+    }
+    std::copy(out, out + k * H, below);  // this level's outputs feed the level above
+  }
+}
+
+std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tensor& state,
+                                            const at::Tensor& weight,
+                                            const c10::optional<at::Tensor>& bias,
+                                            const c10::optional<at::Tensor>& depth_weight,
+                                            const c10::optional<at::Tensor>& depth_bias,
+                                            int64_t depth, bool h_form, bool residual) {
+  TORCH_CHECK(x.dim() == 2 && state.dim() == 2 && weight.dim() == 2 && depth >= 1 && depth < 16,
+              "metagross_cell_step: expected x (B, D), state (B, N*H), weight 2-D, depth >= 1");
+  check_operand(x, x, "x");
+  check_operand(state, x, "state");
+  check_operand(weight, x, "weight");
+  check_optional(bias, x, "bias");
+  check_optional(depth_weight, x, "depth_weight");
+  check_optional(depth_bias, x, "depth_bias");
+  const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
+  const int64_t I = (int64_t(1) << (depth - 1)) - 1, H = state.size(1) / N;
+  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  TORCH_CHECK(state.size(0) == B && state.size(1) == N * H && weight.size(0) == 3 * N * H &&
+                  weight.size(1) == D && (!residual || D == H) && (I == 0 || gated) &&
+                  (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
+              "metagross_cell_step: shapes disagree");
+  auto h = at::empty({B, H}, x.options());
+  auto last = at::empty({B, N * H}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_cell_step", [&] {
+    using T = scalar_t;
+    const int64_t leaves = (N + 1) / 2;
+    // the base maps, the depth gates' logits and two levels' outputs
+    T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
+    T *gates = yp + 3 * N * H, *work = gates + 2 * I;
+    const T* db = data_or_null<T>(depth_bias);
+    for (int64_t r = 0; r < B; ++r) {
+      const T* xr = x.data_ptr<T>() + r * D;
+      gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // the base maps
+      if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
+      for (int64_t g = 0; g < 2 * I && db; ++g) gates[g] += db[g];  // the depth gates' logits
+      T* out = work;
+      metagross_row<T>(xr, state.data_ptr<T>() + r * N * H, yp, data_or_null<T>(bias), gates, I,
+                       depth, H, h_form, residual, last.data_ptr<T>() + r * N * H, out,
+                       out + leaves * H);
+      std::copy(out, out + H, h.data_ptr<T>() + r * H);  // the root's output
+    }
+  });
+  return {h, last};
+}
+
+}  // namespace
+
+namespace ctrlrnn {
+
+void register_cell_steps(torch::Library& m) {
+  // QRNN eq 1-5: returns h, c and the new history
+  m.def("qrnn_cell_step(Tensor x, Tensor c, Tensor history, Tensor weight, Tensor? bias, "
+        "int mode) -> Tensor[]", &qrnn_cell_step);
+  // RCRN eq 1-16 with LSTM cells: returns h4 and (h1, c1, h2, c2, h3, c3, c4)
+  m.def("rcrn_cell_step(Tensor x, Tensor[] states, Tensor[] weights, Tensor?[] biases, "
+        "bool sigmoid_gate) -> Tensor[]", &rcrn_cell_step);
+  // CARNN eq 3, 5, 6: returns h'
+  m.def("carnn_cell_step(Tensor x, Tensor h, Tensor weight_ih, Tensor? bias_ih, "
+        "Tensor? context, Tensor? weight_ch, Tensor? weight_hh) -> Tensor", &carnn_cell_step);
+  // METAGROSS eq 2-1..2-6 (linear base, token depth gates): returns h and every unit's state
+  m.def("metagross_cell_step(Tensor x, Tensor state, Tensor weight, Tensor? bias, "
+        "Tensor? depth_weight, Tensor? depth_bias, int depth, bool h_form, bool residual) -> "
+        "Tensor[]", &metagross_cell_step);
+}
+
+}  // namespace ctrlrnn
