@@ -4,27 +4,32 @@
 Trains, through ``ctrlrnn train`` (the experiment's own task, model and trainer), the LSTM arm
 as the experiment defines it, variants that each change one thing (a bidirectional encoder,
 ``task.decoder_init=layers`` as the QRNN decoder's eq 7, twice the width, the QRNN arm's
-learning rate), and the QRNN arm as the reference, each for the same wall-clock budget
-(``--minutes``, counted from the run's first log row at step 10, so the data's set-up is not
-in it) on the same 10,000 training verses, seed and batch order, ``--jobs`` runs at a time,
-one thread each. When its budget is spent a run gets SIGTERM and stops at the next step
-boundary with its checkpoint written (``ctrlrnn train``'s documented stop); ``ctrlrnn eval``
-then scores that checkpoint on the validation split, the last point of its curve. A run that
-fails keeps the last lines of its output in the JSON (the whole of it: ``RUNS/NAME.out``).
+learning rate), and the QRNN arm as the reference, each for the same budget on the same
+10,000 training verses, seed and batch order, ``--jobs`` runs at a time, one thread each.
+The budget is either ``--steps N``, exactly N optimizer steps (the trainer's own
+``--max-steps``; nothing is timed, so a run paused or slowed by other work on the machine ends
+at the same step with the same numbers), or ``--minutes``, wall-clock minutes counted from the
+run's first log row at step 10 (the data's set-up not in it): when they are spent a run gets
+SIGTERM and stops at the next step boundary with its checkpoint written (``ctrlrnn train``'s
+documented stop). ``ctrlrnn eval`` then scores the run's checkpoint on the validation split,
+the last point of its curve. A run that fails keeps the last lines of its output in the JSON
+(the whole of it: ``RUNS/NAME.out``).
 
 Every run also evaluates every ``--eval-every`` steps on the 100 validation verses the
 experiment uses (loss per character, token accuracy, BLEU of greedy translations). Its curve,
 its exit status and the machine's load while it ran (the 1-minute load average at its start,
 its end and sampled every 5 s; the CPUs there are; the runs alongside it) go to ``--json``
-(default ``docs/results/data/probes/translation-char-lstm.json``). A budget in minutes, not
-steps, makes the variants' curves comparable only on an idle machine: read the load first.
+(default ``docs/results/data/probes/translation-char-lstm.json``), with each run's steps and
+wall seconds. A budget in minutes, not steps, makes the variants' curves comparable only on an
+idle machine: read the load first.
 
 Needs the prepared ``verses-en-es`` data (``ctrlrnn data prepare verses-en-es``) or
 ``--source DIR``. Run from the repository root with the project's environment::
 
+    .venv/bin/python scripts/char_translation_probe.py --steps 2000 --jobs 1
     .venv/bin/python scripts/char_translation_probe.py --minutes 20 --jobs 2
     .venv/bin/python scripts/char_translation_probe.py --list
-    .venv/bin/python scripts/char_translation_probe.py --toy --minutes 0.2 --eval-every 5
+    .venv/bin/python scripts/char_translation_probe.py --toy --steps 20 --eval-every 5
 
 ``--toy`` checks the script in seconds on a generated word-for-word toy data set (its numbers
 mean nothing; results under ``--runs``, not ``docs/``); ``--collect`` only reads the runs
@@ -60,7 +65,8 @@ LSTM = {"lr": "0.003725220866430849", "model.dropout": "0.021872283571226232"}
 QRNN = {"lr": "0.0015207077570850306", "model.dropout": "0.026679065516865996",
         "model.window": "[6,2]", "model.causal": "false"}
 
-#: name -> (model, overrides on COMMON, what it changes)
+#: name -> (model, overrides on COMMON, what it changes), in the order they run (the most
+#: informative first)
 RUNS: dict[str, tuple[str, dict[str, str], str]] = {
     "lstm": ("lstm", LSTM, "the LSTM arm as defined"),
     "qrnn": ("qrnn", QRNN, "the QRNN arm as defined (reference)"),
@@ -68,11 +74,11 @@ RUNS: dict[str, tuple[str, dict[str, str], str]] = {
     "lstm-layers": ("lstm", {**LSTM, "task.decoder_init": "layers"},
                     "decoder layer l started from encoder layer l's final state (eq 7's "
                     "pairing)"),
+    "lstm-lr": ("lstm", {**LSTM, "lr": QRNN["lr"]}, "the QRNN arm's learning rate"),
+    "lstm-wide": ("lstm", {**LSTM, "model.hidden_size": "256"}, "twice the width (256)"),
     "lstm-bidir-layers": ("lstm", {**LSTM, "model.bidirectional": "true",
                                    "task.decoder_init": "layers"},
                           "bidirectional encoder and decoder_init=layers"),
-    "lstm-wide": ("lstm", {**LSTM, "model.hidden_size": "256"}, "twice the width (256)"),
-    "lstm-lr": ("lstm", {**LSTM, "lr": QRNN["lr"]}, "the QRNN arm's learning rate"),
 }
 
 #: the toy data's word-for-word lexicon (--toy)
@@ -80,7 +86,8 @@ LEXICON = {"the": "el", "dog": "perro", "cat": "gato", "eats": "come", "sees": "
            "big": "grande", "small": "chico", "bread": "pan"}
 #: the load average's sampling interval, seconds
 POLL = 5.0
-#: a run whose training has not begun (no log row) this long after its start is stopped
+#: under --minutes, a run whose training has not begun (no log row) this long after its start
+#: is stopped (--steps has no clock: a run paused from outside is waited for)
 STARTUP_LIMIT = 600.0
 
 
@@ -118,8 +125,8 @@ def _train_command(name: str, args: argparse.Namespace) -> list[str]:
     model = RUNS[name][0]
     flags = ["--task", "translate-char", "--model", model, "--seed", "0", "--epochs", "50",
              "--out", str(args.runs / name), "--no-progress"]
-    if args.max_steps:
-        flags += ["--max-steps", str(args.max_steps)]
+    if args.steps or args.max_steps:
+        flags += ["--max-steps", str(args.steps or args.max_steps)]
     pairs = [f"{k}={v}" for k, v in _overrides(name, args).items()]
     return ["nice", "-n", "10", *_ctrlrnn("train", *flags, *pairs)]
 
@@ -148,9 +155,10 @@ def _final_eval(run: Path, device: str, env: dict[str, str]) -> dict[str, Any] |
 
 
 def _run_one(name: str, args: argparse.Namespace, others: Callable[[], set[str]]) -> None:
-    """Train variant ``name`` for ``args.minutes`` (then SIGTERM), score its checkpoint, and
-    write ``RUNS/name/probe.json``: how it ended, the machine's load meanwhile and the probe's
-    other runs under way with it (``others()``)."""
+    """Train variant ``name`` for ``args.steps`` steps (the trainer stops itself) or
+    ``args.minutes`` (then SIGTERM), score its checkpoint, and write ``RUNS/name/probe.json``:
+    how it ended, its steps and wall time, the machine's load meanwhile and the probe's other
+    runs under way with it (``others()``)."""
     run = args.runs / name
     if (run / "checkpoint.safetensors").exists():
         print(f"{name}: {run} already holds a run; skipped (remove it to run again)", flush=True)
@@ -159,7 +167,8 @@ def _run_one(name: str, args: argparse.Namespace, others: Callable[[], set[str]]
     rows = run / "log.jsonl"
     rows.unlink(missing_ok=True)  # a run stopped before its first checkpoint: dropped anyway
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    meta: dict[str, Any] = {"started": _now(), "load_start": _load(), "minutes": args.minutes}
+    meta: dict[str, Any] = {"started": _now(), "load_start": _load(), "steps": args.steps,
+                            "minutes": None if args.steps else args.minutes}
     samples, alongside = [], others()
     begin, training, stopped = time.monotonic(), None, False
     out = run.parent / f"{name}.out"
@@ -168,20 +177,24 @@ def _run_one(name: str, args: argparse.Namespace, others: Callable[[], set[str]]
                                 stderr=subprocess.STDOUT, env=env)
         print(f"started {name} (pid {proc.pid})", flush=True)
         while proc.poll() is None:
-            time.sleep(min(POLL, max(args.minutes * 60 / 4, 0.5)))
+            time.sleep(POLL if args.steps else min(POLL, max(args.minutes * 60 / 4, 0.5)))
             samples.append(_load())
             alongside |= others()
             now = time.monotonic()
             if training is None and rows.exists():  # the first log row: training under way
                 training = now
-            # the budget counts from the first row (data set-up and start-up excluded)
-            spent = (now - training >= args.minutes * 60 if training is not None
-                     else now - begin >= STARTUP_LIMIT)
+            # the budget counts from the first row (data set-up and start-up excluded); a
+            # budget in steps is the trainer's own (--max-steps), with no clock here
+            spent = not args.steps and (now - training >= args.minutes * 60
+                                        if training is not None
+                                        else now - begin >= STARTUP_LIMIT)
             if spent and not stopped:
                 proc.send_signal(signal.SIGTERM)  # stops at the next step boundary
                 stopped = True
     meta.update({"finished": _now(), "wall_seconds": round(time.monotonic() - begin, 1),
                  "startup_seconds": round(training - begin, 1) if training else None,
+                 "training_seconds": round(time.monotonic() - training, 1) if training
+                 else None,
                  "exit": proc.returncode, "stopped_by_budget": stopped,
                  "alongside": sorted(alongside),
                  "load_end": _load(), "load_mean": sum(samples) / len(samples) if samples
@@ -280,13 +293,18 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="Variants: " + "; ".join(f"{n}: {w}" for n, (_, _, w) in RUNS.items()))
-    p.add_argument("--minutes", type=float, default=20.0,
+    p.add_argument("--steps", type=int, default=0,
+                   help="every run trains exactly N optimizer steps (the trainer's "
+                        "--max-steps; no clock, so the machine's load does not change the "
+                        "results); replaces --minutes")
+    p.add_argument("--minutes", type=float, default=None,
                    help="wall-clock training budget of every run, from its first log row "
-                        "(default 20)")
+                        "(default 20 unless --steps)")
     p.add_argument("--eval-every", type=int, default=250,
                    help="evaluate every N steps (default 250; 625 steps an epoch)")
     p.add_argument("--max-steps", type=int, default=0,
-                   help="also stop a run after N steps (default 0: the budget alone)")
+                   help="with --minutes, also stop a run after N steps (default 0: the "
+                        "minutes alone)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     p.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS),
                    metavar="NAME", help="these variants only (default: all; --list)")
@@ -314,7 +332,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:18} --model {model} {' '.join(f'{k}={v}' for k, v in overrides.items())}"
                   f"\n{'':18} {what}")
         return 0
-    if args.minutes <= 0 or args.jobs < 1 or args.eval_every < 1:
+    if args.steps and (args.minutes is not None or args.max_steps):
+        raise SystemExit("--steps is the whole budget: give --steps or --minutes "
+                         "(with --max-steps), not both")
+    if args.steps < 0:
+        raise SystemExit("--steps must be positive")
+    if not args.steps and args.minutes is None:
+        args.minutes = 20.0
+    if (args.minutes is not None and args.minutes <= 0) or args.jobs < 1 or args.eval_every < 1:
         raise SystemExit("--minutes, --jobs and --eval-every must be positive")
     if args.toy and args.source:
         raise SystemExit("--toy writes its own data: give --toy or --source, not both")
@@ -328,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         _launch(args.only, args)
     data = {"experiment": "translation-char-qrnn", "task": "translate-char", "seed": 0,
             "probe": "scripts/char_translation_probe.py", "commit": _commit(),
-            "written": _now(), "toy": args.toy, "minutes": args.minutes,
+            "written": _now(), "toy": args.toy, "steps": args.steps, "minutes": args.minutes,
             "eval_every": args.eval_every, "max_steps": args.max_steps, "jobs": args.jobs,
             "evaluation": "validation verses (100 unless --toy); BLEU of greedy translations",
             "common": COMMON,
