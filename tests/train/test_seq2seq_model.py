@@ -342,7 +342,7 @@ def test_bahdanau_attention_is_the_additive_score_before_the_step(layers_dec):
     logits = m(src, lens, tgt)
     enc = m.encode(src, lens)
     memory, mask = enc["memory"], enc["mask"]
-    h, c = m._lstm_init(enc["final"])
+    h, c = m._lstm_init(enc)
     rows = []
     for t in range(6):
         s_prev = h[-1]

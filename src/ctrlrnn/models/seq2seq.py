@@ -18,7 +18,10 @@ The encoder is any :class:`~ctrlrnn.models.encoders.SequenceEncoder`. Two decode
   training runs in parallel over time. The decoder's convolutions are causal (masked, eq 1),
   whatever the encoder's: it runs step by step when decoding.
 * ``"lstm"`` — the usual baseline: an ``nn.LSTM`` decoder started from the encoder's final
-  state, with ``attention``:
+  state (``decoder_init="top"``: ``(h_0, c_0)`` of every layer from one map, ``tanh(W h~_T +
+  b)``, of the top encoder layer's; ``"layers"``: layer ``l``'s from its own map of encoder
+  layer ``l``'s final state, as eq 7 pairs the QRNN decoder's layers, so the depths must be
+  equal), with ``attention``:
 
   - ``"dot"`` (default): global dot attention without input feeding (Luong et al.; the variant
     eq 8 is said to be closest to): ``h_t' = tanh(W [k_t; h_t])``, the whole target in one call;
@@ -59,12 +62,20 @@ from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
 
 DECODERS = ("qrnn", "lstm")
 ATTENTIONS = ("dot", "bahdanau")
+DECODER_INITS = ("top", "layers")
 
 
-def _check_options(decoder: str, attention: str, decoder_layers: int | None) -> None:
-    """An error naming the argument for a decoder, attention or depth the model cannot build."""
+def _check_options(decoder: str, attention: str, decoder_layers: int | None,
+                   decoder_init: str = "top") -> None:
+    """An error naming the argument for a decoder, attention, depth or initial state the model
+    cannot build."""
     if decoder not in DECODERS:
         raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}")
+    if decoder_init not in DECODER_INITS:
+        raise ValueError(f"decoder_init: expected one of {DECODER_INITS}, got {decoder_init!r}")
+    if decoder_init != "top" and decoder != "lstm":
+        raise ValueError("decoder_init: an option of the LSTM decoder; the QRNN decoder reads "
+                         "every encoder layer's final state by eq 7")
     if attention not in ATTENTIONS:
         raise ValueError(f"attention: expected one of {ATTENTIONS}, got {attention!r}")
     if attention != "dot" and decoder != "lstm":
@@ -111,14 +122,18 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         eos_id: int = 3,
         window: int | tuple[int, ...] | list[int] = 2,
         attention: str = "dot",
+        decoder_init: str = "top",
     ) -> None:
         """``window``: the QRNN decoder's filter width, one for every layer or one per layer
         (causal, eq 1); ``decoder_layers``: the decoder's depth (default: the encoder's; the
         QRNN decoder needs the encoder's, see the module docstring); ``attention``: the LSTM
-        decoder's, ``"dot"`` or ``"bahdanau"`` (module docstring)."""
+        decoder's, ``"dot"`` or ``"bahdanau"`` (module docstring); ``decoder_init``: the LSTM
+        decoder's initial state, ``"top"`` (every layer from the encoder's top final state) or
+        ``"layers"`` (layer l from encoder layer l's final state, each through its own map)."""
         super().__init__()
-        _check_options(decoder, attention, decoder_layers)
+        _check_options(decoder, attention, decoder_layers, decoder_init)
         self.attention = attention
+        self.decoder_init = decoder_init
         self.src_embed = nn.Embedding(src_vocab, embedding_size, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab, embedding_size, padding_idx=pad_id)
         self.encoder = SequenceEncoder(encoder, embedding_size, encoder_args)
@@ -179,7 +194,11 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         LSTM, the output mix and, for Bahdanau's attention, its score's projections."""
         H, L, enc = self.hidden, self.layers, self.encoder.output_size
         attention = self.attention
-        self.bridge = nn.Linear(enc, 2 * L * H)
+        if self.decoder_init == "layers":
+            self._check_layer_init()
+            self.bridges = nn.ModuleList(nn.Linear(enc, 2 * H) for _ in range(L))
+        else:
+            self.bridge = nn.Linear(enc, 2 * L * H)
         feed = enc if attention == "bahdanau" else 0  # the context enters the LSTM
         self.rnn = nn.LSTM(embedding_size + feed, H, num_layers=L, batch_first=True,
                            dropout=dropout if L > 1 else 0.0)
@@ -188,6 +207,22 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             self.att_keys = nn.Linear(enc, H, bias=False)  # U_a
             self.att_query = nn.Linear(H, H)  # W_a (and the score's bias)
             self.att_v = nn.Linear(H, 1, bias=False)  # v
+
+    def _check_layer_init(self) -> None:
+        """``decoder_init="layers"`` pairs decoder layer l with encoder layer l: an error naming
+        the argument where the depths differ or the encoder keeps its layers' states to
+        itself."""
+        encoder, depth = self.encoder.name, self.encoder.num_layers
+        if self.layers != depth:
+            raise ValueError(
+                f"decoder_init: 'layers' starts decoder layer l from encoder layer l's final "
+                f"state, so the decoder needs the encoder's depth ({depth}), got "
+                f"decoder_layers={self.layers}; use decoder_init='top' for unequal depths")
+        if not self.encoder.has_layer_states:
+            raise ValueError(
+                f"decoder_init: 'layers' reads every encoder layer's final state, which "
+                f"encoder {encoder!r} with {depth} layers does not expose; use "
+                "decoder_init='top', one encoder layer, or the qrnn, lstm or gru encoder")
 
     def _load_from_state_dict(
         self,
@@ -210,18 +245,21 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
     # ------------------------------------------------------------------ encoder
     def encode(self, src: Tensor, src_lengths: Tensor) -> dict[str, Tensor]:
         """The encoder's outputs ``memory``, top ``final`` state, source ``mask`` and
-        ``lengths``; for the QRNN decoder also ``layers`` ``(B, L, E)``, every encoder layer's
-        final state (eq 7). Every entry is batch-first (beam search reorders them)."""
+        ``lengths``; for the QRNN decoder (and the LSTM decoder's ``decoder_init="layers"``)
+        also ``layers`` ``(B, L, E)``, every encoder layer's final state (eq 7); for Bahdanau's
+        attention ``keys``, ``U_a h~_s``. Every entry is batch-first (beam search reorders
+        them)."""
         x = self.dropout(self.src_embed(src))
         mask = torch.arange(src.shape[1], device=src.device)[None] < src_lengths.to(src.device)[
             :, None
         ]
-        if self.decoder_kind == "qrnn":
+        if self.decoder_kind == "qrnn" or self.decoder_init == "layers":
             out, final, layers = self.encoder.forward_layers(x, src_lengths)
-            return {"memory": out, "final": final, "layers": layers, "mask": mask,
-                    "lengths": src_lengths}
-        out, final, _ = self.encoder(x, src_lengths)
-        enc = {"memory": out, "final": final, "mask": mask, "lengths": src_lengths}
+            enc = {"memory": out, "final": final, "layers": layers, "mask": mask,
+                   "lengths": src_lengths}
+        else:
+            out, final, _ = self.encoder(x, src_lengths)
+            enc = {"memory": out, "final": final, "mask": mask, "lengths": src_lengths}
         if self.attention == "bahdanau":
             enc["keys"] = self.att_keys(out)  # U_a h~_s, once per source
         return enc
@@ -268,29 +306,37 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             k = self._attend(c, enc)
             h = o * (self.w_k(k) + self.w_c(c))  # eq 8
         elif self.attention == "bahdanau":
-            state = self._lstm_init(enc["final"])
+            state = self._lstm_init(enc)
             steps = []
             for t in range(y.shape[1]):  # the context of step t reads s_{t-1}: sequential
                 h_t, state = self._additive_step(y[:, t], state, enc)
                 steps.append(h_t)
             h = torch.stack(steps, 1) if steps else y.new_zeros(y.shape[0], 0, self.hidden)
         else:
-            h0 = self._lstm_init(enc["final"])
+            h0 = self._lstm_init(enc)
             hs, _ = self.rnn(y, h0)
             k = self._attend(hs, enc)
             h = torch.tanh(self.mix(torch.cat([k, hs], dim=-1)))
         return self.out(_at(self.dropout(h), positions))
 
-    def _lstm_init(self, final: Tensor) -> tuple[Tensor, Tensor]:
+    def _lstm_init(self, enc: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """The LSTM decoder's ``(h_0, c_0)``, each ``(L, B, H)``: ``tanh`` of a linear map of
+        the encoder's top final state, or of each encoder layer's (``decoder_init``)."""
+        final = enc["final"]
         B = final.shape[0]
-        hc = torch.tanh(self.bridge(final)).view(B, 2, self.layers, self.hidden)
+        if self.decoder_init == "layers":
+            per_layer = [torch.tanh(bridge(enc["layers"][:, layer])).view(B, 2, 1, self.hidden)
+                         for layer, bridge in enumerate(self.bridges)]
+            hc = torch.cat(per_layer, dim=2)
+        else:
+            hc = torch.tanh(self.bridge(final)).view(B, 2, self.layers, self.hidden)
         return hc[:, 0].transpose(0, 1).contiguous(), hc[:, 1].transpose(0, 1).contiguous()
 
     # ------------------------------------------------------------------ incremental decoding
     def init_state(self, enc: dict[str, Tensor]) -> list[Tensor]:
         B = enc["final"].shape[0]
         if self.decoder_kind == "lstm":
-            h0, c0 = self._lstm_init(enc["final"])
+            h0, c0 = self._lstm_init(enc)
             return [h0, c0]
         state: list[Tensor] = []
         emb = self.tgt_embed.embedding_dim

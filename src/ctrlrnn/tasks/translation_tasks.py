@@ -2,7 +2,9 @@
 
 * ``translate-char`` — character-level translation with the QRNN encoder-decoder of the QRNN paper
   section 3.3 / table 3: any encoder by ``--model``; the decoder is the QRNN decoder of eq 7-8
-  when the encoder is ``qrnn``, else the attentional LSTM decoder (``task.decoder=`` overrides);
+  when the encoder is ``qrnn``, else the attentional LSTM decoder (``task.decoder=`` overrides;
+  ``task.decoder_init=layers`` starts its layer l from encoder layer l's final state, as the
+  QRNN decoder's eq 7 pairs them, the default ``top`` every layer from the encoder's top one);
   a unified character vocabulary for both languages; training pairs with a side longer than
   ``task.max_length`` (300) characters dropped; source fed reversed (``task.reverse_source``);
   beam 8 with length normalisation alpha 0.6 (the appendix's eq 9). The paper trains for 10
@@ -63,7 +65,7 @@ from ctrlrnn.data.synthetic.common import Seq2SeqExample
 from ctrlrnn.data.tokenize import char_tokenize, word_tokenize
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.attn_lstm_seq2seq import DECODER_CELLS, AttnLSTMSeq2Seq
-from ctrlrnn.models.seq2seq import DECODERS, Seq2Seq
+from ctrlrnn.models.seq2seq import DECODER_INITS, DECODERS, Seq2Seq
 from ctrlrnn.models.transformer import TransformerSeq2Seq
 from ctrlrnn.tasks.base import Batch
 from ctrlrnn.tasks.common import require_files, source_dir
@@ -150,6 +152,7 @@ class TranslationTask(Seq2SeqTask):
         "vocab_size": (int, 0),
         "embedding_size": (int, 64),
         "decoder": (str, ""),
+        "decoder_init": (str, "top"),
         "beam": (int, 8),
         "alpha": (float, 0.6),
         "eval_batch_size": (int, 64),
@@ -264,12 +267,20 @@ class TranslationTask(Seq2SeqTask):
         return decoder
 
     def build_model(self, encoder: str, model_args: dict[str, Any]) -> nn.Module:
-        return Seq2Seq(
-            len(self.src_vocab), len(self.vocab), encoder=encoder, encoder_args=model_args,
-            decoder=self._decoder_for(encoder), embedding_size=self.opts["embedding_size"],
-            dropout=float(model_args.get("dropout", 0.0)),
-            pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
-        )
+        init = self.opts["decoder_init"]
+        if init not in DECODER_INITS:
+            raise ValueError(f"task.decoder_init: expected one of {DECODER_INITS}, got {init!r}")
+        try:
+            return Seq2Seq(
+                len(self.src_vocab), len(self.vocab), encoder=encoder, encoder_args=model_args,
+                decoder=self._decoder_for(encoder), embedding_size=self.opts["embedding_size"],
+                dropout=float(model_args.get("dropout", 0.0)), decoder_init=init,
+                pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
+            )
+        except ValueError as exc:  # the model's refusal, named as the option that asked it
+            if str(exc).startswith("decoder_init:"):
+                raise ValueError(f"task.{exc}") from exc
+            raise
 
     # ------------------------------------------------------------------ training
     def train_batches(self, epoch: int, batch_size: int) -> Sequence[Batch]:
@@ -370,6 +381,9 @@ class WordTranslationTask(TranslationTask):
         arch = self.opts["arch"]
         if arch not in ARCHS:
             raise ValueError(f"task.arch: expected one of {ARCHS}, got {arch!r}")
+        if arch != "rnn" and self.opts["decoder_init"] != "top":
+            raise ValueError(f"task.decoder_init: an option of task.arch=rnn's LSTM decoder, "
+                             f"got {self.opts['decoder_init']!r} with task.arch={arch}")
         specials = {"pad_id": self.vocab.pad_id, "bos_id": self.vocab.bos_id,
                     "eos_id": self.vocab.eos_id}
         if arch == "rnn":
