@@ -7,6 +7,7 @@ Usage::
                                     [--variants tuned,no-poly-exp,...]
     python benchmarks/mechanisms.py --from-dir DIR          # the table of a finished run
     python benchmarks/mechanisms.py --pair LABEL=BASE.json,OTHER.json   # two saved runs
+    python benchmarks/mechanisms.py --pair LABEL=B1.json+B2.json,O1.json+O2.json  # repeats
 
 Each variant runs ``python -m ctrlrnn bench --<grid> --processes 0`` in a fresh process with
 the variant's settings (``--out DIR/<variant>.json``); the variants run one after another, so
@@ -15,7 +16,9 @@ of ``time(variant) / time(tuned)`` for the forward and the forward+backward timi
 range, and how many rows ran more than 5% slower without the mechanism: a ratio above 1 is the
 mechanism's gain. The torch baselines' rows, which no mechanism touches, give the noise level
 beside each. ``--pair`` compares two saved results files (say ``CTRLRNN_GEMM=blas``
-against ``auto`` on one commit) the same way.
+against ``auto`` on one commit) the same way; a side given as several files joined by ``+``
+(runs of one configuration repeated, alternating with the other side's) takes each row's
+median over them first.
 """
 
 from __future__ import annotations
@@ -65,9 +68,26 @@ def _rows(path: Path, torch_rows: bool = False) -> dict[tuple, dict[str, float]]
     return out
 
 
-def ratios(base: Path, other: Path, torch_rows: bool = False) -> dict[str, list[float]]:
-    """time(other) / time(base) of every row both files timed, per measurement kind."""
-    a, b = _rows(base, torch_rows), _rows(other, torch_rows)
+def _median_rows(paths: list[Path], torch_rows: bool = False) -> dict[tuple, dict[str, float]]:
+    """Each row's median over the runs of ``paths`` (runs of one configuration repeated, so that
+    one run's drift does not decide a ratio), over the runs that timed it."""
+    runs = [_rows(p, torch_rows) for p in paths]
+    out: dict[tuple, dict[str, float]] = {}
+    for key in set().union(*runs):
+        kinds: dict[str, list[float]] = {}
+        for run_rows in runs:
+            for kind, t in run_rows.get(key, {}).items():
+                kinds.setdefault(kind, []).append(t)
+        out[key] = {kind: statistics.median(ts) for kind, ts in kinds.items()}
+    return out
+
+
+def ratios(base: Path | list[Path], other: Path | list[Path],
+           torch_rows: bool = False) -> dict[str, list[float]]:
+    """time(other) / time(base) of every row both sides timed, per measurement kind; a side
+    given as several files (repeated runs) takes each row's median over them."""
+    a = _median_rows(base if isinstance(base, list) else [base], torch_rows)
+    b = _median_rows(other if isinstance(other, list) else [other], torch_rows)
     out: dict[str, list[float]] = {"fwd": [], "fwdbwd": []}
     for key in sorted(set(a) & set(b)):
         for kind in out:
@@ -131,15 +151,16 @@ def main(argv: list[str] | None = None) -> int:
                         "default all; the table needs tuned in the folder)")
     p.add_argument("--from-dir", type=Path, help="do not measure: tabulate this folder's runs")
     p.add_argument("--pair", action="append", default=[], metavar="LABEL=BASE,OTHER",
-                   help="tabulate time(OTHER) / time(BASE) of two saved results files")
+                   help="tabulate time(OTHER) / time(BASE) of two saved results files (or "
+                        "of each row's median over several, joined by +)")
     args = p.parse_args(argv)
     if args.pair:
         rows = []
         for spec in args.pair:
             label, _, files = spec.partition("=")
-            base, other = files.split(",")
-            rows.append((label, ratios(Path(base), Path(other))))
-            rows.append((f"{label}: torch rows (noise)", ratios(Path(base), Path(other), True)))
+            base, other = ([Path(f) for f in side.split("+")] for side in files.split(","))
+            rows.append((label, ratios(base, other)))
+            rows.append((f"{label}: torch rows (noise)", ratios(base, other, True)))
         print(table(rows))
         return 0
     folder = args.from_dir or args.out_dir

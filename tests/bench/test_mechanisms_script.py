@@ -71,3 +71,11 @@ def test_ratios_pair_rows_by_shape_and_keep_torch_rows_apart(mechanisms, tmp_pat
     assert mechanisms.ratios(base, other, torch_rows=True) == {"fwd": [0.5], "fwdbwd": [0.5]}
     row = mechanisms.line("x", mechanisms.ratios(base, other))
     assert row == "| x | 1.250 (1.00-1.50; 1/2 > 1.05) | 1.250 (1.00-1.50; 1/2 > 1.05) |"
+
+
+def test_repeated_runs_give_each_rows_median_before_the_ratio(mechanisms, tmp_path) -> None:
+    base = [_results(tmp_path / f"a{i}.json", {("qrnn", 1): t, ("qrnn", 2): 2.0})
+            for i, t in enumerate((1.0, 9.0, 2.0))]  # one drifting run: its 9.0 is outvoted
+    other = [_results(tmp_path / f"b{i}.json", {("qrnn", 1): t}) for i, t in enumerate((3.0, 5.0))]
+    assert mechanisms.ratios(base, other) == {"fwd": [2.0], "fwdbwd": [2.0]}
+    assert mechanisms.main(["--pair", f"x={'+'.join(map(str, base))},{other[0]}"]) == 0
