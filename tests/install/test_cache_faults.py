@@ -287,7 +287,14 @@ def test_a_process_killed_while_compiling_leaves_no_compiler_behind(
             time.sleep(0.1)
         compiler = int(pids.read_text().split()[0])
         parent.send_signal(getattr(signal, signal_name))
-        parent.wait(timeout=60)
+        # read its pipes while waiting, so that a parent with much to say never blocks on them
+        try:
+            _, err = parent.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            parent.kill()
+            _, err = parent.communicate()
+            raise AssertionError(f"the build's process outlived {signal_name} by 120 s; it "
+                                 f"wrote: {err.decode(errors='replace')[-2000:]}") from None
         deadline = time.monotonic() + 30
         while _alive(compiler) and time.monotonic() < deadline:
             time.sleep(0.1)
