@@ -277,8 +277,14 @@ def test_a_process_killed_while_compiling_leaves_no_compiler_behind(
         """))
     fake.chmod(0o755)
     env = fresh_env(tmp_path, CXX=str(fake))
-    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(REPORT), str(tiny)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A child inherits an ignored SIGINT, and Python then installs no KeyboardInterrupt for
+    # it; a test run can leave SIGINT ignored in its worker. The build's process starts as a
+    # user's does: SIGINT raising KeyboardInterrupt.
+    as_a_user = ("import signal\n"
+                 "signal.signal(signal.SIGINT, signal.default_int_handler)\n")
+    script = as_a_user + textwrap.dedent(REPORT)
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tiny)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while not (pids.exists() and pids.read_text().strip()):
