@@ -269,8 +269,10 @@ def _collect(runs: Path) -> dict[str, Any]:
             continue
         result = (json.loads((run / "result.json").read_text())
                   if (run / "result.json").exists() else {})
+        # a run without probe.json was still under way (or killed) when this was collected:
+        # its curve so far, marked unfinished
         probe = (json.loads((run / "probe.json").read_text())
-                 if (run / "probe.json").exists() else {})
+                 if (run / "probe.json").exists() else {"unfinished": True})
         out[name] = {"model": model, "overrides": overrides, "changes": what,
                      "parameters": result.get("parameters") or _parameters(run),
                      "run": probe,
