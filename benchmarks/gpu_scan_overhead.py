@@ -215,6 +215,51 @@ def profile(shape: tuple[int, int, int], device: torch.device, calls: int) -> di
     return out
 
 
+def _timed_backward(cls: Any, stamps: list[int]) -> Callable[..., Any]:
+    """Replace ``cls.backward`` by one that appends its entry and exit times to ``stamps``;
+    returns the original, to put back."""
+    original = cls.backward
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        stamps.append(time.perf_counter_ns())
+        out = original(ctx, *grads)
+        stamps.append(time.perf_counter_ns())
+        return out
+
+    cls.backward = staticmethod(backward)
+    return original
+
+
+def handoff(shape: tuple[int, int, int], device: torch.device, calls: int) -> dict[str, Any]:
+    """Where a ``.backward()`` call's host time goes, for the op and for the bare Function:
+    from the call to the Python backward's start (the engine and its thread taking over), the
+    Python backward itself, and from its end to the call's return (medians, microseconds)."""
+    a, b, g = _inputs(shape, device, grad=True)
+    op_cls = _scan_module._linear_scan.eager.__self__
+    res: dict[str, Any] = {}
+    for name, cls, forward in (("op", op_cls, lambda: ctrlrnn.linear_scan(a, b)),
+                               ("bare", _Bare, lambda: _Bare.apply(a, b))):  # fmt: skip
+        stamps: list[int] = []
+        original = _timed_backward(cls, stamps)
+        rows = []
+        try:
+            for i in range(calls + 20):
+                a.grad = b.grad = None
+                out = forward()
+                _sync(device)
+                stamps.clear()
+                t0 = time.perf_counter_ns()
+                out.backward(g)
+                t3 = time.perf_counter_ns()
+                if i >= 20 and len(stamps) == 2:
+                    rows.append((stamps[0] - t0, stamps[1] - stamps[0], t3 - stamps[1]))
+        finally:
+            cls.backward = staticmethod(original)
+        res[name] = {part: statistics.median(r[k] for r in rows) / 1e3 for k, part in
+                     enumerate(("to backward", "python backward", "after backward"))}  # fmt: skip
+    return res
+
+
 def big(shape: tuple[int, int, int], device: torch.device, repeats: int) -> dict[str, Any]:
     """Back-to-back medians at the benchmark's shape, and the host's time to issue a call."""
     a, b, g = _inputs(shape, device, grad=True)
@@ -379,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     if "overhead" not in skip:
         res["overhead_us"] = overhead(tiny, device, args.calls)
         print(json.dumps(res["overhead_us"], indent=1), flush=True)
+        save()
+    if "handoff" not in skip:
+        res["handoff_us"] = handoff(tiny, device, args.calls)
+        print(json.dumps(res["handoff_us"], indent=1), flush=True)
         save()
     if "profile" not in skip:
         res["profile"] = profile(tiny, device, args.calls)

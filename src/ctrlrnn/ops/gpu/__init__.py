@@ -57,6 +57,9 @@ CELL_FUNCTIONS = FAMILY_FUNCTIONS["cells"]
 _LOCK = threading.Lock()
 _TRITON: tuple[bool, str] | None = None
 _WARNED: set[str] = set()
+#: (family, device type) -> (CTRLRNN_BACKEND's text, the Triton status, the module): the last
+#: answer of :func:`family_module`
+_RESOLVED: dict[tuple[str, str], tuple[str | None, object, ModuleType | None]] = {}
 
 
 def interpreting() -> bool:
@@ -110,7 +113,19 @@ def family_module(family: str, device_type: str = "cuda") -> ModuleType | None:
     """
     from ctrlrnn.ops._extension import forced_reference
 
-    forced = forced_reference()
+    # the answer is asked at every kernel call; it changes only with CTRLRNN_BACKEND's text or
+    # Triton's status, so it is kept per (family, device type) with the two it was made from
+    text = settings.raw("CTRLRNN_BACKEND")
+    known = _RESOLVED.get((family, device_type))
+    if known is not None and known[0] == text and known[1] is _TRITON:
+        return known[2]
+    module = _resolve(family, device_type, forced_reference())
+    _RESOLVED[(family, device_type)] = (text, _TRITON, module)
+    return module
+
+
+def _resolve(family: str, device_type: str, forced: bool) -> ModuleType | None:
+    """:func:`family_module`'s answer, computed (and warned about) afresh."""
     ok, why = triton_status() if device_type == "cuda" and not forced else (False, "")
     choice = choose_backend(family, device_type, ok, forced)
     if choice == "triton":
@@ -121,7 +136,7 @@ def family_module(family: str, device_type: str = "cuda") -> ModuleType | None:
             f"ctrlrnn: no GPU kernels for op family {family!r} on CUDA tensors: {why}. Using the "
             "slow reference implementation (`ctrlrnn info` shows the backends).",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return None
 

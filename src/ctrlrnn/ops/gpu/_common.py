@@ -17,6 +17,9 @@ Conventions of every kernel in this package:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -56,13 +59,58 @@ def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
     return _ACC_TORCH[dtype]
 
 
-def block_configs(key_blocks: tuple[int, ...] = (32, 64, 128, 256)) -> list[triton.Config]:
-    """Autotuning configurations over the channel block; one small one under the interpreter."""
+#: (channel block, warps) of the autotuned sequential kernels. Each warp's 32 threads cover
+#: the block's channels with two or more each, so that a thread holds every time step of its
+#: channels and a step of a loaded tile is picked out of registers; splitting a tile's steps
+#: over threads (e.g. 128 channels on 2 warps) made the scan kernels 2-10 times slower on Hopper
+#: (docs/gpu.md, benchmarks/gpu_scan_overhead.py's sweep).
+BLOCK_WARPS: tuple[tuple[int, int], ...] = ((32, 1), (64, 1), (128, 1), (256, 2), (512, 4))
+
+
+def block_configs(blocks: tuple[tuple[int, int], ...] = BLOCK_WARPS) -> list[triton.Config]:
+    """Autotuning configurations over (channel block, warps); one small one under the
+    interpreter."""
     if interpreting():
         return [triton.Config({"BLOCK": 16}, num_warps=1)]
-    return [
-        triton.Config({"BLOCK": blk}, num_warps=max(1, min(4, blk // 64))) for blk in key_blocks
-    ]
+    return [triton.Config({"BLOCK": blk}, num_warps=warps) for blk, warps in blocks]
+
+
+def _launch_options(config: triton.Config) -> dict[str, Any]:
+    """What the autotuner passes to a launch for ``config``: its meta-parameters and options."""
+    all_kwargs = getattr(config, "all_kwargs", None)
+    if all_kwargs is not None:
+        return dict(all_kwargs())
+    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+class TunedKernel:
+    """A kernel autotuned over :func:`block_configs`, launched directly once its configuration
+    is chosen.
+
+    Triton's autotuner does its own work at every launch (its key, dictionaries of the
+    arguments), which costs about twice the launch itself. Here the autotuner runs on a key's
+    first launch only; the configuration it chose is kept under the caller's ``key`` (which
+    holds at least what the autotuner's own key holds: its key arguments, the dtypes, and the
+    device), and later launches call the kernel with it.
+    """
+
+    def __init__(self, kernel: Any, key: list[str]) -> None:
+        self.kernel = kernel
+        self.tuned = triton.autotune(configs=block_configs(), key=key)(kernel)
+        self._chosen: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def launch(self, key: tuple[Any, ...], grid: Callable[[dict[str, Any]], tuple[int, ...]],
+               *args: Any, **kwargs: Any) -> None:  # fmt: skip
+        """Launch on ``grid`` (a function of the chosen meta-parameters) with ``args``."""
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            self.tuned[grid](*args, **kwargs)
+            config = getattr(self.tuned, "best_config", None)
+            if config is not None:
+                self._chosen[key] = (dict(config.kwargs), _launch_options(config))
+            return
+        meta, options = chosen
+        self.kernel[grid(meta)](*args, **kwargs, **options)
 
 
 def sm_count(device: torch.device) -> int:

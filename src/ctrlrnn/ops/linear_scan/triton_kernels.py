@@ -55,10 +55,10 @@ from torch import Tensor
 
 from ctrlrnn.ops.gpu._common import (
     CHUNK_BLOCK,
+    TunedKernel,
     acc_dtype,
     acc_torch_dtype,
     backward_entry,
-    block_configs,
     check_btc,
     interpreting,
     launch_chunk_carry,
@@ -287,14 +287,16 @@ def _scan_bwd_kernel(
               SUMMARY, BLOCK)
 
 
-_scan_fwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan_fwd_kernel)
-_scan_bwd_tuned = triton.autotune(configs=block_configs(), key=["B", "C"])(_scan_bwd_kernel)
+_scan_fwd_tuned = TunedKernel(_scan_fwd_kernel, key=["B", "C"])
+_scan_bwd_tuned = TunedKernel(_scan_bwd_kernel, key=["B", "C"])
 
 #: Channel block of the chunked passes (their grid is already large; no autotuning, so that the
 #: in-place carry pass is never re-run by a benchmark).
 
-#: Time steps loaded per tile by both kernels.
-_STEPS = 4 if interpreting() else 16
+#: Time steps loaded per tile by the forward and the backward kernel (the fastest of 8, 16 and
+#: 32 for each on Hopper: benchmarks/gpu_scan_overhead.py's sweep).
+_STEPS_FWD = 4 if interpreting() else 16
+_STEPS_BWD = 4 if interpreting() else 8
 
 
 def linear_scan_forward(
@@ -327,11 +329,13 @@ def linear_scan_forward(
         return [out, last]
     lens = lengths_arg(lengths, batch, a.device)
     acc = acc_dtype(a.dtype)
-    flags = dict(HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc, STEPS=_STEPS)
+    flags = dict(HAS_LEN=lens is not None, REVERSE=bool(reverse), ACC=acc, STEPS=_STEPS_FWD)
     lp = lens if lens is not None else a
     length, n_chunks = pick_chunk(batch, channels, steps, a.device, chunk)
     if n_chunks == 1:
-        _scan_fwd_tuned[lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1)](
+        _scan_fwd_tuned.launch(
+            (batch, channels, a.dtype, a.device),
+            lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1),
             a, b, h0 if h0 is not None else a, lp, out, last, a, a,
             batch, steps, channels, steps, 1,
             HAS_INIT=h0 is not None, SUMMARY=False, **flags,
@@ -390,14 +394,16 @@ def linear_scan_backward(
         HAS_LEN=lens is not None,
         REVERSE=bool(reverse),
         ACC=acc_dtype(a.dtype),
-        STEPS=_STEPS,
+        STEPS=_STEPS_BWD,
     )
     g = grad_out if grad_out is not None else a
     hp = h0 if h0 is not None else a
     lp = lens if lens is not None else a
     length, n_chunks = pick_chunk(batch, channels, steps, a.device, chunk)
     if n_chunks == 1:
-        _scan_bwd_tuned[lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1)](
+        _scan_bwd_tuned.launch(
+            (batch, channels, a.dtype, a.device),
+            lambda m: (batch, triton.cdiv(channels, m["BLOCK"]), 1),
             g, a, out, hp, grad_last if grad_last is not None else a, lp, da, db, dh0, a, a,
             batch, steps, channels, steps, 1,
             HAS_INIT=grad_last is not None, SUMMARY=False, **flags,

@@ -30,10 +30,10 @@ from torch import Tensor
 
 from ctrlrnn.ops.gpu._common import (
     CHUNK_BLOCK,
+    TunedKernel,
     acc_dtype,
     acc_torch_dtype,
     backward_entry,
-    block_configs,
     check_btc,
     launch_chunk_carry,
     length_of,
@@ -268,8 +268,8 @@ def _qrnn_bwd_kernel(
                 SUMMARY, BLOCK)
 
 
-_qrnn_fwd_tuned = triton.autotune(configs=block_configs(), key=["B", "H"])(_qrnn_fwd_kernel)
-_qrnn_bwd_tuned = triton.autotune(configs=block_configs(), key=["B", "H"])(_qrnn_bwd_kernel)
+_qrnn_fwd_tuned = TunedKernel(_qrnn_fwd_kernel, key=["B", "H"])
+_qrnn_bwd_tuned = TunedKernel(_qrnn_bwd_kernel, key=["B", "H"])
 
 
 
@@ -338,7 +338,9 @@ def qrnn_pooling_forward(
     ks = float(keep_scale)
     length, n_chunks = pick_chunk(batch, hidden, steps, gates.device, chunk)
     if n_chunks == 1:
-        _qrnn_fwd_tuned[lambda m: (batch, triton.cdiv(hidden, m["BLOCK"]), 1)](
+        _qrnn_fwd_tuned.launch(
+            (batch, hidden, gates.dtype, gates.device),
+            lambda m: (batch, triton.cdiv(hidden, m["BLOCK"]), 1),
             gates, c0 if c0 is not None else gates, kp, lp, h, c, last, gates, gates, ks,
             batch, steps, hidden, steps, 1,
             HAS_INIT=c0 is not None, SUMMARY=False, **flags,
@@ -434,7 +436,9 @@ def qrnn_pooling_backward(
     ks = float(keep_scale)
     length, n_chunks = pick_chunk(batch, hidden, steps, gates.device, chunk)
     if n_chunks == 1:
-        _qrnn_bwd_tuned[lambda m: (batch, triton.cdiv(hidden, m["BLOCK"]), 1)](
+        _qrnn_bwd_tuned.launch(
+            (batch, hidden, gates.dtype, gates.device),
+            lambda m: (batch, triton.cdiv(hidden, m["BLOCK"]), 1),
             gh, gc, gates, cseq, cp, grad_clast if grad_clast is not None else gates, kp, lp,
             dgates, dc0, gates, gates, ks, batch, steps, hidden, steps, 1,
             HAS_INIT=grad_clast is not None, SUMMARY=False, **flags,

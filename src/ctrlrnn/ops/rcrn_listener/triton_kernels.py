@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ctrlrnn.ops.gpu._common import acc_dtype, block_configs, interpreting, sigmoid
+from ctrlrnn.ops.gpu._common import TunedKernel, acc_dtype, interpreting, sigmoid
 
 __all__ = ["rcrn_listener_backward", "rcrn_listener_forward"]
 
@@ -174,8 +174,8 @@ def _listener_bwd_kernel(
     tl.store(dc0_ptr + b * C + cols, carry.to(dc0_ptr.dtype.element_ty), mask=cmask)
 
 
-_fwd_tuned = triton.autotune(configs=block_configs(), key=["C"])(_listener_fwd_kernel)
-_bwd_tuned = triton.autotune(configs=block_configs(), key=["C"])(_listener_bwd_kernel)
+_fwd_tuned = TunedKernel(_listener_fwd_kernel, key=["C"])
+_bwd_tuned = TunedKernel(_listener_bwd_kernel, key=["C"])
 
 
 def _check(x: Tensor, like: Tensor, name: str) -> None:
@@ -209,7 +209,8 @@ def rcrn_listener_forward(
     last = torch.empty(B, C, dtype=h1.dtype, device=h1.device)
     if B == 0 or C == 0:
         return [out, cseq, last]
-    _fwd_tuned[_grid(B, C, split)](
+    _fwd_tuned.launch(
+        (C, h1.dtype, h1.device), _grid(B, C, split),
         h1, h2, h3, c0 if c0 is not None else h1, _lengths(lengths, h1), out, cseq, last,
         h1.stride(0), h1.stride(1), h2.stride(0), h2.stride(1), h3.stride(0), h3.stride(1),
         T, C, split,
@@ -234,7 +235,8 @@ def rcrn_listener_backward(
     if B == 0 or C == 0:
         return [d1, d2, d3, dc0]
     g = grad_out if grad_out is not None else h1
-    _bwd_tuned[_grid(B, C, split)](
+    _bwd_tuned.launch(
+        (C, h1.dtype, h1.device), _grid(B, C, split),
         g, grad_last if grad_last is not None else h1, h1, h2, h3, cseq.contiguous(),
         c0 if c0 is not None else h1, _lengths(lengths, h1), d1, d2, d3, dc0,
         g.stride(0), g.stride(1), h1.stride(0), h1.stride(1), h2.stride(0), h2.stride(1),
