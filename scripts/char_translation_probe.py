@@ -280,6 +280,28 @@ def _collect(runs: Path) -> dict[str, Any]:
     return out
 
 
+def _previous(args: argparse.Namespace) -> dict[str, Any]:
+    """The runs of the results file already at ``--json`` that were trained under the same
+    budget (``--steps`` and ``--eval-every``), each with the commit and time it was written at:
+    variants run in an earlier invocation are kept beside this one's."""
+    if not args.json.exists() or not args.steps:
+        return {}
+    old = json.loads(args.json.read_text(encoding="utf-8"))
+    if old.get("steps") != args.steps or old.get("eval_every") != args.eval_every:
+        return {}
+    return {name: {"commit": old.get("commit"), "written": old.get("written"), **entry}
+            for name, entry in old.get("runs", {}).items()}
+
+
+def _merge(previous: dict[str, Any], fresh: dict[str, Any], commit: str | None,
+           written: str) -> dict[str, Any]:
+    """``previous`` with ``fresh`` over it (a variant trained now replaces its earlier run),
+    in the order of :data:`RUNS`."""
+    runs = {**previous, **{name: {"commit": commit, "written": written, **entry}
+                           for name, entry in fresh.items()}}
+    return {name: runs[name] for name in RUNS if name in runs}
+
+
 def _commit() -> str | None:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -362,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"processor": platform.processor() or platform.machine(),
                         "cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
                         "threads_per_run": 1, "device": args.device},
-            "runs": _collect(args.runs)}
+            "runs": _merge(_previous(args), _collect(args.runs), _commit(), _now())}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print("wrote", args.json)

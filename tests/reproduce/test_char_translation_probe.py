@@ -101,3 +101,23 @@ def test_steps_run_has_no_clock(probe, tmp_path, monkeypatch, budget):
         assert meta["steps"] == 1500 and meta["minutes"] is None
     else:
         assert signals == [signal.SIGTERM] and meta["stopped_by_budget"]
+
+
+def test_variants_of_an_earlier_invocation_are_kept_under_the_same_budget(probe, tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps({
+        "steps": 1500, "eval_every": 250, "commit": "abc", "written": "then",
+        "runs": {"lstm": {"run": {"exit": 0}}, "lstm-layers": {"run": {"unfinished": True}}},
+    }))  # fmt: skip
+    args = _args(probe, "--steps", "1500", "--json", str(path))
+    previous = probe._previous(args)
+    assert previous["lstm"]["commit"] == "abc" and previous["lstm"]["written"] == "then"
+    merged = probe._merge(previous, {"lstm-layers": {"run": {"exit": 0}}}, "def", "now")
+    assert list(merged) == [name for name in probe.RUNS if name in {"lstm", "lstm-layers"}]
+    assert merged["lstm-layers"] == {"commit": "def", "written": "now", "run": {"exit": 0}}
+    assert merged["lstm"]["commit"] == "abc"
+    # another budget's runs are not comparable: nothing is kept
+    assert probe._previous(_args(probe, "--steps", "1000", "--json", str(path))) == {}
+    assert probe._previous(_args(probe, "--steps", "1500", "--eval-every", "100",
+                                 "--json", str(path))) == {}  # fmt: skip
+    assert probe._previous(_args(probe, "--minutes", "5", "--json", str(path))) == {}
