@@ -59,11 +59,11 @@ def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
     return _ACC_TORCH[dtype]
 
 
-#: (channel block, warps) of the autotuned sequential kernels. Each warp's 32 threads cover
-#: the block's channels with two or more each, so that a thread holds every time step of its
-#: channels and a step of a loaded tile is picked out of registers; splitting a tile's steps
-#: over threads (e.g. 128 channels on 2 warps) made the scan kernels 2-10 times slower on Hopper
-#: (docs/gpu.md, benchmarks/gpu_scan_overhead.py's sweep).
+#: (channel block, warps) of the autotuned sequential kernels: one warp up to 128 channels, and
+#: 4 channels a thread beyond, the layouts measured fast. With fewer channels a thread on several
+#: warps (128 on 2, 256 on 4) the scan kernels ran 2-7 times slower on an H200 (docs/overhead.md,
+#: GPU section): a tile's time steps are then likely spread over warps, and picking one step out
+#: of it is a reduction across them.
 BLOCK_WARPS: tuple[tuple[int, int], ...] = ((32, 1), (64, 1), (128, 1), (256, 2), (512, 4))
 
 
