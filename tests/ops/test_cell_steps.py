@@ -98,6 +98,11 @@ def test_the_ops_fail_loudly_on_what_they_do_not_serve() -> None:
                            None, 1)
     with pytest.raises(RuntimeError, match="dtype"):
         ext.carnn_cell_step(x, c.double(), torch.randn(9, 4), None, None, None, None)
+    w_ih, w_hh = torch.randn(12, 4), torch.randn(12, 3)
+    with pytest.raises(RuntimeError, match="shapes disagree"):  # peepholes on the first layer
+        ext.caslstm_cell_step(x, c, c, None, w_ih, w_hh, None, None, 0.0, 0, torch.randn(2, 3))
+    with pytest.raises(RuntimeError, match="lambda_mode"):
+        ext.caslstm_cell_step(x, c, c, None, w_ih, w_hh, None, None, 0.0, 3, None)
 
 
 def _close(got, want, dtype: torch.dtype, msg: str) -> None:
@@ -149,6 +154,18 @@ def test_every_op_equals_its_reference_at_every_batch_up_to_max_batch(dtype) -> 
             _close(ext.metagross_cell_step(*args), reference.metagross_cell_step_ref(*args),
                    dtype, f"metagross depth={depth} h_form={h_form} residual={residual} "
                           f"bias={bias} B={B}")
+        for vertical, peephole, mode, bias in itertools.product(
+                (False, True), (False, True), (0, 1, 2), (True, False)):
+            if not vertical and (peephole or mode):
+                continue
+            G = 5 if vertical else 4
+            args = (r(B, D), r(B, H), r(B, H), r(B, H) if vertical else None, r(G * H, D),
+                    r((4 if peephole else G) * H, H), r(G * H) if bias else None,
+                    torch.rand(H, generator=g, dtype=dtype) if mode == 2 else None, 0.3, mode,
+                    r(2, H) if peephole else None)
+            _close(ext.caslstm_cell_step(*args), reference.caslstm_cell_step_ref(*args), dtype,
+                   f"caslstm vertical={vertical} peephole={peephole} lambda_mode={mode} "
+                   f"bias={bias} B={B}")
 
 
 def _cells(dtype: torch.dtype, D: int, H: int, C: int) -> list[tuple[str, torch.nn.Module, int]]:
@@ -167,7 +184,12 @@ def _cells(dtype: torch.dtype, D: int, H: int, C: int) -> list[tuple[str, torch.
              ("metagross c", ctrlrnn.MetagrossCell(H, H, recurrence="c"), 0),
              ("metagross c 3", ctrlrnn.MetagrossCell(D, H, depth=3, recurrence="c",
                                                      residual=False, bias=False), 0),
-             ("metagross 1", ctrlrnn.MetagrossCell(H, H, depth=1), 0)]
+             ("metagross 1", ctrlrnn.MetagrossCell(H, H, depth=1), 0),
+             ("caslstm first", ctrlrnn.CASLSTMCell(D, H, vertical=False), 0),
+             ("caslstm", ctrlrnn.CASLSTMCell(D, H), 0),
+             ("caslstm lambda 0.3", ctrlrnn.CASLSTMCell(D, H, lambda_=0.3, bias=False), 0),
+             ("caslstm trainable", ctrlrnn.CASLSTMCell(D, H, lambda_="trainable"), 0),
+             ("caslstm peephole", ctrlrnn.CASLSTMCell(D, H, peephole=True), 0)]
     return [(n, m.to(dtype), c) for n, m, c in cells]
 
 
@@ -208,6 +230,10 @@ def _run(cell: torch.nn.Module, xs: torch.Tensor, ctx: torch.Tensor | None, grad
                 if isinstance(cell, ctrlrnn.CARNNCell):
                     out = cell(x, ctx, h=state)
                     state = out.detach()
+                elif isinstance(cell, ctrlrnn.CASLSTMCell):
+                    low = _lower_cell(x, cell.hidden_size) if cell.vertical else None
+                    out = cell(x, low, state)
+                    state = _detached(out[1])
                 else:
                     out = cell(x, state)
                     state = _detached(out[1])
@@ -216,6 +242,11 @@ def _run(cell: torch.nn.Module, xs: torch.Tensor, ctx: torch.Tensor | None, grad
     finally:
         cell_steps.kernels = kernels
     return outs, taken
+
+
+def _lower_cell(x: torch.Tensor, H: int) -> torch.Tensor:
+    """A lower layer's cell for a CAS-LSTM step on ``x``: a function of ``x``, contiguous."""
+    return torch.cos(x.sum(-1, keepdim=True) * torch.arange(1, H + 1, dtype=x.dtype))
 
 
 def _inputs(cell: torch.nn.Module, C: int, batch: int | None, dtype: torch.dtype, steps: int = 3):

@@ -45,7 +45,7 @@ from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
-from ctrlrnn.ops import cells_ref
+from ctrlrnn.ops import cell_steps, cells_ref
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.fused_cells import (
     cas_lstm_sequence,
@@ -255,12 +255,11 @@ class CASLSTMCell(Traceable, nn.Module):
                 if tuple(s.shape) != (B, H):
                     raise ValueError(f"state: expected {name} of shape {(B, H)}, "
                                      f"got {tuple(s.shape)}")
-        x_proj = F.linear(x, w.weight_ih, w.bias)
         if not w.vertical:
             if lower_c is not None:
                 raise ValueError("lower_c: the first layer's cell (vertical=False) reads no "
                                  "lower cell")
-            h, c = cells_ref.lstm_step(x_proj, w.weight_hh, h, c)
+            low, lam = None, None
         else:
             if not isinstance(lower_c, Tensor):
                 raise ValueError("lower_c: a layer above the first reads the lower layer's cell "
@@ -269,18 +268,36 @@ class CASLSTMCell(Traceable, nn.Module):
             if tuple(low.shape) != (B, H):
                 raise ValueError(f"lower_c: expected shape {(B, H)}, got {tuple(low.shape)}")
             lam = self.lambda_value()
-            if lam is None:
-                scale_g = x.new_ones(H)
-                scale_f = scale_g
-            else:
-                scale_g = (lam.to(x.dtype) if isinstance(lam, Tensor)
-                           else x.new_tensor(float(lam))).expand(H)
-                scale_f = 1 - scale_g
-            h, c = cells_ref.cas_lstm_step(x_proj, w.weight_hh, low, h, c, scale_f, scale_g,
-                                           w.peephole)
+        lam_vec = lam if isinstance(lam, Tensor) else None
+        ext = cell_steps.kernels(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, lam_vec,
+                                 w.peephole)  # fmt: skip
+        if ext is not None:  # the whole step as one op (caslstm_cell_step_ref its twin)
+            mode = 0 if lam is None else (2 if lam_vec is not None else 1)
+            h, c = ext.caslstm_cell_step(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, lam_vec,
+                                         float(lam) if mode == 1 else 0.0, mode, w.peephole)  # type: ignore[arg-type]
+        else:
+            h, c = self._written_out_step(x, h, c, low, lam)
         if unbatched:
             return h[0], (h[0], c[0])
         return h, (h, c)
+
+    def _written_out_step(self, x: Tensor, h: Tensor, c: Tensor, low: Tensor | None,
+                          lam: float | Tensor | None) -> tuple[Tensor, Tensor]:
+        """One step with tensor ops: eq 1-6 without ``low``, else eq 7-13 (and 17)."""
+        w = self.weights
+        x_proj = F.linear(x, w.weight_ih, w.bias)
+        if low is None:
+            return cells_ref.lstm_step(x_proj, w.weight_hh, h, c)  # type: ignore[no-any-return]
+        H = self.hidden_size
+        if lam is None:
+            scale_g = x.new_ones(H)
+            scale_f = scale_g
+        else:
+            scale_g = (lam.to(x.dtype) if isinstance(lam, Tensor)
+                       else x.new_tensor(float(lam))).expand(H)
+            scale_f = 1 - scale_g
+        return cells_ref.cas_lstm_step(x_proj, w.weight_hh, low, h, c, scale_f,  # type: ignore[no-any-return]
+                                       scale_g, w.peephole)
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}, vertical={self.vertical}"

@@ -9,7 +9,8 @@
 // * rcrn_cell_step: RCRN paper eq 1-16 with LSTM controllers and base (three LSTM cells, then
 //   the listener's eq 15-16);
 // * carnn_cell_step: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN);
-// * metagross_cell_step: METAGROSS paper eq 2-1..2-6 with a linear base and token depth gates.
+// * metagross_cell_step: METAGROSS paper eq 2-1..2-6 with a linear base and token depth gates;
+// * caslstm_cell_step: CAS-LSTM paper eq 1-6 (the first layer) or 7-13 and 17 (above it).
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -348,6 +349,88 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
   return {h, last};
 }
 
+// ---------------------------------------------------------------------------------------------
+// CAS-LSTM: eq 1-6 for the first layer, eq 7-13 (variant (iii)'s eq 17 with peepholes) above it.
+// x (B, D); h, c (B, H); lower_c (B, H), the lower layer's cell c^{l-1}_t, or none for the first
+// layer (a plain LSTM, G = 4); weight_ih (G*H, D) rows [i | f | c~ | o (| g)], G = 5 above the
+// first layer; weight_hh (G*H, H), or (4H, H) with peephole (2, H) = [p_g1; p_g2]; bias (G*H,) or
+// none. lambda_mode 0: c' = i c~ + f c + g c^{l-1} (eq 18's plain sum); 1: lambda is
+// lambda_value; 2: lambda is lambda_vec (H,); then c' = i c~ + (1 - lambda) f c + lambda g c^{l-1}.
+//   g = sigmoid(x_g + U_g h), or sigmoid(x_g + p_g1 c + p_g2 c^{l-1}) (eq 9, 17);  h' = o tanh(c')
+std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor& h,
+                                          const at::Tensor& c,
+                                          const c10::optional<at::Tensor>& lower_c,
+                                          const at::Tensor& weight_ih,
+                                          const at::Tensor& weight_hh,
+                                          const c10::optional<at::Tensor>& bias,
+                                          const c10::optional<at::Tensor>& lambda_vec,
+                                          double lambda_value, int64_t lambda_mode,
+                                          const c10::optional<at::Tensor>& peephole) {
+  TORCH_CHECK(x.dim() == 2 && h.dim() == 2 && c.dim() == 2 && weight_ih.dim() == 2 &&
+                  weight_hh.dim() == 2,
+              "caslstm_cell_step: expected x (B, D), h and c (B, H), 2-D weights");
+  TORCH_CHECK(lambda_mode >= 0 && lambda_mode <= 2,
+              "caslstm_cell_step: lambda_mode must be 0, 1 or 2, got ", lambda_mode);
+  check_operand(x, x, "x");
+  check_operand(h, x, "h");
+  check_operand(c, x, "c");
+  check_operand(weight_ih, x, "weight_ih");
+  check_operand(weight_hh, x, "weight_hh");
+  check_optional(lower_c, x, "lower_c");
+  check_optional(bias, x, "bias");
+  check_optional(lambda_vec, x, "lambda_vec");
+  check_optional(peephole, x, "peephole");
+  const int64_t B = x.size(0), D = x.size(1), H = h.size(1);
+  const bool vertical = lower_c.has_value() && lower_c->defined();
+  const bool peep = peephole.has_value() && peephole->defined();
+  const int64_t G = vertical ? 5 : 4, G_hh = peep ? 4 : G;
+  TORCH_CHECK(h.size(0) == B && c.size(0) == B && c.size(1) == H &&
+                  weight_ih.size(0) == G * H && weight_ih.size(1) == D &&
+                  weight_hh.size(0) == G_hh * H && weight_hh.size(1) == H &&
+                  (!vertical || (lower_c->size(0) == B && lower_c->size(1) == H)) &&
+                  (!peep || (vertical && peephole->numel() == 2 * H)) &&
+                  (lambda_mode != 2 || (lambda_vec.has_value() && lambda_vec->defined() &&
+                                        lambda_vec->numel() == H)),
+              "caslstm_cell_step: shapes disagree");
+  auto h_new = at::empty({B, H}, x.options());
+  auto c_new = at::empty({B, H}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "caslstm_cell_step", [&] {
+    using T = scalar_t;
+    T* p = scratch<T>(G * H);
+    const T* bp = data_or_null<T>(bias);
+    const T* lam = lambda_mode == 2 ? lambda_vec->data_ptr<T>() : nullptr;
+    const T* pp = peep ? peephole->data_ptr<T>() : nullptr;
+    for (int64_t r = 0; r < B; ++r) {
+      const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+      const T* cr = c.data_ptr<T>() + r * H;
+      const T* low = vertical ? lower_c->data_ptr<T>() + r * H : nullptr;
+      gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
+      if (bp) {
+        for (int64_t n = 0; n < G * H; ++n) p[n] += bp[n];  // x_proj = W x + b
+      }
+      gemv<T>(weight_hh.data_ptr<T>(), H, hr, G_hh * H, H, p, true);  // + U h
+      T *ho = h_new.data_ptr<T>() + r * H, *co = c_new.data_ptr<T>() + r * H;
+      for (int64_t i = 0; i < H; ++i) {
+        const T in = sigmoid(p[i]), f = sigmoid(p[H + i]);  // eq 1-2, 7-8
+        const T ct = std::tanh(p[2 * H + i]), o = sigmoid(p[3 * H + i]);  // eq 3-4, 10-11
+        T cell = in * ct;
+        if (!vertical) {
+          cell = cell + f * cr[i];  // eq 5
+        } else {
+          const T g = sigmoid(peep ? p[4 * H + i] + pp[i] * cr[i] + pp[H + i] * low[i]
+                                   : p[4 * H + i]);  // eq 9, 17
+          const T l = lambda_mode == 0 ? T(1) : (lam ? lam[i] : T(lambda_value));
+          const T sf = lambda_mode == 0 ? T(1) : T(1) - l;
+          cell = cell + sf * f * cr[i] + l * g * low[i];  // eq 12
+        }
+        co[i] = cell;
+        ho[i] = o * std::tanh(cell);  // eq 6, 13
+      }
+    }
+  });
+  return {h_new, c_new};
+}
+
 }  // namespace
 
 namespace ctrlrnn {
@@ -366,6 +449,10 @@ void register_cell_steps(torch::Library& m) {
   m.def("metagross_cell_step(Tensor x, Tensor state, Tensor weight, Tensor? bias, "
         "Tensor? depth_weight, Tensor? depth_bias, int depth, bool h_form, bool residual) -> "
         "Tensor[]", &metagross_cell_step);
+  // CAS-LSTM eq 1-6 (no lower_c) or 7-13 and 17: returns h and c
+  m.def("caslstm_cell_step(Tensor x, Tensor h, Tensor c, Tensor? lower_c, Tensor weight_ih, "
+        "Tensor weight_hh, Tensor? bias, Tensor? lambda_vec, float lambda_value, "
+        "int lambda_mode, Tensor? peephole) -> Tensor[]", &caslstm_cell_step);
 }
 
 }  // namespace ctrlrnn

@@ -8,6 +8,8 @@ equations; the tests hold each op to its reference here.
 * :func:`carnn_cell_step_ref`: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN), one step.
 * :func:`metagross_cell_step_ref`: METAGROSS paper eq 2-1..2-6 (gates from ``x_t``, section
   2.2, with a linear base and token depth gates, section 2.1), one step of the whole tree.
+* :func:`caslstm_cell_step_ref`: CAS-LSTM paper eq 1-6 (the first layer) or eq 7-13 (a layer
+  above it; variant (iii)'s eq 17 with peepholes), one step.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["carnn_cell_step_ref", "metagross_cell_step_ref", "qrnn_cell_step_ref",
-           "rcrn_cell_step_ref"]
+from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_step
+from ctrlrnn.ops.cells.lstm.reference import lstm_step
+
+__all__ = ["carnn_cell_step_ref", "caslstm_cell_step_ref", "metagross_cell_step_ref",
+           "qrnn_cell_step_ref", "rcrn_cell_step_ref"]
 
 
 def qrnn_cell_step_ref(x: Tensor, c: Tensor, history: Tensor, weight: Tensor,
@@ -119,3 +124,24 @@ def metagross_cell_step_ref(x: Tensor, state: Tensor, weight: Tensor, bias: Tens
         finals[level] = carried.reshape(B, k * H)
     assert below is not None
     return below[:, 0], torch.cat([finals[n] for n in range(1, depth + 1)], dim=1)
+
+
+def caslstm_cell_step_ref(x: Tensor, h: Tensor, c: Tensor, lower_c: Tensor | None,
+                          weight_ih: Tensor, weight_hh: Tensor, bias: Tensor | None,
+                          lambda_vec: Tensor | None, lambda_value: float, lambda_mode: int,
+                          peephole: Tensor | None) -> list[Tensor]:
+    """``[h_t, c_t]`` from ``x_t`` ``(B, D)``, ``h_{t-1}``, ``c_{t-1}`` and the lower layer's
+    cell ``lower_c`` (None: the first layer, eq 1-6); ``lambda_mode`` 0 is eq 18's plain sum, 1
+    takes ``lambda_value`` and 2 ``lambda_vec`` ``(H,)`` as eq 12's lambda."""
+    x_proj = F.linear(x, weight_ih, bias)
+    if lower_c is None:
+        return list(lstm_step(x_proj, weight_hh, h, c))  # eq 1-6
+    H = h.shape[1]
+    if lambda_mode == 0:
+        scale_f = scale_g = x.new_ones(H)
+    else:
+        lam = lambda_vec if lambda_mode == 2 else x.new_full((H,), lambda_value)
+        assert lam is not None
+        scale_f, scale_g = 1 - lam, lam
+    return list(cas_lstm_step(x_proj, weight_hh, lower_c, h, c, scale_f, scale_g,
+                              peephole))  # eq 7-13, 17
