@@ -15,6 +15,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "runtime/runtime.h"
+
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
@@ -26,23 +28,44 @@ namespace {
 // registers, so no reassociation is needed to vectorise the loop.
 constexpr int64_t kLanes = 16;
 
+// The sum of a dot product's kLanes partial sums, pairwise: log2(kLanes) vector additions, where
+// adding the lanes one by one is a chain of kLanes dependent scalar additions per output.
+template <typename T>
+inline T lane_sum(T* acc) {
+  for (int64_t half = kLanes / 2; half > 0; half /= 2) {
+    for (int64_t j = 0; j < half; ++j) acc[j] += acc[j + half];
+  }
+  return acc[0];
+}
+
+// out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N rows of R consecutive rows: the rows share
+// each load of x, and their R sums are independent chains the core overlaps.
+template <typename T, int R>
+inline void gemv_rows(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t K,
+                      T* __restrict out, bool accumulate) {
+  const int64_t main = K - K % kLanes;
+  T acc[R][kLanes] = {};
+  for (int64_t k = 0; k < main; k += kLanes) {
+    for (int q = 0; q < R; ++q) {
+      const T* __restrict row = w + q * ldw + k;
+      for (int64_t j = 0; j < kLanes; ++j) acc[q][j] += row[j] * x[k + j];
+    }
+  }
+  for (int q = 0; q < R; ++q) {
+    T sum = lane_sum(acc[q]);
+    for (int64_t k = main; k < K; ++k) sum += w[q * ldw + k] * x[k];
+    out[q] = accumulate ? out[q] + sum : sum;
+  }
+}
+
 // out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N: rows of a row-major weight against one
-// vector, the weight read once, in its stored layout.
+// vector, the weight read once, in its stored layout, four rows at a time.
 template <typename T>
 inline void gemv(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t N, int64_t K,
                  T* __restrict out, bool accumulate) {
-  const int64_t main = K - K % kLanes;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* __restrict row = w + n * ldw;
-    T acc[kLanes] = {};
-    for (int64_t k = 0; k < main; k += kLanes) {
-      for (int64_t j = 0; j < kLanes; ++j) acc[j] += row[k + j] * x[k + j];
-    }
-    T sum = 0;
-    for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
-    for (int64_t k = main; k < K; ++k) sum += row[k] * x[k];
-    out[n] = accumulate ? out[n] + sum : sum;
-  }
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) gemv_rows<T, 4>(w + n * ldw, ldw, x, K, out + n, accumulate);
+  for (; n < N; ++n) gemv_rows<T, 1>(w + n * ldw, ldw, x, K, out + n, accumulate);
 }
 
 // A scratch buffer of n values for this thread, kept between calls: a step's intermediate
@@ -54,9 +77,38 @@ inline T* scratch(int64_t n) {
   return buffer.data();
 }
 
+// The activations of a step: the runtime's polynomial ones for float (std::exp and std::tanh
+// under the plain runtime or with poly_exp off, and for double), runtime/vector_math.h. They are
+// inline and branch-free, so the loops below vectorise; the C library's are a call per value.
+template <typename T, typename F>
+inline void with_activations(const F& f) {
+  ctrlrnn::runtime::with_math<T, ctrlrnn::runtime::Act<T>>(f);
+}
+
+// v[n] = sigmoid(v[n] (+ b[n])) for n < N; b may be null.
+template <typename M, typename T>
+inline void sigmoid_rows(T* __restrict v, const T* __restrict b, int64_t N) {
+  if (b) {
+    for (int64_t n = 0; n < N; ++n) v[n] = M::sigmoid(v[n] + b[n]);
+  } else {
+    for (int64_t n = 0; n < N; ++n) v[n] = M::sigmoid(v[n]);
+  }
+}
+
+// v[n] = tanh(v[n] (+ b[n])) for n < N; b may be null.
+template <typename M, typename T>
+inline void tanh_rows(T* __restrict v, const T* __restrict b, int64_t N) {
+  if (b) {
+    for (int64_t n = 0; n < N; ++n) v[n] = M::tanh(v[n] + b[n]);
+  } else {
+    for (int64_t n = 0; n < N; ++n) v[n] = M::tanh(v[n]);
+  }
+}
+
+// The bias of gate block `gate` (H values), or null.
 template <typename T>
-inline T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
+inline const T* block_of(const T* bias, int64_t gate, int64_t H) {
+  return bias ? bias + gate * H : nullptr;
 }
 
 // The tensor's data, or nullptr for an absent optional one.
@@ -83,7 +135,7 @@ void check_optional(const c10::optional<at::Tensor>& t, const at::Tensor& like,
 // QRNN (eq 1-5). x (B, D); c (B, H); history (B, k-1, D), oldest first; weight (G*H, k*D), the
 // taps oldest first; bias (G*H,) or none; mode 0 = f, 1 = fo, 2 = ifo (G = 2, 3, 4). The window
 // [history, x] is never concatenated: tap j's columns of the weight meet its row directly.
-template <typename T>
+template <typename M, typename T>
 void qrnn_rows(const at::Tensor& x, const at::Tensor& c, const at::Tensor& history,
                const at::Tensor& weight, const T* bias, int64_t mode, const at::Tensor& h,
                const at::Tensor& c_new, const at::Tensor& next) {
@@ -97,15 +149,16 @@ void qrnn_rows(const at::Tensor& x, const at::Tensor& c, const at::Tensor& histo
                                : x.data_ptr<T>() + b * D;
       gemv<T>(w + j * D, ldw, row, G * H, D, g, j > 0);
     }
+    tanh_rows<M>(g, block_of(bias, 0, H), H);  // z
+    sigmoid_rows<M>(g + H, block_of(bias, 1, H), (G - 1) * H);  // f, then o and i
+    const T *z = g, *f = g + H, *o = g + 2 * H, *in = g + 3 * H;
     const T* cp = c.data_ptr<T>() + b * H;
     T* hp = h.data_ptr<T>() + b * H;
     T* cn = c_new.data_ptr<T>() + b * H;
     for (int64_t i = 0; i < H; ++i) {  // eq 3-5
-      auto at = [&](int64_t gate) { return g[gate * H + i] + (bias ? bias[gate * H + i] : T(0)); };
-      const T z = std::tanh(at(0)), f = sigmoid(at(1));
-      const T cell = mode == 2 ? f * cp[i] + sigmoid(at(3)) * z : f * cp[i] + (T(1) - f) * z;
+      const T cell = mode == 2 ? f[i] * cp[i] + in[i] * z[i] : f[i] * cp[i] + (T(1) - f[i]) * z[i];
       cn[i] = cell;
-      hp[i] = mode == 0 ? cell : sigmoid(at(2)) * cell;
+      hp[i] = mode == 0 ? cell : o[i] * cell;
     }
     if (k > 1) {  // the new history: the window's last k-1 inputs, x last
       T* nx = next.data_ptr<T>() + b * (k - 1) * D;
@@ -135,8 +188,11 @@ std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
   auto c_new = at::empty({B, H}, x.options());
   auto next = at::empty({B, k - 1, D}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "qrnn_cell_step", [&] {
-    qrnn_rows<scalar_t>(x, c, history, weight, data_or_null<scalar_t>(bias), mode, h, c_new,
-                        next);
+    using T = scalar_t;
+    with_activations<T>([&](auto m) {
+      qrnn_rows<decltype(m), T>(x, c, history, weight, data_or_null<T>(bias), mode, h, c_new,
+                                next);
+    });
   });
   return {h, c_new, next};
 }
@@ -144,21 +200,23 @@ std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
 // ---------------------------------------------------------------------------------------------
 // One LSTM cell (RCRN eq 1-6, 10-14 in torch's layout: gate rows [i | f | g | o]) at batch row b:
 // gates = W_ih x + b_ih + W_hh h + b_hh, c' = f c + i g, h' = o tanh(c').
-template <typename T>
+template <typename M, typename T>
 void lstm_row(const T* x, int64_t D, const T* h, const T* c, int64_t H, const at::Tensor& w_ih,
               const at::Tensor& w_hh, const T* b_ih, const T* b_hh, T* gates, T* h_new,
               T* c_new) {
   gemv<T>(w_ih.data_ptr<T>(), D, x, 4 * H, D, gates, false);
   gemv<T>(w_hh.data_ptr<T>(), H, h, 4 * H, H, gates, true);
-  for (int64_t i = 0; i < H; ++i) {
-    auto at = [&](int64_t gate) {
-      const int64_t r = gate * H + i;
-      return gates[r] + (b_ih ? b_ih[r] : T(0)) + (b_hh ? b_hh[r] : T(0));
-    };
-    const T cell = sigmoid(at(1)) * c[i] + sigmoid(at(0)) * std::tanh(at(2));
-    c_new[i] = cell;
-    h_new[i] = sigmoid(at(3)) * std::tanh(cell);
+  for (const T* b : {b_ih, b_hh}) {
+    if (b) {
+      for (int64_t n = 0; n < 4 * H; ++n) gates[n] += b[n];
+    }
   }
+  sigmoid_rows<M>(gates, static_cast<const T*>(nullptr), 2 * H);  // i, f
+  tanh_rows<M>(gates + 2 * H, static_cast<const T*>(nullptr), H);  // g
+  sigmoid_rows<M>(gates + 3 * H, static_cast<const T*>(nullptr), H);  // o
+  const T *in = gates, *f = gates + H, *g = gates + 2 * H, *o = gates + 3 * H;
+  for (int64_t i = 0; i < H; ++i) c_new[i] = f[i] * c[i] + in[i] * g[i];
+  for (int64_t i = 0; i < H; ++i) h_new[i] = o[i] * M::tanh(c_new[i]);
 }
 
 // RCRN (eq 1-16), LSTM cells. states: h1, c1, h2, c2, h3, c3, c4, each (B, H); weights: per RNN
@@ -190,11 +248,13 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
   for (int i = 0; i < 8; ++i) out.push_back(at::empty({B, H}, x.options()));
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rcrn_cell_step", [&] {
     using T = scalar_t;
+    with_activations<T>([&](auto m) {
+    using M = decltype(m);
     T* gates = scratch<T>(4 * H);
     auto ptr = [&](const at::Tensor& t, int64_t row) { return t.data_ptr<T>() + row * H; };
     for (int64_t r = 0; r < B; ++r) {
       for (size_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
-        lstm_row<T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
+        lstm_row<M, T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
                     ptr(states[2 * j + 1], r), H, weights[2 * j], weights[2 * j + 1],
                     data_or_null<T>(b[2 * j]), data_or_null<T>(b[2 * j + 1]),
                     gates, ptr(out[1 + 2 * j], r), ptr(out[2 + 2 * j], r));
@@ -203,11 +263,16 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
       const T* c4 = ptr(states[6], r);
       T *c4n = ptr(out[7], r), *h4 = ptr(out[0], r);
       for (int64_t i = 0; i < H; ++i) {
-        const T f = sigmoid(h1[i]);
+        const T f = M::sigmoid(h1[i]);
         c4n[i] = h3[i] + f * (c4[i] - h3[i]);  // eq 15
-        h4[i] = (sigmoid_gate ? sigmoid(h2[i]) : h2[i]) * c4n[i];  // eq 16
+      }
+      if (sigmoid_gate) {
+        for (int64_t i = 0; i < H; ++i) h4[i] = M::sigmoid(h2[i]) * c4n[i];  // eq 16
+      } else {
+        for (int64_t i = 0; i < H; ++i) h4[i] = h2[i] * c4n[i];  // eq 16 as printed
       }
     }
+    });
   });
   return out;
 }
@@ -242,6 +307,8 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
   auto out = at::empty({B, H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "carnn_cell_step", [&] {
     using T = scalar_t;
+    with_activations<T>([&](auto m) {
+    using M = decltype(m);
     T* p = scratch<T>(G * H);
     const T* bias = data_or_null<T>(bias_ih);
     for (int64_t r = 0; r < B; ++r) {
@@ -253,13 +320,14 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
       }
       if (has_hh) gemv<T>(weight_hh->data_ptr<T>(), H, hr, 2 * H, H, p, true);
       T* o = out.data_ptr<T>() + r * H;
+      sigmoid_rows<M>(p, bias, 2 * H);  // g_u, g_f
+      const T *u = p, *f = p + H, *eb = block_of(bias, 2, H);
       for (int64_t i = 0; i < H; ++i) {
-        const T u = sigmoid(p[i] + (bias ? bias[i] : T(0)));
-        const T f = sigmoid(p[H + i] + (bias ? bias[H + i] : T(0)));
-        const T e = G == 2 ? xr[i] : p[2 * H + i] + (bias ? bias[2 * H + i] : T(0));
-        o[i] = u * (f * e) + (T(1) - u) * hr[i];
+        const T e = G == 2 ? xr[i] : p[2 * H + i] + (eb ? eb[i] : T(0));
+        o[i] = u[i] * (f[i] * e) + (T(1) - u[i]) * hr[i];
       }
     }
+    });
   });
   return out;
 }
@@ -274,7 +342,7 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
 //   "h" form: h_t = o (1 - f) h_{t-1} + o f z (+ x)
 //   "c" form: c_t = (1 - f) c_{t-1} + f z,  h_t = o c_t (+ x)
 // with m^F, m^O the outputs of the unit's two children (none at the leaves).
-template <typename T>
+template <typename M, typename T>
 void metagross_row(const T* x, const T* state, const T* y, const T* bias, const T* gates,
                    int64_t I, int64_t depth, int64_t H, bool h_form, bool residual, T* last,
                    T* out, T* below) {
@@ -289,10 +357,10 @@ void metagross_row(const T* x, const T* state, const T* y, const T* bias, const 
         };
         T pf = pre(0), po = pre(1);
         if (level < depth) {  // eq 2-1, 2-2: the children's outputs mixed in
-          pf += sigmoid(gates[u]) * (below[(2 * j) * H + i] - pf);
-          po += sigmoid(gates[I + u]) * (below[(2 * j + 1) * H + i] - po);
+          pf += gates[u] * (below[(2 * j) * H + i] - pf);
+          po += gates[I + u] * (below[(2 * j + 1) * H + i] - po);
         }
-        const T f = sigmoid(pf), o = sigmoid(po), z = std::tanh(pre(2));
+        const T f = M::sigmoid(pf), o = M::sigmoid(po), z = M::tanh(pre(2));
         const T prev = state[u * H + i], res = residual ? x[i] : T(0);
         const T carried = h_form ? o * (T(1) - f) * prev + o * f * z + res
                                  : (T(1) - f) * prev + f * z;
@@ -329,6 +397,8 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
   auto last = at::empty({B, N * H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_cell_step", [&] {
     using T = scalar_t;
+    with_activations<T>([&](auto m) {
+    using M = decltype(m);
     const int64_t leaves = (N + 1) / 2;
     // the base maps, the depth gates' logits and two levels' outputs
     T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
@@ -338,13 +408,14 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
       const T* xr = x.data_ptr<T>() + r * D;
       gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // the base maps
       if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
-      for (int64_t g = 0; g < 2 * I && db; ++g) gates[g] += db[g];  // the depth gates' logits
+      sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
       T* out = work;
-      metagross_row<T>(xr, state.data_ptr<T>() + r * N * H, yp, data_or_null<T>(bias), gates, I,
+      metagross_row<M, T>(xr, state.data_ptr<T>() + r * N * H, yp, data_or_null<T>(bias), gates, I,
                        depth, H, h_form, residual, last.data_ptr<T>() + r * N * H, out,
                        out + leaves * H);
       std::copy(out, out + H, h.data_ptr<T>() + r * H);  // the root's output
     }
+    });
   });
   return {h, last};
 }
@@ -396,6 +467,8 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
   auto c_new = at::empty({B, H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "caslstm_cell_step", [&] {
     using T = scalar_t;
+    with_activations<T>([&](auto m) {
+    using M = decltype(m);
     T* p = scratch<T>(G * H);
     const T* bp = data_or_null<T>(bias);
     const T* lam = lambda_mode == 2 ? lambda_vec->data_ptr<T>() : nullptr;
@@ -409,24 +482,28 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
         for (int64_t n = 0; n < G * H; ++n) p[n] += bp[n];  // x_proj = W x + b
       }
       gemv<T>(weight_hh.data_ptr<T>(), H, hr, G_hh * H, H, p, true);  // + U h
+      if (pp) {  // eq 17: the vertical gate reads both cells through its peepholes
+        for (int64_t i = 0; i < H; ++i) {
+          p[4 * H + i] = p[4 * H + i] + pp[i] * cr[i] + pp[H + i] * low[i];
+        }
+      }
+      sigmoid_rows<M>(p, static_cast<const T*>(nullptr), 2 * H);  // i, f (eq 1-2, 7-8)
+      tanh_rows<M>(p + 2 * H, static_cast<const T*>(nullptr), H);  // c~ (eq 3, 10)
+      sigmoid_rows<M>(p + 3 * H, static_cast<const T*>(nullptr), (G - 3) * H);  // o, g (4, 9, 11)
+      const T *in = p, *f = p + H, *ct = p + 2 * H, *o = p + 3 * H, *g = p + 4 * H;
       T *ho = h_new.data_ptr<T>() + r * H, *co = c_new.data_ptr<T>() + r * H;
-      for (int64_t i = 0; i < H; ++i) {
-        const T in = sigmoid(p[i]), f = sigmoid(p[H + i]);  // eq 1-2, 7-8
-        const T ct = std::tanh(p[2 * H + i]), o = sigmoid(p[3 * H + i]);  // eq 3-4, 10-11
-        T cell = in * ct;
-        if (!vertical) {
-          cell = cell + f * cr[i];  // eq 5
-        } else {
-          const T g = sigmoid(peep ? p[4 * H + i] + pp[i] * cr[i] + pp[H + i] * low[i]
-                                   : p[4 * H + i]);  // eq 9, 17
+      if (!vertical) {
+        for (int64_t i = 0; i < H; ++i) co[i] = in[i] * ct[i] + f[i] * cr[i];  // eq 5
+      } else {
+        for (int64_t i = 0; i < H; ++i) {  // eq 12
           const T l = lambda_mode == 0 ? T(1) : (lam ? lam[i] : T(lambda_value));
           const T sf = lambda_mode == 0 ? T(1) : T(1) - l;
-          cell = cell + sf * f * cr[i] + l * g * low[i];  // eq 12
+          co[i] = in[i] * ct[i] + sf * f[i] * cr[i] + l * g[i] * low[i];
         }
-        co[i] = cell;
-        ho[i] = o * std::tanh(cell);  // eq 6, 13
       }
+      for (int64_t i = 0; i < H; ++i) ho[i] = o[i] * M::tanh(co[i]);  // eq 6, 13
     }
+    });
   });
   return {h_new, c_new};
 }
