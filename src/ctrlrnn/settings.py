@@ -197,7 +197,19 @@ SETTINGS_GROUPS: tuple[str, ...] = tuple(dict.fromkeys(s.group for s in SETTINGS
 def raw(name: str) -> str | None:
     """The text of an environment variable as set (None when unset); for variables that other
     programs define (``XDG_CACHE_HOME``, torchrun's ``RANK``) as well as ctrlrnn's own."""
-    return os.environ.get(name)
+    # CPython's os.environ keeps its entries encoded in a dict, _data: read with the mapping's
+    # own encoder and decoder it costs a quarter of os.environ.get, which the kernels' dispatch
+    # pays at every call (CTRLRNN_BACKEND is read each time, so that it can be switched at run
+    # time). Any other mapping in os.environ is read with get.
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if type(data) is dict:
+        try:
+            value = data.get(env.encodekey(name))  # type: ignore[attr-defined]
+            return None if value is None else env.decodevalue(value)  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    return env.get(name)
 
 
 def raw_int(name: str, default: int | None = None) -> int:
