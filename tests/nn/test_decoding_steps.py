@@ -12,6 +12,7 @@ import torch
 from ctrlrnn import MetagrossCell, RCRNCell
 from ctrlrnn.nn import rcrn_step
 from ctrlrnn.ops import derived_weights
+from ctrlrnn.ops.backend import reference_forced
 
 D64 = torch.float64
 
@@ -189,3 +190,79 @@ def test_derived_weights_of_inference_tensors_are_made_at_every_call():
         h, state = cell(x)
         h2, _ = cell(x, state)
     assert h2.shape == (2, 4)
+
+
+def _rcrn_calls(layer: object, x: torch.Tensor, hx: object) -> tuple[object, list[bool]]:
+    """``layer(x, hx)`` with no graph recorded, and for each layer of it whether the step path
+    (:meth:`RCRN._layer_by_steps`) served it."""
+    from ctrlrnn import RCRN
+
+    taken: list[bool] = []
+    original = RCRN._layer_by_steps
+
+    def spy(self, *args):
+        got = original(self, *args)
+        taken.append(got is not None)
+        return got
+
+    RCRN._layer_by_steps = spy
+    try:
+        with torch.no_grad():
+            return layer(x, hx), taken
+    finally:
+        RCRN._layer_by_steps = original
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("T,B", [(1, 1), (3, 4), (8, 2)])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_rcrn_short_calls_without_a_graph_take_one_step_op_per_step(
+        bidirectional, num_layers, batch_first, T, B, with_state):  # fmt: skip
+    from ctrlrnn import RCRN
+
+    torch.manual_seed(5)
+    layer = RCRN(5, 6, num_layers=num_layers, bidirectional=bidirectional,
+                 batch_first=batch_first, output_gate="identity" if T == 3 else "sigmoid")
+    layer = layer.to(D64)
+    D = 2 if bidirectional else 1
+    x = torch.randn((B, T, 5) if batch_first else (T, B, 5), dtype=D64)
+    hx = tuple(torch.randn(num_layers * D, B, 6, dtype=D64) for _ in range(7)) \
+        if with_state else None
+    (out, h_n), taken = _rcrn_calls(layer, x, hx)
+    # (under CTRLRNN_BACKEND=reference no fused op exists: the whole-sequence path runs)
+    assert taken == [not reference_forced()] * num_layers
+    want_out, want_h = layer(x, hx)  # with grad: the whole-sequence path
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    for a, b in zip(h_n, want_h, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert out.shape == want_out.shape and out.is_contiguous() == want_out.is_contiguous()
+
+
+@pytest.mark.parametrize("why", ["long", "batch", "gru", "lengths", "concat_forward",
+                                 "weight_drop", "strided state"])
+def test_rcrn_short_calls_take_the_whole_sequence_path_where_steps_do_not_apply(why):
+    from ctrlrnn import RCRN
+
+    torch.manual_seed(6)
+    kw = {"gru": dict(cell="gru"), "concat_forward": dict(bidirectional=True,
+          listener="concat_forward"), "weight_drop": dict(weight_drop=0.3)}.get(why, {})  # fmt: skip
+    layer = RCRN(5, 6, batch_first=True, **kw).to(D64)
+    if why == "weight_drop":
+        layer.train()
+    T = 9 if why == "long" else 2
+    B = 5 if why == "batch" else 2
+    x = torch.randn(B, T, 5, dtype=D64)
+    hx = None
+    if why == "strided state":
+        hx = tuple(torch.randn(1, B, 12, dtype=D64)[..., ::2] for _ in range(7))
+    if why == "lengths":
+        x = torch.nn.utils.rnn.pack_padded_sequence(x, torch.tensor([2, 1]), batch_first=True)
+    (out, _), taken = _rcrn_calls(layer, x, hx)
+    assert taken == [False]
+    if why != "weight_drop":  # (training draws fresh masks at every call)
+        want = layer(x, hx)[0]
+        got = out.data if why == "lengths" else out
+        torch.testing.assert_close(got, want.data if why == "lengths" else want,
+                                   rtol=1e-12, atol=1e-12)  # fmt: skip
