@@ -2,15 +2,17 @@
 (:mod:`ctrlrnn.nn.rcrn_step`) against the step written out from eq 1-16, values and gradients;
 a METAGROSS tree where no graph is recorded (the same kernels without the autograd node, its
 joint weight kept between steps) against the step that records one, and never stale after a
-parameter changes (:mod:`ctrlrnn.ops.derived_weights`)."""
+parameter changes (:mod:`ctrlrnn.ops.derived_weights`); and short layer calls without a graph
+(RCRN, CARNN, METAGROSS) by one fused cell op per step, against the whole-sequence path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ctrlrnn import MetagrossCell, RCRNCell
+from ctrlrnn import CARNN, RCRN, Metagross, MetagrossCell, RCRNCell
 from ctrlrnn.nn import rcrn_step
+from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops import derived_weights
 from ctrlrnn.ops.backend import reference_forced
 
@@ -192,77 +194,108 @@ def test_derived_weights_of_inference_tensors_are_made_at_every_call():
     assert h2.shape == (2, 4)
 
 
-def _rcrn_calls(layer: object, x: torch.Tensor, hx: object) -> tuple[object, list[bool]]:
-    """``layer(x, hx)`` with no graph recorded, and for each layer of it whether the step path
-    (:meth:`RCRN._layer_by_steps`) served it."""
-    from ctrlrnn import RCRN
+#: Units whose layers run short calls without a graph by their cells' fused steps:
+#: (name, factory(bidirectional, num_layers, batch_first), extra forward arguments(B)).
+STEP_UNITS = {
+    "rcrn": (lambda D2, L, bf, **kw: RCRN(5, 6, num_layers=L, bidirectional=D2,
+                                          batch_first=bf, **kw), None),
+    "icarnn": (lambda D2, L, bf, **kw: CARNN(5, 6, 3, "i", num_layers=L, bidirectional=D2,
+                                             batch_first=bf, **kw), 3),
+    "ncarnn": (lambda D2, L, bf, **kw: CARNN(5, 6, 3, "n", num_layers=L, bidirectional=D2,
+                                             batch_first=bf, **kw), 3),
+    "metagross": (lambda D2, L, bf, **kw: Metagross(5, 6, num_layers=L, bidirectional=D2,
+                                                    batch_first=bf, residual=False, **kw), None),
+    "metagross c 3": (lambda D2, L, bf, **kw: Metagross(5, 6, depth=3, recurrence="c",
+                                                        num_layers=L, bidirectional=D2,
+                                                        batch_first=bf, residual=False, **kw),
+                      None),
+}  # fmt: skip
 
+
+def _short_call(layer: RecurrentBase, x: object, context: torch.Tensor | None, hx: object,
+                grad: bool = False) -> tuple[object, list[bool]]:  # fmt: skip
+    """``layer(x, [context,] hx)``, and for each of its layers whether the step path
+    (:meth:`RecurrentBase._layer_by_steps`) served it."""
     taken: list[bool] = []
-    original = RCRN._layer_by_steps
+    original = RecurrentBase._layer_by_steps
 
-    def spy(self, *args):
-        got = original(self, *args)
+    def spy(self, *args, **kwargs):
+        got = original(self, *args, **kwargs)
         taken.append(got is not None)
         return got
 
-    RCRN._layer_by_steps = spy
+    RecurrentBase._layer_by_steps = spy
     try:
-        with torch.no_grad():
-            return layer(x, hx), taken
+        with torch.set_grad_enabled(grad):
+            args = (x,) if context is None else (x, context)
+            return layer(*args, hx=hx), taken
     finally:
-        RCRN._layer_by_steps = original
+        RecurrentBase._layer_by_steps = original
 
 
+def _state(layer: RecurrentBase, B: int) -> object:
+    L = layer.num_layers * layer.num_directions
+    sizes = [layer.state_size(k) if hasattr(layer, "state_size") else layer.hidden_size
+             for k in range(layer.num_states)]  # fmt: skip
+    states = [torch.randn(L, B, n, dtype=D64) for n in sizes]
+    return states[0] if len(states) == 1 else tuple(states)
+
+
+@pytest.mark.parametrize("unit", sorted(STEP_UNITS))
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("num_layers", [1, 2])
 @pytest.mark.parametrize("batch_first", [True, False])
-@pytest.mark.parametrize("T,B", [(1, 1), (3, 4), (8, 2)])
-@pytest.mark.parametrize("with_state", [False, True])
-def test_rcrn_short_calls_without_a_graph_take_one_step_op_per_step(
-        bidirectional, num_layers, batch_first, T, B, with_state):  # fmt: skip
-    from ctrlrnn import RCRN
-
+@pytest.mark.parametrize("T,B,with_state", [(1, 1, True), (3, 4, False), (8, 2, True)])
+def test_short_calls_without_a_graph_take_one_step_op_per_step(
+        unit, bidirectional, num_layers, batch_first, T, B, with_state):  # fmt: skip
     torch.manual_seed(5)
-    layer = RCRN(5, 6, num_layers=num_layers, bidirectional=bidirectional,
-                 batch_first=batch_first, output_gate="identity" if T == 3 else "sigmoid")
-    layer = layer.to(D64)
-    D = 2 if bidirectional else 1
+    make, ctx_size = STEP_UNITS[unit]
+    layer = make(bidirectional, num_layers, batch_first).to(D64)
     x = torch.randn((B, T, 5) if batch_first else (T, B, 5), dtype=D64)
-    hx = tuple(torch.randn(num_layers * D, B, 6, dtype=D64) for _ in range(7)) \
-        if with_state else None
-    (out, h_n), taken = _rcrn_calls(layer, x, hx)
+    context = None if ctx_size is None else torch.randn(B, ctx_size, dtype=D64)
+    hx = _state(layer, B) if with_state else None
+    (out, h_n), taken = _short_call(layer, x, context, hx)
     # (under CTRLRNN_BACKEND=reference no fused op exists: the whole-sequence path runs)
     assert taken == [not reference_forced()] * num_layers
-    want_out, want_h = layer(x, hx)  # with grad: the whole-sequence path
+    (want_out, want_h), _ = _short_call(layer, x, context, hx, grad=True)  # whole sequence
     torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    h_n = [h_n] if isinstance(h_n, torch.Tensor) else h_n
+    want_h = [want_h] if isinstance(want_h, torch.Tensor) else want_h
     for a, b in zip(h_n, want_h, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert out.shape == want_out.shape and out.is_contiguous() == want_out.is_contiguous()
 
 
-@pytest.mark.parametrize("why", ["long", "batch", "gru", "lengths", "concat_forward",
-                                 "weight_drop", "strided state"])
-def test_rcrn_short_calls_take_the_whole_sequence_path_where_steps_do_not_apply(why):
-    from ctrlrnn import RCRN
+SKIPS = {"long": ("rcrn", {}), "batch": ("icarnn", {}), "gru": ("rcrn", dict(cell="gru")),
+         "lengths": ("metagross", {}),
+         "concat_forward": ("rcrn", dict(bidirectional=True, listener="concat_forward")),
+         "weight_drop": ("ncarnn", dict(weight_drop=0.3)), "strided state": ("rcrn", {}),
+         "scalar depth gates": ("metagross", dict(depth_gate="scalar")),
+         "gates from the state": ("metagross", dict(gates="state"))}  # fmt: skip
 
+
+@pytest.mark.parametrize("why", sorted(SKIPS))
+def test_short_calls_take_the_whole_sequence_path_where_steps_do_not_apply(why):
     torch.manual_seed(6)
-    kw = {"gru": dict(cell="gru"), "concat_forward": dict(bidirectional=True,
-          listener="concat_forward"), "weight_drop": dict(weight_drop=0.3)}.get(why, {})  # fmt: skip
-    layer = RCRN(5, 6, batch_first=True, **kw).to(D64)
+    unit, kw = SKIPS[why]
+    make, ctx_size = STEP_UNITS[unit]
+    D2 = kw.pop("bidirectional", False)
+    layer = make(D2, 1, True, **kw).to(D64)
     if why == "weight_drop":
         layer.train()
     T = 9 if why == "long" else 2
     B = 5 if why == "batch" else 2
     x = torch.randn(B, T, 5, dtype=D64)
+    context = None if ctx_size is None else torch.randn(B, ctx_size, dtype=D64)
     hx = None
     if why == "strided state":
         hx = tuple(torch.randn(1, B, 12, dtype=D64)[..., ::2] for _ in range(7))
     if why == "lengths":
         x = torch.nn.utils.rnn.pack_padded_sequence(x, torch.tensor([2, 1]), batch_first=True)
-    (out, _), taken = _rcrn_calls(layer, x, hx)
+    (out, _), taken = _short_call(layer, x, context, hx)
     assert taken == [False]
     if why != "weight_drop":  # (training draws fresh masks at every call)
-        want = layer(x, hx)[0]
-        got = out.data if why == "lengths" else out
-        torch.testing.assert_close(got, want.data if why == "lengths" else want,
-                                   rtol=1e-12, atol=1e-12)  # fmt: skip
+        (want, _), _ = _short_call(layer, x, context, hx, grad=True)
+        if why == "lengths":
+            out, want = out.data, want.data
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)

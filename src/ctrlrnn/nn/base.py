@@ -36,6 +36,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from ctrlrnn.nn.arguments import check_flag, check_positive_int, check_rate
 from ctrlrnn.nn.initialization import reset_submodules
 from ctrlrnn.nn.torchscript import Traceable
+from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.autocast import accepts_dtype, autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
@@ -43,6 +44,11 @@ from ctrlrnn.ops.validation import check_lengths
 
 State = list[Tensor]  # one tensor per state variable of the unit
 
+
+#: The longest call without a recorded graph that a layer runs step by step, one fused cell op
+#: per step (:meth:`RecurrentBase._layer_by_steps`), at a batch of at most
+#: ``cell_steps.MAX_BATCH`` rows.
+STEP_PATH_MAX_LENGTH = 8
 
 @dataclass(frozen=True)
 class DirectionCall:
@@ -405,6 +411,49 @@ class RecurrentBase(Traceable, nn.Module):
         """What the next layer reads (the output; dense units also concatenate the input)."""
         return layer_output
 
+    def _layer_by_steps(
+        self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None, **kwargs: Any
+    ) -> tuple[Tensor, State] | None:
+        """A short call where no graph is recorded (a decoding or streaming step at a small
+        batch): each direction by its cell's fused step op, one op per time step
+        (:meth:`_steps_of_direction`), or None where the layer's whole-sequence path runs.
+
+        The whole-sequence path's recurrences, projections and stacking cost a fixed time per
+        call that a few one-op steps undercut; it still runs past
+        :data:`STEP_PATH_MAX_LENGTH` steps, with lengths, with weight-drop masks to draw, and
+        wherever :func:`ctrlrnn.ops.cell_steps.kernels` refuses the step (grad, a batch over
+        its limit, dtype, device, tracing).
+        """
+        T = x.shape[1]
+        if T == 0 or T > STEP_PATH_MAX_LENGTH or lengths is not None:
+            return None
+        if getattr(self, "weight_drop", 0) and self.training:
+            return None
+        xs = [x[:, t].contiguous() for t in range(T)]
+        if cell_steps.kernels(xs[0]) is None:
+            return None
+        outs: list[Tensor] = []
+        finals: list[State] = []
+        for d in range(self.num_directions):
+            sd = None if state is None else [s[d] for s in state]
+            order = xs if d == 0 else xs[::-1]  # the backward direction reads time reversed
+            got = self._steps_of_direction(layer, d, order, sd, **kwargs)
+            if got is None:  # (no step has changed anything: the whole path starts afresh)
+                return None
+            hs, fin = got
+            outs.append(torch.stack(hs if d == 0 else hs[::-1], 1))
+            finals.append(fin)
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, -1)
+        return out, [torch.stack([f[k] for f in finals], 0) for k in range(self.num_states)]
+
+    def _steps_of_direction(
+        self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
+    ) -> tuple[list[Tensor], State] | None:
+        """The outputs of ``direction`` over the steps ``xs`` (each ``(B, input)``, contiguous,
+        in the direction's processing order) and its final states, each step one fused op of
+        its cell; None where the unit has no such op for this layer (the default)."""
+        return None
+
     def _run_layer(
         self,
         layer: int,
@@ -419,6 +468,9 @@ class RecurrentBase(Traceable, nn.Module):
         (:meth:`_direction_call`), the directions run as one call of it (on CPU concurrently
         where one direction cannot fill the threads); else one :meth:`_run_direction` each.
         """
+        by_steps = self._layer_by_steps(layer, x, lengths, state, **kwargs)
+        if by_steps is not None:
+            return by_steps
         outs, fins = [], []
         xs = [x if d == 0 else reverse_padded(x, lengths) for d in range(self.num_directions)]
         sds = [None if state is None else [s[d] for s in state] for d in range(len(xs))]

@@ -427,6 +427,24 @@ class CARNN(RecurrentBase):
             projection=(x, cell.weight_ih, cell.bias_ih),
         )
 
+    def _steps_of_direction(
+        self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
+    ) -> tuple[list[Tensor], State] | None:
+        """Eq 3, 5 or 6 per step as one op (``carnn_cell_step``, as :class:`CARNNCell`)."""
+        p = self.cell(layer, direction)._parameters  # the attributes without nn.Module's lookup
+        w_ih, b_ih, w_ch, w_hh = (p["weight_ih"], p.get("bias_ih"), p.get("weight_ch"),
+                                  p.get("weight_hh"))  # fmt: skip
+        context = kwargs.get("context")
+        h = xs[0].new_zeros(xs[0].shape[0], self.hidden_size) if state is None else state[0]
+        ext = cell_steps.kernels(xs[0], h, w_ih, b_ih, context, w_ch, w_hh)
+        if ext is None:
+            return None
+        hs: list[Tensor] = []
+        for x_t in xs:
+            h = ext.carnn_cell_step(x_t, h, w_ih, b_ih, context, w_ch, w_hh)
+            hs.append(h)
+        return hs, [h]
+
     def _run_direction(
         self,
         layer: int,

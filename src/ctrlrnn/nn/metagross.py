@@ -86,7 +86,7 @@ from ctrlrnn.nn.metagross_tree import (
     check_gates,
     printed_arguments,
 )
-from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit
+from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit, fused_tree_step
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import metagross_state_sequences
@@ -412,6 +412,26 @@ class Metagross(RecurrentBase):
 
         projection = (x.contiguous(), unit.weight, unit.bias) if linear else None
         return DirectionCall(metagross_state_sequences, arguments, finish, projection)
+
+    def _steps_of_direction(
+        self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
+    ) -> tuple[list[Tensor], State] | None:
+        """Eq 2-1..2-6 of the whole tree per step as one op (``metagross_cell_step``, as
+        :class:`MetagrossCell`): gates from ``x_t``, a linear base, token depth gates, no
+        projected residual, and no gate record asked for."""
+        if kwargs.get("gate_record") is not None:
+            return None
+        unit = self.unit(layer, direction)
+        tree = (xs[0].new_zeros(xs[0].shape[0], unit.tree_state_size) if state is None
+                else state[0])  # fmt: skip
+        hs: list[Tensor] = []
+        for x_t in xs:
+            got = fused_tree_step(unit, x_t, tree)
+            if got is None:  # a tree the op does not serve, known at step 0
+                return None
+            hs.append(got[0])
+            tree = got[1]
+        return hs, [tree]
 
     def _run_direction(
         self,

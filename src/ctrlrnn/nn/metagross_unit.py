@@ -299,7 +299,7 @@ class MetagrossCell(Traceable, nn.Module):
                     raise ValueError(f"state: expected shape {(B, size)}, got {tuple(p.shape)}")
             tree = parts[0]
             base_state = parts[1] if rnn else None
-        fused = _fused_step(u, x, tree)
+        fused = fused_tree_step(u, x, tree)
         if fused is not None:  # the whole tree's step as one op
             h, last = fused
             return (h[0], last[0]) if unbatched else (h, last)
@@ -312,7 +312,7 @@ class MetagrossCell(Traceable, nn.Module):
         return h, new
 
 
-def _fused_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list[Tensor] | None:
+def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list[Tensor] | None:
     """Eq 2-1..2-6 for the whole tree as one op (:func:`ctrlrnn.ops.cell_steps.kernels` says
     where; :func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref` is its readable
     twin), or None where the tree's written-out pass must run: gates from the state, a base

@@ -49,7 +49,7 @@ from ctrlrnn.nn.gated_rnn import CELLS, GatedRNN, project_all, run_sequences
 from ctrlrnn.nn.initialization import factory_arguments, reset_submodules
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
-from ctrlrnn.ops import cell_steps, scan_export
+from ctrlrnn.ops import scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.backend import functorch_active, has_kernel, reference_forced
 from ctrlrnn.ops.compiled_op import torchscript_tracing
@@ -75,9 +75,6 @@ AUTO_FUSED_MAX_HIDDEN = 128
 AUTO_FUSED_MAX_HIDDEN_ONE_THREAD = 64
 #: and the largest batch it takes then.
 AUTO_FUSED_MAX_BATCH = 8
-#: The longest call without a recorded graph that runs step by step (:meth:`RCRN._layer_by_steps`)
-#: at a batch of at most ``cell_steps.MAX_BATCH`` rows.
-STEP_PATH_MAX_LENGTH = 8
 
 
 def fused_controllers_faster(hidden: int, batch: int, training: bool, threads: int) -> bool:
@@ -549,47 +546,26 @@ class RCRN(RecurrentBase):
             fins[d].append(c4_last[d])
         return out, [torch.stack([f[i] for f in fins], 0) for i in range(self.num_states)]
 
-    def _layer_by_steps(
-        self, layer: int, x: Tensor, lengths: Tensor | None, state: State | None
-    ) -> tuple[Tensor, State] | None:
-        """A short call where no graph is recorded (decoding, streaming at a small batch), one
-        fused step per time step (:func:`ctrlrnn.nn.rcrn_step.fused`, eq 1-16 in one op), or
-        None where the layer's whole-sequence path runs.
-
-        The whole-sequence path pays for three recurrences, a listener scan and their stacking
-        at every call; at :data:`STEP_PATH_MAX_LENGTH` steps or fewer one op per step costs
-        less. It serves LSTM cells, full-length sequences, one direction or two with the
-        per-direction listener (whose backward channels are the backward steps), and no
-        weight-drop mask to draw.
-        """
-        B, T = x.shape[0], x.shape[1]
-        if T > STEP_PATH_MAX_LENGTH or T == 0 or self.cell_type != "lstm" or lengths is not None:
+    def _steps_of_direction(
+        self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
+    ) -> tuple[list[Tensor], State] | None:
+        """Eq 1-16 per step as one op (:func:`ctrlrnn.nn.rcrn_step.fused`): LSTM cells, one
+        direction or two with the per-direction listener (whose backward channels are the
+        backward steps)."""
+        if self.cell_type != "lstm" or (self.num_directions == 2 and
+                                        self.listener != "per_direction"):  # fmt: skip
             return None
-        if self.weight_drop and self.training:
-            return None
-        D = self.num_directions
-        if D == 2 and self.listener != "per_direction":
-            return None
-        xs = [x[:, t].contiguous() for t in range(T)]
-        if cell_steps.kernels(xs[0]) is None:  # grad, batch, dtype, device, tracing (docstring)
-            return None
-        H = self.hidden_size
-        outs: list[Tensor] = []
-        finals: list[list[Tensor]] = []
-        for d in range(D):
-            cell = self.cell(layer, d)
-            st = ([x.new_zeros(B, H) for _ in range(self.num_states)] if state is None
-                  else [s[d] for s in state])  # fmt: skip
-            hs: list[Tensor] = [x] * T
-            for t in range(T) if d == 0 else range(T - 1, -1, -1):
-                got = rcrn_step.fused(cell, xs[t], st)
-                if got is None:  # an operand the op does not take (a strided state): no step
-                    return None  # has run yet, so the whole-sequence path starts afresh
-                hs[t], st = got[0], got[1:]
-            outs.append(torch.stack(hs, 1))
-            finals.append(st)
-        out = outs[0] if D == 1 else torch.cat(outs, -1)
-        return out, [torch.stack([f[i] for f in finals], 0) for i in range(self.num_states)]
+        cell = self.cell(layer, direction)
+        B, H = xs[0].shape[0], self.hidden_size
+        st = [xs[0].new_zeros(B, H) for _ in range(self.num_states)] if state is None else state
+        hs: list[Tensor] = []
+        for x_t in xs:
+            got = rcrn_step.fused(cell, x_t, st)
+            if got is None:  # an operand the op does not take (a strided state), at step 0
+                return None
+            hs.append(got[0])
+            st = got[1:]
+        return hs, st
 
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", cell={self.cell_type!r}, output_gate={self.output_gate!r}"
