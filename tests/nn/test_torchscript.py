@@ -341,3 +341,33 @@ def test_every_public_module_is_traceable() -> None:
     for module in modules:
         assert issubclass(module, Traceable), module.__name__
         assert module._slow_forward is Traceable._slow_forward, module.__name__
+
+
+@pytest.mark.compares_backends  # (the child process loads the compiled kernels: runs once)
+def test_a_trace_as_the_first_call_of_a_process_loads_the_kernels_untraced(monkeypatch):
+    """A model traced before any eager call loads the compiled kernels inside
+    ``torch.jit.trace``: their set-up (settings handed to C++, thread counts) runs with the
+    tracer paused, so the trace neither fails on those calls nor records them (its check that a
+    second trace records the same graph passes), and it computes what the layer computes."""
+    script = textwrap.dedent("""
+        import warnings
+        import torch
+        import ctrlrnn
+        torch.manual_seed(0)
+        layers = {"rcrn": ctrlrnn.RCRN(5, 6, batch_first=True),
+                  "qrnn": ctrlrnn.QRNN(5, 6, batch_first=True),
+                  "caslstm": ctrlrnn.CASLSTM(5, 6, num_layers=2, batch_first=True)}
+        for name, layer in layers.items():
+            layer = layer.double().eval()
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                traced = torch.jit.trace(layer, (torch.randn(3, 7, 5, dtype=torch.float64),))
+            x = torch.randn(2, 4, 5, dtype=torch.float64)
+            torch.testing.assert_close(traced(x)[0], layer(x)[0], rtol=1e-12, atol=1e-12)
+        print("traced")
+    """)
+    monkeypatch.delenv("CTRLRNN_BACKEND", raising=False)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "traced"

@@ -39,6 +39,7 @@ from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.autocast import accepts_dtype, autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
+from ctrlrnn.ops.compiled_op import eager_ok
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
 from ctrlrnn.ops.validation import check_lengths
 
@@ -428,6 +429,9 @@ class RecurrentBase(Traceable, nn.Module):
         if T == 0 or T > STEP_PATH_MAX_LENGTH or lengths is not None:
             return None
         if getattr(self, "weight_drop", 0) and self.training:
+            return None
+        # asked before the slicing below, which a tracer would record: grad, tracing, batch
+        if torch.is_grad_enabled() or not eager_ok(x) or x.shape[0] > cell_steps.MAX_BATCH:
             return None
         xs = [x[:, t].contiguous() for t in range(T)]
         if cell_steps.kernels(xs[0]) is None:

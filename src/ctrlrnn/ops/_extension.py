@@ -334,6 +334,23 @@ def _import_library(name: str, path: Path, namespace: str,
     return mod
 
 
+@contextmanager
+def _untraced() -> Iterator[None]:
+    """TorchScript's tracer paused. A model traced before any eager call imports its
+    extensions inside ``torch.jit.trace``; their set-up calls ops that return settings and
+    thread counts, which the tracer cannot record and which are not part of the traced
+    computation."""
+    state = torch._C._get_tracing_state()
+    if state is None:
+        yield
+        return
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
 def kernel_settings() -> dict[str, object]:
     """The settings the C++ kernels take, read and checked (:mod:`ctrlrnn.settings`): a bad
     value is one :class:`~ctrlrnn.settings.SettingError` naming its variable."""
@@ -573,7 +590,8 @@ def load(name: str) -> KernelLibrary | ModuleType | None:
     ready = _READY.get(name)
     if ready is not None:  # the hot path: imported already
         return ready
-    st = ensure(name)
+    with _untraced():  # (a model traced before any eager call loads its kernels here)
+        st = ensure(name)
     if not st.loaded:
         _report_failure(st)
     return st.module
