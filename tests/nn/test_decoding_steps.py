@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctrlrnn import CARNN, RCRN, Metagross, MetagrossCell, RCRNCell
+from ctrlrnn import CARNN, QRNN, RCRN, Metagross, MetagrossCell, RCRNCell
 from ctrlrnn.nn import rcrn_step
 from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops import derived_weights
@@ -205,6 +205,15 @@ STEP_UNITS = {
                                              batch_first=bf, **kw), 3),
     "metagross": (lambda D2, L, bf, **kw: Metagross(5, 6, num_layers=L, bidirectional=D2,
                                                     batch_first=bf, residual=False, **kw), None),
+    "qrnn": (lambda D2, L, bf, **kw: QRNN(5, 6, num_layers=L, bidirectional=D2,
+                                          batch_first=bf, **kw), None),
+    "qrnn ifo 3 dense": (lambda D2, L, bf, **kw: QRNN(5, 6, window=3, pooling="ifo",
+                                                      dense=True, num_layers=L,
+                                                      bidirectional=D2, batch_first=bf, **kw),
+                         None),
+    "qrnn f 2": (lambda D2, L, bf, **kw: QRNN(5, 6, window=2, pooling="f", bias=False,
+                                              num_layers=L, bidirectional=D2, batch_first=bf,
+                                              **kw), None),
     "metagross c 3": (lambda D2, L, bf, **kw: Metagross(5, 6, depth=3, recurrence="c",
                                                         num_layers=L, bidirectional=D2,
                                                         batch_first=bf, residual=False, **kw),
@@ -271,7 +280,9 @@ SKIPS = {"long": ("rcrn", {}), "batch": ("icarnn", {}), "gru": ("rcrn", dict(cel
          "concat_forward": ("rcrn", dict(bidirectional=True, listener="concat_forward")),
          "weight_drop": ("ncarnn", dict(weight_drop=0.3)), "strided state": ("rcrn", {}),
          "scalar depth gates": ("metagross", dict(depth_gate="scalar")),
-         "gates from the state": ("metagross", dict(gates="state"))}  # fmt: skip
+         "gates from the state": ("metagross", dict(gates="state")),
+         "non-causal windows": ("qrnn f 2", dict(causal=False)),
+         "zoneout": ("qrnn", dict(zoneout=0.2))}  # fmt: skip
 
 
 @pytest.mark.parametrize("why", sorted(SKIPS))
@@ -283,6 +294,8 @@ def test_short_calls_take_the_whole_sequence_path_where_steps_do_not_apply(why):
     layer = make(D2, 1, True, **kw).to(D64)
     if why == "weight_drop":
         layer.train()
+    if why == "zoneout":
+        layer.eval()  # (eval's expected zoneout: deterministic, and still not the op's)
     T = 9 if why == "long" else 2
     B = 5 if why == "batch" else 2
     x = torch.randn(B, T, 5, dtype=D64)
@@ -299,3 +312,31 @@ def test_short_calls_take_the_whole_sequence_path_where_steps_do_not_apply(why):
         if why == "lengths":
             out, want = out.data, want.data
         torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("T", [1, 2, 8])
+def test_qrnn_chunks_of_a_stream_without_a_graph_carry_the_window_by_steps(T):
+    """``forward_stateful`` (a decoder's chunks, the window's earlier inputs carried): chunks
+    of T steps by the step path equal the whole stream in one call."""
+    torch.manual_seed(7)
+    layer = QRNN(5, 6, window=3, num_layers=2, batch_first=True).to(D64)
+    x = torch.randn(2, 4 * T, 5, dtype=D64)
+    want, _ = layer(x)
+    state, outs, taken = None, [], []
+    original = RecurrentBase._layer_by_steps
+
+    def spy(self, *args, **kwargs):
+        got = original(self, *args, **kwargs)
+        taken.append(got is not None)
+        return got
+
+    RecurrentBase._layer_by_steps = spy
+    try:
+        with torch.no_grad():
+            for chunk in x.split(T, dim=1):
+                out, state = layer.forward_stateful(chunk, state)
+                outs.append(out)
+    finally:
+        RecurrentBase._layer_by_steps = original
+    assert all(taken) == (not reference_forced()) and len(taken) == 8
+    torch.testing.assert_close(torch.cat(outs, 1), want, rtol=1e-12, atol=1e-12)

@@ -425,13 +425,16 @@ class RecurrentBase(Traceable, nn.Module):
         wherever :func:`ctrlrnn.ops.cell_steps.kernels` refuses the step (grad, a batch over
         its limit, dtype, device, tracing).
         """
-        T = x.shape[1]
-        if T == 0 or T > STEP_PATH_MAX_LENGTH or lengths is not None:
+        if type(self)._steps_of_direction is RecurrentBase._steps_of_direction:
+            return None  # a unit without fused steps
+        # grad and tracing first: a shape compared under torch.export or torch.compile would
+        # become a guard of the traced graph, and a slice a recorded op
+        if torch.is_grad_enabled() or not eager_ok(x) or lengths is not None:
             return None
         if getattr(self, "weight_drop", 0) and self.training:
             return None
-        # asked before the slicing below, which a tracer would record: grad, tracing, batch
-        if torch.is_grad_enabled() or not eager_ok(x) or x.shape[0] > cell_steps.MAX_BATCH:
+        T = x.shape[1]
+        if T == 0 or T > STEP_PATH_MAX_LENGTH or x.shape[0] > cell_steps.MAX_BATCH:
             return None
         xs = [x[:, t].contiguous() for t in range(T)]
         if cell_steps.kernels(xs[0]) is None:

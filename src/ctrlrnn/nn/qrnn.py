@@ -55,6 +55,7 @@ from ctrlrnn.nn.qrnn_windows import (
 )
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
+from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.padding import last_valid
 from ctrlrnn.ops.qrnn_pooling import (
     GATES_PER_MODE,
@@ -393,6 +394,41 @@ class QRNN(RecurrentBase):
                 f"encoder_state: expected dtype {x.dtype} on {x.device}, "
                 f"got {enc.dtype} on {enc.device}"
             )
+
+    def _steps_of_direction(
+        self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
+    ) -> tuple[list[Tensor], State] | None:
+        """Eq 1-5 per step as one op (``qrnn_cell_step``, as :class:`QRNNCell`): causal windows
+        whose earlier inputs are the ``_history`` a decoder carries (zeros without it), no
+        zoneout, no eq 7 term; the history and the pass's last output are handed to the
+        decoders' sinks as :meth:`_run_direction` hands them."""
+        if not self.causal or self.zoneout or kwargs.get("encoder_state") is not None:
+            return None
+        history, sink = kwargs.get("_history"), kwargs.get("_new_history")
+        if self.num_directions == 2 and (history is not None or sink is not None):
+            return None
+        p = self.cell(layer, direction)._parameters  # the attributes without nn.Module's lookup
+        if p.get("encoder_weight") is not None:
+            return None
+        weight, bias = p["weight"], p.get("bias")
+        B, D = xs[0].shape
+        hist = (xs[0].new_zeros(B, self.windows[layer] - 1, D) if history is None
+                else history[layer].contiguous())  # fmt: skip
+        c = xs[0].new_zeros(B, self.hidden_size) if state is None else state[0]
+        ext = cell_steps.kernels(xs[0], c, hist, weight, bias)
+        if ext is None:
+            return None
+        mode = POOLING_MODES[self.pooling]
+        hs: list[Tensor] = []
+        for x_t in xs:
+            h, c, hist = ext.qrnn_cell_step(x_t, c, hist, weight, bias, mode)
+            hs.append(h)
+        if sink is not None:
+            sink.append(hist)
+        finals = kwargs.get("_layer_states")
+        if finals is not None:  # h~_T of eq 7: where this direction's pass ends
+            finals.append(hs[-1])
+        return hs, [c]
 
     def _run_direction(
         self,
