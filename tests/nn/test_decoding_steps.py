@@ -340,3 +340,65 @@ def test_qrnn_chunks_of_a_stream_without_a_graph_carry_the_window_by_steps(T):
         RecurrentBase._layer_by_steps = original
     assert all(taken) == (not reference_forced()) and len(taken) == 8
     torch.testing.assert_close(torch.cat(outs, 1), want, rtol=1e-12, atol=1e-12)
+
+
+CAS_OPTIONS = {"plain sum": {}, "lambda 0.3": {"lambda_": 0.3},
+               "trainable": {"lambda_": "trainable"}, "peephole": {"peephole": True},
+               "vector": {"lambda_": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]},
+               "no bias": {"bias": False}}  # fmt: skip
+
+
+def _cas_calls(layer: object, x: torch.Tensor, hx: object, grad: bool = False
+               ) -> tuple[object, list[bool]]:  # fmt: skip
+    from ctrlrnn import CASLSTM
+
+    taken: list[bool] = []
+    original = CASLSTM._stack_by_steps
+
+    def spy(self, *args):
+        got = original(self, *args)
+        taken.append(got is not None)
+        return got
+
+    CASLSTM._stack_by_steps = spy
+    try:
+        with torch.set_grad_enabled(grad):
+            return layer(x, hx), taken
+    finally:
+        CASLSTM._stack_by_steps = original
+
+
+@pytest.mark.parametrize("options", sorted(CAS_OPTIONS))
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("num_layers", [1, 3])
+@pytest.mark.parametrize("T,B,with_state", [(1, 1, True), (3, 4, False), (8, 2, True)])
+def test_cas_lstm_short_calls_without_a_graph_step_the_whole_stack(
+        options, bidirectional, num_layers, T, B, with_state):  # fmt: skip
+    """Every layer's step one op, the cell of the layer below at the same step as its
+    ``c^{l-1}_t``: equal to the whole-sequence path, outputs and both final states."""
+    from ctrlrnn import CASLSTM
+
+    torch.manual_seed(8)
+    layer = CASLSTM(6, 6, num_layers=num_layers, bidirectional=bidirectional,
+                    batch_first=T != 3, **CAS_OPTIONS[options]).to(D64)  # fmt: skip
+    D = 2 if bidirectional else 1
+    x = torch.randn((B, T, 6) if T != 3 else (T, B, 6), dtype=D64)
+    hx = tuple(torch.randn(num_layers * D, B, 6, dtype=D64) for _ in range(2)) \
+        if with_state else None
+    (out, (h_n, c_n)), taken = _cas_calls(layer, x, hx)
+    assert taken == [not reference_forced()]
+    (want, (want_h, want_c)), _ = _cas_calls(layer, x, hx, grad=True)
+    for a, b in ((out, want), (h_n, want_h), (c_n, want_c)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_cas_lstm_short_calls_keep_the_whole_path_where_steps_do_not_apply():
+    from ctrlrnn import CASLSTM
+
+    torch.manual_seed(9)
+    layer = CASLSTM(6, 6, num_layers=2, dropout=0.5, batch_first=True).to(D64)  # training
+    x = torch.randn(2, 3, 6, dtype=D64)
+    assert _cas_calls(layer, x, None)[1] == [False]  # dropout between layers to draw
+    layer.eval()
+    assert _cas_calls(layer, torch.randn(5, 3, 6, dtype=D64), None)[1] == [False]  # batch 5
+    assert _cas_calls(layer, torch.randn(2, 9, 6, dtype=D64), None)[1] == [False]  # 9 steps
