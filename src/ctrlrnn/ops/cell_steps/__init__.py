@@ -54,9 +54,10 @@ def kernels(x: Tensor, *tensors: Tensor | None) -> Any | None:
         return None
     if x.shape[0] > MAX_BATCH or type(x) not in _PLAIN or not x.is_contiguous():
         return None
-    dtype = x.dtype
-    for t in tensors:
-        if t is not None and (type(t) not in _PLAIN or t.dtype != dtype or not t.is_contiguous()):
+    dtype, plain = x.dtype, _PLAIN
+    for t in tensors:  # (dtypes are singletons: identity is their equality, and cheaper)
+        if t is not None and (t.dtype is not dtype or type(t) not in plain
+                              or not t.is_contiguous()):  # fmt: skip
             return None
     if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
         return None
