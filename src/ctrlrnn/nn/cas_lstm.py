@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
-from ctrlrnn.nn.base import STEP_PATH_MAX_LENGTH, RecurrentBase, State
+from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.cas_lambda import (
     LambdaArg,
     fill_lambda_vector,
@@ -41,13 +41,13 @@ from ctrlrnn.nn.cas_lambda import (
     layer_lambda,
     register_lambda_vector,
 )
+from ctrlrnn.nn.cas_steps import stack_by_steps
 from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
 from ctrlrnn.ops import cell_steps, cells_ref
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
-from ctrlrnn.ops.compiled_op import eager_ok
 from ctrlrnn.ops.fused_cells import (
     cas_lstm_sequence,
     cas_lstm_sequences,
@@ -504,7 +504,7 @@ class CASLSTM(RecurrentBase):
         layer runs in both as one call of the fused-cell engine (``*_sequences``: concurrently
         on CPU where one direction cannot fill the threads).
         """
-        by_steps = self._stack_by_steps(x, lengths, states)
+        by_steps = stack_by_steps(self, x, lengths, states)
         if by_steps is not None:
             return by_steps
         L, D = self.num_layers, self.num_directions
@@ -543,58 +543,6 @@ class CASLSTM(RecurrentBase):
         outs = [h if d == 0 else reverse_padded(h, lengths) for d, h in enumerate(h_in)]
         out = outs[0] if D == 1 else torch.cat(outs, dim=-1)
         return out, [torch.stack(finals_h, 0), torch.stack(finals_c, 0)]  # type: ignore[arg-type]
-
-    def _stack_by_steps(
-        self, x: Tensor, lengths: Tensor | None, states: State | None
-    ) -> tuple[Tensor, State] | None:
-        """A short call where no graph is recorded (a decoding or streaming step at a small
-        batch): each direction's stack step by step, every layer's step one fused op
-        (``caslstm_cell_step``, as :class:`CASLSTMCell`; eq 1-6 for layer 1, 7-13 and 17 above,
-        the cell of the layer below at the same step as ``c^{l-1}_t``), or None where the
-        whole-sequence path runs (:meth:`RecurrentBase._layer_by_steps` says when)."""
-        if torch.is_grad_enabled() or not eager_ok(x) or lengths is not None:
-            return None
-        if (self.weight_drop or self.dropout) and self.training:
-            return None
-        B, T = x.shape[0], x.shape[1]
-        if T == 0 or T > STEP_PATH_MAX_LENGTH or B > cell_steps.MAX_BATCH:
-            return None
-        L, D, H = self.num_layers, self.num_directions, self.hidden_size
-        xs = [x[:, t].contiguous() for t in range(T)]
-        finals_h: list[Tensor] = []
-        finals_c: list[Tensor] = []
-        outs: list[Tensor] = []
-        for d in range(D):
-            ws = [self.layer(layer, d) for layer in range(L)]
-            lams = [None] + [self.lambda_value(layer, d) for layer in range(1, L)]
-            h = [x.new_zeros(B, H) if states is None else states[0][layer * D + d]
-                 for layer in range(L)]  # fmt: skip
-            c = [x.new_zeros(B, H) if states is None else states[1][layer * D + d]
-                 for layer in range(L)]  # fmt: skip
-            top: list[Tensor] = [x] * T
-            for i, t in enumerate(range(T) if d == 0 else range(T - 1, -1, -1)):
-                inp, low = xs[t], None
-                for layer, w in enumerate(ws):
-                    lam = lams[layer]
-                    vec = lam if isinstance(lam, Tensor) else None
-                    if i == 0:  # (later steps' operands are the op's own outputs)
-                        ext = cell_steps.kernels(inp, h[layer], c[layer], low, w.weight_ih,
-                                                 w.weight_hh, w.bias, vec, w.peephole)  # fmt: skip
-                        if ext is None:  # nothing is written until the stack returns
-                            return None
-                    mode = 0 if lam is None else (2 if vec is not None else 1)
-                    h[layer], c[layer] = ext.caslstm_cell_step(
-                        inp, h[layer], c[layer], low, w.weight_ih, w.weight_hh, w.bias, vec,
-                        0.0 if mode != 1 else float(lam), mode, w.peephole)  # type: ignore[arg-type]
-                    inp, low = h[layer], c[layer]
-                top[t] = inp
-            outs.append(torch.stack(top, 1))
-            finals_h += h
-            finals_c += c
-        order = [d * L + layer for layer in range(L) for d in range(D)]  # layer-major
-        out = outs[0] if D == 1 else torch.cat(outs, -1)
-        return out, [torch.stack([finals_h[i] for i in order], 0),
-                     torch.stack([finals_c[i] for i in order], 0)]
 
     @torch.no_grad()
     def vertical_gates(self, input: Tensor, lengths: Tensor | None = None) -> list[Tensor]:

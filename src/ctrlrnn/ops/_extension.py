@@ -73,6 +73,7 @@ from ctrlrnn.ops._build import (
     first_error_line,
     ninja_dir,
 )
+from ctrlrnn.ops.compiled_op import untraced
 from ctrlrnn.ops.kernel_library import KernelLibrary, load_library
 
 try:  # POSIX file locks; without them (Windows) concurrent first builds are not serialised
@@ -334,23 +335,6 @@ def _import_library(name: str, path: Path, namespace: str,
     return mod
 
 
-@contextmanager
-def _untraced() -> Iterator[None]:
-    """TorchScript's tracer paused. A model traced before any eager call imports its
-    extensions inside ``torch.jit.trace``; their set-up calls ops that return settings and
-    thread counts, which the tracer cannot record and which are not part of the traced
-    computation."""
-    state = torch._C._get_tracing_state()
-    if state is None:
-        yield
-        return
-    torch._C._set_tracing_state(None)
-    try:
-        yield
-    finally:
-        torch._C._set_tracing_state(state)
-
-
 def kernel_settings() -> dict[str, object]:
     """The settings the C++ kernels take, read and checked (:mod:`ctrlrnn.settings`): a bad
     value is one :class:`~ctrlrnn.settings.SettingError` naming its variable."""
@@ -578,11 +562,8 @@ def ensure(name: str, force: bool = False, *, position: str = "") -> ExtensionSt
 
 def load(name: str) -> KernelLibrary | ModuleType | None:
     """Return the compiled extension ``name`` (imported from the cache, or built on first use);
-    None when the reference implementations must run.
-
-    A failure warns once for the whole package, at the user's call site (or raises under
-    ``CTRLRNN_REQUIRE_COMPILED=1``).
-    """
+    None when the reference implementations must run. A failure warns once for the whole
+    package, at the user's call site (or raises under ``CTRLRNN_REQUIRE_COMPILED=1``)."""
     if forced_reference():
         if name not in EXTENSIONS:
             raise ValueError(f"name: unknown extension {name!r}; known: {sorted(EXTENSIONS)}")
@@ -590,7 +571,7 @@ def load(name: str) -> KernelLibrary | ModuleType | None:
     ready = _READY.get(name)
     if ready is not None:  # the hot path: imported already
         return ready
-    with _untraced():  # (a model traced before any eager call loads its kernels here)
+    with untraced():  # (a model traced before any eager call loads its kernels here)
         st = ensure(name)
     if not st.loaded:
         _report_failure(st)

@@ -22,7 +22,8 @@ export running) as constants while dynamo traces, so they are answered once, eag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -109,3 +110,20 @@ def backward_of(op: Callable[..., Any], impl: Callable[..., Any], *args: Any) ->
     if torch.is_grad_enabled() or not eager_ok(*args):
         return op
     return impl
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """TorchScript's tracer paused. A model traced before any eager call imports its
+    extensions inside ``torch.jit.trace``; their set-up calls ops that return settings and
+    thread counts, which the tracer cannot record and which are not part of the traced
+    computation."""
+    state = torch._C._get_tracing_state()
+    if state is None:
+        yield
+        return
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
