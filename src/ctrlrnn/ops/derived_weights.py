@@ -3,9 +3,11 @@ while none of the parameters changes: for steps that run where no autograd graph
 (decoding one token at a time), which would otherwise make them again at every step.
 
 :func:`derived` keys each tensor by its sources' identities and, for each source, what changes
-when it is written or replaced: its version counter (every in-place write bumps it: an
-optimizer's step, ``load_state_dict``, ``p.data.copy_``, ``nn.init``), its storage's address,
-dtype, device and shape. A kept tensor is never handed out after any of these changed, and
+when it is written or replaced: its version counter (every in-place write on the tensor
+bumps it: an optimizer's step, ``load_state_dict``, ``nn.init``, ``p.copy_`` under
+``torch.no_grad()``), its storage's address, dtype, device and shape. A write through
+``p.data`` (``p.data.copy_(...)``) is not seen: ``.data`` is a tensor with a version counter of
+its own, by PyTorch's design; assigning ``p.data = new`` is seen (a new storage). A kept tensor is never handed out after any of these changed, and
 never where a graph may be recorded (the caller's rule: there the tensor must be made from the
 parameters inside the graph, so that their gradients flow). The entries hold weak references
 to their sources, so a dropped module frees its entries at the next insertion. A source made
