@@ -5,7 +5,7 @@ runs it before its whole-sequence path."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -14,16 +14,14 @@ from ctrlrnn.nn.base import STEP_PATH_MAX_LENGTH, State
 from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.compiled_op import eager_ok
 
-if TYPE_CHECKING:
-    from ctrlrnn.nn.cas_lstm import CASLSTM
-
 __all__ = ["stack_by_steps"]
 
 
 def stack_by_steps(
-    cas: CASLSTM, x: Tensor, lengths: Tensor | None, states: State | None
+    cas: Any, x: Tensor, lengths: Tensor | None, states: State | None
 ) -> tuple[Tensor, State] | None:
-    """The outputs and final states of ``cas`` on ``x`` for a short call where no graph is
+    """The outputs and final states of ``cas`` (a :class:`~ctrlrnn.nn.cas_lstm.CASLSTM`; not
+    imported here, which imports this module) on ``x`` for a short call where no graph is
     recorded (a decoding or streaming step at a small batch): each direction's stack step by
     step, every layer's step one fused op (module docstring); or None where the whole-sequence
     path runs (:meth:`RecurrentBase._layer_by_steps` says when)."""

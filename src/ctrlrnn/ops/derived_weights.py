@@ -7,11 +7,12 @@ when it is written or replaced: its version counter (every in-place write on the
 bumps it: an optimizer's step, ``load_state_dict``, ``nn.init``, ``p.copy_`` under
 ``torch.no_grad()``), its storage's address, dtype, device and shape. A write through
 ``p.data`` (``p.data.copy_(...)``) is not seen: ``.data`` is a tensor with a version counter of
-its own, by PyTorch's design; assigning ``p.data = new`` is seen (a new storage). A kept tensor is never handed out after any of these changed, and
-never where a graph may be recorded (the caller's rule: there the tensor must be made from the
-parameters inside the graph, so that their gradients flow). The entries hold weak references
-to their sources, so a dropped module frees its entries at the next insertion. A source made
-under ``torch.inference_mode`` has no version counter: its tensors are made at every call.
+its own, by PyTorch's design; assigning ``p.data = new`` is seen (a new storage). A kept tensor
+is never handed out after any of the seen changes, and never where a graph may be recorded
+(the caller's rule: there the tensor must be made from the parameters inside the graph, so that
+their gradients flow). The entries hold weak references to their sources, so a dropped module
+frees its entries at the next insertion. A source made under ``torch.inference_mode`` has no
+version counter: its tensors are made at every call.
 """
 
 from __future__ import annotations
