@@ -356,13 +356,15 @@ def test_a_trace_as_the_first_call_of_a_process_loads_the_kernels_untraced(monke
         torch.manual_seed(0)
         layers = {"rcrn": ctrlrnn.RCRN(5, 6, batch_first=True),
                   "qrnn": ctrlrnn.QRNN(5, 6, batch_first=True),
-                  "caslstm": ctrlrnn.CASLSTM(5, 6, num_layers=2, batch_first=True)}
+                  "caslstm": ctrlrnn.CASLSTM(5, 6, num_layers=2, batch_first=True),
+                  "metagross": ctrlrnn.Metagross(6, 6, batch_first=True)}
         for name, layer in layers.items():
             layer = layer.double().eval()
+            D = 6 if name == "metagross" else 5
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", category=DeprecationWarning)
-                traced = torch.jit.trace(layer, (torch.randn(3, 7, 5, dtype=torch.float64),))
-            x = torch.randn(2, 4, 5, dtype=torch.float64)
+                traced = torch.jit.trace(layer, (torch.randn(3, 7, D, dtype=torch.float64),))
+            x = torch.randn(2, 4, D, dtype=torch.float64)
             torch.testing.assert_close(traced(x)[0], layer(x)[0], rtol=1e-12, atol=1e-12)
         print("traced")
     """)
@@ -371,3 +373,20 @@ def test_a_trace_as_the_first_call_of_a_process_loads_the_kernels_untraced(monke
                           timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "traced"
+
+
+@pytest.mark.parametrize("kwargs", [dict(input_size=6), dict(input_size=5, residual=False),
+                                    dict(input_size=6, recurrence="c", depth=3)])  # fmt: skip
+def test_a_trace_of_metagross_with_its_fused_tree_records_the_level_ops(kwargs, ctrlrnn_backend):
+    """The fused tree (gates from x_t, linear base, no projected residual) is an autograd
+    ``Function`` in eager mode; a trace takes the per-level custom ops instead, so it records
+    no opaque Python op, its check (a second trace, without grad) records the same graph, and
+    it computes the layer at other batches and lengths."""
+    torch.manual_seed(0)
+    layer = ctrlrnn.Metagross(hidden_size=6, batch_first=True, **kwargs).double().eval()
+    D = kwargs["input_size"]
+    traced = _trace(layer, (torch.randn(3, 7, D, dtype=torch.float64),))
+    assert "prim::PythonOp" not in str(traced.inlined_graph)
+    for B, T in ((1, 1), (4, 11)):
+        x = torch.randn(B, T, D, dtype=torch.float64)
+        _assert_equal(tuple(traced(x)[:1]), tuple(layer(x)[:1]))

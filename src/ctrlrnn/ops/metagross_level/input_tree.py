@@ -41,6 +41,7 @@ from torch import Tensor
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import _small
+from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.derived_weights import derived
 from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
@@ -54,8 +55,10 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def applies(x: Tensor, *tensors: Tensor | None) -> bool:
     """Whether :func:`input_tree` serves ``x`` and the tree's parameters ``tensors``: plain CPU
     tensors with the compiled METAGROSS kernels (not under ``torch.compile``, ``torch.func``,
-    ONNX export or autocast, where the per-level custom ops run)."""
-    if x.device.type != "cpu" or torch.compiler.is_compiling():
+    ONNX export, TorchScript tracing or autocast, where the per-level custom ops run: a trace
+    would record this pass's autograd ``Function`` as an opaque Python op, and the trace's
+    check, run without grad, this pass's kernels instead)."""
+    if x.device.type != "cpu" or torch.compiler.is_compiling() or torchscript_tracing():
         return False
     if any(t is not None and type(t) not in _PLAIN for t in (x, *tensors)):
         return False
