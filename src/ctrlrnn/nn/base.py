@@ -51,6 +51,25 @@ State = list[Tensor]  # one tensor per state variable of the unit
 #: ``cell_steps.MAX_BATCH`` rows.
 STEP_PATH_MAX_LENGTH = 8
 
+def short_call_steps(module: nn.Module, x: Tensor, lengths: Tensor | None,
+                     draws_in_training: bool) -> list[Tensor] | None:  # fmt: skip
+    """The steps ``x[:, t]`` (contiguous) of a call the fused step ops may serve one by one, or
+    None: grad recorded, tracing, lengths, random masks to draw (``draws_in_training`` and the
+    module training), more than :data:`STEP_PATH_MAX_LENGTH` steps or
+    ``cell_steps.MAX_BATCH`` rows, or an input :func:`ctrlrnn.ops.cell_steps.kernels` refuses.
+    Grad and tracing are asked first: a shape compared under ``torch.export`` or
+    ``torch.compile`` would become a guard of the traced graph, and a slice a recorded op."""
+    if torch.is_grad_enabled() or not eager_ok(x) or lengths is not None:
+        return None
+    if draws_in_training and module.training:
+        return None
+    T = x.shape[1]
+    if T == 0 or T > STEP_PATH_MAX_LENGTH or x.shape[0] > cell_steps.MAX_BATCH:
+        return None
+    xs = [x[:, t].contiguous() for t in range(T)]
+    return xs if cell_steps.kernels(xs[0]) is not None else None
+
+
 @dataclass(frozen=True)
 class DirectionCall:
     """One direction of a layer as one recurrence of the fused-cell engine: ``run`` is the
@@ -427,17 +446,8 @@ class RecurrentBase(Traceable, nn.Module):
         """
         if type(self)._steps_of_direction is RecurrentBase._steps_of_direction:
             return None  # a unit without fused steps
-        # grad and tracing first: a shape compared under torch.export or torch.compile would
-        # become a guard of the traced graph, and a slice a recorded op
-        if torch.is_grad_enabled() or not eager_ok(x) or lengths is not None:
-            return None
-        if getattr(self, "weight_drop", 0) and self.training:
-            return None
-        T = x.shape[1]
-        if T == 0 or T > STEP_PATH_MAX_LENGTH or x.shape[0] > cell_steps.MAX_BATCH:
-            return None
-        xs = [x[:, t].contiguous() for t in range(T)]
-        if cell_steps.kernels(xs[0]) is None:
+        xs = short_call_steps(self, x, lengths, bool(getattr(self, "weight_drop", 0)))
+        if xs is None:
             return None
         outs: list[Tensor] = []
         finals: list[State] = []

@@ -41,7 +41,7 @@ from ctrlrnn.nn.cas_lambda import (
     layer_lambda,
     register_lambda_vector,
 )
-from ctrlrnn.nn.cas_steps import stack_by_steps
+from ctrlrnn.nn.cas_steps import lambda_operands, stack_by_steps
 from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
@@ -269,13 +269,11 @@ class CASLSTMCell(Traceable, nn.Module):
             if tuple(low.shape) != (B, H):
                 raise ValueError(f"lower_c: expected shape {(B, H)}, got {tuple(low.shape)}")
             lam = self.lambda_value()
-        lam_vec = lam if isinstance(lam, Tensor) else None
-        ext = cell_steps.kernels(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, lam_vec,
-                                 w.peephole)  # fmt: skip
+        vec, value, mode = lambda_operands(lam)
+        ext = cell_steps.kernels(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, vec, w.peephole)
         if ext is not None:  # the whole step as one op (caslstm_cell_step_ref its twin)
-            mode = 0 if lam is None else (2 if lam_vec is not None else 1)
-            h, c = ext.caslstm_cell_step(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, lam_vec,
-                                         float(lam) if mode == 1 else 0.0, mode, w.peephole)  # type: ignore[arg-type]
+            h, c = ext.caslstm_cell_step(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, vec,
+                                         value, mode, w.peephole)
         else:
             h, c = self._written_out_step(x, h, c, low, lam)
         if unbatched:

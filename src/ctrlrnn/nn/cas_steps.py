@@ -10,11 +10,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ctrlrnn.nn.base import STEP_PATH_MAX_LENGTH, State
+from ctrlrnn.nn.base import State, short_call_steps
 from ctrlrnn.ops import cell_steps
-from ctrlrnn.ops.compiled_op import eager_ok
 
-__all__ = ["stack_by_steps"]
+__all__ = ["lambda_operands", "stack_by_steps"]
+
+
+def lambda_operands(lam: float | Tensor | None) -> tuple[Tensor | None, float, int]:
+    """``caslstm_cell_step``'s ``(lambda_vec, lambda_value, lambda_mode)`` for eq 12's lambda
+    ``lam``: None (eq 18's plain sum, mode 0), a number (mode 1) or an ``(H,)`` tensor (mode 2)."""
+    if lam is None:
+        return None, 0.0, 0
+    if isinstance(lam, Tensor):
+        return lam, 0.0, 2
+    return None, float(lam), 1
 
 
 def stack_by_steps(
@@ -24,16 +33,12 @@ def stack_by_steps(
     imported here, which imports this module) on ``x`` for a short call where no graph is
     recorded (a decoding or streaming step at a small batch): each direction's stack step by
     step, every layer's step one fused op (module docstring); or None where the whole-sequence
-    path runs (:meth:`RecurrentBase._layer_by_steps` says when)."""
-    if torch.is_grad_enabled() or not eager_ok(x) or lengths is not None:
+    path runs (:func:`ctrlrnn.nn.base.short_call_steps` says when)."""
+    xs = short_call_steps(cas, x, lengths, bool(cas.weight_drop or cas.dropout))
+    if xs is None:
         return None
-    if (cas.weight_drop or cas.dropout) and cas.training:
-        return None
-    B, T = x.shape[0], x.shape[1]
-    if T == 0 or T > STEP_PATH_MAX_LENGTH or B > cell_steps.MAX_BATCH:
-        return None
+    B, T = x.shape[0], len(xs)
     L, D, H = cas.num_layers, cas.num_directions, cas.hidden_size
-    xs = [x[:, t].contiguous() for t in range(T)]
     finals_h: list[Tensor] = []
     finals_c: list[Tensor] = []
     outs: list[Tensor] = []
@@ -48,17 +53,15 @@ def stack_by_steps(
         for i, t in enumerate(range(T) if d == 0 else range(T - 1, -1, -1)):
             inp, low = xs[t], None
             for layer, w in enumerate(ws):
-                lam = lams[layer]
-                vec = lam if isinstance(lam, Tensor) else None
+                vec, value, mode = lambda_operands(lams[layer])
                 if i == 0:  # (later steps' operands are the op's own outputs)
                     ext = cell_steps.kernels(inp, h[layer], c[layer], low, w.weight_ih,
                                              w.weight_hh, w.bias, vec, w.peephole)  # fmt: skip
                     if ext is None:  # nothing is written until the stack returns
                         return None
-                mode = 0 if lam is None else (2 if vec is not None else 1)
                 h[layer], c[layer] = ext.caslstm_cell_step(
-                    inp, h[layer], c[layer], low, w.weight_ih, w.weight_hh, w.bias, vec,
-                    0.0 if mode != 1 else float(lam), mode, w.peephole)  # type: ignore[arg-type]
+                    inp, h[layer], c[layer], low, w.weight_ih, w.weight_hh, w.bias, vec, value,
+                    mode, w.peephole)
                 inp, low = h[layer], c[layer]
             top[t] = inp
         outs.append(torch.stack(top, 1))
