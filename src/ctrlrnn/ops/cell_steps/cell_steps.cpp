@@ -28,44 +28,23 @@ namespace {
 // registers, so no reassociation is needed to vectorise the loop.
 constexpr int64_t kLanes = 16;
 
-// The sum of a dot product's kLanes partial sums, pairwise: log2(kLanes) vector additions, where
-// adding the lanes one by one is a chain of kLanes dependent scalar additions per output.
-template <typename T>
-inline T lane_sum(T* acc) {
-  for (int64_t half = kLanes / 2; half > 0; half /= 2) {
-    for (int64_t j = 0; j < half; ++j) acc[j] += acc[j + half];
-  }
-  return acc[0];
-}
-
-// out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N rows of R consecutive rows: the rows share
-// each load of x, and their R sums are independent chains the core overlaps.
-template <typename T, int R>
-inline void gemv_rows(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t K,
-                      T* __restrict out, bool accumulate) {
-  const int64_t main = K - K % kLanes;
-  T acc[R][kLanes] = {};
-  for (int64_t k = 0; k < main; k += kLanes) {
-    for (int q = 0; q < R; ++q) {
-      const T* __restrict row = w + q * ldw + k;
-      for (int64_t j = 0; j < kLanes; ++j) acc[q][j] += row[j] * x[k + j];
-    }
-  }
-  for (int q = 0; q < R; ++q) {
-    T sum = lane_sum(acc[q]);
-    for (int64_t k = main; k < K; ++k) sum += w[q * ldw + k] * x[k];
-    out[q] = accumulate ? out[q] + sum : sum;
-  }
-}
-
 // out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N: rows of a row-major weight against one
-// vector, the weight read once, in its stored layout, four rows at a time.
+// vector, the weight read once, in its stored layout.
 template <typename T>
 inline void gemv(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t N, int64_t K,
                  T* __restrict out, bool accumulate) {
-  int64_t n = 0;
-  for (; n + 4 <= N; n += 4) gemv_rows<T, 4>(w + n * ldw, ldw, x, K, out + n, accumulate);
-  for (; n < N; ++n) gemv_rows<T, 1>(w + n * ldw, ldw, x, K, out + n, accumulate);
+  const int64_t main = K - K % kLanes;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* __restrict row = w + n * ldw;
+    T acc[kLanes] = {};
+    for (int64_t k = 0; k < main; k += kLanes) {
+      for (int64_t j = 0; j < kLanes; ++j) acc[j] += row[k + j] * x[k + j];
+    }
+    T sum = 0;
+    for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
+    for (int64_t k = main; k < K; ++k) sum += row[k] * x[k];
+    out[n] = accumulate ? out[n] + sum : sum;
+  }
 }
 
 // A scratch buffer of n values for this thread, kept between calls: a step's intermediate
@@ -249,29 +228,29 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rcrn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
-    using M = decltype(m);
-    T* gates = scratch<T>(4 * H);
-    auto ptr = [&](const at::Tensor& t, int64_t row) { return t.data_ptr<T>() + row * H; };
-    for (int64_t r = 0; r < B; ++r) {
-      for (size_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
-        lstm_row<M, T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
-                    ptr(states[2 * j + 1], r), H, weights[2 * j], weights[2 * j + 1],
-                    data_or_null<T>(b[2 * j]), data_or_null<T>(b[2 * j + 1]),
-                    gates, ptr(out[1 + 2 * j], r), ptr(out[2 + 2 * j], r));
+      using M = decltype(m);
+      T* gates = scratch<T>(4 * H);
+      auto ptr = [&](const at::Tensor& t, int64_t row) { return t.data_ptr<T>() + row * H; };
+      for (int64_t r = 0; r < B; ++r) {
+        for (size_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
+          lstm_row<M, T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
+                         ptr(states[2 * j + 1], r), H, weights[2 * j], weights[2 * j + 1],
+                         data_or_null<T>(b[2 * j]), data_or_null<T>(b[2 * j + 1]),
+                         gates, ptr(out[1 + 2 * j], r), ptr(out[2 + 2 * j], r));
+        }
+        const T *h1 = ptr(out[1], r), *h2 = ptr(out[3], r), *h3 = ptr(out[5], r);
+        const T* c4 = ptr(states[6], r);
+        T *c4n = ptr(out[7], r), *h4 = ptr(out[0], r);
+        for (int64_t i = 0; i < H; ++i) {
+          const T f = M::sigmoid(h1[i]);
+          c4n[i] = h3[i] + f * (c4[i] - h3[i]);  // eq 15
+        }
+        if (sigmoid_gate) {
+          for (int64_t i = 0; i < H; ++i) h4[i] = M::sigmoid(h2[i]) * c4n[i];  // eq 16
+        } else {
+          for (int64_t i = 0; i < H; ++i) h4[i] = h2[i] * c4n[i];  // eq 16 as printed
+        }
       }
-      const T *h1 = ptr(out[1], r), *h2 = ptr(out[3], r), *h3 = ptr(out[5], r);
-      const T* c4 = ptr(states[6], r);
-      T *c4n = ptr(out[7], r), *h4 = ptr(out[0], r);
-      for (int64_t i = 0; i < H; ++i) {
-        const T f = M::sigmoid(h1[i]);
-        c4n[i] = h3[i] + f * (c4[i] - h3[i]);  // eq 15
-      }
-      if (sigmoid_gate) {
-        for (int64_t i = 0; i < H; ++i) h4[i] = M::sigmoid(h2[i]) * c4n[i];  // eq 16
-      } else {
-        for (int64_t i = 0; i < H; ++i) h4[i] = h2[i] * c4n[i];  // eq 16 as printed
-      }
-    }
     });
   });
   return out;
@@ -308,25 +287,25 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "carnn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
-    using M = decltype(m);
-    T* p = scratch<T>(G * H);
-    const T* bias = data_or_null<T>(bias_ih);
-    for (int64_t r = 0; r < B; ++r) {
-      const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
-      gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
-      if (has_ctx) {
-        const int64_t C = context->size(1);
-        gemv<T>(weight_ch->data_ptr<T>(), C, context->data_ptr<T>() + r * C, 2 * H, C, p, true);
+      using M = decltype(m);
+      T* p = scratch<T>(G * H);
+      const T* bias = data_or_null<T>(bias_ih);
+      for (int64_t r = 0; r < B; ++r) {
+        const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+        gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
+        if (has_ctx) {
+          const int64_t C = context->size(1);
+          gemv<T>(weight_ch->data_ptr<T>(), C, context->data_ptr<T>() + r * C, 2 * H, C, p, true);
+        }
+        if (has_hh) gemv<T>(weight_hh->data_ptr<T>(), H, hr, 2 * H, H, p, true);
+        T* o = out.data_ptr<T>() + r * H;
+        sigmoid_rows<M>(p, bias, 2 * H);  // g_u, g_f
+        const T *u = p, *f = p + H, *eb = block_of(bias, 2, H);
+        for (int64_t i = 0; i < H; ++i) {
+          const T e = G == 2 ? xr[i] : p[2 * H + i] + (eb ? eb[i] : T(0));
+          o[i] = u[i] * (f[i] * e) + (T(1) - u[i]) * hr[i];
+        }
       }
-      if (has_hh) gemv<T>(weight_hh->data_ptr<T>(), H, hr, 2 * H, H, p, true);
-      T* o = out.data_ptr<T>() + r * H;
-      sigmoid_rows<M>(p, bias, 2 * H);  // g_u, g_f
-      const T *u = p, *f = p + H, *eb = block_of(bias, 2, H);
-      for (int64_t i = 0; i < H; ++i) {
-        const T e = G == 2 ? xr[i] : p[2 * H + i] + (eb ? eb[i] : T(0));
-        o[i] = u[i] * (f[i] * e) + (T(1) - u[i]) * hr[i];
-      }
-    }
     });
   });
   return out;
@@ -398,23 +377,23 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
-    using M = decltype(m);
-    const int64_t leaves = (N + 1) / 2;
-    // the base maps, the depth gates' logits and two levels' outputs
-    T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
-    T *gates = yp + 3 * N * H, *work = gates + 2 * I;
-    const T* db = data_or_null<T>(depth_bias);
-    for (int64_t r = 0; r < B; ++r) {
-      const T* xr = x.data_ptr<T>() + r * D;
-      gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // the base maps
-      if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
-      sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
-      T* out = work;
-      metagross_row<M, T>(xr, state.data_ptr<T>() + r * N * H, yp, data_or_null<T>(bias), gates, I,
-                       depth, H, h_form, residual, last.data_ptr<T>() + r * N * H, out,
-                       out + leaves * H);
-      std::copy(out, out + H, h.data_ptr<T>() + r * H);  // the root's output
-    }
+      using M = decltype(m);
+      const int64_t leaves = (N + 1) / 2;
+      // the base maps, the depth gates' logits and two levels' outputs
+      T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
+      T *gates = yp + 3 * N * H, *work = gates + 2 * I;
+      const T* db = data_or_null<T>(depth_bias);
+      for (int64_t r = 0; r < B; ++r) {
+        const T* xr = x.data_ptr<T>() + r * D;
+        gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // the base maps
+        if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
+        sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
+        T* out = work;
+        metagross_row<M, T>(xr, state.data_ptr<T>() + r * N * H, yp, data_or_null<T>(bias),
+                            gates, I, depth, H, h_form, residual,
+                            last.data_ptr<T>() + r * N * H, out, out + leaves * H);
+        std::copy(out, out + H, h.data_ptr<T>() + r * H);  // the root's output
+      }
     });
   });
   return {h, last};
@@ -468,41 +447,41 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "caslstm_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
-    using M = decltype(m);
-    T* p = scratch<T>(G * H);
-    const T* bp = data_or_null<T>(bias);
-    const T* lam = lambda_mode == 2 ? lambda_vec->data_ptr<T>() : nullptr;
-    const T* pp = peep ? peephole->data_ptr<T>() : nullptr;
-    for (int64_t r = 0; r < B; ++r) {
-      const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
-      const T* cr = c.data_ptr<T>() + r * H;
-      const T* low = vertical ? lower_c->data_ptr<T>() + r * H : nullptr;
-      gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
-      if (bp) {
-        for (int64_t n = 0; n < G * H; ++n) p[n] += bp[n];  // x_proj = W x + b
-      }
-      gemv<T>(weight_hh.data_ptr<T>(), H, hr, G_hh * H, H, p, true);  // + U h
-      if (pp) {  // eq 17: the vertical gate reads both cells through its peepholes
-        for (int64_t i = 0; i < H; ++i) {
-          p[4 * H + i] = p[4 * H + i] + pp[i] * cr[i] + pp[H + i] * low[i];
+      using M = decltype(m);
+      T* p = scratch<T>(G * H);
+      const T* bp = data_or_null<T>(bias);
+      const T* lam = lambda_mode == 2 ? lambda_vec->data_ptr<T>() : nullptr;
+      const T* pp = peep ? peephole->data_ptr<T>() : nullptr;
+      for (int64_t r = 0; r < B; ++r) {
+        const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+        const T* cr = c.data_ptr<T>() + r * H;
+        const T* low = vertical ? lower_c->data_ptr<T>() + r * H : nullptr;
+        gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
+        if (bp) {
+          for (int64_t n = 0; n < G * H; ++n) p[n] += bp[n];  // x_proj = W x + b
         }
-      }
-      sigmoid_rows<M>(p, static_cast<const T*>(nullptr), 2 * H);  // i, f (eq 1-2, 7-8)
-      tanh_rows<M>(p + 2 * H, static_cast<const T*>(nullptr), H);  // c~ (eq 3, 10)
-      sigmoid_rows<M>(p + 3 * H, static_cast<const T*>(nullptr), (G - 3) * H);  // o, g (4, 9, 11)
-      const T *in = p, *f = p + H, *ct = p + 2 * H, *o = p + 3 * H, *g = p + 4 * H;
-      T *ho = h_new.data_ptr<T>() + r * H, *co = c_new.data_ptr<T>() + r * H;
-      if (!vertical) {
-        for (int64_t i = 0; i < H; ++i) co[i] = in[i] * ct[i] + f[i] * cr[i];  // eq 5
-      } else {
-        for (int64_t i = 0; i < H; ++i) {  // eq 12
-          const T l = lambda_mode == 0 ? T(1) : (lam ? lam[i] : T(lambda_value));
-          const T sf = lambda_mode == 0 ? T(1) : T(1) - l;
-          co[i] = in[i] * ct[i] + sf * f[i] * cr[i] + l * g[i] * low[i];
+        gemv<T>(weight_hh.data_ptr<T>(), H, hr, G_hh * H, H, p, true);  // + U h
+        if (pp) {  // eq 17: the vertical gate reads both cells through its peepholes
+          for (int64_t i = 0; i < H; ++i) {
+            p[4 * H + i] = p[4 * H + i] + pp[i] * cr[i] + pp[H + i] * low[i];
+          }
         }
+        sigmoid_rows<M>(p, static_cast<const T*>(nullptr), 2 * H);  // i, f (eq 1-2, 7-8)
+        tanh_rows<M>(p + 2 * H, static_cast<const T*>(nullptr), H);  // c~ (eq 3, 10)
+        sigmoid_rows<M>(p + 3 * H, static_cast<const T*>(nullptr), (G - 3) * H);  // o, g (4, 9, 11)
+        const T *in = p, *f = p + H, *ct = p + 2 * H, *o = p + 3 * H, *g = p + 4 * H;
+        T *ho = h_new.data_ptr<T>() + r * H, *co = c_new.data_ptr<T>() + r * H;
+        if (!vertical) {
+          for (int64_t i = 0; i < H; ++i) co[i] = in[i] * ct[i] + f[i] * cr[i];  // eq 5
+        } else {
+          for (int64_t i = 0; i < H; ++i) {  // eq 12
+            const T l = lambda_mode == 0 ? T(1) : (lam ? lam[i] : T(lambda_value));
+            const T sf = lambda_mode == 0 ? T(1) : T(1) - l;
+            co[i] = in[i] * ct[i] + sf * f[i] * cr[i] + l * g[i] * low[i];
+          }
+        }
+        for (int64_t i = 0; i < H; ++i) ho[i] = o[i] * M::tanh(co[i]);  // eq 6, 13
       }
-      for (int64_t i = 0; i < H; ++i) ho[i] = o[i] * M::tanh(co[i]);  // eq 6, 13
-    }
     });
   });
   return {h_new, c_new};
