@@ -7,6 +7,9 @@ parameter changes (:mod:`ctrlrnn.ops.derived_weights`); and short layer calls wi
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -221,25 +224,32 @@ STEP_UNITS = {
 }  # fmt: skip
 
 
+@contextlib.contextmanager
+def _served(owner: object, name: str) -> Iterator[list[bool]]:
+    """For each call of the step path ``owner.name`` inside the block, whether it served the
+    call (returned something, not None)."""
+    taken: list[bool] = []
+    original = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        got = original(*args, **kwargs)
+        taken.append(got is not None)
+        return got
+
+    setattr(owner, name, spy)
+    try:
+        yield taken
+    finally:
+        setattr(owner, name, original)
+
+
 def _short_call(layer: RecurrentBase, x: object, context: torch.Tensor | None, hx: object,
                 grad: bool = False) -> tuple[object, list[bool]]:  # fmt: skip
     """``layer(x, [context,] hx)``, and for each of its layers whether the step path
     (:meth:`RecurrentBase._layer_by_steps`) served it."""
-    taken: list[bool] = []
-    original = RecurrentBase._layer_by_steps
-
-    def spy(self, *args, **kwargs):
-        got = original(self, *args, **kwargs)
-        taken.append(got is not None)
-        return got
-
-    RecurrentBase._layer_by_steps = spy
-    try:
-        with torch.set_grad_enabled(grad):
-            args = (x,) if context is None else (x, context)
-            return layer(*args, hx=hx), taken
-    finally:
-        RecurrentBase._layer_by_steps = original
+    args = (x,) if context is None else (x, context)
+    with _served(RecurrentBase, "_layer_by_steps") as taken, torch.set_grad_enabled(grad):
+        return layer(*args, hx=hx), taken
 
 
 def _state(layer: RecurrentBase, B: int) -> object:
@@ -322,22 +332,11 @@ def test_qrnn_chunks_of_a_stream_without_a_graph_carry_the_window_by_steps(T):
     layer = QRNN(5, 6, window=3, num_layers=2, batch_first=True).to(D64)
     x = torch.randn(2, 4 * T, 5, dtype=D64)
     want, _ = layer(x)
-    state, outs, taken = None, [], []
-    original = RecurrentBase._layer_by_steps
-
-    def spy(self, *args, **kwargs):
-        got = original(self, *args, **kwargs)
-        taken.append(got is not None)
-        return got
-
-    RecurrentBase._layer_by_steps = spy
-    try:
-        with torch.no_grad():
-            for chunk in x.split(T, dim=1):
-                out, state = layer.forward_stateful(chunk, state)
-                outs.append(out)
-    finally:
-        RecurrentBase._layer_by_steps = original
+    state, outs = None, []
+    with _served(RecurrentBase, "_layer_by_steps") as taken, torch.no_grad():
+        for chunk in x.split(T, dim=1):
+            out, state = layer.forward_stateful(chunk, state)
+            outs.append(out)
     assert all(taken) == (not reference_forced()) and len(taken) == 8
     torch.testing.assert_close(torch.cat(outs, 1), want, rtol=1e-12, atol=1e-12)
 
@@ -352,20 +351,8 @@ def _cas_calls(layer: object, x: torch.Tensor, hx: object, grad: bool = False
                ) -> tuple[object, list[bool]]:  # fmt: skip
     from ctrlrnn.nn import cas_lstm
 
-    taken: list[bool] = []
-    original = cas_lstm.stack_by_steps
-
-    def spy(*args):
-        got = original(*args)
-        taken.append(got is not None)
-        return got
-
-    cas_lstm.stack_by_steps = spy
-    try:
-        with torch.set_grad_enabled(grad):
-            return layer(x, hx), taken
-    finally:
-        cas_lstm.stack_by_steps = original
+    with _served(cas_lstm, "stack_by_steps") as taken, torch.set_grad_enabled(grad):
+        return layer(x, hx), taken
 
 
 @pytest.mark.parametrize("options", sorted(CAS_OPTIONS))
