@@ -40,6 +40,7 @@ import torch
 
 import ctrlrnn
 from ctrlrnn.ops.linear_scan import triton_kernels as tk
+from ctrlrnn.timing import cuda_event_seconds
 
 _scan_module = importlib.import_module("ctrlrnn.ops.linear_scan")
 
@@ -78,13 +79,7 @@ def cuda_ms(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.devic
     for _ in range(repeats):
         for name, fn in fns.items():
             if device.type == "cuda":
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end))
+                times[name].append(cuda_event_seconds(fn) * 1e3)
             else:
                 t0 = time.perf_counter()
                 fn()
