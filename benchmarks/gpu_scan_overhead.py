@@ -159,7 +159,7 @@ def _layers(shape: tuple[int, int, int], device: torch.device) -> dict[str, Call
             REVERSE=False,
             SUMMARY=False,
             ACC=tk.acc_dtype(a_.dtype),
-            STEPS=tk._STEPS,
+            STEPS=tk._STEPS_FWD,
             BLOCK=block,
             num_warps=1,
         )

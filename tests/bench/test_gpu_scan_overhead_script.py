@@ -1,0 +1,34 @@
+"""benchmarks/gpu_scan_overhead.py runs every part end to end at tiny shapes on the CPU, under
+Triton's interpreter (its timings mean nothing there; a GPU session runs it for real), and writes
+each part's results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctrlrnn import settings
+
+pytest.importorskip("triton", reason="triton is not installed (pip install ctrlrnn[gpu])")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_scan_overhead.py"
+
+
+def test_every_part_runs_and_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "1,4,16", "--shape", "1,8,16",
+         "--calls", "3", "--repeats", "1", "--blocks", "16:1", "--steps", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=settings.child_environment(TRITON_INTERPRET="1", OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for part in ("overhead_us", "handoff_us", "profile", "big", "trace", "sweep"):
+        assert part in res, part
+    assert set(res["handoff_us"]) == {"op", "bare"}
+    assert res["sweep"] and all("error" not in row for row in res["sweep"])
