@@ -198,7 +198,7 @@ def raw(name: str) -> str | None:
     """The text of an environment variable as set (None when unset); for variables that other
     programs define (``XDG_CACHE_HOME``, torchrun's ``RANK``) as well as ctrlrnn's own."""
     # CPython's os.environ keeps its entries encoded in a dict, _data: read with the mapping's
-    # own encoder and decoder it costs a quarter of os.environ.get, which the kernels' dispatch
+    # own encoder and decoder it costs less than os.environ.get, which the kernels' dispatch
     # pays at every call (CTRLRNN_BACKEND is read each time, so that it can be switched at run
     # time). Any other mapping in os.environ is read with get.
     env = os.environ

@@ -61,9 +61,9 @@ def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
 
 #: (channel block, warps) of the autotuned sequential kernels: one warp up to 128 channels, and
 #: 4 channels a thread beyond, the layouts measured fast. With fewer channels a thread on several
-#: warps (128 on 2, 256 on 4) the scan kernels ran 2-7 times slower on an H200 (docs/overhead.md,
-#: GPU section): a tile's time steps are then likely spread over warps, and picking one step out
-#: of it is a reduction across them.
+#: warps (128 on 2, 256 on 4) the scan kernels ran several times slower (docs/overhead.md, GPU
+#: section): a tile's time steps are then likely spread over warps, and picking one step out of
+#: it is a reduction across them.
 BLOCK_WARPS: tuple[tuple[int, int], ...] = ((32, 1), (64, 1), (128, 1), (256, 2), (512, 4))
 
 
@@ -88,7 +88,7 @@ class TunedKernel:
     is chosen.
 
     Triton's autotuner does its own work at every launch (its key, dictionaries of the
-    arguments), which costs about twice the launch itself. Here the autotuner runs on a key's
+    arguments), which costs more than the launch itself. Here the autotuner runs on a key's
     first launch only; the configuration it chose is kept under the caller's ``key`` (which
     holds at least what the autotuner's own key holds: its key arguments, the dtypes, and the
     device), and later launches call the kernel with it.
