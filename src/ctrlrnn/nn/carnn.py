@@ -31,6 +31,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ctrlrnn.nn.arguments import check_choice, check_positive_int
 from ctrlrnn.nn.base import DirectionCall, RecurrentBase, State, run_directions
 from ctrlrnn.nn.initialization import factory_arguments
+from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
@@ -157,9 +158,8 @@ class CARNNCell(Traceable, nn.Module):
                 h = h.unsqueeze(0)
             if tuple(h.shape) != (B, H):
                 raise ValueError(f"h: expected shape {(B, H)}, got {tuple(h.shape)}")
-        p = self._parameters  # the attributes without nn.Module's lookup
-        w_ih, b_ih, w_ch, w_hh = (p["weight_ih"], p.get("bias_ih"), p.get("weight_ch"),
-                                  p.get("weight_hh"))  # fmt: skip
+        w_ih, b_ih, w_ch, w_hh = parameters(self, "weight_ih", "bias_ih", "weight_ch",
+                                            "weight_hh")
         ext = cell_steps.kernels(x, h, w_ih, b_ih, context, w_ch, w_hh)
         if ext is not None:  # the whole step as one op (carnn_cell_step_ref its twin)
             h_new = ext.carnn_cell_step(x, h, w_ih, b_ih, context, w_ch, w_hh)
@@ -431,9 +431,8 @@ class CARNN(RecurrentBase):
         self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
     ) -> tuple[list[Tensor], State] | None:
         """Eq 3, 5 or 6 per step as one op (``carnn_cell_step``, as :class:`CARNNCell`)."""
-        p = self.cell(layer, direction)._parameters  # the attributes without nn.Module's lookup
-        w_ih, b_ih, w_ch, w_hh = (p["weight_ih"], p.get("bias_ih"), p.get("weight_ch"),
-                                  p.get("weight_hh"))  # fmt: skip
+        w_ih, b_ih, w_ch, w_hh = parameters(self.cell(layer, direction), "weight_ih", "bias_ih",
+                                            "weight_ch", "weight_hh")
         context = kwargs.get("context")
         h = xs[0].new_zeros(xs[0].shape[0], self.hidden_size) if state is None else state[0]
         ext = cell_steps.kernels(xs[0], h, w_ih, b_ih, context, w_ch, w_hh)

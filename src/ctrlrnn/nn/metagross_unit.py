@@ -18,6 +18,7 @@ from ctrlrnn.nn.metagross_tree import (
     RECURRENCES,
     check_gates,
 )
+from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.metagross_level.layout import tree_nodes
@@ -319,13 +320,12 @@ def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list
     other than linear, depth gates other than the token gates, a projected residual."""
     if tree is None or unit.gates != "input" or unit.base != "linear":
         return None
-    p = unit._parameters  # the attributes without nn.Module's lookup
-    if p.get("residual_weight") is not None:
+    weight, bias, depth_weight, depth_bias, residual_weight = parameters(
+        unit, "weight", "bias", "depth_weight", "depth_bias", "residual_weight")
+    if residual_weight is not None:
         return None
-    depth_weight = p.get("depth_weight")
     if unit.num_internal > 0 and (unit.depth_gate != "token" or depth_weight is None):
         return None
-    weight, bias, depth_bias = p["weight"], p.get("bias"), p.get("depth_bias")
     ext = cell_steps.kernels(x, tree, weight, bias, depth_weight, depth_bias)
     if ext is None:
         return None

@@ -40,6 +40,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ctrlrnn.nn.arguments import check_flag
 from ctrlrnn.nn.base import RecurrentBase, State
 from ctrlrnn.nn.initialization import factory_arguments
+from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.nn.qrnn_cell import QRNNCell, short_pooling
 from ctrlrnn.nn.qrnn_windows import (
     ZONEOUT_EVAL,
@@ -407,10 +408,10 @@ class QRNN(RecurrentBase):
         history, sink = kwargs.get("_history"), kwargs.get("_new_history")
         if self.num_directions == 2 and (history is not None or sink is not None):
             return None
-        p = self.cell(layer, direction)._parameters  # the attributes without nn.Module's lookup
-        if p.get("encoder_weight") is not None:
+        weight, bias, encoder_weight = parameters(self.cell(layer, direction), "weight", "bias",
+                                                  "encoder_weight")
+        if encoder_weight is not None:
             return None
-        weight, bias = p["weight"], p.get("bias")
         B, D = xs[0].shape
         hist = (xs[0].new_zeros(B, self.windows[layer] - 1, D) if history is None
                 else history[layer].contiguous())  # fmt: skip

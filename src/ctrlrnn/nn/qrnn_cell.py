@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.nn.arguments import check_flag, check_positive_int
 from ctrlrnn.nn.initialization import factory_arguments
+from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.nn.qrnn_windows import (
     causal_windows,
     centred_windows,
@@ -240,10 +241,9 @@ class QRNNCell(Traceable, nn.Module):
         """Eq 1-5 as one op (:func:`ctrlrnn.ops.cell_steps.kernels` says where it applies;
         :func:`~ctrlrnn.ops.cell_steps.reference.qrnn_cell_step_ref` is its readable twin), or
         None where the written-out step must run: zoneout and eq 7's term run there."""
-        p = self._parameters  # the attributes without nn.Module's lookup
-        if self.zoneout or p.get("encoder_weight") is not None or encoder_state is not None:
+        weight, bias, encoder_weight = parameters(self, "weight", "bias", "encoder_weight")
+        if self.zoneout or encoder_weight is not None or encoder_state is not None:
             return None
-        weight, bias = p["weight"], p.get("bias")
         ext = cell_steps.kernels(x, c, history, weight, bias)
         if ext is None:
             return None

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.ops import cell_steps, scan_export
 from ctrlrnn.ops.compiled_op import eager_ok
 
@@ -62,9 +63,9 @@ def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
         return None
     weights, biases = [], []
     for rnn in cell.rnns():
-        p = rnn._parameters  # the attributes without nn.Module's lookup
-        weights += (p["weight_ih"], p["weight_hh"])
-        biases += (p.get("bias_ih"), p.get("bias_hh"))
+        w_ih, w_hh, b_ih, b_hh = parameters(rnn, "weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        weights += (w_ih, w_hh)
+        biases += (b_ih, b_hh)
     ext = cell_steps.kernels(x, *st, *weights, *biases)
     if ext is None:
         return None
