@@ -45,6 +45,20 @@ def test_qrnn_cell_step_equals_its_reference(dtype, mode, window, batch, bias) -
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("D,H", [(1, 1), (3, 2), (4, 4), (7, 3), (8, 8), (9, 5), (16, 12),
+                                 (17, 13), (33, 20)])
+def test_step_products_at_every_block_boundary(dtype, D, H) -> None:
+    """The steps' matrix-vector products take rows in blocks of a vector's lanes (4 or 8) and
+    columns likewise, with remainders: sizes below, at and past each boundary."""
+    ext, g = _ext(), torch.Generator().manual_seed(D * 100 + H)
+    for window in (1, 2):
+        args = (_rnd(g, dtype, 2, D), _rnd(g, dtype, 2, H), _rnd(g, dtype, 2, window - 1, D),
+                _rnd(g, dtype, 4 * H, window * D), _rnd(g, dtype, 4 * H), 2)
+        for got, want in zip(ext.qrnn_cell_step(*args), reference.qrnn_cell_step_ref(*args)):
+            torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("sigmoid_gate", [True, False])
 @pytest.mark.parametrize("batch,bias", [(1, True), (3, False)])
 def test_rcrn_cell_step_equals_its_reference(dtype, sigmoid_gate, batch, bias) -> None:
