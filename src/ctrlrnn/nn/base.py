@@ -70,6 +70,15 @@ def short_call_steps(module: nn.Module, x: Tensor, lengths: Tensor | None,
     return xs if cell_steps.kernels(xs[0]) is not None else None
 
 
+def _along(tensors: list[Tensor], dim: int, taken: Tensor | None = None) -> Tensor:
+    """``torch.stack(tensors, dim)``; one tensor other than ``taken`` (one another result
+    views) is a view with a new axis, not a copy: a decoding step's state is one step of one
+    direction."""
+    if len(tensors) == 1 and tensors[0] is not taken:
+        return tensors[0].unsqueeze(dim)
+    return torch.stack(tensors, dim)
+
+
 @dataclass(frozen=True)
 class DirectionCall:
     """One direction of a layer as one recurrence of the fused-cell engine: ``run`` is the
@@ -424,6 +433,8 @@ class RecurrentBase(Traceable, nn.Module):
                 if self.dropout > 0 and self.training:
                     nxt = F.dropout(nxt, self.dropout, training=True)
                 layer_in = self._next_layer_input(layer_in, nxt)
+        if len(finals) == 1:  # (a concatenation of one would copy every state)
+            return out, finals[0]
         merged = [torch.cat([f[k] for f in finals], 0) for k in range(self.num_states)]
         return out, merged
 
@@ -458,10 +469,13 @@ class RecurrentBase(Traceable, nn.Module):
             if got is None:  # (no step has changed anything: the whole path starts afresh)
                 return None
             hs, fin = got
-            outs.append(torch.stack(hs if d == 0 else hs[::-1], 1))
+            outs.append(_along(hs if d == 0 else hs[::-1], 1))
             finals.append(fin)
         out = outs[0] if len(outs) == 1 else torch.cat(outs, -1)
-        return out, [torch.stack([f[k] for f in finals], 0) for k in range(self.num_states)]
+        # a state that is the step's output (CARNN's h) is copied where the output is a view
+        # of it: the two must not share memory, as the whole-sequence path's do not
+        viewed = hs[0] if len(hs) == 1 and len(outs) == 1 else None
+        return out, [_along([f[k] for f in finals], 0, viewed) for k in range(self.num_states)]
 
     def _steps_of_direction(
         self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
