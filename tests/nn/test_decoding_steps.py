@@ -70,10 +70,10 @@ def _steps(cell, x, state=None):
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
-@pytest.mark.parametrize("recurrence", ["h", "c"])
-def test_metagross_cell_without_a_graph_equals_the_recorded_step(depth, recurrence):
+@pytest.mark.parametrize("recurrence,gates", [("h", "input"), ("c", "input"), ("h", "state")])
+def test_metagross_cell_without_a_graph_equals_the_recorded_step(depth, recurrence, gates):
     torch.manual_seed(4)
-    cell = MetagrossCell(6, 6, depth=depth, recurrence=recurrence)
+    cell = MetagrossCell(6, 6, depth=depth, recurrence=recurrence, gates=gates)
     x = torch.randn(2, 5, 6)
     want, want_state = _steps(cell, x)
     assert want.grad_fn is not None  # the autograd node's path
@@ -217,6 +217,10 @@ STEP_UNITS = {
     "qrnn f 2": (lambda D2, L, bf, **kw: QRNN(5, 6, window=2, pooling="f", bias=False,
                                               num_layers=L, bidirectional=D2, batch_first=bf,
                                               **kw), None),
+    "metagross as printed": (lambda D2, L, bf, **kw: Metagross(5, 6, depth=3, gates="state",
+                                                               num_layers=L, bidirectional=D2,
+                                                               batch_first=bf, residual=False,
+                                                               **kw), None),
     "metagross c 3": (lambda D2, L, bf, **kw: Metagross(5, 6, depth=3, recurrence="c",
                                                         num_layers=L, bidirectional=D2,
                                                         batch_first=bf, residual=False, **kw),
@@ -290,7 +294,7 @@ SKIPS = {"long": ("rcrn", {}), "batch": ("icarnn", {}), "gru": ("rcrn", dict(cel
          "concat_forward": ("rcrn", dict(bidirectional=True, listener="concat_forward")),
          "weight_drop": ("ncarnn", dict(weight_drop=0.3)), "strided state": ("rcrn", {}),
          "scalar depth gates": ("metagross", dict(depth_gate="scalar")),
-         "gates from the state": ("metagross", dict(gates="state")),
+         "an RNN base": ("metagross", dict(base="lstm")),
          "non-causal windows": ("qrnn f 2", dict(causal=False)),
          "zoneout": ("qrnn", dict(zoneout=0.2))}  # fmt: skip
 

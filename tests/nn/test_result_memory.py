@@ -7,7 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctrlrnn import CARNN, CASLSTM, QRNN, RCRN, Metagross
+from ctrlrnn import (
+    CARNN,
+    CASLSTM,
+    QRNN,
+    RCRN,
+    CASLSTMCell,
+    Metagross,
+    MetagrossCell,
+    QRNNCell,
+    RCRNCell,
+)
 
 D64 = torch.float64
 
@@ -19,6 +29,8 @@ UNITS = {
     "scarnn": (lambda D2, L: CARNN(4, 4, 3, "s", num_layers=L, bidirectional=D2), 3),
     "metagross": (lambda D2, L: Metagross(4, 4, num_layers=L, bidirectional=D2,
                                           residual=False), None),
+    "metagross as printed": (lambda D2, L: Metagross(4, 4, depth=2, gates="state",
+                                                     num_layers=L, bidirectional=D2), None),
     "rcrn": (lambda D2, L: RCRN(4, 4, num_layers=L, bidirectional=D2), None),
     "caslstm": (lambda D2, L: CASLSTM(4, 4, num_layers=L, bidirectional=D2), None),
 }  # fmt: skip
@@ -54,3 +66,36 @@ def test_output_and_states_share_no_memory(unit, bidirectional, num_layers, T, g
     results = _storages([out, *states])
     assert len(set(results)) == len(results), "two results share memory"
     assert not set(results) & set(_storages([x, *given])), "a result shares an input's memory"
+
+
+CELLS = {
+    "qrnn": lambda: QRNNCell(4, 4, window=2),
+    "metagross": lambda: MetagrossCell(4, 4, depth=2),
+    "metagross as printed": lambda: MetagrossCell(4, 4, depth=2, gates="state"),
+    "rcrn": lambda: RCRNCell(4, 4),
+    "caslstm": lambda: CASLSTMCell(4, 4, vertical=False),
+}
+
+
+def _flat(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for v in value for t in _flat(v)]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_cell_step_output_and_state_share_no_memory(cell, grad) -> None:
+    torch.manual_seed(1)
+    module = CELLS[cell]().to(D64)
+    x = torch.randn(2, 4, dtype=D64)
+    step = (lambda s: module(x, None, s)) if cell == "caslstm" else (lambda s: module(x, s))
+    with torch.no_grad():
+        state = step(None)[1]
+    with torch.set_grad_enabled(grad):
+        h, new = step(state)
+    # (CASLSTMCell returns (h, (h, c)): its output is its state's h, the one tensor twice)
+    states = [t for t in _flat(new) if not (cell == "caslstm" and t is h)]
+    results = _storages([h, *states])
+    assert len(set(results)) == len(results), "two results share memory"
+    assert not set(results) & set(_storages([x, *_flat(state)]))

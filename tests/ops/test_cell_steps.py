@@ -104,6 +104,24 @@ def test_metagross_cell_step_equals_its_reference(dtype, depth, h_form, residual
         torch.testing.assert_close(got, want, **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("depth,residual,bias,batch", [
+    (1, True, True, 1), (2, True, True, 2), (2, False, False, 1), (3, False, True, 3),
+    (3, True, False, 4)])
+def test_metagross_printed_step_equals_its_reference(dtype, depth, residual, bias,
+                                                     batch) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(10 + depth)
+    H, N, I = 5, 2**depth - 1, 2 ** (depth - 1) - 1
+    D = H if residual else 3
+    args = (_rnd(g, dtype, batch, D), _rnd(g, dtype, batch, H), _rnd(g, dtype, 3 * N * H, D),
+            _rnd(g, dtype, 3 * N * H) if bias else None, _rnd(g, dtype, 3 * N * H, H),
+            _rnd(g, dtype, 2 * I, D) if I else None, _rnd(g, dtype, 2 * I) if I and bias else None,
+            depth, residual)
+    got, want = ext.metagross_printed_step(*args), reference.metagross_printed_step_ref(*args)
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    assert got.shape == (batch, H)
+
+
 def test_the_ops_fail_loudly_on_what_they_do_not_serve() -> None:
     ext = _ext()
     x, c = torch.randn(1, 4), torch.randn(1, 3)
@@ -199,6 +217,9 @@ def _cells(dtype: torch.dtype, D: int, H: int, C: int) -> list[tuple[str, torch.
              ("metagross c 3", ctrlrnn.MetagrossCell(D, H, depth=3, recurrence="c",
                                                      residual=False, bias=False), 0),
              ("metagross 1", ctrlrnn.MetagrossCell(H, H, depth=1), 0),
+             ("metagross as printed", ctrlrnn.MetagrossCell(H, H, gates="state"), 0),
+             ("metagross as printed 3", ctrlrnn.MetagrossCell(D, H, depth=3, gates="state",
+                                                              residual=False, bias=False), 0),
              ("caslstm first", ctrlrnn.CASLSTMCell(D, H, vertical=False), 0),
              ("caslstm", ctrlrnn.CASLSTMCell(D, H), 0),
              ("caslstm lambda 0.3", ctrlrnn.CASLSTMCell(D, H, lambda_=0.3, bias=False), 0),
@@ -352,7 +373,7 @@ def test_inference_mode_takes_the_op() -> None:
 
 def test_cell_options_the_op_does_not_serve_run_the_written_out_step() -> None:
     """Zoneout and eq 7's encoder term (QRNN), GRU cells (RCRN), depth gates other than the
-    token gates, an RNN base, gates from the state and a projected residual (METAGROSS)."""
+    token gates, an RNN base and a projected residual (METAGROSS)."""
     _ext()
     torch.manual_seed(1)
     D, H = 5, 6
@@ -360,7 +381,6 @@ def test_cell_options_the_op_does_not_serve_run_the_written_out_step() -> None:
     cells = [("qrnn zoneout", qz), ("rcrn gru", ctrlrnn.RCRNCell(D, H, cell="gru")),
              ("metagross scalar", ctrlrnn.MetagrossCell(H, H, depth_gate="scalar")),
              ("metagross lstm base", ctrlrnn.MetagrossCell(H, H, base="lstm")),
-             ("metagross state gates", ctrlrnn.MetagrossCell(H, H, gates="state")),
              ("metagross projected residual", ctrlrnn.MetagrossCell(D, H))]
     for name, cell in cells:
         xs, _ = _inputs(cell, 0, 2, torch.float32)

@@ -303,6 +303,8 @@ class MetagrossCell(Traceable, nn.Module):
         fused = fused_tree_step(u, x, tree)
         if fused is not None:  # the whole tree's step as one op
             h, last = fused
+            if last is h:  # as printed the state is h: the two results must not share memory
+                last = h.clone()
             return (h[0], last[0]) if unbatched else (h, last)
         out, last, base_last, _, _ = u(x.unsqueeze(1), None, tree, base_state)
         h = out[:, 0]
@@ -315,19 +317,24 @@ class MetagrossCell(Traceable, nn.Module):
 
 def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list[Tensor] | None:
     """Eq 2-1..2-6 for the whole tree as one op (:func:`ctrlrnn.ops.cell_steps.kernels` says
-    where; :func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref` is its readable
-    twin), or None where the tree's written-out pass must run: gates from the state, a base
-    other than linear, depth gates other than the token gates, a projected residual."""
-    if tree is None or unit.gates != "input" or unit.base != "linear":
+    where; :func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref` and, as printed,
+    :func:`~ctrlrnn.ops.cell_steps.reference.metagross_printed_step_ref` are its readable
+    twins): ``[h, new tree state]``, or None where the tree's written-out pass must run: a
+    base other than linear, depth gates other than the token gates, a projected residual."""
+    if tree is None or unit.base != "linear":
         return None
-    weight, bias, depth_weight, depth_bias, residual_weight = parameters(
-        unit, "weight", "bias", "depth_weight", "depth_bias", "residual_weight")
+    weight, bias, depth_weight, depth_bias, residual_weight, weight_hh = parameters(
+        unit, "weight", "bias", "depth_weight", "depth_bias", "residual_weight", "weight_hh")
     if residual_weight is not None:
         return None
     if unit.num_internal > 0 and (unit.depth_gate != "token" or depth_weight is None):
         return None
-    ext = cell_steps.kernels(x, tree, weight, bias, depth_weight, depth_bias)
+    ext = cell_steps.kernels(x, tree, weight, bias, depth_weight, depth_bias, weight_hh)
     if ext is None:
         return None
+    if unit.gates == "state":  # section 2 as printed: the root's h is the whole state
+        h = ext.metagross_printed_step(x, tree, weight, bias, weight_hh, depth_weight,
+                                       depth_bias, unit.depth, unit.residual)
+        return [h, h]
     return ext.metagross_cell_step(x, tree, weight, bias, depth_weight,  # type: ignore[no-any-return]
                                    depth_bias, unit.depth, unit.recurrence == "h", unit.residual)

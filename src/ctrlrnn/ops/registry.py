@@ -104,7 +104,7 @@ OPS: tuple[Op, ...] = (
                 "and its output goes to torch's caching allocator"),
     Op("cell_steps", "scan", "cell_steps",
        ("qrnn_cell_step", "rcrn_cell_step", "carnn_cell_step", "metagross_cell_step",
-        "caslstm_cell_step"),
+        "metagross_printed_step", "caslstm_cell_step"),
        cpu_only="the fused steps serve small-batch decoding on CPU, where a step's dispatcher "
                 "calls cost more than its arithmetic; on CUDA a step is launch-bound either way"),
     Op("metagross_level", "metagross", "metagross_level", ("forward", "backward")),

@@ -1,7 +1,8 @@
 """Whole cell steps in one op each on CPU, for steps where no autograd graph is recorded
 (decoding one token at a time): ``qrnn_cell_step`` (QRNN eq 1-5), ``rcrn_cell_step`` (RCRN eq
-1-16, LSTM cells), ``carnn_cell_step`` (CARNN eq 3, 5, 6) and ``metagross_cell_step`` (METAGROSS
-eq 2-1..2-6, a linear base and token depth gates) and ``caslstm_cell_step`` (CAS-LSTM eq 1-6,
+1-16, LSTM cells), ``carnn_cell_step`` (CARNN eq 3, 5, 6), ``metagross_cell_step`` (METAGROSS
+eq 2-1..2-6, a linear base and token depth gates), ``metagross_printed_step`` (the same as
+printed, gates from ``h_{t-1}``) and ``caslstm_cell_step`` (CAS-LSTM eq 1-6,
 or 7-13 and 17), the ``scan`` extension's kernels (``cell_steps.cpp``).
 
 A cell's step written with tensor ops is a dozen or more dispatcher calls, each with its
@@ -29,13 +30,15 @@ from ctrlrnn.ops.cell_steps.reference import (
     carnn_cell_step_ref,
     caslstm_cell_step_ref,
     metagross_cell_step_ref,
+    metagross_printed_step_ref,
     qrnn_cell_step_ref,
     rcrn_cell_step_ref,
 )
 from ctrlrnn.ops.compiled_op import eager_ok
 
 __all__ = ["MAX_BATCH", "carnn_cell_step_ref", "caslstm_cell_step_ref", "kernels",
-           "metagross_cell_step_ref", "qrnn_cell_step_ref", "rcrn_cell_step_ref"]
+           "metagross_cell_step_ref", "metagross_printed_step_ref", "qrnn_cell_step_ref",
+           "rcrn_cell_step_ref"]
 
 #: The largest batch the ops take: they compute row by row, reading the weights once per row,
 #: which a GEMM over the batch beats at larger batches.

@@ -10,12 +10,14 @@
 //   the listener's eq 15-16);
 // * carnn_cell_step: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN);
 // * metagross_cell_step: METAGROSS paper eq 2-1..2-6 with a linear base and token depth gates;
+//   metagross_printed_step: the same as printed (gates from h_{t-1});
 // * caslstm_cell_step: CAS-LSTM paper eq 1-6 (the first layer) or 7-13 and 17 (above it).
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "runtime/runtime.h"
+#include "step_math.h"
 
 #include <cmath>
 #include <algorithm>
@@ -24,173 +26,7 @@
 
 namespace {
 
-// The accumulator lanes of a dot product: independent sums the compiler keeps in vector
-// registers, so no reassociation is needed to vectorise the loop.
-constexpr int64_t kLanes = 16;
-
-// out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N, one row at a time: the remainder rows of
-// gemv below, and its whole work where the compiler has no vector shuffles.
-template <typename T>
-inline void gemv_rows(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t N,
-                      int64_t K, T* __restrict out, bool accumulate) {
-  const int64_t main = K - K % kLanes;
-  for (int64_t n = 0; n < N; ++n) {
-    const T* __restrict row = w + n * ldw;
-    T acc[kLanes] = {};
-    for (int64_t k = 0; k < main; k += kLanes) {
-      for (int64_t j = 0; j < kLanes; ++j) acc[j] += row[k + j] * x[k + j];
-    }
-    T sum = 0;
-    for (int64_t j = 0; j < kLanes; ++j) sum += acc[j];
-    for (int64_t k = main; k < K; ++k) sum += row[k] * x[k];
-    out[n] = accumulate ? out[n] + sum : sum;
-  }
-}
-
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-#define CTRLRNN_ROW_BLOCKS 1
-// A block of L rows at once, L the lanes of a 32-byte vector: row i's products accumulate in
-// its own vector (L independent chains), and one transposing reduction sums all L vectors
-// across their lanes at once, lane r of the result holding row r's sum. Row by row, each row's
-// sum would end in a reduction of its own. `order` feeds the rows in the bit-reversed order
-// that the halving shuffles undo.
-template <typename T>
-struct RowBlock;
-
-template <>
-struct RowBlock<float> {
-  typedef float V __attribute__((vector_size(32)));
-  typedef float Unaligned __attribute__((vector_size(32), aligned(4)));
-  static constexpr int L = 8;
-  static constexpr int order[L] = {0, 4, 2, 6, 1, 5, 3, 7};
-  static V halves(V a, V b) {  // [a's halves summed | b's halves summed]
-    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11) +
-           __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-  static V quarters(V a, V b) {
-    return __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13) +
-           __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  static V eighths(V a, V b) {
-    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) +
-           __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
-  }
-  static V reduce(const V* v) {
-    return eighths(quarters(halves(v[0], v[1]), halves(v[2], v[3])),
-                   quarters(halves(v[4], v[5]), halves(v[6], v[7])));
-  }
-};
-
-template <>
-struct RowBlock<double> {
-  typedef double V __attribute__((vector_size(32)));
-  typedef double Unaligned __attribute__((vector_size(32), aligned(8)));
-  static constexpr int L = 4;
-  static constexpr int order[L] = {0, 2, 1, 3};
-  static V halves(V a, V b) {
-    return __builtin_shufflevector(a, b, 0, 1, 4, 5) + __builtin_shufflevector(a, b, 2, 3, 6, 7);
-  }
-  static V quarters(V a, V b) {
-    return __builtin_shufflevector(a, b, 0, 4, 2, 6) + __builtin_shufflevector(a, b, 1, 5, 3, 7);
-  }
-  static V reduce(const V* v) { return quarters(halves(v[0], v[1]), halves(v[2], v[3])); }
-};
-#endif
-
-// out[n] (+)= sum_k w[n * ldw + k] * x[k] for n < N: rows of a row-major weight against one
-// vector, the weight read once, in its stored layout.
-template <typename T>
-inline void gemv(const T* __restrict w, int64_t ldw, const T* __restrict x, int64_t N, int64_t K,
-                 T* __restrict out, bool accumulate) {
-  int64_t n = 0;
-#ifdef CTRLRNN_ROW_BLOCKS
-  using Block = RowBlock<T>;
-  using V = typename Block::V;
-  using U = typename Block::Unaligned;
-  constexpr int L = Block::L;
-  const int64_t main = K - K % L;
-  for (; n + L <= N; n += L) {
-    V acc[L];
-    for (int i = 0; i < L; ++i) acc[i] = V{};
-    for (int64_t k = 0; k < main; k += L) {
-      const V xk = *reinterpret_cast<const U*>(x + k);
-      for (int i = 0; i < L; ++i) {
-        acc[i] += *reinterpret_cast<const U*>(w + (n + Block::order[i]) * ldw + k) * xk;
-      }
-    }
-    V sum = Block::reduce(acc);
-    for (int r = 0; r < L && main < K; ++r) {
-      for (int64_t k = main; k < K; ++k) sum[r] += w[(n + r) * ldw + k] * x[k];
-    }
-    if (accumulate) sum += *reinterpret_cast<const U*>(out + n);
-    *reinterpret_cast<U*>(out + n) = sum;
-  }
-#endif
-  gemv_rows<T>(w + n * ldw, ldw, x, N - n, K, out + n, accumulate);
-}
-
-// A scratch buffer of n values for this thread, kept between calls: a step's intermediate
-// products are a few hundred values, which an allocation per call would cost more than.
-template <typename T>
-inline T* scratch(int64_t n) {
-  thread_local std::vector<T> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
-
-// The activations of a step: the runtime's polynomial ones for float (std::exp and std::tanh
-// under the plain runtime or with poly_exp off, and for double), runtime/vector_math.h. They are
-// inline and branch-free, so the loops below vectorise; the C library's are a call per value.
-template <typename T, typename F>
-inline void with_activations(const F& f) {
-  ctrlrnn::runtime::with_math<T, ctrlrnn::runtime::Act<T>>(f);
-}
-
-// v[n] = sigmoid(v[n] (+ b[n])) for n < N; b may be null.
-template <typename M, typename T>
-inline void sigmoid_rows(T* __restrict v, const T* __restrict b, int64_t N) {
-  if (b) {
-    for (int64_t n = 0; n < N; ++n) v[n] = M::sigmoid(v[n] + b[n]);
-  } else {
-    for (int64_t n = 0; n < N; ++n) v[n] = M::sigmoid(v[n]);
-  }
-}
-
-// v[n] = tanh(v[n] (+ b[n])) for n < N; b may be null.
-template <typename M, typename T>
-inline void tanh_rows(T* __restrict v, const T* __restrict b, int64_t N) {
-  if (b) {
-    for (int64_t n = 0; n < N; ++n) v[n] = M::tanh(v[n] + b[n]);
-  } else {
-    for (int64_t n = 0; n < N; ++n) v[n] = M::tanh(v[n]);
-  }
-}
-
-// The bias of gate block `gate` (H values), or null.
-template <typename T>
-inline const T* block_of(const T* bias, int64_t gate, int64_t H) {
-  return bias ? bias + gate * H : nullptr;
-}
-
-// The tensor's data, or nullptr for an absent optional one.
-template <typename T>
-inline const T* data_or_null(const c10::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined() ? t->data_ptr<T>() : nullptr;
-}
-
-// Fails loudly on what the fast path does not serve: the Python side routes every other call
-// to the composite step, so reaching here with any of these is a caller's bug.
-void check_operand(const at::Tensor& t, const at::Tensor& like, const char* name) {
-  TORCH_CHECK(t.device().is_cpu(), name, ": expected a CPU tensor");
-  TORCH_CHECK(t.scalar_type() == like.scalar_type(), name, ": expected dtype ",
-              like.scalar_type(), ", got ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
-}
-
-void check_optional(const c10::optional<at::Tensor>& t, const at::Tensor& like,
-                    const char* name) {
-  if (t.has_value() && t->defined()) check_operand(*t, like, name);
-}
+using namespace ctrlrnn::cell_steps;
 
 // ---------------------------------------------------------------------------------------------
 // QRNN (eq 1-5). x (B, D); c (B, H); history (B, k-1, D), oldest first; weight (G*H, k*D), the
@@ -402,11 +238,13 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
 //   f = sig(pf + alpha (m^F - pf)), o = sig(po + beta (m^O - po)), z = tanh(pz)
 //   "h" form: h_t = o (1 - f) h_{t-1} + o f z (+ x)
 //   "c" form: c_t = (1 - f) c_{t-1} + f z,  h_t = o c_t (+ x)
-// with m^F, m^O the outputs of the unit's two children (none at the leaves).
+// with m^F, m^O the outputs of the unit's two children (none at the leaves). As printed (section
+// 2, gates from h_{t-1}): every unit's previous state is the root's h_{t-1} (`shared`, else
+// null), the "c" form, and the units' states are not kept (`last` null).
 template <typename M, typename T>
-void metagross_row(const T* x, const T* state, const T* y, const T* bias, const T* gates,
-                   int64_t I, int64_t depth, int64_t H, bool h_form, bool residual, T* last,
-                   T* out, T* below) {
+void metagross_row(const T* x, const T* state, const T* shared, const T* y, const T* bias,
+                   const T* gates, int64_t I, int64_t depth, int64_t H, bool h_form,
+                   bool residual, T* last, T* out, T* below) {
   for (int64_t level = depth; level >= 1; --level) {
     const int64_t s = (int64_t(1) << (level - 1)) - 1, k = s + 1;
     for (int64_t j = 0; j < k; ++j) {
@@ -422,10 +260,10 @@ void metagross_row(const T* x, const T* state, const T* y, const T* bias, const 
           po += gates[I + u] * (below[(2 * j + 1) * H + i] - po);
         }
         const T f = M::sigmoid(pf), o = M::sigmoid(po), z = M::tanh(pre(2));
-        const T prev = state[u * H + i], res = residual ? x[i] : T(0);
+        const T prev = shared ? shared[i] : state[u * H + i], res = residual ? x[i] : T(0);
         const T carried = h_form ? o * (T(1) - f) * prev + o * f * z + res
                                  : (T(1) - f) * prev + f * z;
-        last[u * H + i] = carried;
+        if (last) last[u * H + i] = carried;
         out[j * H + i] = h_form ? carried : o * carried + res;
       }
     }
@@ -471,7 +309,7 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
         if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
         sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
         T* out = work;
-        metagross_row<M, T>(xr, state.data_ptr<T>() + r * N * H, yp, data_or_null<T>(bias),
+        metagross_row<M, T>(xr, state.data_ptr<T>() + r * N * H, nullptr, yp, data_or_null<T>(bias),
                             gates, I, depth, H, h_form, residual,
                             last.data_ptr<T>() + r * N * H, out, out + leaves * H);
         std::copy(out, out + H, h.data_ptr<T>() + r * H);  // the root's output
@@ -479,6 +317,58 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
     });
   });
   return {h, last};
+}
+
+// METAGROSS as printed (section 2: every base map reads x_t and h_{t-1}), a linear base and token
+// depth gates: the maps are W x_t + b + U h_{t-1}, with weight_hh (3NH, H) the U of every map in
+// the rows of weight; h (B, H) is the root's h_{t-1}, the whole carried state. Returns h_t.
+at::Tensor metagross_printed_step(const at::Tensor& x, const at::Tensor& h,
+                                  const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                                  const at::Tensor& weight_hh,
+                                  const c10::optional<at::Tensor>& depth_weight,
+                                  const c10::optional<at::Tensor>& depth_bias, int64_t depth,
+                                  bool residual) {
+  TORCH_CHECK(x.dim() == 2 && h.dim() == 2 && weight.dim() == 2 && weight_hh.dim() == 2 &&
+                  depth >= 1 && depth < 16,
+              "metagross_printed_step: expected x (B, D), h (B, H), 2-D weights, depth >= 1");
+  for (auto [t, name] : {std::pair{&x, "x"}, {&h, "h"}, {&weight, "weight"},
+                         {&weight_hh, "weight_hh"}}) {
+    check_operand(*t, x, name);
+  }
+  check_optional(bias, x, "bias");
+  check_optional(depth_weight, x, "depth_weight");
+  check_optional(depth_bias, x, "depth_bias");
+  const int64_t B = x.size(0), D = x.size(1), H = h.size(1), N = (int64_t(1) << depth) - 1;
+  const int64_t I = (int64_t(1) << (depth - 1)) - 1;
+  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  TORCH_CHECK(h.size(0) == B && weight.size(0) == 3 * N * H && weight.size(1) == D &&
+                  weight_hh.size(0) == 3 * N * H && weight_hh.size(1) == H &&
+                  (!residual || D == H) && (I == 0 || gated) &&
+                  (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
+              "metagross_printed_step: shapes disagree");
+  auto h_new = at::empty({B, H}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_printed_step", [&] {
+    using T = scalar_t;
+    with_activations<T>([&](auto m) {
+      using M = decltype(m);
+      const int64_t leaves = (N + 1) / 2;
+      T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
+      T *gates = yp + 3 * N * H, *work = gates + 2 * I;
+      const T* db = data_or_null<T>(depth_bias);
+      for (int64_t r = 0; r < B; ++r) {
+        const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+        gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // W x_t
+        gemv<T>(weight_hh.data_ptr<T>(), H, hr, 3 * N * H, H, yp, true);  // + U h_{t-1}
+        if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
+        sigmoid_rows<M>(gates, db, 2 * I);
+        T* out = work;
+        metagross_row<M, T>(xr, nullptr, hr, yp, data_or_null<T>(bias), gates, I, depth, H,
+                            false, residual, nullptr, out, out + leaves * H);
+        std::copy(out, out + H, h_new.data_ptr<T>() + r * H);
+      }
+    });
+  });
+  return h_new;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -587,6 +477,10 @@ void register_cell_steps(torch::Library& m) {
   m.def("metagross_cell_step(Tensor x, Tensor state, Tensor weight, Tensor? bias, "
         "Tensor? depth_weight, Tensor? depth_bias, int depth, bool h_form, bool residual) -> "
         "Tensor[]", &metagross_cell_step);
+  // METAGROSS as printed (gates from h_{t-1}; linear base, token depth gates): returns h
+  m.def("metagross_printed_step(Tensor x, Tensor h, Tensor weight, Tensor? bias, "
+        "Tensor weight_hh, Tensor? depth_weight, Tensor? depth_bias, int depth, "
+        "bool residual) -> Tensor", &metagross_printed_step);
   // CAS-LSTM eq 1-6 (no lower_c) or 7-13 and 17: returns h and c
   m.def("caslstm_cell_step(Tensor x, Tensor h, Tensor c, Tensor? lower_c, Tensor weight_ih, "
         "Tensor weight_hh, Tensor? bias, Tensor? lambda_vec, float lambda_value, "

@@ -7,7 +7,8 @@ equations; the tests hold each op to its reference here.
   listener's LSTM base) and eq 15-16 (the listener's cell and output), one step.
 * :func:`carnn_cell_step_ref`: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN), one step.
 * :func:`metagross_cell_step_ref`: METAGROSS paper eq 2-1..2-6 (gates from ``x_t``, section
-  2.2, with a linear base and token depth gates, section 2.1), one step of the whole tree.
+  2.2, with a linear base and token depth gates, section 2.1), one step of the whole tree;
+  :func:`metagross_printed_step_ref` the same as printed in section 2 (gates from ``h_{t-1}``).
 * :func:`caslstm_cell_step_ref`: CAS-LSTM paper eq 1-6 (the first layer) or eq 7-13 (a layer
   above it; variant (iii)'s eq 17 with peepholes), one step.
 """
@@ -22,9 +23,10 @@ from torch import Tensor
 
 from ctrlrnn.ops.cells.cas_lstm.reference import cas_lstm_step
 from ctrlrnn.ops.cells.lstm.reference import lstm_step
+from ctrlrnn.ops.cells.metagross_state.reference import metagross_state_step
 
 __all__ = ["carnn_cell_step_ref", "caslstm_cell_step_ref", "metagross_cell_step_ref",
-           "qrnn_cell_step_ref", "rcrn_cell_step_ref"]
+           "metagross_printed_step_ref", "qrnn_cell_step_ref", "rcrn_cell_step_ref"]
 
 
 def qrnn_cell_step_ref(x: Tensor, c: Tensor, history: Tensor, weight: Tensor,
@@ -124,6 +126,26 @@ def metagross_cell_step_ref(x: Tensor, state: Tensor, weight: Tensor, bias: Tens
         finals[level] = carried.reshape(B, k * H)
     assert below is not None
     return below[:, 0], torch.cat([finals[n] for n in range(1, depth + 1)], dim=1)
+
+
+def metagross_printed_step_ref(x: Tensor, h: Tensor, weight: Tensor, bias: Tensor | None,
+                               weight_hh: Tensor, depth_weight: Tensor | None,
+                               depth_bias: Tensor | None, depth: int,
+                               residual: bool) -> Tensor:
+    """``h_t``, the root's output, from ``x_t`` ``(B, D)`` and the root's ``h_{t-1}``
+    ``(B, H)``, the whole carried state as printed in section 2 (every base map reads
+    ``x_t`` and ``h_{t-1}``: ``W x_t + b + U h_{t-1}``, ``weight_hh`` ``(3NH, H)`` the ``U``
+    in the rows of ``weight``); the depth gates and the residual as in
+    :func:`metagross_cell_step_ref`. The tree itself is
+    :func:`~ctrlrnn.ops.cells.metagross_state.reference.metagross_state_step`."""
+    I = 2 ** (depth - 1) - 1
+    if depth_weight is None:
+        alpha = beta = x.new_zeros(x.shape[0], 0)
+    else:
+        gates = torch.sigmoid(F.linear(x, depth_weight, depth_bias))
+        alpha, beta = gates[:, :I], gates[:, I:]
+    return metagross_state_step(F.linear(x, weight, bias), weight_hh, alpha, beta,
+                                x if residual else None, h)
 
 
 def caslstm_cell_step_ref(x: Tensor, h: Tensor, c: Tensor, lower_c: Tensor | None,
