@@ -168,7 +168,8 @@ class RCRNCell(Traceable, nn.Module):
 
     def rnns(self) -> tuple[GatedRNN, GatedRNN, GatedRNN]:
         """``(controller1, controller2, listener)``: the RNNs giving ``h^1``, ``h^2``, ``h^3``."""
-        return self.controller1, self.controller2, self.listener
+        m = self._modules  # (one lookup each, where the attributes take nn.Module's)
+        return m["controller1"], m["controller2"], m["listener"]  # type: ignore[return-value]
 
     def reset_parameters(self) -> None:
         """Initialises the three RNNs' weights again, as the constructor did."""
@@ -199,7 +200,7 @@ class RCRNCell(Traceable, nn.Module):
                 raise ValueError(f"state: expected a tuple of {n} tensors {self.state_names}")
             st = [s.unsqueeze(0) if unbatched else s for s in state]
             for name, s in zip(self.state_names, st):
-                if not isinstance(s, Tensor) or tuple(s.shape) != (B, H):
+                if not isinstance(s, Tensor) or s.shape != (B, H):
                     got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
                     raise ValueError(f"state: expected {name} of shape {(B, H)}, got {got}")
         fused = rcrn_step.fused(self, x, st)  # the whole step as one op
