@@ -33,21 +33,15 @@ class StepGemm {
     // plain: no packing and no choice, so path_ stays blas and run() calls at::mm_out / addmm_
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (runtime::plain()) return;
-      if (mkl::available() && uses(kPackedGemm) && M_ > 0 && K_ > 0 && N_ > 0 && W.is_contiguous() &&
-          mkl::fits_int(M_) && mkl::fits_int(K_) && mkl::fits_int(N_)) {
-        const size_t bytes = cblas_sgemm_pack_get_size(mkl::kBMatrix, static_cast<int>(M_),
-                                                       static_cast<int>(N_), static_cast<int>(K_));
-        packed_ = at::empty({static_cast<int64_t>(bytes / sizeof(float)) + 16}, W.options());
-        cblas_sgemm_pack(mkl::kRowMajor, mkl::kBMatrix, transpose ? mkl::kTrans : mkl::kNoTrans,
-                         static_cast<int>(M_), static_cast<int>(N_), static_cast<int>(K_), 1.0f,
-                         W.data_ptr<float>(), static_cast<int>(W.size(1)),
-                         packed_.data_ptr<float>());
-      }
+      const bool packable = mkl::available() && uses(kPackedGemm) && M_ > 0 && K_ > 0 &&
+                            N_ > 0 && W.is_contiguous() && mkl::fits_int(M_) &&
+                            mkl::fits_int(K_) && mkl::fits_int(N_);
       if (M_ > 0 && K_ > 0 && N_ > 0) {
         const std::string key = gemm::class_key("step", M_, K_, N_, 'n', gemm::layout(w_op_),
                                                 gemm::threads_here());
         const bool tiny = M_ <= gemm::tiny::kMaxRows;
         path_ = gemm::choose(key, [&] {
+          if (packable) pack(W, transpose);  // the BLAS candidate's operand
           if (tiny) w_contig_ = w_op_.contiguous();  // the tiny candidate's operand
           return std::function<void(int)>(
               [this, a = gemm::scratch({M_, K_}, W.options()),
@@ -61,7 +55,13 @@ class StepGemm {
                 }
               });
         }, tiny);
-        if (path_ == gemm::kOneDnn || path_ == gemm::kTiny) packed_ = at::Tensor();
+        // packed only where a BLAS path runs: packing costs far more than a small product,
+        // and the other paths never read it
+        if (path_ == gemm::kOneDnn || path_ == gemm::kTiny) {
+          packed_ = at::Tensor();
+        } else if (packable && !packed_.defined()) {
+          pack(W, transpose);
+        }
         // op(W) copied only where the tiny kernel runs (or was just measured)
         if (path_ == gemm::kTiny && !w_contig_.defined()) w_contig_ = w_op_.contiguous();
         if (path_ != gemm::kTiny) w_contig_ = at::Tensor();
@@ -114,6 +114,21 @@ class StepGemm {
   const char* path() const { return gemm::path_name(path_); }
 
  private:
+  // MKL's packed copy of op(W) for M_ rows (packed_compute reads it).
+  void pack(const at::Tensor& W, bool transpose) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      const size_t bytes = cblas_sgemm_pack_get_size(mkl::kBMatrix, static_cast<int>(M_),
+                                                     static_cast<int>(N_), static_cast<int>(K_));
+      packed_ = at::empty({static_cast<int64_t>(bytes / sizeof(float)) + 16}, W.options());
+      cblas_sgemm_pack(mkl::kRowMajor, mkl::kBMatrix, transpose ? mkl::kTrans : mkl::kNoTrans,
+                       static_cast<int>(M_), static_cast<int>(N_), static_cast<int>(K_), 1.0f,
+                       W.data_ptr<float>(), static_cast<int>(W.size(1)),
+                       packed_.data_ptr<float>());
+    } else {
+      (void)W, (void)transpose;
+    }
+  }
+
   void run_blas(const at::Tensor& A, const at::Tensor& out, bool accumulate) const {
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (packed_.defined() && A.size(0) == M_ && A.stride(1) == 1 && out.stride(1) == 1 &&
