@@ -327,24 +327,30 @@ class RecurrentBase(Traceable, nn.Module):
         out = []
         ld = self.num_layers * self.num_directions
         allowed: set[torch.dtype] | None = None  # made when a state's dtype is not x's
+        dtype, device = x.dtype, x.device
         for k, s in enumerate(states):
-            name = "hx" if self.num_states == 1 else f"hx[{k}] ({self.state_names[k]})"
             if not isinstance(s, Tensor):
-                raise ValueError(f"{name}: expected a Tensor, got {type(s).__name__}")
+                raise ValueError(f"{self._state_name(k)}: expected a Tensor, got "
+                                 f"{type(s).__name__}")
             if unbatched:
                 s = s.unsqueeze(1)
             want = (ld, x.shape[0], self.state_size(k))
-            if tuple(s.shape) != want:
-                raise ValueError(f"{name}: expected shape {want}, got {tuple(s.shape)}")
-            if s.dtype != x.dtype and allowed is None:
+            if s.shape != want:
+                raise ValueError(f"{self._state_name(k)}: expected shape {want}, got "
+                                 f"{tuple(s.shape)}")
+            if s.dtype is not dtype and allowed is None:
                 allowed = self._allowed_state_dtypes(x, ref)
-            if (s.dtype != x.dtype and s.dtype not in allowed) or s.device != x.device:
+            if (s.dtype is not dtype and s.dtype not in allowed) or s.device != device:
                 raise ValueError(
-                    f"{name}: expected dtype {x.dtype} on {x.device} (the input's), "
-                    f"got {s.dtype} on {s.device}"
+                    f"{self._state_name(k)}: expected dtype {dtype} on {device} (the "
+                    f"input's), got {s.dtype} on {s.device}"
                 )
             out.append(s)
         return out
+
+    def _state_name(self, k: int) -> str:
+        """How an error names state ``k`` of ``hx``."""
+        return "hx" if self.num_states == 1 else f"hx[{k}] ({self.state_names[k]})"
 
     def _allowed_state_dtypes(self, x: Tensor, ref: Any = False) -> set[torch.dtype]:
         """The dtypes a state may have: the input's, and under autocast also the parameters'
@@ -425,7 +431,9 @@ class RecurrentBase(Traceable, nn.Module):
         layer_in = x
         out = x
         for layer in range(self.num_layers):
-            st = None if states is None else [s[layer * D : (layer + 1) * D] for s in states]
+            st = states
+            if states is not None and self.num_layers > 1:
+                st = [s[layer * D : (layer + 1) * D] for s in states]
             out, fin = self._run_layer(layer, layer_in, lengths, st, **kwargs)
             finals.append(fin)
             if layer + 1 < self.num_layers:
