@@ -416,9 +416,9 @@ class Metagross(RecurrentBase):
     def _steps_of_direction(
         self, layer: int, direction: int, xs: list[Tensor], state: State | None, **kwargs: Any
     ) -> tuple[list[Tensor], State] | None:
-        """Eq 2-1..2-6 of the whole tree per step as one op (``metagross_cell_step``, as
-        :class:`MetagrossCell`): gates from ``x_t``, a linear base, token depth gates, no
-        projected residual, and no gate record asked for."""
+        """Eq 2-1..2-6 of the whole tree per step as one op (``metagross_cell_step``, or
+        ``metagross_printed_step`` as printed, as :class:`MetagrossCell`): a linear base,
+        token depth gates, no projected residual, and no gate record asked for."""
         if kwargs.get("gate_record") is not None:
             return None
         unit = self.unit(layer, direction)
