@@ -271,6 +271,40 @@ void metagross_row(const T* x, const T* state, const T* shared, const T* y, cons
   }
 }
 
+// Every batch row of a METAGROSS step: the base maps W x_t + b (+ U h_{t-1} as printed:
+// weight_hh given), the depth gates, then the tree (metagross_row) from the units' states `state`
+// (N*H a row) or, as printed, the root's h_{t-1} `shared` (H a row); the units' new states go to
+// `last` (null as printed) and the root's output to `h_out`.
+template <typename T>
+void metagross_rows(const at::Tensor& x, const T* state, const T* shared,
+                    const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                    const at::Tensor* weight_hh, const c10::optional<at::Tensor>& depth_weight,
+                    const c10::optional<at::Tensor>& depth_bias, int64_t depth, int64_t H,
+                    bool h_form, bool residual, T* last, T* h_out) {
+  const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
+  const int64_t I = (int64_t(1) << (depth - 1)) - 1, leaves = (N + 1) / 2;
+  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  with_activations<T>([&](auto m) {
+    using M = decltype(m);
+    // the base maps, the depth gates' logits and two levels' outputs
+    T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
+    T *gates = yp + 3 * N * H, *out = gates + 2 * I;
+    const T* db = data_or_null<T>(depth_bias);
+    for (int64_t r = 0; r < B; ++r) {
+      const T* xr = x.data_ptr<T>() + r * D;
+      const T* hr = shared ? shared + r * H : nullptr;
+      gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // W x_t
+      if (weight_hh) gemv<T>(weight_hh->data_ptr<T>(), H, hr, 3 * N * H, H, yp, true);  // + U h
+      if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
+      sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
+      metagross_row<M, T>(xr, state ? state + r * N * H : nullptr, hr, yp,
+                          data_or_null<T>(bias), gates, I, depth, H, h_form, residual,
+                          last ? last + r * N * H : nullptr, out, out + leaves * H);
+      std::copy(out, out + H, h_out + r * H);  // the root's output
+    }
+  });
+}
+
 std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tensor& state,
                                             const at::Tensor& weight,
                                             const c10::optional<at::Tensor>& bias,
@@ -295,26 +329,9 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
   auto h = at::empty({B, H}, x.options());
   auto last = at::empty({B, N * H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_cell_step", [&] {
-    using T = scalar_t;
-    with_activations<T>([&](auto m) {
-      using M = decltype(m);
-      const int64_t leaves = (N + 1) / 2;
-      // the base maps, the depth gates' logits and two levels' outputs
-      T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
-      T *gates = yp + 3 * N * H, *work = gates + 2 * I;
-      const T* db = data_or_null<T>(depth_bias);
-      for (int64_t r = 0; r < B; ++r) {
-        const T* xr = x.data_ptr<T>() + r * D;
-        gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // the base maps
-        if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
-        sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
-        T* out = work;
-        metagross_row<M, T>(xr, state.data_ptr<T>() + r * N * H, nullptr, yp, data_or_null<T>(bias),
-                            gates, I, depth, H, h_form, residual,
-                            last.data_ptr<T>() + r * N * H, out, out + leaves * H);
-        std::copy(out, out + H, h.data_ptr<T>() + r * H);  // the root's output
-      }
-    });
+    metagross_rows<scalar_t>(x, state.data_ptr<scalar_t>(), nullptr, weight, bias, nullptr,
+                             depth_weight, depth_bias, depth, H, h_form, residual,
+                             last.data_ptr<scalar_t>(), h.data_ptr<scalar_t>());
   });
   return {h, last};
 }
@@ -348,25 +365,9 @@ at::Tensor metagross_printed_step(const at::Tensor& x, const at::Tensor& h,
               "metagross_printed_step: shapes disagree");
   auto h_new = at::empty({B, H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_printed_step", [&] {
-    using T = scalar_t;
-    with_activations<T>([&](auto m) {
-      using M = decltype(m);
-      const int64_t leaves = (N + 1) / 2;
-      T* yp = scratch<T>(3 * N * H + 2 * I + 2 * leaves * H);
-      T *gates = yp + 3 * N * H, *work = gates + 2 * I;
-      const T* db = data_or_null<T>(depth_bias);
-      for (int64_t r = 0; r < B; ++r) {
-        const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
-        gemv<T>(weight.data_ptr<T>(), D, xr, 3 * N * H, D, yp, false);  // W x_t
-        gemv<T>(weight_hh.data_ptr<T>(), H, hr, 3 * N * H, H, yp, true);  // + U h_{t-1}
-        if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
-        sigmoid_rows<M>(gates, db, 2 * I);
-        T* out = work;
-        metagross_row<M, T>(xr, nullptr, hr, yp, data_or_null<T>(bias), gates, I, depth, H,
-                            false, residual, nullptr, out, out + leaves * H);
-        std::copy(out, out + H, h_new.data_ptr<T>() + r * H);
-      }
-    });
+    metagross_rows<scalar_t>(x, nullptr, h.data_ptr<scalar_t>(), weight, bias, &weight_hh,
+                             depth_weight, depth_bias, depth, H, false, residual, nullptr,
+                             h_new.data_ptr<scalar_t>());
   });
   return h_new;
 }
