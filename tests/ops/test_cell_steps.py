@@ -135,6 +135,13 @@ def test_the_ops_fail_loudly_on_what_they_do_not_serve() -> None:
         ext.caslstm_cell_step(x, c, c, None, w_ih, w_hh, None, None, 0.0, 0, torch.randn(2, 3))
     with pytest.raises(RuntimeError, match="lambda_mode"):
         ext.caslstm_cell_step(x, c, c, None, w_ih, w_hh, None, None, 0.0, 3, None)
+    h = torch.randn(1, 4)  # METAGROSS as printed, depth 1: U must be (3H, H)
+    with pytest.raises(RuntimeError, match="shapes disagree"):
+        ext.metagross_printed_step(x, h, torch.randn(12, 4), None, torch.randn(12, 3), None, None,
+                                   1, True)
+    with pytest.raises(RuntimeError, match="weight_hh: expected a contiguous"):
+        ext.metagross_printed_step(x, h, torch.randn(12, 4), None, torch.randn(4, 12).t(), None,
+                                   None, 1, True)
 
 
 def _close(got, want, dtype: torch.dtype, msg: str) -> None:
