@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from ctrlrnn import CARNN, QRNN, RCRN, Metagross, MetagrossCell, RCRNCell
-from ctrlrnn.nn import rcrn_step
+from ctrlrnn.nn import base, rcrn_step
 from ctrlrnn.nn.base import RecurrentBase
-from ctrlrnn.ops import derived_weights
+from ctrlrnn.ops import cell_steps, derived_weights
 from ctrlrnn.ops.backend import reference_forced
 
 D64 = torch.float64
@@ -57,6 +57,7 @@ def test_rcrn_cell_takes_the_written_out_step_under_a_tracer(monkeypatch):
     written = c._step
     monkeypatch.setattr(c, "_step", lambda x, st: calls.append(1) or written(x, st))
     monkeypatch.setattr(rcrn_step, "eager_ok", lambda *args: False)
+    monkeypatch.setattr(cell_steps, "eager_ok", lambda *args: False)  # (the fused op's check)
     c(torch.randn(2, 3))
     assert calls == [1]
 
@@ -250,9 +251,12 @@ def _served(owner: object, name: str) -> Iterator[list[bool]]:
 def _short_call(layer: RecurrentBase, x: object, context: torch.Tensor | None, hx: object,
                 grad: bool = False) -> tuple[object, list[bool]]:  # fmt: skip
     """``layer(x, [context,] hx)``, and for each of its layers whether the step path
-    (:meth:`RecurrentBase._layer_by_steps`) served it."""
+    (:meth:`RecurrentBase._layer_by_steps`) served it; with ``grad``, on the whole-sequence
+    path (no call that records a graph runs by steps)."""
     args = (x,) if context is None else (x, context)
-    with _served(RecurrentBase, "_layer_by_steps") as taken, torch.set_grad_enabled(grad):
+    with _served(RecurrentBase, "_layer_by_steps") as taken, torch.set_grad_enabled(grad), \
+            pytest.MonkeyPatch.context() as patch:  # fmt: skip
+        patch.setattr(base, "GRAPH_STEPS_MAX_LENGTH", 0)
         return layer(*args, hx=hx), taken
 
 

@@ -14,9 +14,9 @@ The results equal the written-out step's to float rounding (torch adds the two b
 products separately). Where a tracer records the step (``torch.compile``, ``torch.export``,
 TorchScript, ONNX export) the written-out step runs, whose ops every exporter knows.
 
-:func:`fused` is eq 1-16 with LSTM cells as one op, where no autograd graph can be recorded
-(:func:`ctrlrnn.ops.cell_steps.kernels`); its readable twin is
-:func:`ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref`.
+:func:`fused` is eq 1-16 with LSTM cells as one op (:func:`ctrlrnn.ops.cell_steps.kernels`),
+and one autograd node where a graph is recorded (:mod:`ctrlrnn.ops.cell_step_grads`); its
+readable twin is :func:`ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.nn.parameter_lookup import parameters
-from ctrlrnn.ops import cell_steps, scan_export
+from ctrlrnn.ops import cell_step_grads, cell_steps, scan_export
 from ctrlrnn.ops.compiled_op import eager_ok
 
 
@@ -58,7 +58,8 @@ def step(cell: Any, x: Tensor, st: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
 
 def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
     """``[h4, *new states]`` of one step by the fused op (module docstring), or None where it
-    does not apply (GRU cells among them)."""
+    does not apply (GRU cells among them). Where a graph is recorded the step is one autograd
+    node (:func:`ctrlrnn.ops.cell_step_grads.rcrn_cell_step_train`)."""
     if cell.cell != "lstm":
         return None
     weights, biases = [], []
@@ -66,8 +67,12 @@ def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
         w_ih, w_hh, b_ih, b_hh = parameters(rnn, "weight_ih", "weight_hh", "bias_ih", "bias_hh")
         weights += (w_ih, w_hh)
         biases += (b_ih, b_hh)
-    ext = cell_steps.kernels(x, *st, *weights, *biases)
+    ext = cell_steps.kernels(x, *st, *weights, *biases, graph=True)
     if ext is None:
         return None
+    sigmoid_gate = cell.output_gate == "sigmoid"
+    if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, *st, *weights, *biases)):  # fmt: skip
+        return cell_step_grads.rcrn_cell_step_train(ext, x, st, weights, biases, sigmoid_gate)
     return ext.rcrn_cell_step(x, st, weights, biases,  # type: ignore[no-any-return]
-                              cell.output_gate == "sigmoid")
+                              sigmoid_gate)

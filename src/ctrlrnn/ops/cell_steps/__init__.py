@@ -49,11 +49,13 @@ _DTYPES = (torch.float32, torch.float64)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def kernels(x: Tensor, *tensors: Tensor | None) -> Any | None:
+def kernels(x: Tensor, *tensors: Tensor | None, graph: bool = False) -> Any | None:
     """The ``scan`` extension when a step on input ``x`` ``(B, D)`` with the other operands
     ``tensors`` (states and parameters; None for an absent one) may take a fused step op (module
-    docstring), else None. The cheapest questions come first: a step asks at every call."""
-    if torch.is_grad_enabled() or not x.is_cpu or x.dtype not in _DTYPES:
+    docstring), else None. ``graph``: for a step that records its autograd graph through
+    :mod:`ctrlrnn.ops.cell_step_grads` (grad enabled is then no reason to refuse). The cheapest
+    questions come first: a step asks at every call."""
+    if (torch.is_grad_enabled() and not graph) or not x.is_cpu or x.dtype not in _DTYPES:
         return None
     if x.shape[0] > MAX_BATCH or type(x) not in _PLAIN or not x.is_contiguous():
         return None

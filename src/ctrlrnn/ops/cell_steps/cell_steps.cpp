@@ -118,11 +118,12 @@ void lstm_row(const T* x, int64_t D, const T* h, const T* c, int64_t H, const at
 
 // RCRN (eq 1-16), LSTM cells. states: h1, c1, h2, c2, h3, c3, c4, each (B, H); weights: per RNN
 // (controller 1, controller 2, listener) weight_ih (4H, D), weight_hh (4H, H), bias_ih, bias_hh
-// (4H,) or none. Returns h4 and the seven new states.
+// (4H,) or none. Returns h4 and the seven new states; with `save`, also the three cells'
+// activated gates (B, 3, 4H), which the step's backward reads (cell_step_grads.cpp).
 std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList states,
                                        at::TensorList weights,
                                        const c10::List<c10::optional<at::Tensor>>& biases,
-                                       bool sigmoid_gate) {
+                                       bool sigmoid_gate, bool save) {
   TORCH_CHECK(states.size() == 7 && weights.size() == 6 && biases.size() == 6,
               "rcrn_cell_step: expected 7 states, 6 weights and 6 biases");
   TORCH_CHECK(x.dim() == 2, "rcrn_cell_step: expected x (B, D)");
@@ -143,14 +144,17 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
   for (const auto& t : b) check_optional(t, x, "bias");
   std::vector<at::Tensor> out;
   for (int i = 0; i < 8; ++i) out.push_back(at::empty({B, H}, x.options()));
+  if (save) out.push_back(at::empty({B, 3, 4 * H}, x.options()));
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rcrn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
       using M = decltype(m);
-      T* gates = scratch<T>(4 * H);
+      T* const work = scratch<T>(4 * H);
       auto ptr = [&](const at::Tensor& t, int64_t row) { return t.data_ptr<T>() + row * H; };
       for (int64_t r = 0; r < B; ++r) {
         for (size_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
+          T* gates = save ? out[8].data_ptr<T>() + (r * 3 + static_cast<int64_t>(j)) * 4 * H
+                          : work;
           lstm_row<M, T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
                          ptr(states[2 * j + 1], r), H, weights[2 * j], weights[2 * j + 1],
                          data_or_null<T>(b[2 * j]), data_or_null<T>(b[2 * j + 1]),
@@ -469,8 +473,9 @@ void register_cell_steps(torch::Library& m) {
   m.def("qrnn_cell_step(Tensor x, Tensor c, Tensor history, Tensor weight, Tensor? bias, "
         "int mode) -> Tensor[]", &qrnn_cell_step);
   // RCRN eq 1-16 with LSTM cells: returns h4 and (h1, c1, h2, c2, h3, c3, c4)
+  // (with save: and the activated gates (B, 3, 4H) of the three cells)
   m.def("rcrn_cell_step(Tensor x, Tensor[] states, Tensor[] weights, Tensor?[] biases, "
-        "bool sigmoid_gate) -> Tensor[]", &rcrn_cell_step);
+        "bool sigmoid_gate, bool save=False) -> Tensor[]", &rcrn_cell_step);
   // CARNN eq 3, 5, 6: returns h'
   m.def("carnn_cell_step(Tensor x, Tensor h, Tensor weight_ih, Tensor? bias_ih, "
         "Tensor? context, Tensor? weight_ch, Tensor? weight_hh) -> Tensor", &carnn_cell_step);

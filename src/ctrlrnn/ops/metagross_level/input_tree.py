@@ -43,6 +43,7 @@ from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import _small
 from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.derived_weights import derived
+from ctrlrnn.ops.double_backward import without_derivative
 from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
 
@@ -188,7 +189,8 @@ class _InputTree(torch.autograd.Function):
         with torch.no_grad():
             grads = _InputTree._gradients(ctx, g_out, g_last, g_alpha, g_beta)
         if torch.is_grad_enabled():  # create_graph=True: gradients without a derivative
-            return _no_derivative(grads)
+            return without_derivative(grads, "metagross_level (a whole tree as one node)",
+                                      "Metagross with gates='input' and a linear base")
         return grads
 
     @staticmethod
@@ -264,40 +266,6 @@ class _InputTree(torch.autograd.Function):
         d_bias = torch.cat(dbias) if (has_bias and need_b) else None
         d_state = torch.cat(ds0, dim=1) if (has_state and need_s) else None
         return (dx, dweight, d_bias, d_depth_weight, d_depth_bias, d_state) + (None,) * 5
-
-
-def _no_derivative(grads: tuple[Tensor | None, ...]) -> tuple[Tensor | None, ...]:
-    """The tree's gradients under ``create_graph=True``: the same values, whose own backward (a
-    second derivative) raises the clear error of :class:`_NoDerivative`."""
-    given = [i for i, g in enumerate(grads) if g is not None]
-    wrapped = _NoDerivative.apply(_REQUIRES_GRAD, *(grads[i] for i in given))
-    out = list(grads)
-    for i, g in zip(given, wrapped, strict=True):
-        out[i] = g
-    return tuple(out)
-
-
-#: An empty tensor that requires grad: makes :class:`_NoDerivative`'s outputs require grad, so
-#: that a second backward reaches its error.
-_REQUIRES_GRAD = torch.empty(0, requires_grad=True)
-
-
-class _NoDerivative(torch.autograd.Function):
-    """Identity on the tree's gradients; its backward is the double-backward error."""
-
-    @staticmethod
-    def forward(ctx: Any, _anchor: Tensor, *grads: Tensor) -> Any:  # type: ignore[override]
-        return tuple(g.clone() for g in grads)
-
-    @staticmethod
-    def backward(ctx: Any, *_grads: Any) -> Any:  # type: ignore[override]
-        raise RuntimeError(
-            "ctrlrnn: double backward through a METAGROSS tree on the compiled CPU kernels "
-            "(Metagross with gates='input' and a linear base) is not supported: its backward is "
-            "a composition of compiled kernels with no derivative. Set CTRLRNN_BACKEND=reference "
-            "(plain autograd, differentiable any number of times) or use torch.func transforms "
-            "(which run the reference path)."
-        )
 
 
 def _records_graph(*tensors: Tensor | None) -> bool:

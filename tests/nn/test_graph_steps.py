@@ -1,0 +1,160 @@
+"""Short calls that record a graph by one autograd node per step
+(:mod:`ctrlrnn.ops.cell_step_grads`): an RCRN layer's calls of a few steps at a small batch,
+and ``RCRNCell`` with grad, equal the whole-sequence path and the written-out step in values
+and in every gradient; the limits of the step path (:func:`ctrlrnn.nn.base.graph_steps_fit`);
+float64 ``gradcheck``; and the clear error of a double backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctrlrnn import RCRN, RCRNCell
+from ctrlrnn.nn import base
+from ctrlrnn.nn.base import RecurrentBase
+from ctrlrnn.ops.backend import reference_forced
+
+D64 = torch.float64
+
+
+def _call(layer: RCRN, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None, steps: bool
+          ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], list[bool]]:  # fmt: skip
+    """``layer(x, hx)`` with grad, by steps where they apply (``steps``) or on the whole-sequence
+    path, and for each layer whether the step path served it."""
+    taken: list[bool] = []
+    original = RecurrentBase._layer_by_steps
+
+    def spy(self, *args, **kwargs):
+        got = original(self, *args, **kwargs)
+        taken.append(got is not None)
+        return got
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RecurrentBase, "_layer_by_steps", spy)
+        if not steps:
+            patch.setattr(base, "GRAPH_STEPS_MAX_LENGTH", 0)
+        out, h_n = layer(x, hx)
+    return out, h_n, taken
+
+
+def _gradients(layer: RCRN, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None,
+               steps: bool) -> tuple[list[torch.Tensor], list[bool]]:  # fmt: skip
+    """The outputs and the gradients of a random weighting of them w.r.t. the input, the
+    initial states and every parameter."""
+    out, h_n, taken = _call(layer, x, hx, steps)
+    gen = torch.Generator().manual_seed(1)
+    results = [out, *h_n]
+    loss = sum((r * torch.randn(r.shape, generator=gen, dtype=r.dtype)).sum() for r in results)
+    wrt = [x, *(hx or ()), *layer.parameters()]
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+    return [*results, *(torch.zeros_like(w) if g is None else g
+                        for w, g in zip(wrt, grads, strict=True))], taken  # fmt: skip
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("output_gate,bias", [("sigmoid", True), ("identity", False)])
+@pytest.mark.parametrize("T,B,with_state", [(1, 1, True), (4, 3, False), (2, 4, True)])
+def test_rcrn_short_calls_with_grad_by_steps_equal_the_whole_sequence(
+        bidirectional, num_layers, output_gate, bias, T, B, with_state):  # fmt: skip
+    torch.manual_seed(11)
+    layer = RCRN(5, 6, num_layers=num_layers, bidirectional=bidirectional,
+                 output_gate=output_gate, bias=bias).to(D64)  # fmt: skip
+    x = torch.randn(T, B, 5, dtype=D64, requires_grad=True)
+    n = num_layers * layer.num_directions
+    hx = tuple(torch.randn(n, B, 6, dtype=D64, requires_grad=True)
+               for _ in layer.state_names) if with_state else None  # fmt: skip
+    got, taken = _gradients(layer, x, hx, steps=True)
+    assert taken == [not reference_forced()] * num_layers
+    want, whole = _gradients(layer, x, hx, steps=False)
+    assert whole == [False] * num_layers
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert got[0].grad_fn is not None
+
+
+@pytest.mark.parametrize("why", ["long", "wide", "lengths", "gru", "weight_drop"])
+def test_rcrn_calls_with_grad_take_the_whole_sequence_path_past_the_step_limits(why):
+    torch.manual_seed(12)
+    H = 300 if why == "wide" else 6  # 3 * 4H(H + D + 2) weights: over the work limit
+    layer = RCRN(H, H, cell="gru" if why == "gru" else "lstm",
+                 weight_drop=0.3 if why == "weight_drop" else 0.0).to(D64)  # fmt: skip
+    T = base.GRAPH_STEPS_MAX_LENGTH + 1 if why == "long" else 2
+    x = torch.randn(T, 2, H, dtype=D64, requires_grad=True)
+    if why == "lengths":
+        out, _ = layer(x, lengths=torch.tensor([2, 1]))
+    else:
+        out, _, taken = _call(layer, x, None, steps=True)
+        assert taken == [False]
+    out.sum().backward()
+    assert x.grad is not None
+
+
+@pytest.mark.parametrize("output_gate", ["sigmoid", "identity"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("batched", [True, False])
+def test_rcrn_cell_with_grad_equals_the_written_out_step(output_gate, bias, batched):
+    torch.manual_seed(13)
+    cell = RCRNCell(5, 7, output_gate=output_gate, bias=bias).to(D64)
+    shape = (3, 5) if batched else (5,)
+    xs = [torch.randn(shape, dtype=D64, requires_grad=True) for _ in range(3)]
+    state = tuple(torch.randn(shape[:-1] + (7,), dtype=D64, requires_grad=True)
+                  for _ in cell.state_names)  # fmt: skip
+    outs, st = [], state
+    for x in xs:
+        h, st = cell(x, st)
+        outs.append(h)
+    assert outs[0].grad_fn is not None
+    assert type(outs[0].grad_fn).__name__ != "MulBackward0" or reference_forced()
+    want, sw = [], [s.unsqueeze(0) if not batched else s for s in state]
+    for x in xs:
+        h, sw = cell._step(x if batched else x.unsqueeze(0), sw)
+        want.append(h if batched else h[0])
+    got_all, want_all = [*outs, *st], [*want, *(s if batched else s[0] for s in sw)]
+    for a, b in zip(got_all, want_all, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    wrt = [*xs, *state, *cell.parameters()]
+    loss_got = sum((t * (i + 1)).sum() for i, t in enumerate(got_all))
+    loss_want = sum((t * (i + 1)).sum() for i, t in enumerate(want_all))
+    for a, b in zip(torch.autograd.grad(loss_got, wrt), torch.autograd.grad(loss_want, wrt),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_rcrn_steps_with_grad_pass_gradcheck():
+    torch.manual_seed(14)
+    layer = RCRN(3, 4, bidirectional=True).to(D64)
+    x = torch.randn(2, 2, 3, dtype=D64, requires_grad=True)
+    h0 = torch.randn(2, 2, 4, dtype=D64, requires_grad=True)
+    c4 = torch.randn(2, 2, 4, dtype=D64, requires_grad=True)
+    zeros = [torch.zeros(2, 2, 4, dtype=D64) for _ in range(5)]
+
+    def run(x, h0, c4):
+        out, h_n, taken = _call(layer, x, (h0, *zeros, c4), steps=True)
+        assert taken == [not reference_forced()]
+        return out, *h_n
+
+    assert torch.autograd.gradcheck(run, (x, h0, c4))
+
+
+def test_a_double_backward_through_rcrn_steps_names_the_op_and_the_way_out():
+    if reference_forced():
+        pytest.skip("the reference path differentiates any number of times")
+    layer = RCRN(3, 4).to(D64)
+    x = torch.randn(1, 1, 3, dtype=D64, requires_grad=True)
+    out, _, taken = _call(layer, x, None, steps=True)
+    assert taken == [True]
+    (gx,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"rcrn_cell_step_backward .*CTRLRNN_BACKEND=reference"):
+        gx.sum().backward()
+
+
+def test_rcrn_steps_refuse_a_backward_after_an_in_place_change():
+    layer = RCRN(3, 4)
+    x = torch.randn(1, 1, 3, requires_grad=True)
+    hx = tuple(torch.randn(1, 1, 4, requires_grad=True) for _ in layer.state_names)
+    out, _ = layer(x, hx)  # (the states require grad: both paths keep weight_hh for theirs)
+    with torch.no_grad():
+        layer.cell(0).controller1.weight_hh.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()

@@ -1,0 +1,95 @@
+"""The fused steps' backward ops (ops/cell_step_grads) against the autograd of the steps'
+readable references, and the steps that record a graph, which take them, through float64
+``gradcheck``."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["CTRLRNN_REQUIRE_COMPILED"] = "1"  # a broken build must fail, not fall back
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from ctrlrnn.ops import backend, cell_step_grads  # noqa: E402
+from ctrlrnn.ops.cell_step_grads.reference import rcrn_cell_step_backward_ref  # noqa: E402
+from ctrlrnn.ops.cell_steps import reference  # noqa: E402
+
+TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
+
+
+def _ext():
+    ext = backend.kernel_for("scan", torch.device("cpu"))
+    if ext is None:
+        pytest.skip("the compiled kernels are not available here")
+    return ext
+
+
+def _rnd(g: torch.Generator, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=dtype) * 0.5
+
+
+def _rcrn_operands(g, dtype, batch, D, H, bias):
+    x = _rnd(g, dtype, batch, D)
+    states = [_rnd(g, dtype, batch, H) for _ in range(7)]
+    weights = [_rnd(g, dtype, 4 * H, D if j % 2 == 0 else H) for j in range(6)]
+    biases = [_rnd(g, dtype, 4 * H) if bias else None for _ in range(6)]
+    return x, states, weights, biases
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sigmoid_gate", [True, False])
+@pytest.mark.parametrize("batch,bias,D,H", [(1, True, 6, 5), (3, False, 6, 5), (4, True, 17, 9),
+                                            (0, True, 3, 2), (2, True, 1, 1)])
+@pytest.mark.parametrize("given", ["all", "h4 only", "states only", "none"])
+def test_rcrn_cell_step_backward_equals_its_reference(dtype, sigmoid_gate, batch, bias, D, H,
+                                                      given) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(batch + 10 * H)
+    x, states, weights, biases = _rcrn_operands(g, dtype, batch, D, H, bias)
+    out = ext.rcrn_cell_step(x, states, weights, biases, sigmoid_gate, True)
+    plain = ext.rcrn_cell_step(x, states, weights, biases, sigmoid_gate)
+    assert len(out) == 9 and len(plain) == 8 and out[8].shape == (batch, 3, 4 * H)
+    for a, b in zip(out[:8], plain, strict=True):  # saving changes no result
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    wanted = {"all": range(8), "h4 only": [0], "states only": range(1, 8), "none": []}[given]
+    grads = [_rnd(g, dtype, batch, H) if i in wanted else None for i in range(8)]
+    got = ext.rcrn_cell_step_backward(grads, x, states, weights, out[1:8], out[8], sigmoid_gate)
+    want = rcrn_cell_step_backward_ref(grads, x, states, weights, biases, sigmoid_gate)
+    assert len(got) == len(want) == 17
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("sigmoid_gate", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_rcrn_step_that_records_a_graph_passes_gradcheck(sigmoid_gate, bias) -> None:
+    _ext()
+    g = torch.Generator().manual_seed(7)
+    x, states, weights, biases = _rcrn_operands(g, torch.float64, 2, 3, 4, bias)
+    given = [b for b in biases if b is not None]
+    leaves = [t.requires_grad_() for t in (x, *states, *weights, *given)]
+    ext = cell_step_grads.kernels(x, *states, *weights, *biases)
+    assert ext is not None
+
+    def run(x, *rest):
+        bs = list(rest[13:]) if bias else [None] * 6
+        return tuple(cell_step_grads.rcrn_cell_step_train(ext, x, rest[:7], rest[7:13], bs,
+                                                          sigmoid_gate))  # fmt: skip
+
+    assert torch.autograd.gradcheck(run, tuple(leaves))
+    got = run(*leaves)
+    want = reference.rcrn_cell_step_ref(x, states, weights, biases, sigmoid_gate)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_steps_that_record_a_graph_refuse_what_the_step_ops_refuse() -> None:
+    _ext()
+    x = torch.randn(2, 3)
+    assert cell_step_grads.kernels(x) is not None  # grad enabled is no reason to refuse
+    assert cell_step_grads.kernels(x.half()) is None
+    assert cell_step_grads.kernels(torch.randn(3, 2).t()) is None  # not contiguous
+    assert cell_step_grads.kernels(torch.randn(9, 3)) is None  # past the batch limit
+    with torch.autograd.forward_ad.dual_level():
+        assert cell_step_grads.kernels(x) is None
