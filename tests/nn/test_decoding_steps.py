@@ -256,7 +256,7 @@ def _short_call(layer: RecurrentBase, x: object, context: torch.Tensor | None, h
     args = (x,) if context is None else (x, context)
     with _served(RecurrentBase, "_layer_by_steps") as taken, torch.set_grad_enabled(grad), \
             pytest.MonkeyPatch.context() as patch:  # fmt: skip
-        patch.setattr(base, "GRAPH_STEPS_MAX_LENGTH", 0)
+        patch.setattr(base, "graph_steps_fit", lambda module, x: False)
         return layer(*args, hx=hx), taken
 
 

@@ -1,23 +1,24 @@
 """Short calls that record a graph by one autograd node per step
-(:mod:`ctrlrnn.ops.cell_step_grads`): an RCRN layer's calls of a few steps at a small batch,
-and ``RCRNCell`` with grad, equal the whole-sequence path and the written-out step in values
-and in every gradient; the limits of the step path (:func:`ctrlrnn.nn.base.graph_steps_fit`);
-float64 ``gradcheck``; and the clear error of a double backward."""
+(:mod:`ctrlrnn.ops.cell_step_grads`): RCRN's and METAGROSS's layer calls of a few steps at a
+small batch, and ``RCRNCell`` and ``MetagrossCell`` with grad, equal the whole-sequence path
+and the written-out step in values and in every gradient; the limits of the step path
+(:func:`ctrlrnn.nn.base.graph_steps_fit`); float64 ``gradcheck``; and the clear error of a
+double backward."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ctrlrnn import RCRN, RCRNCell
-from ctrlrnn.nn import base
+from ctrlrnn import RCRN, Metagross, MetagrossCell, RCRNCell
+from ctrlrnn.nn import base, metagross_unit
 from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops.backend import reference_forced
 
 D64 = torch.float64
 
 
-def _call(layer: RCRN, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None, steps: bool
+def _call(layer: RecurrentBase, x: torch.Tensor, hx: object, steps: bool
           ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], list[bool]]:  # fmt: skip
     """``layer(x, hx)`` with grad, by steps where they apply (``steps``) or on the whole-sequence
     path, and for each layer whether the step path served it."""
@@ -32,17 +33,19 @@ def _call(layer: RCRN, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None, ste
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(RecurrentBase, "_layer_by_steps", spy)
         if not steps:
-            patch.setattr(base, "GRAPH_STEPS_MAX_LENGTH", 0)
+            patch.setattr(base, "graph_steps_fit", lambda module, x: False)
         out, h_n = layer(x, hx)
     return out, h_n, taken
 
 
-def _gradients(layer: RCRN, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None,
+def _gradients(layer: RecurrentBase, x: torch.Tensor, hx: object,
                steps: bool) -> tuple[list[torch.Tensor], list[bool]]:  # fmt: skip
     """The outputs and the gradients of a random weighting of them w.r.t. the input, the
     initial states and every parameter."""
     out, h_n, taken = _call(layer, x, hx, steps)
     gen = torch.Generator().manual_seed(1)
+    h_n = (h_n,) if isinstance(h_n, torch.Tensor) else h_n
+    hx = (hx,) if isinstance(hx, torch.Tensor) else hx
     results = [out, *h_n]
     loss = sum((r * torch.randn(r.shape, generator=gen, dtype=r.dtype)).sum() for r in results)
     wrt = [x, *(hx or ()), *layer.parameters()]
@@ -79,7 +82,7 @@ def test_rcrn_calls_with_grad_take_the_whole_sequence_path_past_the_step_limits(
     H = 300 if why == "wide" else 6  # 3 * 4H(H + D + 2) weights: over the work limit
     layer = RCRN(H, H, cell="gru" if why == "gru" else "lstm",
                  weight_drop=0.3 if why == "weight_drop" else 0.0).to(D64)  # fmt: skip
-    T = base.GRAPH_STEPS_MAX_LENGTH + 1 if why == "long" else 2
+    T = RCRN.graph_steps[0] + 1 if why == "long" else 2
     x = torch.randn(T, 2, H, dtype=D64, requires_grad=True)
     if why == "lengths":
         out, _ = layer(x, lengths=torch.tensor([2, 1]))
@@ -158,3 +161,69 @@ def test_rcrn_steps_refuse_a_backward_after_an_in_place_change():
         layer.cell(0).controller1.weight_hh.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+
+
+@pytest.mark.parametrize("kind", ["h", "c", "printed", "depth 1", "depth 3 printed",
+                                  "no residual", "no bias"])
+@pytest.mark.parametrize("bidirectional,num_layers", [(False, 1), (True, 2)])
+@pytest.mark.parametrize("T,B,with_state", [(1, 1, True), (2, 4, False), (2, 3, True)])
+def test_metagross_short_calls_with_grad_by_steps_equal_the_whole_sequence(
+        kind, bidirectional, num_layers, T, B, with_state):  # fmt: skip
+    torch.manual_seed(15)
+    kw = {"h": {}, "c": dict(recurrence="c"), "printed": dict(gates="state"),
+          "depth 1": dict(depth=1), "depth 3 printed": dict(depth=3, gates="state"),
+          "no residual": dict(residual=False), "no bias": dict(bias=False)}[kind]
+    layer = Metagross(6, 6, num_layers=num_layers, bidirectional=bidirectional,
+                      **kw).to(D64)  # fmt: skip
+    x = torch.randn(T, B, 6, dtype=D64, requires_grad=True)
+    n = num_layers * layer.num_directions
+    width = layer.unit(0).tree_state_size
+    hx = torch.randn(n, B, width, dtype=D64, requires_grad=True) if with_state else None
+    got, taken = _gradients(layer, x, hx, steps=True)
+    # (a layer above a bidirectional one reads 12 features: its residual is a projection, which
+    # the step op does not take)
+    projected = [layer.unit(k).residual_weight is not None for k in range(num_layers)]
+    assert taken == [not (reference_forced() or p) for p in projected]
+    want, whole = _gradients(layer, x, hx, steps=False)
+    assert whole == [False] * num_layers
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_metagross_calls_with_grad_past_the_step_limits_take_the_whole_sequence_path():
+    layer = Metagross(6, 6).to(D64)
+    x = torch.randn(Metagross.graph_steps[0] + 1, 1, 6, dtype=D64, requires_grad=True)
+    _, _, taken = _call(layer, x, None, steps=True)
+    assert taken == [False]
+
+
+@pytest.mark.parametrize("gates,recurrence,depth", [("input", "h", 2), ("input", "c", 3),
+                                                    ("state", "h", 2), ("input", "h", 1)])
+@pytest.mark.parametrize("batched", [True, False])
+def test_metagross_cell_with_grad_equals_the_written_out_pass(gates, recurrence, depth,
+                                                              batched):  # fmt: skip
+    torch.manual_seed(16)
+    cell = MetagrossCell(5, 5, depth=depth, gates=gates, recurrence=recurrence).to(D64)
+    shape = (3, 5) if batched else (5,)
+    xs = [torch.randn(shape, dtype=D64, requires_grad=True) for _ in range(3)]
+    size = cell.unit.tree_state_size
+    state = torch.randn(shape[:-1] + (size,), dtype=D64, requires_grad=True)
+
+    def run():
+        outs, st = [], state
+        for x in xs:
+            h, st = cell(x, st)
+            outs.append(h)
+        return [*outs, st]
+
+    got = run()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metagross_unit, "fused_tree_step", lambda *args: None)
+        want = run()
+    wrt = [*xs, state, *cell.parameters()]
+    loss = [sum((t * (i + 1)).sum() for i, t in enumerate(r)) for r in (got, want)]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(torch.autograd.grad(loss[0], wrt), torch.autograd.grad(loss[1], wrt),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -12,7 +12,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from ctrlrnn.ops import backend, cell_step_grads  # noqa: E402
-from ctrlrnn.ops.cell_step_grads.reference import rcrn_cell_step_backward_ref  # noqa: E402
+from ctrlrnn.ops.cell_step_grads.reference import (  # noqa: E402
+    metagross_step_backward_ref,
+    rcrn_cell_step_backward_ref,
+)
 from ctrlrnn.ops.cell_steps import reference  # noqa: E402
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
@@ -93,3 +96,74 @@ def test_steps_that_record_a_graph_refuse_what_the_step_ops_refuse() -> None:
     assert cell_step_grads.kernels(torch.randn(9, 3)) is None  # past the batch limit
     with torch.autograd.forward_ad.dual_level():
         assert cell_step_grads.kernels(x) is None
+
+
+def _metagross_operands(g, dtype, batch, D, H, depth, printed, bias):
+    N, I = 2**depth - 1, 2 ** (depth - 1) - 1
+    return dict(
+        x=_rnd(g, dtype, batch, D), state=_rnd(g, dtype, batch, H if printed else N * H),
+        weight=_rnd(g, dtype, 3 * N * H, D), bias=_rnd(g, dtype, 3 * N * H) if bias else None,
+        weight_hh=_rnd(g, dtype, 3 * N * H, H) if printed else None,
+        depth_weight=_rnd(g, dtype, 2 * I, D) if I else None,
+        depth_bias=_rnd(g, dtype, 2 * I) if I and bias else None)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("form", ["h", "c", "printed"])
+@pytest.mark.parametrize("residual,bias,batch", [(True, True, 1), (False, False, 3),
+                                                 (True, False, 4), (False, True, 0)])
+@pytest.mark.parametrize("given", ["both", "h only", "last only"])
+def test_metagross_step_backward_equals_its_reference(dtype, depth, form, residual, bias, batch,
+                                                      given) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(depth + 7 * batch)
+    printed, H = form == "printed", 9
+    if printed and given == "last only":
+        pytest.skip("as printed the step's state is its output h")
+    ops = _metagross_operands(g, dtype, batch, H, H, depth, printed, bias)
+    N, I, h_form = 2**depth - 1, 2 ** (depth - 1) - 1, form == "h"
+    saved = torch.full((batch, 3 * N * H + 2 * I + N * H), float("nan"), dtype=dtype)
+    if printed:
+        h = ext.metagross_printed_step(*ops.values(), depth, residual, saved)
+        assert torch.equal(h, ext.metagross_printed_step(*ops.values(), depth, residual))
+    else:
+        args = [v for k, v in ops.items() if k != "weight_hh"]
+        h, last = ext.metagross_cell_step(*args, depth, h_form, residual, saved)
+        plain = ext.metagross_cell_step(*args, depth, h_form, residual)
+        assert torch.equal(h, plain[0]) and torch.equal(last, plain[1])
+    assert not saved.isnan().any()  # every value written
+    grad_h = _rnd(g, dtype, batch, H) if given != "last only" else None
+    grad_last = _rnd(g, dtype, batch, N * H) if given != "h only" and not printed else None
+    got = ext.metagross_step_backward(grad_h, grad_last, ops["x"], ops["state"], ops["weight"],
+                                      ops["bias"], ops["weight_hh"], ops["depth_weight"], saved,
+                                      depth, h_form, residual)  # fmt: skip
+    want = metagross_step_backward_ref(grad_h, grad_last, *ops.values(), depth, h_form, residual)
+    assert len(got) == len(want) == 7
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("printed", [False, True])
+def test_metagross_step_that_records_a_graph_passes_gradcheck(printed) -> None:
+    _ext()
+    g = torch.Generator().manual_seed(8)
+    ops = _metagross_operands(g, torch.float64, 2, 4, 4, 2, printed, True)
+    names = [k for k, v in ops.items() if v is not None]
+    ext = cell_step_grads.kernels(ops["x"], *ops.values())
+
+    def run(*tensors):
+        given = {**ops, **dict(zip(names, tensors, strict=True))}
+        return tuple(cell_step_grads.metagross_step_train(ext, *given.values(), 2, not printed,
+                                                          True))  # fmt: skip
+
+    leaves = tuple(ops[k].requires_grad_() for k in names)
+    assert torch.autograd.gradcheck(run, leaves)
+
+
+def test_metagross_steps_refuse_a_saved_buffer_of_the_wrong_shape() -> None:
+    ext, g = _ext(), torch.Generator().manual_seed(9)
+    ops = _metagross_operands(g, torch.float32, 2, 4, 4, 2, False, True)
+    args = [v for k, v in ops.items() if k != "weight_hh"]
+    with pytest.raises(RuntimeError, match=r"saved: expected \(2, 50\)"):
+        ext.metagross_cell_step(*args, 2, True, True, torch.empty(2, 49))

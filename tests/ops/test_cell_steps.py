@@ -254,13 +254,14 @@ def _detached(state: object) -> object:
 def _run(cell: torch.nn.Module, xs: torch.Tensor, ctx: torch.Tensor | None, grad: bool,
          state: object = None) -> tuple[list[torch.Tensor], list[bool]]:
     """Every output and state of ``len(xs)`` steps from ``state``, and for each step whether a
-    fused op served it (:func:`cell_steps.kernels` gave the extension)."""
+    fused op served it (:func:`cell_steps.kernels` gave the extension); with ``grad``, the
+    written-out steps (the fused steps that record a graph, ops/cell_step_grads, refused)."""
     outs, taken = [], []
     kernels = cell_steps.kernels
     seen: list[bool] = []
 
-    def spy(*args):
-        ext = kernels(*args)
+    def spy(*args, graph=False):
+        ext = None if graph and grad else kernels(*args, graph=graph)
         seen.append(ext is not None)
         return ext
 

@@ -50,25 +50,19 @@ State = list[Tensor]  # one tensor per state variable of the unit
 #: per step (:meth:`RecurrentBase._layer_by_steps`), at a batch of at most
 #: ``cell_steps.MAX_BATCH`` rows.
 STEP_PATH_MAX_LENGTH = 8
-#: A call that records a graph runs by steps (:func:`graph_steps_fit`) up to this many steps
-#: and this much weight-gradient work (rows x steps x weights): each step is an autograd node
-#: of its own, whose backward writes every weight's gradient whole, where the whole-sequence
-#: path writes it once (docs/overhead.md has the measurements that set both).
-GRAPH_STEPS_MAX_LENGTH = 4
-GRAPH_STEPS_MAX_WORK = 8_000_000
 
 def short_call_steps(module: nn.Module, x: Tensor, lengths: Tensor | None,
                      draws_in_training: bool) -> list[Tensor] | None:  # fmt: skip
     """The steps ``x[:, t]`` (contiguous) of a call the fused step ops may serve one by one, or
-    None: grad recorded (unless the module's steps record it, :attr:`steps_record_graph`, and
-    the call is short enough for them, :func:`graph_steps_fit`), tracing, lengths, random masks
+    None: grad recorded (unless the module's steps record it and the call is short enough for
+    them, :func:`graph_steps_fit`), tracing, lengths, random masks
     to draw (``draws_in_training`` and the module training), more than
     :data:`STEP_PATH_MAX_LENGTH` steps or ``cell_steps.MAX_BATCH`` rows, or an input
     :func:`ctrlrnn.ops.cell_steps.kernels` refuses. Grad and tracing are asked first: a shape
     compared under ``torch.export`` or ``torch.compile`` would become a guard of the traced
     graph, and a slice a recorded op."""
     graph = torch.is_grad_enabled()
-    if (graph and not getattr(module, "steps_record_graph", False)) or not eager_ok(x):
+    if (graph and not getattr(module, "graph_steps", None)) or not eager_ok(x):
         return None
     if lengths is not None or (graph and not graph_steps_fit(module, x)):
         return None
@@ -82,13 +76,14 @@ def short_call_steps(module: nn.Module, x: Tensor, lengths: Tensor | None,
 
 
 def graph_steps_fit(module: nn.Module, x: Tensor) -> bool:
-    """Whether a call that records a graph runs by steps (:func:`short_call_steps`): at most
-    :data:`GRAPH_STEPS_MAX_LENGTH` steps and :data:`GRAPH_STEPS_MAX_WORK` multiply-adds of
-    weight gradients in all."""
-    if x.shape[1] > GRAPH_STEPS_MAX_LENGTH:
+    """Whether a call on ``x`` ``(B, T, D)`` that records a graph runs by steps
+    (:func:`short_call_steps`): within the module's :attr:`RecurrentBase.graph_steps`, at most
+    so many steps and so much weight-gradient work (rows x steps x weights)."""
+    longest, most = module.graph_steps
+    if x.shape[1] > longest:
         return False
     weights = sum(p.numel() for p in module.parameters())
-    return x.shape[0] * x.shape[1] * weights <= GRAPH_STEPS_MAX_WORK
+    return x.shape[0] * x.shape[1] * weights <= most
 
 
 def _along(tensors: list[Tensor], dim: int, taken: Tensor | None = None) -> Tensor:
@@ -199,9 +194,13 @@ class RecurrentBase(Traceable, nn.Module):
 
     #: names of the state variables carried between steps, e.g. ``("h", "c")``
     state_names: tuple[str, ...] = ("h",)
-    #: Whether the unit's fused steps (:meth:`_steps_of_direction`) record an autograd graph,
-    #: so that short calls that train run by steps too (:func:`short_call_steps`).
-    steps_record_graph: bool = False
+    #: Where the unit's fused steps (:meth:`_steps_of_direction`) record an autograd graph, the
+    #: longest call that records one they serve: ``(steps, rows x steps x weights)``
+    #: (:func:`graph_steps_fit`); None where they record none. Each step is an autograd node of
+    #: its own whose backward writes every weight's gradient whole, where the whole-sequence
+    #: path writes it once: the limits are where the steps were measured faster
+    #: (docs/overhead.md).
+    graph_steps: tuple[int, int] | None = None
 
     def __init__(
         self,

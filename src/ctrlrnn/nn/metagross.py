@@ -218,6 +218,8 @@ class Metagross(RecurrentBase):
         torch.Size([1, 3, 5, 1])
     """
 
+    graph_steps = (2, 1_000_000)  # (a linear base: :mod:`ctrlrnn.ops.cell_step_grads`)
+
     @factory_arguments
     def __init__(
         self,

@@ -20,7 +20,7 @@ from ctrlrnn.nn.metagross_tree import (
 )
 from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.nn.torchscript import Traceable
-from ctrlrnn.ops import cell_steps
+from ctrlrnn.ops import cell_step_grads, cell_steps
 from ctrlrnn.ops.metagross_level.layout import tree_nodes
 from ctrlrnn.ops.validation import step_input
 
@@ -320,7 +320,9 @@ def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list
     where; :func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref` and, as printed,
     :func:`~ctrlrnn.ops.cell_steps.reference.metagross_printed_step_ref` are its readable
     twins): ``[h, new tree state]``, or None where the tree's written-out pass must run: a
-    base other than linear, depth gates other than the token gates, a projected residual."""
+    base other than linear, depth gates other than the token gates, a projected residual.
+    Where a graph is recorded the step is one autograd node
+    (:func:`ctrlrnn.ops.cell_step_grads.metagross_step_train`)."""
     if tree is None or unit.base != "linear":
         return None
     weight, bias, depth_weight, depth_bias, residual_weight, weight_hh = parameters(
@@ -329,9 +331,15 @@ def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list
         return None
     if unit.num_internal > 0 and (unit.depth_gate != "token" or depth_weight is None):
         return None
-    ext = cell_steps.kernels(x, tree, weight, bias, depth_weight, depth_bias, weight_hh)
+    operands = (x, tree, weight, bias, depth_weight, depth_bias, weight_hh)
+    ext = cell_steps.kernels(*operands, graph=True)
     if ext is None:
         return None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+        got = cell_step_grads.metagross_step_train(
+            ext, x, tree, weight, bias, weight_hh, depth_weight, depth_bias, unit.depth,
+            unit.recurrence == "h", unit.residual)  # fmt: skip
+        return got * 2 if unit.gates == "state" else got  # (as printed the state is h)
     if unit.gates == "state":  # section 2 as printed: the root's h is the whole state
         h = ext.metagross_printed_step(x, tree, weight, bias, weight_hh, depth_weight,
                                        depth_bias, unit.depth, unit.residual)

@@ -305,7 +305,7 @@ class RCRN(RecurrentBase):
         (('h1', 'c1', 'h2', 'c2', 'h3', 'c3', 'c4'), torch.Size([2, 3, 8]))
     """
 
-    steps_record_graph = True  # (LSTM cells: :mod:`ctrlrnn.ops.cell_step_grads`)
+    graph_steps = (4, 8_000_000)  # (LSTM cells: :mod:`ctrlrnn.ops.cell_step_grads`)
 
     @factory_arguments
     def __init__(

@@ -3,7 +3,10 @@
 ``scan`` extension (``cell_step_grads.cpp``), the pair one autograd node per step.
 
 * :func:`rcrn_cell_step_train`: RCRN paper eq 1-16 with LSTM cells (``rcrn_cell_step`` with
-  ``save``; ``rcrn_cell_step_backward``).
+  ``save``; ``rcrn_cell_step_backward``);
+* :func:`metagross_step_train`: METAGROSS paper eq 2-1..2-6 with a linear base and token depth
+  gates, or as printed in section 2 (``metagross_cell_step`` or ``metagross_printed_step`` with
+  ``saved``; ``metagross_step_backward``).
 
 A short call that trains (a few tokens at batch 1 to 4) through the whole-sequence path pays a
 fixed cost per call (the stacked recurrences, their projections and their autograd nodes) many
@@ -23,10 +26,14 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops import cell_steps
-from ctrlrnn.ops.cell_step_grads.reference import rcrn_cell_step_backward_ref
+from ctrlrnn.ops.cell_step_grads.reference import (
+    metagross_step_backward_ref,
+    rcrn_cell_step_backward_ref,
+)
 from ctrlrnn.ops.double_backward import without_derivative
 
-__all__ = ["kernels", "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
+__all__ = ["kernels", "metagross_step_backward_ref", "metagross_step_train",
+           "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
 
 
 def kernels(x: Tensor, *tensors: Tensor | None) -> Any | None:
@@ -72,3 +79,59 @@ def rcrn_cell_step_train(
     :func:`~ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref` with its arguments, one
     autograd node; ``ext`` is what :func:`kernels` gave for these operands."""
     return list(_RCRNStep.apply(ext, bool(sigmoid_gate), x, *states, *weights, *biases))
+
+
+class _MetagrossStep(torch.autograd.Function):
+    """``(x, state, weight, bias, weight_hh, depth_weight, depth_bias) -> (h, last)``; as
+    printed (``weight_hh`` given) ``last`` is None."""
+
+    @staticmethod
+    def forward(ctx: Any, ext: Any, depth: int, h_form: bool, residual: bool,  # type: ignore[override]
+                x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None,
+                weight_hh: Tensor | None, depth_weight: Tensor | None,
+                depth_bias: Tensor | None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        N, I = 2**depth - 1, 2 ** (depth - 1) - 1
+        H = weight.shape[0] // (3 * N)
+        saved = x.new_empty(x.shape[0], 3 * N * H + 2 * I + N * H)
+        last: Tensor | None = None
+        if weight_hh is None:
+            h, last = ext.metagross_cell_step(x, state, weight, bias, depth_weight, depth_bias,
+                                              depth, h_form, residual, saved)  # fmt: skip
+        else:
+            h = ext.metagross_printed_step(x, state, weight, bias, weight_hh, depth_weight,
+                                           depth_bias, depth, residual, saved)  # fmt: skip
+        ctx.ext, ctx.flags = ext, (depth, h_form, residual)
+        ctx.has_depth_bias = depth_bias is not None
+        ctx.save_for_backward(x, state, weight, bias, weight_hh, depth_weight, saved)
+        ctx.set_materialize_grads(False)
+        return h, last
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: Tensor | None, grad_last: Tensor | None  # type: ignore[override]
+                 ) -> tuple[Tensor | None, ...]:  # fmt: skip
+        x, state, weight, bias, weight_hh, depth_weight, saved = ctx.saved_tensors
+        with torch.no_grad():
+            got = ctx.ext.metagross_step_backward(grad_h, grad_last, x, state, weight, bias,
+                                                  weight_hh, depth_weight, saved, *ctx.flags)
+        given = (True, True, True, bias is not None, weight_hh is not None,
+                 depth_weight is not None, ctx.has_depth_bias)  # fmt: skip
+        out = tuple(g if k else None for g, k in zip(got, given, strict=True))
+        if torch.is_grad_enabled():  # create_graph=True
+            out = without_derivative(out, "metagross_step_backward",
+                                     "Metagross and MetagrossCell with a linear base")
+        return (None, None, None, None, *out)
+
+
+def metagross_step_train(
+    ext: Any, x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None,
+    weight_hh: Tensor | None, depth_weight: Tensor | None, depth_bias: Tensor | None,
+    depth: int, h_form: bool, residual: bool,
+) -> list[Tensor]:  # fmt: skip
+    """``[h, new states]`` of one METAGROSS step, as
+    :func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref` with its arguments, or
+    ``[h]`` as printed (``weight_hh`` given, ``state`` the root's ``h_{t-1}``, as
+    :func:`~ctrlrnn.ops.cell_steps.reference.metagross_printed_step_ref`), one autograd node;
+    ``ext`` is what :func:`kernels` gave for these operands."""
+    h, last = _MetagrossStep.apply(ext, int(depth), bool(h_form), bool(residual), x, state,
+                                   weight, bias, weight_hh, depth_weight, depth_bias)
+    return [h] if last is None else [h, last]

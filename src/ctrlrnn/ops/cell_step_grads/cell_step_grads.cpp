@@ -6,7 +6,10 @@
 // readable twin is the autograd of reference.py in ops/cell_steps, which the tests hold it to.
 //
 // * rcrn_cell_step_backward: RCRN paper eq 1-16 with LSTM cells (the forward is rcrn_cell_step
-//   with save, which keeps the three cells' activated gates).
+//   with save, which keeps the three cells' activated gates);
+// * metagross_step_backward: METAGROSS paper eq 2-1..2-6 with a linear base and token depth
+//   gates, and the same as printed (section 2, gates from h_{t-1}); the forward is
+//   metagross_cell_step or metagross_printed_step with `saved`.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -74,6 +77,26 @@ inline void lstm_row_backward(const T* a, const T* c_new, const T* c_prev, const
   }
 }
 
+// RCRN's listener (eq 15-16) at one row, backward: from the gradients g4 of h4 and gc4 of the new
+// c4, with the new h1, h2, h3, c4 and the previous c4, writes the extra gradients of the three
+// cells' new h (extra: dh1 | dh2 | dh3, 3H) and the previous c4's.
+template <typename M, typename T>
+inline void listener_row_backward(const T* g4, const T* gc4, const T* h1n, const T* h2n,
+                                  const T* h3n, const T* c4n, const T* c4, int64_t H,
+                                  bool sigmoid_gate, T* extra, T* dc4) {
+  T *dh1x = extra, *dh2x = extra + H, *dh3x = extra + 2 * H;
+  for (int64_t i = 0; i < H; ++i) {
+    const T gate = sigmoid_gate ? M::sigmoid(h2n[i]) : h2n[i];  // eq 16: h4 = gate c4
+    const T dc4n = gc4[i] + g4[i] * gate;
+    const T dgate = g4[i] * c4n[i];
+    dh2x[i] = sigmoid_gate ? dgate * gate * (T(1) - gate) : dgate;
+    const T s1 = M::sigmoid(h1n[i]);  // eq 15: c4 = s1 c4_prev + (1 - s1) h3
+    dc4[i] = dc4n * s1;
+    dh3x[i] = dc4n * (T(1) - s1);
+    dh1x[i] = dc4n * (c4[i] - h3n[i]) * s1 * (T(1) - s1);
+  }
+}
+
 // RCRN (eq 1-16), LSTM cells, backward of one step. grads: of (h4, h1, c1, h2, c2, h3, c3, c4)
 // new, each (B, H) or none; x (B, D); states, weights as rcrn_cell_step's; new_states the step's
 // (h1, c1, h2, c2, h3, c3, c4); acts its saved gates (B, 3, 4H). Returns dx, the seven states'
@@ -128,24 +151,12 @@ std::vector<at::Tensor> rcrn_cell_step_backward(
         for (auto& w : dweights) w.zero_();
       }
       for (int64_t r = 0; r < B; ++r) {
-        // eq 16, 15: the listener's output and cell
-        const T* g4 = grad_row<T>(g[0], r, H, zeros.data());
-        const T* gc4 = grad_row<T>(g[7], r, H, zeros.data());
-        const T *h1n = row(new_states[0], r), *h2n = row(new_states[2], r);
-        const T *h3n = row(new_states[4], r), *c4n = row(new_states[6], r);
-        const T* c4 = row(states[6], r);
-        T *dh1x = extra, *dh2x = extra + H, *dh3x = extra + 2 * H;
-        T* dc4 = row(dstates[6], r);
-        for (int64_t i = 0; i < H; ++i) {
-          const T gate = sigmoid_gate ? M::sigmoid(h2n[i]) : h2n[i];
-          const T dc4n = gc4[i] + g4[i] * gate;
-          const T dgate = g4[i] * c4n[i];
-          dh2x[i] = sigmoid_gate ? dgate * gate * (T(1) - gate) : dgate;
-          const T s1 = M::sigmoid(h1n[i]);
-          dc4[i] = dc4n * s1;
-          dh3x[i] = dc4n * (T(1) - s1);
-          dh1x[i] = dc4n * (c4[i] - h3n[i]) * s1 * (T(1) - s1);
-        }
+        listener_row_backward<M, T>(grad_row<T>(g[0], r, H, zeros.data()),
+                                    grad_row<T>(g[7], r, H, zeros.data()),
+                                    row(new_states[0], r), row(new_states[2], r),
+                                    row(new_states[4], r), row(new_states[6], r),
+                                    row(states[6], r), H, sigmoid_gate, extra,
+                                    row(dstates[6], r));
         const T* xr = x.data_ptr<T>() + r * D;
         for (int64_t j = 0; j < 3; ++j) {  // eq 1-6, 10-14, each cell
           const T* gh = grad_row<T>(g[1 + 2 * j], r, H, zeros.data());
@@ -173,6 +184,158 @@ std::vector<at::Tensor> rcrn_cell_step_backward(
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// METAGROSS (eq 2-1..2-6, a linear base and token depth gates), backward of one step at one row,
+// the root first. `keep` is the row the forward saved (metagross_saved_width: the maps y without
+// their bias, the depth gates g, every unit's output); `prev` the units' previous states (N*H) or,
+// as printed, the root's h_{t-1} (H, `shared`); `dout` (N*H) holds the root's output gradient
+// and receives the children's; `dlast` the gradient of the units' new states, or null. Writes
+// the maps' gradient dy (3NH), the depth gates' logits' gradient dlogit (2I), the previous
+// states' (N*H, or H accumulated as printed) and adds the residual's to dres (or null).
+template <typename M, typename T>
+void metagross_row_backward(const T* keep, const T* bias, const T* prev, bool shared,
+                            const T* dlast, int64_t N, int64_t I, int64_t depth, int64_t H,
+                            bool h_form, T* dout, T* dy, T* dlogit, T* dprev, T* dres) {
+  const T *y = keep, *g = keep + 3 * N * H, *outs = g + 2 * I;
+  std::fill(dlogit, dlogit + 2 * I, T(0));
+  for (int64_t level = 1; level <= depth; ++level) {
+    const int64_t s = (int64_t(1) << (level - 1)) - 1, k = s + 1, below = 2 * s + 1;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t u = s + j;
+      const T *mf = outs + (below + 2 * j) * H, *mo = outs + (below + 2 * j + 1) * H;
+      for (int64_t i = 0; i < H; ++i) {
+        const int64_t cf = 3 * H * s + j * H + i, co = cf + k * H, cz = co + k * H;
+        const T pf0 = y[cf] + (bias ? bias[cf] : T(0)), po0 = y[co] + (bias ? bias[co] : T(0));
+        const T pz = y[cz] + (bias ? bias[cz] : T(0));
+        const bool mixed = level < depth;
+        const T pf = mixed ? pf0 + g[u] * (mf[i] - pf0) : pf0;  // eq 2-1
+        const T po = mixed ? po0 + g[I + u] * (mo[i] - po0) : po0;  // eq 2-2
+        const T f = M::sigmoid(pf), o = M::sigmoid(po), z = M::tanh(pz);
+        const T p = shared ? prev[i] : prev[u * H + i];
+        const T dl = dlast ? dlast[u * H + i] : T(0), dh = dout[u * H + i];
+        T df, d_o, dz, dp;
+        if (h_form) {  // h = o (1 - f) p + o f z (+ x): eq 2-4..2-6
+          const T dc = dh + dl;
+          d_o = dc * ((T(1) - f) * p + f * z);
+          df = dc * o * (z - p);
+          dz = dc * o * f;
+          dp = dc * o * (T(1) - f);
+          if (dres) dres[i] += dc;
+        } else {  // c = (1 - f) p + f z, h = o c (+ x)
+          const T c = (T(1) - f) * p + f * z, dc = dl + dh * o;
+          d_o = dh * c;
+          df = dc * (z - p);
+          dz = dc * f;
+          dp = dc * (T(1) - f);
+          if (dres) dres[i] += dh;
+        }
+        if (shared) {
+          dprev[i] += dp;
+        } else {
+          dprev[u * H + i] = dp;
+        }
+        const T dpf = df * f * (T(1) - f), dpo = d_o * o * (T(1) - o);
+        dy[cz] = dz * (T(1) - z * z);
+        if (mixed) {
+          dy[cf] = dpf * (T(1) - g[u]);
+          dy[co] = dpo * (T(1) - g[I + u]);
+          dout[(below + 2 * j) * H + i] = dpf * g[u];
+          dout[(below + 2 * j + 1) * H + i] = dpo * g[I + u];
+          dlogit[u] += dpf * (mf[i] - pf0);
+          dlogit[I + u] += dpo * (mo[i] - po0);
+        } else {
+          dy[cf] = dpf;
+          dy[co] = dpo;
+        }
+      }
+    }
+  }
+  for (int64_t n = 0; n < 2 * I; ++n) dlogit[n] *= g[n] * (T(1) - g[n]);  // the gates' sigmoid
+}
+
+// METAGROSS, backward of one step (metagross_cell_step, or metagross_printed_step where weight_hh
+// is given: the previous state is then the root's h (B, H)). grad_h (B, H) and grad_last (B, N*H)
+// the gradients of the step's results, or none; saved what the forward kept with `saved`.
+// Returns dx, the previous state's gradient, dweight, dbias, dweight_hh, ddepth_weight and
+// ddepth_bias (empty where the parameter is absent).
+std::vector<at::Tensor> metagross_step_backward(
+    const c10::optional<at::Tensor>& grad_h, const c10::optional<at::Tensor>& grad_last,
+    const at::Tensor& x, const at::Tensor& state, const at::Tensor& weight,
+    const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& weight_hh,
+    const c10::optional<at::Tensor>& depth_weight, const at::Tensor& saved, int64_t depth,
+    bool h_form, bool residual) {
+  TORCH_CHECK(x.dim() == 2 && state.dim() == 2 && depth >= 1 && depth < 16,
+              "metagross_step_backward: expected x (B, D), state 2-D, depth >= 1");
+  const bool printed = weight_hh.has_value() && weight_hh->defined();
+  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
+  const int64_t I = (int64_t(1) << (depth - 1)) - 1;
+  const int64_t H = printed ? state.size(1) : state.size(1) / N;
+  for (auto [t, name] : {std::pair{&x, "x"}, {&state, "state"}, {&weight, "weight"},
+                         {&saved, "saved"}}) {
+    check_operand(*t, x, name);
+  }
+  check_optional(bias, x, "bias");
+  check_optional(weight_hh, x, "weight_hh");
+  check_optional(depth_weight, x, "depth_weight");
+  TORCH_CHECK(saved.dim() == 2 && saved.size(0) == B &&
+                  saved.size(1) == metagross_saved_width(N, I, H) &&
+                  weight.size(0) == 3 * N * H && weight.size(1) == D && (!residual || D == H),
+              "metagross_step_backward: shapes disagree");
+  const auto opts = x.options();
+  const at::Tensor gh = grad_h.has_value() && grad_h->defined() ? grad_h->contiguous()
+                                                                 : at::zeros({B, H}, opts);
+  const at::Tensor gl = grad_last.has_value() && grad_last->defined() ? grad_last->contiguous()
+                                                                       : at::Tensor();
+  at::Tensor dx = at::empty({B, D}, opts), dstate = at::zeros_like(state);
+  at::Tensor dweight = at::zeros_like(weight), dbias = at::zeros({3 * N * H}, opts);
+  at::Tensor dweight_hh = printed ? at::zeros_like(*weight_hh) : at::empty({0}, opts);
+  at::Tensor ddw = gated ? at::zeros_like(*depth_weight) : at::empty({0}, opts);
+  at::Tensor ddb = at::zeros({2 * I}, opts);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_step_backward", [&] {
+    using T = scalar_t;
+    with_activations<T>([&](auto m) {
+      using M = decltype(m);
+      T* work = scratch<T>(N * H + 3 * N * H + 2 * I + H);
+      T *dout = work, *dy = dout + N * H, *dlogit = dy + 3 * N * H, *dres = dlogit + 2 * I;
+      for (int64_t r = 0; r < B; ++r) {
+        const T* xr = x.data_ptr<T>() + r * D;
+        const T* sr = state.data_ptr<T>() + r * state.size(1);
+        T* dsr = dstate.data_ptr<T>() + r * state.size(1);
+        std::fill(dout, dout + N * H, T(0));
+        std::copy(gh.data_ptr<T>() + r * H, gh.data_ptr<T>() + (r + 1) * H, dout);
+        std::fill(dres, dres + H, T(0));
+        metagross_row_backward<M, T>(saved.data_ptr<T>() + r * saved.size(1),
+                                     data_or_null<T>(bias), sr, printed,
+                                     gl.defined() ? gl.data_ptr<T>() + r * N * H : nullptr, N,
+                                     I, depth, H, h_form, dout, dy, dlogit, dsr,
+                                     residual ? dres : nullptr);
+        T* dxr = dx.data_ptr<T>() + r * D;
+        if (residual) {
+          std::copy(dres, dres + H, dxr);  // (D == H)
+        } else {
+          std::fill(dxr, dxr + D, T(0));
+        }
+        gemv_transposed<T>(weight.data_ptr<T>(), dy, 3 * N * H, D, dxr, true);
+        outer<T>(dy, xr, 3 * N * H, D, dweight.data_ptr<T>(), true);
+        T* db = dbias.data_ptr<T>();
+        for (int64_t n = 0; n < 3 * N * H; ++n) db[n] += dy[n];
+        if (printed) {  // U h_{t-1} in every map: its products' gradients
+          gemv_transposed<T>(weight_hh->data_ptr<T>(), dy, 3 * N * H, H, dsr, true);
+          outer<T>(dy, sr, 3 * N * H, H, dweight_hh.data_ptr<T>(), true);
+        }
+        if (gated) {
+          gemv_transposed<T>(depth_weight->data_ptr<T>(), dlogit, 2 * I, D, dxr, true);
+          outer<T>(dlogit, xr, 2 * I, D, ddw.data_ptr<T>(), true);
+        }
+        T* ddbp = ddb.data_ptr<T>();
+        for (int64_t n = 0; n < 2 * I; ++n) ddbp[n] += dlogit[n];
+      }
+    });
+  });
+  return {dx, dstate, dweight, dbias, dweight_hh, ddw, ddb};
+}
+
 }  // namespace
 
 namespace ctrlrnn {
@@ -183,6 +346,11 @@ void register_cell_step_grads(torch::Library& m) {
   m.def("rcrn_cell_step_backward(Tensor?[] grads, Tensor x, Tensor[] states, Tensor[] weights, "
         "Tensor[] new_states, Tensor acts, bool sigmoid_gate) -> Tensor[]",
         &rcrn_cell_step_backward);
+  // METAGROSS eq 2-1..2-6 (linear base, token depth gates; as printed with weight_hh): returns
+  // dx, dstate, dweight, dbias, dweight_hh, ddepth_weight, ddepth_bias
+  m.def("metagross_step_backward(Tensor? grad_h, Tensor? grad_last, Tensor x, Tensor state, "
+        "Tensor weight, Tensor? bias, Tensor? weight_hh, Tensor? depth_weight, Tensor saved, "
+        "int depth, bool h_form, bool residual) -> Tensor[]", &metagross_step_backward);
 }
 
 }  // namespace ctrlrnn

@@ -4,6 +4,10 @@ argument order. The tests hold each op to its reference here.
 
 * :func:`rcrn_cell_step_backward_ref`: the gradients of RCRN paper eq 1-16 (LSTM cells), one
   step (:func:`~ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref`).
+* :func:`metagross_step_backward_ref`: the gradients of METAGROSS paper eq 2-1..2-6 (a linear
+  base, token depth gates), one step of the whole tree
+  (:func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref`), or as printed in
+  section 2 (:func:`~ctrlrnn.ops.cell_steps.reference.metagross_printed_step_ref`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ctrlrnn.ops.cell_steps.reference import rcrn_cell_step_ref
+from ctrlrnn.ops.cell_steps.reference import (
+    metagross_cell_step_ref,
+    metagross_printed_step_ref,
+    rcrn_cell_step_ref,
+)
 
-__all__ = ["rcrn_cell_step_backward_ref"]
+__all__ = ["metagross_step_backward_ref", "rcrn_cell_step_backward_ref"]
 
 
 def rcrn_cell_step_backward_ref(
@@ -37,3 +45,38 @@ def rcrn_cell_step_backward_ref(
                                    allow_unused=True)
                if pairs else [None] * len(wanted))  # fmt: skip
     return [torch.zeros_like(t) if g is None else g for t, g in zip(wanted, got, strict=True)]
+
+
+def metagross_step_backward_ref(
+    grad_h: Tensor | None, grad_last: Tensor | None, x: Tensor, state: Tensor, weight: Tensor,
+    bias: Tensor | None, weight_hh: Tensor | None, depth_weight: Tensor | None,
+    depth_bias: Tensor | None, depth: int, h_form: bool, residual: bool,
+) -> list[Tensor]:  # fmt: skip
+    """``[dx, dstate, dweight, dbias, dweight_hh, ddepth_weight, ddepth_bias]`` of one METAGROSS
+    step given the gradients of its root output ``h`` and its units' new states (None for none;
+    as printed, ``weight_hh`` given, ``state`` is the root's ``h_{t-1}`` and the step has ``h``
+    alone); an absent parameter's gradient is that of a zero one, ``(0,)`` for the two absent
+    weights."""
+    I = 2 ** (depth - 1) - 1
+
+    def leaf(t: Tensor | None, size: int) -> Tensor:  # an absent parameter as a zero one
+        return (x.new_zeros(size) if t is None else t.detach()).requires_grad_(True)
+
+    with torch.enable_grad():
+        xl, sl, wl = (t.detach().requires_grad_(True) for t in (x, state, weight))
+        b, db = leaf(bias, weight.shape[0]), leaf(depth_bias, 2 * I)
+        u = None if weight_hh is None else leaf(weight_hh, 0)
+        dw = None if depth_weight is None else leaf(depth_weight, 0)
+        gate_bias = None if dw is None else db
+        if u is None:
+            outs = list(metagross_cell_step_ref(xl, sl, wl, b, dw, gate_bias, depth, h_form,
+                                                residual))  # fmt: skip
+        else:
+            outs = [metagross_printed_step_ref(xl, sl, wl, b, u, dw, gate_bias, depth, residual)]
+        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_last)) if g is not None]
+        wanted = [t for t in (xl, sl, wl, b, u, dw, db) if t is not None]
+        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                   allow_unused=True)
+               if pairs else [None] * len(wanted))  # fmt: skip
+    grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
+    return [x.new_zeros(0) if t is None else grads[id(t)] for t in (xl, sl, wl, b, u, dw, db)]

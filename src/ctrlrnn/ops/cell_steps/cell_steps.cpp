@@ -244,11 +244,12 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
 //   "c" form: c_t = (1 - f) c_{t-1} + f z,  h_t = o c_t (+ x)
 // with m^F, m^O the outputs of the unit's two children (none at the leaves). As printed (section
 // 2, gates from h_{t-1}): every unit's previous state is the root's h_{t-1} (`shared`, else
-// null), the "c" form, and the units' states are not kept (`last` null).
+// null), the "c" form, and the units' states are not kept (`last` null). `outs` (N*H, or null)
+// keeps every unit's output for the step's backward.
 template <typename M, typename T>
 void metagross_row(const T* x, const T* state, const T* shared, const T* y, const T* bias,
                    const T* gates, int64_t I, int64_t depth, int64_t H, bool h_form,
-                   bool residual, T* last, T* out, T* below) {
+                   bool residual, T* last, T* out, T* below, T* outs) {
   for (int64_t level = depth; level >= 1; --level) {
     const int64_t s = (int64_t(1) << (level - 1)) - 1, k = s + 1;
     for (int64_t j = 0; j < k; ++j) {
@@ -269,6 +270,7 @@ void metagross_row(const T* x, const T* state, const T* shared, const T* y, cons
                                  : (T(1) - f) * prev + f * z;
         if (last) last[u * H + i] = carried;
         out[j * H + i] = h_form ? carried : o * carried + res;
+        if (outs) outs[u * H + i] = out[j * H + i];
       }
     }
     std::copy(out, out + k * H, below);  // this level's outputs feed the level above
@@ -278,13 +280,15 @@ void metagross_row(const T* x, const T* state, const T* shared, const T* y, cons
 // Every batch row of a METAGROSS step: the base maps W x_t + b (+ U h_{t-1} as printed:
 // weight_hh given), the depth gates, then the tree (metagross_row) from the units' states `state`
 // (N*H a row) or, as printed, the root's h_{t-1} `shared` (H a row); the units' new states go to
-// `last` (null as printed) and the root's output to `h_out`.
+// `last` (null as printed) and the root's output to `h_out`. `saved` (or null) keeps, a row of
+// metagross_saved_width values each, the maps without their bias, the depth gates and every
+// unit's output (step_math.h), which the step's backward reads.
 template <typename T>
 void metagross_rows(const at::Tensor& x, const T* state, const T* shared,
                     const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                     const at::Tensor* weight_hh, const c10::optional<at::Tensor>& depth_weight,
                     const c10::optional<at::Tensor>& depth_bias, int64_t depth, int64_t H,
-                    bool h_form, bool residual, T* last, T* h_out) {
+                    bool h_form, bool residual, T* last, T* h_out, T* saved) {
   const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
   const int64_t I = (int64_t(1) << (depth - 1)) - 1, leaves = (N + 1) / 2;
   const bool gated = depth_weight.has_value() && depth_weight->defined();
@@ -301,9 +305,15 @@ void metagross_rows(const at::Tensor& x, const T* state, const T* shared,
       if (weight_hh) gemv<T>(weight_hh->data_ptr<T>(), H, hr, 3 * N * H, H, yp, true);  // + U h
       if (gated) gemv<T>(depth_weight->data_ptr<T>(), D, xr, 2 * I, D, gates, false);
       sigmoid_rows<M>(gates, db, 2 * I);  // the depth gates alpha, beta
+      T* keep = saved ? saved + r * metagross_saved_width(N, I, H) : nullptr;
+      if (keep) {  // W x_t (+ U h), the depth gates: the backward reads them
+        std::copy(yp, yp + 3 * N * H, keep);
+        std::copy(gates, gates + 2 * I, keep + 3 * N * H);
+      }
       metagross_row<M, T>(xr, state ? state + r * N * H : nullptr, hr, yp,
                           data_or_null<T>(bias), gates, I, depth, H, h_form, residual,
-                          last ? last + r * N * H : nullptr, out, out + leaves * H);
+                          last ? last + r * N * H : nullptr, out, out + leaves * H,
+                          keep ? keep + 3 * N * H + 2 * I : nullptr);
       std::copy(out, out + H, h_out + r * H);  // the root's output
     }
   });
@@ -314,7 +324,8 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
                                             const c10::optional<at::Tensor>& bias,
                                             const c10::optional<at::Tensor>& depth_weight,
                                             const c10::optional<at::Tensor>& depth_bias,
-                                            int64_t depth, bool h_form, bool residual) {
+                                            int64_t depth, bool h_form, bool residual,
+                                            const c10::optional<at::Tensor>& saved) {
   TORCH_CHECK(x.dim() == 2 && state.dim() == 2 && weight.dim() == 2 && depth >= 1 && depth < 16,
               "metagross_cell_step: expected x (B, D), state (B, N*H), weight 2-D, depth >= 1");
   check_operand(x, x, "x");
@@ -330,12 +341,14 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
                   weight.size(1) == D && (!residual || D == H) && (I == 0 || gated) &&
                   (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
               "metagross_cell_step: shapes disagree");
+  check_saved(saved, x, B, metagross_saved_width(N, I, H));
   auto h = at::empty({B, H}, x.options());
   auto last = at::empty({B, N * H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_cell_step", [&] {
     metagross_rows<scalar_t>(x, state.data_ptr<scalar_t>(), nullptr, weight, bias, nullptr,
                              depth_weight, depth_bias, depth, H, h_form, residual,
-                             last.data_ptr<scalar_t>(), h.data_ptr<scalar_t>());
+                             last.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(),
+                             saved_data<scalar_t>(saved));
   });
   return {h, last};
 }
@@ -348,7 +361,7 @@ at::Tensor metagross_printed_step(const at::Tensor& x, const at::Tensor& h,
                                   const at::Tensor& weight_hh,
                                   const c10::optional<at::Tensor>& depth_weight,
                                   const c10::optional<at::Tensor>& depth_bias, int64_t depth,
-                                  bool residual) {
+                                  bool residual, const c10::optional<at::Tensor>& saved) {
   TORCH_CHECK(x.dim() == 2 && h.dim() == 2 && weight.dim() == 2 && weight_hh.dim() == 2 &&
                   depth >= 1 && depth < 16,
               "metagross_printed_step: expected x (B, D), h (B, H), 2-D weights, depth >= 1");
@@ -367,11 +380,12 @@ at::Tensor metagross_printed_step(const at::Tensor& x, const at::Tensor& h,
                   (!residual || D == H) && (I == 0 || gated) &&
                   (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
               "metagross_printed_step: shapes disagree");
+  check_saved(saved, x, B, metagross_saved_width(N, I, H));
   auto h_new = at::empty({B, H}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_printed_step", [&] {
     metagross_rows<scalar_t>(x, nullptr, h.data_ptr<scalar_t>(), weight, bias, &weight_hh,
                              depth_weight, depth_bias, depth, H, false, residual, nullptr,
-                             h_new.data_ptr<scalar_t>());
+                             h_new.data_ptr<scalar_t>(), saved_data<scalar_t>(saved));
   });
   return h_new;
 }
@@ -479,14 +493,15 @@ void register_cell_steps(torch::Library& m) {
   // CARNN eq 3, 5, 6: returns h'
   m.def("carnn_cell_step(Tensor x, Tensor h, Tensor weight_ih, Tensor? bias_ih, "
         "Tensor? context, Tensor? weight_ch, Tensor? weight_hh) -> Tensor", &carnn_cell_step);
-  // METAGROSS eq 2-1..2-6 (linear base, token depth gates): returns h and every unit's state
+  // METAGROSS eq 2-1..2-6 (linear base, token depth gates): returns h and every unit's state;
+  // `saved` (B, metagross_saved_width) receives what the step's backward reads
   m.def("metagross_cell_step(Tensor x, Tensor state, Tensor weight, Tensor? bias, "
-        "Tensor? depth_weight, Tensor? depth_bias, int depth, bool h_form, bool residual) -> "
-        "Tensor[]", &metagross_cell_step);
+        "Tensor? depth_weight, Tensor? depth_bias, int depth, bool h_form, bool residual, "
+        "Tensor(a!)? saved=None) -> Tensor[]", &metagross_cell_step);
   // METAGROSS as printed (gates from h_{t-1}; linear base, token depth gates): returns h
   m.def("metagross_printed_step(Tensor x, Tensor h, Tensor weight, Tensor? bias, "
         "Tensor weight_hh, Tensor? depth_weight, Tensor? depth_bias, int depth, "
-        "bool residual) -> Tensor", &metagross_printed_step);
+        "bool residual, Tensor(a!)? saved=None) -> Tensor", &metagross_printed_step);
   // CAS-LSTM eq 1-6 (no lower_c) or 7-13 and 17: returns h and c
   m.def("caslstm_cell_step(Tensor x, Tensor h, Tensor c, Tensor? lower_c, Tensor weight_ih, "
         "Tensor weight_hh, Tensor? bias, Tensor? lambda_vec, float lambda_value, "

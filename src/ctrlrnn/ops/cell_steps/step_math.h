@@ -167,6 +167,13 @@ inline const T* data_or_null(const c10::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? t->data_ptr<T>() : nullptr;
 }
 
+// The values a METAGROSS step keeps a row for its backward (cell_steps.cpp, metagross_rows):
+// the N units' three maps without their bias (3NH), the I internal units' depth gates [alpha |
+// beta] (2I) and every unit's output (NH).
+inline int64_t metagross_saved_width(int64_t N, int64_t I, int64_t H) {
+  return 3 * N * H + 2 * I + N * H;
+}
+
 // Fails loudly on what the fast path does not serve: the Python side routes every other call
 // to the composite step, so reaching here with any of these is a caller's bug.
 inline void check_operand(const at::Tensor& t, const at::Tensor& like, const char* name) {
@@ -179,6 +186,20 @@ inline void check_operand(const at::Tensor& t, const at::Tensor& like, const cha
 inline void check_optional(const c10::optional<at::Tensor>& t, const at::Tensor& like,
                     const char* name) {
   if (t.has_value() && t->defined()) check_operand(*t, like, name);
+}
+
+// An optional output buffer of `width` values a row (B rows), contiguous, of x's dtype.
+inline void check_saved(const c10::optional<at::Tensor>& saved, const at::Tensor& x, int64_t B,
+                        int64_t width) {
+  if (!(saved.has_value() && saved->defined())) return;
+  check_operand(*saved, x, "saved");
+  TORCH_CHECK(saved->dim() == 2 && saved->size(0) == B && saved->size(1) == width,
+              "saved: expected (", B, ", ", width, "), got ", saved->sizes());
+}
+
+template <typename T>
+inline T* saved_data(const c10::optional<at::Tensor>& saved) {
+  return saved.has_value() && saved->defined() ? saved->data_ptr<T>() : nullptr;
 }
 
 }  // namespace ctrlrnn::cell_steps
