@@ -227,3 +227,35 @@ def test_metagross_cell_with_grad_equals_the_written_out_pass(gates, recurrence,
     for a, b in zip(torch.autograd.grad(loss[0], wrt), torch.autograd.grad(loss[1], wrt),
                     strict=True):  # fmt: skip
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_rcrn_cell_steps_read_strided_weights(grad):
+    """The fused op makes its weights contiguous itself (the step checks only their type)."""
+    torch.manual_seed(17)
+    cell = RCRNCell(5, 4).to(D64)
+    for rnn in cell.rnns():
+        for name in ("weight_ih", "weight_hh"):
+            w = getattr(rnn, name)
+            w.data = w.data.t().contiguous().t()  # the same values, column-major
+            assert not w.is_contiguous()
+    x = torch.randn(2, 5, dtype=D64, requires_grad=grad)
+    state = tuple(torch.randn(2, 4, dtype=D64) for _ in cell.state_names)
+    with torch.set_grad_enabled(grad):
+        h, new = cell(x, state)
+        want_h, want_new = cell._step(x, list(state))
+    for a, b in zip((h, *new), (want_h, *want_new), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    if grad:
+        wrt = [x, *cell.parameters()]
+        got = torch.autograd.grad(h.sum() + new[-1].sum(), wrt)
+        want = torch.autograd.grad(want_h.sum() + want_new[-1].sum(), wrt)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_rcrn_cell_steps_name_a_weight_of_another_dtype():
+    cell = RCRNCell(3, 4)
+    cell.listener.weight_hh.data = cell.listener.weight_hh.data.double()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="dtype"):
+        cell(torch.randn(1, 3))

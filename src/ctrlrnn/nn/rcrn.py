@@ -191,7 +191,10 @@ class RCRNCell(Traceable, nn.Module):
             h4: the output of eq 16, ``(B, hidden_size)`` (``(hidden_size,)`` unbatched).
             state: the new states, in the order of :attr:`state_names`; pass them back.
         """
-        x, unbatched = step_input(input, self.input_size, self.controller1.weight_ih)
+        # (the first RNN's weight read in one lookup each: a parametrized one, absent there,
+        # is left to the step's own check)
+        like = self._modules["controller1"]._parameters.get("weight_ih")  # type: ignore[union-attr]
+        x, unbatched = step_input(input, self.input_size, like)
         B, H, n = x.shape[0], self.hidden_size, len(self.state_names)
         if state is None:
             st = [x.new_zeros(B, H) for _ in range(n)]
@@ -199,10 +202,12 @@ class RCRNCell(Traceable, nn.Module):
             if not isinstance(state, (tuple, list)) or len(state) != n:
                 raise ValueError(f"state: expected a tuple of {n} tensors {self.state_names}")
             st = [s.unsqueeze(0) if unbatched else s for s in state]
-            for name, s in zip(self.state_names, st):
-                if not isinstance(s, Tensor) or s.shape != (B, H):
+            size = (B, H)
+            for k, s in enumerate(st):  # (names and messages only where one is wrong)
+                if not isinstance(s, Tensor) or s.shape != size:
                     got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
-                    raise ValueError(f"state: expected {name} of shape {(B, H)}, got {got}")
+                    raise ValueError(f"state: expected {self.state_names[k]} of shape {size}, "
+                                     f"got {got}")
         fused = rcrn_step.fused(self, x, st)  # the whole step as one op
         if fused is not None:
             h4, new = fused[0], fused[1:]

@@ -67,8 +67,9 @@ def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
         w_ih, w_hh, b_ih, b_hh = parameters(rnn, "weight_ih", "weight_hh", "bias_ih", "bias_hh")
         weights += (w_ih, w_hh)
         biases += (b_ih, b_hh)
-    ext = cell_steps.kernels(x, *st, *weights, *biases, graph=True)
-    if ext is None:
+    # (the op makes its weights contiguous and checks their dtype and device itself)
+    ext = cell_steps.kernels(x, *st, graph=True)
+    if ext is None or not cell_steps.plain(weights + biases):
         return None
     sigmoid_gate = cell.output_gate == "sigmoid"
     if torch.is_grad_enabled() and any(

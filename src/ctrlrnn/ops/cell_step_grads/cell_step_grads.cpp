@@ -104,9 +104,10 @@ inline void listener_row_backward(const T* g4, const T* gc4, const T* h1n, const
 // gradients (the same for bias_ih and bias_hh, which add).
 std::vector<at::Tensor> rcrn_cell_step_backward(
     const c10::List<c10::optional<at::Tensor>>& grads, const at::Tensor& x,
-    at::TensorList states, at::TensorList weights, at::TensorList new_states,
+    at::TensorList states, at::TensorList stored_weights, at::TensorList new_states,
     const at::Tensor& acts, bool sigmoid_gate) {
-  TORCH_CHECK(grads.size() == 8 && states.size() == 7 && weights.size() == 6 &&
+  const std::vector<at::Tensor> weights = contiguous_all(stored_weights);  // (as the forward)
+  TORCH_CHECK(grads.size() == 8 && states.size() == 7 && stored_weights.size() == 6 &&
                   new_states.size() == 7,
               "rcrn_cell_step_backward: expected 8 gradients, 7 states, 6 weights and 7 new "
               "states");

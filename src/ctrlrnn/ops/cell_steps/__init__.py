@@ -36,7 +36,7 @@ from ctrlrnn.ops.cell_steps.reference import (
 )
 from ctrlrnn.ops.compiled_op import eager_ok
 
-__all__ = ["MAX_BATCH", "carnn_cell_step_ref", "caslstm_cell_step_ref", "kernels",
+__all__ = ["MAX_BATCH", "carnn_cell_step_ref", "caslstm_cell_step_ref", "kernels", "plain",
            "metagross_cell_step_ref", "metagross_printed_step_ref", "qrnn_cell_step_ref",
            "rcrn_cell_step_ref"]
 
@@ -49,6 +49,14 @@ _DTYPES = (torch.float32, torch.float64)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+def plain(tensors: list[Tensor | None]) -> bool:
+    """Whether ``tensors`` (a step's weights, None for an absent one) are all tensors that hold
+    their data (no tracer's or transform's subclass): what :func:`kernels` asks of weights that
+    an op makes contiguous itself and checks for dtype and device (``rcrn_cell_step``), at a
+    fraction of the cost of its full questions."""
+    return all(t is None or type(t) in _PLAIN for t in tensors)
+
+
 def kernels(x: Tensor, *tensors: Tensor | None, graph: bool = False) -> Any | None:
     """The ``scan`` extension when a step on input ``x`` ``(B, D)`` with the other operands
     ``tensors`` (states and parameters; None for an absent one) may take a fused step op (module
@@ -59,9 +67,9 @@ def kernels(x: Tensor, *tensors: Tensor | None, graph: bool = False) -> Any | No
         return None
     if x.shape[0] > MAX_BATCH or type(x) not in _PLAIN or not x.is_contiguous():
         return None
-    dtype, plain = x.dtype, _PLAIN
+    dtype, types = x.dtype, _PLAIN
     for t in tensors:  # (dtypes are singletons: identity is their equality, and cheaper)
-        if t is not None and (t.dtype is not dtype or type(t) not in plain
+        if t is not None and (t.dtype is not dtype or type(t) not in types
                               or not t.is_contiguous()):  # fmt: skip
             return None
     if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:

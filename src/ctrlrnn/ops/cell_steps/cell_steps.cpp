@@ -81,9 +81,9 @@ std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
   TORCH_CHECK(c.size(0) == B && history.size(0) == B && history.size(2) == D &&
                   weight.size(0) == G * H && weight.size(1) == k * D,
               "qrnn_cell_step: shapes disagree");
-  auto h = at::empty({B, H}, x.options());
-  auto c_new = at::empty({B, H}, x.options());
-  auto next = at::empty({B, k - 1, D}, x.options());
+  auto h = step_output({B, H}, x);
+  auto c_new = step_output({B, H}, x);
+  auto next = step_output({B, k - 1, D}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "qrnn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
@@ -120,12 +120,15 @@ void lstm_row(const T* x, int64_t D, const T* h, const T* c, int64_t H, const at
 // (controller 1, controller 2, listener) weight_ih (4H, D), weight_hh (4H, H), bias_ih, bias_hh
 // (4H,) or none. Returns h4 and the seven new states; with `save`, also the three cells'
 // activated gates (B, 3, 4H), which the step's backward reads (cell_step_grads.cpp).
+// The weights may be strided (the Python side checks only their type): they are made contiguous
+// here, a no-op for stored parameters.
 std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList states,
-                                       at::TensorList weights,
+                                       at::TensorList stored_weights,
                                        const c10::List<c10::optional<at::Tensor>>& biases,
                                        bool sigmoid_gate, bool save) {
-  TORCH_CHECK(states.size() == 7 && weights.size() == 6 && biases.size() == 6,
+  TORCH_CHECK(states.size() == 7 && stored_weights.size() == 6 && biases.size() == 6,
               "rcrn_cell_step: expected 7 states, 6 weights and 6 biases");
+  const std::vector<at::Tensor> weights = contiguous_all(stored_weights);
   TORCH_CHECK(x.dim() == 2, "rcrn_cell_step: expected x (B, D)");
   check_operand(x, x, "x");
   const int64_t B = x.size(0), D = x.size(1), H = states[0].size(-1);
@@ -141,10 +144,13 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
                 "rcrn_cell_step: weight shapes");
   }
   std::vector<c10::optional<at::Tensor>> b(biases.begin(), biases.end());
-  for (const auto& t : b) check_optional(t, x, "bias");
+  for (auto& t : b) {
+    if (t.has_value() && t->defined()) t = t->contiguous();
+    check_optional(t, x, "bias");
+  }
   std::vector<at::Tensor> out;
-  for (int i = 0; i < 8; ++i) out.push_back(at::empty({B, H}, x.options()));
-  if (save) out.push_back(at::empty({B, 3, 4 * H}, x.options()));
+  for (int i = 0; i < 8; ++i) out.push_back(step_output({B, H}, x));
+  if (save) out.push_back(step_output({B, 3, 4 * H}, x));
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rcrn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
@@ -205,7 +211,7 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
   TORCH_CHECK((G == 2 || G == 3) && weight_ih.size(0) == G * H && weight_ih.size(1) == D &&
                   h.size(0) == B && (G == 3 || D == H),
               "carnn_cell_step: shapes disagree");
-  auto out = at::empty({B, H}, x.options());
+  auto out = step_output({B, H}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "carnn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
@@ -342,8 +348,8 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
                   (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
               "metagross_cell_step: shapes disagree");
   check_saved(saved, x, B, metagross_saved_width(N, I, H));
-  auto h = at::empty({B, H}, x.options());
-  auto last = at::empty({B, N * H}, x.options());
+  auto h = step_output({B, H}, x);
+  auto last = step_output({B, N * H}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_cell_step", [&] {
     metagross_rows<scalar_t>(x, state.data_ptr<scalar_t>(), nullptr, weight, bias, nullptr,
                              depth_weight, depth_bias, depth, H, h_form, residual,
@@ -381,7 +387,7 @@ at::Tensor metagross_printed_step(const at::Tensor& x, const at::Tensor& h,
                   (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
               "metagross_printed_step: shapes disagree");
   check_saved(saved, x, B, metagross_saved_width(N, I, H));
-  auto h_new = at::empty({B, H}, x.options());
+  auto h_new = step_output({B, H}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "metagross_printed_step", [&] {
     metagross_rows<scalar_t>(x, nullptr, h.data_ptr<scalar_t>(), weight, bias, &weight_hh,
                              depth_weight, depth_bias, depth, H, false, residual, nullptr,
@@ -433,8 +439,8 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
                   (lambda_mode != 2 || (lambda_vec.has_value() && lambda_vec->defined() &&
                                         lambda_vec->numel() == H)),
               "caslstm_cell_step: shapes disagree");
-  auto h_new = at::empty({B, H}, x.options());
-  auto c_new = at::empty({B, H}, x.options());
+  auto h_new = step_output({B, H}, x);
+  auto c_new = step_output({B, H}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "caslstm_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 
 #include "runtime/runtime.h"
 
@@ -186,6 +187,21 @@ inline void check_operand(const at::Tensor& t, const at::Tensor& like, const cha
 inline void check_optional(const c10::optional<at::Tensor>& t, const at::Tensor& like,
                     const char* name) {
   if (t.has_value() && t->defined()) check_operand(*t, like, name);
+}
+
+// A step's output of `sizes`, of like's dtype, on the CPU: made by the CPU allocator directly, as
+// at::empty's CPU kernel makes it, without at::empty's dispatch, which costs more than a small
+// step's arithmetic.
+inline at::Tensor step_output(at::IntArrayRef sizes, const at::Tensor& like) {
+  return at::Tensor(at::detail::empty_cpu(sizes, like.scalar_type()));
+}
+
+// Each tensor of `ts` contiguous (the same tensor where it already is).
+inline std::vector<at::Tensor> contiguous_all(at::TensorList ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(t.contiguous());
+  return out;
 }
 
 // An optional output buffer of `width` values a row (B rows), contiguous, of x's dtype.
