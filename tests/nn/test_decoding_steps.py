@@ -1,9 +1,9 @@
 """The cells' short steps: an RCRN cell's three RNNs as torch's cell ops
 (:mod:`ctrlrnn.nn.rcrn_step`) against the step written out from eq 1-16, values and gradients;
-a METAGROSS tree where no graph is recorded (the same kernels without the autograd node, its
-joint weight kept between steps) against the step that records one, and never stale after a
-parameter changes (:mod:`ctrlrnn.ops.derived_weights`); and short layer calls without a graph
-(RCRN, CARNN, METAGROSS) by one fused cell op per step, against the whole-sequence path."""
+a METAGROSS tree where no graph is recorded (the same kernels without the autograd node)
+against the step that records one, and never stale after a parameter changes; and short layer
+calls without a graph (RCRN, CARNN, METAGROSS) by one fused cell op per step, against the
+whole-sequence path."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from ctrlrnn import CARNN, QRNN, RCRN, Metagross, MetagrossCell, RCRNCell
 from ctrlrnn.nn import base, rcrn_step
 from ctrlrnn.nn.base import RecurrentBase
-from ctrlrnn.ops import cell_steps, derived_weights
+from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.backend import reference_forced
 
 D64 = torch.float64
@@ -85,11 +85,13 @@ def test_metagross_cell_without_a_graph_equals_the_recorded_step(depth, recurren
 
 
 def test_metagross_cell_without_a_graph_follows_its_parameters():
-    """The kept joint weight is made again after every change: an optimizer's step, a loaded
-    state dict, a parameter replaced, ``nn.init`` on one."""
+    """Without a graph, at a batch past the step op's (the tree's kernels on the weights as
+    they are), every change of a parameter is seen: an optimizer's step, a loaded state dict, a
+    parameter replaced, ``nn.init`` on one, and a write through ``.data``, which no version
+    counter records."""
     torch.manual_seed(5)
     cell = MetagrossCell(4, 4, depth=2)
-    x = torch.randn(3, 4, 4)
+    x = torch.randn(cell_steps.MAX_BATCH + 2, 4, 4)
 
     def check():
         want, _ = _steps(cell, x)
@@ -110,25 +112,10 @@ def test_metagross_cell_without_a_graph_follows_its_parameters():
     check()
     torch.nn.init.normal_(cell.unit.weight)
     check()
-
-
-def test_derived_weights_are_made_again_when_a_source_changes():
-    made = []
-    a, b = torch.randn(3), torch.randn(2)
-
-    def make():
-        made.append(1)
-        return torch.cat([a, b])
-
-    first = derived_weights.derived("test", [a, b], make)
-    assert derived_weights.derived("test", [a, b], make) is first and len(made) == 1
-    b.add_(1.0)  # an in-place write
-    second = derived_weights.derived("test", [a, b], make)
-    assert len(made) == 2 and torch.equal(second, torch.cat([a, b]))
-    b = torch.randn(2)  # another tensor in the same place
-    derived_weights.derived("test", [a, b], make)
-    assert len(made) == 3
-    assert derived_weights.derived("test", [a, None], make) is not None and len(made) == 4
+    before = check()
+    cell.unit.depth_weight.data.copy_(torch.randn_like(cell.unit.depth_weight))
+    cell.unit.weight.data.mul_(0.5)
+    assert not torch.allclose(check(), before)
 
 
 @pytest.mark.parametrize("pooling", ["f", "fo", "ifo"])
@@ -183,19 +170,14 @@ def test_qrnn_layer_without_a_graph_equals_the_recorded_call(T, bidirectional, p
         torch.testing.assert_close(got_c, want_c.detach(), rtol=1e-6, atol=1e-6)
 
 
-def test_derived_weights_of_inference_tensors_are_made_at_every_call():
-    with torch.inference_mode():
-        a = torch.randn(3)
-    made = []
-    derived_weights.derived("test-inference", [a], lambda: made.append(1) or a * 2)
-    derived_weights.derived("test-inference", [a], lambda: made.append(1) or a * 2)
-    assert len(made) == 2
+def test_metagross_cell_runs_under_inference_mode():
     with torch.inference_mode():  # a METAGROSS cell built and run there
         cell = MetagrossCell(4, 4, depth=2)
-        x = torch.randn(2, 4)
-        h, state = cell(x)
-        h2, _ = cell(x, state)
-    assert h2.shape == (2, 4)
+        for batch in (2, cell_steps.MAX_BATCH + 1):  # the step op, and the tree's kernels
+            x = torch.randn(batch, 4)
+            h, state = cell(x)
+            h2, _ = cell(x, state)
+            assert h2.shape == (batch, 4)
 
 
 #: Units whose layers run short calls without a graph by their cells' fused steps:

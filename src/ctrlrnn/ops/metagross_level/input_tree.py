@@ -18,8 +18,9 @@ Here the tree is one node, and its backward produces ``x``'s gradient once:
   that tensor, and ``dW = dY^T x`` one GEMM for all the rows.
 
 Where no graph can be recorded (decoding step by step), the same forward runs without the
-node, and the joint weight ``[W_1; ...; W_L; W_a]`` is made once and kept until a parameter
-changes (:func:`_joint_weight_cached`), so a step is the GEMM and the levels' kernels.
+node, the base maps and the depth gates' logits as two products of the weights as they are: no
+joint weight is made (it would be a copy of the weights at every call) or kept (a write through
+``p.data`` would leave a kept copy stale, unseen).
 
 The arithmetic is the per-level ops' (the same kernels), so results equal theirs to float
 rounding of the GEMMs' summation order; :mod:`tests.ops.test_metagross_input_tree` checks them
@@ -42,7 +43,6 @@ from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import _small
 from ctrlrnn.ops.compiled_op import torchscript_tracing
-from ctrlrnn.ops.derived_weights import derived
 from ctrlrnn.ops.double_backward import without_derivative
 from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
 from ctrlrnn.ops.validation import check_lengths
@@ -88,33 +88,28 @@ def _joint_weight(weight: Tensor, depth_weight: Tensor | None) -> Tensor:
     return torch.cat(parts)
 
 
-def _joint_weight_cached(weight: Tensor, depth_weight: Tensor | None) -> Tensor:
-    """:func:`_joint_weight` where no autograd graph is recorded (decoding step by step), made
-    once and kept while neither tensor changes (:func:`ctrlrnn.ops.derived_weights.derived`:
-    an in-place write or a new tensor makes it again)."""
-    return derived("metagross_joint_weight", [weight, depth_weight],
-                   lambda: _joint_weight(weight, depth_weight))
-
-
 def _levels_forward(
-    ext: Any, x: Tensor, W: Tensor, bias: Tensor | None, depth_bias: Tensor | None,
-    state: Tensor | None, lengths: Tensor | None, depth: int, hidden_size: int, h_form: bool,
-    residual: bool, graph: bool,
+    ext: Any, x: Tensor, W: Tensor, bias: Tensor | None, depth_weight: Tensor | None,
+    depth_bias: Tensor | None, state: Tensor | None, lengths: Tensor | None, depth: int,
+    hidden_size: int, h_form: bool, residual: bool, graph: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, list[dict[str, Any]], Tensor, Tensor]:  # fmt: skip
-    """The tree's forward from the joint weight ``W`` (module docstring: one GEMM, then each
-    level's kernel, eq 2-1..2-6, leaves first): ``(out, last, alpha, beta, levels, Y, g)``,
-    ``levels`` what each level's backward reads (root last), ``Y`` the joint GEMM's output and
-    ``g`` the depth gates. ``graph``: inside the autograd node, which must not hold views of
-    its own outputs (below); elsewhere the gates' slices are passed as they are."""
+    """The tree's forward from the weight ``W`` (module docstring: one GEMM, then each level's
+    kernel, eq 2-1..2-6, leaves first): ``(out, last, alpha, beta, levels, Y, g)``, ``levels``
+    what each level's backward reads (root last), ``Y`` the GEMM's output and ``g`` the depth
+    gates. ``W`` is the joint weight, whose rows hold the depth gates' (``depth_weight``
+    None), or the base maps' alone, the depth gates' logits then a product of their own with
+    ``depth_weight``. ``graph``: inside the autograd node, which must not hold views of its
+    own outputs (below); elsewhere the gates' slices are passed as they are."""
     B, T, _ = x.shape
     H, L = hidden_size, depth
     I = tree_nodes(L - 1)  # internal nodes: one alpha and one beta each
     rows = 3 * H * tree_nodes(L)
-    # (B, T, 3NH [+ 2I + pad]): every W x_t, the logits; a small product outside the node
-    # takes F.linear, as ops.cached_linear does
+    # (B, T, 3NH [+ 2I + pad]): every W x_t, and in the node the logits; a small product
+    # outside the node takes F.linear, as ops.cached_linear does
     Y = F.linear(x, W) if not graph and _small(x, W) else ext.cached_linear(x, W, None)
     if I > 0:
-        logits = Y[..., rows : rows + 2 * I]
+        logits = Y[..., rows : rows + 2 * I] if depth_weight is None else (
+            F.linear(x, depth_weight))  # fmt: skip
         g = torch.sigmoid(logits if depth_bias is None else logits + depth_bias)
     else:
         g = x.new_zeros(B, T, 0)
@@ -165,8 +160,8 @@ class _InputTree(torch.autograd.Function):
         assert ext is not None
         W = _joint_weight(weight, depth_weight)
         child, last, alpha, beta, levels, Y, g = _levels_forward(
-            ext, x, W, bias, depth_bias, state, lengths, depth, hidden_size, h_form, residual,
-            graph=True,
+            ext, x, W, bias, None, depth_bias, state, lengths, depth, hidden_size, h_form,
+            residual, graph=True,
         )  # fmt: skip
         ctx.levels = levels[::-1]  # root first, the order of the backward
         ctx.W, ctx.Y, ctx.g = W, Y, g  # intermediates
@@ -298,12 +293,13 @@ def input_tree(
     if lengths is not None:
         lengths = check_lengths(lengths, x.shape[0], x.shape[1], allow_zero=True)
     if not _records_graph(x, weight, bias, depth_weight, depth_bias, state):
-        # no node to build (decoding): the same kernels, the joint weight made once
+        # no node to build (decoding): the same kernels, the base maps and the depth gates'
+        # logits two products (no joint weight to make at every call, none to keep)
         ext = backend.kernel_for("metagross", x.device)
         assert ext is not None
         out, last, alpha, beta, _, _, _ = _levels_forward(
-            ext, x.contiguous(), _joint_weight_cached(weight, depth_weight), bias, depth_bias,
-            state, lengths, depth, hidden_size, bool(h_form), bool(residual), graph=False,
+            ext, x.contiguous(), weight, bias, depth_weight, depth_bias, state, lengths, depth,
+            hidden_size, bool(h_form), bool(residual), graph=False,
         )  # fmt: skip
         return out, last, alpha, beta
     out, last, alpha, beta = _InputTree.apply(
