@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctrlrnn import RCRN, Metagross, MetagrossCell, RCRNCell
+from ctrlrnn import RCRN, CASLSTMCell, Metagross, MetagrossCell, RCRNCell
 from ctrlrnn.nn import base, metagross_unit
 from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops.backend import reference_forced
@@ -259,3 +259,54 @@ def test_rcrn_cell_steps_name_a_weight_of_another_dtype():
     cell.listener.weight_hh.data = cell.listener.weight_hh.data.double()
     with torch.no_grad(), pytest.raises(RuntimeError, match="dtype"):
         cell(torch.randn(1, 3))
+
+
+CAS_CELLS = {
+    "first layer": dict(vertical=False),
+    "plain sum": dict(lambda_=None),
+    "constant lambda": dict(lambda_=0.3),
+    "vector lambda": dict(lambda_=[0.1, 0.5, 0.7, 0.9]),
+    "trainable lambda": dict(lambda_="trainable"),
+    "peepholes": dict(peephole=True),
+    "peepholes, trainable lambda": dict(peephole=True, lambda_="trainable"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CAS_CELLS))
+@pytest.mark.parametrize("batched", [True, False])
+def test_cas_lstm_cell_with_grad_equals_the_written_out_step(kind, batched):
+    torch.manual_seed(18)
+    cell = CASLSTMCell(5, 4, **CAS_CELLS[kind]).to(D64)
+    shape = (3,) if batched else ()
+    xs = [torch.randn(*shape, 5, dtype=D64, requires_grad=True) for _ in range(3)]
+    lows = [torch.randn(*shape, 4, dtype=D64, requires_grad=True) for _ in range(3)]
+    state = tuple(torch.randn(*shape, 4, dtype=D64, requires_grad=True) for _ in range(2))
+    vertical = cell.weights.vertical
+
+    def run(written: bool):
+        outs, st = [], state
+        for x, low in zip(xs, lows, strict=True):
+            if written:
+                xb, sb = (x, st) if batched else (x[None], tuple(s[None] for s in st))
+                lb = (low if batched else low[None]) if vertical else None
+                lam = cell.lambda_value() if vertical else None
+                h, c = cell._written_out_step(xb, *sb, lb, lam)
+                h, c = (h, c) if batched else (h[0], c[0])
+                st = (h, c)
+            else:
+                h, st = cell(x, low if vertical else None, st)
+            outs.append(h)
+        return [*outs, *st]
+
+    got = run(written=False)
+    assert got[0].grad_fn is not None
+    if batched and not reference_forced():  # (unbatched, the output is a view of the node's)
+        assert type(got[0].grad_fn).__name__ == "_CASLSTMStepBackward"
+    want = run(written=True)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    wrt = [*xs, *state, *cell.parameters()] + (lows if vertical else [])
+    loss = [sum((t * (i + 1)).sum() for i, t in enumerate(r)) for r in (got, want)]
+    for a, b in zip(torch.autograd.grad(loss[0], wrt), torch.autograd.grad(loss[1], wrt),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

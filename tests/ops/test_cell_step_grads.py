@@ -13,6 +13,7 @@ import torch  # noqa: E402
 
 from ctrlrnn.ops import backend, cell_step_grads  # noqa: E402
 from ctrlrnn.ops.cell_step_grads.reference import (  # noqa: E402
+    caslstm_step_backward_ref,
     metagross_step_backward_ref,
     rcrn_cell_step_backward_ref,
 )
@@ -167,3 +168,35 @@ def test_metagross_steps_refuse_a_saved_buffer_of_the_wrong_shape() -> None:
     args = [v for k, v in ops.items() if k != "weight_hh"]
     with pytest.raises(RuntimeError, match=r"saved: expected \(2, 50\)"):
         ext.metagross_cell_step(*args, 2, True, True, torch.empty(2, 49))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("vertical,mode,peephole", [(False, 0, False), (True, 0, False),
+                                                    (True, 1, False), (True, 2, False),
+                                                    (True, 0, True), (True, 2, True)])
+@pytest.mark.parametrize("batch,bias", [(1, True), (3, False), (0, True)])
+@pytest.mark.parametrize("given", ["both", "h only", "c only"])
+def test_caslstm_step_backward_equals_its_reference(dtype, vertical, mode, peephole, batch,
+                                                    bias, given) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(mode + 3 * batch)
+    D, H = 7, 9
+    G, G_hh = (5 if vertical else 4), (4 if peephole else (5 if vertical else 4))
+    args = (_rnd(g, dtype, batch, D), _rnd(g, dtype, batch, H), _rnd(g, dtype, batch, H),
+            _rnd(g, dtype, batch, H) if vertical else None, _rnd(g, dtype, G * H, D),
+            _rnd(g, dtype, G_hh * H, H), _rnd(g, dtype, G * H) if bias else None,
+            torch.rand(H, generator=g, dtype=dtype) if mode == 2 else None,
+            0.3 if mode == 1 else 0.0, mode, _rnd(g, dtype, 2, H) if peephole else None)
+    saved = torch.full((batch, G * H), float("nan"), dtype=dtype)
+    h_new, c_new = ext.caslstm_cell_step(*args, saved)
+    plain = ext.caslstm_cell_step(*args)
+    assert torch.equal(h_new, plain[0]) and torch.equal(c_new, plain[1])
+    assert not saved.isnan().any()
+    grad_h = _rnd(g, dtype, batch, H) if given != "c only" else None
+    grad_c = _rnd(g, dtype, batch, H) if given != "h only" else None
+    no_bias = tuple(a for k, a in enumerate(args) if k != 6)
+    got = ext.caslstm_step_backward(grad_h, grad_c, *no_bias, c_new, saved)
+    want = caslstm_step_backward_ref(grad_h, grad_c, *args)
+    assert len(got) == len(want) == 9
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, **TOL[dtype])

@@ -46,7 +46,7 @@ from ctrlrnn.nn.initialization import factory_arguments
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight
-from ctrlrnn.ops import cell_steps, cells_ref
+from ctrlrnn.ops import cell_step_grads, cell_steps, cells_ref
 from ctrlrnn.ops.cached_linear import cached_linear, cached_linear_each
 from ctrlrnn.ops.fused_cells import (
     cas_lstm_sequence,
@@ -270,8 +270,15 @@ class CASLSTMCell(Traceable, nn.Module):
                 raise ValueError(f"lower_c: expected shape {(B, H)}, got {tuple(low.shape)}")
             lam = self.lambda_value()
         vec, value, mode = lambda_operands(lam)
-        ext = cell_steps.kernels(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, vec, w.peephole)
-        if ext is not None:  # the whole step as one op (caslstm_cell_step_ref its twin)
+        operands = (x, h, c, low, w.weight_ih, w.weight_hh, w.bias, vec, w.peephole)
+        ext = cell_steps.kernels(*operands, graph=True)
+        if ext is not None and torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in operands):  # fmt: skip
+            # the whole step as one autograd node (ops/cell_step_grads)
+            h, c = cell_step_grads.caslstm_step_train(ext, x, h, c, low, w.weight_ih,
+                                                      w.weight_hh, w.bias, vec, value, mode,
+                                                      w.peephole)  # fmt: skip
+        elif ext is not None:  # the whole step as one op (caslstm_cell_step_ref its twin)
             h, c = ext.caslstm_cell_step(x, h, c, low, w.weight_ih, w.weight_hh, w.bias, vec,
                                          value, mode, w.peephole)
         else:

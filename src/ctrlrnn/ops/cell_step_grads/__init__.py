@@ -6,7 +6,9 @@
   ``save``; ``rcrn_cell_step_backward``);
 * :func:`metagross_step_train`: METAGROSS paper eq 2-1..2-6 with a linear base and token depth
   gates, or as printed in section 2 (``metagross_cell_step`` or ``metagross_printed_step`` with
-  ``saved``; ``metagross_step_backward``).
+  ``saved``; ``metagross_step_backward``);
+* :func:`caslstm_step_train`: CAS-LSTM paper eq 1-6 (the first layer) or eq 7-13 and 17 (above
+  it) (``caslstm_cell_step`` with ``saved``; ``caslstm_step_backward``).
 
 A short call that trains (a few tokens at batch 1 to 4) through the whole-sequence path pays a
 fixed cost per call (the stacked recurrences, their projections and their autograd nodes) many
@@ -27,12 +29,14 @@ from torch import Tensor
 
 from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.cell_step_grads.reference import (
+    caslstm_step_backward_ref,
     metagross_step_backward_ref,
     rcrn_cell_step_backward_ref,
 )
 from ctrlrnn.ops.double_backward import without_derivative
 
-__all__ = ["kernels", "metagross_step_backward_ref", "metagross_step_train",
+__all__ = ["caslstm_step_backward_ref", "caslstm_step_train", "kernels",
+           "metagross_step_backward_ref", "metagross_step_train",
            "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
 
 
@@ -135,3 +139,49 @@ def metagross_step_train(
     h, last = _MetagrossStep.apply(ext, int(depth), bool(h_form), bool(residual), x, state,
                                    weight, bias, weight_hh, depth_weight, depth_bias)
     return [h] if last is None else [h, last]
+
+
+class _CASLSTMStep(torch.autograd.Function):
+    """``(x, h, c, lower_c, weight_ih, weight_hh, bias, lambda_vec, peephole) -> (h', c')``."""
+
+    @staticmethod
+    def forward(ctx: Any, ext: Any, lambda_value: float, lambda_mode: int,  # type: ignore[override]
+                x: Tensor, h: Tensor, c: Tensor, lower_c: Tensor | None, weight_ih: Tensor,
+                weight_hh: Tensor, bias: Tensor | None, lambda_vec: Tensor | None,
+                peephole: Tensor | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+        saved = x.new_empty(x.shape[0], weight_ih.shape[0])
+        h_new, c_new = ext.caslstm_cell_step(x, h, c, lower_c, weight_ih, weight_hh, bias,
+                                             lambda_vec, lambda_value, lambda_mode, peephole,
+                                             saved)  # fmt: skip
+        ctx.ext, ctx.lam = ext, (lambda_value, lambda_mode)
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, h, c, lower_c, weight_ih, weight_hh, lambda_vec, peephole,
+                              c_new, saved)  # fmt: skip
+        ctx.set_materialize_grads(False)
+        return h_new, c_new
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: Tensor | None, grad_c: Tensor | None  # type: ignore[override]
+                 ) -> tuple[Tensor | None, ...]:  # fmt: skip
+        x, h, c, low, w_ih, w_hh, vec, peep, c_new, saved = ctx.saved_tensors
+        with torch.no_grad():
+            got = ctx.ext.caslstm_step_backward(grad_h, grad_c, x, h, c, low, w_ih, w_hh, vec,
+                                                *ctx.lam, peep, c_new, saved)  # fmt: skip
+        given = (True, True, True, low is not None, True, True, ctx.has_bias, vec is not None,
+                 peep is not None)  # fmt: skip
+        out = tuple(g if k else None for g, k in zip(got, given, strict=True))
+        if torch.is_grad_enabled():  # create_graph=True
+            out = without_derivative(out, "caslstm_step_backward", "CASLSTMCell")
+        return (None, None, None, *out)
+
+
+def caslstm_step_train(
+    ext: Any, x: Tensor, h: Tensor, c: Tensor, lower_c: Tensor | None, weight_ih: Tensor,
+    weight_hh: Tensor, bias: Tensor | None, lambda_vec: Tensor | None, lambda_value: float,
+    lambda_mode: int, peephole: Tensor | None,
+) -> list[Tensor]:  # fmt: skip
+    """``[h', c']`` of one CAS-LSTM step, as
+    :func:`~ctrlrnn.ops.cell_steps.reference.caslstm_cell_step_ref` with its arguments, one
+    autograd node; ``ext`` is what :func:`kernels` gave for these operands."""
+    return list(_CASLSTMStep.apply(ext, float(lambda_value), int(lambda_mode), x, h, c, lower_c,
+                                   weight_ih, weight_hh, bias, lambda_vec, peephole))

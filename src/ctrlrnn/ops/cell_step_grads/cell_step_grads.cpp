@@ -9,7 +9,9 @@
 //   with save, which keeps the three cells' activated gates);
 // * metagross_step_backward: METAGROSS paper eq 2-1..2-6 with a linear base and token depth
 //   gates, and the same as printed (section 2, gates from h_{t-1}); the forward is
-//   metagross_cell_step or metagross_printed_step with `saved`.
+//   metagross_cell_step or metagross_printed_step with `saved`;
+// * caslstm_step_backward: CAS-LSTM paper eq 1-6 (the first layer) or 7-13 and 17 (above it);
+//   the forward is caslstm_cell_step with `saved`.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -337,6 +339,110 @@ std::vector<at::Tensor> metagross_step_backward(
   return {dx, dstate, dweight, dbias, dweight_hh, ddw, ddb};
 }
 
+// ---------------------------------------------------------------------------------------------
+// CAS-LSTM (eq 1-6, or 7-13 and 17), backward of one step at one row: from dh and dc of the new
+// state (dh_in, dc_in), the activated gates `a` (G*H: i, f, c~, o, and g above the first layer)
+// and the new cell, writes the pre-activation gradients dp (G*H) and the previous c's; above
+// the first layer also the lower cell's (dlow), and adds eq 12's lambda's (dlam, mode 2) and
+// the peepholes' (dpeep, eq 17).
+template <typename M, typename T>
+void caslstm_row_backward(const T* a, const T* c_prev, const T* low, const T* c_new,
+                          const T* dh_in, const T* dc_in, int64_t H, int64_t lambda_mode,
+                          T lambda_value, const T* lam, const T* peep, T* dp, T* dc_prev,
+                          T* dlow, T* dlam, T* dpeep) {
+  const T *ig = a, *fg = a + H, *ct = a + 2 * H, *og = a + 3 * H, *gg = a + 4 * H;
+  for (int64_t i = 0; i < H; ++i) {
+    const T tc = M::tanh(c_new[i]);
+    const T dc = dc_in[i] + dh_in[i] * og[i] * (T(1) - tc * tc);  // eq 6, 13
+    const T l = !low || lambda_mode == 0 ? T(1) : (lam ? lam[i] : lambda_value);
+    const T sf = !low || lambda_mode == 0 ? T(1) : T(1) - l;
+    dp[i] = dc * ct[i] * ig[i] * (T(1) - ig[i]);  // eq 5, 12: c' = i c~ + sf f c (+ l g low)
+    dp[H + i] = dc * sf * c_prev[i] * fg[i] * (T(1) - fg[i]);
+    dp[2 * H + i] = dc * ig[i] * (T(1) - ct[i] * ct[i]);
+    dp[3 * H + i] = dh_in[i] * tc * og[i] * (T(1) - og[i]);
+    dc_prev[i] = dc * sf * fg[i];
+    if (!low) continue;
+    const T dpg = dc * l * low[i] * gg[i] * (T(1) - gg[i]);
+    dp[4 * H + i] = dpg;
+    dlow[i] = dc * l * gg[i];
+    if (dlam) dlam[i] += dc * (gg[i] * low[i] - fg[i] * c_prev[i]);
+    if (peep) {  // eq 17: g reads both cells through its peepholes
+      dc_prev[i] += dpg * peep[i];
+      dlow[i] += dpg * peep[H + i];
+      dpeep[i] += dpg * c_prev[i];
+      dpeep[H + i] += dpg * low[i];
+    }
+  }
+}
+
+// CAS-LSTM, backward of one step (caslstm_cell_step with `saved`, its operands as there). grad_h
+// and grad_c the gradients of the new h and c, or none. Returns dx, dh, dc, dlower_c, dweight_ih,
+// dweight_hh, dbias (always: the caller keeps it where the step had a bias), dlambda_vec and
+// dpeephole (empty where absent).
+std::vector<at::Tensor> caslstm_step_backward(
+    const c10::optional<at::Tensor>& grad_h, const c10::optional<at::Tensor>& grad_c,
+    const at::Tensor& x, const at::Tensor& h, const at::Tensor& c,
+    const c10::optional<at::Tensor>& lower_c, const at::Tensor& weight_ih,
+    const at::Tensor& weight_hh, const c10::optional<at::Tensor>& lambda_vec,
+    double lambda_value, int64_t lambda_mode, const c10::optional<at::Tensor>& peephole,
+    const at::Tensor& c_new, const at::Tensor& saved) {
+  for (auto [t, name] : {std::pair{&x, "x"}, {&h, "h"}, {&c, "c"}, {&weight_ih, "weight_ih"},
+                         {&weight_hh, "weight_hh"}, {&c_new, "c_new"}, {&saved, "saved"}}) {
+    check_operand(*t, x, name);
+  }
+  check_optional(lower_c, x, "lower_c");
+  check_optional(lambda_vec, x, "lambda_vec");
+  check_optional(peephole, x, "peephole");
+  const bool vertical = lower_c.has_value() && lower_c->defined();
+  const bool peep = peephole.has_value() && peephole->defined();
+  const bool vec = lambda_mode == 2 && lambda_vec.has_value() && lambda_vec->defined();
+  const int64_t B = x.size(0), D = x.size(1), H = h.size(1);
+  const int64_t G = vertical ? 5 : 4, G_hh = peep ? 4 : G;
+  TORCH_CHECK(x.dim() == 2 && saved.dim() == 2 && saved.size(0) == B && saved.size(1) == G * H &&
+                  weight_ih.size(0) == G * H && weight_hh.size(0) == G_hh * H &&
+                  (lambda_mode != 2 || vec),
+              "caslstm_step_backward: shapes disagree");
+  const auto opts = x.options();
+  const at::Tensor gh = grad_h.has_value() && grad_h->defined() ? grad_h->contiguous()
+                                                                 : at::zeros({B, H}, opts);
+  const at::Tensor gc = grad_c.has_value() && grad_c->defined() ? grad_c->contiguous()
+                                                                 : at::zeros({B, H}, opts);
+  at::Tensor dx = at::zeros({B, D}, opts), dh = at::empty({B, H}, opts);
+  at::Tensor dc = at::empty({B, H}, opts);
+  at::Tensor dlow = vertical ? at::empty({B, H}, opts) : at::empty({0}, opts);
+  at::Tensor dw_ih = at::zeros_like(weight_ih), dw_hh = at::zeros_like(weight_hh);
+  at::Tensor dbias = at::zeros({G * H}, opts);
+  at::Tensor dlam = vec ? at::zeros_like(*lambda_vec) : at::empty({0}, opts);
+  at::Tensor dpeep = peep ? at::zeros_like(*peephole) : at::empty({0}, opts);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "caslstm_step_backward", [&] {
+    using T = scalar_t;
+    with_activations<T>([&](auto m) {
+      using M = decltype(m);
+      T* dp = scratch<T>(G * H);
+      for (int64_t r = 0; r < B; ++r) {
+        const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+        caslstm_row_backward<M, T>(
+            saved.data_ptr<T>() + r * G * H, c.data_ptr<T>() + r * H,
+            vertical ? lower_c->data_ptr<T>() + r * H : nullptr, c_new.data_ptr<T>() + r * H,
+            gh.data_ptr<T>() + r * H, gc.data_ptr<T>() + r * H, H, lambda_mode,
+            static_cast<T>(lambda_value), vec ? lambda_vec->data_ptr<T>() : nullptr,
+            peep ? peephole->data_ptr<T>() : nullptr, dp, dc.data_ptr<T>() + r * H,
+            vertical ? dlow.data_ptr<T>() + r * H : nullptr, vec ? dlam.data_ptr<T>() : nullptr,
+            peep ? dpeep.data_ptr<T>() : nullptr);
+        gemv_transposed<T>(weight_ih.data_ptr<T>(), dp, G * H, D, dx.data_ptr<T>() + r * D,
+                           true);
+        gemv_transposed<T>(weight_hh.data_ptr<T>(), dp, G_hh * H, H, dh.data_ptr<T>() + r * H,
+                           false);
+        outer<T>(dp, xr, G * H, D, dw_ih.data_ptr<T>(), true);
+        outer<T>(dp, hr, G_hh * H, H, dw_hh.data_ptr<T>(), true);
+        T* db = dbias.data_ptr<T>();
+        for (int64_t n = 0; n < G * H; ++n) db[n] += dp[n];
+      }
+    });
+  });
+  return {dx, dh, dc, dlow, dw_ih, dw_hh, dbias, dlam, dpeep};
+}
+
 }  // namespace
 
 namespace ctrlrnn {
@@ -352,6 +458,12 @@ void register_cell_step_grads(torch::Library& m) {
   m.def("metagross_step_backward(Tensor? grad_h, Tensor? grad_last, Tensor x, Tensor state, "
         "Tensor weight, Tensor? bias, Tensor? weight_hh, Tensor? depth_weight, Tensor saved, "
         "int depth, bool h_form, bool residual) -> Tensor[]", &metagross_step_backward);
+  // CAS-LSTM eq 1-6, or 7-13 and 17: returns dx, dh, dc, dlower_c, dweight_ih, dweight_hh,
+  // dbias, dlambda_vec, dpeephole
+  m.def("caslstm_step_backward(Tensor? grad_h, Tensor? grad_c, Tensor x, Tensor h, Tensor c, "
+        "Tensor? lower_c, Tensor weight_ih, Tensor weight_hh, Tensor? lambda_vec, "
+        "float lambda_value, int lambda_mode, Tensor? peephole, Tensor c_new, Tensor saved) -> "
+        "Tensor[]", &caslstm_step_backward);
 }
 
 }  // namespace ctrlrnn

@@ -8,6 +8,9 @@ argument order. The tests hold each op to its reference here.
   base, token depth gates), one step of the whole tree
   (:func:`~ctrlrnn.ops.cell_steps.reference.metagross_cell_step_ref`), or as printed in
   section 2 (:func:`~ctrlrnn.ops.cell_steps.reference.metagross_printed_step_ref`).
+* :func:`caslstm_step_backward_ref`: the gradients of CAS-LSTM paper eq 1-6 (the first layer)
+  or eq 7-13 and 17 (above it), one step
+  (:func:`~ctrlrnn.ops.cell_steps.reference.caslstm_cell_step_ref`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cell_steps.reference import (
+    caslstm_cell_step_ref,
     metagross_cell_step_ref,
     metagross_printed_step_ref,
     rcrn_cell_step_ref,
 )
 
-__all__ = ["metagross_step_backward_ref", "rcrn_cell_step_backward_ref"]
+__all__ = ["caslstm_step_backward_ref", "metagross_step_backward_ref",
+           "rcrn_cell_step_backward_ref"]
 
 
 def rcrn_cell_step_backward_ref(
@@ -80,3 +85,31 @@ def metagross_step_backward_ref(
                if pairs else [None] * len(wanted))  # fmt: skip
     grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
     return [x.new_zeros(0) if t is None else grads[id(t)] for t in (xl, sl, wl, b, u, dw, db)]
+
+
+def caslstm_step_backward_ref(
+    grad_h: Tensor | None, grad_c: Tensor | None, x: Tensor, h: Tensor, c: Tensor,
+    lower_c: Tensor | None, weight_ih: Tensor, weight_hh: Tensor, bias: Tensor | None,
+    lambda_vec: Tensor | None, lambda_value: float, lambda_mode: int, peephole: Tensor | None,
+) -> list[Tensor]:  # fmt: skip
+    """``[dx, dh, dc, dlower_c, dweight_ih, dweight_hh, dbias, dlambda_vec, dpeephole]`` of one
+    CAS-LSTM step given the gradients of its new ``h`` and ``c`` (None for none); an absent
+    bias's gradient is that of a zero one, ``(0,)`` for the other absent tensors."""
+    def leaf(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.detach().requires_grad_(True)
+
+    with torch.enable_grad():
+        b = leaf(x.new_zeros(weight_ih.shape[0]) if bias is None else bias)
+        given = [leaf(t) for t in (x, h, c, lower_c, weight_ih, weight_hh)]
+        vec, peep = leaf(lambda_vec), leaf(peephole)
+        xl, hl, cl, low, w_ih, w_hh = given
+        outs = caslstm_cell_step_ref(xl, hl, cl, low, w_ih, w_hh, b, vec, lambda_value,
+                                     lambda_mode, peep)  # fmt: skip
+        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_c)) if g is not None]
+        order = [xl, hl, cl, low, w_ih, w_hh, b, vec, peep]
+        wanted = [t for t in order if t is not None]
+        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                   allow_unused=True)
+               if pairs else [None] * len(wanted))  # fmt: skip
+    grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
+    return [x.new_zeros(0) if t is None else grads[id(t)] for t in order]

@@ -412,7 +412,8 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
                                           const c10::optional<at::Tensor>& bias,
                                           const c10::optional<at::Tensor>& lambda_vec,
                                           double lambda_value, int64_t lambda_mode,
-                                          const c10::optional<at::Tensor>& peephole) {
+                                          const c10::optional<at::Tensor>& peephole,
+                                          const c10::optional<at::Tensor>& saved) {
   TORCH_CHECK(x.dim() == 2 && h.dim() == 2 && c.dim() == 2 && weight_ih.dim() == 2 &&
                   weight_hh.dim() == 2,
               "caslstm_cell_step: expected x (B, D), h and c (B, H), 2-D weights");
@@ -439,13 +440,15 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
                   (lambda_mode != 2 || (lambda_vec.has_value() && lambda_vec->defined() &&
                                         lambda_vec->numel() == H)),
               "caslstm_cell_step: shapes disagree");
+  check_saved(saved, x, B, G * H);
   auto h_new = step_output({B, H}, x);
   auto c_new = step_output({B, H}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "caslstm_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
       using M = decltype(m);
-      T* p = scratch<T>(G * H);
+      T* const work = scratch<T>(G * H);
+      T* const keep = saved_data<T>(saved);
       const T* bp = data_or_null<T>(bias);
       const T* lam = lambda_mode == 2 ? lambda_vec->data_ptr<T>() : nullptr;
       const T* pp = peep ? peephole->data_ptr<T>() : nullptr;
@@ -453,6 +456,7 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
         const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
         const T* cr = c.data_ptr<T>() + r * H;
         const T* low = vertical ? lower_c->data_ptr<T>() + r * H : nullptr;
+        T* p = keep ? keep + r * G * H : work;  // the activated gates, kept for the backward
         gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
         if (bp) {
           for (int64_t n = 0; n < G * H; ++n) p[n] += bp[n];  // x_proj = W x + b
@@ -508,10 +512,12 @@ void register_cell_steps(torch::Library& m) {
   m.def("metagross_printed_step(Tensor x, Tensor h, Tensor weight, Tensor? bias, "
         "Tensor weight_hh, Tensor? depth_weight, Tensor? depth_bias, int depth, "
         "bool residual, Tensor(a!)? saved=None) -> Tensor", &metagross_printed_step);
-  // CAS-LSTM eq 1-6 (no lower_c) or 7-13 and 17: returns h and c
+  // CAS-LSTM eq 1-6 (no lower_c) or 7-13 and 17: returns h and c; `saved` (B, G*H) receives
+  // the activated gates
   m.def("caslstm_cell_step(Tensor x, Tensor h, Tensor c, Tensor? lower_c, Tensor weight_ih, "
         "Tensor weight_hh, Tensor? bias, Tensor? lambda_vec, float lambda_value, "
-        "int lambda_mode, Tensor? peephole) -> Tensor[]", &caslstm_cell_step);
+        "int lambda_mode, Tensor? peephole, Tensor(a!)? saved=None) -> Tensor[]",
+        &caslstm_cell_step);
 }
 
 }  // namespace ctrlrnn
