@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctrlrnn import RCRN, CASLSTMCell, Metagross, MetagrossCell, RCRNCell
+from ctrlrnn import RCRN, CARNNCell, CASLSTMCell, Metagross, MetagrossCell, RCRNCell
 from ctrlrnn.nn import base, metagross_unit
+from ctrlrnn.nn import carnn as carnn_module
 from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops.backend import reference_forced
 
@@ -306,6 +307,39 @@ def test_cas_lstm_cell_with_grad_equals_the_written_out_step(kind, batched):
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     wrt = [*xs, *state, *cell.parameters()] + (lows if vertical else [])
+    loss = [sum((t * (i + 1)).sum() for i, t in enumerate(r)) for r in (got, want)]
+    for a, b in zip(torch.autograd.grad(loss[0], wrt), torch.autograd.grad(loss[1], wrt),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["n", "i", "s"])
+@pytest.mark.parametrize("context", [True, False])
+@pytest.mark.parametrize("batched", [True, False])
+def test_carnn_cell_with_grad_equals_the_written_out_step(variant, context, batched):
+    torch.manual_seed(19)
+    cell = CARNNCell(5 if variant != "s" else 4, 4, 3 if context else None, variant).to(D64)
+    shape = (3,) if batched else ()
+    xs = [torch.randn(*shape, cell.input_size, dtype=D64, requires_grad=True) for _ in range(3)]
+    ctx = torch.randn(*shape, 3, dtype=D64, requires_grad=True) if context else None
+    h0 = torch.randn(*shape, 4, dtype=D64, requires_grad=True)
+
+    def run():
+        outs, h = [], h0
+        for x in xs:
+            h = cell(x, ctx, h)
+            outs.append(h)
+        return outs
+
+    got = run()
+    if batched and not reference_forced():
+        assert type(got[0].grad_fn).__name__ == "_CARNNStepBackward"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(carnn_module.cell_steps, "kernels", lambda *a, **k: None)
+        want = run()
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    wrt = [*xs, h0, *cell.parameters()] + ([ctx] if context else [])
     loss = [sum((t * (i + 1)).sum() for i, t in enumerate(r)) for r in (got, want)]
     for a, b in zip(torch.autograd.grad(loss[0], wrt), torch.autograd.grad(loss[1], wrt),
                     strict=True):  # fmt: skip

@@ -13,6 +13,7 @@ import torch  # noqa: E402
 
 from ctrlrnn.ops import backend, cell_step_grads  # noqa: E402
 from ctrlrnn.ops.cell_step_grads.reference import (  # noqa: E402
+    carnn_step_backward_ref,
     caslstm_step_backward_ref,
     metagross_step_backward_ref,
     rcrn_cell_step_backward_ref,
@@ -197,6 +198,34 @@ def test_caslstm_step_backward_equals_its_reference(dtype, vertical, mode, peeph
     got = ext.caslstm_step_backward(grad_h, grad_c, *no_bias, c_new, saved)
     want = caslstm_step_backward_ref(grad_h, grad_c, *args)
     assert len(got) == len(want) == 9
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("variant", ["n", "i", "s"])
+@pytest.mark.parametrize("context,bias,batch", [(True, True, 1), (False, False, 3),
+                                                (True, False, 4), (True, True, 0)])
+@pytest.mark.parametrize("given", [True, False])
+def test_carnn_step_backward_equals_its_reference(dtype, variant, context, bias, batch,
+                                                  given) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(batch + 5 * len(variant))
+    H, C = 6, 5
+    D = H if variant == "s" else 7
+    G = 2 if variant == "s" else 3
+    args = (_rnd(g, dtype, batch, D), _rnd(g, dtype, batch, H), _rnd(g, dtype, G * H, D),
+            _rnd(g, dtype, G * H) if bias else None, _rnd(g, dtype, batch, C) if context else None,
+            _rnd(g, dtype, 2 * H, C) if context else None,
+            _rnd(g, dtype, 2 * H, H) if variant == "n" else None)
+    saved = torch.full((batch, G * H), float("nan"), dtype=dtype)
+    h_new = ext.carnn_cell_step(*args, saved)
+    assert torch.equal(h_new, ext.carnn_cell_step(*args)) and not saved.isnan().any()
+    grad_h = _rnd(g, dtype, batch, H) if given else None
+    no_bias = tuple(a for k, a in enumerate(args) if k != 3)
+    got = ext.carnn_step_backward(grad_h, *no_bias, saved)
+    want = carnn_step_backward_ref(grad_h, *args)
+    assert len(got) == len(want) == 7
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, **TOL[dtype])

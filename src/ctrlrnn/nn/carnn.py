@@ -35,7 +35,7 @@ from ctrlrnn.nn.parameter_lookup import parameters
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.torchscript import Traceable
 from ctrlrnn.nn.weight_drop import check_weight_drop, drop_weight, refuse_weight_drop
-from ctrlrnn.ops import cell_steps
+from ctrlrnn.ops import cell_step_grads, cell_steps
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.fused_cells import ncarnn_sequences
 from ctrlrnn.ops.linear_scan import linear_scan
@@ -160,9 +160,14 @@ class CARNNCell(Traceable, nn.Module):
                 raise ValueError(f"h: expected shape {(B, H)}, got {tuple(h.shape)}")
         w_ih, b_ih, w_ch, w_hh = parameters(self, "weight_ih", "bias_ih", "weight_ch",
                                             "weight_hh")
-        ext = cell_steps.kernels(x, h, w_ih, b_ih, context, w_ch, w_hh)
-        if ext is not None:  # the whole step as one op (carnn_cell_step_ref its twin)
-            h_new = ext.carnn_cell_step(x, h, w_ih, b_ih, context, w_ch, w_hh)
+        operands = (x, h, w_ih, b_ih, context, w_ch, w_hh)
+        ext = cell_steps.kernels(*operands, graph=True)
+        if ext is not None:  # the whole step as one op (carnn_cell_step_ref its twin) ...
+            if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                               for t in operands):  # fmt: skip
+                h_new = cell_step_grads.carnn_step_train(ext, *operands)  # ... or node
+            else:
+                h_new = ext.carnn_cell_step(*operands)
             return h_new[0] if unbatched else h_new
         proj = self.input_projection(x)
         pre = proj[:, : 2 * H]

@@ -8,7 +8,9 @@
   gates, or as printed in section 2 (``metagross_cell_step`` or ``metagross_printed_step`` with
   ``saved``; ``metagross_step_backward``);
 * :func:`caslstm_step_train`: CAS-LSTM paper eq 1-6 (the first layer) or eq 7-13 and 17 (above
-  it) (``caslstm_cell_step`` with ``saved``; ``caslstm_step_backward``).
+  it) (``caslstm_cell_step`` with ``saved``; ``caslstm_step_backward``);
+* :func:`carnn_step_train`: CARNN paper eq 3, 5 or 6 (``carnn_cell_step`` with ``saved``;
+  ``carnn_step_backward``).
 
 A short call that trains (a few tokens at batch 1 to 4) through the whole-sequence path pays a
 fixed cost per call (the stacked recurrences, their projections and their autograd nodes) many
@@ -29,13 +31,15 @@ from torch import Tensor
 
 from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.cell_step_grads.reference import (
+    carnn_step_backward_ref,
     caslstm_step_backward_ref,
     metagross_step_backward_ref,
     rcrn_cell_step_backward_ref,
 )
 from ctrlrnn.ops.double_backward import without_derivative
 
-__all__ = ["caslstm_step_backward_ref", "caslstm_step_train", "kernels",
+__all__ = ["carnn_step_backward_ref", "carnn_step_train", "caslstm_step_backward_ref",
+           "caslstm_step_train", "kernels",
            "metagross_step_backward_ref", "metagross_step_train",
            "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
 
@@ -185,3 +189,44 @@ def caslstm_step_train(
     autograd node; ``ext`` is what :func:`kernels` gave for these operands."""
     return list(_CASLSTMStep.apply(ext, float(lambda_value), int(lambda_mode), x, h, c, lower_c,
                                    weight_ih, weight_hh, bias, lambda_vec, peephole))
+
+
+class _CARNNStep(torch.autograd.Function):
+    """``(x, h, weight_ih, bias_ih, context, weight_ch, weight_hh) -> h'``."""
+
+    @staticmethod
+    def forward(ctx: Any, ext: Any, x: Tensor, h: Tensor, weight_ih: Tensor,  # type: ignore[override]
+                bias_ih: Tensor | None, context: Tensor | None, weight_ch: Tensor | None,
+                weight_hh: Tensor | None) -> Tensor:  # fmt: skip
+        saved = x.new_empty(x.shape[0], weight_ih.shape[0])
+        h_new = ext.carnn_cell_step(x, h, weight_ih, bias_ih, context, weight_ch, weight_hh,
+                                    saved)  # fmt: skip
+        ctx.ext, ctx.has_bias = ext, bias_ih is not None
+        ctx.save_for_backward(x, h, weight_ih, context, weight_ch, weight_hh, saved)
+        ctx.set_materialize_grads(False)
+        return h_new  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: Tensor | None) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        x, h, w_ih, context, w_ch, w_hh, saved = ctx.saved_tensors
+        with torch.no_grad():
+            dx, dh, dw_ih, db, dctx, dw_ch, dw_hh = ctx.ext.carnn_step_backward(
+                grad_h, x, h, w_ih, context, w_ch, w_hh, saved)
+        out: tuple[Tensor | None, ...] = (
+            dx, dh, dw_ih, db if ctx.has_bias else None,
+            None if context is None else dctx, None if w_ch is None else dw_ch,
+            None if w_hh is None else dw_hh)  # fmt: skip
+        if torch.is_grad_enabled():  # create_graph=True
+            out = without_derivative(out, "carnn_step_backward", "CARNNCell")
+        return (None, *out)
+
+
+def carnn_step_train(
+    ext: Any, x: Tensor, h: Tensor, weight_ih: Tensor, bias_ih: Tensor | None,
+    context: Tensor | None, weight_ch: Tensor | None, weight_hh: Tensor | None,
+) -> Tensor:  # fmt: skip
+    """``h'`` of one CARNN step, as :func:`~ctrlrnn.ops.cell_steps.reference.carnn_cell_step_ref`
+    with its arguments, one autograd node; ``ext`` is what :func:`kernels` gave for these
+    operands."""
+    return _CARNNStep.apply(ext, x, h, weight_ih, bias_ih, context, weight_ch,  # type: ignore[no-any-return]
+                            weight_hh)

@@ -11,7 +11,9 @@
 //   gates, and the same as printed (section 2, gates from h_{t-1}); the forward is
 //   metagross_cell_step or metagross_printed_step with `saved`;
 // * caslstm_step_backward: CAS-LSTM paper eq 1-6 (the first layer) or 7-13 and 17 (above it);
-//   the forward is caslstm_cell_step with `saved`.
+//   the forward is caslstm_cell_step with `saved`;
+// * carnn_step_backward: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN); the forward is
+//   carnn_cell_step with `saved`.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -443,6 +445,79 @@ std::vector<at::Tensor> caslstm_step_backward(
   return {dx, dh, dc, dlow, dw_ih, dw_hh, dbias, dlam, dpeep};
 }
 
+// ---------------------------------------------------------------------------------------------
+// CARNN (eq 3, 5, 6), backward of one step (carnn_cell_step with `saved`, its operands as there;
+// saved holds g_u, g_f and, with three gate blocks, ebar). grad_h the gradient of h', or none.
+// Returns dx, dh, dweight_ih, dbias_ih (always: the caller keeps it where the step had a bias),
+// dcontext, dweight_ch and dweight_hh (empty where absent).
+//   h' = g_u (g_f ebar) + (1 - g_u) h,  g = sigmoid(W^e x + b + W^c c + W^h h),  ebar = W_e x + b_e
+std::vector<at::Tensor> carnn_step_backward(
+    const c10::optional<at::Tensor>& grad_h, const at::Tensor& x, const at::Tensor& h,
+    const at::Tensor& weight_ih, const c10::optional<at::Tensor>& context,
+    const c10::optional<at::Tensor>& weight_ch, const c10::optional<at::Tensor>& weight_hh,
+    const at::Tensor& saved) {
+  for (auto [t, name] : {std::pair{&x, "x"}, {&h, "h"}, {&weight_ih, "weight_ih"},
+                         {&saved, "saved"}}) {
+    check_operand(*t, x, name);
+  }
+  check_optional(context, x, "context");
+  check_optional(weight_ch, x, "weight_ch");
+  check_optional(weight_hh, x, "weight_hh");
+  const bool has_ctx = context.has_value() && context->defined();
+  const bool has_hh = weight_hh.has_value() && weight_hh->defined();
+  const int64_t B = x.size(0), D = x.size(1), H = h.size(1), G = weight_ih.size(0) / H;
+  const int64_t C = has_ctx ? context->size(1) : 0;
+  TORCH_CHECK(x.dim() == 2 && saved.dim() == 2 && saved.size(0) == B &&
+                  saved.size(1) == G * H && (G == 2 || G == 3) && (G == 3 || D == H),
+              "carnn_step_backward: shapes disagree");
+  const auto opts = x.options();
+  const at::Tensor gh = grad_h.has_value() && grad_h->defined() ? grad_h->contiguous()
+                                                                 : at::zeros({B, H}, opts);
+  at::Tensor dx = at::zeros({B, D}, opts), dh = at::empty({B, H}, opts);
+  at::Tensor dw_ih = at::zeros_like(weight_ih), dbias = at::zeros({G * H}, opts);
+  at::Tensor dctx = has_ctx ? at::zeros_like(*context) : at::empty({0}, opts);
+  at::Tensor dw_ch = has_ctx ? at::zeros_like(*weight_ch) : at::empty({0}, opts);
+  at::Tensor dw_hh = has_hh ? at::zeros_like(*weight_hh) : at::empty({0}, opts);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "carnn_step_backward", [&] {
+    using T = scalar_t;
+    T* dp = scratch<T>(G * H);
+    for (int64_t r = 0; r < B; ++r) {
+      const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+      const T* a = saved.data_ptr<T>() + r * G * H;
+      const T *u = a, *f = a + H, *g = gh.data_ptr<T>() + r * H;
+      T *dxr = dx.data_ptr<T>() + r * D, *dhr = dh.data_ptr<T>() + r * H;
+      for (int64_t i = 0; i < H; ++i) {
+        const T e = G == 2 ? xr[i] : a[2 * H + i];
+        const T du = g[i] * (f[i] * e - hr[i]), df = g[i] * u[i] * e;
+        dp[i] = du * u[i] * (T(1) - u[i]);
+        dp[H + i] = df * f[i] * (T(1) - f[i]);
+        const T de = g[i] * u[i] * f[i];
+        if (G == 3) {
+          dp[2 * H + i] = de;
+        } else {
+          dxr[i] += de;  // sCARNN: ebar is x itself (eq 6)
+        }
+        dhr[i] = g[i] * (T(1) - u[i]);
+      }
+      gemv_transposed<T>(weight_ih.data_ptr<T>(), dp, G * H, D, dxr, true);
+      outer<T>(dp, xr, G * H, D, dw_ih.data_ptr<T>(), true);
+      T* db = dbias.data_ptr<T>();
+      for (int64_t n = 0; n < G * H; ++n) db[n] += dp[n];
+      if (has_ctx) {
+        const T* cr = context->data_ptr<T>() + r * C;
+        gemv_transposed<T>(weight_ch->data_ptr<T>(), dp, 2 * H, C, dctx.data_ptr<T>() + r * C,
+                           true);
+        outer<T>(dp, cr, 2 * H, C, dw_ch.data_ptr<T>(), true);
+      }
+      if (has_hh) {  // nCARNN (eq 3): the gates read h too
+        gemv_transposed<T>(weight_hh->data_ptr<T>(), dp, 2 * H, H, dhr, true);
+        outer<T>(dp, hr, 2 * H, H, dw_hh.data_ptr<T>(), true);
+      }
+    }
+  });
+  return {dx, dh, dw_ih, dbias, dctx, dw_ch, dw_hh};
+}
+
 }  // namespace
 
 namespace ctrlrnn {
@@ -464,6 +539,10 @@ void register_cell_step_grads(torch::Library& m) {
         "Tensor? lower_c, Tensor weight_ih, Tensor weight_hh, Tensor? lambda_vec, "
         "float lambda_value, int lambda_mode, Tensor? peephole, Tensor c_new, Tensor saved) -> "
         "Tensor[]", &caslstm_step_backward);
+  // CARNN eq 3, 5, 6: returns dx, dh, dweight_ih, dbias_ih, dcontext, dweight_ch, dweight_hh
+  m.def("carnn_step_backward(Tensor? grad_h, Tensor x, Tensor h, Tensor weight_ih, "
+        "Tensor? context, Tensor? weight_ch, Tensor? weight_hh, Tensor saved) -> Tensor[]",
+        &carnn_step_backward);
 }
 
 }  // namespace ctrlrnn

@@ -11,6 +11,8 @@ argument order. The tests hold each op to its reference here.
 * :func:`caslstm_step_backward_ref`: the gradients of CAS-LSTM paper eq 1-6 (the first layer)
   or eq 7-13 and 17 (above it), one step
   (:func:`~ctrlrnn.ops.cell_steps.reference.caslstm_cell_step_ref`).
+* :func:`carnn_step_backward_ref`: the gradients of CARNN paper eq 3, 5 or 6, one step
+  (:func:`~ctrlrnn.ops.cell_steps.reference.carnn_cell_step_ref`).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import torch
 from torch import Tensor
 
 from ctrlrnn.ops.cell_steps.reference import (
+    carnn_cell_step_ref,
     caslstm_cell_step_ref,
     metagross_cell_step_ref,
     metagross_printed_step_ref,
     rcrn_cell_step_ref,
 )
 
-__all__ = ["caslstm_step_backward_ref", "metagross_step_backward_ref",
+__all__ = ["carnn_step_backward_ref", "caslstm_step_backward_ref", "metagross_step_backward_ref",
            "rcrn_cell_step_backward_ref"]
 
 
@@ -111,5 +114,24 @@ def caslstm_step_backward_ref(
         got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
                                    allow_unused=True)
                if pairs else [None] * len(wanted))  # fmt: skip
+    grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
+    return [x.new_zeros(0) if t is None else grads[id(t)] for t in order]
+
+
+def carnn_step_backward_ref(
+    grad_h: Tensor | None, x: Tensor, h: Tensor, weight_ih: Tensor, bias_ih: Tensor | None,
+    context: Tensor | None, weight_ch: Tensor | None, weight_hh: Tensor | None,
+) -> list[Tensor]:  # fmt: skip
+    """``[dx, dh, dweight_ih, dbias_ih, dcontext, dweight_ch, dweight_hh]`` of one CARNN step
+    given the gradient of its new ``h`` (None for none); an absent bias's gradient is that of a
+    zero one, ``(0,)`` for the other absent tensors."""
+    with torch.enable_grad():
+        b = (x.new_zeros(weight_ih.shape[0]) if bias_ih is None else bias_ih.detach())
+        order = [None if t is None else t.detach().requires_grad_(True)
+                 for t in (x, h, weight_ih, b, context, weight_ch, weight_hh)]  # fmt: skip
+        out = carnn_cell_step_ref(*order)
+        wanted = [t for t in order if t is not None]
+        got = (torch.autograd.grad(out, wanted, grad_h, allow_unused=True)
+               if grad_h is not None else [None] * len(wanted))  # fmt: skip
     grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
     return [x.new_zeros(0) if t is None else grads[id(t)] for t in order]

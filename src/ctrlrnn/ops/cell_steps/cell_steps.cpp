@@ -193,7 +193,8 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
                            const c10::optional<at::Tensor>& bias_ih,
                            const c10::optional<at::Tensor>& context,
                            const c10::optional<at::Tensor>& weight_ch,
-                           const c10::optional<at::Tensor>& weight_hh) {
+                           const c10::optional<at::Tensor>& weight_hh,
+                           const c10::optional<at::Tensor>& saved) {
   TORCH_CHECK(x.dim() == 2 && h.dim() == 2 && weight_ih.dim() == 2,
               "carnn_cell_step: expected x (B, D), h (B, H), weight_ih 2-D");
   check_operand(x, x, "x");
@@ -211,15 +212,18 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
   TORCH_CHECK((G == 2 || G == 3) && weight_ih.size(0) == G * H && weight_ih.size(1) == D &&
                   h.size(0) == B && (G == 3 || D == H),
               "carnn_cell_step: shapes disagree");
+  check_saved(saved, x, B, G * H);
   auto out = step_output({B, H}, x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "carnn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
       using M = decltype(m);
-      T* p = scratch<T>(G * H);
+      T* const work = scratch<T>(G * H);
+      T* const keep = saved_data<T>(saved);
       const T* bias = data_or_null<T>(bias_ih);
       for (int64_t r = 0; r < B; ++r) {
         const T *xr = x.data_ptr<T>() + r * D, *hr = h.data_ptr<T>() + r * H;
+        T* p = keep ? keep + r * G * H : work;  // g_u, g_f (and ebar), kept for the backward
         gemv<T>(weight_ih.data_ptr<T>(), D, xr, G * H, D, p, false);
         if (has_ctx) {
           const int64_t C = context->size(1);
@@ -232,6 +236,7 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
         for (int64_t i = 0; i < H; ++i) {
           const T e = G == 2 ? xr[i] : p[2 * H + i] + (eb ? eb[i] : T(0));
           o[i] = u[i] * (f[i] * e) + (T(1) - u[i]) * hr[i];
+          if (G == 3) p[2 * H + i] = e;
         }
       }
     });
@@ -500,9 +505,10 @@ void register_cell_steps(torch::Library& m) {
   // (with save: and the activated gates (B, 3, 4H) of the three cells)
   m.def("rcrn_cell_step(Tensor x, Tensor[] states, Tensor[] weights, Tensor?[] biases, "
         "bool sigmoid_gate, bool save=False) -> Tensor[]", &rcrn_cell_step);
-  // CARNN eq 3, 5, 6: returns h'
+  // CARNN eq 3, 5, 6: returns h'; `saved` (B, G*H) receives g_u, g_f (and ebar)
   m.def("carnn_cell_step(Tensor x, Tensor h, Tensor weight_ih, Tensor? bias_ih, "
-        "Tensor? context, Tensor? weight_ch, Tensor? weight_hh) -> Tensor", &carnn_cell_step);
+        "Tensor? context, Tensor? weight_ch, Tensor? weight_hh, Tensor(a!)? saved=None) -> "
+        "Tensor", &carnn_cell_step);
   // METAGROSS eq 2-1..2-6 (linear base, token depth gates): returns h and every unit's state;
   // `saved` (B, metagross_saved_width) receives what the step's backward reads
   m.def("metagross_cell_step(Tensor x, Tensor state, Tensor weight, Tensor? bias, "
