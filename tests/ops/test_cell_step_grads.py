@@ -16,6 +16,7 @@ from ctrlrnn.ops.cell_step_grads.reference import (  # noqa: E402
     carnn_step_backward_ref,
     caslstm_step_backward_ref,
     metagross_step_backward_ref,
+    qrnn_step_backward_ref,
     rcrn_cell_step_backward_ref,
 )
 from ctrlrnn.ops.cell_steps import reference  # noqa: E402
@@ -229,3 +230,32 @@ def test_carnn_step_backward_equals_its_reference(dtype, variant, context, bias,
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("window,batch,bias", [(1, 1, True), (2, 3, False), (3, 4, True),
+                                               (2, 0, True)])
+@pytest.mark.parametrize("given", ["all", "h only", "c and history"])
+def test_qrnn_step_backward_equals_its_reference(dtype, mode, window, batch, bias,
+                                                 given) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(mode + 4 * window + batch)
+    D, H, G = 5, 7, mode + 2
+    args = (_rnd(g, dtype, batch, D), _rnd(g, dtype, batch, H),
+            _rnd(g, dtype, batch, window - 1, D), _rnd(g, dtype, G * H, window * D),
+            _rnd(g, dtype, G * H) if bias else None, mode)
+    saved = torch.full((batch, G * H), float("nan"), dtype=dtype)
+    h, c_new, history = ext.qrnn_cell_step(*args, saved)
+    for a, b in zip((h, c_new, history), ext.qrnn_cell_step(*args), strict=True):
+        assert torch.equal(a, b)
+    assert not saved.isnan().any()
+    grads = [_rnd(g, dtype, *t.shape) if given == "all" or (given == "h only" and k == 0)
+             or (given == "c and history" and k > 0) else None
+             for k, t in enumerate((h, c_new, history))]  # fmt: skip
+    x, c, hist, weight, b, _ = args
+    got = ext.qrnn_step_backward(*grads, x, c, hist, weight, mode, c_new, saved)
+    want = qrnn_step_backward_ref(*grads, x, c, hist, weight, b, mode)
+    assert len(got) == len(want) == 5
+    for a, b_ in zip(got, want, strict=True):
+        assert a.shape == b_.shape
+        torch.testing.assert_close(a, b_, **TOL[dtype])

@@ -23,7 +23,7 @@ from ctrlrnn.nn.qrnn_windows import (
     zoneout_keep,
 )
 from ctrlrnn.nn.torchscript import Traceable
-from ctrlrnn.ops import cell_steps
+from ctrlrnn.ops import cell_step_grads, cell_steps
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import cached_linear
 from ctrlrnn.ops.compiled_op import eager_ok
@@ -239,16 +239,21 @@ class QRNNCell(Traceable, nn.Module):
     def _fused_step(self, x: Tensor, c: Tensor, history: Tensor,
                     encoder_state: Tensor | None) -> list[Tensor] | None:
         """Eq 1-5 as one op (:func:`ctrlrnn.ops.cell_steps.kernels` says where it applies;
-        :func:`~ctrlrnn.ops.cell_steps.reference.qrnn_cell_step_ref` is its readable twin), or
-        None where the written-out step must run: zoneout and eq 7's term run there."""
+        :func:`~ctrlrnn.ops.cell_steps.reference.qrnn_cell_step_ref` is its readable twin), one
+        autograd node where a graph is recorded (:mod:`ctrlrnn.ops.cell_step_grads`), or None
+        where the written-out step must run: zoneout and eq 7's term run there."""
         weight, bias, encoder_weight = parameters(self, "weight", "bias", "encoder_weight")
         if self.zoneout or encoder_weight is not None or encoder_state is not None:
             return None
-        ext = cell_steps.kernels(x, c, history, weight, bias)
+        ext = cell_steps.kernels(x, c, history, weight, bias, graph=True)
         if ext is None:
             return None
+        mode = POOLING_MODES[self.pooling]
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                           for t in (x, c, history, weight, bias)):  # fmt: skip
+            return cell_step_grads.qrnn_step_train(ext, x, c, history, weight, bias, mode)
         return ext.qrnn_cell_step(x, c, history, weight, bias,  # type: ignore[no-any-return]
-                                  POOLING_MODES[self.pooling])
+                                  mode)
 
     def step_preactivations(
         self, x: Tensor, history: Tensor, encoder_state: Tensor | None = None

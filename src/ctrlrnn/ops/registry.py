@@ -109,7 +109,7 @@ OPS: tuple[Op, ...] = (
                 "calls cost more than its arithmetic; on CUDA a step is launch-bound either way"),
     Op("cell_step_grads", "scan", "cell_step_grads",
        ("rcrn_cell_step_backward", "metagross_step_backward", "caslstm_step_backward",
-        "carnn_step_backward"),
+        "carnn_step_backward", "qrnn_step_backward"),
        cpu_only="the steps that record a graph serve short training calls at small batches on "
                 "CPU, where the whole-sequence path's fixed cost per call exceeds the arithmetic"),
     Op("metagross_level", "metagross", "metagross_level", ("forward", "backward")),

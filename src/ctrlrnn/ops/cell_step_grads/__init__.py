@@ -10,7 +10,9 @@
 * :func:`caslstm_step_train`: CAS-LSTM paper eq 1-6 (the first layer) or eq 7-13 and 17 (above
   it) (``caslstm_cell_step`` with ``saved``; ``caslstm_step_backward``);
 * :func:`carnn_step_train`: CARNN paper eq 3, 5 or 6 (``carnn_cell_step`` with ``saved``;
-  ``carnn_step_backward``).
+  ``carnn_step_backward``);
+* :func:`qrnn_step_train`: QRNN paper eq 1-5 (``qrnn_cell_step`` with ``saved``;
+  ``qrnn_step_backward``).
 
 A short call that trains (a few tokens at batch 1 to 4) through the whole-sequence path pays a
 fixed cost per call (the stacked recurrences, their projections and their autograd nodes) many
@@ -34,13 +36,15 @@ from ctrlrnn.ops.cell_step_grads.reference import (
     carnn_step_backward_ref,
     caslstm_step_backward_ref,
     metagross_step_backward_ref,
+    qrnn_step_backward_ref,
     rcrn_cell_step_backward_ref,
 )
 from ctrlrnn.ops.double_backward import without_derivative
 
 __all__ = ["carnn_step_backward_ref", "carnn_step_train", "caslstm_step_backward_ref",
            "caslstm_step_train", "kernels",
-           "metagross_step_backward_ref", "metagross_step_train",
+           "metagross_step_backward_ref", "metagross_step_train", "qrnn_step_backward_ref",
+           "qrnn_step_train",
            "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
 
 
@@ -230,3 +234,38 @@ def carnn_step_train(
     operands."""
     return _CARNNStep.apply(ext, x, h, weight_ih, bias_ih, context, weight_ch,  # type: ignore[no-any-return]
                             weight_hh)
+
+
+class _QRNNStep(torch.autograd.Function):
+    """``(x, c, history, weight, bias) -> (h, c', history')``."""
+
+    @staticmethod
+    def forward(ctx: Any, ext: Any, mode: int, x: Tensor, c: Tensor,  # type: ignore[override]
+                history: Tensor, weight: Tensor, bias: Tensor | None
+                ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        saved = x.new_empty(x.shape[0], weight.shape[0])
+        h, c_new, new_history = ext.qrnn_cell_step(x, c, history, weight, bias, mode, saved)
+        ctx.ext, ctx.mode, ctx.has_bias = ext, mode, bias is not None
+        ctx.save_for_backward(x, c, history, weight, c_new, saved)
+        ctx.set_materialize_grads(False)
+        return h, c_new, new_history
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: Tensor | None, grad_c: Tensor | None,  # type: ignore[override]
+                 grad_history: Tensor | None) -> tuple[Tensor | None, ...]:  # fmt: skip
+        x, c, history, weight, c_new, saved = ctx.saved_tensors
+        with torch.no_grad():
+            dx, dc, dhist, dw, db = ctx.ext.qrnn_step_backward(
+                grad_h, grad_c, grad_history, x, c, history, weight, ctx.mode, c_new, saved)
+        out: tuple[Tensor | None, ...] = (dx, dc, dhist, dw, db if ctx.has_bias else None)
+        if torch.is_grad_enabled():  # create_graph=True
+            out = without_derivative(out, "qrnn_step_backward", "QRNNCell")
+        return (None, None, *out)
+
+
+def qrnn_step_train(ext: Any, x: Tensor, c: Tensor, history: Tensor, weight: Tensor,
+                    bias: Tensor | None, mode: int) -> list[Tensor]:
+    """``[h, c', history']`` of one QRNN step, as
+    :func:`~ctrlrnn.ops.cell_steps.reference.qrnn_cell_step_ref` with its arguments, one
+    autograd node; ``ext`` is what :func:`kernels` gave for these operands."""
+    return list(_QRNNStep.apply(ext, int(mode), x, c, history, weight, bias))

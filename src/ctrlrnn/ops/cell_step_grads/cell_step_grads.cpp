@@ -13,7 +13,9 @@
 // * caslstm_step_backward: CAS-LSTM paper eq 1-6 (the first layer) or 7-13 and 17 (above it);
 //   the forward is caslstm_cell_step with `saved`;
 // * carnn_step_backward: CARNN paper eq 3 (nCARNN), 5 (iCARNN) or 6 (sCARNN); the forward is
-//   carnn_cell_step with `saved`.
+//   carnn_cell_step with `saved`;
+// * qrnn_step_backward: QRNN paper eq 1-5 (f-, fo- or ifo-pooling of one causal window); the
+//   forward is qrnn_cell_step with `saved`.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -27,34 +29,6 @@
 namespace {
 
 using namespace ctrlrnn::cell_steps;
-
-// dx[k] (+)= sum_n g[n] w[n * K + k] for k < K: a stored (N, K) weight's transpose against one
-// vector, the weight read row by row.
-template <typename T>
-inline void gemv_transposed(const T* __restrict w, const T* __restrict g, int64_t N, int64_t K,
-                            T* __restrict dx, bool accumulate) {
-  if (!accumulate) std::fill(dx, dx + K, T(0));
-  for (int64_t n = 0; n < N; ++n) {
-    const T gn = g[n];
-    const T* __restrict row = w + n * K;
-    for (int64_t k = 0; k < K; ++k) dx[k] += gn * row[k];
-  }
-}
-
-// dw[n * K + k] (+)= g[n] v[k]: one row's outer product into a stored (N, K) weight's gradient.
-template <typename T>
-inline void outer(const T* __restrict g, const T* __restrict v, int64_t N, int64_t K,
-                  T* __restrict dw, bool accumulate) {
-  for (int64_t n = 0; n < N; ++n) {
-    const T gn = g[n];
-    T* __restrict row = dw + n * K;
-    if (accumulate) {
-      for (int64_t k = 0; k < K; ++k) row[k] += gn * v[k];
-    } else {
-      for (int64_t k = 0; k < K; ++k) row[k] = gn * v[k];
-    }
-  }
-}
 
 // The value of an optional gradient at row r (H values), or the zeros.
 template <typename T>
@@ -518,6 +492,75 @@ std::vector<at::Tensor> carnn_step_backward(
   return {dx, dh, dw_ih, dbias, dctx, dw_ch, dw_hh};
 }
 
+// ---------------------------------------------------------------------------------------------
+// QRNN (eq 1-5), backward of one step (qrnn_cell_step with `saved`: the activated gates [z | f |
+// o | i]). grad_h, grad_c and grad_history the gradients of h, the new c and the new history
+// (the window's last k-1 inputs), or none. Returns dx, dc, dhistory, dweight and dbias.
+std::vector<at::Tensor> qrnn_step_backward(
+    const c10::optional<at::Tensor>& grad_h, const c10::optional<at::Tensor>& grad_c,
+    const c10::optional<at::Tensor>& grad_history, const at::Tensor& x, const at::Tensor& c,
+    const at::Tensor& history, const at::Tensor& weight, int64_t mode, const at::Tensor& c_new,
+    const at::Tensor& saved) {
+  for (auto [t, name] : {std::pair{&x, "x"}, {&c, "c"}, {&history, "history"},
+                         {&weight, "weight"}, {&c_new, "c_new"}, {&saved, "saved"}}) {
+    check_operand(*t, x, name);
+  }
+  const int64_t B = x.size(0), D = x.size(1), H = c.size(1), k = history.size(1) + 1;
+  const int64_t G = mode == 0 ? 2 : (mode == 1 ? 3 : 4);
+  TORCH_CHECK(mode >= 0 && mode <= 2 && saved.dim() == 2 && saved.size(0) == B &&
+                  saved.size(1) == G * H && weight.size(0) == G * H && weight.size(1) == k * D,
+              "qrnn_step_backward: shapes disagree");
+  const auto opts = x.options();
+  auto given = [&](const c10::optional<at::Tensor>& g, at::IntArrayRef sizes) {
+    return g.has_value() && g->defined() ? g->contiguous() : at::zeros(sizes, opts);
+  };
+  const at::Tensor gh = given(grad_h, {B, H}), gc = given(grad_c, {B, H});
+  const at::Tensor ghist = given(grad_history, {B, k - 1, D});
+  at::Tensor dc = at::empty({B, H}, opts), dwindow = at::zeros({B, k * D}, opts);
+  at::Tensor dweight = at::zeros_like(weight), dbias = at::zeros({G * H}, opts);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "qrnn_step_backward", [&] {
+    using T = scalar_t;
+    T* dp = scratch<T>(G * H);
+    for (int64_t b = 0; b < B; ++b) {
+      const T* a = saved.data_ptr<T>() + b * G * H;
+      const T *z = a, *f = a + H, *o = a + 2 * H, *in = a + 3 * H;
+      const T *cp = c.data_ptr<T>() + b * H, *cn = c_new.data_ptr<T>() + b * H;
+      const T *dh = gh.data_ptr<T>() + b * H, *dcn = gc.data_ptr<T>() + b * H;
+      T* dcp = dc.data_ptr<T>() + b * H;
+      for (int64_t i = 0; i < H; ++i) {  // eq 3-5: h = c (f) or o c (fo, ifo)
+        const T d = dcn[i] + (mode == 0 ? dh[i] : dh[i] * o[i]);
+        const T df = mode == 2 ? d * cp[i] : d * (cp[i] - z[i]);
+        const T dz = mode == 2 ? d * in[i] : d * (T(1) - f[i]);
+        dp[i] = dz * (T(1) - z[i] * z[i]);
+        dp[H + i] = df * f[i] * (T(1) - f[i]);
+        if (mode > 0) dp[2 * H + i] = dh[i] * cn[i] * o[i] * (T(1) - o[i]);
+        if (mode == 2) dp[3 * H + i] = d * z[i] * in[i] * (T(1) - in[i]);
+        dcp[i] = d * f[i];
+      }
+      T* dwin = dwindow.data_ptr<T>() + b * k * D;
+      gemv_transposed<T>(weight.data_ptr<T>(), dp, G * H, k * D, dwin, true);
+      for (int64_t j = 0; j < k; ++j) {  // eq 1-2: tap j of the window [history, x]
+        const T* row = j + 1 < k ? history.data_ptr<T>() + (b * (k - 1) + j) * D
+                                 : x.data_ptr<T>() + b * D;
+        T* dw = dweight.data_ptr<T>() + j * D;
+        for (int64_t n = 0; n < G * H; ++n) {
+          T* __restrict dwn = dw + n * k * D;
+          for (int64_t e = 0; e < D; ++e) dwn[e] += dp[n] * row[e];
+        }
+        if (j > 0) {  // the new history holds window[1:]: its gradient adds to taps 1..k-1
+          const T* gn = ghist.data_ptr<T>() + (b * (k - 1) + j - 1) * D;
+          for (int64_t e = 0; e < D; ++e) dwin[j * D + e] += gn[e];
+        }
+      }
+      T* db = dbias.data_ptr<T>();
+      for (int64_t n = 0; n < G * H; ++n) db[n] += dp[n];
+    }
+  });
+  at::Tensor dhistory = dwindow.view({B, k, D}).narrow(1, 0, k - 1).contiguous();
+  at::Tensor dx = dwindow.view({B, k, D}).select(1, k - 1).contiguous();
+  return {dx, dc, dhistory, dweight, dbias};
+}
+
 }  // namespace
 
 namespace ctrlrnn {
@@ -543,6 +586,10 @@ void register_cell_step_grads(torch::Library& m) {
   m.def("carnn_step_backward(Tensor? grad_h, Tensor x, Tensor h, Tensor weight_ih, "
         "Tensor? context, Tensor? weight_ch, Tensor? weight_hh, Tensor saved) -> Tensor[]",
         &carnn_step_backward);
+  // QRNN eq 1-5: returns dx, dc, dhistory, dweight, dbias
+  m.def("qrnn_step_backward(Tensor? grad_h, Tensor? grad_c, Tensor? grad_history, Tensor x, "
+        "Tensor c, Tensor history, Tensor weight, int mode, Tensor c_new, Tensor saved) -> "
+        "Tensor[]", &qrnn_step_backward);
 }
 
 }  // namespace ctrlrnn

@@ -13,6 +13,8 @@ argument order. The tests hold each op to its reference here.
   (:func:`~ctrlrnn.ops.cell_steps.reference.caslstm_cell_step_ref`).
 * :func:`carnn_step_backward_ref`: the gradients of CARNN paper eq 3, 5 or 6, one step
   (:func:`~ctrlrnn.ops.cell_steps.reference.carnn_cell_step_ref`).
+* :func:`qrnn_step_backward_ref`: the gradients of QRNN paper eq 1-5, one step
+  (:func:`~ctrlrnn.ops.cell_steps.reference.qrnn_cell_step_ref`).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from ctrlrnn.ops.cell_steps.reference import (
     caslstm_cell_step_ref,
     metagross_cell_step_ref,
     metagross_printed_step_ref,
+    qrnn_cell_step_ref,
     rcrn_cell_step_ref,
 )
 
 __all__ = ["carnn_step_backward_ref", "caslstm_step_backward_ref", "metagross_step_backward_ref",
-           "rcrn_cell_step_backward_ref"]
+           "qrnn_step_backward_ref", "rcrn_cell_step_backward_ref"]
 
 
 def rcrn_cell_step_backward_ref(
@@ -135,3 +138,21 @@ def carnn_step_backward_ref(
                if grad_h is not None else [None] * len(wanted))  # fmt: skip
     grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
     return [x.new_zeros(0) if t is None else grads[id(t)] for t in order]
+
+
+def qrnn_step_backward_ref(
+    grad_h: Tensor | None, grad_c: Tensor | None, grad_history: Tensor | None, x: Tensor,
+    c: Tensor, history: Tensor, weight: Tensor, bias: Tensor | None, mode: int,
+) -> list[Tensor]:  # fmt: skip
+    """``[dx, dc, dhistory, dweight, dbias]`` of one QRNN step given the gradients of its
+    ``h``, new ``c`` and new history (None for none); an absent bias's gradient is that of a
+    zero one."""
+    with torch.enable_grad():
+        b = x.new_zeros(weight.shape[0]) if bias is None else bias.detach()
+        wanted = [t.detach().requires_grad_(True) for t in (x, c, history, weight, b)]
+        outs = qrnn_cell_step_ref(*wanted, mode)
+        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_c, grad_history)) if g is not None]
+        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                   allow_unused=True)
+               if pairs else [None] * len(wanted))  # fmt: skip
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(wanted, got, strict=True)]

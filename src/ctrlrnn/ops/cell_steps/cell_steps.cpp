@@ -35,12 +35,13 @@ using namespace ctrlrnn::cell_steps;
 template <typename M, typename T>
 void qrnn_rows(const at::Tensor& x, const at::Tensor& c, const at::Tensor& history,
                const at::Tensor& weight, const T* bias, int64_t mode, const at::Tensor& h,
-               const at::Tensor& c_new, const at::Tensor& next) {
+               const at::Tensor& c_new, const at::Tensor& next, T* keep) {
   const int64_t B = x.size(0), D = x.size(1), H = c.size(1), k = history.size(1) + 1;
   const int64_t G = weight.size(0) / H, ldw = weight.size(1);
   const T* w = weight.data_ptr<T>();
-  T* g = scratch<T>(G * H);
+  T* const work = scratch<T>(G * H);
   for (int64_t b = 0; b < B; ++b) {
+    T* g = keep ? keep + b * G * H : work;  // the activated gates, kept for the backward
     for (int64_t j = 0; j < k; ++j) {  // eq 1-2: tap j of the window
       const T* row = j + 1 < k ? history.data_ptr<T>() + (b * (k - 1) + j) * D
                                : x.data_ptr<T>() + b * D;
@@ -67,7 +68,8 @@ void qrnn_rows(const at::Tensor& x, const at::Tensor& c, const at::Tensor& histo
 
 std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
                                        const at::Tensor& history, const at::Tensor& weight,
-                                       const c10::optional<at::Tensor>& bias, int64_t mode) {
+                                       const c10::optional<at::Tensor>& bias, int64_t mode,
+                                       const c10::optional<at::Tensor>& saved) {
   TORCH_CHECK(mode >= 0 && mode <= 2, "qrnn_cell_step: mode must be 0, 1 or 2, got ", mode);
   TORCH_CHECK(x.dim() == 2 && c.dim() == 2 && history.dim() == 3 && weight.dim() == 2,
               "qrnn_cell_step: expected x (B, D), c (B, H), history (B, k-1, D), weight 2-D");
@@ -81,6 +83,7 @@ std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
   TORCH_CHECK(c.size(0) == B && history.size(0) == B && history.size(2) == D &&
                   weight.size(0) == G * H && weight.size(1) == k * D,
               "qrnn_cell_step: shapes disagree");
+  check_saved(saved, x, B, G * H);
   auto h = step_output({B, H}, x);
   auto c_new = step_output({B, H}, x);
   auto next = step_output({B, k - 1, D}, x);
@@ -88,7 +91,7 @@ std::vector<at::Tensor> qrnn_cell_step(const at::Tensor& x, const at::Tensor& c,
     using T = scalar_t;
     with_activations<T>([&](auto m) {
       qrnn_rows<decltype(m), T>(x, c, history, weight, data_or_null<T>(bias), mode, h, c_new,
-                                next);
+                                next, saved_data<T>(saved));
     });
   });
   return {h, c_new, next};
@@ -499,8 +502,9 @@ namespace ctrlrnn {
 
 void register_cell_steps(torch::Library& m) {
   // QRNN eq 1-5: returns h, c and the new history
+  // (`saved` (B, G*H) receives the activated gates)
   m.def("qrnn_cell_step(Tensor x, Tensor c, Tensor history, Tensor weight, Tensor? bias, "
-        "int mode) -> Tensor[]", &qrnn_cell_step);
+        "int mode, Tensor(a!)? saved=None) -> Tensor[]", &qrnn_cell_step);
   // RCRN eq 1-16 with LSTM cells: returns h4 and (h1, c1, h2, c2, h3, c3, c4)
   // (with save: and the activated gates (B, 3, 4H) of the three cells)
   m.def("rcrn_cell_step(Tensor x, Tensor[] states, Tensor[] weights, Tensor?[] biases, "

@@ -35,7 +35,7 @@ def qrnn_cell_step_ref(x: Tensor, c: Tensor, history: Tensor, weight: Tensor,
     earlier inputs ``history`` ``(B, k-1, D)``; ``weight`` ``(G*H, k*D)`` (taps oldest first,
     gate blocks ``[Z | F | O | I]``), ``mode`` 0 = f, 1 = fo, 2 = ifo."""
     window = torch.cat([history, x.unsqueeze(1)], dim=1)  # oldest first
-    pre = F.linear(window.reshape(x.shape[0], -1), weight, bias)  # eq 1-2
+    pre = F.linear(window.flatten(1), weight, bias)  # eq 1-2 (flatten: a batch of 0 too)
     H = c.shape[1]
     z = torch.tanh(pre[:, :H])
     f = torch.sigmoid(pre[:, H : 2 * H])

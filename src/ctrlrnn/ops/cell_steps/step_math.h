@@ -1,6 +1,6 @@
 // The arithmetic the fused cell steps share (cell_steps.cpp): matrix-vector products on weights
 // as they are stored, a per-thread scratch buffer, the activations over gate blocks, and the
-// operand checks. Included by cell_steps.cpp alone.
+// operand checks. Included by cell_steps.cpp and, for their backward, cell_step_grads.cpp.
 
 #pragma once
 
@@ -9,6 +9,7 @@
 
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -117,6 +118,34 @@ inline void gemv(const T* __restrict w, int64_t ldw, const T* __restrict x, int6
   }
 #endif
   gemv_rows<T>(w + n * ldw, ldw, x, N - n, K, out + n, accumulate);
+}
+
+// dx[k] (+)= sum_n g[n] w[n * K + k] for k < K: a stored (N, K) weight's transpose against one
+// vector, the weight read row by row.
+template <typename T>
+inline void gemv_transposed(const T* __restrict w, const T* __restrict g, int64_t N, int64_t K,
+                            T* __restrict dx, bool accumulate) {
+  if (!accumulate) std::fill(dx, dx + K, T(0));
+  for (int64_t n = 0; n < N; ++n) {
+    const T gn = g[n];
+    const T* __restrict row = w + n * K;
+    for (int64_t k = 0; k < K; ++k) dx[k] += gn * row[k];
+  }
+}
+
+// dw[n * K + k] (+)= g[n] v[k]: one row's outer product into a stored (N, K) weight's gradient.
+template <typename T>
+inline void outer(const T* __restrict g, const T* __restrict v, int64_t N, int64_t K,
+                  T* __restrict dw, bool accumulate) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T gn = g[n];
+    T* __restrict row = dw + n * K;
+    if (accumulate) {
+      for (int64_t k = 0; k < K; ++k) row[k] += gn * v[k];
+    } else {
+      for (int64_t k = 0; k < K; ++k) row[k] = gn * v[k];
+    }
+  }
 }
 
 // A scratch buffer of n values for this thread, kept between calls: a step's intermediate
