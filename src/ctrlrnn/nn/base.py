@@ -55,12 +55,11 @@ def short_call_steps(module: nn.Module, x: Tensor, lengths: Tensor | None,
                      draws_in_training: bool) -> list[Tensor] | None:  # fmt: skip
     """The steps ``x[:, t]`` (contiguous) of a call the fused step ops may serve one by one, or
     None: grad recorded (unless the module's steps record it and the call is short enough for
-    them, :func:`graph_steps_fit`), tracing, lengths, random masks
-    to draw (``draws_in_training`` and the module training), more than
-    :data:`STEP_PATH_MAX_LENGTH` steps or ``cell_steps.MAX_BATCH`` rows, or an input
-    :func:`ctrlrnn.ops.cell_steps.kernels` refuses. Grad and tracing are asked first: a shape
-    compared under ``torch.export`` or ``torch.compile`` would become a guard of the traced
-    graph, and a slice a recorded op."""
+    them, :func:`graph_steps_fit`), tracing, lengths, random masks to draw
+    (``draws_in_training`` and the module training), more than :data:`STEP_PATH_MAX_LENGTH`
+    steps or ``cell_steps.MAX_BATCH`` rows, or an input :func:`ctrlrnn.ops.cell_steps.kernels`
+    refuses. Grad and tracing are asked first: a shape compared under ``torch.export`` or
+    ``torch.compile`` would become a guard of the traced graph, and a slice a recorded op."""
     graph = torch.is_grad_enabled()
     if (graph and not getattr(module, "graph_steps", None)) or not eager_ok(x):
         return None

@@ -14,13 +14,14 @@
 * :func:`qrnn_step_train`: QRNN paper eq 1-5 (``qrnn_cell_step`` with ``saved``;
   ``qrnn_step_backward``).
 
-A short call that trains (a few tokens at batch 1 to 4) through the whole-sequence path pays a
-fixed cost per call (the stacked recurrences, their projections and their autograd nodes) many
-times its arithmetic; a step here is one node. :func:`kernels` says where a step may take it:
-where :func:`ctrlrnn.ops.cell_steps.kernels` would but with grad enabled. The backward is a
+A cell's step with grad written in tensor ops is a dozen or more ops and their autograd nodes,
+and a short call that trains (a few tokens at batch 1 to 4) through a layer's whole-sequence
+path pays a fixed cost per call (the stacked recurrences, their projections and their nodes)
+many times its arithmetic; a step here is one node. :func:`kernels` says where a step may take
+it: where :func:`ctrlrnn.ops.cell_steps.kernels` would but with grad enabled. Each backward is a
 kernel without a derivative of its own: a double backward raises the error of
-:mod:`ctrlrnn.ops.double_backward`. Its readable twin is the autograd of the step's reference,
-:func:`.reference.rcrn_cell_step_backward_ref`, which the tests hold it to.
+:mod:`ctrlrnn.ops.double_backward`. Each backward's readable twin is the autograd of its step's
+reference (:mod:`.reference`), which the tests hold it to.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ from ctrlrnn.ops.cell_step_grads.reference import (
 from ctrlrnn.ops.double_backward import without_derivative
 
 __all__ = ["carnn_step_backward_ref", "carnn_step_train", "caslstm_step_backward_ref",
-           "caslstm_step_train", "kernels",
-           "metagross_step_backward_ref", "metagross_step_train", "qrnn_step_backward_ref",
-           "qrnn_step_train",
+           "caslstm_step_train", "kernels", "metagross_step_backward_ref",
+           "metagross_step_train", "qrnn_step_backward_ref", "qrnn_step_train",
            "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
 
 

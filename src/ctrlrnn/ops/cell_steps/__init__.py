@@ -1,5 +1,6 @@
 """Whole cell steps in one op each on CPU, for steps where no autograd graph is recorded
-(decoding one token at a time): ``qrnn_cell_step`` (QRNN eq 1-5), ``rcrn_cell_step`` (RCRN eq
+(decoding one token at a time) and, keeping what a backward reads, for the steps of
+:mod:`ctrlrnn.ops.cell_step_grads`, which record one: ``qrnn_cell_step`` (QRNN eq 1-5), ``rcrn_cell_step`` (RCRN eq
 1-16, LSTM cells), ``carnn_cell_step`` (CARNN eq 3, 5, 6), ``metagross_cell_step`` (METAGROSS
 eq 2-1..2-6, a linear base and token depth gates), ``metagross_printed_step`` (the same as
 printed, gates from ``h_{t-1}``) and ``caslstm_cell_step`` (CAS-LSTM eq 1-6,
@@ -11,7 +12,8 @@ readable twin is :mod:`ctrlrnn.ops.cell_steps.reference`, which the tests hold i
 
 :func:`kernels` says whether a step may take the op, and gives the extension when it may: on
 CPU, float32 or float64, a batch of at most :data:`MAX_BATCH` rows, every tensor contiguous and
-of the input's dtype, grad disabled (``torch.no_grad``, ``torch.inference_mode``), no
+of the input's dtype, grad disabled (``torch.no_grad``, ``torch.inference_mode``; not asked
+for a step that records its graph, ``graph=True``), no
 forward-mode AD, no autocast, no ``torch.func`` transform, nothing tracing or exporting, and the
 compiled kernels in use (none under ``CTRLRNN_BACKEND=reference``). Everywhere else the cell
 runs its written-out step.
