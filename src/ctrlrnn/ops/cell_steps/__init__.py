@@ -1,10 +1,11 @@
 """Whole cell steps in one op each on CPU, for steps where no autograd graph is recorded
 (decoding one token at a time) and, keeping what a backward reads, for the steps of
-:mod:`ctrlrnn.ops.cell_step_grads`, which record one: ``qrnn_cell_step`` (QRNN eq 1-5), ``rcrn_cell_step`` (RCRN eq
-1-16, LSTM cells), ``carnn_cell_step`` (CARNN eq 3, 5, 6), ``metagross_cell_step`` (METAGROSS
-eq 2-1..2-6, a linear base and token depth gates), ``metagross_printed_step`` (the same as
-printed, gates from ``h_{t-1}``) and ``caslstm_cell_step`` (CAS-LSTM eq 1-6,
-or 7-13 and 17), the ``scan`` extension's kernels (``cell_steps.cpp``).
+:mod:`ctrlrnn.ops.cell_step_grads`, which record one: ``qrnn_cell_step`` (QRNN eq 1-5),
+``rcrn_cell_step`` (RCRN eq 1-16, LSTM cells), ``carnn_cell_step`` (CARNN eq 3, 5, 6),
+``metagross_cell_step`` (METAGROSS eq 2-1..2-6, a linear base and token depth gates),
+``metagross_printed_step`` (the same as printed, gates from ``h_{t-1}``) and
+``caslstm_cell_step`` (CAS-LSTM eq 1-6, or 7-13 and 17), the ``scan`` extension's kernels
+(``cell_steps.cpp``).
 
 A cell's step written with tensor ops is a dozen or more dispatcher calls, each with its
 output allocated, around products of a few thousand multiply-adds; the op is one call. Its
