@@ -86,7 +86,7 @@ from ctrlrnn.nn.metagross_tree import (
     check_gates,
     printed_arguments,
 )
-from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit, fused_tree_step
+from ctrlrnn.nn.metagross_unit import MetagrossCell, MetagrossUnit, tree_step
 from ctrlrnn.nn.registry import BenchRow, register_unit
 from ctrlrnn.nn.weight_drop import check_weight_drop, refuse_weight_drop
 from ctrlrnn.ops.fused_cells import metagross_state_sequences
@@ -426,11 +426,12 @@ class Metagross(RecurrentBase):
         unit = self.unit(layer, direction)
         tree = (xs[0].new_zeros(xs[0].shape[0], unit.tree_state_size) if state is None
                 else state[0])  # fmt: skip
+        step = tree_step(unit, xs[0], tree)  # (the parameters read, the operands checked)
+        if step is None:  # a tree the op does not serve
+            return None
         hs: list[Tensor] = []
         for x_t in xs:
-            got = fused_tree_step(unit, x_t, tree)
-            if got is None:  # a tree the op does not serve, known at step 0
-                return None
+            got = step(x_t, tree)
             hs.append(got[0])
             tree = got[1]
         return hs, [tree]

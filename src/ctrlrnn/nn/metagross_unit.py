@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -323,6 +324,15 @@ def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list
     base other than linear, depth gates other than the token gates, a projected residual.
     Where a graph is recorded the step is one autograd node
     (:func:`ctrlrnn.ops.cell_step_grads.metagross_step_train`)."""
+    step = tree_step(unit, x, tree)
+    return None if step is None or tree is None else step(x, tree)
+
+
+def tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None
+              ) -> Callable[[Tensor, Tensor], list[Tensor]] | None:  # fmt: skip
+    """The step of :func:`fused_tree_step` for inputs like ``x`` and states like ``tree``, its
+    parameters read and its operands checked once: a layer's steps call it for each of its
+    inputs, every later step's state the op's own output. None where the op does not apply."""
     if tree is None or unit.base != "linear":
         return None
     weight, bias, depth_weight, depth_bias, residual_weight, weight_hh = parameters(
@@ -335,14 +345,25 @@ def fused_tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None) -> list
     ext = cell_steps.kernels(*operands, graph=True)
     if ext is None:
         return None
+    depth, residual, printed = unit.depth, unit.residual, unit.gates == "state"
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
-        got = cell_step_grads.metagross_step_train(
-            ext, x, tree, weight, bias, weight_hh, depth_weight, depth_bias, unit.depth,
-            unit.recurrence == "h", unit.residual)  # fmt: skip
-        return got * 2 if unit.gates == "state" else got  # (as printed the state is h)
-    if unit.gates == "state":  # section 2 as printed: the root's h is the whole state
-        h = ext.metagross_printed_step(x, tree, weight, bias, weight_hh, depth_weight,
-                                       depth_bias, unit.depth, unit.residual)
-        return [h, h]
-    return ext.metagross_cell_step(x, tree, weight, bias, depth_weight,  # type: ignore[no-any-return]
-                                   depth_bias, unit.depth, unit.recurrence == "h", unit.residual)
+        h_form = unit.recurrence == "h"
+
+        def train(x: Tensor, tree: Tensor) -> list[Tensor]:
+            got = cell_step_grads.metagross_step_train(
+                ext, x, tree, weight, bias, weight_hh, depth_weight, depth_bias, depth, h_form,
+                residual)  # fmt: skip
+            return got * 2 if printed else got  # (as printed the state is h)
+
+        return train
+    if printed:  # section 2 as printed: the root's h is the whole state
+
+        def printed_step(x: Tensor, tree: Tensor) -> list[Tensor]:
+            h = ext.metagross_printed_step(x, tree, weight, bias, weight_hh, depth_weight,
+                                           depth_bias, depth, residual)  # fmt: skip
+            return [h, h]
+
+        return printed_step
+    h_form = unit.recurrence == "h"
+    return lambda x, tree: ext.metagross_cell_step(  # type: ignore[no-any-return]
+        x, tree, weight, bias, depth_weight, depth_bias, depth, h_form, residual)

@@ -566,11 +566,12 @@ class RCRN(RecurrentBase):
         cell = self.cell(layer, direction)
         B, H = xs[0].shape[0], self.hidden_size
         st = [xs[0].new_zeros(B, H) for _ in range(self.num_states)] if state is None else state
+        step = rcrn_step.fused_step(cell, xs[0], st)  # (the weights read, the operands checked)
+        if step is None:  # an operand the op does not take (a strided state)
+            return None
         hs: list[Tensor] = []
         for x_t in xs:
-            got = rcrn_step.fused(cell, x_t, st)
-            if got is None:  # an operand the op does not take (a strided state), at step 0
-                return None
+            got = step(x_t, st)
             hs.append(got[0])
             st = got[1:]
         return hs, st

@@ -21,6 +21,7 @@ readable twin is :func:`ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -60,6 +61,16 @@ def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
     """``[h4, *new states]`` of one step by the fused op (module docstring), or None where it
     does not apply (GRU cells among them). Where a graph is recorded the step is one autograd
     node (:func:`ctrlrnn.ops.cell_step_grads.rcrn_cell_step_train`)."""
+    step = fused_step(cell, x, st)
+    return None if step is None else step(x, st)
+
+
+def fused_step(cell: Any, x: Tensor, st: list[Tensor]
+               ) -> Callable[[Tensor, list[Tensor]], list[Tensor]] | None:  # fmt: skip
+    """The step of :func:`fused` for inputs like ``x`` and states like ``st``, its weights read
+    and its operands checked once: a layer's steps call it for each of its inputs, every later
+    step's states the op's own outputs (contiguous, of the same dtype). None where the op does
+    not apply."""
     if cell.cell != "lstm":
         return None
     weights, biases = [], []
@@ -74,6 +85,7 @@ def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
     sigmoid_gate = cell.output_gate == "sigmoid"
     if torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (x, *st, *weights, *biases)):  # fmt: skip
-        return cell_step_grads.rcrn_cell_step_train(ext, x, st, weights, biases, sigmoid_gate)
-    return ext.rcrn_cell_step(x, st, weights, biases,  # type: ignore[no-any-return]
-                              sigmoid_gate)
+        return lambda x, st: cell_step_grads.rcrn_cell_step_train(ext, x, st, weights, biases,
+                                                                  sigmoid_gate)  # fmt: skip
+    return lambda x, st: ext.rcrn_cell_step(x, st, weights, biases,  # type: ignore[no-any-return]
+                                            sigmoid_gate)
