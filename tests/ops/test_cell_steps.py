@@ -430,3 +430,29 @@ def test_the_fused_step_is_refused_where_it_does_not_apply() -> None:
         assert seen == [None]  # a torch.func transform
         with scan_export.scan_mode():
             assert cell_steps.kernels(x, w) is None  # an ONNX export's scan path
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("steps,batch", [(0, 2), (1, 1), (3, 4), (5, 0)])
+@pytest.mark.parametrize("sigmoid_gate,bias", [(True, True), (False, False)])
+def test_rcrn_cell_step_over_several_steps_equals_one_call_each(
+        dtype, steps, batch, sigmoid_gate, bias) -> None:  # fmt: skip
+    ext, g = _ext(), torch.Generator().manual_seed(steps + 10 * batch)
+    D, H = 6, 5
+    states = [_rnd(g, dtype, batch, H) for _ in range(7)]
+    weights = [_rnd(g, dtype, 4 * H, D if j % 2 == 0 else H) for j in range(6)]
+    biases = [_rnd(g, dtype, 4 * H) if bias else None for _ in range(6)]
+    xs = _rnd(g, dtype, steps, batch, D)
+    got = ext.rcrn_cell_step(xs, states, weights, biases, sigmoid_gate)
+    assert got[0].shape == (steps, batch, H)
+    st, hs = states, []
+    for t in range(steps):
+        out = ext.rcrn_cell_step(xs[t].contiguous(), st, weights, biases, sigmoid_gate)
+        hs.append(out[0])
+        st = out[1:]
+    want_h = torch.stack(hs) if hs else xs.new_empty(0, batch, H)
+    torch.testing.assert_close(got[0], want_h, rtol=0, atol=0)
+    for a, b in zip(got[1:], st, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"\(T, B, D\) without save"):
+        ext.rcrn_cell_step(xs, states, weights, biases, sigmoid_gate, True)

@@ -566,15 +566,7 @@ class RCRN(RecurrentBase):
         cell = self.cell(layer, direction)
         B, H = xs[0].shape[0], self.hidden_size
         st = [xs[0].new_zeros(B, H) for _ in range(self.num_states)] if state is None else state
-        step = rcrn_step.fused_step(cell, xs[0], st)  # (the weights read, the operands checked)
-        if step is None:  # an operand the op does not take (a strided state)
-            return None
-        hs: list[Tensor] = []
-        for x_t in xs:
-            got = step(x_t, st)
-            hs.append(got[0])
-            st = got[1:]
-        return hs, st
+        return rcrn_step.fused_steps(cell, xs, st)  # (None: an operand the op does not take)
 
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", cell={self.cell_type!r}, output_gate={self.output_gate!r}"

@@ -21,7 +21,6 @@ readable twin is :func:`ctrlrnn.ops.cell_steps.reference.rcrn_cell_step_ref`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -61,16 +60,18 @@ def fused(cell: Any, x: Tensor, st: list[Tensor]) -> list[Tensor] | None:
     """``[h4, *new states]`` of one step by the fused op (module docstring), or None where it
     does not apply (GRU cells among them). Where a graph is recorded the step is one autograd
     node (:func:`ctrlrnn.ops.cell_step_grads.rcrn_cell_step_train`)."""
-    step = fused_step(cell, x, st)
-    return None if step is None else step(x, st)
+    got = fused_steps(cell, [x], st)
+    return None if got is None else [got[0][0], *got[1]]
 
 
-def fused_step(cell: Any, x: Tensor, st: list[Tensor]
-               ) -> Callable[[Tensor, list[Tensor]], list[Tensor]] | None:  # fmt: skip
-    """The step of :func:`fused` for inputs like ``x`` and states like ``st``, its weights read
-    and its operands checked once: a layer's steps call it for each of its inputs, every later
-    step's states the op's own outputs (contiguous, of the same dtype). None where the op does
-    not apply."""
+def fused_steps(cell: Any, xs: list[Tensor], st: list[Tensor]
+                ) -> tuple[list[Tensor], list[Tensor]] | None:  # fmt: skip
+    """The outputs ``h4`` of the steps ``xs`` (each ``(B, D)``, contiguous) from the states
+    ``st``, and the states after the last, by the fused op (module docstring), or None where
+    it does not apply. The weights are read and the operands checked once: every later step's
+    states are the op's own outputs. Without a graph all the steps are one call of the op;
+    where a graph is recorded each step is one autograd node
+    (:func:`ctrlrnn.ops.cell_step_grads.rcrn_cell_step_train`)."""
     if cell.cell != "lstm":
         return None
     weights, biases = [], []
@@ -79,13 +80,19 @@ def fused_step(cell: Any, x: Tensor, st: list[Tensor]
         weights += (w_ih, w_hh)
         biases += (b_ih, b_hh)
     # (the op makes its weights contiguous and checks their dtype and device itself)
-    ext = cell_steps.kernels(x, *st, graph=True)
+    ext = cell_steps.kernels(xs[0], *st, graph=True)
     if ext is None or not cell_steps.plain(weights + biases):
         return None
     sigmoid_gate = cell.output_gate == "sigmoid"
-    if torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, *st, *weights, *biases)):  # fmt: skip
-        return lambda x, st: cell_step_grads.rcrn_cell_step_train(ext, x, st, weights, biases,
-                                                                  sigmoid_gate)  # fmt: skip
-    return lambda x, st: ext.rcrn_cell_step(x, st, weights, biases,  # type: ignore[no-any-return]
-                                            sigmoid_gate)
+    operands = (xs[0], *st, *weights, *biases)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+        hs: list[Tensor] = []
+        for x in xs:
+            got = cell_step_grads.rcrn_cell_step_train(ext, x, st, weights, biases,
+                                                       sigmoid_gate)  # fmt: skip
+            hs.append(got[0])
+            st = got[1:]
+        return hs, st
+    x = xs[0] if len(xs) == 1 else torch.stack(xs)  # (T, B, D): the steps in one call
+    got = ext.rcrn_cell_step(x, st, weights, biases, sigmoid_gate)
+    return ([got[0]] if len(xs) == 1 else list(got[0].unbind(0))), got[1:]

@@ -119,10 +119,38 @@ void lstm_row(const T* x, int64_t D, const T* h, const T* c, int64_t H, const at
   for (int64_t i = 0; i < H; ++i) h_new[i] = o[i] * M::tanh(c_new[i]);
 }
 
+// RCRN (eq 1-16), LSTM cells, at one batch row: from x and the seven states (h1, c1, h2, c2, h3,
+// c3, c4), writes h4 and the seven new states to next[0..7]; each cell's activated gates go to
+// gates + j * 4H (when kept for the backward) or the scratch `work`.
+template <typename M, typename T>
+void rcrn_row(const T* x, int64_t D, int64_t H, T* const* state,
+              const std::vector<at::Tensor>& weights,
+              const std::vector<c10::optional<at::Tensor>>& biases, bool sigmoid_gate, T* gates,
+              T* work, T* const* next) {
+  for (int64_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
+    lstm_row<M, T>(x, D, state[2 * j], state[2 * j + 1], H, weights[2 * j], weights[2 * j + 1],
+                   data_or_null<T>(biases[2 * j]), data_or_null<T>(biases[2 * j + 1]),
+                   gates ? gates + j * 4 * H : work, next[1 + 2 * j], next[2 + 2 * j]);
+  }
+  const T *h1 = next[1], *h2 = next[3], *h3 = next[5], *c4 = state[6];
+  T *c4n = next[7], *h4 = next[0];
+  for (int64_t i = 0; i < H; ++i) {
+    const T f = M::sigmoid(h1[i]);
+    c4n[i] = h3[i] + f * (c4[i] - h3[i]);  // eq 15
+  }
+  if (sigmoid_gate) {
+    for (int64_t i = 0; i < H; ++i) h4[i] = M::sigmoid(h2[i]) * c4n[i];  // eq 16
+  } else {
+    for (int64_t i = 0; i < H; ++i) h4[i] = h2[i] * c4n[i];  // eq 16 as printed
+  }
+}
+
 // RCRN (eq 1-16), LSTM cells. states: h1, c1, h2, c2, h3, c3, c4, each (B, H); weights: per RNN
 // (controller 1, controller 2, listener) weight_ih (4H, D), weight_hh (4H, H), bias_ih, bias_hh
 // (4H,) or none. Returns h4 and the seven new states; with `save`, also the three cells'
-// activated gates (B, 3, 4H), which the step's backward reads (cell_step_grads.cpp).
+// activated gates (B, 3, 4H), which the step's backward reads (cell_step_grads.cpp). With x
+// (T, B, D) (no `save`), T steps in one call, each from the states of the one before: h4 is
+// then (T, B, H), the states those after the last step.
 // The weights may be strided (the Python side checks only their type): they are made contiguous
 // here, a no-op for stored parameters.
 std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList states,
@@ -132,9 +160,12 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
   TORCH_CHECK(states.size() == 7 && stored_weights.size() == 6 && biases.size() == 6,
               "rcrn_cell_step: expected 7 states, 6 weights and 6 biases");
   const std::vector<at::Tensor> weights = contiguous_all(stored_weights);
-  TORCH_CHECK(x.dim() == 2, "rcrn_cell_step: expected x (B, D)");
+  TORCH_CHECK(x.dim() == 2 || (x.dim() == 3 && !save),
+              "rcrn_cell_step: expected x (B, D), or (T, B, D) without save");
   check_operand(x, x, "x");
-  const int64_t B = x.size(0), D = x.size(1), H = states[0].size(-1);
+  const bool many = x.dim() == 3;  // several steps in one call, each from the one before
+  const int64_t n_steps = many ? x.size(0) : 1, B = x.size(-2), D = x.size(-1);
+  const int64_t H = states[0].size(-1);
   for (const auto& s : states) {
     check_operand(s, x, "state");
     TORCH_CHECK(s.dim() == 2 && s.size(0) == B && s.size(1) == H, "rcrn_cell_step: state shape");
@@ -152,34 +183,31 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
     check_optional(t, x, "bias");
   }
   std::vector<at::Tensor> out;
-  for (int i = 0; i < 8; ++i) out.push_back(step_output({B, H}, x));
+  out.push_back(many ? step_output({n_steps, B, H}, x) : step_output({B, H}, x));
+  for (int i = 1; i < 8; ++i) out.push_back(step_output({B, H}, x));
   if (save) out.push_back(step_output({B, 3, 4 * H}, x));
+  if (n_steps == 0) {  // no step: the states as they came
+    for (size_t k = 0; k < 7; ++k) out[k + 1].copy_(states[k]);
+  }
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rcrn_cell_step", [&] {
     using T = scalar_t;
     with_activations<T>([&](auto m) {
       using M = decltype(m);
       T* const work = scratch<T>(4 * H);
       auto ptr = [&](const at::Tensor& t, int64_t row) { return t.data_ptr<T>() + row * H; };
-      for (int64_t r = 0; r < B; ++r) {
-        for (size_t j = 0; j < 3; ++j) {  // eq 1-6 (controllers), 10-14 (listener's base)
-          T* gates = save ? out[8].data_ptr<T>() + (r * 3 + static_cast<int64_t>(j)) * 4 * H
-                          : work;
-          lstm_row<M, T>(x.data_ptr<T>() + r * D, D, ptr(states[2 * j], r),
-                         ptr(states[2 * j + 1], r), H, weights[2 * j], weights[2 * j + 1],
-                         data_or_null<T>(b[2 * j]), data_or_null<T>(b[2 * j + 1]),
-                         gates, ptr(out[1 + 2 * j], r), ptr(out[2 + 2 * j], r));
-        }
-        const T *h1 = ptr(out[1], r), *h2 = ptr(out[3], r), *h3 = ptr(out[5], r);
-        const T* c4 = ptr(states[6], r);
-        T *c4n = ptr(out[7], r), *h4 = ptr(out[0], r);
-        for (int64_t i = 0; i < H; ++i) {
-          const T f = M::sigmoid(h1[i]);
-          c4n[i] = h3[i] + f * (c4[i] - h3[i]);  // eq 15
-        }
-        if (sigmoid_gate) {
-          for (int64_t i = 0; i < H; ++i) h4[i] = M::sigmoid(h2[i]) * c4n[i];  // eq 16
-        } else {
-          for (int64_t i = 0; i < H; ++i) h4[i] = h2[i] * c4n[i];  // eq 16 as printed
+      // after the first step, the states are the outputs, updated in place (each value is read
+      // before its own write: a cell's products read the whole state first)
+      for (int64_t t = 0; t < n_steps; ++t) {
+        auto in = [&](size_t k) -> const at::Tensor& { return t == 0 ? states[k] : out[k + 1]; };
+        for (int64_t r = 0; r < B; ++r) {
+          T* const state[7] = {ptr(in(0), r), ptr(in(1), r), ptr(in(2), r), ptr(in(3), r),
+                               ptr(in(4), r), ptr(in(5), r), ptr(in(6), r)};
+          T* const next[8] = {ptr(out[0], t * B + r), ptr(out[1], r), ptr(out[2], r),
+                              ptr(out[3], r), ptr(out[4], r), ptr(out[5], r), ptr(out[6], r),
+                              ptr(out[7], r)};
+          T* gates = save ? out[8].data_ptr<T>() + r * 3 * 4 * H : nullptr;
+          rcrn_row<M, T>(x.data_ptr<T>() + (t * B + r) * D, D, H, state, weights, b,
+                         sigmoid_gate, gates, work, next);
         }
       }
     });
@@ -506,7 +534,7 @@ void register_cell_steps(torch::Library& m) {
   m.def("qrnn_cell_step(Tensor x, Tensor c, Tensor history, Tensor weight, Tensor? bias, "
         "int mode, Tensor(a!)? saved=None) -> Tensor[]", &qrnn_cell_step);
   // RCRN eq 1-16 with LSTM cells: returns h4 and (h1, c1, h2, c2, h3, c3, c4)
-  // (with save: and the activated gates (B, 3, 4H) of the three cells)
+  // (with save: and the activated gates (B, 3, 4H) of the three cells; x (T, B, D): T steps)
   m.def("rcrn_cell_step(Tensor x, Tensor[] states, Tensor[] weights, Tensor?[] biases, "
         "bool sigmoid_gate, bool save=False) -> Tensor[]", &rcrn_cell_step);
   // CARNN eq 3, 5, 6: returns h'; `saved` (B, G*H) receives g_u, g_f (and ebar)
