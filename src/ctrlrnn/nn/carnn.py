@@ -163,8 +163,7 @@ class CARNNCell(Traceable, nn.Module):
         operands = (x, h, w_ih, b_ih, context, w_ch, w_hh)
         ext = cell_steps.kernels(*operands, graph=True)
         if ext is not None:  # the whole step as one op (carnn_cell_step_ref its twin) ...
-            if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                               for t in operands):  # fmt: skip
+            if cell_step_grads.records_graph(*operands):
                 h_new = cell_step_grads.carnn_step_train(ext, *operands)  # ... or node
             else:
                 h_new = ext.carnn_cell_step(*operands)

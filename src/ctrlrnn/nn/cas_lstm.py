@@ -272,8 +272,7 @@ class CASLSTMCell(Traceable, nn.Module):
         vec, value, mode = lambda_operands(lam)
         operands = (x, h, c, low, w.weight_ih, w.weight_hh, w.bias, vec, w.peephole)
         ext = cell_steps.kernels(*operands, graph=True)
-        if ext is not None and torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in operands):  # fmt: skip
+        if ext is not None and cell_step_grads.records_graph(*operands):
             # the whole step as one autograd node (ops/cell_step_grads)
             h, c = cell_step_grads.caslstm_step_train(ext, x, h, c, low, w.weight_ih,
                                                       w.weight_hh, w.bias, vec, value, mode,

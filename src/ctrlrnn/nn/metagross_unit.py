@@ -346,8 +346,8 @@ def tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None
     if ext is None:
         return None
     depth, residual, printed = unit.depth, unit.residual, unit.gates == "state"
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
-        h_form = unit.recurrence == "h"
+    h_form = unit.recurrence == "h"
+    if cell_step_grads.records_graph(*operands):
 
         def train(x: Tensor, tree: Tensor) -> list[Tensor]:
             got = cell_step_grads.metagross_step_train(
@@ -364,6 +364,5 @@ def tree_step(unit: MetagrossUnit, x: Tensor, tree: Tensor | None
             return [h, h]
 
         return printed_step
-    h_form = unit.recurrence == "h"
     return lambda x, tree: ext.metagross_cell_step(  # type: ignore[no-any-return]
         x, tree, weight, bias, depth_weight, depth_bias, depth, h_form, residual)

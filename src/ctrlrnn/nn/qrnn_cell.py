@@ -249,8 +249,7 @@ class QRNNCell(Traceable, nn.Module):
         if ext is None:
             return None
         mode = POOLING_MODES[self.pooling]
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                           for t in (x, c, history, weight, bias)):  # fmt: skip
+        if cell_step_grads.records_graph(x, c, history, weight, bias):
             return cell_step_grads.qrnn_step_train(ext, x, c, history, weight, bias, mode)
         return ext.qrnn_cell_step(x, c, history, weight, bias,  # type: ignore[no-any-return]
                                   mode)

@@ -85,7 +85,7 @@ def fused_steps(cell: Any, xs: list[Tensor], st: list[Tensor]
         return None
     sigmoid_gate = cell.output_gate == "sigmoid"
     operands = (xs[0], *st, *weights, *biases)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+    if cell_step_grads.records_graph(*operands):
         hs: list[Tensor] = []
         for x in xs:
             got = cell_step_grads.rcrn_cell_step_train(ext, x, st, weights, biases,

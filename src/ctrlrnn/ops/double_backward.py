@@ -40,9 +40,12 @@ def _message(op: str, used_by: str) -> str:
 
 def without_derivative(grads: tuple[Tensor | None, ...], op: str, used_by: str
                        ) -> tuple[Tensor | None, ...]:  # fmt: skip
-    """Gradients that an autograd ``Function``'s backward computed with kernels, where the
-    backward runs under ``create_graph=True``: the same values, whose own backward (a second
-    derivative) raises the clear error of :func:`forbid_double_backward` for ``op``."""
+    """Gradients that an autograd ``Function``'s backward computed with kernels: as they are,
+    or, where the backward runs under ``create_graph=True`` (grad enabled), the same values
+    whose own backward (a second derivative) raises the clear error of
+    :func:`forbid_double_backward` for ``op``."""
+    if not torch.is_grad_enabled():
+        return grads
     given = [i for i, g in enumerate(grads) if g is not None]
     wrapped = _NoDerivative.apply(_REQUIRES_GRAD, (op, used_by), *(grads[i] for i in given))
     out = list(grads)

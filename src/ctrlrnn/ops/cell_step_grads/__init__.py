@@ -45,7 +45,14 @@ from ctrlrnn.ops.double_backward import without_derivative
 __all__ = ["carnn_step_backward_ref", "carnn_step_train", "caslstm_step_backward_ref",
            "caslstm_step_train", "kernels", "metagross_step_backward_ref",
            "metagross_step_train", "qrnn_step_backward_ref", "qrnn_step_train",
-           "rcrn_cell_step_backward_ref", "rcrn_cell_step_train"]
+           "rcrn_cell_step_backward_ref", "rcrn_cell_step_train", "records_graph"]
+
+
+def records_graph(*tensors: Tensor | None) -> bool:
+    """Whether a call on ``tensors`` may record autograd (reverse or forward mode)."""
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def kernels(x: Tensor, *tensors: Tensor | None) -> Any | None:
@@ -78,8 +85,7 @@ class _RCRNStep(torch.autograd.Function):
                                                   ctx.sigmoid_gate)  # fmt: skip
         bias = [got[14 + j // 2] if given else None for j, given in enumerate(ctx.has_bias)]
         out: tuple[Tensor | None, ...] = (*got[:14], *bias)
-        if torch.is_grad_enabled():  # create_graph=True
-            out = without_derivative(out, "rcrn_cell_step_backward", "RCRN, RCRNCell")
+        out = without_derivative(out, "rcrn_cell_step_backward", "RCRN, RCRNCell")
         return (None, None, *out)
 
 
@@ -128,9 +134,8 @@ class _MetagrossStep(torch.autograd.Function):
         given = (True, True, True, bias is not None, weight_hh is not None,
                  depth_weight is not None, ctx.has_depth_bias)  # fmt: skip
         out = tuple(g if k else None for g, k in zip(got, given, strict=True))
-        if torch.is_grad_enabled():  # create_graph=True
-            out = without_derivative(out, "metagross_step_backward",
-                                     "Metagross and MetagrossCell with a linear base")
+        out = without_derivative(out, "metagross_step_backward",
+                                 "Metagross and MetagrossCell with a linear base")
         return (None, None, None, None, *out)
 
 
@@ -178,8 +183,7 @@ class _CASLSTMStep(torch.autograd.Function):
         given = (True, True, True, low is not None, True, True, ctx.has_bias, vec is not None,
                  peep is not None)  # fmt: skip
         out = tuple(g if k else None for g, k in zip(got, given, strict=True))
-        if torch.is_grad_enabled():  # create_graph=True
-            out = without_derivative(out, "caslstm_step_backward", "CASLSTMCell")
+        out = without_derivative(out, "caslstm_step_backward", "CASLSTMCell")
         return (None, None, None, *out)
 
 
@@ -220,8 +224,7 @@ class _CARNNStep(torch.autograd.Function):
             dx, dh, dw_ih, db if ctx.has_bias else None,
             None if context is None else dctx, None if w_ch is None else dw_ch,
             None if w_hh is None else dw_hh)  # fmt: skip
-        if torch.is_grad_enabled():  # create_graph=True
-            out = without_derivative(out, "carnn_step_backward", "CARNNCell")
+        out = without_derivative(out, "carnn_step_backward", "CARNNCell")
         return (None, *out)
 
 
@@ -258,8 +261,7 @@ class _QRNNStep(torch.autograd.Function):
             dx, dc, dhist, dw, db = ctx.ext.qrnn_step_backward(
                 grad_h, grad_c, grad_history, x, c, history, weight, ctx.mode, c_new, saved)
         out: tuple[Tensor | None, ...] = (dx, dc, dhist, dw, db if ctx.has_bias else None)
-        if torch.is_grad_enabled():  # create_graph=True
-            out = without_derivative(out, "qrnn_step_backward", "QRNNCell")
+        out = without_derivative(out, "qrnn_step_backward", "QRNNCell")
         return (None, None, *out)
 
 

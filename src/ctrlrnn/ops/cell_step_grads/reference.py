@@ -37,6 +37,24 @@ __all__ = ["carnn_step_backward_ref", "caslstm_step_backward_ref", "metagross_st
            "qrnn_step_backward_ref", "rcrn_cell_step_backward_ref"]
 
 
+def _gradients(outs: Sequence[Tensor], grads: Sequence[Tensor | None],
+               inputs: Sequence[Tensor | None]) -> list[Tensor]:  # fmt: skip
+    """The gradients of ``inputs`` given those of ``outs`` (None for none, as for an output
+    the op did not get): zeros for an input no given output reaches, ``(0,)`` for an absent
+    input (None)."""
+    pairs = [(o, g) for o, g in zip(outs, grads, strict=True) if g is not None]
+    wanted = [t for t in inputs if t is not None]
+    got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                   allow_unused=True)
+               if pairs else [None] * len(wanted))  # fmt: skip
+    like = wanted[0]
+    result = []
+    for t in inputs:
+        g = None if t is None else next(got)
+        result.append(like.new_zeros(0) if t is None else torch.zeros_like(t) if g is None else g)
+    return result
+
+
 def rcrn_cell_step_backward_ref(
     grads: Sequence[Tensor | None], x: Tensor, states: Sequence[Tensor],
     weights: Sequence[Tensor], biases: Sequence[Tensor | None], sigmoid_gate: bool,
@@ -50,12 +68,8 @@ def rcrn_cell_step_backward_ref(
         bias = [(x.new_zeros(weights[0].shape[0]) if b is None else b.detach()).requires_grad_(True)
                 for b in biases]  # fmt: skip
         out = rcrn_cell_step_ref(leaves[0], leaves[1:8], leaves[8:14], bias, sigmoid_gate)
-        pairs = [(o, g) for o, g in zip(out, grads, strict=True) if g is not None]
-        wanted = leaves + bias[::2]  # each cell's bias_ih (bias_hh's gradient is the same)
-        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                   allow_unused=True)
-               if pairs else [None] * len(wanted))  # fmt: skip
-    return [torch.zeros_like(t) if g is None else g for t, g in zip(wanted, got, strict=True)]
+    # each cell's bias_ih (bias_hh's gradient is the same)
+    return _gradients(out, grads, leaves + bias[::2])
 
 
 def metagross_step_backward_ref(
@@ -84,13 +98,7 @@ def metagross_step_backward_ref(
                                                 residual))  # fmt: skip
         else:
             outs = [metagross_printed_step_ref(xl, sl, wl, b, u, dw, gate_bias, depth, residual)]
-        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_last)) if g is not None]
-        wanted = [t for t in (xl, sl, wl, b, u, dw, db) if t is not None]
-        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                   allow_unused=True)
-               if pairs else [None] * len(wanted))  # fmt: skip
-    grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
-    return [x.new_zeros(0) if t is None else grads[id(t)] for t in (xl, sl, wl, b, u, dw, db)]
+    return _gradients(outs, (grad_h, grad_last)[: len(outs)], (xl, sl, wl, b, u, dw, db))
 
 
 def caslstm_step_backward_ref(
@@ -111,14 +119,7 @@ def caslstm_step_backward_ref(
         xl, hl, cl, low, w_ih, w_hh = given
         outs = caslstm_cell_step_ref(xl, hl, cl, low, w_ih, w_hh, b, vec, lambda_value,
                                      lambda_mode, peep)  # fmt: skip
-        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_c)) if g is not None]
-        order = [xl, hl, cl, low, w_ih, w_hh, b, vec, peep]
-        wanted = [t for t in order if t is not None]
-        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                   allow_unused=True)
-               if pairs else [None] * len(wanted))  # fmt: skip
-    grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
-    return [x.new_zeros(0) if t is None else grads[id(t)] for t in order]
+    return _gradients(outs, (grad_h, grad_c), (xl, hl, cl, low, w_ih, w_hh, b, vec, peep))
 
 
 def carnn_step_backward_ref(
@@ -133,11 +134,7 @@ def carnn_step_backward_ref(
         order = [None if t is None else t.detach().requires_grad_(True)
                  for t in (x, h, weight_ih, b, context, weight_ch, weight_hh)]  # fmt: skip
         out = carnn_cell_step_ref(*order)
-        wanted = [t for t in order if t is not None]
-        got = (torch.autograd.grad(out, wanted, grad_h, allow_unused=True)
-               if grad_h is not None else [None] * len(wanted))  # fmt: skip
-    grads = {id(t): (torch.zeros_like(t) if g is None else g) for t, g in zip(wanted, got)}
-    return [x.new_zeros(0) if t is None else grads[id(t)] for t in order]
+    return _gradients([out], [grad_h], order)
 
 
 def qrnn_step_backward_ref(
@@ -151,8 +148,4 @@ def qrnn_step_backward_ref(
         b = x.new_zeros(weight.shape[0]) if bias is None else bias.detach()
         wanted = [t.detach().requires_grad_(True) for t in (x, c, history, weight, b)]
         outs = qrnn_cell_step_ref(*wanted, mode)
-        pairs = [(o, g) for o, g in zip(outs, (grad_h, grad_c, grad_history)) if g is not None]
-        got = (torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                   allow_unused=True)
-               if pairs else [None] * len(wanted))  # fmt: skip
-    return [torch.zeros_like(t) if g is None else g for t, g in zip(wanted, got, strict=True)]
+    return _gradients(outs, (grad_h, grad_c, grad_history), wanted)

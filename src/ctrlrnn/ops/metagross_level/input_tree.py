@@ -42,6 +42,7 @@ from torch import Tensor
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cached_linear import _small
+from ctrlrnn.ops.cell_step_grads import records_graph
 from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.double_backward import without_derivative
 from ctrlrnn.ops.metagross_level.layout import level_columns, level_slice, tree_nodes
@@ -183,10 +184,8 @@ class _InputTree(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:  # fmt: skip
         with torch.no_grad():
             grads = _InputTree._gradients(ctx, g_out, g_last, g_alpha, g_beta)
-        if torch.is_grad_enabled():  # create_graph=True: gradients without a derivative
-            return without_derivative(grads, "metagross_level (a whole tree as one node)",
-                                      "Metagross with gates='input' and a linear base")
-        return grads
+        return without_derivative(grads, "metagross_level (a whole tree as one node)",
+                                  "Metagross with gates='input' and a linear base")
 
     @staticmethod
     def _gradients(
@@ -263,13 +262,6 @@ class _InputTree(torch.autograd.Function):
         return (dx, dweight, d_bias, d_depth_weight, d_depth_bias, d_state) + (None,) * 5
 
 
-def _records_graph(*tensors: Tensor | None) -> bool:
-    """Whether a call on ``tensors`` may record autograd (reverse or forward mode)."""
-    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def input_tree(
     x: Tensor, weight: Tensor, bias: Tensor | None, depth_weight: Tensor | None,
     depth_bias: Tensor | None, state: Tensor | None, lengths: Tensor | None, depth: int,
@@ -292,7 +284,7 @@ def input_tree(
     """
     if lengths is not None:
         lengths = check_lengths(lengths, x.shape[0], x.shape[1], allow_zero=True)
-    if not _records_graph(x, weight, bias, depth_weight, depth_bias, state):
+    if not records_graph(x, weight, bias, depth_weight, depth_bias, state):
         # no node to build (decoding): the same kernels, the base maps and the depth gates'
         # logits two products (no joint weight to make at every call, none to keep)
         ext = backend.kernel_for("metagross", x.device)
