@@ -185,6 +185,9 @@ def _run_chosen(args: argparse.Namespace, paper_run: ModuleType) -> int:
     started = time.perf_counter()
     changed = bool(args.pages_only)
     failed: dict[str, dict[str, str]] = {}
+    if args.pages_only:  # curves of runs trained before the results files kept them
+        for exp in chosen:
+            runner.add_run_curves(exp, mode, runs, results)
     if not args.pages_only:
         changed = _train(args, chosen, mode, runs, results, rerun, failed) or changed
     if not args.pages_only and not args.no_speed and mode != PAPER:
@@ -328,7 +331,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where the pages go (default: docs/results for the full mode, "
                         "docs/results/quick for the quick mode)")
     p.add_argument("--pages-only", action="store_true",
-                   help="only rewrite the pages from the results files")
+                   help="only rewrite the pages from the results files (after adding to "
+                        "them the validation curves of the runs under --runs they lack)")
     p.add_argument("--pages", choices=("all", "chosen"), default="all",
                    help="all: every page and the summary, from every results file (default); "
                         "chosen: only the pages of the experiments --only chose, with their "

@@ -14,6 +14,7 @@ from ctrlrnn.metric_conventions import higher_is_better
 from ctrlrnn.reproduce import paper_vs_here, verdicts
 from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import PAPER, Experiment
+from ctrlrnn.reproduce.learning_curves import curves_caption, plot_curves
 from ctrlrnn.reproduce.page_cells import (
     baseline_cell,
     ceiling_why,
@@ -73,6 +74,10 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     png = out_dir / f"{exp.paper}-{slug(exp.id)}-{mode}.png"
     if plot_experiment(exp, data, png, scale):
         figure = ["", f"![{exp.title}]({png.name})"]
+    curves = out_dir / f"{exp.paper}-{slug(exp.id)}-curves-{mode}.png"
+    if plot_curves(exp, data, curves):
+        figure += ["", f"![{exp.title}: validation curves]({curves.name})", "",
+                   curves_caption(exp, data)]
 
     def marks(claim: Any) -> list[str]:
         return [m for m, on in (("untuned", search.stale), ("partial", partial),

@@ -12,7 +12,8 @@ file's finished (arm, seed) results are kept as they are, even without their run
 
 After an experiment's seed-0 run of the arm named in :data:`figures.FIGURE_ARMS` is trained,
 the statistics its figure needs are measured on the run's checkpoint and stored under
-``"figures"`` in the results file, so the pages never need the run directories.
+``"figures"`` in the results file, and each seed keeps its validation curve
+(:mod:`.learning_curves`), so the pages never need the run directories.
 :func:`forget` drops an experiment's results and runs, for ``ctrlrnn reproduce --rerun``.
 """
 
@@ -35,6 +36,7 @@ from ctrlrnn import files
 from ctrlrnn.reproduce import figures
 from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
+from ctrlrnn.reproduce.learning_curves import add_missing_curves, read_curve
 from ctrlrnn.reproduce.shared_study import SharedStudy, run_units
 from ctrlrnn.reproduce.stopping import Action, run_action, stopping_budget
 from ctrlrnn.reproduce.tuning import IN_PROGRESS, tune_arm
@@ -60,6 +62,17 @@ def load_results(results_dir: Path, mode: str, exp: Experiment) -> dict[str, Any
     if not path.exists():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def add_run_curves(exp: Experiment, mode: str, runs_dir: Path, results_dir: Path) -> int:
+    """Give the seeds of ``exp``'s results file that have no validation curve the one their run
+    directory under ``runs_dir`` holds (:mod:`.learning_curves`), rewriting the file when any
+    gained one; how many did."""
+    data = load_results(results_dir, mode, exp)
+    gained = add_missing_curves(data, exp, partial(run_dir, runs_dir, mode, exp))
+    if gained and data is not None:
+        write_results(results_path(results_dir, mode, exp), data)
+    return gained
 
 
 def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
@@ -293,6 +306,7 @@ def run_experiment(
     ``storage``: an Optuna storage URL through which processes on this machine and others,
     each running the same command, split the searches' trials and the seeds' runs
     (:mod:`ctrlrnn.reproduce.shared_study`); each then writes the same results file."""
+    add_run_curves(exp, mode, runs_dir, results_dir)
     cached = load_results(results_dir, mode, exp)
     standing = Standing(exp, mode, cached)
     standing.date_entries(cached)
@@ -443,6 +457,10 @@ class _ExperimentJob:
                     seeds[str(seed)] = earlier  # trained here at these values: kept, not lost
                 continue
             seeds[str(seed)] = _summarise(result, exp, arm, self.mode, params)
+            curve = read_curve(run_dir(self.runs_dir, self.mode, exp, arm.label, seed,
+                                       params or None), exp.selected)
+            if curve:  # none where another machine trained it (a shared storage)
+                seeds[str(seed)]["curve"] = curve
             if seed == 0:
                 _record_figure(exp, arm, self.mode, self.runs_dir, self.data, log,
                                params or None)
