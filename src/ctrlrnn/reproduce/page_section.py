@@ -34,6 +34,7 @@ from ctrlrnn.reproduce.page_cells import (
 )
 from ctrlrnn.reproduce.page_figure import plot_experiment
 from ctrlrnn.reproduce.runner import slug
+from ctrlrnn.reproduce.seed_spread import spread_lines
 from ctrlrnn.reproduce.tuning import IN_PROGRESS, Tuning, search_of
 from ctrlrnn.reproduce.verdicts import useful_level
 from ctrlrnn.tasks import TASKS, task_class
@@ -63,7 +64,7 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     progress, partial = _progress_lines(exp, mode, data, standing, earlier,
                                         tuned=search.tuning is not None)
     status += progress
-    table = _results_table(exp, data, scale, earlier)
+    table = _results_table(exp, data, scale, earlier) + spread_lines(exp, data)
     after: list[str] = []
     if search.tuned:
         after += _trial_tables(exp, data)

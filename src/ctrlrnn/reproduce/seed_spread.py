@@ -1,0 +1,81 @@
+"""The paragraph a results page gives an arm whose seeds lie far apart: each seed's test and
+validation result and how its run ended, so that a reader sees whether the spread is in what
+the runs learned (their validation results differ as much) and where each stopped."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ctrlrnn.reproduce.experiment_spec import Experiment
+from ctrlrnn.reproduce.page_cells import fmt, metric_scale, ordered_arms
+
+#: how far apart an arm's seeds may lie before its page says how each ended: points of a
+#: percentage or of BLEU; for any other metric, this fraction of the seeds' mean
+POINTS = 10.0
+FRACTION = 0.1
+
+#: the words for a run's ``stop_reason``
+STOPPED = {"patience": "by patience", "epochs": "at the epoch cap", "max_steps": "at the step cap",
+           "diverged": "at a non-finite loss"}
+
+
+def far_apart(values: list[float], metric: str, scale: float) -> bool:
+    """Whether seeds' shown ``values`` of ``metric`` lie further apart than the pages allow
+    without saying why (:data:`POINTS` or :data:`FRACTION`)."""
+    if len(values) < 2:
+        return False
+    spread = max(values) - min(values)
+    if scale != 1.0 or metric == "bleu":
+        return spread > POINTS
+    mean = sum(values) / len(values)
+    return spread > FRACTION * abs(mean)
+
+
+def _ending(seed: dict[str, Any]) -> str:
+    """How one seed's run ended: ``by patience at step 43,736, best checkpoint at 37,488``."""
+    reason = seed.get("stop_reason")
+    words = STOPPED.get(str(reason), f"({reason})" if reason else "")
+    steps, best = seed.get("steps"), seed.get("best_step")
+    text = f"{words} at step {steps:,}" if isinstance(steps, int) else words
+    if isinstance(best, int):
+        text += f", best checkpoint at {best:,}"
+    return text.strip()
+
+
+def same_order(tests: list[float], valids: list[float | None]) -> bool:
+    """Whether the seeds' validation results rank them as their test results do (ties in
+    either count as agreeing)."""
+    pairs = [(t, v) for t, v in zip(tests, valids) if v is not None]
+    return len(pairs) == len(tests) and all(
+        (t1 - t2) * (v1 - v2) >= 0 for i, (t1, v1) in enumerate(pairs) for t2, v2 in pairs[i + 1:])
+
+
+def spread_lines(exp: Experiment, data: dict[str, Any]) -> list[str]:
+    """One paragraph for each arm whose seeds' test results lie far apart (:func:`far_apart`):
+    each seed's test and validation result and how its run ended, and whether the validation
+    results rank the seeds as the test results do (then the spread is in what the runs
+    learned, not in the sampling of the test split)."""
+    scale = metric_scale(exp.metric)
+    unit = " points" if scale != 1.0 or exp.metric == "bleu" else ""
+    lines: list[str] = []
+    for label, arm in ordered_arms(exp, data):
+        seeds = sorted(((int(k), s) for k, s in arm.get("seeds", {}).items()
+                        if s.get("test") is not None and math.isfinite(float(s["test"]))))
+        tests = [scale * float(s["test"]) for _k, s in seeds]
+        if not far_apart(tests, exp.metric, scale):
+            continue
+        valids = [scale * float(s["valid"]) if s.get("valid") is not None else None
+                  for _k, s in seeds]
+        each = " ".join(
+            f"Seed {k}: test {fmt(t)}, validation {fmt(v)}, stopped {_ending(s)}."
+            for (k, s), t, v in zip(seeds, tests, valids))
+        if same_order(tests, valids):
+            why = ("Their validation results rank them as their test results do: the spread "
+                   "is in what the runs learned, not in the sampling of the test split.")
+        else:
+            why = ("Their validation results do not rank them as their test results do: part "
+                   "of the spread is in the sampling of the test split.")
+        lines += ["", f"**{label}'s seeds lie {fmt(max(tests) - min(tests))}{unit} apart** on "
+                  f"the test {exp.metric}. {each} {why}"]
+    return lines
