@@ -220,6 +220,9 @@ def test_machines_sharing_a_storage_split_an_experiment_and_agree(tmp_path: Path
     seeds = [p.parent.name for p in tmp_path.glob("m*/runs/**/*seed*/result.json")]
     assert sorted(seeds) == sorted(set(seeds)) and len(seeds) == 2  # each seed trained once
     assert _same(arms[0]) == _same(arms[1])
+    # each seed's validation curve too, on the machine that did not train it as well
+    assert all(seed.get("curve") for machine in arms for arm in machine.values()
+               for seed in arm["seeds"].values())
     alone = subprocess.run([sys.executable, str(script), "", str(tmp_path / "alone")], env=env,
                            capture_output=True, text=True, timeout=600, check=False)
     assert alone.returncode == 0, alone.stderr

@@ -162,14 +162,21 @@ def train_in(out: Path, exp: Experiment, arm: Arm, seed: int, mode: str,
     cfg, cls = config_for(exp, arm, seed, mode, out, extra)
     result, action = _finished(out, cfg)
     if result is not None and action == "done":
-        return result
+        return _with_curve(out, exp, result)
     if action == "restart":  # the runner's own directory: what it held answers nothing now
         shutil.rmtree(out)
     # "continue": the trainer extends the finished run from its checkpoint to the new cap
     resume = (out / "checkpoint.safetensors").exists()
     result = train_run(cfg, cls, resume=resume, show_progress=show_progress, verbose=False)
     assert result is not None
-    return result
+    return _with_curve(out, exp, result)
+
+
+def _with_curve(out: Path, exp: Experiment, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with the validation curve its run's log in ``out`` holds (the result travels
+    with it through a shared storage, to machines without the run's directory)."""
+    curve = read_curve(out, exp.selected)
+    return {**result, "curve": curve} if curve else result
 
 
 def _finished(out: Path, cfg: Any) -> tuple[dict[str, Any] | None, Action | None]:
@@ -288,6 +295,7 @@ def _summarise(result: dict[str, Any], exp: Experiment, arm: Arm, mode: str,
         "device": result.get("device"),
         "seconds_per_epoch": (result.get("train_seconds") or 0.0) / epochs,
         "parameters": result.get("parameters"),
+        **({"curve": result["curve"]} if result.get("curve") else {}),
     }
 
 
@@ -457,10 +465,6 @@ class _ExperimentJob:
                     seeds[str(seed)] = earlier  # trained here at these values: kept, not lost
                 continue
             seeds[str(seed)] = _summarise(result, exp, arm, self.mode, params)
-            curve = read_curve(run_dir(self.runs_dir, self.mode, exp, arm.label, seed,
-                                       params or None), exp.selected)
-            if curve:  # none where another machine trained it (a shared storage)
-                seeds[str(seed)]["curve"] = curve
             if seed == 0:
                 _record_figure(exp, arm, self.mode, self.runs_dir, self.data, log,
                                params or None)
@@ -481,7 +485,8 @@ def _shared_seed_results(exp: Experiment, arm: Arm, seeds: list[int], mode: str,
     def here(unit: str) -> tuple[dict[str, Any], float] | None:
         out = run_dir(runs_dir, mode, exp, arm.label, units[unit], params)
         result, action = _finished(out, config_for(exp, arm, units[unit], mode, out, params)[0])
-        return (result, 0.0) if result is not None and action == "done" else None
+        return ((_with_curve(out, exp, result), 0.0) if result is not None and action == "done"
+                else None)
 
     def train(unit: str) -> tuple[dict[str, Any], float]:
         log(f"[reproduce] {exp.id}: {arm.label}, seed {units[unit]} (shared)")
