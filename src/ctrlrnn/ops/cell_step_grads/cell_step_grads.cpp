@@ -34,7 +34,7 @@ using namespace ctrlrnn::cell_steps;
 template <typename T>
 inline const T* grad_row(const c10::optional<at::Tensor>& g, int64_t r, int64_t H,
                          const T* zeros) {
-  return g.has_value() && g->defined() ? g->data_ptr<T>() + r * H : zeros;
+  return is_given(g) ? g->data_ptr<T>() + r * H : zeros;
 }
 
 // One LSTM cell's gate gradients at one row (RCRN eq 1-6, 10-14 differentiated; gate rows
@@ -94,7 +94,7 @@ std::vector<at::Tensor> rcrn_cell_step_backward(
   const int64_t B = x.size(0), D = x.size(1), H = states[0].size(-1);
   std::vector<c10::optional<at::Tensor>> g(grads.begin(), grads.end());
   for (auto& t : g) {
-    if (t.has_value() && t->defined()) {
+    if (is_given(t)) {
       t = t->contiguous();
       check_operand(*t, x, "grad");
       TORCH_CHECK(t->dim() == 2 && t->size(0) == B && t->size(1) == H,
@@ -245,8 +245,8 @@ std::vector<at::Tensor> metagross_step_backward(
     bool h_form, bool residual) {
   TORCH_CHECK(x.dim() == 2 && state.dim() == 2 && depth >= 1 && depth < 16,
               "metagross_step_backward: expected x (B, D), state 2-D, depth >= 1");
-  const bool printed = weight_hh.has_value() && weight_hh->defined();
-  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  const bool printed = is_given(weight_hh);
+  const bool gated = is_given(depth_weight);
   const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
   const int64_t I = (int64_t(1) << (depth - 1)) - 1;
   const int64_t H = printed ? state.size(1) : state.size(1) / N;
@@ -262,10 +262,8 @@ std::vector<at::Tensor> metagross_step_backward(
                   weight.size(0) == 3 * N * H && weight.size(1) == D && (!residual || D == H),
               "metagross_step_backward: shapes disagree");
   const auto opts = x.options();
-  const at::Tensor gh = grad_h.has_value() && grad_h->defined() ? grad_h->contiguous()
-                                                                 : at::zeros({B, H}, opts);
-  const at::Tensor gl = grad_last.has_value() && grad_last->defined() ? grad_last->contiguous()
-                                                                       : at::Tensor();
+  const at::Tensor gh = grad_or_zeros(grad_h, {B, H}, opts);
+  const at::Tensor gl = is_given(grad_last) ? grad_last->contiguous() : at::Tensor();
   at::Tensor dx = at::empty({B, D}, opts), dstate = at::zeros_like(state);
   at::Tensor dweight = at::zeros_like(weight), dbias = at::zeros({3 * N * H}, opts);
   at::Tensor dweight_hh = printed ? at::zeros_like(*weight_hh) : at::empty({0}, opts);
@@ -369,9 +367,9 @@ std::vector<at::Tensor> caslstm_step_backward(
   check_optional(lower_c, x, "lower_c");
   check_optional(lambda_vec, x, "lambda_vec");
   check_optional(peephole, x, "peephole");
-  const bool vertical = lower_c.has_value() && lower_c->defined();
-  const bool peep = peephole.has_value() && peephole->defined();
-  const bool vec = lambda_mode == 2 && lambda_vec.has_value() && lambda_vec->defined();
+  const bool vertical = is_given(lower_c);
+  const bool peep = is_given(peephole);
+  const bool vec = lambda_mode == 2 && is_given(lambda_vec);
   const int64_t B = x.size(0), D = x.size(1), H = h.size(1);
   const int64_t G = vertical ? 5 : 4, G_hh = peep ? 4 : G;
   TORCH_CHECK(x.dim() == 2 && saved.dim() == 2 && saved.size(0) == B && saved.size(1) == G * H &&
@@ -379,10 +377,8 @@ std::vector<at::Tensor> caslstm_step_backward(
                   (lambda_mode != 2 || vec),
               "caslstm_step_backward: shapes disagree");
   const auto opts = x.options();
-  const at::Tensor gh = grad_h.has_value() && grad_h->defined() ? grad_h->contiguous()
-                                                                 : at::zeros({B, H}, opts);
-  const at::Tensor gc = grad_c.has_value() && grad_c->defined() ? grad_c->contiguous()
-                                                                 : at::zeros({B, H}, opts);
+  const at::Tensor gh = grad_or_zeros(grad_h, {B, H}, opts);
+  const at::Tensor gc = grad_or_zeros(grad_c, {B, H}, opts);
   at::Tensor dx = at::zeros({B, D}, opts), dh = at::empty({B, H}, opts);
   at::Tensor dc = at::empty({B, H}, opts);
   at::Tensor dlow = vertical ? at::empty({B, H}, opts) : at::empty({0}, opts);
@@ -437,16 +433,15 @@ std::vector<at::Tensor> carnn_step_backward(
   check_optional(context, x, "context");
   check_optional(weight_ch, x, "weight_ch");
   check_optional(weight_hh, x, "weight_hh");
-  const bool has_ctx = context.has_value() && context->defined();
-  const bool has_hh = weight_hh.has_value() && weight_hh->defined();
+  const bool has_ctx = is_given(context);
+  const bool has_hh = is_given(weight_hh);
   const int64_t B = x.size(0), D = x.size(1), H = h.size(1), G = weight_ih.size(0) / H;
   const int64_t C = has_ctx ? context->size(1) : 0;
   TORCH_CHECK(x.dim() == 2 && saved.dim() == 2 && saved.size(0) == B &&
                   saved.size(1) == G * H && (G == 2 || G == 3) && (G == 3 || D == H),
               "carnn_step_backward: shapes disagree");
   const auto opts = x.options();
-  const at::Tensor gh = grad_h.has_value() && grad_h->defined() ? grad_h->contiguous()
-                                                                 : at::zeros({B, H}, opts);
+  const at::Tensor gh = grad_or_zeros(grad_h, {B, H}, opts);
   at::Tensor dx = at::zeros({B, D}, opts), dh = at::empty({B, H}, opts);
   at::Tensor dw_ih = at::zeros_like(weight_ih), dbias = at::zeros({G * H}, opts);
   at::Tensor dctx = has_ctx ? at::zeros_like(*context) : at::empty({0}, opts);
@@ -511,11 +506,9 @@ std::vector<at::Tensor> qrnn_step_backward(
                   saved.size(1) == G * H && weight.size(0) == G * H && weight.size(1) == k * D,
               "qrnn_step_backward: shapes disagree");
   const auto opts = x.options();
-  auto given = [&](const c10::optional<at::Tensor>& g, at::IntArrayRef sizes) {
-    return g.has_value() && g->defined() ? g->contiguous() : at::zeros(sizes, opts);
-  };
-  const at::Tensor gh = given(grad_h, {B, H}), gc = given(grad_c, {B, H});
-  const at::Tensor ghist = given(grad_history, {B, k - 1, D});
+  const at::Tensor gh = grad_or_zeros(grad_h, {B, H}, opts);
+  const at::Tensor gc = grad_or_zeros(grad_c, {B, H}, opts);
+  const at::Tensor ghist = grad_or_zeros(grad_history, {B, k - 1, D}, opts);
   at::Tensor dc = at::empty({B, H}, opts), dwindow = at::zeros({B, k * D}, opts);
   at::Tensor dweight = at::zeros_like(weight), dbias = at::zeros({G * H}, opts);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "qrnn_step_backward", [&] {

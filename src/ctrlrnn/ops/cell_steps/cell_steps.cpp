@@ -179,7 +179,7 @@ std::vector<at::Tensor> rcrn_cell_step(const at::Tensor& x, at::TensorList state
   }
   std::vector<c10::optional<at::Tensor>> b(biases.begin(), biases.end());
   for (auto& t : b) {
-    if (t.has_value() && t->defined()) t = t->contiguous();
+    if (is_given(t)) t = t->contiguous();
     check_optional(t, x, "bias");
   }
   std::vector<at::Tensor> out;
@@ -236,9 +236,9 @@ at::Tensor carnn_cell_step(const at::Tensor& x, const at::Tensor& h, const at::T
   check_optional(weight_ch, x, "weight_ch");
   check_optional(weight_hh, x, "weight_hh");
   const int64_t B = x.size(0), D = x.size(1), H = h.size(1), G = weight_ih.size(0) / H;
-  const bool has_ctx = context.has_value() && context->defined();
-  const bool has_hh = weight_hh.has_value() && weight_hh->defined();
-  TORCH_CHECK(has_ctx == (weight_ch.has_value() && weight_ch->defined()),
+  const bool has_ctx = is_given(context);
+  const bool has_hh = is_given(weight_hh);
+  TORCH_CHECK(has_ctx == is_given(weight_ch),
               "carnn_cell_step: context and weight_ch go together");
   TORCH_CHECK((G == 2 || G == 3) && weight_ih.size(0) == G * H && weight_ih.size(1) == D &&
                   h.size(0) == B && (G == 3 || D == H),
@@ -333,7 +333,7 @@ void metagross_rows(const at::Tensor& x, const T* state, const T* shared,
                     bool h_form, bool residual, T* last, T* h_out, T* saved) {
   const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
   const int64_t I = (int64_t(1) << (depth - 1)) - 1, leaves = (N + 1) / 2;
-  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  const bool gated = is_given(depth_weight);
   with_activations<T>([&](auto m) {
     using M = decltype(m);
     // the base maps, the depth gates' logits and two levels' outputs
@@ -378,7 +378,7 @@ std::vector<at::Tensor> metagross_cell_step(const at::Tensor& x, const at::Tenso
   check_optional(depth_bias, x, "depth_bias");
   const int64_t B = x.size(0), D = x.size(1), N = (int64_t(1) << depth) - 1;
   const int64_t I = (int64_t(1) << (depth - 1)) - 1, H = state.size(1) / N;
-  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  const bool gated = is_given(depth_weight);
   TORCH_CHECK(state.size(0) == B && state.size(1) == N * H && weight.size(0) == 3 * N * H &&
                   weight.size(1) == D && (!residual || D == H) && (I == 0 || gated) &&
                   (!gated || (depth_weight->size(0) == 2 * I && depth_weight->size(1) == D)),
@@ -416,7 +416,7 @@ at::Tensor metagross_printed_step(const at::Tensor& x, const at::Tensor& h,
   check_optional(depth_bias, x, "depth_bias");
   const int64_t B = x.size(0), D = x.size(1), H = h.size(1), N = (int64_t(1) << depth) - 1;
   const int64_t I = (int64_t(1) << (depth - 1)) - 1;
-  const bool gated = depth_weight.has_value() && depth_weight->defined();
+  const bool gated = is_given(depth_weight);
   TORCH_CHECK(h.size(0) == B && weight.size(0) == 3 * N * H && weight.size(1) == D &&
                   weight_hh.size(0) == 3 * N * H && weight_hh.size(1) == H &&
                   (!residual || D == H) && (I == 0 || gated) &&
@@ -465,15 +465,15 @@ std::vector<at::Tensor> caslstm_cell_step(const at::Tensor& x, const at::Tensor&
   check_optional(lambda_vec, x, "lambda_vec");
   check_optional(peephole, x, "peephole");
   const int64_t B = x.size(0), D = x.size(1), H = h.size(1);
-  const bool vertical = lower_c.has_value() && lower_c->defined();
-  const bool peep = peephole.has_value() && peephole->defined();
+  const bool vertical = is_given(lower_c);
+  const bool peep = is_given(peephole);
   const int64_t G = vertical ? 5 : 4, G_hh = peep ? 4 : G;
   TORCH_CHECK(h.size(0) == B && c.size(0) == B && c.size(1) == H &&
                   weight_ih.size(0) == G * H && weight_ih.size(1) == D &&
                   weight_hh.size(0) == G_hh * H && weight_hh.size(1) == H &&
                   (!vertical || (lower_c->size(0) == B && lower_c->size(1) == H)) &&
                   (!peep || (vertical && peephole->numel() == 2 * H)) &&
-                  (lambda_mode != 2 || (lambda_vec.has_value() && lambda_vec->defined() &&
+                  (lambda_mode != 2 || (is_given(lambda_vec) &&
                                         lambda_vec->numel() == H)),
               "caslstm_cell_step: shapes disagree");
   check_saved(saved, x, B, G * H);

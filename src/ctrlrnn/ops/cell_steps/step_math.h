@@ -191,10 +191,22 @@ inline const T* block_of(const T* bias, int64_t gate, int64_t H) {
   return bias ? bias + gate * H : nullptr;
 }
 
+// Whether an optional tensor was passed (None and an undefined tensor are both absent).
+inline bool is_given(const c10::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined();
+}
+
 // The tensor's data, or nullptr for an absent optional one.
 template <typename T>
 inline const T* data_or_null(const c10::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined() ? t->data_ptr<T>() : nullptr;
+  return is_given(t) ? t->data_ptr<T>() : nullptr;
+}
+
+// An output's gradient as a backward reads it: contiguous, or zeros of `sizes` where autograd
+// passed none (nothing downstream read that output).
+inline at::Tensor grad_or_zeros(const c10::optional<at::Tensor>& g, at::IntArrayRef sizes,
+                                const at::TensorOptions& opts) {
+  return is_given(g) ? g->contiguous() : at::zeros(sizes, opts);
 }
 
 // The values a METAGROSS step keeps a row for its backward (cell_steps.cpp, metagross_rows):
@@ -215,7 +227,7 @@ inline void check_operand(const at::Tensor& t, const at::Tensor& like, const cha
 
 inline void check_optional(const c10::optional<at::Tensor>& t, const at::Tensor& like,
                     const char* name) {
-  if (t.has_value() && t->defined()) check_operand(*t, like, name);
+  if (is_given(t)) check_operand(*t, like, name);
 }
 
 // A step's output of `sizes`, of like's dtype, on the CPU: made by the CPU allocator directly, as
@@ -236,7 +248,7 @@ inline std::vector<at::Tensor> contiguous_all(at::TensorList ts) {
 // An optional output buffer of `width` values a row (B rows), contiguous, of x's dtype.
 inline void check_saved(const c10::optional<at::Tensor>& saved, const at::Tensor& x, int64_t B,
                         int64_t width) {
-  if (!(saved.has_value() && saved->defined())) return;
+  if (!is_given(saved)) return;
   check_operand(*saved, x, "saved");
   TORCH_CHECK(saved->dim() == 2 && saved->size(0) == B && saved->size(1) == width,
               "saved: expected (", B, ", ", width, "), got ", saved->sizes());
@@ -244,7 +256,7 @@ inline void check_saved(const c10::optional<at::Tensor>& saved, const at::Tensor
 
 template <typename T>
 inline T* saved_data(const c10::optional<at::Tensor>& saved) {
-  return saved.has_value() && saved->defined() ? saved->data_ptr<T>() : nullptr;
+  return is_given(saved) ? saved->data_ptr<T>() : nullptr;
 }
 
 }  // namespace ctrlrnn::cell_steps
