@@ -1,4 +1,5 @@
-"""The forget-gate bias at initialisation, the same rule for every arm (``task.forget_bias``).
+"""The initial biases of the gates that decide how much of its carried state a unit keeps
+(``task.forget_bias``, ``task.output_bias``).
 
 Gers et al. (2000) and Jozefowicz et al. (2015) start an LSTM's forget-gate bias at 1, so that
 at the start of training a cell keeps about 0.73 of its state each step rather than 0.5.
@@ -15,6 +16,13 @@ decides how much of a unit's carried state it keeps:
 
 Any other encoder with a nonzero ``value`` raises ``ValueError``: no other unit's gate is
 mapped here.
+
+:func:`offset_output_bias` (``task.output_bias``) starts every node's ``O`` map of a METAGROSS
+with the linear base ``value`` higher. A METAGROSS unit's output gate multiplies the state it
+carries (``h_t = o_t c_t`` and ``c_t = (1 - f_t) h_{t-1} + f_t z_t``, METAGROSS eq 2-1), so
+at initialisation, with ``o`` near 0.5, it halves that state every step, whatever its forget
+gate does. An LSTM's output gate reads its cell without gating what the cell carries, so the
+option maps no LSTM gate.
 
 ``couple=True`` (``task.couple_gates``) also starts ``nn.LSTM``'s input gates ``value`` lower,
 so that at initialisation the cell writes ``sigmoid(-value)`` of its candidate as it keeps
@@ -47,17 +55,20 @@ def _lstm(rnn: nn.LSTM, value: float, couple: bool) -> None:
                 param[:hidden] -= value
 
 
-def _metagross(rnn: Metagross, value: float) -> None:
+def _metagross(rnn: Metagross, value: float, gate: int = 0, option: str = "forget_bias"
+               ) -> None:
+    """Adds ``value`` to base map ``gate`` (0 F, 1 O) of every node of ``rnn``'s units; the F
+    maps' sign is the caller's (they start lower to keep more)."""
     for unit in rnn.units:
         bias = getattr(unit, "bias", None)
         if unit.base != "linear" or bias is None:
-            raise ValueError("task.forget_bias: defined for METAGROSS with the linear base "
+            raise ValueError(f"task.{option}: defined for METAGROSS with the linear base "
                              f"and biases only, got base={unit.base!r}, "
                              f"bias={bias is not None}")
         hidden = unit.hidden_size
         for node in range(unit.num_nodes):
-            row = base_index(0, node) * hidden
-            bias[row : row + hidden] -= value
+            row = base_index(gate, node) * hidden
+            bias[row : row + hidden] += value
 
 
 def offset_forget_bias(encoder: nn.Module, value: float, couple: bool = False) -> None:
@@ -77,8 +88,27 @@ def offset_forget_bias(encoder: nn.Module, value: float, couple: bool = False) -
                 _lstm(module, value, couple)
                 found = True
             elif isinstance(module, Metagross):
-                _metagross(module, value)
+                _metagross(module, -value)
                 found = True
     if not found:
         raise ValueError("task.forget_bias: the encoder has no forget gate this option maps "
                          "(nn.LSTM and METAGROSS with the linear base have)")
+
+
+def offset_output_bias(encoder: nn.Module, value: float) -> None:
+    """Adds ``value`` to the initial bias of every ``O`` map of ``encoder``'s METAGROSS units
+    (linear base), so that they start carrying ``sigmoid(value)`` of their state through the
+    output gate rather than half (see the module's text).
+
+    ``value`` 0 leaves the weights as they are. Raises ``ValueError`` where ``encoder`` holds
+    no METAGROSS, and for a METAGROSS whose gates this rule does not map.
+    """
+    if value == 0:
+        return
+    units = [m for m in encoder.modules() if isinstance(m, Metagross)]
+    if not units:
+        raise ValueError("task.output_bias: the encoder has no METAGROSS unit, whose output "
+                         "gate alone this option maps")
+    with torch.no_grad():
+        for module in units:
+            _metagross(module, value, gate=1, option="output_bias")

@@ -17,7 +17,9 @@ train split, the first of a fixed random order (the same sample for every run; 0
 ``task.forget_bias=B`` starts the encoder's forget gates B higher
 (:mod:`ctrlrnn.tasks.forget_bias`: ``nn.LSTM`` and METAGROSS's linear base);
 ``task.couple_gates=true`` starts ``nn.LSTM``'s input gates B lower as well, so that it writes
-as little as it forgets, as METAGROSS does by construction. Metric: accuracy.
+as little as it forgets, as METAGROSS does by construction. ``task.output_bias=B`` starts
+METAGROSS's output gates B higher (its output gate multiplies the state it carries). Metric:
+accuracy.
 
 The papers' data, from the user's files (they cannot be had here):
 
@@ -46,7 +48,7 @@ from ctrlrnn.models.classifier import parse_pooling
 from ctrlrnn.models.pixel_classifier import PixelClassifier
 from ctrlrnn.tasks.base import Batch, Task
 from ctrlrnn.tasks.common import require_files, source_dir
-from ctrlrnn.tasks.forget_bias import offset_forget_bias
+from ctrlrnn.tasks.forget_bias import offset_forget_bias, offset_output_bias
 
 NUM_CLASSES = 10
 
@@ -68,6 +70,7 @@ class PixelTask(Task):
         "eval_batch_size": (int, 200),
         "forget_bias": (float, 0.0),
         "couple_gates": (bool, False),
+        "output_bias": (float, 0.0),
     }
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 50, "lr": 1e-3, "epochs": 10,
                                           "clip_norm": 1.0}
@@ -141,6 +144,7 @@ class PixelTask(Task):
                                 input_size=self.channels, pooling=self.opts["pooling"],
                                 dropout=self.opts["dropout"])
         offset_forget_bias(model.encoder, self.opts["forget_bias"], self.opts["couple_gates"])
+        offset_output_bias(model.encoder, self.opts["output_bias"])
         return model
 
     def _batch(self, split: str, index: Tensor) -> Batch:
