@@ -77,10 +77,17 @@ def add_missing_curves(data: dict[str, Any] | None, exp: Experiment, run_of: Any
     return gained
 
 
+def drawn(seed: dict[str, Any]) -> bool:
+    """Whether a seed's curve is drawn: it has two evaluations or more (one point is no
+    curve: the quick mode evaluates many runs only at their end)."""
+    return len(seed.get("curve") or []) >= 2
+
+
 def plot_curves(exp: Experiment, data: dict[str, Any], path: Path) -> bool:
     """Draw every seed's validation curve (one colour an arm), with a dot at the checkpoint
-    its test is scored at; False, drawing nothing, when no seed recorded one."""
-    arms = [(label, [s for s in arm.get("seeds", {}).values() if s.get("curve")])
+    its test is scored at; False, drawing nothing, when no seed has a curve to draw
+    (:func:`drawn`)."""
+    arms = [(label, [s for s in arm.get("seeds", {}).values() if drawn(s)])
             for label, arm in ordered_arms(exp, data)]
     arms = [(label, seeds) for label, seeds in arms if seeds]
     if not arms:
@@ -116,11 +123,12 @@ def plot_curves(exp: Experiment, data: dict[str, Any], path: Path) -> bool:
 def curves_caption(exp: Experiment, data: dict[str, Any]) -> str:
     """The sentence under the curves' figure: what it shows, and which seeds it leaves out."""
     seeds = [s for _label, arm in ordered_arms(exp, data) for s in arm.get("seeds", {}).values()]
-    shown = sum(1 for s in seeds if s.get("curve"))
+    shown = sum(1 for s in seeds if drawn(s))
     text = (f"Validation {exp.selected} of each final run at every evaluation; a dot marks the "
             "checkpoint its test is scored at, and a curve ends where its run stopped.")
     if shown < len(seeds):
         text += (f" {len(seeds) - shown} of the {len(seeds)} runs are not shown: the results "
-                 "file holds no curve of theirs (they were trained before it kept curves, and "
-                 "`ctrlrnn reproduce --pages-only` found no run directory to read one from).")
+                 "file holds no curve of two evaluations or more for them (they were evaluated "
+                 "once, or trained before it kept curves and `ctrlrnn reproduce --pages-only` "
+                 "found no run directory to read one from).")
     return text

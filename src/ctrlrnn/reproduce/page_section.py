@@ -79,6 +79,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     if plot_curves(exp, data, curves):
         figure += ["", f"![{exp.title}: validation curves]({curves.name})", "",
                    curves_caption(exp, data)]
+    else:  # a figure of an earlier page that no page shows any more
+        curves.unlink(missing_ok=True)
 
     def marks(claim: Any) -> list[str]:
         return [m for m, on in (("untuned", search.stale), ("partial", partial),
