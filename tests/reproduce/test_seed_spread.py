@@ -6,7 +6,7 @@ import dataclasses
 
 from ctrlrnn.reproduce.experiments import Arm, Claim, Experiment
 from ctrlrnn.reproduce.page_section import experiment_section
-from ctrlrnn.reproduce.seed_spread import far_apart, same_order, spread_lines
+from ctrlrnn.reproduce.seed_spread import climb, far_apart, same_order, spread_lines
 
 EXP = Experiment(
     id="spread", paper="qrnn", title="spread", task="copy", metric="accuracy",
@@ -71,3 +71,28 @@ def test_the_page_shows_the_paragraph_under_the_results_table(tmp_path):
     text = "\n".join(lines)
     assert text.index("| LSTM |") < text.index("**LSTM's seeds lie 40 points apart**")
     assert "QRNN's seeds lie" not in text
+
+
+def test_climb_measures_the_window_before_the_best_against_the_one_after():
+    curve = [[10, 0.1], [20, 0.3], [30, 0.5], [40, 0.6], [50, 0.55], [60, 0.58]]
+    seed = {"curve": curve, "best_step": 40, "stop_reason": "patience"}
+    change, window = climb(seed, higher_is_better=True)
+    assert window == 2 and abs(change - 0.3) < 1e-12  # 0.6 at the best, 0.3 two before
+    loss = {"curve": [[1, 3.0], [2, 2.0], [3, 2.5]], "best_step": 2, "stop_reason": "patience"}
+    assert climb(loss, higher_is_better=False) == (1.0, 1)  # a loss improves downwards
+    assert climb({**seed, "stop_reason": "epochs"}, True) is None  # not cut by patience
+    assert climb({**seed, "best_step": 20}, True) is None  # fewer evaluations before than after
+    assert climb({**seed, "best_step": 60}, True) is None  # nothing after the best
+    assert climb({"stop_reason": "patience", "best_step": 40}, True) is None  # no curve
+
+
+def test_a_seed_cut_by_patience_while_climbing_says_so():
+    climbing = {**_seed(0.60, 0.62, steps=60, best=40),
+                "curve": [[10, 0.1], [20, 0.3], [30, 0.5], [40, 0.62], [50, 0.6], [60, 0.61]]}
+    data = _data([climbing, _seed(0.9, 0.9)], [])
+    text = " ".join(spread_lines(EXP, data))
+    assert ("Seed 0: test 60, validation 62, stopped by patience at step 60, best checkpoint "
+            "at 40; its validation accuracy had improved by 32 over the 2 evaluations before "
+            "its best.") in text
+    assert "Seed 1: test 90, validation 90, stopped by patience at step 100, best checkpoint at " \
+           "80." in text

@@ -43,6 +43,35 @@ def _ending(seed: dict[str, Any]) -> str:
     return text.strip()
 
 
+def climb(seed: dict[str, Any], higher_is_better: bool) -> tuple[float, int] | None:
+    """For a seed stopped by patience whose curve holds its best checkpoint: how much its
+    validation value improved over as many evaluations before the best as followed it (the
+    patience window), and that number; None without such a curve. A large climb means the
+    run was still improving when the window ran out."""
+    curve = seed.get("curve") or []
+    steps = [point[0] for point in curve]
+    if seed.get("stop_reason") != "patience" or seed.get("best_step") not in steps:
+        return None
+    best = steps.index(seed["best_step"])
+    after = len(curve) - 1 - best
+    if after < 1 or best - after < 0:
+        return None
+    change = curve[best][1] - curve[best - after][1]
+    return (change if higher_is_better else -change), after
+
+
+def _climb_clause(exp: Experiment, seed: dict[str, Any]) -> str:
+    """``; its validation accuracy had improved by 6.4 over the 10 evaluations before its
+    best`` (:func:`climb`), or nothing."""
+    found = climb(seed, exp.selected_higher_is_better)
+    if found is None:
+        return ""
+    change, window = found
+    return (f"; its validation {exp.selected} had improved by "
+            f"{fmt(change * metric_scale(exp.selected))} over the {window} evaluations before "
+            "its best")
+
+
 def same_order(tests: list[float], valids: list[float | None]) -> bool:
     """Whether the seeds' validation results rank them as their test results do (ties in
     either count as agreeing)."""
@@ -68,8 +97,8 @@ def spread_lines(exp: Experiment, data: dict[str, Any]) -> list[str]:
         valids = [scale * float(s["valid"]) if s.get("valid") is not None else None
                   for _k, s in seeds]
         each = " ".join(
-            f"Seed {k}: test {fmt(t)}, validation {fmt(v)}, stopped {_ending(s)}."
-            for (k, s), t, v in zip(seeds, tests, valids))
+            f"Seed {k}: test {fmt(t)}, validation {fmt(v)}, stopped {_ending(s)}"
+            f"{_climb_clause(exp, s)}." for (k, s), t, v in zip(seeds, tests, valids))
         if same_order(tests, valids):
             why = ("Their validation results rank them as their test results do: the spread "
                    "is in what the runs learned, not in the sampling of the test split.")
