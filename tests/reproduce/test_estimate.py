@@ -45,7 +45,7 @@ def test_estimate_measures_every_arm_and_bounds_the_search_and_seeds(tmp_path):
     assert [c.arm for c in costs] == ["LSTM", "QRNN"]
     for c in costs:
         assert c.steps_per_epoch == 4  # 64 examples, batch 16
-        assert c.trials == 2 and c.trial_steps == 5  # the trial budget's max_steps
+        assert c.rungs == ((2, 5),) and c.trials == 2  # the trial budget's max_steps
         assert c.seeds == 3 and c.seed_steps == 28  # 7 epochs of 4 steps
         assert 0 < c.seconds_per_step < 5
         assert c.total_seconds == pytest.approx(c.seconds_per_step * (2 * 5 + 3 * 28))
@@ -64,3 +64,28 @@ def test_cli_estimate_refuses_too_few_steps_and_pages_only(tmp_path, capsys):
                  "--runs", str(tmp_path)]) == 2
     assert "at least 2 steps" in capsys.readouterr().out
     assert main(["reproduce", "--estimate", "5", "--pages-only"]) == 2
+
+
+def test_a_halving_search_costs_its_rungs_not_every_trial_to_the_last_cap(tmp_path):
+    """Under successive halving every trial trains to the first rung's cap and the kept ones
+    continue from there: 3 trials to 2 steps, then 2 of them from 2 to 4 (keep 0.5)."""
+    from tiny_runs import tiny_halving_experiment
+
+    lines: list[str] = []
+    (cost,) = est.estimate([tiny_halving_experiment("tiny-halving", seeds=1)], "quick", tmp_path,
+                           steps=3, log=lines.append)
+    assert cost.rungs == ((3, 2), (2, 4)) and cost.trials == 3
+    assert cost.search_steps == 3 * 2 + 2 * (4 - 2)
+    assert cost.search_seconds == pytest.approx(10 * cost.seconds_per_step)
+    row = next(line for line in lines if line.startswith("| tiny-halving | QRNN |"))
+    assert "| 3 x 2, then 2 to 4 steps = " in row
+
+
+def test_search_steps_of_rungs_and_of_none():
+    cost = est.ArmCost(experiment="e", arm="a", seconds_per_step=1.0, steps_per_epoch=62,
+                       rungs=((9, 248), (3, 620), (1, 1860)), seeds=3, seed_steps=6200,
+                       load=None, cpu_share=None)
+    assert cost.search_steps == 9 * 248 + 3 * (620 - 248) + 1 * (1860 - 620)
+    assert est._search_cell(cost) == "9 x 248, then 3 to 620, then 1 to 1860 steps = 1.3 h"
+    none = dataclasses.replace(cost, rungs=())
+    assert none.trials == 0 and none.search_steps == 0 and est._search_cell(none) == "no search"

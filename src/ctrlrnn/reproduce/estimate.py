@@ -8,6 +8,8 @@ middle is one slow step, which the median ignores). With the steps an epoch take
 caps of the mode, each part is bounded from above:
 
 * the search: ``trials`` runs, each to the trial budget's cap (:mod:`ctrlrnn.reproduce.tuning`);
+  under successive halving, every trial to the first rung's cap, and the trials each later rung
+  keeps from the previous rung's cap to its own (they continue from their checkpoints);
 * the seeds: ``seeds`` runs, each to the mode's cap.
 
 Runs that stop by patience take less; evaluation is not counted. The measurement is only as
@@ -41,16 +43,27 @@ class ArmCost:
     arm: str
     seconds_per_step: float
     steps_per_epoch: int
-    trials: int
-    trial_steps: int  # the cap of one search trial, in steps
+    #: the search's rungs: (trials that train to it, its cap in steps), shortest first; one
+    #: rung for a search without halving, none without a search
+    rungs: tuple[tuple[int, int], ...]
     seeds: int
     seed_steps: int  # the cap of one seed's run, in steps
     load: float | None
     cpu_share: float | None
 
     @property
+    def trials(self) -> int:
+        return self.rungs[0][0] if self.rungs else 0
+
+    @property
+    def search_steps(self) -> int:
+        """The search's steps at most: each rung's trials from the previous rung's cap on."""
+        caps = [0] + [cap for _n, cap in self.rungs]
+        return sum(n * max(cap - caps[r], 0) for r, (n, cap) in enumerate(self.rungs))
+
+    @property
     def search_seconds(self) -> float:
-        return self.trials * self.trial_steps * self.seconds_per_step
+        return self.search_steps * self.seconds_per_step
 
     @property
     def seeds_seconds(self) -> float:
@@ -107,21 +120,43 @@ def measure_arm(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, steps: int
     assert result is not None
     per_epoch = int(result["steps_per_epoch"])
     seed_cfg, _ = config_for(exp, arm, 0, mode, out)
-    tuning = exp.tuning(mode)
-    trial_steps = 0
-    if tuning is not None:
-        trial_cfg, _ = config_for(exp, arm, 0, mode, out, dict(tuning.overrides))
-        trial_steps = cap_steps(int(trial_cfg.epochs), int(trial_cfg.max_steps or 0),
-                                per_epoch)
     return ArmCost(
         experiment=exp.id, arm=arm.label,
         seconds_per_step=step_seconds(_read_rows(out)),
         steps_per_epoch=per_epoch,
-        trials=tuning.trials if tuning is not None else 0, trial_steps=trial_steps,
+        rungs=_search_rungs(exp, arm, mode, out, per_epoch),
         seeds=len(exp.seeds(mode)),
         seed_steps=cap_steps(int(seed_cfg.epochs), int(seed_cfg.max_steps or 0), per_epoch),
         load=load, cpu_share=result.get("cpu_share"),
     )
+
+
+def _search_rungs(exp: Experiment, arm: Arm, mode: str, out: Path,
+                  per_epoch: int) -> tuple[tuple[int, int], ...]:
+    """(trials, cap in steps) of each rung of ``exp``'s search in ``mode`` (one rung without
+    successive halving; none without a search): the caps of a trial's configuration, with
+    the rung's over the search's overrides, as :mod:`ctrlrnn.reproduce.tuning` trains it."""
+    tuning = exp.tuning(mode)
+    if tuning is None:
+        return ()
+    rungs = tuning.rungs or ({},)
+    sizes = tuning.rung_sizes() if tuning.rungs else [tuning.trials]
+    out_rungs = []
+    for caps, trials in zip(rungs, sizes, strict=True):
+        cfg, _ = config_for(exp, arm, 0, mode, out, {**tuning.overrides, **caps})
+        out_rungs.append((trials, cap_steps(int(cfg.epochs), int(cfg.max_steps or 0),
+                                            per_epoch)))
+    return tuple(out_rungs)
+
+
+def _search_cell(cost: ArmCost) -> str:
+    """``9 x 6200 steps = 1.2 h``, or under successive halving ``9 x 248, then 3 to 620, then
+    1 to 1860 steps = 1.1 h``."""
+    if not cost.rungs:
+        return "no search"
+    (first_n, first_cap), *later = cost.rungs
+    text = f"{first_n} x {first_cap}" + "".join(f", then {n} to {cap}" for n, cap in later)
+    return f"{text} steps = {_hours(cost.search_seconds)}"
 
 
 def _hours(seconds: float) -> str:
@@ -137,8 +172,7 @@ def table(costs: list[ArmCost]) -> list[str]:
         by_exp.setdefault(c.experiment, []).append(c)
         load = f"{c.load:.2f}" if c.load is not None else "-"
         share = f"{c.cpu_share:.2f}" if c.cpu_share is not None else "-"
-        search = (f"{c.trials} x {c.trial_steps} steps = {_hours(c.search_seconds)}"
-                  if c.trials else "no search")
+        search = _search_cell(c)
         lines.append(f"| {c.experiment} | {c.arm} | {c.seconds_per_step:.3f} | "
                      f"{c.steps_per_epoch} | {search} | {c.seeds} x {c.seed_steps} steps = "
                      f"{_hours(c.seeds_seconds)} | {load} | {share} |")
