@@ -44,7 +44,8 @@ QRNN_EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=equal_search("model.dropout", {"max_steps": 4316}),
         paper_metric="PTB test perplexity, 2 layers of 640 (LSTM 650), 72 epochs",
         paper_scale=scale.PTB_LM,
-        note=notes.PTB_LM_NOTE + notes.budget_note(4316, "QRNN + zoneout 0.1, 12,948 steps")
+        note=notes.PTB_LM_NOTE + notes.PTB_LM_WIDTH_NOTE
+        + notes.budget_note(4316, "QRNN + zoneout 0.1, 12,948 steps")
         + notes.search_changed("2026-11-24", "4 points of one epoch (1,328 steps), 3 drawn at "
                                "random"),
         paper_setting=paper.PTB_LM,
