@@ -19,7 +19,6 @@ the CPU its threads got are printed with it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -29,6 +28,7 @@ from typing import Any
 
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.runner import config_for, slug
+from ctrlrnn.train.logs import read_rows
 from ctrlrnn.train.run import train_run
 
 #: steps trained before the timed ones (kernel caches, first allocations)
@@ -93,17 +93,6 @@ def step_seconds(rows: list[dict[str, Any]], warmup: int = WARMUP) -> float:
     return statistics.median(gaps)
 
 
-def _read_rows(run: Path) -> list[dict[str, Any]]:
-    path = run / "log.jsonl"
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def measure_arm(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, steps: int,
                 show_progress: bool = False) -> ArmCost:
     """Train ``steps`` timed steps of ``exp``'s ``arm`` and bound its parts' cost in ``mode``."""
@@ -122,7 +111,7 @@ def measure_arm(exp: Experiment, arm: Arm, mode: str, runs_dir: Path, steps: int
     seed_cfg, _ = config_for(exp, arm, 0, mode, out)
     return ArmCost(
         experiment=exp.id, arm=arm.label,
-        seconds_per_step=step_seconds(_read_rows(out)),
+        seconds_per_step=step_seconds(list(read_rows(out / "log.jsonl"))),
         steps_per_epoch=per_epoch,
         rungs=_search_rungs(exp, arm, mode, out, per_epoch),
         seeds=len(exp.seeds(mode)),

@@ -9,7 +9,6 @@ interruption evaluates the steps after its checkpoint again: the later record of
 
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from ctrlrnn.reproduce.experiment_spec import Experiment
 from ctrlrnn.reproduce.page_cells import metric_scale, ordered_arms
+from ctrlrnn.train.logs import read_rows
 
 #: the arms' colours in the curves' figure, in the experiment's order
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -26,16 +26,9 @@ def read_curve(run: Path, metric: str) -> list[list[float]]:
     """The validation ``metric`` of the run in ``run`` at each evaluation its ``log.jsonl``
     records, as ``[step, value]`` pairs in step order; empty without a log. A line cut short
     (a process killed while writing it) is skipped."""
-    path = run / "log.jsonl"
-    if not path.is_file():
-        return []
     key = f"valid_{metric}"
     by_step: dict[int, float] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in read_rows(run / "log.jsonl"):
         if not isinstance(record, dict) or record.get("split") != "valid":
             continue
         value, step = record.get(key), record.get("step")

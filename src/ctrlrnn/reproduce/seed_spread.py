@@ -20,13 +20,18 @@ STOPPED = {"patience": "by patience", "epochs": "at the epoch cap", "max_steps":
            "diverged": "at a non-finite loss"}
 
 
+def in_points(metric: str, scale: float) -> bool:
+    """Whether ``metric``'s shown values are points: a percentage (``scale`` 100) or BLEU."""
+    return scale != 1.0 or metric == "bleu"
+
+
 def far_apart(values: list[float], metric: str, scale: float) -> bool:
     """Whether seeds' shown ``values`` of ``metric`` lie further apart than the pages allow
     without saying why (:data:`POINTS` or :data:`FRACTION`)."""
     if len(values) < 2:
         return False
     spread = max(values) - min(values)
-    if scale != 1.0 or metric == "bleu":
+    if in_points(metric, scale):
         return spread > POINTS
     mean = sum(values) / len(values)
     return spread > FRACTION * abs(mean)
@@ -86,7 +91,7 @@ def spread_lines(exp: Experiment, data: dict[str, Any]) -> list[str]:
     results rank the seeds as the test results do (then the spread is in what the runs
     learned, not in the sampling of the test split)."""
     scale = metric_scale(exp.metric)
-    unit = " points" if scale != 1.0 or exp.metric == "bleu" else ""
+    unit = " points" if in_points(exp.metric, scale) else ""
     lines: list[str] = []
     for label, arm in ordered_arms(exp, data):
         seeds = sorted(((int(k), s) for k, s in arm.get("seeds", {}).items()

@@ -72,6 +72,21 @@ def _umask() -> int:
     return 0o022  # the usual default where the system does not say
 
 
+def read_rows(jsonl: Path) -> Iterator[dict[str, Any]]:
+    """The rows of the run log ``jsonl``, none where it does not exist; a row cut short by a
+    kill mid-append (the only row that can be partial) is skipped."""
+    if not jsonl.exists():
+        return
+    with open(jsonl, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
 class RunLog:
     """Append-only JSONL + CSV log. Reopening an existing run continues the same files."""
 
@@ -104,16 +119,7 @@ class RunLog:
         replace_atomically(self.csv, write, newline="")
 
     def _iter_rows(self) -> Iterator[dict[str, Any]]:
-        if not self.jsonl.exists():
-            return
-        with open(self.jsonl, encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a row cut by a kill mid-append: the only row that can be partial
+        return read_rows(self.jsonl)
 
     def rows(self) -> list[dict[str, Any]]:
         return list(self._iter_rows())
