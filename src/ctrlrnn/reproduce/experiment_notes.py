@@ -165,7 +165,7 @@ PTB_LM_NOTE = ("In full mode: 2 layers of 256 units, batch 20, BPTT 35 (1,328 st
                "epochs with a decaying learning rate: 72 epochs are about 3.5 hours a run "
                "here even at 256 units, so the paper's numbers are for orientation.")
 
-#: the width probe of the PTB LSTM baseline (2026-12-05; see the text)
+#: the width probe of the PTB LSTM baseline (its date and machine are in the text)
 PTB_LM_WIDTH_NOTE = (
     " The LSTM's 110.8 against the paper's 82 is scale, measured: the same LSTM, recipe and "
     "seed (lr 0.002, dropout 0.174, Adam, gradients clipped at 0.25, weights tied) trained "

@@ -106,7 +106,7 @@ MNIST_RECIPE_RUN_NOTE = (
     "patience of 10."
 )
 
-#: why METAGROSS's output gates start 5 higher in both pixel experiments: measured 2026-12-05
+#: why METAGROSS's output gates start 5 higher in both pixel experiments (the probe behind it)
 METAGROSS_OUTPUT_NOTE = (
     " METAGROSS's own part of the recipe: its output gates start 5 higher "
     "(`task.output_bias=5`, a task argument of its arm alone). A METAGROSS unit multiplies the "
