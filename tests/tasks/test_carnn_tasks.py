@@ -161,6 +161,20 @@ def test_contextual_carnn_lm_loss_skips_the_padding():
     torch.testing.assert_close(picked, logits[valid])
 
 
+def test_carnn_lm_whole_vocab_keeps_the_vocabulary_of_every_training_sentence():
+    sentences = {**SENTENCES, "train": [*SENTENCES["train"][:4], ["zebra", "quietly", "here"]]}
+    sliced = _make("carnn-lm", "sentences", sentences, train_size=4)
+    whole = _make("carnn-lm", "sentences", sentences, train_size=4, whole_vocab=True)
+    assert len(sliced.pairs["train"]) == len(whole.pairs["train"]) == 4
+    assert "zebra" not in sliced.vocab.stoi and "zebra" in whole.vocab.stoi
+    in_slice = {w for s in sentences["train"][:4] for w in s}
+    assert {w for w in sliced.vocab.stoi if w in in_slice} == in_slice
+    assert set(whole.vocab.stoi) == set(sliced.vocab.stoi) | {"zebra", "quietly"}
+    # the unseen word is its own token under the whole vocabulary, the unknown one otherwise
+    assert whole.vocab.encode(["zebra"]) != [whole.vocab.unk_id]
+    assert sliced.vocab.encode(["zebra"]) == [sliced.vocab.unk_id]
+
+
 def test_carnn_lm_reads_a_source_directory(tmp_path):
     for split, sentences in SENTENCES.items():
         (tmp_path / f"{split}.txt").write_text("".join(" ".join(s) + "\n" for s in sentences))

@@ -91,6 +91,7 @@ class CarnnLmTask(Task):
     options = {
         "source": (str, ""),
         **_size_options(0, 0, 0),
+        "whole_vocab": (bool, False),
         "embedding_size": (int, 0),
         "latent_weight": (float, 0.0),
         "latent_label": (str, "current"),
@@ -158,7 +159,10 @@ class CarnnLmTask(Task):
         pairs = {s: list(zip([[]] + v[:-1], v, strict=True)) for s, v in data.items()}
         self.pairs = {s: (p[: sizes[s]] if sizes[s] else p) for s, p in pairs.items()}
         check_splits(self.pairs, "task")
-        self.vocab = Vocab.build(cur for _, cur in self.pairs["train"])
+        # a vocabulary that does not grow with train_size keeps perplexities comparable across
+        # training-set sizes (words outside it are the unknown token, which is easy to predict)
+        vocab_from = pairs["train"] if self.opts["whole_vocab"] else self.pairs["train"]
+        self.vocab = Vocab.build(cur for _, cur in vocab_from)
         v = self.vocab
         self.latent_labels: list[str] = []
         latent: dict[str, list[int]] = {s: [-100] * len(p) for s, p in self.pairs.items()}
