@@ -1,0 +1,134 @@
+"""Train one arm of a ``ctrlrnn reproduce`` experiment with some settings changed: the probes
+that measure why a baseline sits where it does (its level as the training data or the width
+grows, more seeds of an earlier probe).
+
+Each run is the arm as the experiment's full mode defines it (``runner.config_for``: its task,
+model, stopping rule and evaluation), at the learning rate and dropout its search chose (read
+from ``docs/results/data/full/EXPERIMENT.json``), one thread, with the ``key=value`` overrides
+given last. Every seed's result (its stop, steps, validation and test metrics, training time,
+the machine's load at its start and end, its validation curve) goes to ``--json`` (default
+``docs/results/data/probes/EXPERIMENT.json``) under ``--name`` as it finishes; a run already
+recorded there under that name and seed is read back, not trained again, and a run stopped
+midway continues from its checkpoint in ``--runs``.
+
+From the repository root, with the project's environment::
+
+    .venv/bin/python scripts/arm_probe.py metagross-tree BiLSTM --name trees-30000 \\
+        --seeds 0 1 2 task.train_size=30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from ctrlrnn.reproduce.experiments import EXPERIMENTS
+from ctrlrnn.reproduce.learning_curves import read_curve
+from ctrlrnn.reproduce.runner import config_for
+from ctrlrnn.train.run import train_run
+
+RESULTS = Path("docs/results/data/full")
+PROBES = Path("docs/results/data/probes")
+
+
+def _value(text: str) -> Any:
+    """A ``key=value`` override's value: JSON where it parses (numbers, booleans, lists)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"overrides: expected key=value, got {pair!r}")
+        out[key] = _value(value)
+    return out
+
+
+def _chosen(exp_id: str, label: str) -> dict[str, Any]:
+    """The values the arm's search chose in the full mode's results file."""
+    path = RESULTS / f"{exp_id}.json"
+    arms = json.loads(path.read_text(encoding="utf-8")).get("arms", {})
+    chosen = (arms.get(label, {}).get("tuning") or {}).get("chosen")
+    if not chosen:
+        raise SystemExit(f"arm: {path} holds no chosen values for {label!r}")
+    return dict(chosen)
+
+
+def train_seed(exp_id: str, label: str, seed: int, out: Path,
+               extra: dict[str, Any]) -> dict[str, Any]:
+    """Train ``seed`` of arm ``label`` of experiment ``exp_id`` in ``out`` with ``extra``
+    overriding its full-mode configuration; the record the probe's JSON keeps."""
+    exp = next((e for e in EXPERIMENTS if e.id == exp_id), None)
+    if exp is None:
+        raise SystemExit(f"experiment: no experiment {exp_id!r}")
+    arm = next((a for a in exp.arms if a.label == label), None)
+    if arm is None:
+        raise SystemExit(f"arm: {exp_id} has no arm {label!r} (its arms: "
+                         f"{', '.join(a.label for a in exp.arms)})")
+    cfg, cls = config_for(exp, arm, seed, "full", out, {"threads": 1, **extra})
+    load_start = os.getloadavg()[0]
+    result = train_run(cfg, cls, resume=(out / "checkpoint.safetensors").exists(),
+                       show_progress=False, verbose=False)
+    assert result is not None
+    metric = exp.metric
+    return {"seed": seed, "settings": extra, "step": result["step"],
+            "best_step": result["best_step"], "stop_reason": result["stop_reason"],
+            "steps_per_epoch": result["steps_per_epoch"], "valid": result["valid"],
+            "test": result["test"], "train_seconds": round(result["train_seconds"], 1),
+            "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2),
+            "curve": read_curve(out, metric)}
+
+
+def _save(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment")
+    parser.add_argument("arm", help="the arm's label, as its page names it")
+    parser.add_argument("overrides", nargs="*", help="key=value, as `ctrlrnn train` takes them")
+    parser.add_argument("--name", required=True, help="the name the runs are recorded under")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--runs", type=Path, default=Path("runs/probes"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_intermixed_args()
+    path = args.json or PROBES / f"{args.experiment}.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
+        "experiment": args.experiment, "threads": 1, "probes": {}}
+    extra = {**_chosen(args.experiment, args.arm), **_overrides(args.overrides)}
+    probe = data["probes"].setdefault(args.name, {"arm": args.arm, "runs": []})
+    if probe["arm"] != args.arm:
+        raise SystemExit(f"name: {args.name!r} is a probe of {probe['arm']!r} in {path}")
+    for seed in args.seeds:
+        if any(r["seed"] == seed for r in probe["runs"]):
+            print(f"{args.name}, seed {seed}: in {path} already", flush=True)
+            continue
+        out = args.runs / args.experiment / f"{args.name}-seed{seed}"
+        row = train_seed(args.experiment, args.arm, seed, out, extra)
+        probe["runs"] = sorted([*probe["runs"], row], key=lambda r: r["seed"])
+        data.update({"machine": platform.processor() or platform.machine(),
+                     "cpus": os.cpu_count(),
+                     "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                         timespec="seconds")})
+        _save(path, data)
+        print(f"{args.name}, seed {seed}: valid {row['valid']}, test {row['test']}, "
+              f"stopped by {row['stop_reason']} at step {row['step']} (best {row['best_step']})",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
