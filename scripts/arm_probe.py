@@ -13,8 +13,8 @@ midway continues from its checkpoint in ``--runs``.
 
 From the repository root, with the project's environment::
 
-    .venv/bin/python scripts/arm_probe.py metagross-tree BiLSTM --name trees-30000 \\
-        --seeds 0 1 2 task.train_size=30000
+    .venv/bin/python scripts/arm_probe.py metagross-tree BiLSTM task.train_size=30000 \\
+        --name trees-30000 --seeds 0 1 2
 """
 
 from __future__ import annotations
