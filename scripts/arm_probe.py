@@ -27,6 +27,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.learning_curves import read_curve
 from ctrlrnn.reproduce.runner import config_for
@@ -64,10 +65,8 @@ def _chosen(exp_id: str, label: str) -> dict[str, Any]:
     return dict(chosen)
 
 
-def train_seed(exp_id: str, label: str, seed: int, out: Path,
-               extra: dict[str, Any]) -> dict[str, Any]:
-    """Train ``seed`` of arm ``label`` of experiment ``exp_id`` in ``out`` with ``extra``
-    overriding its full-mode configuration; the record the probe's JSON keeps."""
+def experiment_arm(exp_id: str, label: str) -> tuple[Experiment, Arm]:
+    """Experiment ``exp_id`` and its arm ``label``."""
     exp = next((e for e in EXPERIMENTS if e.id == exp_id), None)
     if exp is None:
         raise SystemExit(f"experiment: no experiment {exp_id!r}")
@@ -75,6 +74,13 @@ def train_seed(exp_id: str, label: str, seed: int, out: Path,
     if arm is None:
         raise SystemExit(f"arm: {exp_id} has no arm {label!r} (its arms: "
                          f"{', '.join(a.label for a in exp.arms)})")
+    return exp, arm
+
+
+def train_seed(exp: Experiment, arm: Arm, seed: int, out: Path,
+               extra: dict[str, Any]) -> dict[str, Any]:
+    """Train ``seed`` of ``exp``'s ``arm`` in ``out`` with ``extra`` overriding its full-mode
+    configuration; the record the probe's JSON keeps."""
     cfg, cls = config_for(exp, arm, seed, "full", out, {"threads": 1, **extra})
     load_start = os.getloadavg()[0]
     result = train_run(cfg, cls, resume=(out / "checkpoint.safetensors").exists(),
@@ -109,6 +115,7 @@ def main() -> None:
     path = args.json or PROBES / f"{args.experiment}.json"
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
         "experiment": args.experiment, "threads": 1, "probes": {}}
+    exp, arm = experiment_arm(args.experiment, args.arm)
     extra = {**_chosen(args.experiment, args.arm), **_overrides(args.overrides)}
     probe = data["probes"].setdefault(args.name, {"arm": args.arm, "runs": []})
     if probe["arm"] != args.arm:
@@ -118,7 +125,7 @@ def main() -> None:
             print(f"{args.name}, seed {seed}: in {path} already", flush=True)
             continue
         out = args.runs / args.experiment / f"{args.name}-seed{seed}"
-        row = train_seed(args.experiment, args.arm, seed, out, extra)
+        row = train_seed(exp, arm, seed, out, extra)
         probe["runs"] = sorted([*probe["runs"], row], key=lambda r: r["seed"])
         data.update({"machine": platform.processor() or platform.machine(),
                      "cpus": os.cpu_count(),

@@ -16,7 +16,8 @@ ran go to ``--json`` (default ``docs/results/data/probes/carnn-lm-data.json``) a
 finishes, so a probe stopped between runs keeps the finished ones (run it again to add the
 rest; a finished run is read back, not trained again).
 
-Needs the prepared ``ptb`` data (``ctrlrnn data prepare ptb``). From the repository root::
+Needs the prepared ``ptb`` data (``ctrlrnn data prepare ptb``) or ``--source DIR``. From the
+repository root::
 
     .venv/bin/python scripts/carnn_lm_data_probe.py 10000:whole 0:whole 10000:slice
     .venv/bin/python scripts/carnn_lm_data_probe.py 200:whole 200:slice --max-steps 20 \\
@@ -58,6 +59,8 @@ def _train(name: str, args: argparse.Namespace) -> dict[str, Any]:
     out = args.runs / name.replace(":", "-")
     extra = {"task.train_size": size, "task.whole_vocab": vocab == "whole", "lr": args.lr,
              "model.dropout": args.dropout, "threads": 1, "max_steps": args.max_steps}
+    if args.source:
+        extra["task.source"] = str(args.source)
     cfg, cls = config_for(exp, arm, 0, "full", out, extra)
     load_start = os.getloadavg()[0]
     result = train_run(cfg, cls, resume=(out / "checkpoint.safetensors").exists(),
@@ -99,6 +102,9 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=DROPOUT)
     parser.add_argument("--max-steps", type=int, default=9000,
                         help="the cap of every run (the experiment's patience may end it first)")
+    parser.add_argument("--source", type=Path,
+                        help="a folder of train.txt, valid.txt and test.txt, one sentence a "
+                             "line, in place of PTB")
     parser.add_argument("--runs", type=Path, default=Path("runs/carnn-lm-data-probe"))
     parser.add_argument("--json", type=Path,
                         default=Path("docs/results/data/probes/carnn-lm-data.json"))

@@ -1,0 +1,106 @@
+"""The baseline probes' scripts, end to end at toy sizes: ``scripts/arm_probe.py`` trains an
+experiment's arm at its chosen values with the settings given, records each seed once and reads
+a recorded seed back; ``scripts/carnn_lm_data_probe.py`` trains the CARNN LM's LSTM at several
+training-set sizes, each under the whole split's vocabulary or its own slice's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def arm_probe(tmp_path, monkeypatch):
+    module = _script("arm_probe")
+    results = tmp_path / "results"
+    results.mkdir()
+    chosen = {"lr": 0.003, "model.dropout": 0.1}
+    (results / "metagross-tree.json").write_text(json.dumps(
+        {"arms": {"BiLSTM": {"tuning": {"chosen": chosen}}}}))
+    monkeypatch.setattr(module, "RESULTS", results)
+    yield module
+    sys.modules.pop("arm_probe", None)
+
+
+def _run(module, monkeypatch, *argv: str) -> None:
+    monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
+    module.main()
+
+
+TOY_TREES = ("task.train_size=128", "task.valid_size=32", "task.test_size=32", "max_steps=4",
+             "epochs=2")
+
+
+def test_arm_probe_records_each_seed_at_the_chosen_values(arm_probe, tmp_path, monkeypatch):
+    out = tmp_path / "probe.json"
+    argv = ("metagross-tree", "BiLSTM", *TOY_TREES, "--name", "toy", "--seeds", "0", "1",
+            "--runs", str(tmp_path / "runs"), "--json", str(out))
+    _run(arm_probe, monkeypatch, *argv)
+    runs = json.loads(out.read_text())["probes"]["toy"]["runs"]
+    assert [r["seed"] for r in runs] == [0, 1]
+    for row in runs:
+        assert row["settings"]["lr"] == 0.003 and row["settings"]["task.train_size"] == 128
+        assert row["step"] == 4 and row["stop_reason"] == "max_steps"
+        assert row["curve"] and all(0.0 <= v <= 1.0 for _, v in row["curve"])
+        assert set(row["test"]) >= {"exact_match", "loss"}
+    # recorded seeds are read back, not trained again: their run folders may be gone
+    for run in (tmp_path / "runs").rglob("checkpoint.safetensors"):
+        run.unlink()
+    _run(arm_probe, monkeypatch, *argv)
+    assert json.loads(out.read_text())["probes"]["toy"]["runs"] == runs
+    assert not list((tmp_path / "runs").rglob("checkpoint.safetensors"))
+
+
+def test_arm_probe_refuses_what_it_cannot_train(arm_probe, tmp_path, monkeypatch):
+    runs = ("--runs", str(tmp_path / "runs"), "--json", str(tmp_path / "p.json"))
+    with pytest.raises(SystemExit, match="no arm 'LSTM'.*BiLSTM"):
+        _run(arm_probe, monkeypatch, "metagross-tree", "LSTM", "--name", "x", *runs)
+    with pytest.raises(SystemExit, match="no chosen values for 'S-BiLSTM'"):
+        _run(arm_probe, monkeypatch, "metagross-tree", "S-BiLSTM", "--name", "x", *runs)
+    with pytest.raises(SystemExit, match="expected key=value"):
+        _run(arm_probe, monkeypatch, "metagross-tree", "BiLSTM", "lr", "--name", "x", *runs)
+
+
+def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(tmp_path, monkeypatch):
+    probe = _script("carnn_lm_data_probe")
+    source = tmp_path / "text"
+    source.mkdir()
+    # the first 40 training sentences use words 0-19, the next 40 words 20-39, the tests all
+    def line(i: int, first: int, count: int) -> str:
+        return " ".join(f"w{first + (3 * i + j) % count}" for j in range(5))
+
+    splits = {"train": [line(i, 20 * (i >= 40), 20) for i in range(80)],
+              "valid": [line(i, 0, 40) for i in range(12)],
+              "test": [line(i, 0, 40) for i in range(12)]}
+    for split, lines in splits.items():
+        (source / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "probe.json"
+    argv = ["40:whole", "40:slice", "0:whole", "--max-steps", "2", "--source", str(source),
+            "--runs", str(tmp_path / "runs"), "--json", str(out)]
+    monkeypatch.setattr(sys, "argv", ["carnn_lm_data_probe.py", *argv])
+    probe.main()
+    rows = {r["run"]: r for r in json.loads(out.read_text())["runs"]}
+    assert set(rows) == {"40:whole", "40:slice", "0:whole"}
+    whole, sliced, every = rows["40:whole"], rows["40:slice"], rows["0:whole"]
+    assert whole["vocabulary_size"] == every["vocabulary_size"] > sliced["vocabulary_size"]
+    assert whole["test_unknown_share"] == every["test_unknown_share"] == 0.0
+    assert sliced["test_unknown_share"] > 0.0
+    assert all(r["step"] == 2 and r["curve"] for r in rows.values())
+    monkeypatch.setattr(sys, "argv", ["carnn_lm_data_probe.py", "10:all"])
+    with pytest.raises(SystemExit, match="SIZE:whole or SIZE:slice"):
+        probe.main()
+    sys.modules.pop("carnn_lm_data_probe", None)
