@@ -125,7 +125,7 @@ def test_pages_draw_the_curves_and_count_the_runs_without_one(trained, tmp_path,
     path = runner.results_path(results, "quick", CURVED)
     data = json.loads(path.read_text())
     del data["arms"]["QRNN"]["seeds"]["1"]["curve"]
-    assert "1 of the 4 runs are not shown" in curves_caption(CURVED, data)
+    assert "1 of the 4 runs is not shown" in curves_caption(CURVED, data)
     for arm in data["arms"].values():
         for seed in arm["seeds"].values():
             seed["curve"] = seed.get("curve", [[6, 0.5]])[-1:]  # evaluated once: no curve

@@ -255,3 +255,12 @@ def test_here_is_derived_from_the_definition(tmp_path):
     assert rows["train"] == ("10,000 examples", paper_vs_here.NO_REASON)
     rows = {k: (here, status) for k, _p, here, status in paper_vs_here.rows(exp, "full")}
     assert rows["train"] == ("100,000 examples", paper_vs_here.MATCHES)
+
+
+def test_a_parameter_count_is_never_printed_as_zero_millions():
+    parameter_count = paper_vs_here.parameter_count
+    assert parameter_count(2_970_000) == "2.97M"
+    assert parameter_count(68_362) == "0.07M"
+    assert parameter_count(10_000) == "0.01M"
+    assert parameter_count(3_726) == "3,726"
+    assert parameter_count(9_999) == "9,999"

@@ -120,7 +120,9 @@ def curves_caption(exp: Experiment, data: dict[str, Any]) -> str:
     text = (f"Validation {exp.selected} of each final run at every evaluation; a dot marks the "
             "checkpoint its test is scored at, and a curve ends where its run stopped.")
     if shown < len(seeds):
-        text += (f" {len(seeds) - shown} of the {len(seeds)} runs are not shown: the results "
+        missing = len(seeds) - shown
+        text += (f" {missing} of the {len(seeds)} runs {'is' if missing == 1 else 'are'} not "
+                 "shown: the results "
                  "file holds no curve of two evaluations or more for them (they were evaluated "
                  "once, or trained before it kept curves and `ctrlrnn reproduce --pages-only` "
                  "found no run directory to read one from).")

@@ -267,10 +267,16 @@ def _parameters(exp: Experiment, data: dict[str, Any] | None, standing: Any
             continue
         current = [s for s in counts if standing is None or not standing.other_setting(arm, s)]
         if current:
-            out[arm.label] = f"{current[0]['parameters'] / 1e6:.2f}M"
+            out[arm.label] = parameter_count(current[0]["parameters"])
         else:
-            out[arm.label] = f"{counts[0]['parameters'] / 1e6:.2f}M (earlier setting)"
+            out[arm.label] = f"{parameter_count(counts[0]['parameters'])} (earlier setting)"
     return out
+
+
+def parameter_count(n: int) -> str:
+    """``n`` parameters as the papers print them: millions to two decimals from 10,000 up
+    (0.07M, 2.97M), the count itself below (a 3,726-parameter model is not 0.00M)."""
+    return f"{n / 1e6:.2f}M" if n >= 10_000 else f"{n:,}"
 
 
 def _lr_here(exp: Experiment, mode: str, cfg: Any) -> str:
