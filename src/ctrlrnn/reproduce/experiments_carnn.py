@@ -39,7 +39,7 @@ CARNN_EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=equal_search("model.dropout", {"max_steps": 750}),
         paper_metric="Penn Discourse Treebank test perplexity (w/o latent; RNNLM: Ji et al. "
                      "2016b)",
-        note=notes.CARNN_LM_NOTE + notes.CARNN_LM_SPLITS_NOTE,
+        note=notes.CARNN_LM_NOTE + notes.CARNN_LM_SPLITS_NOTE + notes.CARNN_LM_DATA_NOTE,
         paper_setting=paper.CARNN_LM,
         paper_scale=scale.CARNN_LM,
         stand_in="PTB's sentences for the Penn Discourse Treebank's (no discourse labels)",
