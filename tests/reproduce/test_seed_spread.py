@@ -6,7 +6,7 @@ import dataclasses
 
 from ctrlrnn.reproduce.experiments import Arm, Claim, Experiment
 from ctrlrnn.reproduce.page_section import experiment_section
-from ctrlrnn.reproduce.seed_spread import climb, far_apart, same_order, spread_lines
+from ctrlrnn.reproduce.seed_spread import climb, far_apart, flat, same_order, spread_lines
 
 EXP = Experiment(
     id="spread", paper="qrnn", title="spread", task="copy", metric="accuracy",
@@ -96,3 +96,22 @@ def test_a_seed_cut_by_patience_while_climbing_says_so():
             "its best.") in text
     assert "Seed 1: test 90, validation 90, stopped by patience at step 100, best checkpoint at " \
            "80." in text
+
+
+def test_a_seed_that_never_left_its_first_evaluation_says_so():
+    stuck = {**_seed(0.346, 0.358, steps=60, best=30),
+             "curve": [[10, 0.354], [20, 0.354], [30, 0.358], [40, 0.358], [50, 0.354]]}
+    data = _data([stuck, _seed(0.577, 0.59)], [])
+    text = " ".join(spread_lines(EXP, data))
+    assert ("Seed 0: test 34.6, validation 35.8, stopped by patience at step 60, best checkpoint "
+            "at 30; its validation accuracy stayed within 0.4 points of its first evaluation's "
+            "35.4 at all 5 evaluations: it learned nothing after its first evaluation.") in text
+    assert "had improved" not in text  # the flat curve's (tiny) climb is not said as well
+    assert flat(stuck, "accuracy", 100.0) is not None
+    moved = {"curve": [[10, 0.354], [20, 0.36], [30, 0.37]]}  # 1.6 points: it learned
+    assert flat(moved, "accuracy", 100.0) is None
+    assert flat({"curve": [[10, 0.354], [20, 0.354]]}, "accuracy", 100.0) is None  # too short
+    # a metric not in points: within 1% of the first value
+    assert flat({"curve": [[1, 200.0], [2, 201.5], [3, 199.0]]}, "perplexity", 1.0) is not None
+    assert flat({"curve": [[1, 200.0], [2, 203.0], [3, 199.0]]}, "perplexity", 1.0) is None
+    assert flat({"curve": [[1, 2.0], [2, float("nan")], [3, 2.0]]}, "perplexity", 1.0) is None

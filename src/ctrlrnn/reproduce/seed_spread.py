@@ -15,6 +15,13 @@ from ctrlrnn.reproduce.page_cells import fmt, metric_scale, ordered_arms
 POINTS = 10.0
 FRACTION = 0.1
 
+#: a seed whose validation curve never leaves its first value by more than this (points of a
+#: percentage or of BLEU; for any other metric, this fraction of the first value) over at least
+#: FLAT_EVALUATIONS evaluations learned nothing after its first evaluation
+FLAT_POINTS = 1.0
+FLAT_FRACTION = 0.01
+FLAT_EVALUATIONS = 3
+
 #: the words for a run's ``stop_reason``
 STOPPED = {"patience": "by patience", "epochs": "at the epoch cap", "max_steps": "at the step cap",
            "diverged": "at a non-finite loss"}
@@ -77,6 +84,36 @@ def _climb_clause(exp: Experiment, seed: dict[str, Any]) -> str:
             "its best")
 
 
+def flat(seed: dict[str, Any], metric: str, scale: float) -> tuple[float, float, int] | None:
+    """For a seed whose validation curve (of ``metric``, shown times ``scale``) stays within
+    :data:`FLAT_POINTS` (:data:`FLAT_FRACTION`) of its first value at every one of its
+    evaluations, at least :data:`FLAT_EVALUATIONS`: that first value, the largest distance
+    from it, and the number of evaluations; None otherwise."""
+    values = [scale * float(point[1]) for point in seed.get("curve") or []]
+    if len(values) < FLAT_EVALUATIONS or not all(math.isfinite(v) for v in values):
+        return None
+    first = values[0]
+    width = max(abs(v - first) for v in values)
+    limit = FLAT_POINTS if in_points(metric, scale) else FLAT_FRACTION * abs(first)
+    return (first, width, len(values)) if width <= limit else None
+
+
+def _flat_clause(exp: Experiment, seed: dict[str, Any]) -> str:
+    """``; its validation accuracy stayed within 0.4 points of its first evaluation's 35.4 at
+    all 6 evaluations: it learned nothing after its first evaluation`` (:func:`flat`), or
+    nothing."""
+    scale = metric_scale(exp.selected)
+    found = flat(seed, exp.selected, scale)
+    if found is None:
+        return ""
+    first, width, count = found
+    within = (f"{fmt(width)} points" if in_points(exp.selected, scale)
+              else f"{fmt(100 * width / abs(first))}%" if first else fmt(width))
+    return (f"; its validation {exp.selected} stayed within {within} of its first "
+            f"evaluation's {fmt(first)} at all {count} evaluations: it learned nothing after "
+            "its first evaluation")
+
+
 def same_order(tests: list[float], valids: list[float | None]) -> bool:
     """Whether the seeds' validation results rank them as their test results do (ties in
     either count as agreeing)."""
@@ -103,7 +140,8 @@ def spread_lines(exp: Experiment, data: dict[str, Any]) -> list[str]:
                   for _k, s in seeds]
         each = " ".join(
             f"Seed {k}: test {fmt(t)}, validation {fmt(v)}, stopped {_ending(s)}"
-            f"{_climb_clause(exp, s)}." for (k, s), t, v in zip(seeds, tests, valids))
+            f"{_flat_clause(exp, s) or _climb_clause(exp, s)}."
+            for (k, s), t, v in zip(seeds, tests, valids))
         if same_order(tests, valids):
             why = ("Their validation results rank them as their test results do: the spread "
                    "is in what the runs learned, not in the sampling of the test split.")
