@@ -70,7 +70,7 @@ RCRN_EXPERIMENTS: tuple[Experiment, ...] = (
         tuning_full=epochs_search("task.dropout", 2, 264),
         note=notes.RCRN_CLASSIFIER_NOTE
         + notes.budget_note(528, "3L-BiLSTM, 1,056 steps", kept="2 whole epochs")
-        + CLASSIFIER_CHANGED,
+        + CLASSIFIER_CHANGED + notes.RCRN_SST5_STALL_NOTE,
         paper_metric="SST-5 test accuracy (%)",
         paper_setting=paper.RCRN_SST5,
         paper_scale=scale.RCRN_SST5,
