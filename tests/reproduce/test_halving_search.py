@@ -88,6 +88,32 @@ def test_a_results_file_stands_in_for_lost_run_directories(tmp_path: Path) -> No
     assert again.calls == [] and held["chosen"] == whole["chosen"]
 
 
+def test_every_record_saved_midway_holds_every_finished_trial(tmp_path: Path) -> None:
+    """What the runner writes into the results file after each trial (``on_trial``) holds every
+    trial finished so far, those of the rung under way and those read from an earlier results
+    file, so a checkout alone resumes a search interrupted mid-rung."""
+    whole = tune_arm(SEARCH, tmp_path / "whole", "acc", True, FakeTrainer(), log=lambda s: None,
+                     arm="A")
+    for stop, rows, at_rung_1 in ((4, 4, 0), (10, 9, 1), (12, 9, 3)):
+        saved: list[dict] = []
+        with pytest.raises(KeyboardInterrupt):
+            tune_arm(SEARCH, tmp_path / f"stop{stop}", "acc", True, FakeTrainer(fail_at=stop),
+                     log=lambda s: None, arm="A", on_trial=saved.append)
+        last = saved[-1]["trials"]
+        assert len(saved) == stop and len(last) == rows
+        assert sum(1 for r in last if r["rung"] >= 1) == at_rung_1
+        # the run directories lost: the last record alone resumes the search, and a record
+        # saved after the next trial keeps every row it was given
+        again: list[dict] = []
+        resumed = tune_arm(SEARCH, tmp_path / f"fresh{stop}", "acc", True, FakeTrainer(),
+                           log=lambda s: None, arm="A", done=last, on_trial=again.append)
+        assert resumed == whole
+        reached = {r["trial"]: len(r["rungs"]) for r in last}
+        for record in again:  # no row lost, none cut back to an earlier rung
+            now = {r["trial"]: len(r["rungs"]) for r in record["trials"]}
+            assert all(now.get(k, 0) >= n for k, n in reached.items())
+
+
 def test_another_rung_plan_is_another_search() -> None:
     other = Tuning(trials=9, params=SEARCH.params, rungs=({"epochs": 2}, {"epochs": 6}),
                    arm_streams=True)
@@ -119,3 +145,19 @@ def test_real_trials_continue_from_their_checkpoints(tmp_path: Path, one_thread)
             assert row["steps"] == 4
     assert data["arms"]["QRNN"]["seeds"]["0"]["params"] == record["chosen"]
     assert record_holds(record, search)
+
+
+def test_a_saved_record_keeps_the_results_files_rows_the_search_has_not_reached() -> None:
+    """Rows another process published skip this one's reading (a shared study): a record saved
+    meanwhile still holds the results file's rows, at the furthest rung either reached."""
+    from ctrlrnn.reproduce.tuning import _HalvingSearch, _Rung
+
+    held = {0: {"trial": 0, "rungs": [0.5, 0.7], "rung": 1},
+            1: {"trial": 1, "rungs": [0.4], "rung": 0}}
+    search = _HalvingSearch(SEARCH, Path("."), "acc", True, FakeTrainer(), lambda s: None, 0,
+                            None, held, {})
+    search.rows.update({0: {"trial": 0, "rungs": [0.5], "rung": 0},
+                        2: {"trial": 2, "rungs": [0.6], "rung": 0}})
+    rows = _Rung(search, 0, RUNGS[0], {}).rows_so_far()
+    assert rows[0]["rungs"] == [0.5, 0.7]  # the file's rung 1 is kept, not cut back
+    assert rows[1] == held[1] and rows[2]["rungs"] == [0.6]

@@ -439,12 +439,22 @@ class _Rung:
         if result is None and len(past.get("rungs", [])) > r:  # the results file has it
             row = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
                    "valid": past["rungs"][r]}
-            return row, _score(row["valid"], s.higher_is_better)
-        if result is None:
+        elif result is None:
             return None
-        row = _trial_row(k, s.params[k], result, s.metric)
-        row = {**row, "rungs": [*self.earlier[k], row["valid"]], "rung": r}
+        else:
+            row = _trial_row(k, s.params[k], result, s.metric)
+            row = {**row, "rungs": [*self.earlier[k], row["valid"]], "rung": r}
+        s.rows[k] = row  # at once, so the records saved during this rung hold it
         return row, _score(row["valid"], s.higher_is_better)
+
+    def rows_so_far(self) -> dict[int, dict[str, Any]]:
+        """Each trial's furthest row: the one this search has reached, or the results file's
+        where that went further (a rung this search has not come to yet)."""
+        rows = dict(self.search.rows)
+        for k, past in self.search.held.items():
+            if len(past.get("rungs", [])) > len(rows.get(k, {}).get("rungs", [])):
+                rows[k] = past
+        return rows
 
     def train(self, unit: str) -> tuple[dict[str, Any], float]:
         """Train the trial ``unit`` names to this rung's caps; its row and score."""
@@ -464,7 +474,7 @@ class _Rung:
         found = self.finished(unit)
         assert found is not None
         if s.on_trial is not None:
-            done_now = {**s.rows, k: found[0]}
+            done_now = self.rows_so_far()
             s.on_trial(search_record(tuning, s.stream, s.metric, s.higher_is_better,
                                      [done_now[i] for i in sorted(done_now)]))
         return found
