@@ -264,7 +264,7 @@ RCRN_CLASSIFIER_NOTE = (
 #: the 3-layer BiLSTM seed of rcrn-sst5 that predicted one class (read from its results and
 #: the data's class shares)
 RCRN_SST5_STALL_NOTE = (
-    " The 3-layer BiLSTM's seed 2 of the runs of 2026-12-05 predicted one class throughout: "
+    " In full mode, the 3-layer BiLSTM's seed 2 (runs of 2026-12-05) predicted one class throughout: "
     "its validation accuracy, 35.8% at best, and its test accuracy, 34.6%, are the shares of "
     "the commonest class in those splits (class 3: 35.84% of the 1,105 validation and 34.64% "
     "of the 1,042 test snippets). Its search trial at lr 0.0098 ended its first rung at 35.4%. "
