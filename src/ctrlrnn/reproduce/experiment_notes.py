@@ -264,12 +264,13 @@ RCRN_CLASSIFIER_NOTE = (
 #: the 3-layer BiLSTM seed of rcrn-sst5 that predicted one class (read from its results and
 #: the data's class shares)
 RCRN_SST5_STALL_NOTE = (
-    " In full mode, the 3-layer BiLSTM's seed 2 (runs of 2026-12-05) predicted one class throughout: "
-    "its validation accuracy, 35.8% at best, and its test accuracy, 34.6%, are the shares of "
-    "the commonest class in those splits (class 3: 35.84% of the 1,105 validation and 34.64% "
-    "of the 1,042 test snippets). Its search trial at lr 0.0098 ended its first rung at 35.4%. "
-    "The search chose lr 0.0066 for this arm, near the rate at which a 3-layer BiLSTM here "
-    "fails to leave the commonest class; its other two seeds reached 57.7% and 55.5%.")
+    " In full mode, the 3-layer BiLSTM's seed 2 (runs of 2026-12-05) predicted one class "
+    "throughout: its validation accuracy, 35.8% at best, and its test accuracy, 34.6%, are "
+    "the shares of the commonest class in those splits (class 3: 35.84% of the 1,105 "
+    "validation and 34.64% of the 1,042 test snippets). Its search trial at lr 0.0098 ended "
+    "its first rung at 35.4%. The search chose lr 0.0066 for this arm, near the rate at which"
+    " a 3-layer BiLSTM here fails to leave the commonest class; its other two seeds reached "
+    "57.7% and 55.5%.")
 
 #: the CAS-LSTM paper's sentence classifier (section 3.3, eq 14) for SST (4.3)
 CAS_CLASSIFIER_NOTE = (
