@@ -30,7 +30,7 @@ from typing import Any
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.learning_curves import read_curve
-from ctrlrnn.reproduce.runner import config_for
+from ctrlrnn.reproduce.runner import config_for, write_results
 from ctrlrnn.train.run import train_run
 
 RESULTS = Path("docs/results/data/full")
@@ -95,13 +95,6 @@ def train_seed(exp: Experiment, arm: Arm, seed: int, out: Path,
             "curve": read_curve(out, metric)}
 
 
-def _save(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment")
@@ -131,7 +124,7 @@ def main() -> None:
                      "cpus": os.cpu_count(),
                      "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
                          timespec="seconds")})
-        _save(path, data)
+        write_results(path, data)
         print(f"{args.name}, seed {seed}: valid {row['valid']}, test {row['test']}, "
               f"stopped by {row['stop_reason']} at step {row['step']} (best {row['best_step']})",
               flush=True)

@@ -37,7 +37,7 @@ from typing import Any
 from ctrlrnn.data.vocab import UNK
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.learning_curves import read_curve
-from ctrlrnn.reproduce.runner import config_for
+from ctrlrnn.reproduce.runner import config_for, write_results
 from ctrlrnn.train.config import check_options
 from ctrlrnn.train.run import train_run
 
@@ -128,10 +128,7 @@ def main() -> None:
                 "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
                 "runs": list(runs.values())}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(json.dumps(done, indent=1) + "\n", encoding="utf-8")
-        tmp.replace(args.json)
+        write_results(args.json, done)
 
 
 if __name__ == "__main__":

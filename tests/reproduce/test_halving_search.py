@@ -150,7 +150,7 @@ def test_real_trials_continue_from_their_checkpoints(tmp_path: Path, one_thread)
 def test_a_saved_record_keeps_the_results_files_rows_the_search_has_not_reached() -> None:
     """Rows another process published skip this one's reading (a shared study): a record saved
     meanwhile still holds the results file's rows, at the furthest rung either reached."""
-    from ctrlrnn.reproduce.tuning import _HalvingSearch, _Rung
+    from ctrlrnn.reproduce.tuning import _HalvingSearch
 
     held = {0: {"trial": 0, "rungs": [0.5, 0.7], "rung": 1},
             1: {"trial": 1, "rungs": [0.4], "rung": 0}}
@@ -158,6 +158,6 @@ def test_a_saved_record_keeps_the_results_files_rows_the_search_has_not_reached(
                             None, held, {})
     search.rows.update({0: {"trial": 0, "rungs": [0.5], "rung": 0},
                         2: {"trial": 2, "rungs": [0.6], "rung": 0}})
-    rows = _Rung(search, 0, RUNGS[0], {}).rows_so_far()
+    rows = search.rows_so_far()
     assert rows[0]["rungs"] == [0.5, 0.7]  # the file's rung 1 is kept, not cut back
     assert rows[1] == held[1] and rows[2]["rungs"] == [0.6]

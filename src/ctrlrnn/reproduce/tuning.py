@@ -416,6 +416,15 @@ class _HalvingSearch:
     #: each trial's row at the last rung it finished
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
 
+    def rows_so_far(self) -> dict[int, dict[str, Any]]:
+        """Each trial's furthest row: the one this search has reached, or the results file's
+        where that went further (a rung this search has not come to yet)."""
+        rows = dict(self.rows)
+        for k, past in self.held.items():
+            if len(past.get("rungs", [])) > len(rows.get(k, {}).get("rungs", [])):
+                rows[k] = past
+        return rows
+
 
 class _Rung:
     """Rung ``r`` of a search: whether a trial has finished it (:meth:`finished`) and how a
@@ -447,15 +456,6 @@ class _Rung:
         s.rows[k] = row  # at once, so the records saved during this rung hold it
         return row, _score(row["valid"], s.higher_is_better)
 
-    def rows_so_far(self) -> dict[int, dict[str, Any]]:
-        """Each trial's furthest row: the one this search has reached, or the results file's
-        where that went further (a rung this search has not come to yet)."""
-        rows = dict(self.search.rows)
-        for k, past in self.search.held.items():
-            if len(past.get("rungs", [])) > len(rows.get(k, {}).get("rungs", [])):
-                rows[k] = past
-        return rows
-
     def train(self, unit: str) -> tuple[dict[str, Any], float]:
         """Train the trial ``unit`` names to this rung's caps; its row and score."""
         s, r, tuning = self.search, self.r, self.search.tuning
@@ -474,7 +474,7 @@ class _Rung:
         found = self.finished(unit)
         assert found is not None
         if s.on_trial is not None:
-            done_now = self.rows_so_far()
+            done_now = s.rows_so_far()
             s.on_trial(search_record(tuning, s.stream, s.metric, s.higher_is_better,
                                      [done_now[i] for i in sorted(done_now)]))
         return found
