@@ -20,21 +20,13 @@ From the repository root, with the project's environment::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 from pathlib import Path
 from typing import Any
 
-from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
-from ctrlrnn.reproduce.experiments import EXPERIMENTS
-from ctrlrnn.reproduce.learning_curves import read_curve
-from ctrlrnn.reproduce.runner import config_for, write_results
-from ctrlrnn.train.run import train_run
+from ctrlrnn.reproduce.probes import PROBES, experiment_arm, train_probe_run, write_probe_file
 
 RESULTS = Path("docs/results/data/full")
-PROBES = Path("docs/results/data/probes")
 
 
 def _value(text: str) -> Any:
@@ -65,36 +57,6 @@ def _chosen(exp_id: str, label: str) -> dict[str, Any]:
     return dict(chosen)
 
 
-def experiment_arm(exp_id: str, label: str) -> tuple[Experiment, Arm]:
-    """Experiment ``exp_id`` and its arm ``label``."""
-    exp = next((e for e in EXPERIMENTS if e.id == exp_id), None)
-    if exp is None:
-        raise SystemExit(f"experiment: no experiment {exp_id!r}")
-    arm = next((a for a in exp.arms if a.label == label), None)
-    if arm is None:
-        raise SystemExit(f"arm: {exp_id} has no arm {label!r} (its arms: "
-                         f"{', '.join(a.label for a in exp.arms)})")
-    return exp, arm
-
-
-def train_seed(exp: Experiment, arm: Arm, seed: int, out: Path,
-               extra: dict[str, Any]) -> dict[str, Any]:
-    """Train ``seed`` of ``exp``'s ``arm`` in ``out`` with ``extra`` overriding its full-mode
-    configuration; the record the probe's JSON keeps."""
-    cfg, cls = config_for(exp, arm, seed, "full", out, {"threads": 1, **extra})
-    load_start = os.getloadavg()[0]
-    result = train_run(cfg, cls, resume=(out / "checkpoint.safetensors").exists(),
-                       show_progress=False, verbose=False)
-    assert result is not None
-    metric = exp.metric
-    return {"seed": seed, "settings": extra, "step": result["step"],
-            "best_step": result["best_step"], "stop_reason": result["stop_reason"],
-            "steps_per_epoch": result["steps_per_epoch"], "valid": result["valid"],
-            "test": result["test"], "train_seconds": round(result["train_seconds"], 1),
-            "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2),
-            "curve": read_curve(out, metric)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment")
@@ -108,7 +70,10 @@ def main() -> None:
     path = args.json or PROBES / f"{args.experiment}.json"
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
         "experiment": args.experiment, "threads": 1, "probes": {}}
-    exp, arm = experiment_arm(args.experiment, args.arm)
+    try:
+        exp, arm = experiment_arm(args.experiment, args.arm)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     extra = {**_chosen(args.experiment, args.arm), **_overrides(args.overrides)}
     probe = data["probes"].setdefault(args.name, {"arm": args.arm, "runs": []})
     if probe["arm"] != args.arm:
@@ -118,13 +83,10 @@ def main() -> None:
             print(f"{args.name}, seed {seed}: in {path} already", flush=True)
             continue
         out = args.runs / args.experiment / f"{args.name}-seed{seed}"
-        row = train_seed(exp, arm, seed, out, extra)
+        row = {"seed": seed, "settings": extra,
+               **train_probe_run(exp, arm, seed, out, extra)}
         probe["runs"] = sorted([*probe["runs"], row], key=lambda r: r["seed"])
-        data.update({"machine": platform.processor() or platform.machine(),
-                     "cpus": os.cpu_count(),
-                     "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                         timespec="seconds")})
-        write_results(path, data)
+        write_probe_file(path, data)
         print(f"{args.name}, seed {seed}: valid {row['valid']}, test {row['test']}, "
               f"stopped by {row['stop_reason']} at step {row['step']} (best {row['best_step']})",
               flush=True)

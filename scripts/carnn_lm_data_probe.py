@@ -27,45 +27,32 @@ repository root::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 from pathlib import Path
 from typing import Any
 
 from ctrlrnn.data.vocab import UNK
-from ctrlrnn.reproduce.experiments import EXPERIMENTS
-from ctrlrnn.reproduce.learning_curves import read_curve
-from ctrlrnn.reproduce.runner import config_for, write_results
+from ctrlrnn.reproduce.probes import experiment_arm, train_probe_run, write_probe_file
+from ctrlrnn.reproduce.runner import config_for
 from ctrlrnn.train.config import check_options
-from ctrlrnn.train.run import train_run
 
 #: the LSTM's values in the experiment's previous full run, at which its seeds reached
 #: 190.0 +- 1.7 (its page quotes them)
 LR, DROPOUT = 0.00138, 0.01
 
 
-def _lstm_arm() -> tuple[Any, Any]:
-    exp = next(e for e in EXPERIMENTS if e.id == "carnn-lm")
-    return exp, next(a for a in exp.arms if a.model == "lstm")
-
-
 def _train(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train the LSTM arm named ``SIZE:VOCAB`` (the first SIZE training sentences, 0: all;
     VOCAB ``whole`` or ``slice``); its result and curve."""
-    exp, arm = _lstm_arm()
+    exp, arm = experiment_arm("carnn-lm", "LSTM LM (no context)")
     size, vocab = _parse(name)
     out = args.runs / name.replace(":", "-")
     extra = {"task.train_size": size, "task.whole_vocab": vocab == "whole", "lr": args.lr,
-             "model.dropout": args.dropout, "threads": 1, "max_steps": args.max_steps}
+             "model.dropout": args.dropout, "max_steps": args.max_steps}
     if args.source:
         extra["task.source"] = str(args.source)
+    run = train_probe_run(exp, arm, 0, out, extra)
     cfg, cls = config_for(exp, arm, 0, "full", out, extra)
-    load_start = os.getloadavg()[0]
-    result = train_run(cfg, cls, resume=(out / "checkpoint.safetensors").exists(),
-                       show_progress=False, verbose=False)
-    assert result is not None
     task = cls(check_options("task", exp.task, cfg.task_args, cls.options), 0)
     task.setup()
     test_words = [w for _, sentence in task.pairs["test"] for w in sentence]
@@ -74,15 +61,11 @@ def _train(name: str, args: argparse.Namespace) -> dict[str, Any]:
             # PTB writes its own rare words as <unk>, the vocabulary's unknown token
             "test_unknown_share": sum(w == UNK or w not in task.vocab for w in test_words)
             / len(test_words),
-            "lr": args.lr, "dropout": args.dropout,
-            "max_steps": args.max_steps, "step": result["step"],
-            "best_step": result["best_step"], "stop_reason": result["stop_reason"],
-            "steps_per_epoch": result["steps_per_epoch"],
-            "valid_perplexity": result["valid"]["perplexity"],
-            "test_perplexity": result["test"]["perplexity"],
-            "train_seconds": round(result["train_seconds"], 1),
-            "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2),
-            "curve": read_curve(out, "perplexity")}
+            "lr": args.lr, "dropout": args.dropout, "max_steps": args.max_steps,
+            **{k: run[k] for k in ("step", "best_step", "stop_reason", "steps_per_epoch")},
+            "valid_perplexity": run["valid"]["perplexity"],
+            "test_perplexity": run["test"]["perplexity"],
+            **{k: run[k] for k in ("train_seconds", "load_start", "load_end", "curve")}}
 
 
 def _parse(name: str) -> tuple[int, str]:
@@ -123,12 +106,8 @@ def main() -> None:
               f"{row['test_perplexity']:.1f} at step {row['best_step']} of {row['step']} "
               f"({row['stop_reason']})", flush=True)
         done = {"probe": "carnn-lm LSTM arm, training-set size", "seed": 0, "threads": 1,
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                    timespec="seconds"),
                 "runs": list(runs.values())}
-        write_results(args.json, done)
+        write_probe_file(args.json, done)
 
 
 if __name__ == "__main__":
