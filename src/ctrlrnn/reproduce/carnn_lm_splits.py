@@ -1,10 +1,10 @@
 """Why the ``carnn-lm`` experiment's validation perplexity was so far above its test perplexity.
 
-Until issue 70 its full mode validated on the first 500 validation sentences of PTB and tested
-on the first 1,000 test sentences, after training on the first 10,000 training sentences. The
-trained models scored about 290 on the first slice and 200 on the second. This module measures
-how hard each slice is for simple count models of the same training sentences, which see no
-context and have no training noise:
+Under its earlier definition its full mode validated on the first 500 validation sentences
+of PTB and tested on the first 1,000 test sentences, after training on the first 10,000
+training sentences. The trained models scored about 290 on the first slice and 200 on the
+second. This module measures how hard each slice is for simple count models of the same
+training sentences, which see no context and have no training noise:
 
 * a unigram model, add-one smoothed over the task's vocabulary (every training word, plus
   ``<unk>`` and ``<eos>``);
