@@ -50,7 +50,9 @@ def test_arm_probe_records_each_seed_at_the_chosen_values(arm_probe, tmp_path, m
     argv = ("metagross-tree", "BiLSTM", *TOY_TREES, "--name", "toy", "--seeds", "0", "1",
             "--runs", str(tmp_path / "runs"), "--json", str(out))
     _run(arm_probe, monkeypatch, *argv)
-    runs = json.loads(out.read_text())["probes"]["toy"]["runs"]
+    data = json.loads(out.read_text())
+    assert data["cpus"] >= 1 and data["machine"] and data["written"].endswith("+00:00")
+    runs = data["probes"]["toy"]["runs"]
     assert [r["seed"] for r in runs] == [0, 1]
     for row in runs:
         assert row["settings"]["lr"] == 0.003 and row["settings"]["task.train_size"] == 128
@@ -73,6 +75,9 @@ def test_arm_probe_refuses_what_it_cannot_train(arm_probe, tmp_path, monkeypatch
         _run(arm_probe, monkeypatch, "metagross-tree", "S-BiLSTM", "--name", "x", *runs)
     with pytest.raises(SystemExit, match="expected key=value"):
         _run(arm_probe, monkeypatch, "metagross-tree", "BiLSTM", "lr", "--name", "x", *runs)
+    with pytest.raises(SystemExit, match="experiment: no experiment 'metagross-trees'"):
+        _run(arm_probe, monkeypatch, "metagross-trees", "BiLSTM", "--name", "x", *runs)
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(tmp_path, monkeypatch):
