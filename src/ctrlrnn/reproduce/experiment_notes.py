@@ -255,6 +255,22 @@ ADDITION_NOTE = (
     "layer of "
     "64). The paper's measure is the character accuracy: it is the token_accuracy column. ")
 
+#: the patience probe of the addition task's LSTM seed 0 (scripts/arm_probe.py; its date and
+#: machine are in the text)
+ADDITION_PATIENCE_NOTE = (
+    "The LSTM's seeds lie 19.2 points apart, and its stopping rule explains only part of it "
+    "(probe of 2026-12-05, AMD EPYC family 25 model 17 under a load of about 3 from training "
+    "jobs, one thread; `scripts/arm_probe.py qrnn-addition LSTM patience=10`, its chosen lr "
+    "0.00786 and dropout 0.135; docs/results/data/probes/qrnn-addition.json). Seed 0 "
+    "trained again with a patience of 10 epochs instead of 4 retraces the experiment's seed "
+    "0 to the step: 71.1% validation exact match at best at epoch 24, where the experiment's "
+    "patience stopped it at epoch 28. It then moves within 68.3-72.1% over epochs 25-37, "
+    "reaches 74.5% at epoch 38 and stops by patience at epoch 48, at 71.9-74.0% since. Its "
+    "test exact match is 75.6%, 6.0 points above its run in the experiment and 13.2 below "
+    "seed 1's 88.8%. So a longer patience narrows the LSTM's spread without closing it: its "
+    "seeds settle at different levels. One seed.")
+
+
 #: the RCRN paper's classifier (section 4.2), as the rcrn-* experiments build it
 RCRN_CLASSIFIER_NOTE = (
     "Every arm reads GloVe 6B 50d vectors, frozen, as the paper's classifiers read theirs "

@@ -68,7 +68,7 @@ QRNN_EXPERIMENTS: tuple[Experiment, ...] = (
         {"digits": 5}, "converges (>99% validation character accuracy) or not", page="qrnn",
         tuning=epochs_search("model.dropout", 2, 1562, dropout=(0.0, 0.3)),
         full={"task.train_size": _ADDITION_TRAIN},
-        note=notes.ADDITION_NOTE
+        note=notes.ADDITION_NOTE + notes.ADDITION_PATIENCE_NOTE
         + notes.budget_note(3124, "LSTM, 5,304 steps", kept="2 whole epochs of the 100,000 "
                             "examples")
         + SEQ2SEQ_CHANGED,
