@@ -62,10 +62,9 @@ def _train(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "test_unknown_share": sum(w == UNK or w not in task.vocab for w in test_words)
             / len(test_words),
             "lr": args.lr, "dropout": args.dropout, "max_steps": args.max_steps,
-            **{k: run[k] for k in ("step", "best_step", "stop_reason", "steps_per_epoch")},
+            **{k: v for k, v in run.items() if k not in ("valid", "test")},
             "valid_perplexity": run["valid"]["perplexity"],
-            "test_perplexity": run["test"]["perplexity"],
-            **{k: run[k] for k in ("train_seconds", "load_start", "load_end", "curve")}}
+            "test_perplexity": run["test"]["perplexity"]}
 
 
 def _parse(name: str) -> tuple[int, str]:
