@@ -36,7 +36,7 @@ CARNN_EXPERIMENTS: tuple[Experiment, ...] = (
                "task.train_size": 3000, "task.valid_size": 300, "task.test_size": 300},
         full={"epochs": 30, "model.hidden_size": 128, "eval_every": 150, "patience": 5,
               "task.train_size": 10000, "task.valid_size": 0, "task.test_size": 0},
-        tuning_full=equal_search("model.dropout", {"max_steps": 750}),
+        tuning_full=equal_search("model.dropout", {"max_steps": 2250}),
         paper_metric="Penn Discourse Treebank test perplexity (w/o latent; RNNLM: Ji et al. "
                      "2016b)",
         note=notes.CARNN_LM_NOTE + notes.CARNN_LM_SPLITS_NOTE + notes.CARNN_LM_DATA_NOTE,
