@@ -1,5 +1,5 @@
-"""Probe of the character-level translation's LSTM baseline (``translation-char-qrnn``, issue
-71): which of its differences from the QRNN arm limits its fit.
+"""Probe of the character-level translation's LSTM baseline (``translation-char-qrnn``):
+which of its differences from the QRNN arm limits its fit.
 
 Trains, through ``ctrlrnn train`` (the experiment's own task, model and trainer), the LSTM arm
 as the experiment defines it, variants that each change one thing (a bidirectional encoder,
@@ -13,7 +13,11 @@ run's first log row at step 10 (the data's set-up not in it): when they are spen
 SIGTERM and stops at the next step boundary with its checkpoint written (``ctrlrnn train``'s
 documented stop). ``ctrlrnn eval`` then scores the run's checkpoint on the validation split,
 the last point of its curve. A run that fails keeps the last lines of its output in the JSON
-(the whole of it: ``RUNS/NAME.out``).
+(the whole of it: ``RUNS/NAME.out``). The same command again skips the runs that finished
+(``RUNS/NAME/probe.json``) and resumes from its last checkpoint (written at every evaluation)
+a run whose probe was killed mid-way: the trainer's resume is exact, so its numbers are those
+of an unbroken run. ``--json`` is refused when it holds runs of another budget, which writing
+it would drop.
 
 Every run also evaluates every ``--eval-every`` steps on the 100 validation verses the
 experiment uses (loss per character, token accuracy, BLEU of greedy translations). Its curve,
@@ -159,22 +163,31 @@ def _run_one(name: str, args: argparse.Namespace, others: Callable[[], set[str]]
     ``args.minutes`` (then SIGTERM), score its checkpoint, and write ``RUNS/name/probe.json``:
     how it ended, its steps and wall time, the machine's load meanwhile and the probe's other
     runs under way with it (``others()``)."""
+    from ctrlrnn.train.checkpoint import stored_step
+
     run = args.runs / name
-    if (run / "checkpoint.safetensors").exists():
-        print(f"{name}: {run} already holds a run; skipped (remove it to run again)", flush=True)
+    if (run / "probe.json").exists():
+        print(f"{name}: {run} already holds a finished run; skipped (remove it to run again)",
+              flush=True)
         return
     run.mkdir(parents=True, exist_ok=True)
     rows = run / "log.jsonl"
-    rows.unlink(missing_ok=True)  # a run stopped before its first checkpoint: dropped anyway
+    # a checkpoint without probe.json: the probe stopped mid-run (a killed session); the
+    # trainer resumes it exactly and keeps its log rows up to the checkpoint
+    ckpt = run / "checkpoint.safetensors"
+    resumed_at = stored_step(ckpt) if ckpt.exists() else None
+    if resumed_at is None:
+        rows.unlink(missing_ok=True)  # a run stopped before its first checkpoint starts over
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     meta: dict[str, Any] = {"started": _now(), "load_start": _load(), "steps": args.steps,
-                            "minutes": None if args.steps else args.minutes}
+                            "minutes": None if args.steps else args.minutes,
+                            "resumed_at_step": resumed_at}
     samples, alongside = [], others()
     begin, training, stopped = time.monotonic(), None, False
     out = run.parent / f"{name}.out"
-    with open(out, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(_train_command(name, args), stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
+    with open(out, "a" if resumed_at is not None else "w", encoding="utf-8") as log:
+        command = _train_command(name, args) + (["--resume"] if resumed_at is not None else [])
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         print(f"started {name} (pid {proc.pid})", flush=True)
         while proc.poll() is None:
             time.sleep(POLL if args.steps else min(POLL, max(args.minutes * 60 / 4, 0.5)))
@@ -293,6 +306,19 @@ def _previous(args: argparse.Namespace) -> dict[str, Any]:
             for name, entry in old.get("runs", {}).items()}
 
 
+def _check_json_budget(args: argparse.Namespace) -> None:
+    """Refuse a ``--json`` whose runs this invocation would drop: :func:`_previous` keeps
+    only runs of the same ``--steps`` and ``--eval-every`` (a budget in minutes keeps none)."""
+    if not args.json.exists():
+        return
+    old = json.loads(args.json.read_text(encoding="utf-8"))
+    if old.get("runs") and not _previous(args):
+        raise SystemExit(f"--json: {args.json} holds runs of another budget (steps "
+                         f"{old.get('steps')}, minutes {old.get('minutes')}, eval every "
+                         f"{old.get('eval_every')}); give another --json, so that they are "
+                         "kept")
+
+
 def _merge(previous: dict[str, Any], fresh: dict[str, Any], commit: str | None,
            written: str) -> dict[str, Any]:
     """``previous`` with ``fresh`` over it (a variant trained now replaces its earlier run),
@@ -370,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     args.runs = args.runs or Path("runs/char-translation-probe" + ("-toy" if args.toy else ""))
     args.json = args.json or (args.runs / "probe.json" if args.toy else
                               Path("docs/results/data/probes/translation-char-lstm.json"))
+    _check_json_budget(args)
     args.runs.mkdir(parents=True, exist_ok=True)
     if args.toy:
         args.source = _toy_data(args.runs).resolve()

@@ -1,6 +1,7 @@
-"""scripts/char_translation_probe.py's budgets (issue 71): ``--steps N`` hands the trainer its own
+"""scripts/char_translation_probe.py's budgets: ``--steps N`` hands the trainer its own
 ``--max-steps N`` and sets no clock (a run paused from outside is waited for, not stopped);
-``--minutes`` stays the default budget; the two are refused together. Nothing is trained here
+``--minutes`` stays the default budget; the two are refused together. A run killed mid-way
+resumes; a results file of another budget is not overwritten. Nothing is trained here
 (``--toy`` runs it end to end, by hand)."""
 
 from __future__ import annotations
@@ -121,3 +122,73 @@ def test_variants_of_an_earlier_invocation_are_kept_under_the_same_budget(probe,
     assert probe._previous(_args(probe, "--steps", "1500", "--eval-every", "100",
                                  "--json", str(path))) == {}  # fmt: skip
     assert probe._previous(_args(probe, "--minutes", "5", "--json", str(path))) == {}
+
+
+class _Recorder:
+    """A stand-in for the trainer's process: records its command and finishes at once."""
+
+    commands: list[list[str]] = []
+
+    def __init__(self, command, *a, **k) -> None:
+        _Recorder.commands.append(list(command))
+        self.pid, self.returncode = 1, 0
+
+    def poll(self):
+        return self.returncode
+
+
+def _no_training(probe, monkeypatch, tmp_path):
+    _Recorder.commands = []
+    monkeypatch.setattr(probe.subprocess, "Popen", _Recorder)
+    monkeypatch.setattr(probe.time, "sleep", lambda s: None)
+    monkeypatch.setattr(probe, "_final_eval", lambda run, device, env: None)
+    args = _args(probe, "--steps", "12500")
+    args.runs = tmp_path
+    return args
+
+
+def test_a_run_stopped_mid_way_resumes_with_its_rows(probe, tmp_path, monkeypatch):
+    """A checkpoint without probe.json (the probe killed mid-run) is resumed by the trainer
+    (``--resume``); its log rows up to the checkpoint stay for the curve."""
+    import ctrlrnn.train.checkpoint as checkpoint
+
+    args = _no_training(probe, monkeypatch, tmp_path)
+    run = tmp_path / "lstm-wide"
+    run.mkdir()
+    (run / "checkpoint.safetensors").write_bytes(b"stand-in")
+    (run / "log.jsonl").write_text('{"split": "valid", "step": 5000}\n')
+    monkeypatch.setattr(checkpoint, "stored_step", lambda path: 5000)
+    probe._run_one("lstm-wide", args, set)
+    assert _Recorder.commands[-1][-1] == "--resume"
+    assert _max_steps(_Recorder.commands[-1]) == "12500"
+    assert (run / "log.jsonl").read_text().startswith('{"split": "valid", "step": 5000}')
+    meta = json.loads((run / "probe.json").read_text())
+    assert meta["resumed_at_step"] == 5000 and meta["exit"] == 0
+
+
+def test_a_fresh_run_starts_over_and_a_finished_one_is_skipped(probe, tmp_path, monkeypatch):
+    args = _no_training(probe, monkeypatch, tmp_path)
+    run = tmp_path / "lstm"
+    run.mkdir()
+    (run / "log.jsonl").write_text('{"stale": true}\n')  # no checkpoint: nothing to resume
+    probe._run_one("lstm", args, set)
+    assert "--resume" not in _Recorder.commands[-1] and not (run / "log.jsonl").exists()
+    assert json.loads((run / "probe.json").read_text())["resumed_at_step"] is None
+    probe._run_one("lstm", args, set)  # probe.json: finished, not trained again
+    assert len(_Recorder.commands) == 1
+
+
+def test_a_results_file_of_another_budget_is_not_overwritten(probe, tmp_path):
+    path = tmp_path / "probe.json"
+    held = json.dumps({"steps": 1500, "eval_every": 250, "runs": {"lstm": {"run": {}}}})
+    path.write_text(held)
+    for argv in (["--steps", "12500"], ["--steps", "1500", "--eval-every", "100"],
+                 ["--minutes", "5"]):
+        with pytest.raises(SystemExit, match="--json"):
+            probe.main([*argv, "--collect", "--runs", str(tmp_path / "runs"),
+                        "--json", str(path)])
+    assert path.read_text() == held
+    # the same budget keeps them (nothing new to collect: the file is written again)
+    assert probe.main(["--steps", "1500", "--collect", "--runs", str(tmp_path / "runs"),
+                       "--json", str(path)]) == 0
+    assert "lstm" in json.loads(path.read_text())["runs"]
