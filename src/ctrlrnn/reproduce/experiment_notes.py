@@ -289,7 +289,16 @@ RCRN_SST5_STALL_NOTE = (
     "validation and 34.64% of the 1,042 test snippets). Its search trial at lr 0.0098 ended "
     "its first rung at 35.4%. The search chose lr 0.0066 for this arm, near the rate at which"
     " a 3-layer BiLSTM here fails to leave the commonest class; its other two seeds reached "
-    "57.7% and 55.5%.")
+    "57.7% and 55.5%."
+    " Probes measured the cause (2026-12-05, Intel Xeon, 2 cores under a load of about 4 "
+    "from training jobs, one thread; `scripts/arm_probe.py rcrn-sst5 3L-BiLSTM`, "
+    "docs/results/data/probes/rcrn-sst5.json). At the chosen lr 0.0066, seeds 3-5 reached "
+    "53.3%, 57.2% and 34.6%: seed 5 stalled on the commonest class too, so 2 of 6 seeds "
+    "stall at this rate. At half of it, lr 0.0033 with everything else as chosen, seeds 0-2 "
+    "reached 58.1%, 57.2% and 55.5% (56.9 ± 1.3): seed 2, with the same initial weights and "
+    "batch order as the stalled run, learned (57.6% validation at best, step 1,584). So the "
+    "stall is the search's learning rate, chosen from one seed's trial: at that rate some "
+    "seeds never leave the commonest class, and at half of it every seed probed learned.")
 
 #: the CAS-LSTM paper's sentence classifier (section 3.3, eq 14) for SST (4.3)
 CAS_CLASSIFIER_NOTE = (
