@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.reproduce.probe_tables import ARM
 from ctrlrnn.reproduce.probes import PROBES, experiment_arm, train_probe_run, write_probe_file
 
 RESULTS = Path("docs/results/data/full")
@@ -69,15 +70,20 @@ def main() -> None:
     args = parser.parse_intermixed_args()
     path = args.json or PROBES / f"{args.experiment}.json"
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
-        "experiment": args.experiment, "threads": 1, "probes": {}}
+        "experiment": args.experiment, "kind": ARM, "threads": 1, "probes": {}}
     try:
         exp, arm = experiment_arm(args.experiment, args.arm)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    extra = {**_chosen(args.experiment, args.arm), **_overrides(args.overrides)}
-    probe = data["probes"].setdefault(args.name, {"arm": args.arm, "runs": []})
+    changed = _overrides(args.overrides)
+    extra = {**_chosen(args.experiment, args.arm), **changed}
+    probe = data["probes"].setdefault(args.name,
+                                      {"arm": args.arm, "overrides": changed, "runs": []})
     if probe["arm"] != args.arm:
         raise SystemExit(f"name: {args.name!r} is a probe of {probe['arm']!r} in {path}")
+    if probe.get("overrides") != changed:
+        raise SystemExit(f"name: {args.name!r} changes {probe.get('overrides')} in {path}, "
+                         f"not {changed}: give another --name")
     for seed in args.seeds:
         if any(r["seed"] == seed for r in probe["runs"]):
             print(f"{args.name}, seed {seed}: in {path} already", flush=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn.data.vocab import UNK
+from ctrlrnn.reproduce.probe_tables import DATA_SIZE
 from ctrlrnn.reproduce.probes import experiment_arm, train_probe_run, write_probe_file
 from ctrlrnn.reproduce.runner import config_for
 from ctrlrnn.train.config import check_options
@@ -104,8 +105,8 @@ def main() -> None:
         print(f"{name} ({row['vocabulary_size']} words): valid {row['valid_perplexity']:.1f}, test "
               f"{row['test_perplexity']:.1f} at step {row['best_step']} of {row['step']} "
               f"({row['stop_reason']})", flush=True)
-        done = {"probe": "carnn-lm LSTM arm, training-set size", "seed": 0, "threads": 1,
-                "runs": list(runs.values())}
+        done = {"kind": DATA_SIZE, "probe": "carnn-lm LSTM arm, training-set size", "seed": 0,
+                "threads": 1, "runs": list(runs.values())}
         write_probe_file(args.json, done)
 
 

@@ -402,7 +402,12 @@ def main(argv: list[str] | None = None) -> int:
         args.source = _toy_data(args.runs).resolve()
     if not args.collect:
         _launch(args.only, args)
-    data = {"experiment": "translation-char-qrnn", "task": "translate-char", "seed": 0,
+    # imported here: they load torch, which the launcher itself never needs
+    from ctrlrnn.bench.machine import cpu_model
+    from ctrlrnn.reproduce.probe_tables import EQUAL_STEPS
+
+    data = {"kind": EQUAL_STEPS, "experiment": "translation-char-qrnn", "task": "translate-char",
+            "seed": 0, "cpu_model": cpu_model(),
             "probe": "scripts/char_translation_probe.py", "commit": _commit(),
             "written": _now(), "toy": args.toy, "steps": args.steps, "minutes": args.minutes,
             "eval_every": args.eval_every, "max_steps": args.max_steps, "jobs": args.jobs,

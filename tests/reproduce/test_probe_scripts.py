@@ -8,9 +8,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from ctrlrnn.reproduce.experiments import EXPERIMENTS
+from ctrlrnn.reproduce.probe_tables import ARM, DATA_SIZE, probe_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +45,7 @@ def _run(module, monkeypatch, *argv: str) -> None:
     module.main()
 
 
+TREE = next(e for e in EXPERIMENTS if e.id == "metagross-tree")
 TOY_TREES = ("task.train_size=128", "task.valid_size=32", "task.test_size=32", "max_steps=4",
              "epochs=2")
 
@@ -52,6 +57,11 @@ def test_arm_probe_records_each_seed_at_the_chosen_values(arm_probe, tmp_path, m
     _run(arm_probe, monkeypatch, *argv)
     data = json.loads(out.read_text())
     assert data["cpus"] >= 1 and data["machine"] and data["written"].endswith("+00:00")
+    assert data["kind"] == ARM and data["cpu_model"]
+    # the settings given on the command line, apart from the chosen values they override
+    assert data["probes"]["toy"]["overrides"] == {
+        "task.train_size": 128, "task.valid_size": 32, "task.test_size": 32, "max_steps": 4,
+        "epochs": 2}
     runs = data["probes"]["toy"]["runs"]
     assert [r["seed"] for r in runs] == [0, 1]
     for row in runs:
@@ -65,6 +75,18 @@ def test_arm_probe_records_each_seed_at_the_chosen_values(arm_probe, tmp_path, m
     _run(arm_probe, monkeypatch, *argv)
     assert json.loads(out.read_text())["probes"]["toy"]["runs"] == runs
     assert not list((tmp_path / "runs").rglob("checkpoint.safetensors"))
+    # a page renders the file: one row a seed, and the command that adds to it
+    lines = "\n".join(probe_lines(replace(TREE, probe_files=(out.name,)), out.parent))
+    rows = [line for line in lines.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
+    assert len(rows) == 2
+    assert all("lr 0.003" in r and "train_size 128" in r and "| max_steps |" in r for r in rows)
+    assert ("scripts/arm_probe.py metagross-tree BiLSTM epochs=2 max_steps=4 task.test_size=32 "
+            "task.train_size=128 task.valid_size=32 --name toy --seeds 0 1") in lines
+    # the same name with other settings would mix two probes under one table
+    with pytest.raises(SystemExit, match="'toy' changes .* not .*another --name"):
+        _run(arm_probe, monkeypatch, "metagross-tree", "BiLSTM", *TOY_TREES,
+             "task.train_size=256", "--name", "toy", "--seeds", "2", *argv[-4:])
+    assert [r["seed"] for r in json.loads(out.read_text())["probes"]["toy"]["runs"]] == [0, 1]
 
 
 def test_arm_probe_refuses_what_it_cannot_train(arm_probe, tmp_path, monkeypatch):
@@ -98,13 +120,18 @@ def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(tmp_path, monke
             "--runs", str(tmp_path / "runs"), "--json", str(out)]
     monkeypatch.setattr(sys, "argv", ["carnn_lm_data_probe.py", *argv])
     probe.main()
-    rows = {r["run"]: r for r in json.loads(out.read_text())["runs"]}
+    data = json.loads(out.read_text())
+    assert data["kind"] == DATA_SIZE and data["cpu_model"]
+    rows = {r["run"]: r for r in data["runs"]}
     assert set(rows) == {"40:whole", "40:slice", "0:whole"}
     whole, sliced, every = rows["40:whole"], rows["40:slice"], rows["0:whole"]
     assert whole["vocabulary_size"] == every["vocabulary_size"] > sliced["vocabulary_size"]
     assert whole["test_unknown_share"] == every["test_unknown_share"] == 0.0
     assert sliced["test_unknown_share"] > 0.0
     assert all(r["step"] == 2 and r["curve"] for r in rows.values())
+    carnn_lm = next(e for e in EXPERIMENTS if e.id == "carnn-lm")
+    lines = probe_lines(replace(carnn_lm, probe_files=(out.name,)), out.parent)
+    assert sum(line.startswith(("| 40 |", "| all |")) for line in lines) == 3
     monkeypatch.setattr(sys, "argv", ["carnn_lm_data_probe.py", "10:all"])
     with pytest.raises(SystemExit, match="SIZE:whole or SIZE:slice"):
         probe.main()

@@ -50,6 +50,12 @@ def _cpuinfo() -> dict[str, Any]:
     return {"cpu_model": model, "physical_cores": len(cores) or None, "cpu_isa": isa}
 
 
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (``/proc/cpuinfo``), else the platform's
+    processor or machine type."""
+    return str(_cpuinfo()["cpu_model"])
+
+
 #: CPU flags named with the machine: machines of one model name differ in these, and with them
 #: the GEMM path that is fastest (MKL against oneDNN)
 CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_vp2intersect",

@@ -80,7 +80,8 @@ def seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
              also: tuple[str, ...] = (), note: str = "",
              paper_comparable: bool = False, full: dict[str, Any] | None = None,
              paper_setting: PaperSetting | None = None,
-             paper_scale: PaperScale | None = None) -> Experiment:
+             paper_scale: PaperScale | None = None,
+             probe_files: tuple[str, ...] = ()) -> Experiment:
     """A seq2seq experiment: full mode trains to a patience of 4 evaluations (one per epoch)
     or a cap of 100 epochs, after the arms' equal ``tuning``; ``full`` overrides that mode's
     settings (the training-set size). (The cap was 30 epochs until the runs at sorting n = 10
@@ -97,4 +98,5 @@ def seq2seq(task: str, exp_id: str, title: str, arms: tuple[Arm, ...],
               "task.train_size": 10000, "task.valid_size": 1000, "task.test_size": 1000,
               **(full or {})},
         tuning_full=tuning, paper_setting=paper_setting, paper_scale=paper_scale,
+        probe_files=probe_files,
     )

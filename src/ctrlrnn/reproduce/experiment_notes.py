@@ -65,37 +65,29 @@ CHAR_TRANSLATION_QRNN_NOTE = (
     "width 2 and masked convolutions in every layer, and every decoder layer read the top "
     "encoder layer's final state; runs stored from then are marked *earlier setting*.")
 
-#: the probe's LSTM variants, each changing one thing
+#: what the probe's LSTM variants show, each changing one thing (their table is rendered from
+#: the probe file)
 CHAR_TRANSLATION_VARIANTS_NOTE = (
-    " The probe's LSTM variants each change one thing and train the same 1,500 steps "
-    "(validation loss at step 1,500, token accuracy, BLEU; parameters). Twice the width (256): "
-    "1.159, 64.9%, 1.52; 2,141,274. A bidirectional encoder: 1.248, 62.7%, 0.78; 1,062,106. "
-    "The bidirectional encoder with decoder layer l started from encoder layer l "
-    "(`task.decoder_init=layers`, eq 7's pairing): 1.264, 62.5%, 0.90. That pairing alone: "
-    "1.378, 59.0%, 0.84. The QRNN arm's learning rate (0.0015 against the LSTM's tuned "
-    "0.0037): 1.452, 57.5%, 0.43. So the tuned learning rate is not what holds the LSTM back, "
-    "and eq 7's pairing of layers does not help it. What lowers its loss is capacity: each "
-    "variant with more parameters fits better, the twice-wider LSTM best of all, 0.145 below "
-    "the QRNN's 1.304 with 3.9 times its parameters. At the arms' common width the QRNN fits "
-    "0.054 better with 6% fewer parameters. Where the full runs' gap comes from after step "
-    "1,500 was not measured: the probe covers 2.4 of the full runs' 21-24 epochs.")
+    " Each of the probe's LSTM variants changes one thing and trains the same 1,500 steps. With "
+    "the QRNN arm's learning rate the LSTM fits worse, so its tuned rate is not what holds it "
+    "back; eq 7's pairing of layers (`task.decoder_init=layers`) does not help it either. What "
+    "lowers its loss is capacity: each variant with more parameters fits better, the "
+    "twice-wider LSTM best of all, below the QRNN with several times its parameters. At the "
+    "arms' common width the QRNN fits better with fewer parameters. Where the full runs' gap "
+    "comes from after step 1,500 was not measured: the probe covers 2.4 of the full runs' "
+    "21-24 epochs.")
 
-#: what the equal-step probe of the character-level LSTM measured (scripts/
-#: char_translation_probe.py; docs/results/data/probes/translation-char-lstm.json)
+#: what the equal-step probe of the character-level LSTM shows (scripts/
+#: char_translation_probe.py; its tables are rendered from the probe file)
 CHAR_TRANSLATION_PROBE_NOTE = (
     " A probe trained both arms for the same 1,500 steps (2.4 epochs), at their tuned lr and "
-    "dropout, seed 0, one thread each (`scripts/char_translation_probe.py --steps 1500`; "
-    "docs/results/data/probes/translation-char-lstm.json). It scored greedy translations of "
-    "the 100 validation verses every 250 steps. At step 1,500 the LSTM's validation loss is "
-    "1.358 nats a character, the QRNN's 1.304. Their token accuracies are 60.2% and 61.4%. "
-    "Their BLEU is 0.84 and 0.79: at this scale neither arm translates yet. The LSTM's loss is "
-    "0.126 above the QRNN's at step 250 (1.922 against 1.796), 0.015 at step 1,000 (1.449 "
-    "against 1.434) and 0.054 at step 1,500. So over its first 1,500 steps the LSTM fits "
-    "nearly as well per step as the QRNN. The full runs' gap (test loss 1.10 against 0.90, "
-    "the LSTM's seeds stopped after 21-24 epochs, 13,125-15,000 steps) is not there at this "
-    "scale: it opens after step 1,500. Speed does not make it: the full runs stop by "
-    "epochs, not time (on this shared machine a probe step took 0.33 s for the LSTM, 0.15 s "
-    "for the QRNN)."
+    "dropout, seed 0, one thread each, and scored greedy translations of the 100 validation "
+    "verses every 250 steps (the tables below). At step 1,500 neither arm translates yet (BLEU "
+    "under 1 for both), and over those steps the LSTM fits nearly as well per step as the "
+    "QRNN: its validation loss is a little above the QRNN's at every evaluation, less so at "
+    "step 1,000 than at step 250. So the full runs' gap in test loss is not there at this "
+    "scale: it opens after step 1,500. Speed does not make it: the full runs stop by epochs, "
+    "not time."
     + CHAR_TRANSLATION_VARIANTS_NOTE)
 
 #: what the character-level LSTM's stored runs show about its level (read from its results)
@@ -226,23 +218,19 @@ CARNN_LM_SPLITS_NOTE = (
     "the old slices, are marked *earlier setting*. (`python -m "
     "ctrlrnn.reproduce.carnn_lm_splits` measures it.)")
 
-#: the data-size probe of the LSTM baseline (scripts/carnn_lm_data_probe.py; its date and
-#: machine are in the text)
+#: what the data-size probe of the LSTM baseline shows (scripts/carnn_lm_data_probe.py; its
+#: table is rendered from the probe file)
 CARNN_LM_DATA_NOTE = (
     " The LSTM baseline's level against the paper's RNNLM (117.8, on PDTB) is the training "
-    "set's size, measured (2026-12-05, AMD EPYC family 25 model 17 under a load of about 4 "
-    "from training jobs, one thread; `scripts/carnn_lm_data_probe.py`; "
-    "docs/results/data/probes/carnn-lm-data.json). The experiment's LSTM, seed 0, at the "
-    "values where its earlier seeds reached 190.0 (lr 0.00138, dropout 0.01), each run to the "
-    "experiment's patience. The experiment builds its vocabulary from its 10,000 sentences "
-    "(8,715 words; 7.2% of the test words are outside it, against PTB's own 6.1% of <unk>), "
+    "set's size, measured by the probe below: the experiment's LSTM, seed 0, at the values "
+    "where its earlier seeds reached 190.0 (lr 0.00138, dropout 0.01), each run to the "
+    "experiment's patience. The experiment builds its vocabulary from its 10,000 sentences, "
     "and a larger training set brings more words, so the sizes are compared under the whole "
-    "training split's vocabulary (10,002 words). On 10,000 sentences: test perplexity 239.7 "
-    "(204.6 under the experiment's own vocabulary: unknown words are easy to predict). On "
-    "all 42,068: 139.1, 42% lower (best at step 7,800, in its sixth epoch; stopped by "
-    "patience at 8,550). So four times the sentences take the LSTM most of the way from our "
-    "level to the paper's. The rest was not measured: the corpus differs (PDTB's sentences "
-    "and splits are not PTB's), and the width here is 128.")
+    "training split's vocabulary (the last row is the experiment's own vocabulary, under which "
+    "more test words are unknown, and unknown words are easy to predict). Four times the "
+    "sentences (all 42,068) take the LSTM most of the way from our level to the paper's. The "
+    "rest was not measured: the corpus differs (PDTB's sentences and splits are not PTB's), "
+    "and the width here is 128.")
 
 #: the addition task at the QRNN appendix's size
 ADDITION_NOTE = (
@@ -254,20 +242,18 @@ ADDITION_NOTE = (
     "layer of "
     "64). The paper's measure is the character accuracy: it is the token_accuracy column. ")
 
-#: the patience probe of the addition task's LSTM seed 0 (scripts/arm_probe.py; its date and
-#: machine are in the text)
+#: what the patience probe of the addition task's LSTM seed 0 shows (scripts/arm_probe.py; its
+#: table is rendered from the probe file)
 ADDITION_PATIENCE_NOTE = (
-    "The LSTM's seeds lie 19.2 points apart, and its stopping rule explains only part of it "
-    "(probe of 2026-12-05, AMD EPYC family 25 model 17 under a load of about 3 from training "
-    "jobs, one thread; `scripts/arm_probe.py qrnn-addition LSTM patience=10`, its chosen lr "
-    "0.00786 and dropout 0.135; docs/results/data/probes/qrnn-addition.json). Seed 0 "
-    "trained again with a patience of 10 epochs instead of 4 retraces the experiment's seed "
-    "0 to the step: 71.1% validation exact match at best at epoch 24, where the experiment's "
-    "patience stopped it at epoch 28. It then moves within 68.3-72.1% over epochs 25-37, "
-    "reaches 74.5% at epoch 38 and stops by patience at epoch 48, at 71.9-74.0% since. Its "
-    "test exact match is 75.6%, 6.0 points above its run in the experiment and 13.2 below "
-    "seed 1's 88.8%. So a longer patience narrows the LSTM's spread without closing it: its "
-    "seeds settle at different levels. One seed.")
+    "The LSTM's seeds lie far apart, and its stopping rule explains only part of it. Seed 0 "
+    "trained again with a patience of 10 epochs instead of 4 (the probe `patience-10` below, "
+    "at the lr and dropout its search had chosen) retraces the experiment's seed 0 to the "
+    "step up to the epoch where the experiment's patience stopped it; it then moves within a "
+    "few points "
+    "for a dozen epochs, reaches a higher best and stops by patience. Its test exact match "
+    "rises by several points and stays well below the best seed's. So a longer patience "
+    "narrows the LSTM's spread without closing it: its seeds settle at different levels. One "
+    "seed.")
 
 
 #: the RCRN paper's classifier (section 4.2), as the rcrn-* experiments build it
@@ -281,7 +267,8 @@ RCRN_CLASSIFIER_NOTE = (
     "are marked *earlier setting*.")
 
 #: the 3-layer BiLSTM seed of rcrn-sst5 that predicted one class (read from its results and
-#: the data's class shares)
+#: the data's class shares), and what the probes of it show (their tables are rendered from
+#: the probe file)
 RCRN_SST5_STALL_NOTE = (
     " In full mode, the 3-layer BiLSTM's seed 2 (runs of 2026-12-05) predicted one class "
     "throughout: its validation accuracy, 35.8% at best, and its test accuracy, 34.6%, are "
@@ -290,15 +277,13 @@ RCRN_SST5_STALL_NOTE = (
     "its first rung at 35.4%. The search chose lr 0.0066 for this arm, near the rate at which"
     " a 3-layer BiLSTM here fails to leave the commonest class; its other two seeds reached "
     "57.7% and 55.5%."
-    " Probes measured the cause (2026-12-05, Intel Xeon, 2 cores under a load of about 4 "
-    "from training jobs, one thread; `scripts/arm_probe.py rcrn-sst5 3L-BiLSTM`, "
-    "docs/results/data/probes/rcrn-sst5.json). At the chosen lr 0.0066, seeds 3-5 reached "
-    "53.3%, 57.2% and 34.6%: seed 5 stalled on the commonest class too, so 2 of 6 seeds "
-    "stall at this rate. At half of it, lr 0.0033 with everything else as chosen, seeds 0-2 "
-    "reached 58.1%, 57.2% and 55.5% (56.9 ± 1.3): seed 2, with the same initial weights and "
-    "batch order as the stalled run, learned (57.6% validation at best, step 1,584). So the "
-    "stall is the search's learning rate, chosen from one seed's trial: at that rate some "
-    "seeds never leave the commonest class, and at half of it every seed probed learned.")
+    " Probes measured the cause (the tables below). Of three more seeds at the chosen lr "
+    "(`chosen-lr-more-seeds`), one stalled on the commonest class too (its accuracies are "
+    "the class's shares). At half of it, with everything else as chosen (`lr-half`), "
+    "seeds 0-2 all learned, seed 2 included, whose initial weights and batch order are those "
+    "of the stalled run. So the stall is the search's learning rate, chosen from one seed's "
+    "trial: at that rate some seeds never leave the commonest class, and at half of it every "
+    "seed probed learned.")
 
 #: the CAS-LSTM paper's sentence classifier (section 3.3, eq 14) for SST (4.3)
 CAS_CLASSIFIER_NOTE = (

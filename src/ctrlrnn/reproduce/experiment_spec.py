@@ -164,6 +164,9 @@ class Experiment:
     scales: tuple[str, ...] = ("ours", PAPER)
     #: at our scale: what our data stands in for ("": the paper's own data or task)
     stand_in: str = ""
+    #: the probe files of its baselines in ``docs/results/data/probes``, shown as tables under
+    #: the note (:mod:`ctrlrnn.reproduce.probe_tables`)
+    probe_files: tuple[str, ...] = ()
 
     def tuning(self, mode: str) -> Tuning | None:
         if mode == PAPER:

@@ -40,6 +40,7 @@ CARNN_EXPERIMENTS: tuple[Experiment, ...] = (
         paper_metric="Penn Discourse Treebank test perplexity (w/o latent; RNNLM: Ji et al. "
                      "2016b)",
         note=notes.CARNN_LM_NOTE + notes.CARNN_LM_SPLITS_NOTE + notes.CARNN_LM_DATA_NOTE,
+        probe_files=("carnn-lm-data.json",),
         paper_setting=paper.CARNN_LM,
         paper_scale=scale.CARNN_LM,
         stand_in="PTB's sentences for the Penn Discourse Treebank's (no discourse labels)",

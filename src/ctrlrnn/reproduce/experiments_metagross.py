@@ -65,7 +65,8 @@ _TABLE1_DECODER = {"decoder_layers": 1, "attention": "bahdanau"}
 def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float],
             ppl: tuple[float, float, float], task_args: dict[str, Any],
             setting: str, trial_steps: int, measured: str, paper_setting: PaperSetting,
-            ordered: bool = True, setting_note: str = "", like: str = "") -> Experiment:
+            ordered: bool = True, setting_note: str = "", like: str = "",
+            probe_files: tuple[str, ...] = ()) -> Experiment:
     """A METAGROSS paper table 1 task: BiLSTM, S-BiLSTM and table 9's METAGROSS in both
     readings, with the paper's exact match and perplexity of BiLSTM, S-BiLSTM and METAGROSS,
     one shared decoder, and the equal search of ``trial_steps`` steps a trial (156 steps an
@@ -108,7 +109,8 @@ def _table1(task: str, exp_id: str, title: str, exact: tuple[float, float, float
     return seq2seq(task, exp_id, title, arms, claims, {**task_args, **_TABLE1_DECODER},
                     f"exact match (%) and perplexity on {setting}", also=("perplexity",),
                     note=note, paper_comparable=True, tuning=search,
-                    paper_setting=paper_setting, paper_scale=scale.TABLE1)
+                    paper_setting=paper_setting, paper_scale=scale.TABLE1,
+                    probe_files=probe_files)
 
 
 METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
@@ -125,7 +127,8 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
     _table1("tree-traversal", "metagross-tree", "Tree traversal, n = 4 (table 1)",
             (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
             2236, "S-BiLSTM, 6,708 steps", paper.TREE4,
-            setting_note=notes.TREE4_NOTE + tree_notes.TREE4_PROBE_NOTE),
+            setting_note=notes.TREE4_NOTE + tree_notes.TREE4_PROBE_NOTE,
+            probe_files=("metagross-tree.json",)),
     *(_table1("tree-traversal", f"metagross-tree{n}", f"Tree traversal, n = {n} (table 1)",
               exact, ppl, {"max_depth": n}, f"tree traversal, n = {n}", 2236, "",
               getattr(paper, f"TREE{n}"), like="tree traversal n = 4")

@@ -73,6 +73,6 @@ QRNN_EXPERIMENTS: tuple[Experiment, ...] = (
                             "examples")
         + SEQ2SEQ_CHANGED,
         also=("token_accuracy",), paper_setting=paper.ADDITION,
-        paper_scale=scale.ADDITION,
+        paper_scale=scale.ADDITION, probe_files=("qrnn-addition.json",),
     ),
 )

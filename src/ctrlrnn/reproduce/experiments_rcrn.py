@@ -71,6 +71,7 @@ RCRN_EXPERIMENTS: tuple[Experiment, ...] = (
         note=notes.RCRN_CLASSIFIER_NOTE
         + notes.budget_note(528, "3L-BiLSTM, 1,056 steps", kept="2 whole epochs")
         + CLASSIFIER_CHANGED + notes.RCRN_SST5_STALL_NOTE,
+        probe_files=("rcrn-sst5.json",),
         paper_metric="SST-5 test accuracy (%)",
         paper_setting=paper.RCRN_SST5,
         paper_scale=scale.RCRN_SST5,

@@ -82,6 +82,7 @@ TRANSLATION_EXPERIMENTS: tuple[Experiment, ...] = (
         + notes.CHAR_TRANSLATION_LEVEL_NOTE
         + notes.budget_note(6250, "LSTM, 18,125 steps", kept="10 whole epochs")
         + TRANSLATION_CHANGED,
+        probe_files=("translation-char-lstm.json",),
     ),
     Experiment(
         id="translation-transformer-metagross",

@@ -33,6 +33,7 @@ from ctrlrnn.reproduce.page_cells import (
     tuned_cell,
 )
 from ctrlrnn.reproduce.page_figure import plot_experiment
+from ctrlrnn.reproduce.probe_tables import probe_lines
 from ctrlrnn.reproduce.runner import slug
 from ctrlrnn.reproduce.seed_spread import spread_lines
 from ctrlrnn.reproduce.tuning import IN_PROGRESS, Tuning, search_of
@@ -52,6 +53,8 @@ def experiment_section(exp: Experiment, data: dict[str, Any] | None, out_dir: Pa
     # how the stored runs evaluated and stopped: the definition they ran under (stored with them)
     standing = Standing(exp, mode, data)
     method, selected = _method_lines(exp, mode, standing, scale)
+    if mode == "full":  # the probes measured the full mode's setting
+        method += probe_lines(exp, out_dir / "data" / "probes")
     search = _SearchState(exp, mode, data, selected)
     method += search.method
     status = list(search.status)  # what qualifies the table: runs not final under this definition

@@ -4,7 +4,8 @@ with the measurements a page quotes.
 
 ``scripts/arm_probe.py`` and ``scripts/carnn_lm_data_probe.py`` are the command lines; this
 module holds what they share: finding the arm, training one run of it, and writing the probe's
-JSON with the machine it ran on.
+JSON with the machine it ran on. The pages render these files as tables
+(:mod:`ctrlrnn.reproduce.probe_tables`), by the ``kind`` each writer records.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.bench.machine import cpu_model
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.learning_curves import read_curve
@@ -65,8 +67,9 @@ def train_probe_run(exp: Experiment, arm: Arm, seed: int, out: Path,
 
 def write_probe_file(path: Path, data: dict[str, Any]) -> None:
     """Write a probe's JSON atomically (``runner.write_results``), stamped with the machine's
-    processor, its CPU count and the time of writing."""
+    processor type, its CPU's model name, its CPU count and the time of writing."""
     data.update({"machine": platform.processor() or platform.machine(),
+                 "cpu_model": cpu_model(),
                  "cpus": os.cpu_count(),
                  "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
                      timespec="seconds")})

@@ -1,0 +1,97 @@
+"""The probes' tables on the results pages are rendered from the probe files: every file an
+experiment names is there and of a known kind, the committed pages show what the files hold,
+and a probe run again changes its page's numbers with it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ctrlrnn.reproduce.experiments import EXPERIMENTS
+from ctrlrnn.reproduce.probe_tables import ARM, DATA_SIZE, EQUAL_STEPS, probe_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBES = ROOT / "docs" / "results" / "data" / "probes"
+WITH_PROBES = [e for e in EXPERIMENTS if e.probe_files]
+TREE = next(e for e in EXPERIMENTS if e.id == "metagross-tree")
+
+
+@pytest.mark.parametrize("exp", WITH_PROBES, ids=lambda e: e.id)
+def test_the_committed_page_shows_its_probe_files(exp):
+    for name in exp.probe_files:
+        kind = json.loads((PROBES / name).read_text(encoding="utf-8"))["kind"]
+        assert kind in (ARM, DATA_SIZE, EQUAL_STEPS), name
+    lines = probe_lines(exp, PROBES)
+    assert not any("is not in this folder" in line for line in lines)
+    page = (ROOT / "docs" / "results" / f"{exp.paper}.md").read_text(encoding="utf-8")
+    assert "\n".join(lines) in page, "regenerate the pages: ctrlrnn reproduce --pages-only"
+
+
+def test_every_probe_file_is_shown_by_an_experiment():
+    shown = {name for e in WITH_PROBES for name in e.probe_files}
+    assert {p.name for p in PROBES.glob("*.json")} == shown
+
+
+def _arm_file(tmp_path: Path, test_exact_match: float) -> Path:
+    path = tmp_path / "tree.json"
+    run = {"seed": 0, "settings": {"lr": 0.00284, "patience": 15, "task.train_size": 30000},
+           "stop_reason": "patience", "step": 4524, "best_step": 2185, "steps_per_epoch": 156,
+           "valid": {"exact_match": 0.652}, "train_seconds": 894.0,
+           "test": {"exact_match": test_exact_match, "perplexity": 1.176},
+           "load_start": 4.1, "load_end": 5.04}
+    path.write_text(json.dumps({
+        "kind": ARM, "experiment": "metagross-tree", "cpu_model": "Some CPU", "cpus": 2,
+        "written": "2026-12-05T10:50:50+00:00",
+        "probes": {"longer": {"arm": "BiLSTM", "overrides": {"patience": 15}, "runs": [run]}}}))
+    return path
+
+
+def test_an_arm_probe_renders_a_row_a_seed_and_follows_its_file(tmp_path):
+    exp = replace(TREE, probe_files=("tree.json",))
+    _arm_file(tmp_path, 0.642)
+    lines = probe_lines(exp, tmp_path)
+    assert any("last written 2026-12-05 10:50 UTC on Some CPU, 2 CPUs" in line for line in lines)
+    assert any("`scripts/arm_probe.py metagross-tree BiLSTM patience=15 --name longer --seeds 0`"
+               in line for line in lines)
+    header = next(line for line in lines if line.startswith("| seed |"))
+    assert "validation exact_match (%)" in header and "test perplexity" in header
+    row = next(line for line in lines if line.startswith("| 0 |"))
+    # epochs from steps (step 2,185 falls in epoch 15 of 156 steps; 4,524 ends epoch 29),
+    # percentages scaled
+    assert row == ("| 0 | lr 0.00284, patience 15, train_size 30,000 | patience | 15 / 29 | "
+                   "65.2 | 64.2 | 1.176 | 14.9 | 4.1-5.0 |")
+    _arm_file(tmp_path, 0.95)  # the probe run again
+    assert "| 65.2 | 95.0 | 1.176 |" in next(
+        line for line in probe_lines(exp, tmp_path) if line.startswith("| 0 |"))
+
+
+def test_an_equal_steps_probe_renders_its_runs_and_their_curves(tmp_path):
+    def run(loss: float) -> dict:
+        return {"changes": "as defined", "parameters": 584922,
+                "overrides": {"lr": "0.0037", "model.dropout": "0.02"},
+                "run": {"training_seconds": 500.0, "load_mean": 4.2,
+                        "final_valid": {"loss": loss, "token_accuracy": 0.6024, "bleu": 0.84}},
+                "curve": [{"step": 250, "loss": loss + 0.5}, {"step": 500, "loss": loss}]}
+
+    (tmp_path / "steps.json").write_text(json.dumps({
+        "kind": EQUAL_STEPS, "seed": 0, "steps": 500, "eval_every": 250,
+        "evaluation": "BLEU of greedy translations", "machine": {"processor": "x86_64",
+                                                                  "cpus": 2},
+        "written": "2026-12-04T19:43:06+00:00", "runs": {"lstm": run(1.358), "qrnn": run(1.3)}}))
+    exp = replace(TREE, probe_files=("steps.json",))
+    lines = probe_lines(exp, tmp_path)
+    assert "| lstm | as defined | 584,922 | 0.0037 | 0.02 | 1.358 | 60.2 | 0.84 | 8.33 | 4.2 |" \
+        in lines
+    assert "| run | 250 | 500 |" in lines and "| qrnn | 1.8 | 1.3 |" in lines
+
+
+def test_a_missing_file_is_said_and_an_unknown_kind_refused(tmp_path):
+    exp = replace(TREE, probe_files=("gone.json",))
+    assert any("`data/probes/gone.json` is not in this folder" in line
+               for line in probe_lines(exp, tmp_path))
+    (tmp_path / "odd.json").write_text(json.dumps({"runs": []}))
+    with pytest.raises(ValueError, match=r"odd\.json: kind None is none of arm, data-size"):
+        probe_lines(replace(TREE, probe_files=("odd.json",)), tmp_path)
