@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.collect:
         _launch(args.only, args)
     # imported here: they load torch, which the launcher itself never needs
-    from ctrlrnn.bench.machine import cpu_model
+    from ctrlrnn.cpu import cpu_model
     from ctrlrnn.reproduce.probe_tables import EQUAL_STEPS
 
     data = {"kind": EQUAL_STEPS, "experiment": "translation-char-qrnn", "task": "translate-char",

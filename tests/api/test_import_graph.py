@@ -19,10 +19,11 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 #: ``ctrlrnn`` itself is the package's ``__init__``, whose re-exports sit on top.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # files, tables, progress bars, processes, how metrics are shown, checked options, the
-    # extras' packages, the Ctrl-C line, timing, the settings: nothing of ctrlrnn's own below
+    # extras' packages, the Ctrl-C line, timing, the settings, the CPU's description: nothing
+    # of ctrlrnn's own below
     ("utilities", ("ctrlrnn.files", "ctrlrnn.tables", "ctrlrnn.progress", "ctrlrnn.processes",
                    "ctrlrnn.metric_conventions", "ctrlrnn.options", "ctrlrnn.extras",
-                   "ctrlrnn.interrupts", "ctrlrnn.timing", "ctrlrnn.settings")),
+                   "ctrlrnn.interrupts", "ctrlrnn.timing", "ctrlrnn.settings", "ctrlrnn.cpu")),
     ("ops", ("ctrlrnn.ops",)),
     ("nn", ("ctrlrnn.nn",)),
     # the layers meeting other software: torchqrnn's API, ONNX, torch.load's allow-list

@@ -19,47 +19,8 @@ import torch
 
 import ctrlrnn
 from ctrlrnn.bench.workloads import backend_info
+from ctrlrnn.cpu import describe_cpu
 from ctrlrnn.settings import raw
-
-
-def _cpuinfo() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    cores: set[tuple[str, str]] = set()
-    phys = core = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
-        text = ""
-    found_model = False
-    flags: set[str] = set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "model name" and not found_model:
-            model, found_model = value, True
-        elif key == "physical id":
-            phys = value
-        elif key == "core id":
-            core = value
-            cores.add((phys, core))
-        elif key == "flags" and not flags:
-            flags = set(value.split())
-    # the vector extensions that decide which GEMM kernels the BLAS libraries pick
-    isa = [f for f in CPU_ISA_FLAGS if f in flags]
-    return {"cpu_model": model, "physical_cores": len(cores) or None, "cpu_isa": isa}
-
-
-def cpu_model() -> str:
-    """The CPU's model name as the kernel reports it (``/proc/cpuinfo``), else the platform's
-    processor or machine type."""
-    return str(_cpuinfo()["cpu_model"])
-
-
-#: CPU flags named with the machine: machines of one model name differ in these, and with them
-#: the GEMM path that is fastest (MKL against oneDNN)
-CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_vp2intersect",
-                 "avx512_fp16", "amx_bf16", "amx_tile")
 
 
 def _meminfo_bytes() -> int | None:
@@ -159,7 +120,7 @@ def machine(busy_elsewhere: float | None | str = MEASURE) -> dict[str, Any]:
         load = None
     parallel = [ln.strip() for ln in torch.__config__.parallel_info().splitlines() if ln.strip()]
     info: dict[str, Any] = {
-        **_cpuinfo(),
+        **describe_cpu(),
         "logical_cpus": os.cpu_count(),
         "cpus_available": affinity,
         "memory_bytes": _meminfo_bytes(),

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn import files
 from ctrlrnn.reproduce.experiment_spec import Experiment
 from ctrlrnn.reproduce.page_cells import fmt, metric_scale, short_key
 
@@ -109,7 +110,7 @@ def _arm_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
     for name, probe in data.get("probes", {}).items():
         changed = probe.get("overrides") or {}
         command = " ".join(["scripts/arm_probe.py", exp.id, _quoted(probe["arm"]),
-                            *(f"{k}={json.dumps(v)}" for k, v in changed.items()),
+                            *(f"{k}={files.dumps(v)}" for k, v in changed.items()),
                             "--name", name, "--seeds",
                             *(str(r["seed"]) for r in probe["runs"])])
         what = f"changed: {_settings(changed)}" if changed else "as chosen, more seeds"

@@ -16,7 +16,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ctrlrnn.bench.machine import cpu_model
+from ctrlrnn.cpu import cpu_model
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.learning_curves import read_curve
