@@ -79,7 +79,7 @@ def test_arm_probe_records_each_seed_at_the_chosen_values(arm_probe, tmp_path, m
     lines = "\n".join(probe_lines(replace(TREE, probe_files=(out.name,)), out.parent))
     rows = [line for line in lines.splitlines() if line.startswith(("| 0 |", "| 1 |"))]
     assert len(rows) == 2
-    assert all("lr 0.003" in r and "train_size 128" in r and "| max_steps |" in r for r in rows)
+    assert all("lr 0.003" in r and "train_size 128" in r and "| the step cap |" in r for r in rows)
     assert ("scripts/arm_probe.py metagross-tree BiLSTM epochs=2 max_steps=4 task.test_size=32 "
             "task.train_size=128 task.valid_size=32 --name toy --seeds 0 1") in lines
     # the same name with other settings would mix two probes under one table

@@ -124,12 +124,22 @@ def _arm_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
             tests = [_metric(run.get("test", {}).get(m), m) for m in metrics]
             lines.append(
                 f"| {run['seed']} | {_settings(run.get('settings', {}))} | "
-                f"{run.get('stop_reason', '–')} | {_epoch(run.get('best_step'), per_epoch)} / "
+                f"{_stop(run)} | {_epoch(run.get('best_step'), per_epoch)} / "
                 f"{_epoch(run.get('step'), per_epoch)} | "
                 f"{_metric(run.get('valid', {}).get(exp.metric), exp.metric)} | "
                 + " | ".join(tests)
                 + f" | {_minutes(run.get('train_seconds'))} | {_load(run)} |")
     return lines
+
+
+#: how a run stopped, as the trainer records it, in the words of the pages' tables
+STOPS = {"patience": "patience", "epochs": "the epoch cap", "max_steps": "the step cap",
+         "diverged": "**diverged**"}
+
+
+def _stop(run: dict[str, Any]) -> str:
+    reason = run.get("stop_reason")
+    return STOPS.get(reason, str(reason)) if reason else "–"
 
 
 def _quoted(text: str) -> str:
@@ -172,7 +182,7 @@ def _data_size_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {sentences} | {vocab} | {r['vocabulary_size']:,} | "
             f"{100 * r['test_unknown_share']:.1f}% | {_value(r['lr'])} | "
-            f"{_value(r['dropout'])} | {r['stop_reason']} | {r['best_step']} / {r['step']} | "
+            f"{_value(r['dropout'])} | {_stop(r)} | {r['best_step']:,} / {r['step']:,} | "
             f"{fmt(r['valid_perplexity'])} | {fmt(r['test_perplexity'])} | "
             f"{_minutes(r.get('train_seconds'))} | {_load(r)} |")
     return lines
