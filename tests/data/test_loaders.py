@@ -144,6 +144,7 @@ def test_babi_dialog(tmp_path: Path) -> None:
                     "3 <SILENCE>\tok\n\n1 bye\tyou are welcome\n")
     dialogs = read_babi_dialog(path)
     assert len(dialogs) == 2 and dialogs[0].knowledge == ["resto_1 R_cuisine italian"]
+    assert dialogs[0].knowledge_at == 0 and dialogs[1].knowledge_at is None
     assert dialogs[0].turns[1] == ("<SILENCE>", "ok")
     path.write_text("1 hi\thello\nx oops\n")
     with pytest.raises(DataFormatError, match=r"trn\.txt:2"):

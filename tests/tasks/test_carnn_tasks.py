@@ -14,18 +14,18 @@ import torch
 from task_helpers import check_device_routing
 
 from ctrlrnn.data.loaders.babi_dialog import Dialog
-from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
-from ctrlrnn.tasks import task_class
-from ctrlrnn.tasks.carnn_tasks import (
+from ctrlrnn.data.synthetic.restaurant_dialogs import (
     ASK,
     CUISINES,
     LOCATIONS,
     PARTY_SIZES,
     PRICES,
-    dialog_examples,
     dialog_splits,
     make_dialog,
 )
+from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
+from ctrlrnn.tasks import task_class
+from ctrlrnn.tasks.carnn_tasks import dialog_examples
 from ctrlrnn.train.config import TrainConfig, check_options
 from ctrlrnn.train.trainer import Trainer
 
@@ -218,6 +218,76 @@ def test_synthetic_dialogs_follow_the_babi_structure():
     assert not (keys["train"] & keys["valid"]) and not (keys["train"] & keys["test"])
 
 
+def _kb_reading(knowledge: list[str]) -> dict[str, dict[str, str]]:
+    """The knowledge-base lines read back: restaurant -> attribute -> value."""
+    table: dict[str, dict[str, str]] = {}
+    for line in knowledge:
+        name, attribute, value = line.split()
+        table.setdefault(name, {})[attribute] = value
+    return table
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_full_dialogs_propose_by_rating_and_answer_from_the_knowledge_base(seed):
+    rng = random.Random(seed)
+    accepted_positions = set()
+    for _ in range(60):
+        dialog = make_dialog(rng, update_prob=0.5, kind="full")
+        calls = [i for i, (_, bot) in enumerate(dialog.turns) if bot.startswith("api_call")]
+        assert dialog.knowledge_at == calls[-1] + 1  # the results follow the last call
+        goal = dict(zip(("cuisine", "location", "party", "price"),
+                        dialog.turns[calls[-1]][1].split()[1:], strict=True))
+        table = _kb_reading(dialog.knowledge)
+        assert table and all(set(v) == {"R_phone", "R_address", "R_rating"}
+                             for v in table.values())
+        for name in table:  # every result matches the last call's cuisine, location, price
+            assert name.split("_")[1:4] == [goal["location"], goal["price"], goal["cuisine"]]
+        ranked = sorted(table, key=lambda n: -int(table[n]["R_rating"]))
+        proposed = [bot.split(": ")[1] for _, bot in dialog.turns if bot.startswith("what do")]
+        assert proposed == ranked[: len(proposed)]  # highest rated first, none skipped
+        accepted_positions.add(len(proposed) - 1)
+        chosen = proposed[-1]
+        assert dialog.turns[-1] == ("thank you", "you're welcome")
+        for _, bot in dialog.turns:
+            if bot.startswith("here it is"):
+                value = bot.split()[-1]
+                assert value in (table[chosen]["R_phone"], table[chosen]["R_address"])
+    assert len(accepted_positions) > 1  # users accept the first option and later ones
+
+
+def test_full_dialogs_knowledge_base_is_fixed_and_examples_see_it():
+    one = dialog_splits({"train": 40, "valid": 5, "test": 5}, seed=3, kind="full")
+    two = dialog_splits({"train": 40, "valid": 5, "test": 5}, seed=4, kind="full")
+    facts: dict[str, str] = {}
+    for dialog in [*one["train"], *two["train"]]:
+        for line in dialog.knowledge:  # one restaurant's details never change between seeds
+            name, attribute, value = line.split()
+            assert facts.setdefault(f"{name} {attribute}", value) == value
+    examples = dialog_examples(one["train"][:1])
+    dialog = one["train"][0]
+    first = dialog.knowledge_at
+    kb = [line.split() for line in dialog.knowledge]
+    assert all(kb[0] not in e.history for e in examples[:first])
+    assert all(e.history[-len(kb):] == kb for e in examples[first: first + 1])
+    keys = {s: {(tuple(d.turns), tuple(d.knowledge)) for d in v} for s, v in one.items()}
+    assert not (keys["train"] & keys["test"]) and not (keys["valid"] & keys["test"])
+    with pytest.raises(ValueError, match="kind"):
+        make_dialog(random.Random(0), kind="task6")
+
+
+def test_carnn_dialog_option_picks_the_dialog_kind():
+    cls = task_class("carnn-dialog")
+    opts = check_options("task", "carnn-dialog", {"dialogs": "full", "train_size": 20,
+                                                   "valid_size": 4, "test_size": 4},
+                         cls.options)
+    task = cls(opts, 0)
+    task.setup()
+    assert any(r.startswith("what do you think") for r in task.responses)
+    assert any(len(d.knowledge) for d in task.dialogs["train"])
+    with pytest.raises(ValueError, match="task.dialogs"):
+        cls(dict(opts, dialogs="task6"), 0).setup()
+
+
 def test_dialog_examples_history_context_and_knowledge():
     dialog = Dialog(turns=[("hi", "hello"), ("book", "api_call x y"), ("the first", "ok")],
                     knowledge=["resto_1 r_phone 123"])
@@ -228,6 +298,8 @@ def test_dialog_examples_history_context_and_knowledge():
     assert ex[2].history[-1] == ["resto_1", "r_phone", "123"]  # after the API call
     assert dialog_examples([dialog], max_history=1)[2].history == [["<start>"],
                                                                    ["resto_1", "r_phone", "123"]]
+    first = Dialog(turns=dialog.turns, knowledge=dialog.knowledge, knowledge_at=0)
+    assert dialog_examples([first])[0].history == [["<start>"], ["resto_1", "r_phone", "123"]]
 
 
 @pytest.mark.parametrize(("encoder", "args"), [("carnn", {"variant": "i"}),

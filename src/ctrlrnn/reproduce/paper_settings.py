@@ -319,7 +319,7 @@ DIALOG = PaperSetting(
     data="bAbI dialog task 6 (DSTC2's restaurant dialogs)", data_key="babi-task6",
     width=1024,
     metric="per-response test accuracy", metric_key="accuracy",
-    why={"data": "bAbI's dialogs are " + UNREACHABLE + "dialogs generated in the structure of "
-                                                       "its tasks 1-2 are",
+    why={"data": "bAbI's dialogs are " + UNREACHABLE + "dialogs generated in the form of its "
+                                                       "task 5 (tasks 1-4 in one dialog) are",
          "width": "128 units: " + CPU, "lr": TUNED, "budget": PATIENCE, "seeds": SEEDS},
 )

@@ -91,7 +91,8 @@ TASK_DATA: dict[str, DataInfo] = {
     "translate-char": DataInfo("verses-en-es-char", "English-Spanish Bible verses (Debian sword "
                                "modules), characters", "verse pairs", 25_478, 2_701, 2_898),
     "carnn-dialog": DataInfo("babi-like", "restaurant-booking dialogs generated in the "
-                             "structure of bAbI dialog tasks 1-2 (CARNN's module docstring)",
+                             "form of bAbI dialog task 5 (ctrlrnn.data.synthetic."
+                             "restaurant_dialogs)",
                              "dialogs"),
     "translate-word": DataInfo("verses-en-es-word", "English-Spanish Bible verses (Debian sword "
                                "modules), words", "verse pairs", 25_478, 2_701, 2_898),

@@ -17,22 +17,24 @@
   relation into sentence t, PDTB's) or line t-1's (``previous``: the previous utterance's
   dialog act, Switchboard's). Evaluation reads the words alone, as the paper's test does.
 * ``carnn-dialog`` — response selection over a dialog history (section 4.1, eq 8-10) on
-  synthetic restaurant-booking dialogs built like the bAbI dialog tasks 1-2 (Bordes and Weston,
-  2017; see :func:`make_dialog`), or on the real bAbI dialog files read by
+  synthetic restaurant-booking dialogs built like the bAbI dialog tasks
+  (:mod:`ctrlrnn.data.synthetic.restaurant_dialogs`; ``task.dialogs=api-calls``: tasks 1-2,
+  ``full``: task 5's form, with the knowledge base, proposals by rating and extra
+  information), or on the real bAbI dialog files read by
   :func:`ctrlrnn.data.loaders.babi_dialog.read_babi_dialog` from ``task.path=`` (the ``-trn``
   file; ``-dev`` and ``-tst`` are found beside it). Every bot turn is one example: the earlier
   utterances (user and bot, in order, after a one-word ``<start>`` utterance) are the history,
   the current user utterance is the context ``c = e_M``, the bot's response is the class among
-  all responses of the data (the candidate set). Knowledge-base lines of the real files are
-  placed after the first ``api_call`` response, where bAbI prints them. ``--model carnn`` with
-  ``model.variant``; other encoders are context-free baselines. Metrics: per-response
-  ``accuracy`` (the paper's), and ``dialog_accuracy`` (every response of the dialog right).
+  all responses of the data (the candidate set). Knowledge-base lines enter the history
+  where the dialog prints them (in bAbI's files, where the API call's results arrive).
+  ``--model carnn`` with ``model.variant``; other encoders are context-free baselines.
+  Metrics: per-response ``accuracy`` (the paper's), and ``dialog_accuracy`` (every response
+  of the dialog right).
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +48,7 @@ from ctrlrnn.data.batching import pad_sequences
 from ctrlrnn.data.loaders.babi_dialog import Dialog, read_babi_dialog
 from ctrlrnn.data.sources.common import SPLITS, read_lines
 from ctrlrnn.data.sources.ptb import load_ptb
-from ctrlrnn.data.synthetic.common import unique_splits
+from ctrlrnn.data.synthetic.restaurant_dialogs import DIALOG_KINDS, SILENCE, dialog_splits
 from ctrlrnn.data.tokenize import whitespace_tokenize
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
@@ -270,89 +272,6 @@ class CarnnLmTask(Task):
 
 
 # ---------------------------------------------------------------------------- dialog
-CUISINES = ("british", "french", "indian", "italian", "spanish")
-LOCATIONS = ("bombay", "london", "madrid", "paris", "rome")
-PARTY_SIZES = ("two", "four", "six", "eight")
-PRICES = ("cheap", "moderate", "expensive")
-SLOTS = ("cuisine", "location", "party", "price")
-VALUES = {"cuisine": CUISINES, "location": LOCATIONS, "party": PARTY_SIZES, "price": PRICES}
-ASK = {
-    "cuisine": "any preference on a type of cuisine",
-    "location": "where should it be",
-    "party": "how many people would be in your party",
-    "price": "which price range are looking for",
-}
-MENTION = {
-    "cuisine": ("with {} food", "with {} cuisine"),
-    "location": ("in {}",),
-    "party": ("for {} people", "for {}"),
-    "price": ("in a {} price range",),
-}
-ANSWER = {
-    "cuisine": ("{}", "{} food please"),
-    "location": ("{}", "{} please"),
-    "party": ("{}", "we will be {}"),
-    "price": ("{}", "i love {} food"),
-}
-UPDATE = {
-    "cuisine": "actually i would prefer {} food",
-    "location": "instead could it be in {}",
-    "party": "actually i would prefer for {} people",
-    "price": "actually i would prefer a {} price range",
-}
-GREETINGS = ("hello", "hi", "good morning")
-SILENCE = "<silence>"
-LOOKING = "ok let me look into some options for you"
-ANYTHING_ELSE = "sure is there anything else to update"
-
-
-def make_dialog(rng: random.Random, update_prob: float = 0.5) -> Dialog:
-    """One restaurant-booking dialog in the structure of bAbI dialog tasks 1-2.
-
-    Task 1 (issuing API calls): a greeting; a request that states a random subset of the four
-    slots (cuisine, location, party size, price range) in random order; the bot asks for each
-    missing slot in a fixed order (the user answering, ``<silence>`` before the first
-    question); then ``api_call CUISINE LOCATION PARTY PRICE``. Task 2 (updating API calls),
-    with probability ``update_prob``: the user changes one or two slots, the bot asks whether
-    anything else should change, then issues the updated call. The dialog ends with thanks.
-    The API call needs values stated many turns earlier: the long-range memory that the CARNN paper
-    5.1 (Figure 5) credits CARNN with.
-    """
-    goal = {s: rng.choice(VALUES[s]) for s in SLOTS}
-    stated = [s for s in SLOTS if rng.random() < 0.5]
-    rng.shuffle(stated)
-    parts = [rng.choice(MENTION[s]).format(goal[s]) for s in stated]
-    request = " ".join([rng.choice(("can you book a table", "may i have a table", "i'd like to "
-                                    "book a table")), *parts])
-    turns: list[tuple[str, str]] = [(rng.choice(GREETINGS), "hello what can i help you with "
-                                     "today"), (request, "i'm on it")]
-    user = SILENCE
-    for slot in (s for s in SLOTS if s not in stated):
-        turns.append((user, ASK[slot]))
-        user = rng.choice(ANSWER[slot]).format(goal[slot])
-    turns.append((user, LOOKING))
-
-    def call() -> str:
-        return "api_call " + " ".join(goal[s] for s in SLOTS)
-
-    turns.append((SILENCE, call()))
-    if rng.random() < update_prob:
-        for slot in rng.sample(SLOTS, rng.choice((1, 2))):
-            goal[slot] = rng.choice([v for v in VALUES[slot] if v != goal[slot]])
-            turns.append((UPDATE[slot].format(goal[slot]), ANYTHING_ELSE))
-        turns.append(("no", LOOKING))
-        turns.append((SILENCE, call()))
-    turns.append(("thank you", "you're welcome"))
-    return Dialog(turns=turns)
-
-
-def dialog_splits(sizes: dict[str, int], seed: int, update_prob: float = 0.5
-                  ) -> dict[str, list[Dialog]]:
-    """Distinct synthetic dialogs (by their turns) dealt into disjoint splits."""
-    return unique_splits(lambda rng: make_dialog(rng, update_prob), sizes, seed,
-                         key=lambda d: tuple(d.turns))
-
-
 def babi_files(path: str) -> dict[str, Path]:
     """The ``-trn``, ``-dev``, ``-tst`` files of a bAbI dialog task, from the ``-trn`` one."""
     trn = Path(path).expanduser()
@@ -382,13 +301,16 @@ def dialog_examples(dialogs: Sequence[Dialog], max_history: int = 0) -> list[Dia
     for number, dialog in enumerate(dialogs):
         history: list[list[str]] = [["<start>"]]
         knowledge = [whitespace_tokenize(k) for k in dialog.knowledge]
-        for user, bot in dialog.turns:
+        for turn, (user, bot) in enumerate(dialog.turns):
+            if knowledge and turn == dialog.knowledge_at:
+                history += knowledge
+                knowledge = []
             context = whitespace_tokenize(user) or [SILENCE]
             kept = history if not max_history else [history[0], *history[1:][-max_history:]]
             out.append(DialogExample([list(u) for u in kept], context, bot, number))
             history += [context, whitespace_tokenize(bot)]
-            if knowledge and bot.startswith("api_call"):
-                history += knowledge  # bAbI prints the KB results after the API call
+            if knowledge and dialog.knowledge_at is None and bot.startswith("api_call"):
+                history += knowledge  # where bAbI prints an API call's results
                 knowledge = []
     return out
 
@@ -404,6 +326,7 @@ class CarnnDialogTask(Task):
     options = {
         "path": (str, ""),
         **_size_options(1000, 100, 100),
+        "dialogs": (str, "api-calls"),
         "update_prob": (float, 0.5),
         "max_history": (int, 0),
         "eval_batch_size": (int, 64),
@@ -427,7 +350,10 @@ class CarnnDialogTask(Task):
         if not 0.0 <= self.opts["update_prob"] <= 1.0:
             raise ValueError(f"task.update_prob: expected a probability, "
                              f"got {self.opts['update_prob']}")
-        return dialog_splits(sizes, self.seed, self.opts["update_prob"])
+        if self.opts["dialogs"] not in DIALOG_KINDS:
+            raise ValueError(f"task.dialogs: expected one of {', '.join(DIALOG_KINDS)}, "
+                             f"got {self.opts['dialogs']!r}")
+        return dialog_splits(sizes, self.seed, self.opts["update_prob"], self.opts["dialogs"])
 
     def setup(self) -> None:
         if self.opts["max_history"] < 0:

@@ -13,8 +13,15 @@ from ctrlrnn.data.errors import DataFormatError
 
 @dataclass
 class Dialog:
+    """A dialog's (user, bot) turns and its knowledge-base lines.
+
+    ``knowledge_at``: how many turns precede the knowledge-base lines (bAbI prints them where
+    the API call's results arrive); None places them after the first ``api_call`` response.
+    """
+
     turns: list[tuple[str, str]] = field(default_factory=list)
     knowledge: list[str] = field(default_factory=list)
+    knowledge_at: int | None = None
 
 
 def read_babi_dialog(path: str | Path) -> list[Dialog]:
@@ -36,6 +43,8 @@ def read_babi_dialog(path: str | Path) -> list[Dialog]:
                 user, bot = rest.split("\t", 1)
                 current.turns.append((user, bot))
             elif rest:
+                if not current.knowledge:
+                    current.knowledge_at = len(current.turns)
                 current.knowledge.append(rest)
             else:
                 raise DataFormatError(path, number, "empty utterance")
