@@ -322,5 +322,6 @@ CARNN_DIALOG_NOTE = (
     "Intel Xeon, one thread a run) the LSTM answered 99.98 ± 0.033% of the test responses "
     "(3 seeds) and nCARNN 99.94% (2 seeds), every run within one response of a perfect score. "
     "A proposal here depends on ratings printed among several restaurants many utterances "
-    "earlier, and an answer copies a token from one knowledge-base line: the long dialog "
-    "history that the paper (5.1, Figure 5) credits CARNN with summarising.")
+    "earlier (the restaurants with a free table differ from dialog to dialog, so the API call "
+    "alone does not decide them), and an answer copies a token from one knowledge-base line: "
+    "the long dialog history that the paper (5.1, Figure 5) credits CARNN with summarising.")

@@ -9,11 +9,14 @@ Two kinds, both generated from a seed:
   results follow as knowledge-base lines (task 3's input), the bot proposes the matching
   restaurants from the highest rated down until the user accepts one (task 3), then gives the
   phone number or address asked for (task 4). The knowledge base is fixed (seeded apart from
-  the dialogs), so a restaurant's name, rating and details are the same in every split.
+  the dialogs), so a restaurant's name, rating and details are the same in every split; a
+  call returns the restaurants with a free table, a random subset of those that match.
 
 Task 3's proposal is decided by ratings printed many utterances earlier, among restaurants
 already rejected, and task 4's answer copies a value from one knowledge-base line: the
-long-range memory that the CARNN paper (5.1, Figure 5) credits CARNN with. bAbI prints seven
+long-range memory that the CARNN paper (5.1, Figure 5) credits CARNN with. Because the free
+restaurants differ from dialog to dialog, the proposals cannot be learnt from the API call
+alone: the model must read the results. bAbI prints seven
 attributes per restaurant; these dialogs print the three that a response can depend on (the
 other four repeat the API call's values), which keeps the histories short enough to train on
 CPUs.
@@ -77,7 +80,9 @@ DIALOG_KINDS = ("api-calls", "full")
 #: the knowledge base's seed: one fixed table of restaurants for every split and task seed
 KB_SEED = 2017
 #: how many restaurants the knowledge base holds for one (cuisine, location, price)
-KB_RESTAURANTS = (2, 6)
+KB_RESTAURANTS = (4, 8)
+#: how many of them a call returns (those with a free table)
+FREE_RESTAURANTS = (2, 4)
 
 
 @dataclass(frozen=True)
@@ -153,18 +158,18 @@ def make_dialog(rng: random.Random, update_prob: float = 0.5, kind: str = "api-c
     ``<silence>`` before the first question); then ``api_call CUISINE LOCATION PARTY PRICE``.
     Task 2, with probability ``update_prob``: the user changes one or two slots, the bot asks
     whether anything else should change, then issues the updated call. ``full`` goes on with
-    tasks 3-4: the call's results (in a random order), proposals from the highest rated until
-    the user accepts one (uniformly the first to the last), and zero to two requests for its
-    phone number or address.
+    tasks 3-4: the call's results (two to four free restaurants of the matching ones, in a
+    random order), proposals from the highest rated until the user accepts one (uniformly the
+    first to the last), and zero to two requests for its phone number or address.
     """
     if kind not in DIALOG_KINDS:
         raise ValueError(f"kind: expected one of {', '.join(DIALOG_KINDS)}, got {kind!r}")
     turns, goal = _api_call_turns(rng, update_prob)
     if kind == "api-calls":
         return Dialog(turns=[*turns, ("thank you", "you're welcome")])
-    found = knowledge_base()[(goal["cuisine"], goal["location"], goal["price"])]
-    shown = list(found)
-    rng.shuffle(shown)
+    matching = knowledge_base()[(goal["cuisine"], goal["location"], goal["price"])]
+    shown = rng.sample(matching, rng.randint(*FREE_RESTAURANTS))
+    found = sorted(shown, key=lambda r: -r.rating)
     knowledge = [fact for r in shown for fact in r.facts()]
     knowledge_at = len(turns)
     accepted = rng.randrange(len(found))
