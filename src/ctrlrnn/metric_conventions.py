@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 #: metrics stored as fractions and shown in percent
-PERCENT = frozenset({"accuracy", "exact_match", "token_accuracy", "dialog_accuracy"})
+PERCENT = frozenset({"accuracy", "exact_match", "token_accuracy", "dialog_accuracy",
+                     "api_call_accuracy", "proposal_accuracy", "information_accuracy"})
 
 #: metrics where a lower value is better (every other metric: higher is better)
 LOWER_IS_BETTER = frozenset({"loss", "perplexity", "nll", "bits_per_char"})

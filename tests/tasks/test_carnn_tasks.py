@@ -293,6 +293,30 @@ def test_carnn_dialog_option_picks_the_dialog_kind():
         cls(dict(opts, dialogs="task6"), 0).setup()
 
 
+def test_carnn_dialog_scores_each_kind_of_memory_response(monkeypatch):
+    cls = task_class("carnn-dialog")
+    task = cls(check_options("task", "carnn-dialog", {"dialogs": "full", "train_size": 30,
+                                                      "valid_size": 6, "test_size": 6},
+                             cls.options), 0)
+    task.setup()
+    proposal = {i for i, r in enumerate(task.responses) if r.startswith("what do you think")}
+
+    def right_on_proposals(model, b):  # scores the target first exactly on proposals
+        scores = torch.zeros(len(b["targets"]), len(task.responses))
+        for row, target in enumerate(b["targets"].tolist()):
+            scores[row, target if target in proposal else (target + 1) % len(task.responses)] = 1
+        return scores
+
+    monkeypatch.setattr(task, "_scores", right_on_proposals)
+    metrics = task.evaluate(torch.nn.Identity(), "test")
+    rows = task.examples["test"]
+    share = sum(e.response.startswith("what do you think") for e in rows) / len(rows)
+    assert metrics["proposal_accuracy"] == 1.0
+    assert metrics["information_accuracy"] == metrics["api_call_accuracy"] == 0.0
+    assert metrics["accuracy"] == pytest.approx(share)
+    assert metrics["dialog_accuracy"] == 0.0
+
+
 def test_dialog_examples_history_context_and_knowledge():
     dialog = Dialog(turns=[("hi", "hello"), ("book", "api_call x y"), ("the first", "ok")],
                     knowledge=["resto_1 r_phone 123"])

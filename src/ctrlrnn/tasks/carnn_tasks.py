@@ -28,8 +28,10 @@
   all responses of the data (the candidate set). Knowledge-base lines enter the history
   where the dialog prints them (in bAbI's files, where the API call's results arrive).
   ``--model carnn`` with ``model.variant``; other encoders are context-free baselines.
-  Metrics: per-response ``accuracy`` (the paper's), and ``dialog_accuracy`` (every response
-  of the dialog right).
+  Metrics: per-response ``accuracy`` (the paper's), ``dialog_accuracy`` (every response of
+  the dialog right), and the accuracy of each kind of response that reads the dialog's
+  memory, where the split has it: ``api_call_accuracy``, ``proposal_accuracy`` (bAbI task 3)
+  and ``information_accuracy`` (task 4).
 """
 
 from __future__ import annotations
@@ -285,6 +287,21 @@ def babi_files(path: str) -> dict[str, Path]:
     return files
 
 
+#: bAbI's wording of the responses that read the dialog's memory: the API call (the slots
+#: given earlier), a proposal (the call's results, task 3), information (one result, task 4)
+RESPONSE_KINDS = (("api_call", "api_call_accuracy"),
+                  ("what do you think of this option", "proposal_accuracy"),
+                  ("here it is", "information_accuracy"))
+
+
+def response_kind(response: str) -> str | None:
+    """The per-kind accuracy metric that ``response`` counts towards (None: no kind)."""
+    for start, metric in RESPONSE_KINDS:
+        if response.startswith(start):
+            return metric
+    return None
+
+
 @dataclass
 class DialogExample:
     """One bot turn: the earlier utterances, the current user utterance, the response."""
@@ -429,6 +446,7 @@ class CarnnDialogTask(Task):
         data = self.examples[split]
         nll = correct = n = 0.0
         dialog_ok: dict[int, bool] = {}
+        kinds: dict[str, list[int]] = {}  # metric -> [right, responses]
         for idx in eval_chunks([len(e.history) for e in data], self.opts["eval_batch_size"],
                                max_batches):
             rows = [data[i] for i in idx]
@@ -440,8 +458,14 @@ class CarnnDialogTask(Task):
             n += len(rows)
             for r, ok in zip(rows, right):
                 dialog_ok[r.dialog] = dialog_ok.get(r.dialog, True) and bool(ok)
+                kind = response_kind(r.response)
+                if kind is not None:
+                    count = kinds.setdefault(kind, [0, 0])
+                    count[0] += int(ok)
+                    count[1] += 1
         return {
             "loss": nll / max(n, 1.0),
             "accuracy": correct / max(n, 1.0),
             "dialog_accuracy": sum(dialog_ok.values()) / max(len(dialog_ok), 1),
+            **{kind: right / total for kind, (right, total) in sorted(kinds.items())},
         }
