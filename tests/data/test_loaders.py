@@ -144,7 +144,12 @@ def test_babi_dialog(tmp_path: Path) -> None:
                     "3 <SILENCE>\tok\n\n1 bye\tyou are welcome\n")
     dialogs = read_babi_dialog(path)
     assert len(dialogs) == 2 and dialogs[0].knowledge == ["resto_1 R_cuisine italian"]
-    assert dialogs[0].knowledge_at == 0 and dialogs[1].knowledge_at is None
+    assert dialogs[0].knowledge_turns == [0] and dialogs[1].knowledge_turns is None
+    path.write_text("1 hi\thello\n2 resto_1 R_rating 3\n3 book\tapi_call x\n"
+                    "4 resto_2 R_rating 5\n5 resto_2 R_phone p2\n6 bye\tok\n")
+    (dialog,) = read_babi_dialog(path)
+    assert dialog.knowledge == ["resto_1 R_rating 3", "resto_2 R_rating 5", "resto_2 R_phone p2"]
+    assert dialog.knowledge_turns == [1, 2, 2]  # where each line was printed
     assert dialogs[0].turns[1] == ("<SILENCE>", "ok")
     path.write_text("1 hi\thello\nx oops\n")
     with pytest.raises(DataFormatError, match=r"trn\.txt:2"):

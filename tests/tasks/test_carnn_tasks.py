@@ -235,7 +235,8 @@ def test_full_dialogs_propose_by_rating_and_answer_from_the_knowledge_base(seed)
     for _ in range(300):
         dialog = make_dialog(rng, update_prob=0.5, kind="full")
         calls = [i for i, (_, bot) in enumerate(dialog.turns) if bot.startswith("api_call")]
-        assert dialog.knowledge_at == calls[-1] + 1  # the results follow the last call
+        # the results follow the last call
+        assert dialog.knowledge_turns == [calls[-1] + 1] * len(dialog.knowledge)
         goal = dict(zip(("cuisine", "location", "party", "price"),
                         dialog.turns[calls[-1]][1].split()[1:], strict=True))
         table = _kb_reading(dialog.knowledge)
@@ -270,7 +271,7 @@ def test_full_dialogs_knowledge_base_is_fixed_and_examples_see_it():
             assert facts.setdefault(f"{name} {attribute}", value) == value
     examples = dialog_examples(one["train"][:1])
     dialog = one["train"][0]
-    first = dialog.knowledge_at
+    first = dialog.knowledge_turns[0]
     kb = [line.split() for line in dialog.knowledge]
     assert all(kb[0] not in e.history for e in examples[:first])
     assert all(e.history[-len(kb):] == kb for e in examples[first: first + 1])
@@ -327,8 +328,15 @@ def test_dialog_examples_history_context_and_knowledge():
     assert ex[2].history[-1] == ["resto_1", "r_phone", "123"]  # after the API call
     assert dialog_examples([dialog], max_history=1)[2].history == [["<start>"],
                                                                    ["resto_1", "r_phone", "123"]]
-    first = Dialog(turns=dialog.turns, knowledge=dialog.knowledge, knowledge_at=0)
+    first = Dialog(turns=dialog.turns, knowledge=dialog.knowledge, knowledge_turns=[0])
     assert dialog_examples([first])[0].history == [["<start>"], ["resto_1", "r_phone", "123"]]
+    two = Dialog(turns=dialog.turns, knowledge=["a r_x 1", "b r_x 2"], knowledge_turns=[1, 2])
+    ex = dialog_examples([two])  # each line enters where it was printed
+    assert ex[1].history == [["<start>"], ["hi"], ["hello"], ["a", "r_x", "1"]]
+    assert ex[2].history == [["<start>"], ["hi"], ["hello"], ["a", "r_x", "1"], ["book"],
+                             ["api_call", "x", "y"], ["b", "r_x", "2"]]
+    with pytest.raises(ValueError, match="knowledge_turns"):
+        dialog_examples([Dialog(turns=dialog.turns, knowledge=["a r_x 1"], knowledge_turns=[])])
 
 
 @pytest.mark.parametrize(("encoder", "args"), [("carnn", {"variant": "i"}),

@@ -312,23 +312,32 @@ class DialogExample:
     dialog: int
 
 
+def knowledge_positions(dialog: Dialog) -> list[int]:
+    """For each knowledge-base line of ``dialog``, how many turns precede it: as the dialog
+    records it, else after the first ``api_call`` response (never, without one)."""
+    if dialog.knowledge_turns is not None:
+        if len(dialog.knowledge_turns) != len(dialog.knowledge):
+            raise ValueError(f"knowledge_turns: expected one position per knowledge line "
+                             f"({len(dialog.knowledge)}), got {len(dialog.knowledge_turns)}")
+        return list(dialog.knowledge_turns)
+    call = next((i + 1 for i, (_, bot) in enumerate(dialog.turns) if bot.startswith("api_call")),
+                len(dialog.turns))
+    return [call] * len(dialog.knowledge)
+
+
 def dialog_examples(dialogs: Sequence[Dialog], max_history: int = 0) -> list[DialogExample]:
     """Every bot turn of ``dialogs`` as an example (see the module docstring)."""
     out = []
     for number, dialog in enumerate(dialogs):
         history: list[list[str]] = [["<start>"]]
-        knowledge = [whitespace_tokenize(k) for k in dialog.knowledge]
+        placed = knowledge_positions(dialog)
         for turn, (user, bot) in enumerate(dialog.turns):
-            if knowledge and turn == dialog.knowledge_at:
-                history += knowledge
-                knowledge = []
+            history += [whitespace_tokenize(line)
+                        for line, at in zip(dialog.knowledge, placed, strict=True) if at == turn]
             context = whitespace_tokenize(user) or [SILENCE]
             kept = history if not max_history else [history[0], *history[1:][-max_history:]]
             out.append(DialogExample([list(u) for u in kept], context, bot, number))
             history += [context, whitespace_tokenize(bot)]
-            if knowledge and dialog.knowledge_at is None and bot.startswith("api_call"):
-                history += knowledge  # where bAbI prints an API call's results
-                knowledge = []
     return out
 
 

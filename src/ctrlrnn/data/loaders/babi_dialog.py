@@ -15,13 +15,14 @@ from ctrlrnn.data.errors import DataFormatError
 class Dialog:
     """A dialog's (user, bot) turns and its knowledge-base lines.
 
-    ``knowledge_at``: how many turns precede the knowledge-base lines (bAbI prints them where
-    the API call's results arrive); None places them after the first ``api_call`` response.
+    ``knowledge_turns``: for each knowledge-base line, how many turns precede it (bAbI prints
+    the lines where an API call's results arrive); None places every line after the first
+    ``api_call`` response.
     """
 
     turns: list[tuple[str, str]] = field(default_factory=list)
     knowledge: list[str] = field(default_factory=list)
-    knowledge_at: int | None = None
+    knowledge_turns: list[int] | None = None
 
 
 def read_babi_dialog(path: str | Path) -> list[Dialog]:
@@ -43,9 +44,8 @@ def read_babi_dialog(path: str | Path) -> list[Dialog]:
                 user, bot = rest.split("\t", 1)
                 current.turns.append((user, bot))
             elif rest:
-                if not current.knowledge:
-                    current.knowledge_at = len(current.turns)
                 current.knowledge.append(rest)
+                current.knowledge_turns = [*(current.knowledge_turns or []), len(current.turns)]
             else:
                 raise DataFormatError(path, number, "empty utterance")
     if current.turns or current.knowledge:

@@ -183,7 +183,8 @@ def make_dialog(rng: random.Random, update_prob: float = 0.5, kind: str = "api-c
     for info in rng.sample(("phone", "address"), rng.randint(0, 2)):
         turns.append((rng.choice(INFO_ASK[info]), INFO_GIVE.format(getattr(chosen, info))))
     turns.append(("thank you", "you're welcome"))
-    return Dialog(turns=turns, knowledge=knowledge, knowledge_at=knowledge_at)
+    return Dialog(turns=turns, knowledge=knowledge,
+                  knowledge_turns=[knowledge_at] * len(knowledge))
 
 
 def dialog_splits(sizes: dict[str, int], seed: int, update_prob: float = 0.5,
