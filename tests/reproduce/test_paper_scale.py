@@ -335,3 +335,15 @@ def test_files_registered_with_data_add_reach_the_paper_scale(tmp_path, capsys, 
     assert data_cli.cmd_remove(argparse.Namespace(name=need.name, cache_dir=None)) == 0
     cli.run(_args(**run))
     assert need.name not in given[-1]
+
+
+def test_a_paper_scale_reports_the_metrics_its_data_give():
+    ours = DEFINED["carnn-dialog"]
+    paper = ours.at_paper_scale()
+    assert "proposal_accuracy" in ours.also and paper.also == ("dialog_accuracy",)
+    assert any(c.metric == "proposal_accuracy" for c in ours.claims)
+    assert paper.claims and all(not c.metric or c.metric in paper.also for c in paper.claims)
+    # a scale that names no metrics of its own keeps the experiment's, claims included
+    kept = DEFINED["metagross-logic"]
+    assert kept.at_paper_scale().also == kept.also
+    assert {c.metric for c in kept.at_paper_scale().claims} == {c.metric for c in kept.claims}

@@ -369,3 +369,7 @@ def test_carnn_dialog_reads_babi_files(tmp_path):
     assert task.examples["train"][2].history[-1] == ["resto_a", "R_phone", "phone_a"]
     with pytest.raises(ValueError, match="-trn"):
         task_class("carnn-dialog")(dict(task.opts, path=str(tmp_path / "x.txt")), 0).setup()
+    # the file decides the task: the generated dialogs' kind does not change what is read
+    full = task_class("carnn-dialog")(dict(task.opts, dialogs="full"), 0)
+    full.setup()
+    assert full.responses == task.responses

@@ -103,7 +103,9 @@ class PaperScale:
     data the user supplies; ``parameters``: per arm, the parameter count the paper prints (the
     tests build each model and check it within 2%), counting ``counted`` parameters
     (``trainable``: the frozen embeddings left out, as the papers count them; ``all``);
-    ``unstated``: what the paper leaves open and what this recipe chose, in words."""
+    ``unstated``: what the paper leaves open and what this recipe chose, in words; ``also``:
+    the test metrics this scale reports beside the main one, where its data cannot give all
+    of ours (None: the experiment's), and the claims on the others are left out."""
 
     overrides: dict[str, Any]
     source: str  # where the paper states the recipe
@@ -122,6 +124,7 @@ class PaperScale:
     #: whether this scale's data are the paper's, so that its baselines must reach the
     #: paper's level for a verdict (False: generated from a description, as the logic pairs)
     comparable: bool = True
+    also: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,12 +246,14 @@ class Experiment:
             if data and need.name in data:
                 task_args[need.option] = need.value(data[need.name])
         labels = {a.label for a in arms}
+        also = self.also if ps.also is None else ps.also
         claims = tuple(c for c in (*self.claims, *ps.claims)
-                       if c.better in labels and c.worse in labels)
+                       if c.better in labels and c.worse in labels
+                       and (not c.metric or c.metric in also))
         note = f"The paper's recipe ({ps.source}). {ps.unstated}".strip()
         return replace(self, arms=tuple(arms), task_args=task_args, claims=claims,
                        task=ps.task or self.task, note=note, stand_in="",
-                       paper_comparable=ps.comparable)
+                       paper_comparable=ps.comparable, also=also)
 
     def missing_data(self, data: dict[str, str] | None = None) -> list[DataNeed]:
         """The paper scale's data the user has not pointed ``--data`` at."""

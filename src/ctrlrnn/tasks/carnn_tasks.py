@@ -22,10 +22,12 @@
   ``full``: task 5's form, with the knowledge base, proposals by rating and extra
   information), or on the real bAbI dialog files read by
   :func:`ctrlrnn.data.loaders.babi_dialog.read_babi_dialog` from ``task.path=`` (the ``-trn``
-  file; ``-dev`` and ``-tst`` are found beside it). Every bot turn is one example: the earlier
-  utterances (user and bot, in order, after a one-word ``<start>`` utterance) are the history,
-  the current user utterance is the context ``c = e_M``, the bot's response is the class among
-  all responses of the data (the candidate set). Knowledge-base lines enter the history
+  file; ``-dev`` and ``-tst`` are found beside it; the file decides the task, so
+  ``task.dialogs`` and ``task.update_prob``, which shape the generated dialogs, do not
+  apply). Every bot turn is one example: the earlier utterances (user and bot, in order,
+  after a one-word ``<start>`` utterance) are the history, the current user utterance is the
+  context ``c = e_M``, the bot's response is the class among all responses of the data (the
+  candidate set). Knowledge-base lines enter the history
   where the dialog prints them (in bAbI's files, where the API call's results arrive).
   ``--model carnn`` with ``model.variant``; other encoders are context-free baselines.
   Metrics: per-response ``accuracy`` (the paper's), ``dialog_accuracy`` (every response of
