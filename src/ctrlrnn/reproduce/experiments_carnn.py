@@ -78,7 +78,8 @@ CARNN_EXPERIMENTS: tuple[Experiment, ...] = (
               "context-free LSTM keeps eq 8 (the utterance is still its attention query); the "
               "paper's own baselines (QRN, GMN, memory networks) are not built."
               + notes.CARNN_DIALOG_NOTE
-              + notes.new_budget_note(3965, "five epochs of these dialogs")),
+              + " The search's trial budget is five epochs of these dialogs (3,965 steps); "
+              "the first rung of its successive halving trains two, the last fifteen."),
         paper_metric="bAbI dialog task 6 per-response accuracy (%)",
         paper_setting=paper.DIALOG,
         paper_scale=scale.DIALOG,
