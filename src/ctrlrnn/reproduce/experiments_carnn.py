@@ -66,7 +66,7 @@ CARNN_EXPERIMENTS: tuple[Experiment, ...] = (
                       "the response needs information from long ago in the dialog",
                       metric="proposal_accuracy")),
         also=("dialog_accuracy", "proposal_accuracy", "information_accuracy"),
-        quick={"max_steps": 150, "epochs": 5, "model.hidden_size": 64, "eval_batches": 5,
+        quick={"max_steps": 150, "epochs": 5, "model.hidden_size": 64,
                "task.train_size": 500, "task.valid_size": 50, "task.test_size": 50},
         full={"epochs": 30, "model.hidden_size": 128, "patience": 4,
               "task.train_size": 2000, "task.valid_size": 200, "task.test_size": 200},
