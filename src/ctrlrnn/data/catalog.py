@@ -5,6 +5,7 @@ from __future__ import annotations
 from ctrlrnn.data.source import Entry
 from ctrlrnn.data.synthetic.arithmetic import AdditionTask, CopyTask
 from ctrlrnn.data.synthetic.logic import LogicTask
+from ctrlrnn.data.synthetic.restaurant_dialogs import RestaurantDialogsTask
 from ctrlrnn.data.synthetic.sort import SortTask
 from ctrlrnn.data.synthetic.tree_traversal import TreeTraversalTask
 
@@ -25,6 +26,7 @@ def entries() -> dict[str, Entry]:
     items: list[Entry] = [
         PTB, GLOVE, CHORALES, MR, SST5, FASHION_SOURCE, MNIST5K_SOURCE, BROWN, VERSES,
         CopyTask(), AdditionTask(), SortTask(), TreeTraversalTask(), LogicTask(),
+        RestaurantDialogsTask(),
     ]
     return {e.name: e for e in items}
 

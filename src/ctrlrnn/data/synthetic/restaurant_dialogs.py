@@ -30,6 +30,8 @@ import random
 from dataclasses import dataclass
 
 from ctrlrnn.data.loaders.babi_dialog import Dialog
+from ctrlrnn.data.source import SyntheticTask
+from ctrlrnn.data.stats import DatasetStats, split_stats
 from ctrlrnn.data.synthetic.common import unique_splits
 
 CUISINES = ("british", "french", "indian", "italian", "spanish")
@@ -192,3 +194,26 @@ def dialog_splits(sizes: dict[str, int], seed: int, update_prob: float = 0.5,
     """Distinct synthetic dialogs (by their turns and knowledge) dealt into disjoint splits."""
     return unique_splits(lambda rng: make_dialog(rng, update_prob, kind), sizes, seed,
                          key=lambda d: (tuple(d.turns), tuple(d.knowledge)))
+
+
+class RestaurantDialogsTask(SyntheticTask):
+    """The generated dialogs in ``ctrlrnn data list``: task 5's form, as ``carnn-dialog``
+    trains on them in its full mode (``task.dialogs=full``)."""
+
+    name = "restaurant-dialogs"
+    summary = ("restaurant-booking dialogs in bAbI task 5's form: API call, knowledge base, "
+               "proposals by rating, phone/address (CARNN 5.1)")
+    size = "generated: 1k/100/100 dialogs"
+
+    def default_stats(self) -> DatasetStats:
+        splits = dialog_splits({"train": 1000, "valid": 100, "test": 100}, 0, kind="full")
+        words = {w for ds in splits.values() for d in ds for turn in d.turns
+                 for w in " ".join(turn).split()}
+        words |= {w for ds in splits.values() for d in ds for line in d.knowledge
+                  for w in line.split()}
+        responses = {bot for ds in splits.values() for d in ds for _, bot in d.turns}
+        return DatasetStats(
+            self.name, [split_stats(n, [d.turns for d in ds]) for n, ds in splits.items()],
+            len(words), unit="turns",
+            extra={"candidate responses": str(len(responses)),
+                   "knowledge base": f"{sum(map(len, knowledge_base().values()))} restaurants"})
