@@ -52,7 +52,13 @@ from ctrlrnn.data.batching import pad_sequences
 from ctrlrnn.data.loaders.babi_dialog import Dialog, read_babi_dialog
 from ctrlrnn.data.sources.common import SPLITS, read_lines
 from ctrlrnn.data.sources.ptb import load_ptb
-from ctrlrnn.data.synthetic.restaurant_dialogs import DIALOG_KINDS, SILENCE, dialog_splits
+from ctrlrnn.data.synthetic.restaurant_dialogs import (
+    DIALOG_KINDS,
+    INFO_PREFIX,
+    PROPOSE_PREFIX,
+    SILENCE,
+    dialog_splits,
+)
 from ctrlrnn.data.tokenize import whitespace_tokenize
 from ctrlrnn.data.vocab import Vocab
 from ctrlrnn.models.carnn_models import CARNNDialog, ContextualLM, SentenceLM
@@ -292,8 +298,8 @@ def babi_files(path: str) -> dict[str, Path]:
 #: bAbI's wording of the responses that read the dialog's memory: the API call (the slots
 #: given earlier), a proposal (the call's results, task 3), information (one result, task 4)
 RESPONSE_KINDS = (("api_call", "api_call_accuracy"),
-                  ("what do you think of this option", "proposal_accuracy"),
-                  ("here it is", "information_accuracy"))
+                  (PROPOSE_PREFIX, "proposal_accuracy"),
+                  (INFO_PREFIX, "information_accuracy"))
 
 
 def response_kind(response: str) -> str | None:

@@ -68,7 +68,10 @@ GREETINGS = ("hello", "hi", "good morning")
 SILENCE = "<silence>"
 LOOKING = "ok let me look into some options for you"
 ANYTHING_ELSE = "sure is there anything else to update"
-PROPOSE = "what do you think of this option: {}"
+#: how bAbI words a proposal (task 3) and the information asked for (task 4)
+PROPOSE_PREFIX = "what do you think of this option:"
+INFO_PREFIX = "here it is"
+PROPOSE = PROPOSE_PREFIX + " {}"
 REJECT = ("no this does not work for me", "do you have something else", "no i don't like that")
 ACCEPT = ("let's do it", "that looks great")
 RESERVE = "great let me do the reservation"
@@ -76,7 +79,7 @@ INFO_ASK = {
     "phone": ("may i have the phone number of the restaurant", "what is the phone number"),
     "address": ("can you provide the address", "do you have its address"),
 }
-INFO_GIVE = "here it is {}"
+INFO_GIVE = INFO_PREFIX + " {}"
 DIALOG_KINDS = ("api-calls", "full")
 
 #: the knowledge base's seed: one fixed table of restaurants for every split and task seed
