@@ -13,7 +13,7 @@ from ctrlrnn.data import cli
 
 REQUIRED = ["ptb", "glove", "chorales", "mr", "sst5-like", "fashion-mnist", "mnist-5k",
             "brown", "verses-en-es", "copy", "addition", "sort", "tree-traversal", "logic",
-            "restaurant-dialogs"]
+            "babi-like"]
 
 
 def _run(argv: list[str]) -> int:
@@ -38,9 +38,9 @@ def test_prepare_synthetic_prints_stats(capsys, tmp_path: Path, monkeypatch) -> 
     assert _run(["data", "prepare", "sort", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "sort: vocabulary" in out and "train" in out and "50" in out
-    assert _run(["data", "prepare", "restaurant-dialogs", "--cache-dir", str(tmp_path)]) == 0
+    assert _run(["data", "prepare", "babi-like", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "restaurant-dialogs: vocabulary" in out and "1,000" in out
+    assert "babi-like: vocabulary" in out and "1,000" in out
     assert "candidate responses" in out and "restaurants" in out
     assert _run(["data", "prepare", "nonexistent"]) == 2
     assert "known:" in capsys.readouterr().out

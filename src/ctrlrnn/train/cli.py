@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,19 @@ def _say(line: str, *, every_process: bool = True) -> None:
         print(line, file=sys.stderr)
 
 
+#: how long a process other than the main one waits before it exits on a refusal that the
+#: main process says for all: torchrun stops every process once one has failed, so a process
+#: that exits first could stop the main one before its line is out
+REFUSAL_GRACE_S = 30.0
+
+
+def _outlive_the_main_process() -> None:
+    """Wait until torchrun stops this process (the main one has failed and said why; the
+    stop handler exits at once, saying nothing from a process other than the main one), or
+    :data:`REFUSAL_GRACE_S` has passed."""
+    time.sleep(REFUSAL_GRACE_S)
+
+
 def run_train(args: argparse.Namespace) -> int:
     # the trainer needs the `train` extra (rich, safetensors); the parser registers without it
     from ctrlrnn.train.trainer import LATEST, TrainingInterrupted
@@ -184,6 +198,8 @@ def run_train(args: argparse.Namespace) -> int:
         cfg, cls = build_run(args)
     except (ConfigError, ValueError) as exc:
         _say(f"ctrlrnn train: {exc}", every_process=False)
+        if not is_main_process():
+            _outlive_the_main_process()
         return EXIT_USAGE
     argv = list(getattr(args, "argv", None) or sys.argv[1:])
 
@@ -207,7 +223,10 @@ def run_train(args: argparse.Namespace) -> int:
         result = train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress,
                            accept=accept)
     except ConfigError as exc:
-        _say(f"ctrlrnn train: {exc}", every_process=not isinstance(exc, SameInEveryProcess))
+        alike = isinstance(exc, SameInEveryProcess)
+        _say(f"ctrlrnn train: {exc}", every_process=not alike)
+        if alike and not is_main_process():
+            _outlive_the_main_process()
         return EXIT_USAGE
     except TrainingInterrupted as stop:
         say_stop(f"ctrlrnn train: {interrupted_words(stop.signum)} at step {stop.step}; "

@@ -203,10 +203,9 @@ class RestaurantDialogsTask(SyntheticTask):
     """The generated dialogs in ``ctrlrnn data list``: task 5's form, as ``carnn-dialog``
     trains on them in its full mode (``task.dialogs=full``)."""
 
-    name = "restaurant-dialogs"
-    summary = ("restaurant-booking dialogs in bAbI task 5's form: API call, knowledge base, "
-               "proposals by rating, phone/address (CARNN 5.1)")
-    size = "generated: 1k/100/100 dialogs"
+    name = "babi-like"
+    summary = "restaurant dialogs in bAbI task 5's form (CARNN 5.1)"
+    size = "generated: 1k/100/100"
 
     def default_stats(self) -> DatasetStats:
         splits = dialog_splits({"train": 1000, "valid": 100, "test": 100}, 0, kind="full")
