@@ -27,8 +27,8 @@
   apply). Every bot turn is one example: the earlier utterances (user and bot, in order,
   after a one-word ``<start>`` utterance) are the history, the current user utterance is the
   context ``c = e_M``, the bot's response is the class among all responses of the data (the
-  candidate set). Knowledge-base lines enter the history
-  where the dialog prints them (in bAbI's files, where the API call's results arrive).
+  candidate set). Knowledge-base lines enter the history where the dialog prints them (in
+  bAbI's files, where the API call's results arrive).
   ``--model carnn`` with ``model.variant``; other encoders are context-free baselines.
   Metrics: per-response ``accuracy`` (the paper's), ``dialog_accuracy`` (every response of
   the dialog right), and the accuracy of each kind of response that reads the dialog's
@@ -53,6 +53,7 @@ from ctrlrnn.data.loaders.babi_dialog import Dialog, read_babi_dialog
 from ctrlrnn.data.sources.common import SPLITS, read_lines
 from ctrlrnn.data.sources.ptb import load_ptb
 from ctrlrnn.data.synthetic.restaurant_dialogs import (
+    API_CALL_PREFIX,
     DIALOG_KINDS,
     INFO_PREFIX,
     PROPOSE_PREFIX,
@@ -297,7 +298,7 @@ def babi_files(path: str) -> dict[str, Path]:
 
 #: bAbI's wording of the responses that read the dialog's memory: the API call (the slots
 #: given earlier), a proposal (the call's results, task 3), information (one result, task 4)
-RESPONSE_KINDS = (("api_call", "api_call_accuracy"),
+RESPONSE_KINDS = ((API_CALL_PREFIX, "api_call_accuracy"),
                   (PROPOSE_PREFIX, "proposal_accuracy"),
                   (INFO_PREFIX, "information_accuracy"))
 
@@ -327,9 +328,9 @@ def knowledge_positions(dialog: Dialog) -> list[int]:
         if len(dialog.knowledge_turns) != len(dialog.knowledge):
             raise ValueError(f"knowledge_turns: expected one position per knowledge line "
                              f"({len(dialog.knowledge)}), got {len(dialog.knowledge_turns)}")
-        return list(dialog.knowledge_turns)
-    call = next((i + 1 for i, (_, bot) in enumerate(dialog.turns) if bot.startswith("api_call")),
-                len(dialog.turns))
+        return dialog.knowledge_turns
+    call = next((i + 1 for i, (_, bot) in enumerate(dialog.turns)
+                 if bot.startswith(API_CALL_PREFIX)), len(dialog.turns))
     return [call] * len(dialog.knowledge)
 
 

@@ -170,24 +170,22 @@ def diverged_line(result: dict[str, Any], out: str, argv: list[str]) -> str:
             f"state; to continue it at a lower learning rate: {again} --override lr=LOWER")
 
 
-def _say(line: str, *, every_process: bool = True) -> None:
-    """Print ``line`` on stderr; under ``torchrun`` only the main process says what every
-    process would say alike (``every_process=False``)."""
-    if every_process or is_main_process():
-        print(line, file=sys.stderr)
-
-
 #: how long a process other than the main one waits before it exits on a refusal that the
 #: main process says for all: torchrun stops every process once one has failed, so a process
 #: that exits first could stop the main one before its line is out
 REFUSAL_GRACE_S = 30.0
 
 
-def _outlive_the_main_process() -> None:
-    """Wait until torchrun stops this process (the main one has failed and said why; the
-    stop handler exits at once, saying nothing from a process other than the main one), or
-    :data:`REFUSAL_GRACE_S` has passed."""
-    time.sleep(REFUSAL_GRACE_S)
+def _refuse(line: str, *, alike: bool) -> int:
+    """Print the refusal ``line`` on stderr and return the usage exit status. Under
+    ``torchrun`` a refusal every process meets ``alike`` is said by the main process alone,
+    and the others wait until torchrun stops them (the stop handler exits at once, saying
+    nothing from a process other than the main one), or :data:`REFUSAL_GRACE_S` has passed."""
+    if not alike or is_main_process():
+        print(line, file=sys.stderr)
+    else:
+        time.sleep(REFUSAL_GRACE_S)
+    return EXIT_USAGE
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -197,10 +195,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         cfg, cls = build_run(args)
     except (ConfigError, ValueError) as exc:
-        _say(f"ctrlrnn train: {exc}", every_process=False)
-        if not is_main_process():
-            _outlive_the_main_process()
-        return EXIT_USAGE
+        return _refuse(f"ctrlrnn train: {exc}", alike=True)
     argv = list(getattr(args, "argv", None) or sys.argv[1:])
 
     def interrupted(signum: int = signal.SIGINT) -> str:
@@ -223,11 +218,7 @@ def run_train(args: argparse.Namespace) -> int:
         result = train_run(cfg, cls, resume=args.resume, show_progress=not args.no_progress,
                            accept=accept)
     except ConfigError as exc:
-        alike = isinstance(exc, SameInEveryProcess)
-        _say(f"ctrlrnn train: {exc}", every_process=not alike)
-        if alike and not is_main_process():
-            _outlive_the_main_process()
-        return EXIT_USAGE
+        return _refuse(f"ctrlrnn train: {exc}", alike=isinstance(exc, SameInEveryProcess))
     except TrainingInterrupted as stop:
         say_stop(f"ctrlrnn train: {interrupted_words(stop.signum)} at step {stop.step}; "
                  f"checkpoint {stop.checkpoint}; resume with: "

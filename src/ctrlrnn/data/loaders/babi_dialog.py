@@ -45,7 +45,9 @@ def read_babi_dialog(path: str | Path) -> list[Dialog]:
                 current.turns.append((user, bot))
             elif rest:
                 current.knowledge.append(rest)
-                current.knowledge_turns = [*(current.knowledge_turns or []), len(current.turns)]
+                if current.knowledge_turns is None:
+                    current.knowledge_turns = []
+                current.knowledge_turns.append(len(current.turns))
             else:
                 raise DataFormatError(path, number, "empty utterance")
     if current.turns or current.knowledge:

@@ -68,7 +68,9 @@ GREETINGS = ("hello", "hi", "good morning")
 SILENCE = "<silence>"
 LOOKING = "ok let me look into some options for you"
 ANYTHING_ELSE = "sure is there anything else to update"
-#: how bAbI words a proposal (task 3) and the information asked for (task 4)
+#: how bAbI words an API call (tasks 1-2), a proposal (task 3) and the information asked
+#: for (task 4)
+API_CALL_PREFIX = "api_call"
 PROPOSE_PREFIX = "what do you think of this option:"
 INFO_PREFIX = "here it is"
 PROPOSE = PROPOSE_PREFIX + " {}"
@@ -142,7 +144,7 @@ def _api_call_turns(rng: random.Random, update_prob: float
     turns.append((user, LOOKING))
 
     def call() -> str:
-        return "api_call " + " ".join(goal[s] for s in SLOTS)
+        return " ".join([API_CALL_PREFIX, *(goal[s] for s in SLOTS)])
 
     turns.append((SILENCE, call()))
     if rng.random() < update_prob:
