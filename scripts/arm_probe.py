@@ -4,7 +4,8 @@ grows, more seeds of an earlier probe).
 
 Each run is the arm as the experiment's full mode defines it (``runner.config_for``: its task,
 model, stopping rule and evaluation), at the learning rate and dropout its search chose (read
-from ``docs/results/data/full/EXPERIMENT.json``), one thread, with the ``key=value`` overrides
+from ``docs/results/data/full/EXPERIMENT.json``; an arm still in its search takes them from
+the overrides), one thread, with the ``key=value`` overrides
 given last. Every seed's result (its stop, steps, validation and test metrics, training time,
 the machine's load at its start and end, its validation curve) goes to ``--json`` (default
 ``docs/results/data/probes/EXPERIMENT.json``) under ``--name`` as it finishes; a run already
@@ -48,14 +49,16 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _chosen(exp_id: str, label: str) -> dict[str, Any]:
-    """The values the arm's search chose in the full mode's results file."""
+def _chosen(exp_id: str, label: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The values the arm's search chose in the full mode's results file; an arm whose search
+    has not chosen yet takes the learning rate (and dropout) from the overrides ``given``."""
     path = RESULTS / f"{exp_id}.json"
-    arms = json.loads(path.read_text(encoding="utf-8")).get("arms", {})
+    arms = json.loads(path.read_text(encoding="utf-8")).get("arms", {}) if path.exists() else {}
     chosen = (arms.get(label, {}).get("tuning") or {}).get("chosen")
-    if not chosen:
-        raise SystemExit(f"arm: {path} holds no chosen values for {label!r}")
-    return dict(chosen)
+    if not chosen and "lr" not in given:
+        raise SystemExit(f"arm: {path} holds no chosen values for {label!r}; give lr=... "
+                         "(and the dropout) among the overrides")
+    return dict(chosen or {})
 
 
 def main() -> None:
@@ -76,7 +79,7 @@ def main() -> None:
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     changed = _overrides(args.overrides)
-    extra = {**_chosen(args.experiment, args.arm), **changed}
+    extra = {**_chosen(args.experiment, args.arm, changed), **changed}
     probe = data["probes"].setdefault(args.name,
                                       {"arm": args.arm, "overrides": changed, "runs": []})
     if probe["arm"] != args.arm:

@@ -161,3 +161,39 @@ def test_a_saved_record_keeps_the_results_files_rows_the_search_has_not_reached(
     rows = search.rows_so_far()
     assert rows[0]["rungs"] == [0.5, 0.7]  # the file's rung 1 is kept, not cut back
     assert rows[1] == held[1] and rows[2]["rungs"] == [0.6]
+
+
+class TiedTrainer(FakeTrainer):
+    """Every trial at 0 accuracy after the first rung, its loss lower the higher its lr (the
+    accuracy of the later rungs as :func:`_curve` has it): a hard task's first rung."""
+
+    def __call__(self, k: int, overrides: dict, out: Path) -> dict:
+        result = super().__call__(k, overrides, out)
+        if overrides["epochs"] == RUNGS[0]["epochs"]:
+            result["valid"] = {"acc": 0.0, "loss": -math.log10(overrides["lr"])}
+        return result
+
+
+def test_a_tie_of_the_metric_is_ranked_by_the_validation_loss(tmp_path: Path) -> None:
+    trainer = TiedTrainer()
+    record = tune_arm(SEARCH, tmp_path, "acc", True, trainer, log=lambda s: None, arm="A")
+    rows = record["trials"]
+    assert all(r["rungs"][0] == 0.0 for r in rows)
+    lr = {r["trial"]: r["params"]["lr"] for r in rows}
+    second = sorted(k for k, e in trainer.calls if e == 3)
+    # the three lowest losses (highest learning rates) continue, not the three first trials
+    assert second == sorted(sorted(lr, key=lambda k: -lr[k])[:3])
+    assert second != [0, 1, 2]
+    assert all(r["valid_loss"] is not None for r in rows if r["rung"] == 0)
+
+
+def test_the_choice_on_a_tie_is_the_lower_loss_and_stored_rows_keep_their_order() -> None:
+    from ctrlrnn.reproduce.tuning import _best
+
+    rows = [{"trial": 0, "valid": 1.0, "valid_loss": 0.3, "params": {}},
+            {"trial": 1, "valid": 1.0, "valid_loss": 0.1, "params": {}},
+            {"trial": 2, "valid": 0.9, "valid_loss": 0.01, "params": {}}]
+    assert _best(rows, True)["trial"] == 1
+    assert _best([{**r, "valid": 2 - r["valid"]} for r in rows], False)["trial"] == 1
+    stored = [{k: v for k, v in r.items() if k != "valid_loss"} for r in rows]
+    assert _best(stored, True)["trial"] == 0  # rows without a loss: the first on a tie

@@ -95,11 +95,25 @@ def test_arm_probe_refuses_what_it_cannot_train(arm_probe, tmp_path, monkeypatch
         _run(arm_probe, monkeypatch, "metagross-tree", "LSTM", "--name", "x", *runs)
     with pytest.raises(SystemExit, match="no chosen values for 'S-BiLSTM'"):
         _run(arm_probe, monkeypatch, "metagross-tree", "S-BiLSTM", "--name", "x", *runs)
+    with pytest.raises(SystemExit, match="no chosen values for 'S-BiLSTM'; give lr="):
+        _run(arm_probe, monkeypatch, "metagross-tree", "S-BiLSTM", "model.dropout=0.1",
+             "--name", "x", *runs)
     with pytest.raises(SystemExit, match="expected key=value"):
         _run(arm_probe, monkeypatch, "metagross-tree", "BiLSTM", "lr", "--name", "x", *runs)
     with pytest.raises(SystemExit, match="experiment: no experiment 'metagross-trees'"):
         _run(arm_probe, monkeypatch, "metagross-trees", "BiLSTM", "--name", "x", *runs)
     assert not (tmp_path / "p.json").exists()
+
+
+def test_an_arm_still_in_its_search_takes_its_values_from_the_overrides(
+        arm_probe, tmp_path, monkeypatch):
+    out = tmp_path / "probe.json"
+    _run(arm_probe, monkeypatch, "metagross-tree", "S-BiLSTM", *TOY_TREES, "lr=0.002",
+         "model.dropout=0.2", "--name", "toy", "--runs", str(tmp_path / "runs"),
+         "--json", str(out))
+    (row,) = json.loads(out.read_text())["probes"]["toy"]["runs"]
+    assert row["settings"]["lr"] == 0.002 and row["settings"]["model.dropout"] == 0.2
+    assert row["step"] == 4
 
 
 def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(tmp_path, monkeypatch):

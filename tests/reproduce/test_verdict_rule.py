@@ -62,8 +62,10 @@ def test_speed_verdict_words():
 
 # ---------------------------------------------------------------- the stopping rule
 def test_patience_stops_a_run_that_stopped_improving(scripted_trainer):
-    # exact match (higher is better) improves for 3 evaluations, then stays flat
-    trainer, _ = scripted_trainer({"exact_match": [0.1, 0.2, 0.3, 0.3, 0.25, 0.3, 0.3]},
+    # exact match (higher is better) improves for 3 evaluations, then stays flat, and so
+    # does the loss that breaks its ties
+    trainer, _ = scripted_trainer({"exact_match": [0.1, 0.2, 0.3, 0.3, 0.25, 0.3, 0.3],
+                                   "loss": [1.0, 0.9, 0.8, 0.8, 0.85, 0.8, 0.9]},
                                   patience=3)
     result = trainer.fit()
     assert result["stop_reason"] == "patience"

@@ -69,3 +69,34 @@ def test_a_run_resumes_only_under_the_metric_it_was_selected_by(scripted_trainer
     again, _ = scripted_trainer({"loss": [2.0]}, monitor="", max_steps=6)
     with pytest.raises(ConfigError, match="monitor"):
         again.fit(resume=True)
+
+
+def test_a_tie_of_the_monitored_metric_goes_to_the_lower_loss(scripted_trainer):
+    # exact match stays at 0 while the model still learns (its loss falls): each evaluation
+    # is the best so far, so the best checkpoint is the last one and patience never runs out
+    loss = [3.0, 2.5, 2.0, 1.5, 1.2, 1.0]
+    exact = [0.0] * 6
+    trainer, _ = scripted_trainer({"loss": loss, "exact_match": exact}, patience=2,
+                                  max_steps=6)
+    result = trainer.fit()
+    assert result["stop_reason"] == "max_steps" and result["best_step"] == 6
+    assert trainer.progress["best_loss"] == 1.0
+
+
+def test_a_tie_with_a_higher_loss_is_no_improvement(scripted_trainer):
+    # the metric ties and the loss rises: the first evaluation stays the best, patience runs
+    loss = [1.0, 1.2, 1.4, 1.6, 1.8, 2.0]
+    exact = [0.5] * 6
+    trainer, _ = scripted_trainer({"loss": loss, "exact_match": exact}, patience=2,
+                                  max_steps=6)
+    result = trainer.fit()
+    assert result["stop_reason"] == "patience" and result["best_step"] == 1
+    assert result["step"] == 3
+
+
+def test_a_better_metric_wins_over_a_lower_loss(scripted_trainer):
+    loss = [1.0, 2.0, 0.5]
+    exact = [0.1, 0.2, 0.15]
+    trainer, _ = scripted_trainer({"loss": loss, "exact_match": exact}, max_steps=3)
+    result = trainer.fit()
+    assert result["best_step"] == 2 and trainer.progress["best"] == 0.2

@@ -369,10 +369,11 @@ def _stopping_line(overrides: dict[str, Any], selected: str) -> str:
     every = (f"every {overrides['eval_every']} steps" if overrides.get("eval_every")
              else "at the end of each epoch")
     cap = " or ".join(caps)
+    tie = "" if selected == "loss" else " (an equal value with a lower validation loss improves)"
     if overrides.get("patience"):
         return (f"Stopping: evaluated {every}; a run stops when the validation {selected} has "
-                f"not improved for {overrides['patience']} evaluations, or at the cap of {cap} "
-                "(then it is marked *not converged*); the test split is scored at the "
+                f"not improved{tie} for {overrides['patience']} evaluations, or at the cap "
+                f"of {cap} (then it is marked *not converged*); the test split is scored at the "
                 f"checkpoint with the best validation {selected}.")
     return (f"Stopping: evaluated {every}; no patience in this mode, every run trains to the "
             f"cap of {cap}; the test split is scored at the checkpoint with the best "

@@ -224,12 +224,25 @@ def _trial_row(number: int, params: dict[str, float], result: dict[str, Any],
         "trial": number,
         "params": params,
         "valid": value,
+        "valid_loss": (result.get("valid") or {}).get("loss"),
         "steps": result.get("step"),
         "best_step": result.get("best_step"),
         "stop_reason": result.get("stop_reason"),
         "train_seconds": result.get("train_seconds"),
         "device": result.get("device"),
     }
+
+
+def _rank_key(row: dict[str, Any], higher_is_better: bool) -> tuple[float, float, int]:
+    """A trial's place in a ranking, best first: its validation value, then (on a tie) its
+    validation loss, lower first, then its number. A coarse metric ties often where the task
+    is hard (every trial of a rung at 0% exact match); the loss still orders those trials by
+    how far they have come. Rows stored before they recorded the loss tie on it, so their
+    order is their numbers', as it was when they were ranked."""
+    sign = 1.0 if higher_is_better else -1.0
+    loss = row.get("valid_loss")
+    tie = float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
+    return -sign * _score(row["valid"], higher_is_better), tie, int(row["trial"])
 
 
 def _score(value: Any, higher_is_better: bool) -> float:
@@ -366,7 +379,6 @@ def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
                                                             higher_is_better, stream))
     rows = search.rows
     alive = list(range(tuning.trials))
-    sign = 1.0 if higher_is_better else -1.0
     for r, caps in enumerate(tuning.rungs):
         rung = _Rung(search, r, caps, {k: list(rows.get(k, {}).get("rungs", [])) for k in alive})
         units = [f"rung{r}/trial{k}" for k in alive]
@@ -374,8 +386,7 @@ def _halving(tuning: Tuning, tuning_dir: Path, metric: str, higher_is_better: bo
         for unit, row in found.items():
             rows[int(unit.rsplit("trial", 1)[1])] = row
         if r + 1 < len(tuning.rungs):
-            ranked = sorted(alive, key=lambda i: (-sign * _score(rows[i]["valid"],
-                                                                 higher_is_better), i))
+            ranked = sorted(alive, key=lambda i: _rank_key(rows[i], higher_is_better))
             alive = sorted(ranked[:tuning.rung_sizes()[r + 1]])
     return search_record(tuning, stream, metric, higher_is_better,
                          [rows[i] for i in sorted(rows)])
@@ -446,8 +457,10 @@ class _Rung:
         result = _read(s.tuning_dir / f"trial{k}" / f"rung{r}.json")
         past = s.held.get(k, {})
         if result is None and len(past.get("rungs", [])) > r:  # the results file has it
+            last = len(past["rungs"]) == r + 1  # the row's loss is its last rung's
             row = {**past, "rungs": list(past["rungs"][:r + 1]), "rung": r,
-                   "valid": past["rungs"][r]}
+                   "valid": past["rungs"][r],
+                   "valid_loss": past.get("valid_loss") if last else None}
         elif result is None:
             return None
         else:
@@ -493,9 +506,9 @@ def halving_search(dropout_key: str | None, rungs: Sequence[dict[str, Any]], *, 
 
 
 def _best(rows: list[dict[str, Any]], higher_is_better: bool) -> dict[str, Any] | None:
-    """The trial with the best validation value (the first one on a tie); None if all diverged."""
+    """The trial with the best validation value (a tie: :func:`_rank_key`); None if all
+    diverged."""
     scored = [r for r in rows if math.isfinite(_score(r["valid"], higher_is_better))]
     if not scored:
         return None
-    sign = 1.0 if higher_is_better else -1.0
-    return max(scored, key=lambda r: (sign * float(r["valid"]), -int(r["trial"])))
+    return min(scored, key=lambda r: _rank_key(r, higher_is_better))

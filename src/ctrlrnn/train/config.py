@@ -125,7 +125,8 @@ HELP: dict[str, str] = {
     "log_every": "log training loss every N steps",
     "patience": "early stopping: evaluations without improvement of the monitored metric (0: off)",
     "monitor": "the validation metric that drives early stopping and the best checkpoint, e.g. "
-               "loss ('': the task's metric; loss and perplexity: lower is better)",
+               "loss ('': the task's metric; loss and perplexity: lower is better; an equal "
+               "value with a lower validation loss counts as an improvement)",
     "threads": "torch intra-op threads (0: default)",
     "device": "auto, cpu, cuda or cuda:N (auto: $CTRLRNN_DEVICE if set, else cuda when available)",
     "precision": "fp32, or bf16 / fp16: each training step's forward pass under torch.autocast "

@@ -132,6 +132,7 @@ class Trainer:
             "batch": 0,
             "best": None,
             "best_step": None,
+            "best_loss": None,
             "bad_evals": 0,
             "done": False,
             "train_seconds": 0.0,
@@ -237,12 +238,10 @@ class Trainer:
         step = int(self.progress["step"])
         self.progress["last_eval_step"] = step
         value = self._monitored(metrics)
-        best = self.progress["best"]
-        improved = best is None or (
-            value > best if self.monitor_higher_is_better else value < best
-        )
-        if improved and math.isfinite(value):
+        loss = metrics.get("loss") if self.monitor != "loss" else None
+        if self._improves(value, loss):
             self.progress["best"] = value
+            self.progress["best_loss"] = loss
             self.progress["best_step"] = step
             self.progress["bad_evals"] = 0
             self._save(BEST)
@@ -253,6 +252,24 @@ class Trainer:
             self.log.write({"step": step, "epoch": self.progress["epoch"], "split": "valid",
                             **{f"valid_{k}": v for k, v in metrics.items()}})
         return metrics
+
+    def _improves(self, value: float, loss: float | None) -> bool:
+        """Whether a validation result beats the best so far: a better monitored value, or
+        an equal one with a lower validation loss (``loss``; None when the loss is what is
+        monitored). The loss decides a tie because a coarse metric (exact match, accuracy on
+        a small split) can stay at one value while the model still improves: at 0 early in a
+        hard task, the first evaluation would otherwise stay the best checkpoint and
+        patience would count from it."""
+        if not math.isfinite(value):
+            return False
+        best = self.progress["best"]
+        if best is None:
+            return True
+        if value == best:
+            best_loss = self.progress.get("best_loss")
+            return (loss is not None and math.isfinite(loss)
+                    and (best_loss is None or loss < best_loss))
+        return value > best if self.monitor_higher_is_better else value < best
 
     def _monitored(self, metrics: dict[str, float]) -> float:
         """The monitored metric's value in ``metrics`` (a clear error when the task has none
