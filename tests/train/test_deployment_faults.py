@@ -255,6 +255,24 @@ def test_a_signal_during_the_final_evaluation_is_resumed_to_the_end(tmp_path, re
         (reference / "result.json").read_text())["test"]
 
 
+def test_a_signal_during_the_test_evaluation_stops_the_command(tmp_path, reference):
+    """SIGTERM while the test split is evaluated, the run's last work: the run ends whole,
+    and the command stops (a search or a list of runs would otherwise start the next run
+    with the signal forgotten); resuming reads the finished run back."""
+    out = tmp_path / "run"
+    args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
+    run = _signalled(tmp_path, "evaluate", 4, "TERM", *args)  # the test split's
+    assert run.returncode == 143, run.stderr
+    line = _one_line(run.stderr)
+    assert line.startswith("ctrlrnn train: interrupted by SIGTERM at step 8; checkpoint ")
+    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resume: {out} finished at step 8" in resumed.stderr
+    assert _history(out) == _history(reference)
+    assert json.loads((out / "result.json").read_text())["test"] == json.loads(
+        (reference / "result.json").read_text())["test"]
+
+
 def test_a_signal_while_the_task_is_set_up_releases_the_lock(tmp_path):
     """SIGTERM before the training loop (the task's set-up): one line, exit 143, and the lock
     file names no process, so the next run takes the directory without a word."""

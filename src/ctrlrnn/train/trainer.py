@@ -307,7 +307,11 @@ class Trainer:
         with _InterruptFlag() as interrupt:
             self._interrupt = interrupt
             try:
-                return self._fit(resume)
+                result = self._fit(resume)
+                # a signal during the test split's evaluation or the final log row: the run
+                # is whole, and the command stops rather than going on to what comes next
+                self._stop_if_interrupted()
+                return result
             finally:
                 self._interrupt = None
 
