@@ -369,7 +369,9 @@ def _stopping_line(overrides: dict[str, Any], selected: str) -> str:
     every = (f"every {overrides['eval_every']} steps" if overrides.get("eval_every")
              else "at the end of each epoch")
     cap = " or ".join(caps)
-    tie = "" if selected == "loss" else " (an equal value with a lower validation loss improves)"
+    tie = "" if selected == "loss" else (
+        " (an equal value with a lower validation loss improves; runs finished before "
+        "2026-12-06 09:00 UTC kept the earlier evaluation)")
     if overrides.get("patience"):
         return (f"Stopping: evaluated {every}; a run stops when the validation {selected} has "
                 f"not improved{tie} for {overrides['patience']} evaluations, or at the cap "
