@@ -131,10 +131,13 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
             probe_files=("metagross-tree.json",)),
     *(_table1("tree-traversal", f"metagross-tree{n}", f"Tree traversal, n = {n} (table 1)",
               exact, ppl, {"max_depth": n}, f"tree traversal, n = {n}", 2236, "",
-              getattr(paper, f"TREE{n}"), like="tree traversal n = 4")
-      for n, exact, ppl in ((5, (60.3, 63.4, 63.4), (2.4, 2.5, 1.8)),
-                            (8, (5.6, 5.9, 5.6), (30.6, 99.9, 20.4)),
-                            (10, (2.2, 2.8, 2.8), (132.0, 225.0, 119.0)))),
+              getattr(paper, f"TREE{n}"), like="tree traversal n = 4", setting_note=note,
+              probe_files=probes)
+      for n, exact, ppl, note, probes in (
+          (5, (60.3, 63.4, 63.4), (2.4, 2.5, 1.8), tree_notes.TREE5_PROBE_NOTE,
+           ("metagross-tree5.json",)),
+          (8, (5.6, 5.9, 5.6), (30.6, 99.9, 20.4), "", ()),
+          (10, (2.2, 2.8, 2.8), (132.0, 225.0, 119.0), "", ()))),
     Experiment(
         id="metagross-logic",
         paper="metagross",
