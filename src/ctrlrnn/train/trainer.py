@@ -259,7 +259,8 @@ class Trainer:
         monitored). The loss decides a tie because a coarse metric (exact match, accuracy on
         a small split) can stay at one value while the model still improves: at 0 early in a
         hard task, the first evaluation would otherwise stay the best checkpoint and
-        patience would count from it."""
+        patience would count from it. A run resumed from a checkpoint that kept no best loss
+        takes its first tie as an improvement."""
         if not math.isfinite(value):
             return False
         best = self.progress["best"]
