@@ -158,6 +158,7 @@ def test_char_translation_page_says_what_else_the_arms_differ_in():
     rows = {key: (here, status) for key, _paper, here, status in paper_vs_here.rows(exp, "full")}
     here, status = rows["architecture"]
     assert "LSTM: encoder LSTM (one direction)" in here
+    assert "LSTM (bidirectional encoder): encoder LSTM (both directions)" in here
     assert "started from tanh(W h) of the encoder's top final state" in here
     assert "QRNN: encoder QRNN (filter widths [6, 2], unmasked (centred))" in here
     assert "(eq 7)" in here and "(eq 8)" in here

@@ -88,6 +88,23 @@ def test_an_equal_steps_probe_renders_its_runs_and_their_curves(tmp_path):
     assert "| run | 250 | 500 |" in lines and "| qrnn | 1.8 | 1.3 |" in lines
 
 
+def test_an_equal_steps_probe_lists_its_unfinished_runs_apart(tmp_path):
+    done = {"changes": "bidirectional encoder", "parameters": 1062106,
+            "overrides": {"lr": "0.0037", "model.dropout": "0.02"},
+            "run": {"training_seconds": 60.0, "final_valid": {"loss": 0.7, "bleu": 18.2}},
+            "curve": [{"step": 250, "loss": 0.7}]}
+    waiting = {"changes": "the QRNN arm", "parameters": None, "overrides": {},
+               "run": {"unfinished": True}, "curve": []}
+    (tmp_path / "steps.json").write_text(json.dumps({
+        "kind": EQUAL_STEPS, "seed": 0, "steps": 250, "eval_every": 250,
+        "runs": {"qrnn": waiting, "lstm-bidir": done}}))
+    lines = probe_lines(replace(TREE, probe_files=("steps.json",)), tmp_path)
+    assert not any(line.startswith("| qrnn |") for line in lines)
+    assert any(line.startswith("| lstm-bidir | bidirectional encoder | 1,062,106 |")
+               for line in lines)
+    assert "Not finished yet: qrnn (the same command goes on with them)." in lines
+
+
 def test_a_missing_file_is_said_and_an_unknown_kind_refused(tmp_path):
     exp = replace(TREE, probe_files=("gone.json",))
     assert any("`data/probes/gone.json` is not in this folder" in line

@@ -229,8 +229,8 @@ def _seq2seq_head(model: str, model_args: dict[str, Any], args: dict[str, Any]
         windows = model_args.get("window", 2)
         masked = "masked" if model_args.get("causal", True) else "unmasked (centred)"
         encoder += f" (filter widths {windows}, {masked})"
-    elif not model_args.get("bidirectional"):
-        encoder += " (one direction)"
+    else:
+        encoder += " (both directions)" if model_args.get("bidirectional") else " (one direction)"
     if args.get("reverse_source"):
         encoder += " over the reversed source"
     return key, f"encoder {encoder}; {text}"

@@ -191,7 +191,8 @@ def _data_size_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
 def _equal_steps_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
     """The equal-step probe (``scripts/char_translation_probe.py``): each run at the last step,
     then the validation loss at every evaluation."""
-    runs: dict[str, Any] = data.get("runs", {})
+    every: dict[str, Any] = data.get("runs", {})
+    runs = {name: r for name, r in every.items() if not r["run"].get("unfinished")}
     steps = data.get("steps")
     lines = ["", f"Probe (`scripts/char_translation_probe.py --steps {steps}`): every run trains "
              f"{steps:,} steps from seed {data.get('seed', 0)} and is scored every "
@@ -217,6 +218,10 @@ def _equal_steps_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
     for name, r in runs.items():
         at = {p["step"]: p.get("loss") for p in r.get("curve", [])}
         lines.append(f"| {name} | " + " | ".join(fmt(at.get(s)) for s in points) + " |")
+    unfinished = [name for name in every if name not in runs]
+    if unfinished:
+        lines += ["", f"Not finished yet: {', '.join(unfinished)} (the same command goes on "
+                  "with them)."]
     return lines
 
 
