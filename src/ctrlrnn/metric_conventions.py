@@ -1,6 +1,6 @@
 """How metrics are shown and compared: accuracies in percent everywhere a person reads them (the
-command line, ``report.md``, the results pages), like the papers' tables, and which metrics are
-better lower (a loss, a perplexity).
+command line, ``report.md``, the results pages), like the papers' tables, which metrics are
+better lower (a loss, a perplexity), and how two validation results are ordered.
 
 Files meant for programs (``result.json``, ``log.jsonl``, the results data) keep fractions in
 [0, 1]."""
@@ -25,6 +25,17 @@ def higher_is_better(metric: str, main: str = "", main_higher: bool = True) -> b
     if main and metric == main:
         return main_higher
     return metric not in LOWER_IS_BETTER
+
+
+def selection_key(value: float, loss: Any, higher: bool) -> tuple[float, float]:
+    """The order of validation results, lower first: by the selecting metric's ``value``
+    (``higher``: whether higher is better), then, on a tie, by the validation ``loss``, lower
+    first; a missing or non-finite loss comes last. A coarse metric (exact match, accuracy on
+    a small split) can stay at one value while the model still improves (at 0 early in a
+    hard task), and the loss still orders those results. The trainer's best checkpoint and
+    patience, and the search's ranking of its trials, both follow it."""
+    tie = float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
+    return (-value if higher else value), tie
 
 
 def scale(metric: str) -> float:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrlrnn import files
+from ctrlrnn.metric_conventions import selection_key
 from ctrlrnn.reproduce.shared_study import SharedStudy, run_units
 from ctrlrnn.train.logs import replace_atomically
 
@@ -234,15 +235,12 @@ def _trial_row(number: int, params: dict[str, float], result: dict[str, Any],
 
 
 def _rank_key(row: dict[str, Any], higher_is_better: bool) -> tuple[float, float, int]:
-    """A trial's place in a ranking, best first: its validation value, then (on a tie) its
-    validation loss, lower first, then its number. A coarse metric ties often where the task
-    is hard (every trial of a rung at 0% exact match); the loss still orders those trials by
-    how far they have come. Rows stored before they recorded the loss tie on it, so their
-    order is their numbers', as it was when they were ranked."""
-    sign = 1.0 if higher_is_better else -1.0
-    loss = row.get("valid_loss")
-    tie = float(loss) if isinstance(loss, (int, float)) and math.isfinite(loss) else math.inf
-    return -sign * _score(row["valid"], higher_is_better), tie, int(row["trial"])
+    """A trial's place in a ranking, best first: :func:`selection_key` of its validation value
+    and loss (every trial of a rung can tie at 0% exact match on a hard task), then its
+    number. Rows stored before they recorded the loss tie on it, so their order is their
+    numbers', as it was when they were ranked."""
+    value = _score(row["valid"], higher_is_better)
+    return (*selection_key(value, row.get("valid_loss"), higher_is_better), int(row["trial"]))
 
 
 def _score(value: Any, higher_is_better: bool) -> float:

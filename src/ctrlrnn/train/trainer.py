@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from ctrlrnn.interrupts import StopSignal
-from ctrlrnn.metric_conventions import higher_is_better
+from ctrlrnn.metric_conventions import higher_is_better, selection_key
 from ctrlrnn.progress import TrainingProgressBar as _ProgressBar
 from ctrlrnn.tasks.base import Task
 from ctrlrnn.train.checkpoint import (
@@ -254,23 +254,18 @@ class Trainer:
         return metrics
 
     def _improves(self, value: float, loss: float | None) -> bool:
-        """Whether a validation result beats the best so far: a better monitored value, or
-        an equal one with a lower validation loss (``loss``; None when the loss is what is
-        monitored). The loss decides a tie because a coarse metric (exact match, accuracy on
-        a small split) can stay at one value while the model still improves: at 0 early in a
-        hard task, the first evaluation would otherwise stay the best checkpoint and
+        """Whether a validation result beats the best so far in :func:`selection_key`'s
+        order: a better monitored value, or an equal one with a lower validation loss
+        (``loss``; None when the loss is what is monitored). Without the loss, the first
+        evaluation of a run stuck at 0 exact match would stay its best checkpoint and
         patience would count from it. A run resumed from a checkpoint that kept no best loss
         takes its first tie as an improvement."""
         if not math.isfinite(value):
             return False
         best = self.progress["best"]
-        if best is None:
-            return True
-        if value == best:
-            best_loss = self.progress.get("best_loss")
-            return (loss is not None and math.isfinite(loss)
-                    and (best_loss is None or loss < best_loss))
-        return value > best if self.monitor_higher_is_better else value < best
+        higher = self.monitor_higher_is_better
+        return best is None or (selection_key(value, loss, higher)
+                                < selection_key(best, self.progress.get("best_loss"), higher))
 
     def _monitored(self, metrics: dict[str, float]) -> float:
         """The monitored metric's value in ``metrics`` (a clear error when the task has none
