@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
-from ctrlrnn.reproduce.probe_tables import ARM, DATA_SIZE, EQUAL_STEPS, probe_lines
+from ctrlrnn.reproduce.probe_tables import ARM, BY_LENGTH, DATA_SIZE, EQUAL_STEPS, probe_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = ROOT / "docs" / "results" / "data" / "probes"
@@ -23,7 +23,7 @@ TREE = next(e for e in EXPERIMENTS if e.id == "metagross-tree")
 def test_the_committed_page_shows_its_probe_files(exp):
     for name in exp.probe_files:
         kind = json.loads((PROBES / name).read_text(encoding="utf-8"))["kind"]
-        assert kind in (ARM, DATA_SIZE, EQUAL_STEPS), name
+        assert kind in (ARM, BY_LENGTH, DATA_SIZE, EQUAL_STEPS), name
     lines = probe_lines(exp, PROBES)
     assert not any("is not in this folder" in line for line in lines)
     page = (ROOT / "docs" / "results" / f"{exp.paper}.md").read_text(encoding="utf-8")
@@ -110,5 +110,34 @@ def test_a_missing_file_is_said_and_an_unknown_kind_refused(tmp_path):
     assert any("`data/probes/gone.json` is not in this folder" in line
                for line in probe_lines(exp, tmp_path))
     (tmp_path / "odd.json").write_text(json.dumps({"runs": []}))
-    with pytest.raises(ValueError, match=r"odd\.json: kind None is none of arm, data-size"):
+    with pytest.raises(ValueError,
+                       match=r"odd\.json: kind None is none of arm, by-length, data-size"):
         probe_lines(replace(TREE, probe_files=("odd.json",)), tmp_path)
+
+
+def _scored(em: dict[int, tuple[int, float]]) -> dict:
+    return {"split": "test", "checkpoint": "runs/x/best.safetensors",
+            "exact_match": sum(n * e for n, e in em.values()) / sum(n for n, _ in em.values()),
+            "by_length": [{"length": k, "examples": n, "exact_match": e}
+                          for k, (n, e) in em.items()]}
+
+
+def test_a_length_probe_says_each_cells_count_where_runs_scored_other_trees(tmp_path):
+    runs = {"same-a": _scored({10: (4, 0.5), 11: (4, 0.25)}),
+            "same-b": _scored({10: (4, 1.0), 11: (4, 0.0)})}
+    path = tmp_path / "tree5-by-length.json"
+    path.write_text(json.dumps({"kind": BY_LENGTH, "experiment": "metagross-tree5",
+                                "written": "2026-12-06T11:18:00+00:00", "runs": runs}))
+    exp = replace(TREE, probe_files=(path.name,))
+    text = "\n".join(probe_lines(exp, tmp_path))
+    assert "| target length (test split) | examples | same-a | same-b |" in text
+    assert "| 10 | 4 | 50.0 | 100.0 |" in text and "| all | 8 | 37.5 | 50.0 |" in text
+    assert "metagross-tree5's checkpoints" in text and "load column" not in text
+    runs["other"] = _scored({10: (2, 0.5), 12: (6, 0.0)})
+    path.write_text(json.dumps({"kind": BY_LENGTH, "experiment": "metagross-tree5",
+                                "runs": runs}))
+    text = "\n".join(probe_lines(exp, tmp_path))
+    assert "| target length (test split) | same-a | same-b | other |" in text
+    assert "| 10 | 50.0 of 4 | 100.0 of 4 | 50.0 of 2 |" in text
+    assert "| 12 | – | – | 0.0 of 6 |" in text
+    assert "| all | 37.5 of 8 | 50.0 of 8 | 12.5 of 8 |" in text

@@ -128,14 +128,15 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
             (96.9, 98.0, 98.4), (2.4, 1.0, 1.0), {"max_depth": 4}, "tree traversal, n = 4",
             2236, "S-BiLSTM, 6,708 steps", paper.TREE4,
             setting_note=notes.TREE4_NOTE + tree_notes.TREE4_PROBE_NOTE,
-            probe_files=("metagross-tree.json",)),
+            probe_files=("metagross-tree.json", "metagross-tree-by-length.json")),
     *(_table1("tree-traversal", f"metagross-tree{n}", f"Tree traversal, n = {n} (table 1)",
               exact, ppl, {"max_depth": n}, f"tree traversal, n = {n}", 2236, "",
               getattr(paper, f"TREE{n}"), like="tree traversal n = 4", setting_note=note,
               probe_files=probes)
       for n, exact, ppl, note, probes in (
           (5, (60.3, 63.4, 63.4), (2.4, 2.5, 1.8), tree_notes.TREE5_PROBE_NOTE,
-           ("metagross-tree5.json",)),
+           ("metagross-tree5.json", "metagross-tree5-by-length.json",
+            "metagross-tree-by-length.json")),
           (8, (5.6, 5.9, 5.6), (30.6, 99.9, 20.4), "", ()),
           (10, (2.2, 2.8, 2.8), (132.0, 225.0, 119.0), "", ()))),
     Experiment(

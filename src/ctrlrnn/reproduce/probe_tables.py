@@ -10,7 +10,9 @@ kinds of probe wrote it (its ``kind``):
 - :data:`DATA_SIZE` (``scripts/carnn_lm_data_probe.py``): the CARNN LM's LSTM at several
   training-set sizes and vocabularies;
 - :data:`EQUAL_STEPS` (``scripts/char_translation_probe.py``): arms and variants of an arm
-  trained the same number of steps and scored on the validation split along the way.
+  trained the same number of steps and scored on the validation split along the way;
+- :data:`BY_LENGTH` (``scripts/length_probe.py``): trained runs' checkpoints of a
+  sequence-to-sequence experiment scored at each target length.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ctrlrnn.reproduce.page_cells import fmt, metric_scale, short_key
 ARM = "arm"
 DATA_SIZE = "data-size"
 EQUAL_STEPS = "equal-steps"
+BY_LENGTH = "by-length"
 
 #: what the load column means, said once above each file's tables
 LOAD_WORDS = ("The load column is the machine's 1-minute load average at a run's start and end "
@@ -53,8 +56,9 @@ def probe_lines(exp: Experiment, probes_dir: Path) -> list[str]:
             raise ValueError(f"probe file {path}: kind {data.get('kind')!r} is none of "
                              f"{', '.join(sorted(_RENDERERS))}")
         written = _date(data.get("written"))
+        timed = data.get("kind") != BY_LENGTH  # a scoring of checkpoints trains nothing
         lines += ["", f"Probes from [`{shown}`]({shown}) (last written {written} on "
-                  f"{_machine(data)}; one thread a run). {LOAD_WORDS}"]
+                  f"{_machine(data)}; one thread a run)." + (f" {LOAD_WORDS}" if timed else "")]
         lines += render(exp, data)
     return lines
 
@@ -225,5 +229,47 @@ def _equal_steps_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _by_length_table(exp: Experiment, data: dict[str, Any]) -> list[str]:
+    """The length probe (``scripts/length_probe.py``): a table a split, a row a target length,
+    a column a scored checkpoint, each cell its exact match (%) over that length's examples."""
+    runs: dict[str, Any] = data.get("runs", {})
+    if not runs:
+        return ["", "The length probe has scored no run yet."]
+    # a page may show another experiment's file beside its own, to compare at equal lengths
+    scored = data.get("experiment", exp.id)
+    command = " ".join(["scripts/length_probe.py", scored,
+                        *(f"{name}={run['checkpoint']}" for name, run in runs.items())])
+    lines = ["", f"Exact match (%) at each target length of {scored}'s checkpoints named, "
+             f"decoded as the runs' evaluation decodes (`{command}`):"]
+    for split in sorted({run.get("split", "test") for run in runs.values()}):
+        these = {name: run for name, run in runs.items() if run.get("split", "test") == split}
+        rows = {name: {r["length"]: r for r in run["by_length"]} for name, run in these.items()}
+        lengths = sorted({length for by in rows.values() for length in by})
+        sizes = {name: {k: r["examples"] for k, r in by.items()} for name, by in rows.items()}
+        # runs on other training-set sizes draw other test trees: each cell then says its count
+        shared = len({tuple(sorted(c.items())) for c in sizes.values()}) == 1
+        counts = next(iter(sizes.values()))
+        lines += ["", f"| target length ({split} split) | " + ("examples | " if shared else "")
+                  + " | ".join(these) + " |", "|---|" + "---|" * (len(these) + shared)]
+        for length in lengths:
+            cells = [_length_cell(rows[name].get(length), shared) for name in these]
+            lines.append(f"| {length} | " + (f"{counts[length]:,} | " if shared else "")
+                         + " | ".join(cells) + " |")
+        totals = [_metric(run.get("exact_match"), "exact_match")
+                  + ("" if shared else f" of {sum(sizes[name].values()):,}")
+                  for name, run in these.items()]
+        lines.append("| all | " + (f"{sum(counts.values()):,} | " if shared else "")
+                     + " | ".join(totals) + " |")
+    return lines
+
+
+def _length_cell(row: dict[str, Any] | None, shared: bool) -> str:
+    if row is None:
+        return "–"
+    shown = _metric(row["exact_match"], "exact_match")
+    return shown if shared else f"{shown} of {row['examples']:,}"
+
+
 _RENDERERS: dict[str, Callable[[Experiment, dict[str, Any]], list[str]]] = {
-    ARM: _arm_tables, DATA_SIZE: _data_size_tables, EQUAL_STEPS: _equal_steps_tables}
+    ARM: _arm_tables, DATA_SIZE: _data_size_tables, EQUAL_STEPS: _equal_steps_tables,
+    BY_LENGTH: _by_length_table}

@@ -154,13 +154,7 @@ class Seq2SeqTask(Task):
                                          ignore_index=self.vocab.pad_id, reduction="sum"))
             tokens += float(mask.sum())
             correct_tokens += float(((logits.argmax(-1) == b["tgt_out"]) & mask).sum())
-            max_len = max(len(t) for _, t in pairs) + 5
-            if self.opts["beam"] > 1:
-                hyps = model.beam_search(b["src"], b["src_lengths"], beam=self.opts["beam"],
-                                         alpha=self.opts["alpha"], max_len=max_len)
-            else:
-                hyps = model.greedy(b["src"], b["src_lengths"], max_len)
-            exact += sum(h == t for h, (_, t) in zip(hyps, pairs))
+            exact += sum(self._exact(model, b, pairs))
             n += len(pairs)
         loss = nll / max(tokens, 1.0)
         return {
@@ -169,6 +163,37 @@ class Seq2SeqTask(Task):
             "token_accuracy": correct_tokens / max(tokens, 1.0),
             "exact_match": exact / max(n, 1.0),
         }
+
+    def _exact(self, model: nn.Module, batch: Batch,
+               pairs: Sequence[tuple[list[int], list[int]]]) -> list[bool]:
+        """Whether each decoded output of ``batch`` (greedy, or beam search with
+        ``task.beam > 1``, up to 5 tokens past the longest target) equals its target."""
+        max_len = max(len(t) for _, t in pairs) + 5
+        if self.opts["beam"] > 1:
+            hyps = model.beam_search(batch["src"], batch["src_lengths"], beam=self.opts["beam"],
+                                     alpha=self.opts["alpha"], max_len=max_len)
+        else:
+            hyps = model.greedy(batch["src"], batch["src_lengths"], max_len)
+        return [h == t for h, (_, t) in zip(hyps, pairs, strict=True)]
+
+    def exact_match_by_length(self, model: nn.Module, split: str) -> dict[int, tuple[int, int]]:
+        """``{target length: (examples, exact matches)}`` on ``split``, decoded as
+        :meth:`evaluate` decodes: where the exact match is lost as outputs grow longer. The
+        caller puts ``model`` in eval mode, as for :meth:`evaluate`."""
+        if split not in self.encoded:
+            raise ValueError(f"split: expected one of {sorted(self.encoded)}, got {split!r}")
+        data = self.encoded[split]
+        size = self.opts["eval_batch_size"]
+        counts: dict[int, list[int]] = {}
+        for k in range(0, len(data), size):
+            pairs = data[k : k + size]
+            with torch.no_grad():
+                matches = self._exact(model, self.to_device(self._batch(pairs)), pairs)
+            for (_, target), match in zip(pairs, matches, strict=True):
+                row = counts.setdefault(len(target), [0, 0])
+                row[0] += 1
+                row[1] += int(match)
+        return {length: (row[0], row[1]) for length, row in sorted(counts.items())}
 
     def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
         out = super().shard(batch, rank, world_size)

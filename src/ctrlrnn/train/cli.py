@@ -245,16 +245,41 @@ def run_eval(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, DataError) as exc:
         print(f"ctrlrnn eval: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    by_length = getattr(task, "exact_match_by_length", None)
+    if args.by_length and by_length is None:
+        print(f"ctrlrnn eval: --by-length: task {task.name!r} decodes no sequences; only the "
+              "sequence-to-sequence tasks have an exact match by target length",
+              file=sys.stderr)
+        return EXIT_USAGE
     model.to(device)
     task.device = device
     model.eval()
     with torch.no_grad():
         metrics = task.evaluate(model, args.split, 0)
+    if args.by_length:
+        return _print_by_length(args, metrics, by_length(model, args.split))
     if args.json:
         print(files.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
                           indent=1))
     else:
         print(f"{args.split}  {format_metrics(metrics)}  ({args.checkpoint})")
+    return 0
+
+
+def _print_by_length(args: argparse.Namespace, metrics: dict[str, float],
+                     counts: dict[int, tuple[int, int]]) -> int:
+    """The split's metrics, then its exact match at each target length: a table, or with
+    ``--json`` a ``by_length`` list of ``{length, examples, exact_match}`` rows."""
+    rows = [{"length": length, "examples": n, "exact_match": hits / n}
+            for length, (n, hits) in counts.items()]
+    if args.json:
+        print(files.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics,
+                           "by_length": rows}, indent=1))
+        return 0
+    print(f"{args.split}  {format_metrics(metrics)}  ({args.checkpoint})")
+    print("target length  examples  exact match (%)")
+    for row in rows:
+        print(f"{row['length']:>13}  {row['examples']:>8}  {100 * row['exact_match']:>15.1f}")
     return 0
 
 
@@ -287,6 +312,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--split", default="test", choices=["valid", "test"])
     e.add_argument("--json", action="store_true",
                    help="print the metrics as JSON (accuracies as fractions in [0, 1])")
+    e.add_argument("--by-length", dest="by_length", action="store_true",
+                   help="sequence-to-sequence tasks: also the exact match at each target "
+                        "length")
     e.add_argument("--device", default="auto",
                    help="auto (the default: $CTRLRNN_DEVICE, else the GPU when there is one), "
                         "cpu, cuda or cuda:N")

@@ -1,0 +1,164 @@
+"""Exact match at each target length: the sequence-to-sequence tasks' breakdown
+(``Seq2SeqTask.exact_match_by_length``), ``ctrlrnn eval --by-length``, and the length probe
+(``scripts/length_probe.py``) whose file a page renders."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctrlrnn.cli import main
+from ctrlrnn.reproduce.experiments import EXPERIMENTS
+from ctrlrnn.reproduce.probe_tables import BY_LENGTH, probe_lines
+from ctrlrnn.tasks import task_class
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"train_size": 64, "valid_size": 48, "test_size": 16, "embedding_size": 8,
+        "max_depth": 4}
+
+
+def _task(**opts):
+    cls = task_class("tree-traversal")
+    task = cls({**dict.fromkeys(cls.options), **{k: v[1] for k, v in cls.options.items()},
+                **TINY, **opts}, 0)
+    task.setup()
+    return task
+
+
+def _oracle(task, split: str, model) -> None:
+    """Make ``model`` decode the target of every example whose target length is even, and
+    nothing for the others, by greedy decoding and by beam search."""
+    answers = {tuple(src): tgt for src, tgt in task.encoded[split]}
+
+    def decode(src, lengths, *args, **kwargs):
+        out = []
+        for row, n in zip(src.tolist(), lengths.tolist(), strict=True):
+            target = answers[tuple(row[:n])]
+            out.append(list(target) if len(target) % 2 == 0 else [])
+        return out
+
+    model.greedy = decode
+    model.beam_search = decode
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_each_length_counts_its_examples_and_its_exact_matches(beam):
+    task = _task(beam=beam)
+    model = task.build_model("lstm", {"hidden_size": 8})
+    model.eval()
+    _oracle(task, "valid", model)
+    counts = task.exact_match_by_length(model, "valid")
+    targets = [len(t) for _, t in task.encoded["valid"]]
+    assert list(counts) == sorted(set(targets))
+    for length, (n, hits) in counts.items():
+        assert n == targets.count(length)
+        assert hits == (n if length % 2 == 0 else 0)
+    with torch.no_grad():
+        overall = task.evaluate(model, "valid")["exact_match"]
+    assert overall == sum(h for _, h in counts.values()) / len(targets)
+    assert 0 < overall < 1  # both kinds of length are there, so the check can fail
+
+
+def test_an_unknown_split_is_named():
+    task = _task()
+    with pytest.raises(ValueError, match="split: expected one of"):
+        task.exact_match_by_length(task.build_model("lstm", {"hidden_size": 8}), "train2")
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("copy") / "run"
+    assert main(["train", "--task", "copy", "--model", "lstm", "--max-steps", "6", "--out",
+                 str(out), "--no-progress", "model.hidden_size=8", "task.train_size=64",
+                 "task.valid_size=40", "task.test_size=24", "task.embedding_size=8",
+                 "batch_size=16"]) == 0
+    return out / "best.safetensors"
+
+
+def test_eval_by_length_prints_a_row_a_length_and_json_rows(copy_run, capsys):
+    assert main(["eval", "--checkpoint", str(copy_run), "--split", "valid", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["eval", "--checkpoint", str(copy_run), "--split", "valid", "--json",
+                 "--by-length"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["exact_match"] == plain["exact_match"]
+    rows = data["by_length"]
+    assert sum(r["examples"] for r in rows) == 40
+    assert [r["length"] for r in rows] == sorted(r["length"] for r in rows)
+    assert sum(r["examples"] * r["exact_match"] for r in rows) == pytest.approx(
+        40 * data["exact_match"])
+    assert main(["eval", "--checkpoint", str(copy_run), "--by-length"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].split() == ["target", "length", "examples", "exact", "match", "(%)"]
+    assert sum(int(line.split()[1]) for line in printed[2:]) == 24  # the test split
+
+
+def test_eval_by_length_refuses_a_task_that_decodes_nothing(tmp_path, capsys):
+    out = tmp_path / "logic"
+    assert main(["train", "--task", "logic", "--model", "lstm", "--max-steps", "2", "--out",
+                 str(out), "--no-progress", "model.hidden_size=8", "task.train_size=64",
+                 "task.valid_size=16", "task.test_per_count=4", "batch_size=16"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out / "best.safetensors"), "--by-length"]) == 2
+    assert "--by-length: task 'logic' decodes no sequences" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def length_probe(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "length_probe", ROOT / "scripts" / "length_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("length_probe", None)
+
+
+def _probe(module, monkeypatch, *argv: str) -> None:
+    monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
+    module.main()
+
+
+def test_the_length_probe_records_each_run_and_its_page_shows_them(
+        length_probe, copy_run, tmp_path, monkeypatch):
+    out = tmp_path / "probes" / "qrnn-copy-by-length.json"
+    out.parent.mkdir()
+    _probe(length_probe, monkeypatch, "qrnn-copy", f"first={copy_run}", "--json", str(out))
+    _probe(length_probe, monkeypatch, "qrnn-copy", f"again={copy_run}", "--split", "valid",
+           "--json", str(out))
+    data = json.loads(out.read_text())
+    assert data["kind"] == BY_LENGTH and data["written"].endswith("+00:00")
+    first, again = data["runs"]["first"], data["runs"]["again"]
+    assert (first["split"], again["split"]) == ("test", "valid")
+    assert first["task"] == "copy" and 1 <= first["step"] <= 6 and first["seed"] == 0
+    assert sum(r["examples"] for r in first["by_length"]) == 24
+    exp = replace(next(e for e in EXPERIMENTS if e.id == "qrnn-copy"),
+                  probe_files=(out.name,))
+    text = "\n".join(probe_lines(exp, out.parent))
+    assert "| target length (test split) | examples | first |" in text
+    assert "| target length (valid split) | examples | again |" in text
+    assert f"first={copy_run}" in text
+    for run, size in ((first, 24), (again, 40)):
+        assert f"| all | {size} | {100 * run['exact_match']:.1f} |" in text
+    rows = len(first["by_length"]) + len(again["by_length"])
+    assert text.count("\n| ") == 2 * 2 + rows  # a header and a total a split
+
+
+def test_the_length_probe_refuses_what_it_cannot_score(length_probe, tmp_path, monkeypatch):
+    other = tmp_path / "arm.json"
+    other.write_text(json.dumps({"kind": "arm", "probes": {}}))
+    with pytest.raises(SystemExit, match="runs: expected NAME=CHECKPOINT"):
+        _probe(length_probe, monkeypatch, "qrnn-copy", "no-path")
+    with pytest.raises(SystemExit, match="runs: "):
+        _probe(length_probe, monkeypatch, "qrnn-copy", f"x={tmp_path / 'none.safetensors'}",
+               "--json", str(tmp_path / "p.json"))
+    with pytest.raises(SystemExit, match="arm: qrnn-copy has no arm 'Nope'"):
+        _probe(length_probe, monkeypatch, "qrnn-copy", "x=y", "--arm", "Nope")
+    with pytest.raises(SystemExit, match="not 'by-length'"):
+        _probe(length_probe, monkeypatch, "qrnn-copy", "x=y", "--json", str(other))
