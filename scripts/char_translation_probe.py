@@ -3,8 +3,9 @@ which of its differences from the QRNN arm limits its fit.
 
 Trains, through ``ctrlrnn train`` (the experiment's own task, model and trainer), the LSTM arm
 as the experiment defines it, variants that each change one thing (a bidirectional encoder,
-``task.decoder_init=layers`` as the QRNN decoder's eq 7, twice the width, the QRNN arm's
-learning rate), and the QRNN arm as the reference, each for the same budget on the same
+at its width or narrowed to the one-way arm's parameter count, ``task.decoder_init=layers``
+as the QRNN decoder's eq 7, twice the width, the QRNN arm's learning rate), and the QRNN arm
+as the reference, each for the same budget on the same
 10,000 training verses, seed and batch order, ``--jobs`` runs at a time, one thread each.
 The budget is either ``--steps N``, exactly N optimizer steps (the trainer's own
 ``--max-steps``; nothing is timed, so a run paused or slowed by other work on the machine ends
@@ -80,6 +81,10 @@ RUNS: dict[str, tuple[str, dict[str, str], str]] = {
                     "pairing)"),
     "lstm-lr": ("lstm", {**LSTM, "lr": QRNN["lr"]}, "the QRNN arm's learning rate"),
     "lstm-wide": ("lstm", {**LSTM, "model.hidden_size": "256"}, "twice the width (256)"),
+    "lstm-bidir-92": ("lstm", {**LSTM, "model.bidirectional": "true",
+                               "model.hidden_size": "92"},
+                      "bidirectional encoder at about the one-way arm's parameters (92 units "
+                      "a direction, a decoder of 92)"),
     "lstm-bidir-layers": ("lstm", {**LSTM, "model.bidirectional": "true",
                                    "task.decoder_init": "layers"},
                           "bidirectional encoder and decoder_init=layers"),
