@@ -7,26 +7,18 @@ resumes; a results file of another budget is not overwritten. Nothing is trained
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import signal
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from script_modules import script_module
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location(
-        "char_translation_probe", ROOT / "scripts" / "char_translation_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with script_module("char_translation_probe") as module:
+        yield module
 
 
 def _args(probe, *argv: str) -> argparse.Namespace:

@@ -5,39 +5,31 @@ training-set sizes, each under the whole split's vocabulary or its own slice's."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from script_modules import script_module
 
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.probe_tables import ARM, DATA_SIZE, probe_lines
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture()
 def arm_probe(tmp_path, monkeypatch):
-    module = _script("arm_probe")
+    with script_module("arm_probe") as module:
+        yield _at_chosen(module, tmp_path, monkeypatch)
+
+
+def _at_chosen(module, tmp_path, monkeypatch):
     results = tmp_path / "results"
     results.mkdir()
     chosen = {"lr": 0.003, "model.dropout": 0.1}
     (results / "metagross-tree.json").write_text(json.dumps(
         {"arms": {"BiLSTM": {"tuning": {"chosen": chosen}}}}))
     monkeypatch.setattr(module, "RESULTS", results)
-    yield module
-    sys.modules.pop("arm_probe", None)
+    return module
 
 
 def _run(module, monkeypatch, *argv: str) -> None:
@@ -116,8 +108,15 @@ def test_an_arm_still_in_its_search_takes_its_values_from_the_overrides(
     assert row["step"] == 4
 
 
-def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(tmp_path, monkeypatch):
-    probe = _script("carnn_lm_data_probe")
+@pytest.fixture()
+def carnn_probe():
+    with script_module("carnn_lm_data_probe") as module:
+        yield module
+
+
+def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(carnn_probe, tmp_path,
+                                                                 monkeypatch):
+    probe = carnn_probe
     source = tmp_path / "text"
     source.mkdir()
     # the first 40 training sentences use words 0-19, the next 40 words 20-39, the tests all

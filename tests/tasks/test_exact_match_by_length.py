@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from dataclasses import replace
@@ -12,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from script_modules import script_module
 
 from ctrlrnn.cli import main
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.probe_tables import BY_LENGTH, probe_lines
 from ctrlrnn.tasks import task_class
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = {"train_size": 64, "valid_size": 48, "test_size": 16, "embedding_size": 8,
         "max_depth": 4}
 
@@ -110,14 +109,9 @@ def test_eval_by_length_refuses_a_task_that_decodes_nothing(tmp_path, capsys):
 
 
 @pytest.fixture()
-def length_probe(monkeypatch):
-    spec = importlib.util.spec_from_file_location(
-        "length_probe", ROOT / "scripts" / "length_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("length_probe", None)
+def length_probe():
+    with script_module("length_probe") as module:
+        yield module
 
 
 def _probe(module, monkeypatch, *argv: str) -> None:
