@@ -265,3 +265,10 @@ def test_a_parameter_count_is_never_printed_as_zero_millions():
     assert parameter_count(10_000) == "0.01M"
     assert parameter_count(3_726) == "3,726"
     assert parameter_count(9_999) == "9,999"
+
+
+def test_the_tree_task_names_its_growth_probability_as_ours():
+    """The paper states no growth probability: the data row says ours is our choice."""
+    for exp_id in ("metagross-tree3", "metagross-tree", "metagross-tree5"):
+        rows = {k: here for k, _p, here, _s in paper_vs_here.rows(by_id()[exp_id], "full")}
+        assert "growth probability p = 0.7 (the paper states none)" in rows["data"], exp_id

@@ -145,7 +145,7 @@ def _data_here(task: str, args: dict[str, Any]) -> str:
     if option:
         text += f", {option.replace('_', ' ')} {args[option]}"
     if task == "tree-traversal":
-        text += f", p = {args['p']}"
+        text += f", growth probability p = {args['p']} (the paper states none)"
     if task == "logic":
         text += f", train 1-{args['max_train_operators']} operators, test 7-12"
     _train, valid, test = _splits(task, args)
