@@ -17,6 +17,7 @@ from ctrlrnn.cli import main
 from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.probe_tables import BY_LENGTH, probe_lines
 from ctrlrnn.tasks import task_class
+from ctrlrnn.train.config import check_options
 
 TINY = {"train_size": 64, "valid_size": 48, "test_size": 16, "embedding_size": 8,
         "max_depth": 4}
@@ -35,13 +36,15 @@ def _oracle(task, split: str, model) -> None:
     nothing for the others, by greedy decoding and by beam search."""
     answers = {tuple(src): tgt for src, tgt in task.encoded[split]}
 
-    def decode(src, lengths, *args, **kwargs):
+    def decode(src, lengths, *args, max_len: int = 0, **kwargs):
+        model.decoded_to.append(max_len or args[-1])
         out = []
         for row, n in zip(src.tolist(), lengths.tolist(), strict=True):
             target = answers[tuple(row[:n])]
             out.append(list(target) if len(target) % 2 == 0 else [])
         return out
 
+    model.decoded_to = []  # the length limit of each call, to compare two decodings
     model.greedy = decode
     model.beam_search = decode
 
@@ -62,6 +65,32 @@ def test_each_length_counts_its_examples_and_its_exact_matches(beam):
         overall = task.evaluate(model, "valid")["exact_match"]
     assert overall == sum(h for _, h in counts.values()) / len(targets)
     assert 0 < overall < 1  # both kinds of length are there, so the check can fail
+
+
+@pytest.mark.parametrize("name", ["translate-char", "translate-word"])
+def test_a_translation_counts_what_its_evaluation_counts(name):
+    """Translations are scored on their detokenised text, decoded to a length set by the
+    source: the breakdown counts exactly the evaluation's exact matches."""
+    pytest.importorskip("sacrebleu")
+    words = ["el perro", "el gato", "ve pan", "el gato chico come pan", "come"]
+    pairs = {split: [(w.replace("el", "the"), w) for w in words]
+             for split in ("train", "valid", "test")}
+    cls = task_class(name)
+    opts = check_options("task", name, {"embedding_size": 8}, cls.options)
+    task = cls(opts, seed=0, pairs=pairs)
+    task.setup()
+    model = task.build_model("lstm", {"hidden_size": 8})
+    model.eval()
+    _oracle(task, "valid", model)
+    counts = task.exact_match_by_length(model, "valid")
+    assert sum(n for n, _ in counts.values()) == len(words)
+    assert all(hits == (n if length % 2 == 0 else 0) for length, (n, hits) in counts.items())
+    limits, model.decoded_to = model.decoded_to, []
+    with torch.no_grad():
+        overall = task.evaluate(model, "valid")["exact_match"]
+    assert overall == sum(h for _, h in counts.values()) / len(words)
+    assert 0 < overall < 1
+    assert limits == model.decoded_to  # one batch each, decoded to the same length
 
 
 def test_an_unknown_split_is_named():

@@ -176,21 +176,27 @@ class Seq2SeqTask(Task):
             hyps = model.greedy(batch["src"], batch["src_lengths"], max_len)
         return [h == t for h, (_, t) in zip(hyps, pairs, strict=True)]
 
+    def exact_of(self, model: nn.Module, split: str, idx: Sequence[int]) -> list[bool]:
+        """Whether the decoded output of each example ``idx`` of ``split`` is exactly its
+        target, decoded and compared as :meth:`evaluate` does."""
+        pairs = [self.encoded[split][i] for i in idx]
+        return self._exact(model, self.to_device(self._batch(pairs)), pairs)
+
     def exact_match_by_length(self, model: nn.Module, split: str) -> dict[int, tuple[int, int]]:
-        """``{target length: (examples, exact matches)}`` on ``split``, decoded as
-        :meth:`evaluate` decodes: where the exact match is lost as outputs grow longer. The
-        caller puts ``model`` in eval mode, as for :meth:`evaluate`."""
+        """``{target length in tokens: (examples, exact matches)}`` on ``split``: where the
+        exact match is lost as outputs grow longer. The caller puts ``model`` in eval mode,
+        as for :meth:`evaluate`."""
         if split not in self.encoded:
             raise ValueError(f"split: expected one of {sorted(self.encoded)}, got {split!r}")
         data = self.encoded[split]
         size = self.opts["eval_batch_size"]
         counts: dict[int, list[int]] = {}
         for k in range(0, len(data), size):
-            pairs = data[k : k + size]
+            idx = range(k, min(k + size, len(data)))
             with torch.no_grad():
-                matches = self._exact(model, self.to_device(self._batch(pairs)), pairs)
-            for (_, target), match in zip(pairs, matches, strict=True):
-                row = counts.setdefault(len(target), [0, 0])
+                matches = self.exact_of(model, split, idx)
+            for i, match in zip(idx, matches, strict=True):
+                row = counts.setdefault(len(data[i][1]), [0, 0])
                 row[0] += 1
                 row[1] += int(match)
         return {length: (row[0], row[1]) for length, row in sorted(counts.items())}

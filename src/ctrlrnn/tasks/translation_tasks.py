@@ -307,6 +307,14 @@ class TranslationTask(Seq2SeqTask):
                                      alpha=self.opts["alpha"], max_len=max_len)
         return model.greedy(batch["src"], batch["src_lengths"], max_len)
 
+    def exact_of(self, model: nn.Module, split: str, idx: Sequence[int]) -> list[bool]:
+        """Whether each example ``idx`` of ``split`` is translated exactly, as
+        :meth:`evaluate` counts it: the detokenised translation equals the reference text."""
+        examples, data = self.splits[split], self.encoded[split]
+        batch = self.to_device(self._batch([data[i] for i in idx]))
+        return [self.detokenize(self.vocab.decode(out)) == self.detokenize(examples[i].target)
+                for i, out in zip(idx, self.translate(model, batch), strict=True)]
+
     def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
         self.clock.pause()
         examples = self.splits[split]
