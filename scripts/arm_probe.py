@@ -21,7 +21,10 @@ From the repository root, with the project's environment::
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,28 @@ def _chosen(exp_id: str, label: str, given: dict[str, Any]) -> dict[str, Any]:
     return dict(chosen or {})
 
 
+def _read(path: Path, experiment: str) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
+        "experiment": experiment, "kind": ARM, "threads": 1, "probes": {}}
+
+
+def _record(path: Path, experiment: str, name: str, probe: dict[str, Any],
+            row: dict[str, Any]) -> None:
+    """Add ``row`` to probe ``name`` of the file as it is on disk now, under an exclusive lock:
+    probes of one experiment often run side by side, and each writes only when a run ends,
+    so a file read at the start would drop the rows the others wrote since."""
+    # the lock is a file of its own, outside the repository: the JSON file is replaced whole
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"ctrlrnn-probe-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _read(path, experiment)
+        current = data["probes"].setdefault(name, {**probe, "runs": []})
+        current["runs"] = sorted([*(r for r in current["runs"] if r["seed"] != row["seed"]),
+                                  row], key=lambda r: r["seed"])
+        write_probe_file(path, data)
+    probe["runs"] = current["runs"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment")
@@ -72,8 +97,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_intermixed_args()
     path = args.json or PROBES / f"{args.experiment}.json"
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
-        "experiment": args.experiment, "kind": ARM, "threads": 1, "probes": {}}
+    data = _read(path, args.experiment)
     try:
         exp, arm = experiment_arm(args.experiment, args.arm)
     except ValueError as exc:
@@ -94,8 +118,7 @@ def main() -> None:
         out = args.runs / args.experiment / f"{args.name}-seed{seed}"
         row = {"seed": seed, "settings": extra,
                **train_probe_run(exp, arm, seed, out, extra)}
-        probe["runs"] = sorted([*probe["runs"], row], key=lambda r: r["seed"])
-        write_probe_file(path, data)
+        _record(path, args.experiment, args.name, probe, row)
         print(f"{args.name}, seed {seed}: valid {row['valid']}, test {row['test']}, "
               f"stopped by {row['stop_reason']} at step {row['step']} (best {row['best_step']})",
               flush=True)

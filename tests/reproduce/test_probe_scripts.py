@@ -149,3 +149,20 @@ def test_carnn_lm_data_probe_compares_sizes_under_one_vocabulary(carnn_probe, tm
     with pytest.raises(SystemExit, match="SIZE:whole or SIZE:slice"):
         probe.main()
     sys.modules.pop("carnn_lm_data_probe", None)
+
+
+def test_a_probe_keeps_what_another_probe_wrote_while_it_trained(arm_probe, tmp_path):
+    """Two probes of one experiment side by side: each adds its run to the file as it is on
+    disk when the run ends, not as it was when the probe started."""
+    out = tmp_path / "probe.json"
+    stale = arm_probe._read(out, "metagross-tree")  # what a probe reads as it starts
+    mine = stale["probes"].setdefault("mine", {"arm": "BiLSTM", "overrides": {}, "runs": []})
+    theirs = {"arm": "BiLSTM", "overrides": {"lr": 0.002}, "runs": []}
+    arm_probe._record(out, "metagross-tree", "theirs", theirs, {"seed": 1, "step": 5})
+    arm_probe._record(out, "metagross-tree", "mine", mine, {"seed": 2, "step": 7})
+    arm_probe._record(out, "metagross-tree", "mine", mine, {"seed": 0, "step": 3})
+    data = json.loads(out.read_text())
+    assert data["probes"]["theirs"]["runs"] == [{"seed": 1, "step": 5}]
+    assert [r["seed"] for r in data["probes"]["mine"]["runs"]] == [0, 2]
+    assert mine["runs"] == data["probes"]["mine"]["runs"]
+    assert data["kind"] == ARM and data["probes"]["theirs"]["overrides"] == {"lr": 0.002}
