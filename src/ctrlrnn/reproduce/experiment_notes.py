@@ -85,10 +85,13 @@ CHAR_TRANSLATION_VARIANTS_NOTE = (
     "source one way, where the QRNN's first encoder layer, a centred width-6 convolution, sees "
     "the characters on both sides of each one. The bidirectional encoder also brings "
     "parameters (1.06M in all, against the one-way LSTM's 0.58M and the QRNN's 0.55M), and "
-    "this probe does not separate the two (a bidirectional encoder of half the width would). "
-    "The arm `LSTM (bidirectional encoder)` is this baseline under the experiment's own search "
-    "and seeds, and the claim is judged against it too. The probe's QRNN and one-way LSTM runs "
-    "at 6,250 steps are not finished yet.")
+    "this run does not separate the two: the probe's `lstm-bidir-92`, a bidirectional encoder "
+    "of 92 units a direction (about the one-way LSTM's parameters), will. The probe's own "
+    "QRNN run, the arm as defined at the same 6,250 steps and seed, ends at the earlier "
+    "search's value (validation loss 0.918) with a greedy BLEU of 4.2, against the "
+    "bidirectional LSTM's 0.700 and 18.2. The arm `LSTM (bidirectional encoder)` is this "
+    "baseline under the experiment's own search and seeds, and the claim is judged against it "
+    "too. The probe's one-way LSTM run at 6,250 steps is not finished yet.")
 
 #: what the equal-step probe of the character-level LSTM shows (scripts/
 #: char_translation_probe.py; its tables are rendered from the probe file)
