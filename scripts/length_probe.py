@@ -3,9 +3,11 @@ where its exact match is lost as the outputs grow longer (``ctrlrnn eval --by-le
 a probe file its page renders).
 
 Each ``NAME=CHECKPOINT`` pair scores one checkpoint (a run's ``best.safetensors``) on
-``--split``, decoded as the run's own evaluation decodes, and records it under ``NAME`` in
-``--json`` (default ``docs/results/data/probes/EXPERIMENT-by-length.json``); a name already
-there is scored again and replaced. One thread.
+``--split``, decoded as the run's own evaluation decodes, and records under ``NAME`` in
+``--json`` (default ``docs/results/data/probes/EXPERIMENT-by-length.json``), for each target
+length, its examples, the share exactly right (``exact_match``) and the count of wrong outputs
+that hold the target's tokens in another order (``reordered``); a name already there is
+scored again and replaced. One thread.
 
 From the repository root, with the project's environment::
 
@@ -52,12 +54,13 @@ def score(checkpoint: Path, split: str) -> dict[str, Any]:
                          "no sequences")
     model.eval()
     counts = by_length(model, split)
-    examples = sum(n for n, _ in counts.values())
+    examples = sum(c.examples for c in counts.values())
     return {"checkpoint": str(checkpoint), "task": cfg.task, "model": cfg.model,
             "seed": cfg.seed, "step": stored_step(checkpoint),
-            "exact_match": sum(hits for _, hits in counts.values()) / max(examples, 1),
-            "by_length": [{"length": length, "examples": n, "exact_match": hits / n}
-                          for length, (n, hits) in counts.items()]}
+            "exact_match": sum(c.exact for c in counts.values()) / max(examples, 1),
+            "by_length": [{"length": length, "examples": c.examples,
+                           "exact_match": c.exact / c.examples, "reordered": c.reordered}
+                          for length, c in counts.items()]}
 
 
 def main() -> None:

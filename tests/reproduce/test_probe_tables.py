@@ -133,6 +133,13 @@ def test_a_length_probe_says_each_cells_count_where_runs_scored_other_trees(tmp_
     assert "| target length (test split) | examples | same-a | same-b |" in text
     assert "| 10 | 4 | 50.0 | 100.0 |" in text and "| all | 8 | 37.5 | 50.0 |" in text
     assert "metagross-tree5's checkpoints" in text and "load column" not in text
+    assert "in another order" not in text  # scored before the probe counted reorderings
+    runs["same-a"]["by_length"][1]["reordered"] = 2
+    runs["same-a"]["by_length"][0]["reordered"] = 1
+    path.write_text(json.dumps({"kind": BY_LENGTH, "experiment": "metagross-tree5",
+                                "runs": runs}))
+    text = "\n".join(probe_lines(exp, tmp_path))
+    assert "in another order: same-a 3 of 5." in text  # 2 + 3 of the 8 are wrong
     runs["other"] = _scored({10: (2, 0.5), 12: (6, 0.0)})
     path.write_text(json.dumps({"kind": BY_LENGTH, "experiment": "metagross-tree5",
                                 "runs": runs}))

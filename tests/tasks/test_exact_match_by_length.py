@@ -31,40 +31,58 @@ def _task(**opts):
     return task
 
 
+def _answer(target: list[int]) -> list[int]:
+    """The oracle's output for ``target``: the target itself at an even length, the target
+    reversed at lengths 1, 5, 9... (a reordering from 5 on), nothing at lengths 3, 7, 11..."""
+    if len(target) % 2 == 0:
+        return list(target)
+    return list(reversed(target)) if len(target) % 4 == 1 else []
+
+
+def _expected(length: int) -> tuple[bool, bool]:
+    """(exact, wrong only in order) of the oracle's output at a target ``length``."""
+    return length % 2 == 0 or length == 1, length % 4 == 1 and length > 1
+
+
 def _oracle(task, split: str, model) -> None:
-    """Make ``model`` decode the target of every example whose target length is even, and
-    nothing for the others, by greedy decoding and by beam search."""
+    """Make ``model`` decode :func:`_answer` of every example's target, by greedy decoding
+    and by beam search."""
     answers = {tuple(src): tgt for src, tgt in task.encoded[split]}
 
     def decode(src, lengths, *args, max_len: int = 0, **kwargs):
         model.decoded_to.append(max_len or args[-1])
-        out = []
-        for row, n in zip(src.tolist(), lengths.tolist(), strict=True):
-            target = answers[tuple(row[:n])]
-            out.append(list(target) if len(target) % 2 == 0 else [])
-        return out
+        return [_answer(answers[tuple(row[:n])])
+                for row, n in zip(src.tolist(), lengths.tolist(), strict=True)]
 
     model.decoded_to = []  # the length limit of each call, to compare two decodings
     model.greedy = decode
     model.beam_search = decode
 
 
+def _check_counts(counts, targets: list[int]) -> None:
+    assert list(counts) == sorted(set(targets))
+    for length, score in counts.items():
+        exact, reordered = _expected(length)
+        assert score.examples == targets.count(length)
+        assert score.exact == (score.examples if exact else 0), length
+        assert score.reordered == (score.examples if reordered else 0), length
+    # each kind of outcome is there, so each check can fail
+    assert {_expected(length) for length in targets} == {(True, False), (False, True),
+                                                         (False, False)}
+
+
 @pytest.mark.parametrize("beam", [1, 2])
-def test_each_length_counts_its_examples_and_its_exact_matches(beam):
+def test_each_length_counts_its_examples_exact_matches_and_reorderings(beam):
     task = _task(beam=beam)
     model = task.build_model("lstm", {"hidden_size": 8})
     model.eval()
     _oracle(task, "valid", model)
     counts = task.exact_match_by_length(model, "valid")
     targets = [len(t) for _, t in task.encoded["valid"]]
-    assert list(counts) == sorted(set(targets))
-    for length, (n, hits) in counts.items():
-        assert n == targets.count(length)
-        assert hits == (n if length % 2 == 0 else 0)
+    _check_counts(counts, targets)
     with torch.no_grad():
         overall = task.evaluate(model, "valid")["exact_match"]
-    assert overall == sum(h for _, h in counts.values()) / len(targets)
-    assert 0 < overall < 1  # both kinds of length are there, so the check can fail
+    assert overall == sum(c.exact for c in counts.values()) / len(targets)
 
 
 @pytest.mark.parametrize("name", ["translate-char", "translate-word"])
@@ -72,7 +90,7 @@ def test_a_translation_counts_what_its_evaluation_counts(name):
     """Translations are scored on their detokenised text, decoded to a length set by the
     source: the breakdown counts exactly the evaluation's exact matches."""
     pytest.importorskip("sacrebleu")
-    words = ["el perro", "el gato", "ve pan", "el gato chico come pan", "come"]
+    words = ["el perro", "el gato", "ve el", "el gato chico come pan", "el gato come"]
     pairs = {split: [(w.replace("el", "the"), w) for w in words]
              for split in ("train", "valid", "test")}
     cls = task_class(name)
@@ -83,13 +101,11 @@ def test_a_translation_counts_what_its_evaluation_counts(name):
     model.eval()
     _oracle(task, "valid", model)
     counts = task.exact_match_by_length(model, "valid")
-    assert sum(n for n, _ in counts.values()) == len(words)
-    assert all(hits == (n if length % 2 == 0 else 0) for length, (n, hits) in counts.items())
+    _check_counts(counts, [len(t) for _, t in task.encoded["valid"]])
     limits, model.decoded_to = model.decoded_to, []
     with torch.no_grad():
         overall = task.evaluate(model, "valid")["exact_match"]
-    assert overall == sum(h for _, h in counts.values()) / len(words)
-    assert 0 < overall < 1
+    assert overall == sum(c.exact for c in counts.values()) / len(words)
     assert limits == model.decoded_to  # one batch each, decoded to the same length
 
 
@@ -121,9 +137,11 @@ def test_eval_by_length_prints_a_row_a_length_and_json_rows(copy_run, capsys):
     assert [r["length"] for r in rows] == sorted(r["length"] for r in rows)
     assert sum(r["examples"] * r["exact_match"] for r in rows) == pytest.approx(
         40 * data["exact_match"])
+    assert all(0 <= r["reordered"] <= 1 - r["exact_match"] for r in rows)
     assert main(["eval", "--checkpoint", str(copy_run), "--by-length"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[1].split() == ["target", "length", "examples", "exact", "match", "(%)"]
+    assert printed[1].split() == ["target", "length", "examples", "exact", "match", "(%)",
+                                  "wrong", "only", "in", "order", "(%)"]
     assert sum(int(line.split()[1]) for line in printed[2:]) == 24  # the test split
 
 
@@ -161,16 +179,19 @@ def test_the_length_probe_records_each_run_and_its_page_shows_them(
     assert (first["split"], again["split"]) == ("test", "valid")
     assert first["task"] == "copy" and 1 <= first["step"] <= 6 and first["seed"] == 0
     assert sum(r["examples"] for r in first["by_length"]) == 24
+    assert all(isinstance(r["reordered"], int) for r in first["by_length"])
     exp = replace(next(e for e in EXPERIMENTS if e.id == "qrnn-copy"),
                   probe_files=(out.name,))
     text = "\n".join(probe_lines(exp, out.parent))
-    assert "| target length (test split) | examples | first |" in text
-    assert "| target length (valid split) | examples | again |" in text
+    steps = (first["step"], again["step"])
+    assert f"| target length (test split) | examples | first (step {steps[0]}) |" in text
+    assert f"| target length (valid split) | examples | again (step {steps[1]}) |" in text
     assert f"first={copy_run}" in text
     for run, size in ((first, 24), (again, 40)):
         assert f"| all | {size} | {100 * run['exact_match']:.1f} |" in text
     rows = len(first["by_length"]) + len(again["by_length"])
     assert text.count("\n| ") == 2 * 2 + rows  # a header and a total a split
+    assert "Wrong outputs that hold exactly their target's tokens in another order: first " in text
 
 
 def test_the_length_probe_refuses_what_it_cannot_score(length_probe, tmp_path, monkeypatch):

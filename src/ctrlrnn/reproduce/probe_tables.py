@@ -249,8 +249,12 @@ def _by_length_table(exp: Experiment, data: dict[str, Any]) -> list[str]:
         # runs on other training-set sizes draw other test trees: each cell then says its count
         shared = len({tuple(sorted(c.items())) for c in sizes.values()}) == 1
         counts = next(iter(sizes.values()))
+        # a search trial's folder holds a later checkpoint once the trial goes on: the step
+        # says which one was scored
+        heads = [f"{name} (step {run['step']:,})" if run.get("step") else name
+                 for name, run in these.items()]
         lines += ["", f"| target length ({split} split) | " + ("examples | " if shared else "")
-                  + " | ".join(these) + " |", "|---|" + "---|" * (len(these) + shared)]
+                  + " | ".join(heads) + " |", "|---|" + "---|" * (len(these) + shared)]
         for length in lengths:
             cells = [_length_cell(rows[name].get(length), shared) for name in these]
             lines.append(f"| {length} | " + (f"{counts[length]:,} | " if shared else "")
@@ -260,7 +264,24 @@ def _by_length_table(exp: Experiment, data: dict[str, Any]) -> list[str]:
                   for name, run in these.items()]
         lines.append("| all | " + (f"{sum(counts.values()):,} | " if shared else "")
                      + " | ".join(totals) + " |")
+        lines += _reordered_line(these)
     return lines
+
+
+def _reordered_line(runs: dict[str, Any]) -> list[str]:
+    """How many of each run's wrong outputs hold the target's tokens in another order (the
+    runs scored before the probe counted them are left out)."""
+    parts = []
+    for name, run in runs.items():
+        rows = run["by_length"]
+        if not all("reordered" in r for r in rows):
+            continue
+        wrong = sum(r["examples"] - round(r["exact_match"] * r["examples"]) for r in rows)
+        parts.append(f"{name} {sum(r['reordered'] for r in rows):,} of {wrong:,}")
+    if not parts:
+        return []
+    return ["", "Wrong outputs that hold exactly their target's tokens in another order: "
+            + "; ".join(parts) + "."]
 
 
 def _length_cell(row: dict[str, Any] | None, shared: bool) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,16 @@ from ctrlrnn.tasks.base import Batch, MemoryNeed, Task
 _BYTES_PER_TOKEN = 16
 #: bytes of one attention score (float32)
 _BYTES_PER_SCORE = 4
+
+
+class LengthScore(NamedTuple):
+    """What :meth:`Seq2SeqTask.exact_match_by_length` counts at one target length."""
+
+    examples: int
+    #: outputs exactly their targets
+    exact: int
+    #: wrong outputs that hold exactly their targets' tokens in another order
+    reordered: int
 
 
 class Seq2SeqTask(Task):
@@ -164,26 +174,35 @@ class Seq2SeqTask(Task):
             "exact_match": exact / max(n, 1.0),
         }
 
-    def _exact(self, model: nn.Module, batch: Batch,
-               pairs: Sequence[tuple[list[int], list[int]]]) -> list[bool]:
-        """Whether each decoded output of ``batch`` (greedy, or beam search with
-        ``task.beam > 1``, up to 5 tokens past the longest target) equals its target."""
+    def _decode(self, model: nn.Module, batch: Batch,
+                pairs: Sequence[tuple[list[int], list[int]]]) -> list[list[int]]:
+        """The outputs of ``batch`` as ids: greedy, or beam search with ``task.beam > 1``, up
+        to 5 tokens past the longest target."""
         max_len = max(len(t) for _, t in pairs) + 5
         if self.opts["beam"] > 1:
-            hyps = model.beam_search(batch["src"], batch["src_lengths"], beam=self.opts["beam"],
+            return model.beam_search(batch["src"], batch["src_lengths"], beam=self.opts["beam"],
                                      alpha=self.opts["alpha"], max_len=max_len)
-        else:
-            hyps = model.greedy(batch["src"], batch["src_lengths"], max_len)
+        return model.greedy(batch["src"], batch["src_lengths"], max_len)
+
+    def _exact(self, model: nn.Module, batch: Batch,
+               pairs: Sequence[tuple[list[int], list[int]]]) -> list[bool]:
+        """Whether each decoded output of ``batch`` equals its target."""
+        hyps = self._decode(model, batch, pairs)
         return [h == t for h, (_, t) in zip(hyps, pairs, strict=True)]
 
-    def exact_of(self, model: nn.Module, split: str, idx: Sequence[int]) -> list[bool]:
-        """Whether the decoded output of each example ``idx`` of ``split`` is exactly its
-        target, decoded and compared as :meth:`evaluate` does."""
+    def outcomes(self, model: nn.Module, split: str,
+                 idx: Sequence[int]) -> list[tuple[bool, bool]]:
+        """For each example ``idx`` of ``split``: whether its output is exactly its target,
+        decoded and compared as :meth:`evaluate` does, and whether a wrong output holds
+        exactly the target's tokens in another order (on sorting and tree traversal: the
+        labels found, their order lost)."""
         pairs = [self.encoded[split][i] for i in idx]
-        return self._exact(model, self.to_device(self._batch(pairs)), pairs)
+        hyps = self._decode(model, self.to_device(self._batch(pairs)), pairs)
+        return [(h == t, h != t and sorted(h) == sorted(t))
+                for h, (_, t) in zip(hyps, pairs, strict=True)]
 
-    def exact_match_by_length(self, model: nn.Module, split: str) -> dict[int, tuple[int, int]]:
-        """``{target length in tokens: (examples, exact matches)}`` on ``split``: where the
+    def exact_match_by_length(self, model: nn.Module, split: str) -> dict[int, LengthScore]:
+        """The :class:`LengthScore` of each target length (in tokens) on ``split``: where the
         exact match is lost as outputs grow longer. The caller puts ``model`` in eval mode,
         as for :meth:`evaluate`."""
         if split not in self.encoded:
@@ -194,12 +213,13 @@ class Seq2SeqTask(Task):
         for k in range(0, len(data), size):
             idx = range(k, min(k + size, len(data)))
             with torch.no_grad():
-                matches = self.exact_of(model, split, idx)
-            for i, match in zip(idx, matches, strict=True):
-                row = counts.setdefault(len(data[i][1]), [0, 0])
+                results = self.outcomes(model, split, idx)
+            for i, (exact, reordered) in zip(idx, results, strict=True):
+                row = counts.setdefault(len(data[i][1]), [0, 0, 0])
                 row[0] += 1
-                row[1] += int(match)
-        return {length: (row[0], row[1]) for length, row in sorted(counts.items())}
+                row[1] += int(exact)
+                row[2] += int(reordered)
+        return {length: LengthScore(*row) for length, row in sorted(counts.items())}
 
     def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:
         out = super().shard(batch, rank, world_size)

@@ -22,7 +22,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -50,6 +50,9 @@ from ctrlrnn.train.config import (
 )
 from ctrlrnn.train.distributed import is_main_process
 from ctrlrnn.train.run import rebuild_from_checkpoint, seed_everything, train_run, validated_config
+
+if TYPE_CHECKING:
+    from ctrlrnn.tasks.seq2seq_tasks import LengthScore
 
 __all__ = ["build_run", "diverged_line", "rebuild_from_checkpoint", "register",
            "resume_command", "run_eval", "run_train", "seed_everything", "train_run",
@@ -267,19 +270,22 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def _print_by_length(args: argparse.Namespace, metrics: dict[str, float],
-                     counts: dict[int, tuple[int, int]]) -> int:
-    """The split's metrics, then its exact match at each target length: a table, or with
-    ``--json`` a ``by_length`` list of ``{length, examples, exact_match}`` rows."""
-    rows = [{"length": length, "examples": n, "exact_match": hits / n}
-            for length, (n, hits) in counts.items()]
+                     counts: dict[int, LengthScore]) -> int:
+    """The split's metrics, then at each target length its examples, the share exactly right
+    and the share wrong only in order (the target's tokens in another order): a table, or
+    with ``--json`` a ``by_length`` list of ``{length, examples, exact_match, reordered}``
+    rows, shares as fractions."""
+    rows = [{"length": length, "examples": c.examples, "exact_match": c.exact / c.examples,
+             "reordered": c.reordered / c.examples} for length, c in counts.items()]
     if args.json:
         print(files.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics,
                            "by_length": rows}, indent=1))
         return 0
     print(f"{args.split}  {format_metrics(metrics)}  ({args.checkpoint})")
-    print("target length  examples  exact match (%)")
+    print("target length  examples  exact match (%)  wrong only in order (%)")
     for row in rows:
-        print(f"{row['length']:>13}  {row['examples']:>8}  {100 * row['exact_match']:>15.1f}")
+        print(f"{row['length']:>13}  {row['examples']:>8}  {100 * row['exact_match']:>15.1f}"
+              f"  {100 * row['reordered']:>23.1f}")
     return 0
 
 
