@@ -24,12 +24,15 @@ import argparse
 import fcntl
 import hashlib
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ctrlrnn.interrupts import exit_status
 from ctrlrnn.reproduce.probe_tables import ARM
 from ctrlrnn.reproduce.probes import PROBES, experiment_arm, train_probe_run, write_probe_file
+from ctrlrnn.train.stops import TrainingInterrupted
 
 RESULTS = Path("docs/results/data/full")
 
@@ -116,8 +119,14 @@ def main() -> None:
             print(f"{args.name}, seed {seed}: in {path} already", flush=True)
             continue
         out = args.runs / args.experiment / f"{args.name}-seed{seed}"
-        row = {"seed": seed, "settings": extra,
-               **train_probe_run(exp, arm, seed, out, extra)}
+        try:
+            row = {"seed": seed, "settings": extra,
+                   **train_probe_run(exp, arm, seed, out, extra)}
+        except TrainingInterrupted as stop:
+            print(f"{args.name}, seed {seed}: stopped at step {stop.step}; its checkpoint "
+                  f"{stop.checkpoint} resumes with the same command", file=sys.stderr,
+                  flush=True)
+            raise SystemExit(exit_status(stop.signum)) from None
         _record(path, args.experiment, args.name, probe, row)
         print(f"{args.name}, seed {seed}: valid {row['valid']}, test {row['test']}, "
               f"stopped by {row['stop_reason']} at step {row['step']} (best {row['best_step']})",

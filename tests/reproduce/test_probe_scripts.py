@@ -166,3 +166,22 @@ def test_a_probe_keeps_what_another_probe_wrote_while_it_trained(arm_probe, tmp_
     assert [r["seed"] for r in data["probes"]["mine"]["runs"]] == [0, 2]
     assert mine["runs"] == data["probes"]["mine"]["runs"]
     assert data["kind"] == ARM and data["probes"]["theirs"]["overrides"] == {"lr": 0.002}
+
+
+def test_a_stopped_probe_says_how_to_resume_and_exits_by_its_signal(arm_probe, tmp_path,
+                                                                       monkeypatch, capsys):
+    import signal
+
+    from ctrlrnn.train.stops import TrainingInterrupted
+
+    def stopped(*args, **kwargs):
+        raise TrainingInterrupted(12, tmp_path / "checkpoint.safetensors", signal.SIGTERM)
+
+    monkeypatch.setattr(arm_probe, "train_probe_run", stopped)
+    out = tmp_path / "probe.json"
+    with pytest.raises(SystemExit) as stop:
+        _run(arm_probe, monkeypatch, "metagross-tree", "BiLSTM", "--name", "toy",
+             "--json", str(out))
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert "toy, seed 0: stopped at step 12; its checkpoint" in capsys.readouterr().err
+    assert not out.exists()  # nothing recorded for a run not finished
