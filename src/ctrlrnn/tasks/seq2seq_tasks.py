@@ -164,7 +164,8 @@ class Seq2SeqTask(Task):
                                          ignore_index=self.vocab.pad_id, reduction="sum"))
             tokens += float(mask.sum())
             correct_tokens += float(((logits.argmax(-1) == b["tgt_out"]) & mask).sum())
-            exact += sum(self._exact(model, b, pairs))
+            hyps = self._decode(model, b, pairs)
+            exact += sum(h == t for h, (_, t) in zip(hyps, pairs, strict=True))
             n += len(pairs)
         loss = nll / max(tokens, 1.0)
         return {
@@ -184,22 +185,25 @@ class Seq2SeqTask(Task):
                                      alpha=self.opts["alpha"], max_len=max_len)
         return model.greedy(batch["src"], batch["src_lengths"], max_len)
 
-    def _exact(self, model: nn.Module, batch: Batch,
-               pairs: Sequence[tuple[list[int], list[int]]]) -> list[bool]:
-        """Whether each decoded output of ``batch`` equals its target."""
-        hyps = self._decode(model, batch, pairs)
-        return [h == t for h, (_, t) in zip(hyps, pairs, strict=True)]
+    def _matches(self, split: str, i: int, hyp: list[int]) -> bool:
+        """Whether ``hyp`` is exactly the target of example ``i`` of ``split``, as
+        :meth:`evaluate` counts it."""
+        return hyp == self.encoded[split][i][1]
 
     def outcomes(self, model: nn.Module, split: str,
                  idx: Sequence[int]) -> list[tuple[bool, bool]]:
         """For each example ``idx`` of ``split``: whether its output is exactly its target,
-        decoded and compared as :meth:`evaluate` does, and whether a wrong output holds
-        exactly the target's tokens in another order (on sorting and tree traversal: the
-        labels found, their order lost)."""
-        pairs = [self.encoded[split][i] for i in idx]
+        decoded (:meth:`_decode`) and compared (:meth:`_matches`) as :meth:`evaluate` does,
+        and whether a wrong output holds exactly the target's tokens in another order (on
+        sorting and tree traversal: the labels found, their order lost)."""
+        data = self.encoded[split]
+        pairs = [data[i] for i in idx]
         hyps = self._decode(model, self.to_device(self._batch(pairs)), pairs)
-        return [(h == t, h != t and sorted(h) == sorted(t))
-                for h, (_, t) in zip(hyps, pairs, strict=True)]
+        out = []
+        for i, hyp in zip(idx, hyps, strict=True):
+            exact = self._matches(split, i, hyp)
+            out.append((exact, not exact and sorted(hyp) == sorted(data[i][1])))
+        return out
 
     def exact_match_by_length(self, model: nn.Module, split: str) -> dict[int, LengthScore]:
         """The :class:`LengthScore` of each target length (in tokens) on ``split``: where the

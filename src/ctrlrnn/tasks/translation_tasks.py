@@ -307,18 +307,15 @@ class TranslationTask(Seq2SeqTask):
                                      alpha=self.opts["alpha"], max_len=max_len)
         return model.greedy(batch["src"], batch["src_lengths"], max_len)
 
-    def outcomes(self, model: nn.Module, split: str,
-                 idx: Sequence[int]) -> list[tuple[bool, bool]]:
-        """For each example ``idx`` of ``split``: whether it is translated exactly, as
-        :meth:`evaluate` counts it (the detokenised translation equals the reference text),
-        and whether a wrong translation holds exactly the target's tokens in another order."""
-        examples, data = self.splits[split], self.encoded[split]
-        batch = self.to_device(self._batch([data[i] for i in idx]))
-        out = []
-        for i, ids in zip(idx, self.translate(model, batch), strict=True):
-            exact = self.detokenize(self.vocab.decode(ids)) == self.detokenize(examples[i].target)
-            out.append((exact, not exact and sorted(ids) == sorted(data[i][1])))
-        return out
+    def _decode(self, model: nn.Module, batch: Batch,
+                pairs: Sequence[tuple[list[int], list[int]]]) -> list[list[int]]:
+        return self.translate(model, batch)
+
+    def _matches(self, split: str, i: int, hyp: list[int]) -> bool:
+        """Whether the detokenised translation ``hyp`` equals example ``i``'s reference text,
+        as :meth:`evaluate` counts an exact match."""
+        return self.detokenize(self.vocab.decode(hyp)) == self.detokenize(
+            self.splits[split][i].target)
 
     def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
         self.clock.pause()
