@@ -319,8 +319,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", action="store_true",
                    help="print the metrics as JSON (accuracies as fractions in [0, 1])")
     e.add_argument("--by-length", dest="by_length", action="store_true",
-                   help="sequence-to-sequence tasks: also the exact match at each target "
-                        "length")
+                   help="sequence-to-sequence tasks: also, at each target length, the "
+                        "share exactly right and the share wrong only in order")
     e.add_argument("--device", default="auto",
                    help="auto (the default: $CTRLRNN_DEVICE, else the GPU when there is one), "
                         "cpu, cuda or cuda:N")
