@@ -21,17 +21,20 @@ From the repository root, with the project's environment::
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ctrlrnn.interrupts import exit_status
 from ctrlrnn.reproduce.probe_tables import ARM
-from ctrlrnn.reproduce.probes import PROBES, experiment_arm, train_probe_run, write_probe_file
+from ctrlrnn.reproduce.probes import (
+    PROBES,
+    experiment_arm,
+    read_probe_file,
+    train_probe_run,
+    update_probe_file,
+)
 from ctrlrnn.train.stops import TrainingInterrupted
 
 RESULTS = Path("docs/results/data/full")
@@ -68,25 +71,24 @@ def _chosen(exp_id: str, label: str, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read(path: Path, experiment: str) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
-        "experiment": experiment, "kind": ARM, "threads": 1, "probes": {}}
+    return read_probe_file(path, _empty(experiment))
+
+
+def _empty(experiment: str) -> dict[str, Any]:
+    return {"experiment": experiment, "kind": ARM, "threads": 1, "probes": {}}
 
 
 def _record(path: Path, experiment: str, name: str, probe: dict[str, Any],
             row: dict[str, Any]) -> None:
-    """Add ``row`` to probe ``name`` of the file as it is on disk now, under an exclusive lock:
-    probes of one experiment often run side by side, and each writes only when a run ends,
-    so a file read at the start would drop the rows the others wrote since."""
-    # the lock is a file of its own, outside the repository: the JSON file is replaced whole
-    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"ctrlrnn-probe-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = _read(path, experiment)
+    """Add ``row`` to probe ``name`` of the file as it is on disk now
+    (:func:`~ctrlrnn.reproduce.probes.update_probe_file`), and to ``probe``."""
+
+    def add(data: dict[str, Any]) -> None:
         current = data["probes"].setdefault(name, {**probe, "runs": []})
         current["runs"] = sorted([*(r for r in current["runs"] if r["seed"] != row["seed"]),
                                   row], key=lambda r: r["seed"])
-        write_probe_file(path, data)
-    probe["runs"] = current["runs"]
+
+    probe["runs"] = update_probe_file(path, _empty(experiment), add)["probes"][name]["runs"]
 
 
 def main() -> None:

@@ -27,13 +27,17 @@ repository root::
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from ctrlrnn.data.vocab import UNK
 from ctrlrnn.reproduce.probe_tables import DATA_SIZE
-from ctrlrnn.reproduce.probes import experiment_arm, train_probe_run, write_probe_file
+from ctrlrnn.reproduce.probes import (
+    experiment_arm,
+    read_probe_file,
+    train_probe_run,
+    update_probe_file,
+)
 from ctrlrnn.reproduce.runner import config_for
 from ctrlrnn.train.config import check_options
 
@@ -92,9 +96,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path,
                         default=Path("docs/results/data/probes/carnn-lm-data.json"))
     args = parser.parse_args()
-    done: dict[str, Any] = (json.loads(args.json.read_text(encoding="utf-8"))
-                            if args.json.exists() else {})
-    runs = {r["run"]: r for r in done.get("runs", [])}
+    runs = {r["run"]: r for r in read_probe_file(args.json, {}).get("runs", [])}
     for name in args.names:
         _parse(name)
         if name in runs:
@@ -105,9 +107,15 @@ def main() -> None:
         print(f"{name} ({row['vocabulary_size']} words): valid {row['valid_perplexity']:.1f}, test "
               f"{row['test_perplexity']:.1f} at step {row['best_step']} of {row['step']} "
               f"({row['stop_reason']})", flush=True)
-        done = {"kind": DATA_SIZE, "probe": "carnn-lm LSTM arm, training-set size", "seed": 0,
-                "threads": 1, "runs": list(runs.values())}
-        write_probe_file(args.json, done)
+        update_probe_file(args.json, {}, lambda data, name=name, row=row: _add(data, name, row))
+
+
+def _add(data: dict[str, Any], name: str, row: dict[str, Any]) -> None:
+    """Put run ``name``'s ``row`` into the probe file's ``data``, as read when it finished."""
+    runs = {r["run"]: r for r in data.get("runs", [])}
+    runs[name] = row
+    data.update({"kind": DATA_SIZE, "probe": "carnn-lm LSTM arm, training-set size", "seed": 0,
+                 "threads": 1, "runs": list(runs.values())})
 
 
 if __name__ == "__main__":

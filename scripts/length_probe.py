@@ -18,14 +18,13 @@ From the repository root, with the project's environment::
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ctrlrnn.reproduce.probe_tables import BY_LENGTH
-from ctrlrnn.reproduce.probes import PROBES, experiment_arm, write_probe_file
+from ctrlrnn.reproduce.probes import PROBES, experiment_arm, read_probe_file, update_probe_file
 from ctrlrnn.train.checkpoint import stored_step
 from ctrlrnn.train.run import rebuild_from_checkpoint
 
@@ -79,15 +78,17 @@ def main() -> None:
             raise SystemExit(str(exc)) from None
     torch.set_num_threads(1)
     path = args.json or PROBES / f"{args.experiment}-by-length.json"
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {
-        "experiment": args.experiment, "kind": BY_LENGTH, "threads": 1, "runs": {}}
-    if data.get("kind") != BY_LENGTH:
-        raise SystemExit(f"json: {path} holds a probe of kind {data.get('kind')!r}, "
-                         f"not {BY_LENGTH!r}")
+    empty = {"experiment": args.experiment, "kind": BY_LENGTH, "threads": 1, "runs": {}}
+    kind = read_probe_file(path, empty).get("kind")
+    if kind != BY_LENGTH:
+        raise SystemExit(f"json: {path} holds a probe of kind {kind!r}, not {BY_LENGTH!r}")
     for name, checkpoint in runs.items():
         row = {"arm": args.arm, "split": args.split, **score(checkpoint, args.split)}
-        data["runs"][name] = row
-        write_probe_file(path, data)
+
+        def add(data: dict[str, Any], name: str = name, row: dict[str, Any] = row) -> None:
+            data["runs"][name] = row
+
+        update_probe_file(path, empty, add)
         print(f"{name}: exact match {100 * row['exact_match']:.1f}% on {args.split} "
               f"({len(row['by_length'])} target lengths)", flush=True)
 

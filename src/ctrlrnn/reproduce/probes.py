@@ -2,17 +2,23 @@
 with some settings changed (its training set's size, its width, its patience), and recorded
 with the measurements a page quotes.
 
-``scripts/arm_probe.py`` and ``scripts/carnn_lm_data_probe.py`` are the command lines; this
-module holds what they share: finding the arm, training one run of it, and writing the probe's
-JSON with the machine it ran on. The pages render these files as tables
-(:mod:`ctrlrnn.reproduce.probe_tables`), by the ``kind`` each writer records.
+``scripts/arm_probe.py``, ``scripts/carnn_lm_data_probe.py`` and ``scripts/length_probe.py`` are
+the command lines; this module holds what they share: finding the arm, training one run of it,
+and reading and updating the probe's JSON, stamped with the machine it ran on. The pages
+render these files as tables (:mod:`ctrlrnn.reproduce.probe_tables`), by the ``kind`` each
+writer records.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
+import hashlib
+import json
 import os
 import platform
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,11 @@ from ctrlrnn.reproduce.experiments import EXPERIMENTS
 from ctrlrnn.reproduce.learning_curves import read_curve
 from ctrlrnn.reproduce.runner import config_for, write_results
 from ctrlrnn.train.run import train_run
+
+try:  # POSIX file locks; without them (Windows) probes side by side are not serialised
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux/macOS
+    fcntl = None  # type: ignore[assignment]
 
 #: where the probes' JSON files live, one per experiment or probe
 PROBES = Path("docs/results/data/probes")
@@ -74,3 +85,27 @@ def write_probe_file(path: Path, data: dict[str, Any]) -> None:
                  "written": datetime.datetime.now(datetime.timezone.utc).isoformat(
                      timespec="seconds")})
     write_results(path, data)
+
+
+def read_probe_file(path: Path, empty: dict[str, Any]) -> dict[str, Any]:
+    """The probe file at ``path``, or a copy of ``empty`` where there is none yet."""
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    return copy.deepcopy(empty)
+
+
+def update_probe_file(path: Path, empty: dict[str, Any],
+                      change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Apply ``change`` to the probe file as it is on disk now (:func:`read_probe_file`) and
+    write it (:func:`write_probe_file`) under an exclusive lock; returns what was written.
+    Probes of one experiment run side by side and each writes when a run ends, so a copy read
+    at its start would drop the rows the others wrote since."""
+    # the lock is a file of its own, outside the repository: the JSON file is replaced whole
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"ctrlrnn-probe-{key}.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read_probe_file(path, empty)
+        change(data)
+        write_probe_file(path, data)
+    return data
