@@ -5,6 +5,7 @@ and a probe run again changes its page's numbers with it."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +34,29 @@ def test_the_committed_page_shows_its_probe_files(exp):
 def test_every_probe_file_is_shown_by_an_experiment():
     shown = {name for e in WITH_PROBES for name in e.probe_files}
     assert {p.name for p in PROBES.glob("*.json")} == shown
+
+
+#: how a note names a probe: a lowercase name with a hyphen in backticks (`trees-30000`);
+#: settings (`task.glove=cache`) and commands hold a dot, an equals sign or a space
+PROBE_NAME = re.compile(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`")
+
+
+def _probe_names(exp) -> set[str]:
+    names: set[str] = set()
+    for name in exp.probe_files:
+        data = json.loads((PROBES / name).read_text(encoding="utf-8"))
+        for key in ("probes", "runs"):
+            if isinstance(data.get(key), dict):
+                names |= set(data[key])
+    return names
+
+
+@pytest.mark.parametrize("exp", WITH_PROBES, ids=lambda e: e.id)
+def test_every_probe_a_note_names_is_in_its_files(exp):
+    """A note that cites a probe by name cites a row its page shows: a probe file written by
+    a stale copy once dropped a row that a note still cited."""
+    cited = set(PROBE_NAME.findall(exp.note or ""))
+    assert cited <= _probe_names(exp), sorted(cited - _probe_names(exp))
 
 
 def _arm_file(tmp_path: Path, test_exact_match: float) -> Path:
