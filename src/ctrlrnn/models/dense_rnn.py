@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn.models.torch_rnn_lengths import run_with_lengths
 
 
 class DenseRNN(nn.Module):
@@ -48,11 +49,7 @@ class DenseRNN(nn.Module):
             if lengths is None:
                 out, h_n = layer(layer_input)
             else:
-                packed = pack_padded_sequence(layer_input, lengths.cpu(), batch_first=True,
-                                              enforce_sorted=False)
-                out_p, h_n = layer(packed)
-                out, _ = pad_packed_sequence(out_p, batch_first=True,
-                                             total_length=x.shape[1])
+                out, h_n = run_with_lengths(layer, layer_input, lengths)
             states.append(h_n)
         if self.kind == "lstm":
             return out, (torch.cat([s[0] for s in states]), torch.cat([s[1] for s in states]))

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ctrlrnn.models.torch_rnn_lengths import run_with_lengths
 from ctrlrnn.nn.registry import UNITS
 from ctrlrnn.ops.padding import last_valid
 from ctrlrnn.options import check_options
@@ -154,9 +154,7 @@ class SequenceEncoder(nn.Module):
         elif self.stateful and self.name == "qrnn":
             out, h_n = self.rnn.forward_stateful(x, hx, lengths)
         elif self.torch_rnn and lengths is not None:
-            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out_p, h_n = self.rnn(packed, hx)
-            out, _ = pad_packed_sequence(out_p, batch_first=True, total_length=x.shape[1])
+            out, h_n = run_with_lengths(self.rnn, x, lengths, hx)
         elif self.torch_rnn:
             out, h_n = self.rnn(x, hx)
         else:

@@ -1,0 +1,119 @@
+"""``torch.nn.LSTM`` and ``torch.nn.GRU`` over variable-length CPU batches, without packing.
+
+On the CPU, torch runs a packed sequence one step at a time over slices of the layer's input
+projection, and the backward of each slice writes a zero tensor as large as the whole
+projection: a batch's backward then grows with the square of its length, and most of a
+training step of a baseline over sentences goes to those zeros. :func:`run_with_lengths` runs
+the same recurrence on the fused cells (:func:`~ctrlrnn.ops.cells.lstm.lstm_sequences`,
+:func:`~ctrlrnn.ops.cells.gru.gru_sequences`), which take the lengths themselves: each layer's
+input projection as one GEMM, both directions in one call, the backward direction over each
+sequence reversed within its length. It reads the module's own parameters, so checkpoints are
+those of the module; outputs are zero at padded steps and each final state is the one at its
+sequence's end, as with packing (equal up to rounding: another summation order).
+
+:func:`fused_path` says where that applies: CPU tensors with the compiled cells loaded, outside
+ONNX export, TorchScript tracing and ``torch.func`` transforms, for modules without
+``proj_size``. Elsewhere :func:`run_with_lengths` packs, as torch does (cuDNN runs packed
+sequences in one call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ctrlrnn.ops import backend, scan_export
+from ctrlrnn.ops.cells.gru import gru_sequences
+from ctrlrnn.ops.cells.lstm import lstm_sequences
+from ctrlrnn.ops.compiled_op import torchscript_tracing
+from ctrlrnn.ops.padding import reverse_padded, zero_padding
+
+__all__ = ["fused_path", "run_with_lengths"]
+
+
+def fused_path(rnn: nn.Module, x: Tensor) -> bool:
+    """Whether :func:`run_with_lengths` serves ``rnn`` (an ``nn.LSTM`` or ``nn.GRU``) on
+    ``x``."""
+    if not isinstance(rnn, (nn.LSTM, nn.GRU)) or getattr(rnn, "proj_size", 0):
+        return False
+    if x.device.type != "cpu" or scan_export.active() or torchscript_tracing():
+        return False
+    return backend.has_kernel("cells", x.device)
+
+
+def _parameters(rnn: nn.LSTM | nn.GRU, layer: int, direction: int) -> list[Tensor | None]:
+    """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one layer and direction (biases None
+    when the module has none)."""
+    suffix = f"_l{layer}" + ("_reverse" if direction else "")
+    names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if rnn.bias else [])
+    found: list[Tensor | None] = [getattr(rnn, name + suffix) for name in names]
+    return found + [None] * (4 - len(found))
+
+
+def _initial(rnn: nn.LSTM | nn.GRU, hx: Any) -> tuple[Tensor | None, Tensor | None]:
+    """``(h0, c0)`` as given to the module, each ``(L * D, B, H)`` or None."""
+    if hx is None:
+        return None, None
+    if isinstance(rnn, nn.LSTM):
+        return hx[0], hx[1]
+    return hx, None
+
+
+def _call(rnn: nn.LSTM | nn.GRU, x: Tensor, layer: int, direction: int,
+          h0: Tensor | None, c0: Tensor | None) -> dict[str, Any]:
+    """The fused cell's keyword arguments for one layer and direction over ``x``."""
+    w_ih, w_hh, b_ih, b_hh = _parameters(rnn, layer, direction)
+    index = layer * (2 if rnn.bidirectional else 1) + direction
+    h = None if h0 is None else h0[index]
+    if isinstance(rnn, nn.LSTM):  # CAS-LSTM eq 1-6: W x_t + b with both biases summed
+        bias = None if b_ih is None else b_ih + b_hh
+        return {"x_proj": F.linear(x, w_ih, bias), "weight_hh": w_hh, "h0": h,
+                "c0": None if c0 is None else c0[index]}
+    # torch.nn.GRU: b_hn stays inside the reset product, so b_hh goes to the cell apart
+    return {"x_proj": F.linear(x, w_ih, b_ih), "weight_hh": w_hh, "bias_hh": b_hh, "h0": h}
+
+
+def run_with_lengths(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor,
+                     hx: Any = None) -> tuple[Tensor, Any]:
+    """``rnn(pack(x, lengths), hx)`` unpacked: ``(output, h_n)`` for a batch-first module and
+    ``x`` ``(B, T, input_size)``; ``output`` ``(B, T, D * H)`` is zero past each length, and
+    ``h_n`` (``(h_n, c_n)`` for the LSTM), ``(L * D, B, H)``, holds each layer's and
+    direction's state where its pass over the sequence ends. On the fused cells where
+    :func:`fused_path` says so, else packed."""
+    if fused_path(rnn, x):
+        return _fused(rnn, x, lengths, hx)
+    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, h_n = rnn(packed, hx)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    return out, h_n
+
+
+def _fused(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor, hx: Any) -> tuple[Tensor, Any]:
+    """:func:`run_with_lengths` on the fused cells."""
+    lstm = isinstance(rnn, nn.LSTM)
+    run = lstm_sequences if lstm else gru_sequences
+    lengths = lengths.to(x.device)
+    h0, c0 = _initial(rnn, hx)
+    directions = 2 if rnn.bidirectional else 1
+    finals: list[list[Tensor]] = [[], []]  # h_n, c_n, layer-major as torch orders them
+    out = zero_padding(x, lengths)  # packing never reads the padding: NaN there stays out
+    for layer in range(rnn.num_layers):
+        if layer and rnn.training and rnn.dropout:  # torch drops each output but the last
+            out = F.dropout(out, rnn.dropout, training=True)
+        inputs = [out if d == 0 else reverse_padded(out, lengths) for d in range(directions)]
+        calls = [_call(rnn, inputs[d], layer, d, h0, c0) for d in range(directions)]
+        results = run(calls, lengths)
+        seqs = [r[0] for r in results]
+        if directions == 2:
+            seqs[1] = reverse_padded(seqs[1], lengths)
+        out = torch.cat(seqs, dim=-1) if directions == 2 else seqs[0]
+        for r in results:  # LSTM: (h_seq, c_seq, h_last, c_last); GRU: (h_seq, h_last)
+            finals[0].append(r[2] if lstm else r[1])
+            if lstm:
+                finals[1].append(r[3])
+    h_n = torch.stack(finals[0])
+    return out, (h_n, torch.stack(finals[1])) if lstm else h_n
