@@ -1,19 +1,14 @@
-"""benchmarks/variable_length_encoders.py: each case times both paths and the fused path is
-the one its name says (the packed run is restored after every round)."""
+"""benchmarks/variable_length_encoders.py: a case times both paths, the fused one through the
+fused cells, and leaves the encoders' choice of path as it found it."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from script_modules import BENCHMARKS, script_module
 
 from ctrlrnn.models import torch_rnn_lengths
 from ctrlrnn.ops import backend
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "variable_length_encoders.py"
-
 
 ORIGINAL_FUSED = torch_rnn_lengths._fused
 
@@ -23,11 +18,8 @@ pytestmark = pytest.mark.skipif(not backend.has_kernel("cells", torch.device("cp
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("variable_length_encoders", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with script_module("variable_length_encoders", BENCHMARKS) as module:
+        yield module
 
 
 @pytest.mark.parametrize("unit", ["lstm", "gru"])
