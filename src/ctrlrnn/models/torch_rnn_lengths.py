@@ -5,8 +5,9 @@ projection, and the backward of each slice writes a zero tensor as large as the 
 projection: a batch's backward then grows with the square of its length, and most of a
 training step of a baseline over sentences goes to those zeros. :func:`run_with_lengths` runs
 the same recurrence on the fused cells (:func:`~ctrlrnn.ops.cells.lstm.lstm_sequences`,
-:func:`~ctrlrnn.ops.cells.gru.gru_sequences`), which take the lengths themselves: each layer's
-input projection as one GEMM, both directions in one call, the backward direction over each
+:func:`~ctrlrnn.ops.cells.gru.gru_sequences`), which take the lengths themselves, as ctrlrnn's
+own layers run them (:func:`~ctrlrnn.nn.base.run_directions`): both directions' input
+projections in one op, both recurrences in one call, the backward direction over each
 sequence reversed within its length. It reads the module's own parameters, so checkpoints are
 those of the module; outputs are zero at padded steps and each final state is the one at its
 sequence's end, as with packing (equal up to rounding: another summation order).
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ctrlrnn.nn.base import DirectionCall, run_directions
 from ctrlrnn.ops import backend, scan_export
 from ctrlrnn.ops.cells.gru import gru_sequences
 from ctrlrnn.ops.cells.lstm import lstm_sequences
@@ -63,18 +65,21 @@ def _initial(rnn: nn.LSTM | nn.GRU, hx: Any) -> tuple[Tensor | None, Tensor | No
     return hx, None
 
 
-def _call(rnn: nn.LSTM | nn.GRU, x: Tensor, layer: int, direction: int,
-          h0: Tensor | None, c0: Tensor | None) -> dict[str, Any]:
-    """The fused cell's keyword arguments for one layer and direction over ``x``."""
+def _direction(rnn: nn.LSTM | nn.GRU, x: Tensor, layer: int, direction: int,
+               h0: Tensor | None, c0: Tensor | None) -> DirectionCall:
+    """One layer and direction over ``x`` as a recurrence of the fused cells, its input
+    projection left to :func:`~ctrlrnn.nn.base.run_directions` (one op for both directions)."""
     w_ih, w_hh, b_ih, b_hh = _parameters(rnn, layer, direction)
     index = layer * (2 if rnn.bidirectional else 1) + direction
     h = None if h0 is None else h0[index]
     if isinstance(rnn, nn.LSTM):  # CAS-LSTM eq 1-6: W x_t + b with both biases summed
         bias = None if b_ih is None else b_ih + b_hh
-        return {"x_proj": F.linear(x, w_ih, bias), "weight_hh": w_hh, "h0": h,
-                "c0": None if c0 is None else c0[index]}
+        return DirectionCall(lstm_sequences,
+                             {"weight_hh": w_hh, "h0": h, "c0": None if c0 is None else c0[index]},
+                             lambda r: (r[0], [r[2], r[3]]), (x, w_ih, bias))
     # torch.nn.GRU: b_hn stays inside the reset product, so b_hh goes to the cell apart
-    return {"x_proj": F.linear(x, w_ih, b_ih), "weight_hh": w_hh, "bias_hh": b_hh, "h0": h}
+    return DirectionCall(gru_sequences, {"weight_hh": w_hh, "bias_hh": b_hh, "h0": h},
+                         lambda r: (r[0], [r[1]]), (x, w_ih, b_ih))
 
 
 def run_with_lengths(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor,
@@ -94,26 +99,21 @@ def run_with_lengths(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor,
 
 def _fused(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor, hx: Any) -> tuple[Tensor, Any]:
     """:func:`run_with_lengths` on the fused cells."""
-    lstm = isinstance(rnn, nn.LSTM)
-    run = lstm_sequences if lstm else gru_sequences
     lengths = lengths.to(x.device)
     h0, c0 = _initial(rnn, hx)
     directions = 2 if rnn.bidirectional else 1
-    finals: list[list[Tensor]] = [[], []]  # h_n, c_n, layer-major as torch orders them
+    finals: list[list[Tensor]] = []  # each layer's and direction's, as torch orders h_n
     out = zero_padding(x, lengths)  # packing never reads the padding: NaN there stays out
     for layer in range(rnn.num_layers):
         if layer and rnn.training and rnn.dropout:  # torch drops each output but the last
             out = F.dropout(out, rnn.dropout, training=True)
         inputs = [out if d == 0 else reverse_padded(out, lengths) for d in range(directions)]
-        calls = [_call(rnn, inputs[d], layer, d, h0, c0) for d in range(directions)]
-        results = run(calls, lengths)
-        seqs = [r[0] for r in results]
-        if directions == 2:
-            seqs[1] = reverse_padded(seqs[1], lengths)
-        out = torch.cat(seqs, dim=-1) if directions == 2 else seqs[0]
-        for r in results:  # LSTM: (h_seq, c_seq, h_last, c_last); GRU: (h_seq, h_last)
-            finals[0].append(r[2] if lstm else r[1])
-            if lstm:
-                finals[1].append(r[3])
-    h_n = torch.stack(finals[0])
-    return out, (h_n, torch.stack(finals[1])) if lstm else h_n
+        done = run_directions([_direction(rnn, inputs[d], layer, d, h0, c0)
+                               for d in range(directions)], lengths)
+        outs = [o if d == 0 else reverse_padded(o, lengths) for d, (o, _) in enumerate(done)]
+        out = outs[0] if directions == 1 else torch.cat(outs, dim=-1)
+        finals.extend(states for _, states in done)
+    h_n = torch.stack([states[0] for states in finals])
+    if isinstance(rnn, nn.LSTM):
+        return out, (h_n, torch.stack([states[1] for states in finals]))
+    return out, h_n
