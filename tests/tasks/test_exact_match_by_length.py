@@ -109,6 +109,35 @@ def test_a_translation_counts_what_its_evaluation_counts(name):
     assert limits == model.decoded_to  # one batch each, decoded to the same length
 
 
+def test_the_outputs_an_evaluation_stored_are_counted_without_decoding_again():
+    task = _task()
+    model = task.build_model("lstm", {"hidden_size": 8})
+    model.eval()
+    _oracle(task, "valid", model)
+    outputs: dict[int, list[int]] = {}
+    with torch.no_grad():
+        overall = task.evaluate(model, "valid", outputs=outputs)["exact_match"]
+    calls = len(model.decoded_to)
+    counts = task.exact_match_by_length(model, "valid", outputs)
+    assert len(model.decoded_to) == calls  # nothing decoded a second time
+    _check_counts(counts, [len(t) for _, t in task.encoded["valid"]])
+    assert overall == sum(c.exact for c in counts.values()) / len(outputs)
+    assert counts == task.exact_match_by_length(model, "valid")  # the same, decoded here
+
+
+def test_outputs_of_part_of_a_split_are_refused():
+    task = _task(eval_batch_size=16)
+    model = task.build_model("lstm", {"hidden_size": 8})
+    model.eval()
+    _oracle(task, "valid", model)
+    outputs: dict[int, list[int]] = {}
+    with torch.no_grad():
+        task.evaluate(model, "valid", max_batches=1, outputs=outputs)
+    assert 0 < len(outputs) < len(task.encoded["valid"])
+    with pytest.raises(ValueError, match="outputs: expected one output for each of the 48"):
+        task.exact_match_by_length(model, "valid", outputs)
+
+
 def test_an_unknown_split_is_named():
     task = _task()
     with pytest.raises(ValueError, match="split: expected one of"):
@@ -143,6 +172,24 @@ def test_eval_by_length_prints_a_row_a_length_and_json_rows(copy_run, capsys):
     assert printed[1].split() == ["target", "length", "examples", "exact", "match", "(%)",
                                   "wrong", "only", "in", "order", "(%)"]
     assert sum(int(line.split()[1]) for line in printed[2:]) == 24  # the test split
+
+
+def test_eval_by_length_decodes_the_split_once(copy_run, capsys, monkeypatch):
+    from ctrlrnn.tasks.seq2seq_tasks import Seq2SeqTask
+
+    decode, calls = Seq2SeqTask._decode, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return decode(self, *args, **kwargs)
+
+    monkeypatch.setattr(Seq2SeqTask, "_decode", counted)
+    assert main(["eval", "--checkpoint", str(copy_run), "--split", "valid", "--json"]) == 0
+    plain = len(calls)
+    assert main(["eval", "--checkpoint", str(copy_run), "--split", "valid", "--json",
+                 "--by-length"]) == 0
+    capsys.readouterr()
+    assert plain >= 1 and len(calls) == 2 * plain
 
 
 def test_eval_by_length_refuses_a_task_that_decodes_nothing(tmp_path, capsys):

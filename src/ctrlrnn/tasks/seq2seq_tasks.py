@@ -148,7 +148,11 @@ class Seq2SeqTask(Task):
         # the single-process mean (see Task.shard)
         return total * batch.get("world_size", 1) / batch["ntokens"]
 
-    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0,
+                 outputs: dict[int, list[int]] | None = None) -> dict[str, float]:
+        """The split's loss, perplexity, token accuracy and exact match. With ``outputs``,
+        each decoded output is also stored there under its example's index, so
+        :meth:`exact_match_by_length` can count them without decoding again."""
         data = self.encoded[split]
         size = self.opts["eval_batch_size"]
         nll = tokens = correct_tokens = exact = n = 0.0
@@ -165,6 +169,8 @@ class Seq2SeqTask(Task):
             tokens += float(mask.sum())
             correct_tokens += float(((logits.argmax(-1) == b["tgt_out"]) & mask).sum())
             hyps = self._decode(model, b, pairs)
+            if outputs is not None:
+                outputs.update((k + j, h) for j, h in enumerate(hyps))
             exact += sum(self._matches(split, k + j, h) for j, h in enumerate(hyps))
             n += len(pairs)
         loss = nll / max(tokens, 1.0)
@@ -190,39 +196,31 @@ class Seq2SeqTask(Task):
         :meth:`evaluate` counts it."""
         return hyp == self.encoded[split][i][1]
 
-    def outcomes(self, model: nn.Module, split: str,
-                 idx: Sequence[int]) -> list[tuple[bool, bool]]:
-        """For each example ``idx`` of ``split``: whether its output is exactly its target,
-        decoded (:meth:`_decode`) and compared (:meth:`_matches`) as :meth:`evaluate` does,
-        and whether a wrong output holds exactly the target's tokens in another order (on
-        sorting and tree traversal: the labels found, their order lost)."""
-        data = self.encoded[split]
-        pairs = [data[i] for i in idx]
-        hyps = self._decode(model, self.to_device(self._batch(pairs)), pairs)
-        out = []
-        for i, hyp in zip(idx, hyps, strict=True):
-            exact = self._matches(split, i, hyp)
-            out.append((exact, not exact and sorted(hyp) == sorted(data[i][1])))
-        return out
-
-    def exact_match_by_length(self, model: nn.Module, split: str) -> dict[int, LengthScore]:
+    def exact_match_by_length(self, model: nn.Module, split: str,
+                              outputs: dict[int, list[int]] | None = None
+                              ) -> dict[int, LengthScore]:
         """The :class:`LengthScore` of each target length (in tokens) on ``split``: where the
-        exact match is lost as outputs grow longer. The caller puts ``model`` in eval mode,
-        as for :meth:`evaluate`."""
+        exact match is lost as outputs grow longer. ``outputs`` are the decoded outputs
+        :meth:`evaluate` stored for the whole split; without them the split is evaluated
+        here. The caller puts ``model`` in eval mode, as for :meth:`evaluate`."""
         if split not in self.encoded:
             raise ValueError(f"split: expected one of {sorted(self.encoded)}, got {split!r}")
         data = self.encoded[split]
-        size = self.opts["eval_batch_size"]
-        counts: dict[int, list[int]] = {}
-        for k in range(0, len(data), size):
-            idx = range(k, min(k + size, len(data)))
+        if outputs is None:
+            outputs = {}
             with torch.no_grad():
-                results = self.outcomes(model, split, idx)
-            for i, (exact, reordered) in zip(idx, results, strict=True):
-                row = counts.setdefault(len(data[i][1]), [0, 0, 0])
-                row[0] += 1
-                row[1] += int(exact)
-                row[2] += int(reordered)
+                self.evaluate(model, split, 0, outputs=outputs)
+        if sorted(outputs) != list(range(len(data))):
+            raise ValueError(f"outputs: expected one output for each of the {len(data)} "
+                             f"examples of {split!r}, got {len(outputs)}")
+        counts: dict[int, list[int]] = {}
+        for i, hyp in outputs.items():
+            target = data[i][1]
+            exact = self._matches(split, i, hyp)
+            row = counts.setdefault(len(target), [0, 0, 0])
+            row[0] += 1
+            row[1] += int(exact)
+            row[2] += int(not exact and sorted(hyp) == sorted(target))
         return {length: LengthScore(*row) for length, row in sorted(counts.items())}
 
     def shard(self, batch: Batch, rank: int, world_size: int) -> Batch:

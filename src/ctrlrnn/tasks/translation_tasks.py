@@ -307,17 +307,14 @@ class TranslationTask(Seq2SeqTask):
                                      alpha=self.opts["alpha"], max_len=max_len)
         return model.greedy(batch["src"], batch["src_lengths"], max_len)
 
-    def _decode(self, model: nn.Module, batch: Batch,
-                pairs: Sequence[tuple[list[int], list[int]]]) -> list[list[int]]:
-        return self.translate(model, batch)
-
     def _matches(self, split: str, i: int, hyp: list[int]) -> bool:
         """Whether the detokenised translation ``hyp`` equals example ``i``'s reference text,
         as :meth:`evaluate` counts an exact match."""
         return self.detokenize(self.vocab.decode(hyp)) == self.detokenize(
             self.splits[split][i].target)
 
-    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, split: str, max_batches: int = 0,
+                 outputs: dict[int, list[int]] | None = None) -> dict[str, float]:
         self.clock.pause()
         examples = self.splits[split]
         data = self.encoded[split]
@@ -337,7 +334,9 @@ class TranslationTask(Seq2SeqTask):
                                          ignore_index=self.vocab.pad_id, reduction="sum"))
             tokens += float(mask.sum())
             correct += float(((logits.argmax(-1) == b["tgt_out"]) & mask).sum())
-            for i, out in zip(idx, self.translate(model, b)):
+            for i, out in zip(idx, self.translate(model, b), strict=True):
+                if outputs is not None:
+                    outputs[i] = out
                 hyp = self.detokenize(self.vocab.decode(out))
                 ref = self.detokenize(examples[i].target)
                 hyps.append(hyp)

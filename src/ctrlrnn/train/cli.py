@@ -257,10 +257,13 @@ def run_eval(args: argparse.Namespace) -> int:
     model.to(device)
     task.device = device
     model.eval()
+    if args.by_length:
+        outputs: dict[int, list[int]] = {}
+        with torch.no_grad():
+            metrics = task.evaluate(model, args.split, 0, outputs=outputs)
+        return _print_by_length(args, metrics, by_length(model, args.split, outputs))
     with torch.no_grad():
         metrics = task.evaluate(model, args.split, 0)
-    if args.by_length:
-        return _print_by_length(args, metrics, by_length(model, args.split))
     if args.json:
         print(files.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics},
                           indent=1))
