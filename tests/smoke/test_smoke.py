@@ -5,7 +5,8 @@ Every layer forward and backward on the compiled kernels equal to the reference 
 of the linear scan; ``torch.compile`` (full graph) and ``torch.export`` of a QRNN; a trace
 (``torch.jit.trace``) run at another batch and length, and ``torch.jit.script`` refused; a
 ``torch.compile`` that is the first call of a fresh process; every layer under bfloat16
-autocast; ``torch.func.grad``. Under ``CTRLRNN_BACKEND=reference`` all but the first two check
+autocast; ``torch.func.grad``; ``nn.LSTM``/``nn.GRU`` over variable lengths on the fused cells
+equal to torch's packed run. Under ``CTRLRNN_BACKEND=reference`` all but the first two check
 the reference path.
 """
 
@@ -205,3 +206,32 @@ def test_torch_func_grad() -> None:
         want = torch.autograd.grad(model(x)[0].square().sum(), list(model.parameters()))
         for k, w in zip(params, want):
             torch.testing.assert_close(got[k], w, rtol=1e-4, atol=1e-5)
+
+
+@needs_compiled
+@pytest.mark.parametrize("kind", [torch.nn.LSTM, torch.nn.GRU])
+def test_torch_rnn_over_lengths_equals_the_packed_run(kind: type[torch.nn.Module]) -> None:
+    """The task models' ``nn.LSTM``/``nn.GRU`` run on the fused cells over variable lengths:
+    outputs, final states and gradients equal torch's own packed run."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from ctrlrnn.models.torch_rnn_lengths import fused_path, run_with_lengths
+
+    torch.manual_seed(7)
+    rnn = kind(4, 5, num_layers=2, bidirectional=True, batch_first=True).to(D64)
+    x = torch.randn(3, 6, 4, dtype=D64, requires_grad=True)
+    lengths = torch.tensor([6, 2, 4])
+    assert fused_path(rnn, x)
+    got, got_h = run_with_lengths(rnn, x, lengths)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    want, want_h = rnn(packed)
+    want = pad_packed_sequence(want, batch_first=True, total_length=6)[0]
+    flat = [got, *(got_h if isinstance(got_h, tuple) else [got_h])]
+    flat_want = [want, *(want_h if isinstance(want_h, tuple) else [want_h])]
+    for g, w in zip(flat, flat_want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
+    leaves = [x, *rnn.parameters()]
+    for g, w in zip(torch.autograd.grad(sum(t.square().sum() for t in flat), leaves),
+                    torch.autograd.grad(sum(t.square().sum() for t in flat_want), leaves),
+                    strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-11)
