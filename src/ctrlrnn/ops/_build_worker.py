@@ -50,14 +50,10 @@ def _die_with_parent() -> None:
         sys.exit(1)
 
 
-def main(argv: list) -> int:
-    _die_with_parent()
-    spec = json.loads(argv[1])
-    # torch's builder waits forever on a `lock` file left by a killed build; the parent's lock
-    # on the folder makes any such file stale here
-    stale = os.path.join(spec["build_dir"], "lock")
-    if os.path.exists(stale):
-        os.remove(stale)
+def build(spec: dict) -> str:
+    """Compile and load the extension ``spec`` describes; the path of its library. Recent
+    torch builders return that path and older ones (torch 2.4's) nothing, so it is then taken
+    from where the builder writes it: ``build_dir/module`` with the platform's library suffix."""
     from torch.utils import cpp_extension
 
     library = cpp_extension.load(
@@ -70,7 +66,20 @@ def main(argv: list) -> int:
         verbose=True,
         is_python_module=False,
     )
-    print(f"CTRLRNN_LIBRARY={library}", flush=True)
+    if library is None:
+        library = os.path.join(spec["build_dir"], spec["module"] + cpp_extension.LIB_EXT)
+    return str(library)
+
+
+def main(argv: list) -> int:
+    _die_with_parent()
+    spec = json.loads(argv[1])
+    # torch's builder waits forever on a `lock` file left by a killed build; the parent's lock
+    # on the folder makes any such file stale here
+    stale = os.path.join(spec["build_dir"], "lock")
+    if os.path.exists(stale):
+        os.remove(stale)
+    print(f"CTRLRNN_LIBRARY={build(spec)}", flush=True)
     return 0
 
 
