@@ -31,3 +31,21 @@ def test_the_library_is_named_whatever_the_builder_returns(tmp_path, monkeypatch
     (call,) = calls
     assert call["name"] == "ctrlrnn_tiny" and call["build_directory"] == str(tmp_path)
     assert call["is_python_module"] is False
+
+
+@pytest.mark.parametrize("named", ["None", "{folder}/missing.so"])
+def test_a_build_that_names_no_library_file_says_so(tmp_path, monkeypatch, named):
+    from ctrlrnn.ops import _build
+
+    def worker(spec, log, env):
+        log.write("[1/1] c++ tiny.o -shared -o tiny.so\n"
+                  f"CTRLRNN_LIBRARY={named.format(folder=tmp_path)}\n")
+        return 0
+
+    monkeypatch.setattr(_build, "ninja_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_build, "run_worker", worker)
+    job = _build.Job(module="ctrlrnn_tiny", sources=["tiny.cpp"], include_dirs=[], cflags=[],
+                     ldflags=[], folder=tmp_path, log_name="build.log", header="tiny")
+    library, cause, _seconds, remembered = _build.compile_extension(job)
+    assert library is None and remembered
+    assert cause == f"the build named no library file ({named.format(folder=tmp_path)!r})"

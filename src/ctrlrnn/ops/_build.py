@@ -196,4 +196,6 @@ def compile_extension(job: Job) -> tuple[Path | None, str, float, bool]:
         return Path(marker[-1]), "", seconds, False
     if isinstance(rc, str) or rc < 0:
         return None, f"the compile was stopped ({rc})", seconds, False
+    if rc == 0 and marker:  # compiled and loaded, yet the named library is not there
+        return None, f"the build named no library file ({marker[-1]!r})", seconds, True
     return None, first_error_line(text), seconds, True
