@@ -64,6 +64,25 @@ def test_epoch_time_lines(times, verdict):
     assert "One epoch is 10 batches of 4" in text
 
 
+@pytest.mark.parametrize(
+    "bidirectional,verdict",
+    [(8.0, "reproduced"), (2.0, "reproduced"), (1.0, "mixed (1 of 2 pairs)")],
+)
+def test_a_second_lstm_arm_is_a_baseline_of_the_claim(bidirectional, verdict):
+    """The character-level translation's second LSTM arm is one more baseline the QRNN is
+    claimed faster than, not an arm claimed faster than the first LSTM."""
+    bidir = "LSTM (bidirectional encoder)"
+    times = {"LSTM": 4.0, "QRNN": 1.5, bidir: bidirectional}
+    claims: list[speed.SpeedClaim] = []
+    text = "\n".join(speed._epoch_time_lines("translation-char-qrnn", _result(**times), "here",
+                                             claims))
+    claim = f"QRNN trains faster per epoch than the LSTM and the {bidir}"
+    assert f"Claim *{claim}*: **{verdict}** (on CPU)." in text
+    assert claims[0][2] == claim
+    assert f"| {bidir} | {bidirectional / 10:.3g} | {bidirectional:.3g} | " \
+           f"{4.0 / bidirectional:.2f}x |" in text
+
+
 def test_run_speed_measures_only_what_is_missing(monkeypatch, tmp_path):
     path = tmp_path / "full" / "speed.json"
     path.parent.mkdir()

@@ -81,9 +81,8 @@ TRANSLATION_EXPERIMENTS: tuple[Experiment, ...] = (
             cap=_CHAR_TRANSLATION_FULL["epochs"],
             data="10,000 of the 25,478 training verses, characters, batch 16 (625 steps an "
                  "epoch)",
-            whole="On the whole set (1,581 steps an epoch at 0.148 s a step for the LSTM, "
-                  "0.060 for the QRNN, measured here with `ctrlrnn reproduce --estimate`) "
-                  "the seeds alone could take 13.7 hours at this cap, against 4.7 here. (The "
+            whole="On the whole set (1,581 steps an epoch) every epoch would cost 2.5 times "
+                  "the steps; the speed section below times a step of each arm. (The "
                   "cap was 30 epochs until one of the LSTM's first two seeds reached it with "
                   "its best validation loss at epoch 29.)")
         + notes.BY_LOSS_NOTE + notes.CHAR_TRANSLATION_QRNN_NOTE
