@@ -56,6 +56,7 @@ from torch import Tensor, nn
 from ctrlrnn.models import qrnn_decoding
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
+from ctrlrnn.models.torch_rnn_step import lstm_step
 from ctrlrnn.nn.qrnn import QRNN, QRNNCell
 from ctrlrnn.nn.qrnn_windows import check_windows
 from ctrlrnn.ops.qrnn_pooling import qrnn_pooling
@@ -277,8 +278,7 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         """One Bahdanau decoder step from the embedded ``y_{t-1}`` ``(B, E)``: the readout
         ``tanh(W [k_t; s_t])`` ``(B, H)`` and the new LSTM state."""
         k = self._additive_context(state[0][-1], enc)
-        out, new = self.rnn(torch.cat([y, k], -1).unsqueeze(1), state)
-        s_t = out[:, 0]
+        s_t, new = lstm_step(self.rnn, torch.cat([y, k], -1), state)
         return torch.tanh(self.mix(torch.cat([k, s_t], dim=-1))), new
 
     def _attend(self, query: Tensor, enc: dict[str, Tensor]) -> Tensor:
