@@ -62,3 +62,23 @@ def test_refuses_what_it_does_not_run(kwargs):
     with pytest.raises(ValueError, match="rnn: lstm_step runs one-way LSTMs without proj_size"):
         lstm_step(nn.LSTM(3, 4, **kwargs), torch.randn(2, 3),
                   (torch.zeros(2, 2, 4), torch.zeros(2, 2, 4)))
+
+
+def test_under_autocast_the_step_is_the_modules_own(monkeypatch):
+    """The module's step runs in the autocast dtype (``torch.lstm_cell`` would run in float32
+    on the CPU), so under autocast the module runs it."""
+    torch.manual_seed(3)
+    rnn = nn.LSTM(5, 4, num_layers=2, batch_first=True)
+    x, state = torch.randn(3, 5), (torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    cells = []
+    real = torch.lstm_cell
+    monkeypatch.setattr(torch, "lstm_cell", lambda *a: cells.append(1) or real(*a))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        top, (h, c) = lstm_step(rnn, x.bfloat16(), state)
+        want, (want_h, want_c) = _module_step(rnn, x.bfloat16(), state)
+    assert not cells
+    for got, ref in ((top, want), (h, want_h), (c, want_c)):
+        assert got.dtype == ref.dtype
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    lstm_step(rnn, x, state)
+    assert len(cells) == 2  # outside autocast: a cell a layer

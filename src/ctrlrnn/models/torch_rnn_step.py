@@ -4,7 +4,9 @@ A decoder whose attention reads the previous state (Bahdanau's) runs its LSTM on
 time. Called on a sequence of one step, ``nn.LSTM`` goes through its whole sequence machinery
 (on the CPU a oneDNN layer forward and backward per step); :func:`lstm_step` computes the same
 step with ``torch.lstm_cell`` from the module's own parameters, so checkpoints are those of
-the module and the results equal its own up to rounding.
+the module and the results equal its own up to rounding. Under ``torch.autocast`` the step is
+the module's own, which runs in the autocast dtype where ``torch.lstm_cell`` would run in
+float32 on the CPU.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ctrlrnn.ops.autocast import autocast_dtype
 
 __all__ = ["lstm_step"]
 
@@ -24,6 +28,9 @@ def lstm_step(rnn: nn.LSTM, x: Tensor,
     if rnn.bidirectional or rnn.proj_size:
         raise ValueError("rnn: lstm_step runs one-way LSTMs without proj_size, got "
                          f"bidirectional={rnn.bidirectional}, proj_size={rnn.proj_size}")
+    if autocast_dtype(x.device) is not None:
+        out, new = rnn(x.unsqueeze(1), state)
+        return out[:, 0], new
     h0, c0 = state
     hs: list[Tensor] = []
     cs: list[Tensor] = []
