@@ -359,7 +359,8 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             out, (h, c) = self._additive_step(y, (state[0], state[1]), enc)
             return F.log_softmax(self.out(out), -1), [h, c]
         if self.decoder_kind == "lstm":
-            hs, (h, c) = self.rnn(y.unsqueeze(1), (state[0], state[1]))
+            s_t, (h, c) = lstm_step(self.rnn, y, (state[0], state[1]))
+            hs = s_t.unsqueeze(1)
             k = self._attend(hs, enc)
             out = torch.tanh(self.mix(torch.cat([k, hs], dim=-1)))[:, 0]
             return F.log_softmax(self.out(out), -1), [h, c]

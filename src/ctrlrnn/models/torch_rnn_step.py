@@ -1,12 +1,12 @@
 """One step of a one-way ``torch.nn.LSTM`` through ``torch.lstm_cell``.
 
 A decoder whose attention reads the previous state (Bahdanau's) runs its LSTM one step at a
-time. Called on a sequence of one step, ``nn.LSTM`` goes through its whole sequence machinery
-(on the CPU a oneDNN layer forward and backward per step); :func:`lstm_step` computes the same
-step with ``torch.lstm_cell`` from the module's own parameters, so checkpoints are those of
-the module and the results equal its own up to rounding. Under ``torch.autocast`` the step is
-the module's own, which runs in the autocast dtype where ``torch.lstm_cell`` would run in
-float32 on the CPU.
+time, in training too, and every LSTM decoder does so when it decodes. Called on a sequence of
+one step, ``nn.LSTM`` goes through its whole sequence machinery (on the CPU a oneDNN layer
+forward and backward per step); :func:`lstm_step` computes the same step with
+``torch.lstm_cell`` from the module's own parameters, so checkpoints are those of the module and
+the results equal its own up to rounding. Under ``torch.autocast`` the step is the module's own,
+which runs in the autocast dtype where ``torch.lstm_cell`` would run in float32 on the CPU.
 """
 
 from __future__ import annotations
