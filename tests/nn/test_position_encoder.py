@@ -29,3 +29,28 @@ def test_position_encoder_formula_and_padding():
     torch.testing.assert_close(pe(x[:1]), out[:1])  # full length by default
     with pytest.raises(ValueError, match="lengths"):
         pe(x, lengths=torch.tensor([5, 2]))
+
+
+@pytest.mark.parametrize("batch", [(), (5,), (3, 4)])
+def test_the_two_weighted_sums_equal_the_written_out_weights(batch):
+    """The encoder's factored sums equal ``sum_j l_j * x_j`` with every weight ``l_{kj}``
+    written out (:func:`position_weights`), in float64, values and gradients."""
+    from ctrlrnn.nn.position_encoder import position_weights
+
+    torch.manual_seed(12)
+    x = torch.randn(*batch, 7, 6, dtype=D64, requires_grad=True)
+    lengths = torch.randint(1, 8, batch) if batch else None
+    got = PositionEncoder()(x, lengths=lengths)
+    num_words = 7 if lengths is None else lengths
+    want = (position_weights(num_words, 6, 7, like=x) * x).sum(-2)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-13)
+    weights = torch.randn_like(want)
+    grads = [torch.autograd.grad((out * weights).sum(), x)[0] for out in (got, want)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-13)
+
+
+def test_gradcheck():
+    torch.manual_seed(13)
+    x = torch.randn(3, 5, 4, dtype=D64, requires_grad=True)
+    lengths = torch.tensor([5, 1, 3])
+    assert torch.autograd.gradcheck(lambda x: PositionEncoder()(x, lengths=lengths), (x,))

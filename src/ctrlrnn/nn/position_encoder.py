@@ -6,7 +6,11 @@ encode each utterance ``x_1 .. x_J`` (word embeddings of width ``d``) into one v
     m = sum_j l_j * x_j,    l_{kj} = (1 - j/J) - (k/d) (1 - 2j/J)
 
 with ``j = 1..J`` the word position, ``k = 1..d`` the embedding coordinate and ``J`` the
-utterance's own length: a bag of words that still knows the word order.
+utterance's own length: a bag of words that still knows the word order. Since
+``l_{kj} = a_j - (k/d) b_j`` with ``a_j = 1 - j/J`` and ``b_j = 1 - 2j/J``, the sum is two
+weighted sums over positions, ``m = sum_j a_j x_j - (k/d) * sum_j b_j x_j``: that is how
+:class:`PositionEncoder` computes it, without the ``(..., J, d)`` weights
+:func:`position_weights` writes out (its reference).
 """
 
 from __future__ import annotations
@@ -28,6 +32,17 @@ def position_weights(num_words: Tensor | int, dim: int, max_len: int, *, like: T
     k = torch.arange(1, dim + 1, device=like.device, dtype=like.dtype)
     weights = (1 - j / J) - (k / dim) * (1 - 2 * j / J)
     return torch.where(j <= J, weights, torch.zeros_like(weights))
+
+
+def position_coefficients(num_words: Tensor | int, max_len: int, *,
+                          like: Tensor) -> Tensor:
+    """``(a_j, b_j)`` of ``l_{kj} = a_j - (k/d) b_j`` as ``(..., 2, max_len)``: ``a_j = 1 -
+    j/J``, ``b_j = 1 - 2j/J`` for utterances of ``num_words`` words (an int or an integer tensor
+    of any shape), 0 at positions ``j > J``."""
+    J = torch.as_tensor(num_words, device=like.device).to(like.dtype).unsqueeze(-1)
+    j = torch.arange(1, max_len + 1, device=like.device, dtype=like.dtype)
+    coefficients = torch.stack([1 - j / J, 1 - 2 * j / J], dim=-2)
+    return coefficients * (j <= J).unsqueeze(-2).to(like.dtype)
 
 
 class PositionEncoder(Traceable, nn.Module):
@@ -74,5 +89,7 @@ class PositionEncoder(Traceable, nn.Module):
             if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > max_len):
                 raise ValueError(f"lengths: every length must lie in [1, {max_len}]")
             num_words = lengths
-        weights = position_weights(num_words, dim, max_len, like=embeddings)
-        return (weights * embeddings).sum(-2)
+        # both weighted sums over positions in one batched product: (..., 2, J) @ (..., J, d)
+        sums = position_coefficients(num_words, max_len, like=embeddings) @ embeddings
+        k = torch.arange(1, dim + 1, device=embeddings.device, dtype=embeddings.dtype) / dim
+        return sums[..., 0, :] - k * sums[..., 1, :]

@@ -1,0 +1,38 @@
+"""benchmarks/training_step_paths.py: each case times both paths, the new one through the
+code the models run, and leaves the models' code as it found it."""
+
+from __future__ import annotations
+
+import pytest
+from script_modules import BENCHMARKS, script_module
+
+from ctrlrnn.models import seq2seq, torch_rnn_step
+from ctrlrnn.nn import position_encoder
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with script_module("training_step_paths", BENCHMARKS) as module:
+        yield module
+
+
+def test_the_decoder_case_times_both_steps(bench, monkeypatch):
+    cells = []
+    original = torch_rnn_step.lstm_step
+    monkeypatch.setattr(bench, "lstm_step", lambda *a: cells.append(1) or original(*a))
+    r = bench.run("bahdanau-step", "BiLSTM", repeats=1, steps=1)
+    assert r["old_ms"] > 0 and r["new_ms"] > 0 and r["speedup"] > 0 and r["steps"] == 1
+    assert cells  # the new path ran through lstm_step
+    assert seq2seq.lstm_step is original
+
+
+def test_the_position_encoder_case_times_both_forms(bench, monkeypatch):
+    forward = position_encoder.PositionEncoder.forward
+    written = []
+    original = bench._written_out
+    monkeypatch.setattr(bench, "_written_out", lambda *a, **k: written.append(1)
+                        or original(*a, **k))
+    r = bench.run("position-encoder", "nCARNN", repeats=1, steps=1)
+    assert r["old_ms"] > 0 and r["new_ms"] > 0 and r["speedup"] > 0
+    assert written  # the old path ran with the weights written out
+    assert position_encoder.PositionEncoder.forward is forward
