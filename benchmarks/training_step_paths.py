@@ -9,7 +9,11 @@ Cases:
   (:mod:`ctrlrnn.models.torch_rnn_step`);
 * ``position-encoder``: the dialog models (``carnn-dialog``'s LSTM and nCARNN arms), each
   utterance and candidate response encoded with every position weight ``l_{kj}`` written out
-  against two weighted sums over positions (:mod:`ctrlrnn.nn.position_encoder`).
+  against two weighted sums over positions (:mod:`ctrlrnn.nn.position_encoder`);
+* ``rcrn-controllers-*``: the RCRN arms of the sentence tasks (``rcrn-entailment``,
+  ``rcrn-sst5``, ``rcrn-mr``: varied lengths), ``controllers="auto"`` choosing by the rule
+  measured on equal lengths (torch's packed LSTMs here) against the rule that sends varied
+  lengths in training to the fused engine (:func:`ctrlrnn.nn.rcrn.fused_controllers_faster`).
 
 The model, optimizer and batches are the experiment's full-mode ones (its training set cut to
 640 examples and 64 of each other split: their sizes change no shape). A round runs
@@ -34,7 +38,7 @@ from torch import Tensor
 
 from ctrlrnn.models import seq2seq
 from ctrlrnn.models.torch_rnn_step import lstm_step
-from ctrlrnn.nn import position_encoder
+from ctrlrnn.nn import position_encoder, rcrn
 from ctrlrnn.reproduce import experiments
 from ctrlrnn.reproduce.runner import config_for
 from ctrlrnn.train.optim import build_optimizer
@@ -78,11 +82,28 @@ def _position_encoder(new: bool) -> Iterator[None]:
         position_encoder.PositionEncoder.forward = found  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def _rcrn_rule(new: bool) -> Iterator[None]:
+    """``controllers="auto"`` with the varied-lengths rule (``new``), else without it."""
+    found = rcrn.fused_controllers_faster
+    if not new:
+        rcrn.fused_controllers_faster = (  # type: ignore[assignment]
+            lambda hidden, batch, training, threads, varied_lengths=False:
+            found(hidden, batch, training, threads))
+    try:
+        yield
+    finally:
+        rcrn.fused_controllers_faster = found  # type: ignore[assignment]
+
+
 #: name -> (experiment, arms, the context manager choosing the old or the new path)
 CASES: dict[str, tuple[str, tuple[str, ...], Callable[[bool], contextlib.AbstractContextManager]]]
 CASES = {
     "bahdanau-step": ("metagross-tree5", ("BiLSTM",), _decoder_step),
     "position-encoder": ("carnn-dialog", ("LSTM (no context)", "nCARNN"), _position_encoder),
+    "rcrn-controllers-entailment": ("rcrn-entailment", ("RCRN",), _rcrn_rule),
+    "rcrn-controllers-sst5": ("rcrn-sst5", ("RCRN",), _rcrn_rule),
+    "rcrn-controllers-mr": ("rcrn-mr", ("RCRN",), _rcrn_rule),
 }
 
 

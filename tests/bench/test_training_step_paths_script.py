@@ -36,3 +36,16 @@ def test_the_position_encoder_case_times_both_forms(bench, monkeypatch):
     assert r["old_ms"] > 0 and r["new_ms"] > 0 and r["speedup"] > 0
     assert written  # the old path ran with the weights written out
     assert position_encoder.PositionEncoder.forward is forward
+
+
+def test_the_rcrn_case_times_both_rules(bench):
+    from ctrlrnn.nn import rcrn
+
+    rule = rcrn.fused_controllers_faster
+    with bench._rcrn_rule(False):
+        assert not rcrn.fused_controllers_faster(200, 32, True, 1, varied_lengths=True)
+    with bench._rcrn_rule(True):
+        assert rcrn.fused_controllers_faster(200, 32, True, 1, varied_lengths=True)
+    assert rcrn.fused_controllers_faster is rule
+    r = bench.run("rcrn-controllers-sst5", "RCRN", repeats=1, steps=1)
+    assert r["old_ms"] > 0 and r["new_ms"] > 0 and r["speedup"] > 0

@@ -407,7 +407,9 @@ def test_controllers_is_checked_and_shown():
                           (256, 16), (257, 16)])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("training", [True, False])
-def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads, training):
+@pytest.mark.parametrize("varied", [True, False])
+def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads, training,
+                                                          varied):
     """controllers="auto" (the default) on CPU follows fused_controllers_faster (the fused
     engine where it measured faster, torch's kernels elsewhere); the same numbers either way."""
     from ctrlrnn.nn.rcrn import fused_controllers_faster
@@ -417,7 +419,7 @@ def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads
     fused = RCRN(3, hidden, bidirectional=True, batch_first=True, controllers="fused").double()
     fused.load_state_dict(auto.state_dict())
     x = torch.randn(batch, 5, 3, dtype=D64)
-    lens = torch.tensor([5, 3] * (batch // 2))
+    lens = torch.tensor([5, 3 if varied else 5] * (batch // 2))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -429,7 +431,8 @@ def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads
     if reference_forced():
         assert not native
     else:
-        assert native == (not fused_controllers_faster(hidden, batch, training, threads))
+        assert native == (not fused_controllers_faster(hidden, batch, training, threads,
+                                                       varied))
     torch.testing.assert_close(out, fused(x, lengths=lens)[0], rtol=1e-11, atol=1e-12)
 
 
@@ -498,3 +501,19 @@ def test_a_layers_projections_are_one_batched_gemm_equal_to_each_rnns(cell, bias
             assert a is None or not a.abs().any()
         else:
             torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_varied_lengths_in_training_take_the_fused_engine_up_to_width_256():
+    """torch's packed backward zero-fills the whole input projection at every step, so with
+    varied lengths in training the fused engine runs up to width 256 whatever the batch and
+    threads; equal lengths and inference keep the rule measured without packing."""
+    from ctrlrnn.nn.rcrn import fused_controllers_faster
+
+    for threads in (1, 2, 8):
+        for batch in (1, 32, 256):
+            assert fused_controllers_faster(200, batch, True, threads, varied_lengths=True)
+            assert fused_controllers_faster(256, batch, True, threads, varied_lengths=True)
+            assert not fused_controllers_faster(512, batch, True, threads, varied_lengths=True)
+            assert fused_controllers_faster(200, batch, False, threads, True) == (
+                fused_controllers_faster(200, batch, False, threads))
+    assert not fused_controllers_faster(200, 32, True, 1)  # one thread, equal lengths

@@ -77,15 +77,21 @@ AUTO_FUSED_MAX_HIDDEN_ONE_THREAD = 64
 AUTO_FUSED_MAX_BATCH = 8
 
 
-def fused_controllers_faster(hidden: int, batch: int, training: bool, threads: int) -> bool:
+def fused_controllers_faster(hidden: int, batch: int, training: bool, threads: int,
+                             varied_lengths: bool = False) -> bool:
     """Whether ``controllers="auto"`` runs an RCRN layer's RNNs on the fused engine on CPU.
 
     The rule follows the measurements in docs/rcrn.md: trained on two or more threads, the
     fused engine is faster up to width 128 at every batch, and up to width 256 from batch 16
     (width 512 level or slower); in inference torch's kernels win from batch 16 up and the
     fused engine at small batches; with one thread the fused engine only wins at small batches
-    of narrow layers, the regime the rule was first measured for.
+    of narrow layers, the regime the rule was first measured for. Trained on sequences of
+    ``varied_lengths``, torch packs them, and its packed backward writes a zero tensor as large
+    as the layer's input projection at every step: there the fused engine is faster up to
+    width 256 at any batch and thread count.
     """
+    if training and varied_lengths and hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING_WIDE:
+        return True
     if threads >= 2 and training:
         if hidden <= AUTO_FUSED_MAX_HIDDEN_TRAINING:
             return True
@@ -422,8 +428,9 @@ class RCRN(RecurrentBase):
         if self.controllers == "auto" and x.device.type == "cpu":
             training = torch.is_grad_enabled() and (
                 x.requires_grad or any(p.requires_grad for p in self.parameters()))
+            varied = lengths is not None and not bool((lengths == x.shape[1]).all())
             return not fused_controllers_faster(self.hidden_size, x.shape[0], training,
-                                                torch.get_num_threads())
+                                                torch.get_num_threads(), varied)
         return True
 
     def _controllers_native(
