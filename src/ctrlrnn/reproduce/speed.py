@@ -214,7 +214,7 @@ def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str,
         shown = f"{label} (earlier setting)" if label in earlier else label
         lines.append(f"| {shown} | {row['step_s']:.3g} | {row['epoch_s']:.3g} | "
                      f"{_ratio(base, row['epoch_s']):.2f}x |")
-    qrnns, lstms = _speed_sides(exp_id, list(rows))
+    qrnns, lstms = _speed_sides(now, list(rows))
     holds = [rows[q]["epoch_s"] < rows[b]["epoch_s"] for q in qrnns for b in lstms]
     verdict = speed_verdict(holds, "arms" if len(lstms) == 1 else "pairs")
     claim = (f"{' and '.join(qrnns)} train{'s' if len(qrnns) == 1 else ''} faster per epoch "
@@ -226,14 +226,14 @@ def _epoch_time_lines(exp_id: str, r: dict[str, Any], machine: str,
     return lines
 
 
-def _speed_sides(exp_id: str, labels: list[str]) -> tuple[list[str], list[str]]:
+def _speed_sides(settings: dict[str, dict[str, Any]],
+                 labels: list[str]) -> tuple[list[str], list[str]]:
     """The measured arms the paper's speed claim is about (its QRNNs) and those they are
-    claimed faster than (every other arm measured: the LSTM baselines); an arm the experiment
-    no longer defines is in neither."""
-    models = {arm.label: arm.model
-              for exp in experiments.EXPERIMENTS if exp.id == exp_id for arm in exp.arms}
-    qrnns = [label for label in labels if models.get(label) == "qrnn"]
-    return qrnns, [label for label in labels if label in models and label not in qrnns]
+    claimed faster than (every other arm measured: the LSTM baselines), by the model each
+    arm's current ``settings`` (:func:`arm_settings`) name; an arm the experiment no longer
+    defines is in neither."""
+    qrnns = [label for label in labels if settings.get(label, {}).get("model") == "qrnn"]
+    return qrnns, [label for label in labels if label in settings and label not in qrnns]
 
 
 def _machine() -> str:
