@@ -13,7 +13,10 @@ Cases:
 * ``rcrn-controllers-*``: the RCRN arms of the sentence tasks (``rcrn-entailment``,
   ``rcrn-sst5``, ``rcrn-mr``: varied lengths), ``controllers="auto"`` choosing by the rule
   measured on equal lengths (torch's packed LSTMs here) against the rule that sends varied
-  lengths in training to the fused engine (:func:`ctrlrnn.nn.rcrn.fused_controllers_faster`).
+  lengths in training to the fused engine (:func:`ctrlrnn.nn.rcrn.fused_controllers_faster`);
+* ``full-length-pixels``: the pixel classifier's LSTM (``metagross-fashion``; 784 steps of
+  one pixel), trained over sequences of one length on the fused cells by
+  :func:`ctrlrnn.models.torch_rnn_lengths.fused_training_faster`, against the module itself.
 
 The model, optimizer and batches are the experiment's full-mode ones (its training set cut to
 640 examples and 64 of each other split: their sizes change no shape). A round runs
@@ -36,7 +39,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ctrlrnn.models import seq2seq
+from ctrlrnn.models import seq2seq, torch_rnn_lengths
 from ctrlrnn.models.torch_rnn_step import lstm_step
 from ctrlrnn.nn import position_encoder, rcrn
 from ctrlrnn.reproduce import experiments
@@ -96,6 +99,19 @@ def _rcrn_rule(new: bool) -> Iterator[None]:
         rcrn.fused_controllers_faster = found  # type: ignore[assignment]
 
 
+@contextlib.contextmanager
+def _full_length(new: bool) -> Iterator[None]:
+    """Full-length ``nn.LSTM`` training on the fused cells by the rule (``new``), else the
+    module itself."""
+    found = torch_rnn_lengths.fused_training_faster
+    if not new:
+        torch_rnn_lengths.fused_training_faster = lambda rnn, x: False
+    try:
+        yield
+    finally:
+        torch_rnn_lengths.fused_training_faster = found
+
+
 #: name -> (experiment, arms, the context manager choosing the old or the new path)
 CASES: dict[str, tuple[str, tuple[str, ...], Callable[[bool], contextlib.AbstractContextManager]]]
 CASES = {
@@ -104,6 +120,7 @@ CASES = {
     "rcrn-controllers-entailment": ("rcrn-entailment", ("RCRN",), _rcrn_rule),
     "rcrn-controllers-sst5": ("rcrn-sst5", ("RCRN",), _rcrn_rule),
     "rcrn-controllers-mr": ("rcrn-mr", ("RCRN",), _rcrn_rule),
+    "full-length-pixels": ("metagross-fashion", ("LSTM",), _full_length),
 }
 
 

@@ -49,3 +49,29 @@ def test_the_rcrn_case_times_both_rules(bench):
     assert rcrn.fused_controllers_faster is rule
     r = bench.run("rcrn-controllers-sst5", "RCRN", repeats=1, steps=1)
     assert r["old_ms"] > 0 and r["new_ms"] > 0 and r["speedup"] > 0
+
+
+def test_the_full_length_case_times_both_paths(bench, monkeypatch):
+    import torch
+
+    from ctrlrnn.models import torch_rnn_lengths
+    from ctrlrnn.ops import backend
+
+    if not backend.has_kernel("cells", torch.device("cpu")):
+        pytest.skip("the fused path needs the compiled cells")
+
+    rule = torch_rnn_lengths.fused_training_faster
+    fused = []
+    original = torch_rnn_lengths._fused
+    monkeypatch.setattr(torch_rnn_lengths, "_fused",  # lengths None: a full-length call
+                        lambda *a: (a[2] is None and fused.append(1)) or original(*a))
+    with bench._full_length(False):
+        assert torch_rnn_lengths.fused_training_faster is not rule
+    assert torch_rnn_lengths.fused_training_faster is rule
+    # the cases' data need preparing: the same path on the addition task's two-layer LSTM,
+    # every shape counted as enough work for the rule
+    monkeypatch.setattr(torch_rnn_lengths, "FUSED_TRAINING_WORK", 1)
+    monkeypatch.setitem(bench.CASES, "addition", ("qrnn-addition", ("LSTM",), bench._full_length))
+    r = bench.run("addition", "LSTM", repeats=1, steps=1)
+    assert r["old_ms"] > 0 and r["new_ms"] > 0 and r["speedup"] > 0
+    assert fused  # the new path trained the two-layer LSTM on the fused cells

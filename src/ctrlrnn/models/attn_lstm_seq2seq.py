@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
+from ctrlrnn.models.torch_rnn_lengths import run_full
 from ctrlrnn.nn.cas_lstm import CASLSTM
 
 DECODER_CELLS = ("lstm", "caslstm")
@@ -145,7 +146,7 @@ class AttnLSTMSeq2Seq(IncrementalDecoding, nn.Module):
         enc = self.encode(src, src_lengths)
         y = self.dropout(self.tgt_embed(tgt_in))
         if not self.input_feeding:
-            hs, _ = self.rnn(y, self._initial(enc["final"]))
+            hs, _ = run_full(self.rnn, y, self._initial(enc["final"]))
             return self.out(_at(self.dropout(self._attentional(hs, enc)), positions))
         state = self.init_state(enc)
         outs = []

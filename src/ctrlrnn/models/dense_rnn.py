@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ctrlrnn.models.torch_rnn_lengths import run_with_lengths
+from ctrlrnn.models.torch_rnn_lengths import run_full, run_with_lengths
 
 
 class DenseRNN(nn.Module):
@@ -47,7 +47,7 @@ class DenseRNN(nn.Module):
             if k:
                 layer_input = torch.cat([layer_input, self.drop(out)], dim=-1)
             if lengths is None:
-                out, h_n = layer(layer_input)
+                out, h_n = run_full(layer, layer_input)
             else:
                 out, h_n = run_with_lengths(layer, layer_input, lengths)
             states.append(h_n)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ctrlrnn.models.torch_rnn_lengths import run_with_lengths
+from ctrlrnn.models.torch_rnn_lengths import run_full, run_with_lengths
 from ctrlrnn.nn.registry import UNITS
 from ctrlrnn.ops.padding import last_valid
 from ctrlrnn.options import check_options
@@ -156,7 +156,7 @@ class SequenceEncoder(nn.Module):
         elif self.torch_rnn and lengths is not None:
             out, h_n = run_with_lengths(self.rnn, x, lengths, hx)
         elif self.torch_rnn:
-            out, h_n = self.rnn(x, hx)
+            out, h_n = run_full(self.rnn, x, hx)
         else:
             out, h_n = self.rnn(x, hx, lengths=lengths)
         return out, self._final(out, lengths), h_n

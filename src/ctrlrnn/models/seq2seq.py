@@ -56,6 +56,7 @@ from torch import Tensor, nn
 from ctrlrnn.models import qrnn_decoding
 from ctrlrnn.models.encoders import SequenceEncoder
 from ctrlrnn.models.search import IncrementalDecoding
+from ctrlrnn.models.torch_rnn_lengths import run_full
 from ctrlrnn.models.torch_rnn_step import lstm_step
 from ctrlrnn.nn.qrnn import QRNN, QRNNCell
 from ctrlrnn.nn.qrnn_windows import check_windows
@@ -314,7 +315,7 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             h = torch.stack(steps, 1) if steps else y.new_zeros(y.shape[0], 0, self.hidden)
         else:
             h0 = self._lstm_init(enc)
-            hs, _ = self.rnn(y, h0)
+            hs, _ = run_full(self.rnn, y, h0)
             k = self._attend(hs, enc)
             h = torch.tanh(self.mix(torch.cat([k, hs], dim=-1)))
         return self.out(_at(self.dropout(h), positions))

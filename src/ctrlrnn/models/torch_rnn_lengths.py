@@ -16,6 +16,13 @@ sequence's end, as with packing (equal up to rounding: another summation order).
 ONNX export, TorchScript tracing and ``torch.func`` transforms, for modules without
 ``proj_size``. Elsewhere :func:`run_with_lengths` packs, as torch does (cuDNN runs packed
 sequences in one call).
+
+Over sequences of one length, :func:`run_full` trains an ``nn.LSTM`` on the fused cells where
+they were measured faster than torch's oneDNN layers, forward and backward together
+(:func:`fused_training_faster`; docs/internals.md): where a layer's recurrence does enough
+work, ``batch * steps * hidden ** 2`` at least :data:`FUSED_TRAINING_WORK` (a batch of 64
+over 128 steps 128 wide, or pixel-by-pixel images). Below it oneDNN was as fast or faster;
+inference, where oneDNN's forward is faster, stays torch's.
 """
 
 from __future__ import annotations
@@ -29,12 +36,17 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ctrlrnn.nn.base import DirectionCall, run_directions
 from ctrlrnn.ops import backend, scan_export
+from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.cells.gru import gru_sequences
 from ctrlrnn.ops.cells.lstm import lstm_sequences
 from ctrlrnn.ops.compiled_op import torchscript_tracing
 from ctrlrnn.ops.padding import reverse_padded, zero_padding
 
-__all__ = ["fused_path", "run_with_lengths"]
+__all__ = ["fused_path", "fused_training_faster", "run_full", "run_with_lengths"]
+
+#: From this much work, ``batch * steps * hidden ** 2``, an ``nn.LSTM`` trains faster on the
+#: fused cells than on torch's own layers.
+FUSED_TRAINING_WORK = 2**27
 
 
 def fused_path(rnn: nn.Module, x: Tensor) -> bool:
@@ -45,6 +57,29 @@ def fused_path(rnn: nn.Module, x: Tensor) -> bool:
     if x.device.type != "cpu" or scan_export.active() or torchscript_tracing():
         return False
     return backend.has_kernel("cells", x.device)
+
+
+def fused_training_faster(rnn: nn.Module, x: Tensor) -> bool:
+    """Whether :func:`run_full` runs ``rnn`` on ``x`` (``(B, T, input_size)``) on the fused
+    cells: a batch-first ``nn.LSTM`` where :func:`fused_path` applies, outside autocast (its
+    dtype is torch's to choose), while autograd records a step (some parameter or ``x``
+    needs a gradient), doing at least :data:`FUSED_TRAINING_WORK`."""
+    if not isinstance(rnn, nn.LSTM) or not rnn.batch_first or not fused_path(rnn, x):
+        return False
+    if autocast_dtype(x.device) is not None or not torch.is_grad_enabled():
+        return False
+    if not (x.requires_grad or any(p.requires_grad for p in rnn.parameters())):
+        return False
+    return x.shape[0] * x.shape[1] * rnn.hidden_size**2 >= FUSED_TRAINING_WORK
+
+
+def run_full(rnn: nn.Module, x: Tensor, hx: Any = None) -> tuple[Tensor, Any]:
+    """``rnn(x, hx)`` for a batch-first recurrent module and ``x`` ``(B, T, input_size)`` of
+    one length: on the fused cells where :func:`fused_training_faster` says so, else the
+    module itself."""
+    if fused_training_faster(rnn, x):
+        return _fused(rnn, x, None, hx)  # type: ignore[arg-type]
+    return rnn(x, hx)
 
 
 def _parameters(rnn: nn.LSTM | nn.GRU, layer: int, direction: int) -> list[Tensor | None]:
@@ -97,9 +132,10 @@ def run_with_lengths(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor,
     return out, h_n
 
 
-def _fused(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor, hx: Any) -> tuple[Tensor, Any]:
-    """:func:`run_with_lengths` on the fused cells."""
-    lengths = lengths.to(x.device)
+def _fused(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor | None,
+           hx: Any) -> tuple[Tensor, Any]:
+    """:func:`run_with_lengths` on the fused cells (``lengths`` None: every sequence whole)."""
+    lengths = None if lengths is None else lengths.to(x.device)
     h0, c0 = _initial(rnn, hx)
     directions = 2 if rnn.bidirectional else 1
     finals: list[list[Tensor]] = []  # each layer's and direction's, as torch orders h_n
