@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch import Tensor
@@ -99,17 +100,12 @@ def _rcrn_rule(new: bool) -> Iterator[None]:
         rcrn.fused_controllers_faster = found  # type: ignore[assignment]
 
 
-@contextlib.contextmanager
-def _full_length(new: bool) -> Iterator[None]:
+def _full_length(new: bool) -> contextlib.AbstractContextManager:
     """Full-length ``nn.LSTM`` training on the fused cells by the rule (``new``), else the
     module itself."""
-    found = torch_rnn_lengths.fused_training_faster
-    if not new:
-        torch_rnn_lengths.fused_training_faster = lambda rnn, x: False
-    try:
-        yield
-    finally:
-        torch_rnn_lengths.fused_training_faster = found
+    if new:
+        return contextlib.nullcontext()
+    return mock.patch.object(torch_rnn_lengths, "fused_training_faster", lambda rnn, x: False)
 
 
 #: name -> (experiment, arms, the context manager choosing the old or the new path)
