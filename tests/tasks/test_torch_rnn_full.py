@@ -176,3 +176,17 @@ def test_the_teacher_forced_decoders_train_through_it(monkeypatch, any_work, ind
                                                    list(model.parameters()))])
     for g, w in zip(*grads, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_modules_train_through_it(any_work, dtype):
+    torch.manual_seed(5)
+    rnn = nn.LSTM(3, 8, num_layers=2, bidirectional=True, batch_first=True).to(dtype)
+    x = torch.randn(4, 6, 3, dtype=dtype)
+    got, (h, c) = run_full(rnn, x)
+    want, (hw, cw) = rnn(x)
+    assert got.dtype == dtype and h.dtype == dtype
+    for g, w in ((got, want), (h, hw), (c, cw)):
+        torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=1e-2)
+    got.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == dtype for p in rnn.parameters())
