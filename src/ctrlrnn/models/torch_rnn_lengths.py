@@ -21,8 +21,8 @@ Over sequences of one length, :func:`run_full` trains an ``nn.LSTM`` on the fuse
 they were measured faster than torch's oneDNN layers, forward and backward together
 (:func:`fused_training_faster`; docs/internals.md): where a layer's recurrence does enough
 work, ``batch * steps * hidden ** 2`` at least :data:`FUSED_TRAINING_WORK` (a batch of 64
-over 128 steps 128 wide, or pixel-by-pixel images). Below it oneDNN was as fast or faster;
-inference, where oneDNN's forward is faster, stays torch's.
+over 128 steps 128 wide, or pixel-by-pixel images). Below it oneDNN was faster at most
+points measured; inference, where oneDNN's forward is faster, stays torch's.
 """
 
 from __future__ import annotations
