@@ -142,12 +142,13 @@ def run(case: str, label: str, repeats: int, steps: int) -> dict:
     exp_id, _labels, path = CASES[case]
     cfg, task, model, params, opt = build(exp_id, label)
     batches = task.train_batches(0, cfg.batch_size)[:steps]
+    # without dropout, and with autograd recording: the rules that choose a path in training
+    # only (the RCRN controllers', the full-length LSTM's) must take their new path here
     model.eval()
-    with torch.no_grad():
-        losses = []
-        for new in (False, True):
-            with path(new):
-                losses.append(float(task.loss(model, batches[0])))
+    losses = []
+    for new in (False, True):
+        with path(new):
+            losses.append(float(task.loss(model, batches[0]).detach()))
     assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0]), losses
     model.train()
 
