@@ -1,14 +1,18 @@
 """``nn.LSTM`` training over sequences of one length: torch's own layers (oneDNN on the CPU)
-against the fused cells (:func:`ctrlrnn.models.torch_rnn_lengths.run_full`), timed in
-alternation in one process, over a grid of shapes:
+against the fused cells (:func:`ctrlrnn.models.torch_rnn_lengths.run_full`), over a grid of
+shapes, each point in a fresh process:
 ``python benchmarks/full_length_lstm.py [--repeats 7] [--threads 1] [--json FILE]``.
 
 Each point times one forward and backward of a batch-first ``nn.LSTM`` (input width = hidden
 width, except the pixel rows' one input) on both paths in turn, so a load on the machine slows
 both alike; the speed-up is the median of the rounds' ratios (> 1: the fused cells are
-faster). The ``rule`` column says which path :func:`fused_training_faster` takes there, so the
-table shows where its threshold (``batch * steps * hidden ** 2`` at least
-:data:`~ctrlrnn.models.torch_rnn_lengths.FUSED_TRAINING_WORK`) sits against the measurement.
+faster). A process of its own per point keeps the earlier points' allocations out of a later
+point's timing: in one process the grid's larger shapes left torch's path up to a third
+faster at the char-level decoder's shape than the same point timed alone
+(``--one-process`` times them that way, to compare). The ``rule`` column says which path
+:func:`fused_training_faster` takes there, so the table shows where its threshold (``batch *
+steps * hidden ** 2`` at least :data:`~ctrlrnn.models.torch_rnn_lengths.FUSED_TRAINING_WORK`)
+sits against the measurement.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -61,28 +67,55 @@ def run_point(point: tuple[int, int, int, int, int], repeats: int) -> dict:
             "rule": "fused" if fused_training_faster(rnn, x) else "torch"}
 
 
+def run_point_alone(point: tuple[int, int, int, int, int], repeats: int, threads: int) -> dict:
+    """:func:`run_point` in a fresh Python process; its row comes back as JSON."""
+    command = [sys.executable, __file__, "--point", ",".join(map(str, point)),
+               "--repeats", str(repeats), "--threads", str(threads)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _point(text: str) -> tuple[int, int, int, int, int]:
+    message = f"--point: five positive integers layers,input,hidden,batch,steps, got {text!r}"
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(message) from None
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(message)
+    return values  # type: ignore[return-value]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--one-process", action="store_true",
+                        help="time every point in this process instead of one process each")
+    parser.add_argument("--point", type=_point, help=argparse.SUPPRESS)  # one point's row as JSON
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.point is not None:
+        print(json.dumps(run_point(args.point, args.repeats)))
+        return
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"{args.threads} thread(s), median of {args.repeats} rounds")
+          f"{args.threads} thread(s), median of {args.repeats} rounds, "
+          f"{'one process' if args.one_process else 'a process per point'}")
     print("| layers | input → hidden | batch × steps | torch (ms) | fused cells (ms) | speed-up "
           "| rule |\n|---|---|---|---|---|---|---|")
     rows = []
     for point in GRID:
-        r = run_point(point, args.repeats)
+        r = (run_point(point, args.repeats) if args.one_process
+             else run_point_alone(point, args.repeats, args.threads))
         rows.append(r)
         print(f"| {r['layers']} | {r['input']} → {r['hidden']} | {r['batch']} × {r['steps']} "
               f"| {r['torch_ms']:.2f} | {r['fused_ms']:.2f} | {r['speedup']:.2f}x "
               f"| {r['rule']} |", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, f,
-                      indent=1)
+            json.dump({"torch": torch.__version__, "threads": args.threads,
+                       "fresh_process_per_point": not args.one_process, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -36,3 +36,14 @@ def test_a_point_times_both_paths(bench, monkeypatch, point, rule):
 
 def test_the_grid_holds_the_experiments_shapes(bench):
     assert (1, 1, 128, 64, 784) in bench.GRID and (2, 64, 128, 16, 170) in bench.GRID
+
+
+def test_a_point_runs_alone_in_its_own_process(bench):
+    row = bench.run_point_alone((1, 3, 4, 2, 6), repeats=1, threads=1)
+    assert row["rule"] == "torch" and row["steps"] == 6 and row["speedup"] > 0
+
+
+@pytest.mark.parametrize("text", ["1,2,3", "1,2,3,4,0", "a,b,c,d,e"])
+def test_a_malformed_point_is_refused_by_name(bench, text):
+    with pytest.raises(Exception, match="point"):
+        bench._point(text)

@@ -1,7 +1,8 @@
 // ctrlrnn: helpers shared by the elementwise-recurrence kernels (the linear scan, QRNN pooling,
 // the RCRN listener, the convolution windows, the METAGROSS level): work splitting, lengths, an
-// in-kernel bias and flushing subnormal numbers. Everything here is inline and stateless. What the runtime serves (outputs,
-// stores, activations) is in runtime/runtime.h.
+// in-kernel bias and the recurrences' parallel loop, which flushes subnormal numbers. Everything
+// here is inline; the only state is the MXCSR setting FlushSubnormals saves for its scope. What
+// the runtime serves (outputs, stores, activations) is in runtime/runtime.h.
 
 #pragma once
 
@@ -33,8 +34,8 @@ namespace ctrlrnn::kernels {
 // FlushSubnormals sets the calling thread's MXCSR flush-to-zero and denormals-are-zero bits, as
 // GPUs and torch.set_flush_denormal(True) do, and restores the thread's bits after: results
 // change only where a value would have been subnormal (below 1.2e-38 in float32, 2.2e-308 in
-// float64). Elsewhere than x86 it does nothing. Each work chunk of the recurrences' parallel
-// loops holds one (threads do not share MXCSR).
+// float64). Elsewhere than x86 it does nothing. Each work chunk of parallel_recurrence holds
+// one (threads do not share MXCSR).
 class FlushSubnormals {
  public:
 #ifdef CTRLRNN_HAS_MXCSR
@@ -52,6 +53,16 @@ class FlushSubnormals {
   unsigned saved_;
 #endif
 };
+
+// at::parallel_for for a recurrence's work items: each chunk runs body(begin, end) with
+// subnormals flushed on its own thread.
+template <typename Body>
+inline void parallel_recurrence(int64_t begin, int64_t end, int64_t grain, const Body& body) {
+  at::parallel_for(begin, end, grain, [&](int64_t chunk_begin, int64_t chunk_end) {
+    const FlushSubnormals flush;
+    body(chunk_begin, chunk_end);
+  });
+}
 
 // ----------------------------------------------------------------------------------------------
 // Work splitting

@@ -110,8 +110,7 @@ void scan_forward_kernel(const scalar_t* a, const scalar_t* b, const scalar_t* h
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t kBlock = block_size(B, C, T);
   const int64_t nblk = (C + kBlock - 1) / kBlock;
-  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> h_buf(kBlock);
     acc_t* h = h_buf.data();
     for (int64_t w = begin; w < end; ++w) {
@@ -145,8 +144,7 @@ void scan_backward_kernel(const scalar_t* g, const scalar_t* glast, const scalar
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t kBlock = block_size(B, C, T);
   const int64_t nblk = (C + kBlock - 1) / kBlock;
-  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> carry_buf(kBlock);
     acc_t* __restrict__ carry = carry_buf.data();
     std::vector<scalar_t> zero_in(kBlock, scalar_t(0));  // stands in for absent inputs

@@ -69,8 +69,7 @@ void level_forward_kernel(const Level<scalar_t>& g, scalar_t* out, scalar_t* cse
   const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
   const int64_t kBlock = block_size(B, H, T * k);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
-  at::parallel_for(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
     const int64_t ld = scratch_stride<acc_t>(kBlock);
     // the k units' states, then their activations at one step: f, o, z; the c form's output
     std::vector<acc_t> buf((4 * k + 1) * ld);
@@ -208,8 +207,7 @@ void level_backward_kernel(const Level<scalar_t>& g, const scalar_t* gout, const
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = g.B, T = g.T, k = g.k, H = g.H, kH = k * H;
   const int64_t nblk = (H + kBlock - 1) / kBlock;
-  at::parallel_for(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, B * nblk, grain_for(T, k * kBlock), [&](int64_t begin, int64_t end) {
     const int64_t ld = scratch_stride<acc_t>(kBlock);
     // the k units' carries and their f, o, z at one step, then the residual gradient and the
     // scratch output rows of one unit (BackOut)

@@ -79,8 +79,7 @@ void qrnn_forward_kernel(const scalar_t* gates, const scalar_t* bias, const scal
   const int64_t kBlock = block_size(B, H, T);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
-  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     // state, then the activations of one step: z, f, o (or 1), i, k, then the step's h (c is
     // written from the state)
     std::vector<acc_t> buf(7 * kBlock);
@@ -214,8 +213,7 @@ void qrnn_backward_kernel(const scalar_t* gh, const scalar_t* gc, const scalar_t
   const int64_t kBlock = block_size(B, H, T);
   const int64_t nblk = (H + kBlock - 1) / kBlock;
   const acc_t ks = acc_t(keep_scale);
-  at::parallel_for(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, B * nblk, grain_for(T, kBlock), [&](int64_t begin, int64_t end) {
     // carry, then the activations of one step: z, f, o, i, k
     std::vector<acc_t> buf(6 * kBlock, acc_t(0));
     acc_t* __restrict__ carry = buf.data();

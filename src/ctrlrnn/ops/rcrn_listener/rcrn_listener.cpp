@@ -103,8 +103,7 @@ void listener_forward_kernel(Rows<const scalar_t> h1, Rows<const scalar_t> h2,
                              const Blocks& blocks) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t C = blocks.C, items = B * blocks.per_row(), blk = blocks.blk;
-  at::parallel_for(0, items, grain_for(T, blk), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, items, grain_for(T, blk), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> buf(3 * blk);  // the state, then the step's a and gate
     acc_t* __restrict__ c = buf.data();
     acc_t* __restrict__ av = c + blk;
@@ -150,8 +149,7 @@ void listener_backward_kernel(Rows<const scalar_t> gout, const scalar_t* gclast,
                               const Blocks& blocks) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t C = blocks.C, items = B * blocks.per_row(), blk = blocks.blk;
-  at::parallel_for(0, items, grain_for(T, blk), [&](int64_t begin, int64_t end) {
-    const FlushSubnormals flush;  // subnormal carries (kernel_common.h)
+  parallel_recurrence(0, items, grain_for(T, blk), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> buf(4 * blk);  // the carry, then the step's a, gate and gate'
     acc_t* __restrict__ carry = buf.data();
     acc_t* __restrict__ av = carry + blk;
