@@ -71,7 +71,11 @@ def run_point_alone(point: tuple[int, int, int, int, int], repeats: int, threads
     """:func:`run_point` in a fresh Python process; its row comes back as JSON."""
     command = [sys.executable, __file__, "--point", ",".join(map(str, point)),
                "--repeats", str(repeats), "--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:  # the child's own error, as ctrlrnn.bench.fresh_processes reports it
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+        raise RuntimeError(f"the process timing point {point} exited with {done.returncode}:\n"
+                           f"{tail}")
     return json.loads(done.stdout.splitlines()[-1])
 
 

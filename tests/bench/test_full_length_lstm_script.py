@@ -47,3 +47,8 @@ def test_a_point_runs_alone_in_its_own_process(bench):
 def test_a_malformed_point_is_refused_by_name(bench, text):
     with pytest.raises(Exception, match="point"):
         bench._point(text)
+
+
+def test_a_failing_point_process_reports_its_error(bench):
+    with pytest.raises(RuntimeError, match="point"):
+        bench.run_point_alone((1, 3, 4, 2, 0), repeats=1, threads=1)  # --point refuses 0 steps
