@@ -7,8 +7,9 @@ their Triton kernels on CPU tensors (``kernel_routes.py``) and are compared with
 states and the gradients of every input; NaN and Inf parity; empty shapes. The layer tests
 route the cell ops' CPU kernels to the Triton module (what a CUDA tensor gets) and check that
 the CASLSTM and CARNN layers reach the kernels and equal the reference path. Shapes are tiny
-(B = 3, T = 5, H = 8 or 5: a partial block of 16 under the interpreter) because the
-interpreter is slow. The METAGROSS cell of the same module is ``test_triton_metagross_state.py``.
+(B = 3, T = 3, H = 8 or 5: a partial block of 16 under the interpreter) because the
+interpreter's cost grows with every row and step (one launch a step). The METAGROSS cell of the
+same module is ``test_triton_metagross_state.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from ctrlrnn.ops.cells import ncarnn as ncarnn_mod  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("triton_cells")
 
-B, T, H = 3, 5, 8
+B, T, H = 3, 3, 8
+#: a full row, an empty one and a partial one
+LENGTHS = [3, 0, 2]
 
 
 def _compare(
@@ -71,7 +74,7 @@ def _compare(
 def _cell_inputs(kind: str, dtype: torch.dtype, H: int, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     G = 4 if kind == "lstm" else 3
-    x = torch.randn(B, 5, G * H, generator=g)
+    x = torch.randn(B, T, G * H, generator=g)
     w = 0.4 * torch.randn(G * H, H, generator=g)
     h0 = torch.randn(B, H, generator=g)
     third = torch.randn(B, H, generator=g) if kind == "lstm" else torch.randn(G * H, generator=g)
@@ -80,14 +83,12 @@ def _cell_inputs(kind: str, dtype: torch.dtype, H: int, seed: int) -> list[torch
     return [t.to(dtype).requires_grad_() for t in args]
 
 
+# cell, dtype and lengths cross pairwise (each value of one meets each value of another)
 CELL_PARAMS = [
-    (kind, dtype, lengths)
-    for kind in ("lstm", "gru")
-    for dtype, lengths in (
-        (torch.float32, None),
-        (torch.float32, [5, 0, 2]),
-        (torch.bfloat16, [5, 0, 2]),
-    )  # fmt: skip
+    pytest.param("lstm", torch.float32, None, id="lstm-fp32"),
+    pytest.param("lstm", torch.bfloat16, LENGTHS, id="lstm-bf16-lengths"),
+    pytest.param("gru", torch.float32, LENGTHS, id="gru-fp32-lengths"),
+    pytest.param("gru", torch.bfloat16, None, id="gru-bf16"),
 ]
 
 
@@ -136,9 +137,9 @@ def test_lstm_gru_nonfinite(kind):
     B, H = 3, 5
     g = torch.Generator().manual_seed(3)
     G = 4 if kind == "lstm" else 3
-    x = poke(torch.randn(B, 5, G * H, generator=g),
-              [((0, 4, 1), NAN), ((1, 1, H), INF), ((1, 2, 2 * H + 2), -INF),
-               ((2, 0, 3), 1e4), ((2, 3, 0), -1e4)])  # fmt: skip
+    x = poke(torch.randn(B, T, G * H, generator=g),
+              [((0, 2, 1), NAN), ((1, 1, H), INF), ((1, 2, 2 * H + 2), -INF),
+               ((2, 0, 3), 1e4), ((2, 1, 0), -1e4)])  # fmt: skip
     w = 0.4 * torch.randn(G * H, H, generator=g)
     h0 = poke(torch.randn(B, H, generator=g), [((2, 3), -INF)])
     third = poke(torch.randn(B, H, generator=g), [((1, 1), INF)]) if kind == "lstm" else (
@@ -200,9 +201,9 @@ def _cas_args(lam: str, peephole: bool, seed: int, hidden: int = H) -> list[Tens
 
 CAS_PARAMS = [
     pytest.param(torch.float32, None, "const", False, id="fp32-const"),
-    pytest.param(torch.float32, [5, 0, 2], "vector", False, id="fp32-lengths-vector"),
-    pytest.param(torch.float32, [3, 5, 1], "none", True, id="fp32-lengths-plain-peephole"),
-    pytest.param(torch.bfloat16, [5, 0, 2], "vector", True, id="bf16-lengths-vector-peephole"),
+    pytest.param(torch.float32, LENGTHS, "vector", False, id="fp32-lengths-vector"),
+    pytest.param(torch.float32, [2, 3, 1], "none", True, id="fp32-lengths-plain-peephole"),
+    pytest.param(torch.bfloat16, LENGTHS, "vector", True, id="bf16-lengths-vector-peephole"),
 ]
 
 
@@ -252,7 +253,7 @@ def _ncarnn_args(seed: int, hidden: int = H) -> list[Tensor | None]:
 
 @pytest.mark.parametrize(
     ("dtype", "lengths"),
-    [(torch.float32, None), (torch.float32, [5, 0, 2]), (torch.bfloat16, [2, 5, 4])],
+    [(torch.float32, None), (torch.float32, LENGTHS), (torch.bfloat16, [2, 3, 1])],
     ids=["fp32", "fp32-lengths", "bf16-lengths"],
 )
 def test_ncarnn_forward_backward(dtype, lengths):
@@ -294,15 +295,15 @@ def test_cas_ncarnn_nonfinite(kind):
     if kind == "ncarnn":
         args = _ncarnn_args(seed=7, hidden=h)
         fn, ref_fn = cells_triton.ncarnn_sequence, cells_ref.ncarnn_sequence_ref
-        x_pokes = [((0, 4, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
-                   ((2, 0, 3), 1e4), ((2, 3, 2 * h), -1e4)]  # fmt: skip
+        x_pokes = [((0, 2, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
+                   ((2, 0, 3), 1e4), ((2, 1, 2 * h), -1e4)]  # fmt: skip
         args[2] = poke(args[2], [((2, 1), -INF)])  # the context projection
     else:
         args = _cas_args("vector", kind == "cas-peephole", seed=7, hidden=h)
         fn, ref_fn = cells_triton.cas_lstm_sequence, cells_ref.cas_lstm_sequence_ref
-        x_pokes = [((0, 4, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
-                   ((2, 0, 4 * h + 3), 1e4), ((2, 3, 4 * h), -1e4)]  # fmt: skip
-        args[2] = poke(args[2], [((0, 2, 2), INF), ((2, 4, 0), NAN)])  # lower_c
+        x_pokes = [((0, 2, 1), NAN), ((1, 1, h), INF), ((1, 2, 2 * h + 2), -INF),
+                   ((2, 0, 4 * h + 3), 1e4), ((2, 1, 4 * h), -1e4)]  # fmt: skip
+        args[2] = poke(args[2], [((0, 1, 2), INF), ((2, 2, 0), NAN)])  # lower_c
         args[4] = poke(args[4], [((1, 1), INF)])  # c0
     args[0] = poke(args[0], x_pokes)
     args[3] = poke(args[3], [((2, 3), -INF)])  # h0
@@ -373,7 +374,7 @@ def test_caslstm_layer_runs_the_kernels(monkeypatch, peephole):
     model = CASLSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True, lambda_=lam,
                     peephole=peephole)  # fmt: skip
     x = torch.randn(B, T, 4)
-    lengths = torch.tensor([5, 2, 3])
+    lengths = torch.tensor([3, 1, 2])
 
     def call() -> Tensor:
         out, (h_n, c_n) = model(x, lengths=lengths)
@@ -395,7 +396,7 @@ def test_carnn_layer_runs_the_kernels(monkeypatch):
     torch.manual_seed(12)
     model = CARNN(4, 6, context_size=3, variant="n", num_layers=2, batch_first=True)
     x, context = torch.randn(B, T, 4), torch.randn(B, 3)
-    lengths = torch.tensor([5, 2, 3])
+    lengths = torch.tensor([3, 1, 2])
 
     def call() -> Tensor:
         out, h_n = model(x, context, lengths=lengths)
@@ -462,7 +463,7 @@ def test_triton_host_batches_a_stack_of_recurrences(cell, monkeypatch):
     the results of one call each, outputs and every gradient."""
     from ctrlrnn.ops.cells import triton_host
 
-    R = 3
+    R = 2
     kernels = triton_host._KERNELS[cell]
     assert triton_host.takes_stack(cell)
     args = _stack_inputs(cell, R, seed=21)
@@ -537,7 +538,7 @@ def test_layer_directions_reach_the_triton_host_as_one_stack(monkeypatch):
     torch.manual_seed(0)
     m = ctrlrnn.RCRN(4, 6, bidirectional=True, batch_first=True, controllers="fused").double()
     x = torch.randn(3, T, 4, dtype=torch.float64, requires_grad=True)
-    lens = torch.tensor([T, 2, 4])
+    lens = torch.tensor([T, 2, 1])
     monkeypatch.undo()  # the CPU kernels for the expected values
     want = m(x, lengths=lens)[0]
     want_grads = torch.autograd.grad(want.square().sum(), (x, *m.parameters()))

@@ -7,6 +7,8 @@ precision, strided inputs, lengths with a zero, the public op and an RCRN layer 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -24,12 +26,36 @@ from ctrlrnn.ops.rcrn_listener.triton_kernels import (  # noqa: E402
 )
 
 B, T, C = 3, 9, 20
+_DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "fp16": torch.float16,
+           "bf16": torch.bfloat16}  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("split", [C, 7, 0])
-@pytest.mark.parametrize("sigmoid_gate", [True, False])
-@pytest.mark.parametrize("extras", [False, True], ids=["plain", "c0-lengths"])
+def _case(dtype: str, split: int, sigmoid_gate: bool, extras: bool) -> Any:
+    gate = "sigmoid" if sigmoid_gate else "identity"
+    name = f"{dtype}-split{split}-{gate}-{'c0-lengths' if extras else 'plain'}"
+    return pytest.param(_DTYPES[dtype], split, sigmoid_gate, extras, id=name)
+
+
+# dtype, split (all channels forward, both directions, all reversed), output gate and extras
+# (c0 and lengths) cross pairwise: each value of one meets each value of another in some case
+# (they select independent branches of the kernels)
+CASES = [
+    _case("fp32", C, True, False),
+    _case("fp32", 7, False, True),
+    _case("fp32", 0, True, True),
+    _case("fp64", C, False, True),
+    _case("fp64", 7, True, False),
+    _case("fp64", 0, False, False),
+    _case("fp16", C, True, True),
+    _case("fp16", 7, False, False),
+    _case("fp16", 0, False, True),
+    _case("bf16", C, False, False),
+    _case("bf16", 7, True, True),
+    _case("bf16", 0, True, False),
+]
+
+
+@pytest.mark.parametrize(("dtype", "split", "sigmoid_gate", "extras"), CASES)
 def test_forward_backward(dtype, split, sigmoid_gate, extras):
     g = torch.Generator().manual_seed(4)
     hs = [torch.randn(T, B, C, generator=g).to(dtype).transpose(0, 1) for _ in range(3)]

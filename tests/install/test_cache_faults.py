@@ -53,21 +53,16 @@ def run_read_only(folder: Path, argv: list[str],
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-@pytest.fixture
-def tiny(tmp_path: Path) -> Path:
-    src = tmp_path / "csrc"
+def _tiny_source(folder: Path) -> Path:
+    src = folder / "csrc"
     src.mkdir()
     (src / "tiny.cpp").write_text(TINY_CPP)
     return src
 
 
-def _build_tiny(tmp_path: Path, tiny: Path) -> tuple[dict[str, str], Path]:
-    env = fresh_env(tmp_path)
-    first = run_python(REPORT, env, str(tiny))
-    assert first.returncode == 0, first.stderr
-    got = json.loads(first.stdout)
-    assert got["origin"] == "compiled", got["reason"]
-    return env, Path(got["path"])
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return _tiny_source(tmp_path)
 
 
 def _report(proc: subprocess.CompletedProcess) -> dict:
@@ -75,10 +70,32 @@ def _report(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernel cache holding one finished build of the tiny extension, compiled once for the
+    module: the tests that only need a valid build to start from copy it (:func:`_build_tiny`)
+    instead of compiling their own. The build's key hashes the source's bytes, not its folder
+    or the cache's, so the copy is that test's finished build."""
+    root = tmp_path_factory.mktemp("tiny-build")
+    got = _report(run_python(REPORT, fresh_env(root), str(_tiny_source(root))))
+    assert got["origin"] == "compiled" and got["twice"] == 42, got["reason"]
+    return root / "cache"
+
+
+def _build_tiny(tmp_path: Path, built_cache: Path) -> tuple[dict[str, str], Path]:
+    """The environment of a kernel cache under ``tmp_path`` that holds a finished build of the
+    tiny extension (a copy of ``built_cache``), and the path of its library."""
+    shutil.copytree(built_cache, tmp_path / "cache", symlinks=True)
+    (folder,) = (tmp_path / "cache" / "ext").glob("tiny-*")
+    record = json.loads((folder / "build.json").read_text())
+    return fresh_env(tmp_path), folder / record["library"]
+
+
 @needs_mount
-def test_a_read_only_cache_with_a_valid_build_loads_it_without_writing(tmp_path: Path,
-                                                                       tiny: Path) -> None:
-    env, _ = _build_tiny(tmp_path, tiny)
+def test_a_read_only_cache_with_a_valid_build_loads_it_without_writing(
+    tmp_path: Path, tiny: Path, built_cache: Path
+) -> None:
+    env, _ = _build_tiny(tmp_path, built_cache)
     cache = tmp_path / "cache"
     got = _report(run_read_only(cache, [sys.executable, "-c", textwrap.dedent(REPORT),
                                         str(tiny)], env))
@@ -126,7 +143,9 @@ def test_an_unusable_cache_warns_once_naming_it_and_every_layer_trains(tmp_path:
     if kind == "read-only and empty" and not _can_mount_read_only():
         pytest.skip("no private mount namespace (unshare -rm) here")
     prefix, named = _unusable_cache(tmp_path, kind)
-    env = fresh_env(tmp_path)
+    # one thread: the reference path's tiny ops gain nothing from a second one, whose waits
+    # cost CPU time on a busy machine
+    env = fresh_env(tmp_path, OMP_NUM_THREADS="1")
     if kind == "inside a file":
         env["CTRLRNN_CACHE"] = str(named / "cache")
     argv = [*prefix, sys.executable, "-c", textwrap.dedent(TRAIN_EVERY_LAYER)]
@@ -164,10 +183,35 @@ def _damage(library: Path, how: str) -> None:
         library.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
 
 
-@pytest.mark.parametrize("how", ["half", "empty", "one byte"])
-def test_a_damaged_library_is_rebuilt_not_imported(tmp_path: Path, tiny: Path, how: str) -> None:
-    env, library = _build_tiny(tmp_path, tiny)
-    _damage(library, how)
+#: What each damage of a built library makes the loader's check say
+#: (``_extension.library_fault``, against the size and SHA-256 its build recorded)
+DAMAGE_FOUND = {"half": "bytes; the build wrote", "empty": "is 0 bytes; the build wrote",
+                "one byte": "SHA-256"}
+
+
+def test_every_damage_to_a_built_library_is_found_before_import(tmp_path: Path,
+                                                                built_cache: Path) -> None:
+    """The check the loader makes before it imports a cached library, against the record of a
+    real build: each damage is found. Done in this process, without importing the library;
+    ``test_a_damaged_library_is_rebuilt_not_imported`` follows one through a fresh process to
+    its rebuild."""
+    from ctrlrnn.ops._extension import library_fault
+
+    _, library = _build_tiny(tmp_path, built_cache)
+    record = json.loads((library.parent / "build.json").read_text())
+    assert library_fault(library, record) is None
+    data = library.read_bytes()
+    for how, found in DAMAGE_FOUND.items():
+        library.write_bytes(data)
+        _damage(library, how)
+        assert found in str(library_fault(library, record)), how
+
+
+def test_a_damaged_library_is_rebuilt_not_imported(tmp_path: Path, tiny: Path,
+                                                   built_cache: Path) -> None:
+    """Cut in half, the damage that kills a process which imports it (a bus error)."""
+    env, library = _build_tiny(tmp_path, built_cache)
+    _damage(library, "half")
     again = run_python(REPORT, env, str(tiny))
     got = _report(again)  # a bus error would end the process with a signal
     assert got["origin"] == "compiled" and got["twice"] == 42 and got["warnings"] == []
@@ -176,11 +220,12 @@ def test_a_damaged_library_is_rebuilt_not_imported(tmp_path: Path, tiny: Path, h
     assert third["origin"] == "cached" and third["twice"] == 42
 
 
-def test_a_damaged_library_in_a_read_only_cache_is_a_warning_not_a_crash(tmp_path: Path,
-                                                                          tiny: Path) -> None:
+def test_a_damaged_library_in_a_read_only_cache_is_a_warning_not_a_crash(
+    tmp_path: Path, tiny: Path, built_cache: Path
+) -> None:
     if not _can_mount_read_only():
         pytest.skip("no private mount namespace (unshare -rm) here")
-    env, library = _build_tiny(tmp_path, tiny)
+    env, library = _build_tiny(tmp_path, built_cache)
     _damage(library, "half")
     got = _report(run_read_only(tmp_path / "cache", [sys.executable, "-c",
                                                      textwrap.dedent(REPORT), str(tiny)], env))
@@ -190,8 +235,9 @@ def test_a_damaged_library_in_a_read_only_cache_is_a_warning_not_a_crash(tmp_pat
     assert "cannot be written" in message and "the build wrote" in message, message
 
 
-def test_build_force_starts_from_an_empty_folder(tmp_path: Path, tiny: Path) -> None:
-    env, library = _build_tiny(tmp_path, tiny)
+def test_build_force_starts_from_an_empty_folder(tmp_path: Path, tiny: Path,
+                                                 built_cache: Path) -> None:
+    env, library = _build_tiny(tmp_path, built_cache)
     folder = library.parent
     _damage(library, "empty")
     (folder / "stale.o").write_text("junk")

@@ -21,6 +21,9 @@ from torch import nn
 import ctrlrnn
 from ctrlrnn.nn.registry import UNITS
 
+# the layers are tiny: one thread runs torch's ops inline instead of waking a second one
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SEED = 3
 
 

@@ -12,6 +12,9 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import ctrlrnn
 
+# the layers are tiny: one thread runs torch's ops inline instead of waking a second one
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 T, B, D, H = 6, 3, 4, 5
 LENGTHS = torch.tensor([6, 2, 4])
 #: sCARNN stacks only in one direction (a bidirectional output is wider than its input)

@@ -19,6 +19,9 @@ from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops import cell_steps
 from ctrlrnn.ops.backend import reference_forced
 
+# the layers are tiny: one thread runs torch's ops inline instead of waking a second one
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 D64 = torch.float64
 
 

@@ -24,6 +24,9 @@ from ctrlrnn.nn import carnn as carnn_module
 from ctrlrnn.nn.base import RecurrentBase
 from ctrlrnn.ops.backend import reference_forced
 
+# the layers are tiny: one thread runs torch's ops inline instead of waking a second one
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 D64 = torch.float64
 
 

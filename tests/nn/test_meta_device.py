@@ -18,7 +18,7 @@ packed with CPU lengths (its ``batch_sizes`` on the CPU, its sorting indices on 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import pytest
@@ -34,6 +34,13 @@ from ctrlrnn.ops.conv_windows import shifted_windows
 from ctrlrnn.ops.metagross_level import metagross_level
 from ctrlrnn.ops.qrnn_pooling import GATES_PER_MODE
 from ctrlrnn.ops.rcrn_listener import rcrn_listener
+
+pytestmark = [
+    pytest.mark.not_plain("checks shapes, dtypes and devices on meta, not a kernel's values; the "
+                          "ops suites run the kernels on the plain runtime"),
+    # the layers are tiny: one thread runs torch's ops inline instead of waking a second one
+    pytest.mark.usefixtures("one_thread"),
+]
 
 META, CPU = torch.device("meta"), torch.device("cpu")
 T, B = 4, 3
@@ -123,6 +130,13 @@ def _both(build: Callable[..., nn.Module], how: str, **kwargs: Any) -> dict[torc
     return {CPU: on_cpu, META: on_meta}
 
 
+@cache
+def _built(name: str, batch_first: bool, backend: str) -> dict[torch.device, nn.Module]:
+    """:func:`_both` of layer ``name`` built with ``device="meta"``, once per layout and backend
+    for all the cases that run it (a forward or backward changes none of its weights)."""
+    return _both(BUILD[name], "argument", **({"batch_first": True} if batch_first else {}))
+
+
 def _grads(loss_of: Callable[[], Any], module: nn.Module | None, inputs: list[Tensor]) -> Any:
     """The layouts and devices of the gradients of the sum of ``loss_of()``'s floating outputs
     with respect to ``module``'s parameters and ``inputs`` (None for one they do not reach)."""
@@ -139,11 +153,11 @@ def _grads(loss_of: Callable[[], Any], module: nn.Module | None, inputs: list[Te
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", list(BUILD))
-def test_a_layer_built_on_meta_gives_the_cpus_shapes_and_dtypes(name: str, case: str) -> None:
+def test_a_layer_built_on_meta_gives_the_cpus_shapes_and_dtypes(name: str, case: str,
+                                                               ctrlrnn_backend: str) -> None:
     """A packed output also carries its batch sizes and sorting indices as ``nn.LSTM``'s on
     meta carries them (the batch sizes on the CPU, the indices on meta)."""
-    kwargs = {"batch_first": True} if case == "batch-first" else {}
-    layers = _both(BUILD[name], "argument", **kwargs)
+    layers = _built(name, case == "batch-first", ctrlrnn_backend)
     got = _forward(layers[META], case, META)
     want = _forward(layers[CPU], case, CPU)
     assert _layout(got) == _layout(want)
@@ -170,10 +184,11 @@ def test_a_layer_moved_to_meta_runs_there(name: str) -> None:
 
 @pytest.mark.parametrize("case", ["lengths", "packed"])
 @pytest.mark.parametrize("name", list(BUILD))
-def test_a_layer_on_meta_backpropagates_as_on_cpu(name: str, case: str) -> None:
+def test_a_layer_on_meta_backpropagates_as_on_cpu(name: str, case: str,
+                                                  ctrlrnn_backend: str) -> None:
     """``nn.LSTM`` on meta backpropagates (meta gradients); so does every layer, to the
     parameters the CPU gradients reach, with their shapes."""
-    layers = _both(BUILD[name], "argument")
+    layers = _built(name, False, ctrlrnn_backend)
     got = _grads(lambda: _forward(layers[META], case, META), layers[META], [])
     want = _grads(lambda: _forward(layers[CPU], case, CPU), layers[CPU], [])
     assert [g and g[0] for g in got] == [g and g[0] for g in want]

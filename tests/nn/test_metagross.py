@@ -150,11 +150,11 @@ def _hx(m, B, gen=None):
     return tree, 0.5 * torch.randn(LD, B, m.state_size(1), dtype=D64, generator=gen)
 
 
+# every base with every depth gate, and each of them with both recurrences (pairwise)
 CASES = [
     (base, rec, gate)
-    for base in ("linear", "lstm", "gru")
-    for rec in ("h", "c")
-    for gate in ("token", "static", "scalar")
+    for base, recs in (("linear", "hch"), ("lstm", "chc"), ("gru", "hch"))
+    for rec, gate in zip(recs, ("token", "static", "scalar"), strict=True)
 ]
 
 

@@ -5,7 +5,8 @@ torch.compile, training) is checked over the configurations of ``contract.py``."
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,10 @@ from ctrlrnn.ops.backend import reference_forced
 
 D64 = torch.float64
 CELL_STATES = {"lstm": 2, "gru": 1}
+
+# tiny shapes: the compiled kernels run inline, where a second thread would only be waited for
+# (conftest.py); the tests that time the engines' rule set their thread counts themselves
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def paper_lstm(x, rnn, h, c):
@@ -313,13 +318,34 @@ def _everything(m, x, hx, lengths):
     return [out, *h_n, *grads]
 
 
-CASES = list(itertools.product(
-    ("lstm", "gru"), ("per_direction", "concat_forward"), (False, True), (1, 2)))
+_LENGTHS = {"none": None, "varied": [7, 3, 5, 1], "equal": [7, 7, 7, 7]}
 
 
-@pytest.mark.parametrize("cell,listener,bidirectional,num_layers", CASES)
-@pytest.mark.parametrize("lengths", [None, [7, 3, 5, 1], [7, 7, 7, 7]])
-@pytest.mark.parametrize("with_state", [False, True])
+def _native_case(cell: str, listener: str, bidirectional: bool, num_layers: int, lengths: str,
+                 with_state: bool) -> Any:  # fmt: skip
+    name = (f"{cell}-{listener}-{'bi' if bidirectional else 'uni'}-{num_layers}layer-"
+            f"{lengths}-{'state' if with_state else 'nostate'}")  # fmt: skip
+    return pytest.param(cell, listener, bidirectional, num_layers, _LENGTHS[lengths], with_state,
+                        id=name)  # fmt: skip
+
+
+# cell, listener, direction, depth, lengths (none, varied, all full) and an initial state cross
+# pairwise: each value of one meets each value of another in some case; and every cell and
+# listener runs bidirectional, with varied lengths too
+NATIVE_CASES = [
+    _native_case("lstm", "per_direction", False, 1, "equal", False),
+    _native_case("lstm", "per_direction", True, 1, "none", True),
+    _native_case("lstm", "concat_forward", False, 2, "varied", True),
+    _native_case("lstm", "concat_forward", True, 2, "varied", True),
+    _native_case("gru", "per_direction", False, 2, "equal", True),
+    _native_case("gru", "per_direction", True, 1, "varied", False),
+    _native_case("gru", "concat_forward", False, 2, "none", False),
+    _native_case("gru", "concat_forward", True, 1, "equal", False),
+]
+
+
+@pytest.mark.parametrize(
+    "cell,listener,bidirectional,num_layers,lengths,with_state", NATIVE_CASES)
 def test_native_equals_fused(cell, listener, bidirectional, num_layers, lengths, with_state,
                              ctrlrnn_backend):
     if ctrlrnn_backend == "reference":
@@ -368,8 +394,8 @@ def test_gradcheck_native_with_lengths(ctrlrnn_backend):
         pytest.skip("a forced reference backend runs the controllers on the reference cells")
     torch.manual_seed(0)
     m = RCRN(3, 2, bidirectional=True, batch_first=True, controllers="native").double()
-    x = torch.randn(2, 4, 3, dtype=D64, requires_grad=True)
-    lens = torch.tensor([4, 2])
+    x = torch.randn(2, 3, 3, dtype=D64, requires_grad=True)
+    lens = torch.tensor([3, 2])
     assert m.native_applies(x, lens)
     assert torch.autograd.gradcheck(lambda x: m(x, lengths=lens)[0], (x,))
 
@@ -402,6 +428,26 @@ def test_controllers_is_checked_and_shown():
     assert "controllers" not in repr(RCRN(4, 4))
 
 
+@pytest.fixture(scope="module")
+def auto_and_fused() -> Callable[[int], tuple[RCRN, RCRN]]:
+    """``hidden -> (controllers="auto", controllers="fused")`` of the same weights, built once
+    per width for the module (the tests only run them forward)."""
+    built: dict[int, tuple[RCRN, RCRN]] = {}
+
+    def get(hidden: int) -> tuple[RCRN, RCRN]:
+        if hidden not in built:
+            torch.manual_seed(0)
+            auto = RCRN(3, hidden, bidirectional=True, batch_first=True).double()
+            fused = RCRN(3, hidden, bidirectional=True, batch_first=True,
+                         controllers="fused").double()  # fmt: skip
+            fused.load_state_dict(auto.state_dict())
+            built[hidden] = auto, fused
+        return built[hidden]
+
+    return get
+
+
+@pytest.mark.compares_backends
 @pytest.mark.parametrize(("hidden", "batch"),
                          [(8, 2), (64, 2), (65, 2), (128, 2), (129, 2), (200, 2), (129, 16),
                           (256, 16), (257, 16)])
@@ -409,30 +455,28 @@ def test_controllers_is_checked_and_shown():
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("varied", [True, False])
 def test_auto_controllers_take_the_engine_measured_faster(hidden, batch, threads, training,
-                                                          varied):
+                                                          varied, auto_and_fused, monkeypatch):
     """controllers="auto" (the default) on CPU follows fused_controllers_faster (the fused
-    engine where it measured faster, torch's kernels elsewhere); the same numbers either way."""
+    engine where it measured faster, torch's kernels elsewhere); the same numbers either way.
+    A forced reference backend never takes torch's kernels (its run is then the fused engine's
+    reference, the very computation of controllers="fused")."""
     from ctrlrnn.nn.rcrn import fused_controllers_faster
 
-    torch.manual_seed(0)
-    auto = RCRN(3, hidden, bidirectional=True, batch_first=True).double()
-    fused = RCRN(3, hidden, bidirectional=True, batch_first=True, controllers="fused").double()
-    fused.load_state_dict(auto.state_dict())
-    x = torch.randn(batch, 5, 3, dtype=D64)
-    lens = torch.tensor([5, 3 if varied else 5] * (batch // 2))
+    auto, fused = auto_and_fused(hidden)
+    x = torch.randn(batch, 3, 3, dtype=D64)
+    lens = torch.tensor([3, 2 if varied else 3] * (batch // 2))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.set_grad_enabled(training):
             native = auto.native_applies(x, lens)
             out = auto(x, lengths=lens)[0]
+            monkeypatch.setenv("CTRLRNN_BACKEND", "reference")
+            assert reference_forced() and not auto.native_applies(x, lens)
+            monkeypatch.delenv("CTRLRNN_BACKEND")
     finally:
         torch.set_num_threads(before)
-    if reference_forced():
-        assert not native
-    else:
-        assert native == (not fused_controllers_faster(hidden, batch, training, threads,
-                                                       varied))
+    assert native == (not fused_controllers_faster(hidden, batch, training, threads, varied))
     torch.testing.assert_close(out, fused(x, lengths=lens)[0], rtol=1e-11, atol=1e-12)
 
 

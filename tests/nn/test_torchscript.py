@@ -12,9 +12,10 @@ inside, is one node of the trace), and the fused cells are refused with a clear 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,18 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import ctrlrnn
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.not_plain("tests tracing, not a kernel's values; the ops suites run the kernels "
+                          "on the plain runtime"),
+]
 
 #: the fused cells' layer configurations: refused under tracing without the compiled kernels
 ON_CELLS = {"rcrn", "rcrn-concat", "rcrn-gru", "rcrn-gru-bi", "rcrn-gru-concat", "caslstm",
             "caslstm-trainable", "caslstm-peephole", "ncarnn", "metagross-lstm", "metagross-gru",
             "metagross-state", "metagross-state-lstm", "metagross-state-gru"}  # fmt: skip
+#: how the lengths are given at the traced call: not at all, all full, some short
+TRACED_LENGTHS = ("none", "full", "short")
 #: (batch, steps, lengths) the traced module runs at, none of them the traced shape
 SHAPES = [(5, 9, [9, 2, 5, 9, 1]), (2, 3, [3, 3]), (4, 6, [1, 6, 1, 1])]
 
@@ -94,8 +101,43 @@ def _refused_without_kernels(name: str, ctrlrnn_backend: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("traced_lengths", ["none", "full", "short"])
-@pytest.mark.parametrize("name", NAMES)
+def _backend_cases(names: list[str], options: tuple[str, ...], cells_at_all: bool) -> list[Any]:
+    """The cases ``(backend, name, option)`` of a test over configurations ``names``.
+
+    A configuration that the reference backend traces takes each option once: one of them (in
+    turn) on the reference backend, the others on the compiled kernels. A fused cell's
+    configuration is refused on the reference backend whatever the option (one case checks
+    that); on the compiled kernels it takes every option (``cells_at_all``), or the first and
+    one of the others in turn. Each backend thus takes every option, and every configuration it
+    can trace.
+
+    Not every option on both: the Python that a trace freezes (where the lengths are read,
+    where the gradient mode is) is the same on both backends, and what differs lies inside the
+    custom ops, each one node of the trace either way. Where the lengths are read is code that
+    the layers share or that each kind of layer has, which the configurations of a kind take
+    at every option together."""
+    traced_on_reference = [name for name in names if name not in ON_CELLS]
+    cells = [name for name in names if name in ON_CELLS]
+    cases = []
+    for name in names:
+        if name in ON_CELLS:
+            on_reference = options[0]
+            on_compiled = options if cells_at_all else \
+                (options[0], options[1 + cells.index(name) % (len(options) - 1)])  # fmt: skip
+        else:
+            on_reference = options[traced_on_reference.index(name) % len(options)]
+            on_compiled = tuple(option for option in options if option != on_reference)
+        cases += [pytest.param("compiled", name, option, id=f"compiled-{name}-{option}")
+                  for option in on_compiled]  # fmt: skip
+        cases.append(pytest.param("reference", name, on_reference,
+                                  id=f"reference-{name}-{on_reference}"))  # fmt: skip
+    return cases
+
+
+@pytest.mark.compares_backends  # (the backend is a parameter of the cases)
+@pytest.mark.parametrize(("ctrlrnn_backend", "name", "traced_lengths"),
+                         _backend_cases(NAMES, TRACED_LENGTHS, False),
+                         indirect=["ctrlrnn_backend"])  # fmt: skip
 def test_a_trace_computes_the_layer_at_other_shapes_and_lengths(
     name: str, traced_lengths: str, ctrlrnn_backend: str
 ) -> None:
@@ -148,9 +190,12 @@ def test_a_trace_packs_inside_at_any_lengths(name: str, ctrlrnn_backend: str) ->
         _assert_equal((traced(*inputs),), (packing(*inputs),))
 
 
-@pytest.mark.parametrize("traced_under", ["grad", "no_grad"])
-@pytest.mark.parametrize("name", ["qrnn", "rcrn", "caslstm-trainable", "icarnn", "metagross",
-                                  "metagross-state"])
+@pytest.mark.compares_backends  # (the backend is a parameter of the cases)
+@pytest.mark.parametrize(("ctrlrnn_backend", "name", "traced_under"),
+                         _backend_cases(["qrnn", "rcrn", "caslstm-trainable", "icarnn",
+                                         "metagross", "metagross-state"],
+                                        ("grad", "no_grad"), True),
+                         indirect=["ctrlrnn_backend"])  # fmt: skip
 def test_a_trace_takes_the_initial_state_and_gives_the_gradients(
     name: str, traced_under: str, ctrlrnn_backend: str
 ) -> None:
@@ -257,40 +302,6 @@ def test_a_traced_cell_steps_as_the_cell_at_another_batch_size(name: str, ctrlrn
     _assert_equal(traced(*inputs), steps(*inputs))
 
 
-def test_a_saved_trace_loads_in_a_new_process_after_import_ctrlrnn(
-    tmp_path: Path, ctrlrnn_backend: str
-) -> None:
-    """The trace holds ctrlrnn's custom ops (``ctrlrnn::...``), which ``import ctrlrnn``
-    registers: a new process that imports it loads and runs the saved file."""
-    torch.manual_seed(0)
-    layers = {key: make(key, batch_first=True) for key in ("qrnn", "metagross", "caslstm")}
-    if ctrlrnn_backend == "reference":  # the fused cells: refused (above)
-        del layers["caslstm"]
-    x = torch.randn(5, 9, 4)
-    for key, layer in layers.items():
-        layer.eval()
-        traced = _trace(Call(layer, True, False), (torch.randn(3, 7, 4), torch.tensor([7, 2, 5])))
-        traced.save(str(tmp_path / f"{key}.pt"))
-        lengths = torch.tensor([9, 1, 4, 9, 3])
-        torch.save({"x": x, "lengths": lengths, "want": list(Call(layer, True, False)(x, lengths))},
-                   tmp_path / f"{key}.expected")  # fmt: skip
-    script = textwrap.dedent(f"""
-        import torch
-        import ctrlrnn  # registers the custom ops the traces hold
-        for key in {list(layers)!r}:
-            module = torch.jit.load({str(tmp_path)!r} + f"/{{key}}.pt")
-            expected = torch.load({str(tmp_path)!r} + f"/{{key}}.expected", weights_only=True)
-            got = module(expected["x"], expected["lengths"])
-            for g, w in zip(got, expected["want"], strict=True):
-                torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
-        print("loaded")
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "loaded"
-
-
 @pytest.mark.parametrize("build", [
     lambda: make("qrnn"), lambda: make("icarnn"), lambda: make("metagross-state"),
     lambda: make(FFN), CELLS["RCRNCell"][0], CELLS["CASLSTMCell"][0],
@@ -343,36 +354,126 @@ def test_every_public_module_is_traceable() -> None:
         assert module._slow_forward is Traceable._slow_forward, module.__name__
 
 
+#: the saved traces the new process loads: a fused cell's layer on the compiled kernels alone
+SAVED = {"reference": ("qrnn", "metagross"), "compiled": ("qrnn", "metagross", "caslstm")}
+NEW_PROCESS = """
+import json, os, sys, traceback, warnings
+import torch
+import ctrlrnn  # registers the custom ops the traces hold
+from ctrlrnn.ops import _extension
+
+folder, saved = sys.argv[1], json.loads(sys.argv[2])
+outcome = {"saved": "ok", "first": "ok"}
+
+
+def part(name, body):
+    if outcome[name] == "ok":
+        try:
+            body()
+        except Exception:
+            outcome[name] = traceback.format_exc()[-3000:]
+
+
+def use(backend):
+    if backend == "reference":
+        os.environ["CTRLRNN_BACKEND"] = "reference"
+    else:
+        os.environ.pop("CTRLRNN_BACKEND", None)
+
+
+modules = {}
+
+
+def load():
+    for backend, keys in saved.items():
+        for key in keys:
+            modules[backend, key] = torch.jit.load(f"{folder}/{backend}-{key}.pt")
+
+
+def run_saved(backend):
+    use(backend)
+    for key in saved[backend]:
+        expected = torch.load(f"{folder}/{backend}-{key}.expected", weights_only=True)
+        got = modules[backend, key](expected["x"], expected["lengths"])
+        for g, w in zip(got, expected["want"], strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+
+
+def trace_first():
+    use("compiled")
+    assert not _extension.loaded_modules(), f"loaded before: {list(_extension.loaded_modules())}"
+    torch.manual_seed(0)
+    layers = {"rcrn": ctrlrnn.RCRN(5, 6, batch_first=True),
+              "qrnn": ctrlrnn.QRNN(5, 6, batch_first=True),
+              "caslstm": ctrlrnn.CASLSTM(5, 6, num_layers=2, batch_first=True),
+              "metagross": ctrlrnn.Metagross(6, 6, batch_first=True)}
+    for name, layer in layers.items():
+        layer = layer.double().eval()
+        D = 6 if name == "metagross" else 5
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            traced = torch.jit.trace(layer, (torch.randn(3, 7, D, dtype=torch.float64),))
+        x = torch.randn(2, 4, D, dtype=torch.float64)
+        torch.testing.assert_close(traced(x)[0], layer(x)[0], rtol=1e-12, atol=1e-12)
+
+
+part("saved", load)
+part("saved", lambda: run_saved("reference"))
+part("first", trace_first)
+part("saved", lambda: run_saved("compiled"))
+print(json.dumps(outcome))
+"""
+
+
+@pytest.fixture(scope="module")
+def new_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One new process, started with the compiled kernels, for the two tests below (each
+    start of Python, torch and ctrlrnn costs seconds): right after ``import ctrlrnn`` it loads
+    the traces of :data:`SAVED`, saved here on each backend, and runs those of the reference
+    backend, which load no kernel; then it traces four layers as its first calls that load
+    the kernels, and last runs the saved traces of the compiled kernels. Each part's outcome:
+    ``"ok"`` or its traceback."""
+    folder = tmp_path_factory.mktemp("traces")
+    x, lengths = torch.randn(5, 9, 4), torch.tensor([9, 1, 4, 9, 3])
+    for backend, keys in SAVED.items():
+        with pytest.MonkeyPatch.context() as patch:
+            if backend == "reference":
+                patch.setenv("CTRLRNN_BACKEND", "reference")
+            else:
+                patch.delenv("CTRLRNN_BACKEND", raising=False)
+            torch.manual_seed(0)
+            for key in keys:
+                call = Call(make(key, batch_first=True).eval(), True, False)
+                traced = _trace(call, (torch.randn(3, 7, 4), torch.tensor([7, 2, 5])))
+                traced.save(str(folder / f"{backend}-{key}.pt"))
+                torch.save({"x": x, "lengths": lengths, "want": list(call(x, lengths))},
+                           folder / f"{backend}-{key}.expected")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "CTRLRNN_BACKEND"}
+    done = subprocess.run([sys.executable, "-c", NEW_PROCESS, str(folder), json.dumps(SAVED)],
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.compares_backends  # (one new process loads the traces of both)
+def test_a_saved_trace_loads_in_a_new_process_after_import_ctrlrnn(
+    new_process: dict[str, str]
+) -> None:
+    """The trace holds ctrlrnn's custom ops (``ctrlrnn::...``), which ``import ctrlrnn``
+    registers: a new process that imports it loads the saved files, traced on either backend,
+    and runs each on the backend it was traced on."""
+    assert new_process["saved"] == "ok", new_process["saved"]
+
+
 @pytest.mark.compares_backends  # (the child process loads the compiled kernels: runs once)
-def test_a_trace_as_the_first_call_of_a_process_loads_the_kernels_untraced(monkeypatch):
+def test_a_trace_as_the_first_call_of_a_process_loads_the_kernels_untraced(
+    new_process: dict[str, str]
+) -> None:
     """A model traced before any eager call loads the compiled kernels inside
     ``torch.jit.trace``: their set-up (settings handed to C++, thread counts) runs with the
     tracer paused, so the trace neither fails on those calls nor records them (its check that a
     second trace records the same graph passes), and it computes what the layer computes."""
-    script = textwrap.dedent("""
-        import warnings
-        import torch
-        import ctrlrnn
-        torch.manual_seed(0)
-        layers = {"rcrn": ctrlrnn.RCRN(5, 6, batch_first=True),
-                  "qrnn": ctrlrnn.QRNN(5, 6, batch_first=True),
-                  "caslstm": ctrlrnn.CASLSTM(5, 6, num_layers=2, batch_first=True),
-                  "metagross": ctrlrnn.Metagross(6, 6, batch_first=True)}
-        for name, layer in layers.items():
-            layer = layer.double().eval()
-            D = 6 if name == "metagross" else 5
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", category=DeprecationWarning)
-                traced = torch.jit.trace(layer, (torch.randn(3, 7, D, dtype=torch.float64),))
-            x = torch.randn(2, 4, D, dtype=torch.float64)
-            torch.testing.assert_close(traced(x)[0], layer(x)[0], rtol=1e-12, atol=1e-12)
-        print("traced")
-    """)
-    monkeypatch.delenv("CTRLRNN_BACKEND", raising=False)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "traced"
+    assert new_process["first"] == "ok", new_process["first"]
 
 
 @pytest.mark.parametrize("kwargs", [dict(input_size=6), dict(input_size=5, residual=False),

@@ -19,6 +19,10 @@ import ctrlrnn
 T, B, D, H = 5, 3, 4, 6
 P = 0.4
 
+# tiny shapes: the compiled kernels run inline, where a second thread would only be waited for
+# (conftest.py)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def drop_targets(layer: nn.Module) -> tuple[str, ...]:
     """The parameters DropConnect must reach: the QRNN's convolution weights, the recurrent

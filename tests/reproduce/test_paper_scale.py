@@ -66,8 +66,9 @@ def _steps(task, model, cfg) -> list[float]:
 @pytest.mark.parametrize("exp_id", sorted(DEFINED))
 def test_every_paper_scale_arm_trains_a_few_steps_on_its_format(exp_id, tmp_path):
     base = DEFINED[exp_id]
-    exp = base.at_paper_scale(user_files(base, tmp_path / "data"))
-    assert not exp.missing_data(user_files(base, tmp_path / "data"))
+    given = user_files(base, tmp_path / "data")
+    exp = base.at_paper_scale(given)
+    assert not exp.missing_data(given)
     shrink = {**COMMON, **SHRINK.get(exp.task, {}), **_prepared(base, tmp_path)}
     tasks: dict[str, Any] = {}
     for arm in exp.arms:

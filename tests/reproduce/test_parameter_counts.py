@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +17,39 @@ from ctrlrnn.reproduce.parameter_counts import (
     recount,
     stale_counts,
 )
+from ctrlrnn.tasks import task_class
+from ctrlrnn.tasks.base import Task
+
+# models are built, not trained: a second torch thread only waits on their small inits
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "results" / "data" / "full"
 FILES = sorted(p for p in DATA.glob("*.json")
                if json.loads(p.read_text(encoding="utf-8")).get("task") in SYNTHETIC_TASKS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _data_generated_once() -> Iterator[None]:
+    """Generating a task's data is nearly all of a count's cost, and the arms of a file (and
+    the files of one task: the logic task's experiments) mostly share it: the data a task
+    generates from its options and seed is generated once here, and a task built again with
+    those options and seed is given the same (generation is deterministic, so every model is
+    still built from the data its setting gives)."""
+    done: dict[tuple[type[Task], str, int], dict[str, Any]] = {}
+    patches = pytest.MonkeyPatch()
+    for name in SYNTHETIC_TASKS:
+        cls = task_class(name)
+
+        def setup(self: Task, real: Any = cls.setup) -> None:
+            key = (type(self), json.dumps(self.opts, sort_keys=True, default=repr), self.seed)
+            if key not in done:
+                real(self)
+                done[key] = dict(vars(self))
+            vars(self).update(done[key])
+
+        patches.setattr(cls, "setup", setup)
+    yield
+    patches.undo()
 
 
 def test_synthetic_results_files_are_found():

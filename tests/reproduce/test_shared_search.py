@@ -1,22 +1,27 @@
 """A search shared by processes through one Optuna storage (``--storage URL``): several
 processes run the same successive-halving search, every trial of every rung trains exactly
 once among them, and each process ends with the record a single process makes. With a real
-PostgreSQL server (when one is installed) as with SQLite."""
+PostgreSQL server (when one is installed) as with SQLite.
+
+The processes are forked from one that has imported torch, Optuna and ctrlrnn
+(:mod:`warm_start`), so that their imports do not cost far more than their work."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warm_start
 from tiny_runs import without
 
 from ctrlrnn.reproduce.shared_study import SharedStudy, run_units
@@ -54,25 +59,53 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _run_processes(url: str, tmp_path: Path, n: int) -> tuple[list[dict], list[str]]:
+#: the database drivers of the storages tested, where installed
+DRIVERS = tuple(name for name in ("sqlalchemy.dialects.sqlite.pysqlite", "psycopg",
+                                  "sqlalchemy.dialects.postgresql.psycopg")
+                if importlib.util.find_spec(name.split(".")[0]) is not None)
+
+
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[warm_start.Starter]:
+    modules = (*warm_start.CTRLRNN_MODULES, "optuna", *DRIVERS, "ctrlrnn.reproduce.runner",
+               "ctrlrnn.reproduce.shared_study", "ctrlrnn.reproduce.tuning")
+    with warm_start.Starter(modules, dict(os.environ, OMP_NUM_THREADS="1"),
+                            tmp_path_factory.mktemp("commands")) as started:
+        yield started
+
+
+def _finish(procs: list[warm_start.Command]) -> list[str]:
+    """The last line each of ``procs`` printed, once all have ended well."""
+    try:
+        said = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err
+            said.append(out.strip().splitlines()[-1])
+        return said
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+def _start_processes(starter: warm_start.Starter, url: str, tmp_path: Path, n: int
+                     ) -> list[warm_start.Command]:
+    """``n`` processes of the search in ``tmp_path``, logging what they train to its
+    ``trained.log``."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     log = tmp_path / "trained.log"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(script), url, str(tmp_path / f"runs{i}"),
-                               str(log), str(n)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(n)]
-    records = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        records.append(json.loads(out.strip().splitlines()[-1]))
-    return records, log.read_text().splitlines()
+    return [starter.start([str(script), url, str(tmp_path / f"runs{i}"), str(log), str(n)],
+                          cwd=tmp_path) for i in range(n)]
 
 
-def _check_shared(url: str, tmp_path: Path, processes: int = 3, alone: bool = True) -> None:
-    single = _run_processes("", tmp_path / "alone", 1)[0] if alone else None
-    records, trained = _run_processes(url, tmp_path, processes)
+def _check_shared(starter: warm_start.Starter, url: str, tmp_path: Path, processes: int = 3,
+                  alone: bool = True) -> None:
+    # the process alone (no storage) shares nothing with the others: it runs beside them
+    single = _start_processes(starter, "", tmp_path / "alone", 1) if alone else []
+    procs = _start_processes(starter, url, tmp_path, processes)
+    records = [json.loads(line) for line in _finish([*procs, *single])]
+    trained = (tmp_path / "trained.log").read_text().splitlines()
     calls = [tuple(int(x) for x in line.split()) for line in trained]  # (pid, trial, epochs)
     # a process that continues a trial another trained first replays its earlier rungs (each
     # process here has its own runs folder, as machines do): a unit met again must be such a
@@ -84,15 +117,16 @@ def _check_shared(url: str, tmp_path: Path, processes: int = 3, alone: bool = Tr
         seen.add((k, e))
     assert len(seen) == 9 + 3 + 1, trained  # each unit trained (not replayed) exactly once
     assert len({pid for pid, _, _ in calls}) > 1  # the work was split
-    for record in records:
-        assert record == (single[0] if single else records[0])
+    for record in records:  # the shared processes', then the one alone
+        assert record == records[0]
     study = SharedStudy(url, "ctrlrnn/test/search")
     assert len(study.rows()) == 13
 
 
-def test_processes_sharing_a_sqlite_study_train_each_trial_once(tmp_path: Path) -> None:
+def test_processes_sharing_a_sqlite_study_train_each_trial_once(
+        tmp_path: Path, starter: warm_start.Starter) -> None:
     (tmp_path / "alone").mkdir()
-    _check_shared(f"sqlite:///{tmp_path / 'study.db'}", tmp_path)
+    _check_shared(starter, f"sqlite:///{tmp_path / 'study.db'}", tmp_path)
 
 
 def test_a_unit_of_a_dead_holder_is_claimed_again(tmp_path: Path) -> None:
@@ -139,7 +173,8 @@ def _free_port() -> int:
 
 @pytest.mark.skipif(shutil.which("initdb") is None or shutil.which("pg_ctl") is None,
                     reason="no PostgreSQL server installed")
-def test_processes_sharing_a_postgresql_study_train_each_trial_once(tmp_path: Path) -> None:
+def test_processes_sharing_a_postgresql_study_train_each_trial_once(
+        tmp_path: Path, starter: warm_start.Starter) -> None:
     pytest.importorskip("psycopg", reason="no PostgreSQL driver (psycopg) installed")
     home = Path(tempfile.mkdtemp(prefix="ctrlrnn-pg-"))  # a folder the server's user reaches
     data = home / "pg"
@@ -160,7 +195,8 @@ def test_processes_sharing_a_postgresql_study_train_each_trial_once(tmp_path: Pa
                         "ctrlrnn", "search"], check=True, capture_output=True, timeout=60)
         (tmp_path / "alone").mkdir()
         # two processes, compared with each other (the SQLite test compares with one alone)
-        _check_shared(f"postgresql://ctrlrnn@127.0.0.1:{port}/search", tmp_path, 2, False)
+        _check_shared(starter, f"postgresql://ctrlrnn@127.0.0.1:{port}/search", tmp_path, 2,
+                      False)
     finally:
         subprocess.run([*run_as, "pg_ctl", "-D", str(data), "-m", "fast", "stop"],
                        capture_output=True, timeout=120, check=False, cwd="/")
@@ -192,21 +228,19 @@ def _same(data: object) -> object:
     return without(data, MACHINE_ONLY)
 
 
-def test_machines_sharing_a_storage_split_an_experiment_and_agree(tmp_path: Path) -> None:
+def test_machines_sharing_a_storage_split_an_experiment_and_agree(
+        tmp_path: Path, starter: warm_start.Starter) -> None:
     script = tmp_path / "machine.py"
     script.write_text(MACHINE)
     here = str(Path(__file__).resolve().parent)  # the script imports tiny_runs from here
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    procs = [subprocess.Popen([sys.executable, str(script), url, str(tmp_path / f"m{i}")],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(2)]
-    arms = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        arms.append(json.loads(out.strip().splitlines()[-1]))
+    # two machines sharing the storage, and beside them one alone (no storage) to compare with
+    procs = [starter.start([str(script), url, str(tmp_path / f"m{i}")], cwd=tmp_path, env=env)
+             for i in range(2)]
+    procs.append(starter.start([str(script), "", str(tmp_path / "alone")], cwd=tmp_path,
+                               env=env))
+    *arms, alone = [json.loads(line) for line in _finish(procs)]
     # the last rung of each trial trained once; an earlier rung trains again only on a machine
     # that continues a trial trained elsewhere (it replays the same path: module tuning)
     last = [p.parent.name for p in tmp_path.glob("m*/runs/**/rung1.json")]
@@ -223,7 +257,4 @@ def test_machines_sharing_a_storage_split_an_experiment_and_agree(tmp_path: Path
     # each seed's validation curve too, on the machine that did not train it as well
     assert all(seed.get("curve") for machine in arms for arm in machine.values()
                for seed in arm["seeds"].values())
-    alone = subprocess.run([sys.executable, str(script), "", str(tmp_path / "alone")], env=env,
-                           capture_output=True, text=True, timeout=600, check=False)
-    assert alone.returncode == 0, alone.stderr
-    assert _same(json.loads(alone.stdout.strip().splitlines()[-1])) == _same(arms[0])
+    assert _same(alone) == _same(arms[0])

@@ -20,6 +20,10 @@ from ctrlrnn.reproduce.experiments import EXPERIMENTS, Arm, Experiment
 from ctrlrnn.tasks import task_class
 from ctrlrnn.train.config import check_options
 
+# tiny models on one batch: a second torch thread only waits for work (on a loaded machine,
+# for milliseconds a call), which cost the tree tasks' long sequences most of their time
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 #: tasks built from generated data (or a directory written below), with tiny sizes
 TINY: dict[str, dict[str, Any]] = {
     "sort": {"train_size": 16, "valid_size": 4, "test_size": 4},

@@ -5,7 +5,10 @@ be followed.
 
 The signal tests run ``ctrlrnn train`` as a process through a small wrapper that sends the
 signal to itself at a chosen call (a step, an evaluation, a checkpoint write, the task's
-set-up): the point is exact, and the signal reaches the process as ``kill`` delivers it.
+set-up): the point is exact, and the signal reaches the process as ``kill`` delivers it. Those
+processes (and torchrun's agent) are forked from one that has imported torch and ctrlrnn
+(:mod:`warm_start`: the imports cost far more than the runs); torchrun's workers are fresh
+interpreters.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import warm_start
 
 from ctrlrnn import cli
 from ctrlrnn.train.checkpoint import Checkpoint, save_checkpoint
@@ -78,18 +82,25 @@ def _env(**extra: str) -> dict[str, str]:
             "CTRLRNN_DIST_TIMEOUT": "60", **extra}
 
 
-def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ctrlrnn", "train", *args], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[warm_start.Starter]:
+    with warm_start.Starter((*warm_start.CTRLRNN_MODULES, "torch.distributed.run"), _env(),
+                            tmp_path_factory.mktemp("commands")) as started:
+        yield started
 
 
-def _signalled(tmp_path: Path, where: str, call: int, signals: str, *args: str
-               ) -> subprocess.CompletedProcess[str]:
+def _train(starter: warm_start.Starter, *args: str, cwd: Path
+           ) -> subprocess.CompletedProcess[str]:
+    """``python -m ctrlrnn train ARGS``, a process of its own."""
+    return starter.run(["-m", "ctrlrnn", "train", *args], cwd=cwd)
+
+
+def _signalled(starter: warm_start.Starter, tmp_path: Path, where: str, call: int,
+               signals: str, *args: str) -> subprocess.CompletedProcess[str]:
     wrapper = tmp_path / "signalled_ctrlrnn.py"
     wrapper.write_text(WRAPPER)
-    return subprocess.run([sys.executable, str(wrapper), "train", *args], cwd=tmp_path,
-                          env=_env(SIGNAL_AT=where, SIGNAL_CALL=str(call), SIGNALS=signals),
-                          capture_output=True, text=True, timeout=600)
+    return starter.run([str(wrapper), "train", *args], cwd=tmp_path,
+                       env={"SIGNAL_AT": where, "SIGNAL_CALL": str(call), "SIGNALS": signals})
 
 
 def _one_line(stderr: str) -> str:
@@ -121,10 +132,10 @@ def _resume_from(line: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reference(tmp_path_factory: pytest.TempPathFactory, starter: warm_start.Starter) -> Path:
     """An uninterrupted run of 8 steps (an epoch is 4), checkpoints every 2 steps."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    run = _train(*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out),
+    run = _train(starter, *ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out),
                  cwd=out.parent)
     assert run.returncode == 0, run.stderr
     return out
@@ -132,16 +143,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ---------------------------------------------------------------- SIGTERM and SIGHUP
 @pytest.mark.parametrize("name", ["TERM", "HUP"])
-def test_a_signal_from_outside_stops_the_run_as_ctrl_c_does(tmp_path, name):
+def test_a_signal_from_outside_stops_the_run_as_ctrl_c_does(tmp_path, starter, name):
     """``kill -TERM`` (``-HUP``) on ``ctrlrnn train``: the step under way finishes, the
     checkpoint holds it, the lock is released, one line names the command that resumes it,
     and the exit status is 128 + the signal's number."""
     signum = getattr(signal, f"SIG{name}")
     out = tmp_path / "run"
     argv = [*ARGS, "checkpoint_every=1000", "--max-steps", "100000", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "ctrlrnn", "train", *argv], cwd=tmp_path,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = starter.start(["-m", "ctrlrnn", "train", *argv], cwd=tmp_path)
     try:
         deadline = time.time() + 300
         while (not (out / "log.jsonl").exists() or len(_rows(out)) < 3) and (
@@ -164,50 +173,51 @@ def test_a_signal_from_outside_stops_the_run_as_ctrl_c_does(tmp_path, name):
     assert _lock_holder(out) == ""  # released: names no process
     rest = _resume_from(line)
     rest[rest.index("--max-steps") + 1] = str(step + 2)
-    resumed = _train(*rest, cwd=tmp_path)
+    resumed = _train(starter, *rest, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resume: resuming {out} from step {step} " in resumed.stderr
     assert "taken over" not in resumed.stderr
 
 
-def test_a_signal_during_a_step_stops_after_that_step_and_loses_nothing(tmp_path, reference):
+def test_a_signal_during_a_step_stops_after_that_step_and_loses_nothing(tmp_path, starter,
+                                                                        reference):
     out = tmp_path / "run"
     args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
-    run = _signalled(tmp_path, "step", 3, "TERM", *args)
+    run = _signalled(starter, tmp_path, "step", 3, "TERM", *args)
     assert run.returncode == 143, run.stderr
     line = _one_line(run.stderr)
     assert line.startswith("ctrlrnn train: interrupted by SIGTERM at step 3; checkpoint ")
     assert Checkpoint(out / "checkpoint.safetensors").progress["step"] == 3
     assert _lock_holder(out) == ""
-    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    resumed = _train(starter, *_resume_from(line), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _history(out) == _history(reference)
 
 
-def test_a_signal_during_a_checkpoint_write_lets_it_finish(tmp_path, reference):
+def test_a_signal_during_a_checkpoint_write_lets_it_finish(tmp_path, starter, reference):
     """The checkpoint being written when SIGTERM comes is finished, whole, and is the one the
     run stops at: never a half-written file, no temporary left."""
     out = tmp_path / "run"
     args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
-    run = _signalled(tmp_path, "save", 2, "TERM", *args)  # the write of step 4
+    run = _signalled(starter, tmp_path, "save", 2, "TERM", *args)  # the write of step 4
     assert run.returncode == 143, run.stderr
     line = _one_line(run.stderr)
     assert line.startswith("ctrlrnn train: interrupted by SIGTERM at step 4; checkpoint ")
     ckpt = Checkpoint(out / "checkpoint.safetensors")  # loads and verifies its checksums
     assert ckpt.verified and ckpt.progress["step"] == 4
     assert not list(out.glob(".*.tmp"))
-    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    resumed = _train(starter, *_resume_from(line), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _history(out) == _history(reference)
 
 
-def test_a_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path, reference):
+def test_a_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path, starter, reference):
     """A second SIGTERM while the first is honoured (here: during the checkpoint write) stops
     at once: the write is abandoned, its temporary removed, the previous checkpoint kept, the
     lock released, one line."""
     out = tmp_path / "run"
     args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
-    run = _signalled(tmp_path, "save", 2, "TERM,TERM", *args)
+    run = _signalled(starter, tmp_path, "save", 2, "TERM,TERM", *args)
     assert run.returncode == 143, run.stderr
     line = _one_line(run.stderr)
     assert line.startswith(f"ctrlrnn train: interrupted by SIGTERM; the last checkpoint is "
@@ -215,39 +225,40 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path, r
     assert Checkpoint(out / "checkpoint.safetensors").progress["step"] == 2
     assert not list(out.glob(".*.tmp"))
     assert _lock_holder(out) == ""
-    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    resumed = _train(starter, *_resume_from(line), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _history(out) == _history(reference)
 
 
-def test_a_signal_during_an_evaluation_stops_after_it(tmp_path, reference):
+def test_a_signal_during_an_evaluation_stops_after_it(tmp_path, starter, reference):
     """SIGTERM during the evaluation at the end of epoch 1 (step 4): the evaluation ends, the
     checkpoint holds step 4 with that evaluation, and the resumed run is the uninterrupted
     one."""
     out = tmp_path / "run"
     args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
-    run = _signalled(tmp_path, "evaluate", 1, "TERM", *args)
+    run = _signalled(starter, tmp_path, "evaluate", 1, "TERM", *args)
     assert run.returncode == 143, run.stderr
     line = _one_line(run.stderr)
     assert line.startswith("ctrlrnn train: interrupted by SIGTERM at step 4; checkpoint ")
     assert [r["step"] for r in _rows(out) if r["split"] == "valid"] == [4]
-    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    resumed = _train(starter, *_resume_from(line), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _history(out) == _history(reference)
 
 
-def test_a_signal_during_the_final_evaluation_is_resumed_to_the_end(tmp_path, reference):
+def test_a_signal_during_the_final_evaluation_is_resumed_to_the_end(tmp_path, starter, reference):
     """SIGTERM while the best checkpoint is evaluated on the validation split at the end:
     the run stops with its last checkpoint written; resuming it makes the final evaluation,
     its log row and the report."""
     out = tmp_path / "run"
     args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
-    run = _signalled(tmp_path, "evaluate", 3, "TERM", *args)  # after those of steps 4 and 8
+    # after the evaluations of steps 4 and 8
+    run = _signalled(starter, tmp_path, "evaluate", 3, "TERM", *args)
     assert run.returncode == 143, run.stderr
     line = _one_line(run.stderr)
     assert line.startswith("ctrlrnn train: interrupted by SIGTERM at step 8; checkpoint ")
     assert not (out / "result.json").exists()
-    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    resumed = _train(starter, *_resume_from(line), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resume: {out} finished at step 8" in resumed.stderr
     assert _history(out) == _history(reference)
@@ -255,17 +266,17 @@ def test_a_signal_during_the_final_evaluation_is_resumed_to_the_end(tmp_path, re
         (reference / "result.json").read_text())["test"]
 
 
-def test_a_signal_during_the_test_evaluation_stops_the_command(tmp_path, reference):
+def test_a_signal_during_the_test_evaluation_stops_the_command(tmp_path, starter, reference):
     """SIGTERM while the test split is evaluated, the run's last work: the run ends whole,
     and the command stops (a search or a list of runs would otherwise start the next run
     with the signal forgotten); resuming reads the finished run back."""
     out = tmp_path / "run"
     args = [*ARGS, "checkpoint_every=2", "--max-steps", "8", "--out", str(out)]
-    run = _signalled(tmp_path, "evaluate", 4, "TERM", *args)  # the test split's
+    run = _signalled(starter, tmp_path, "evaluate", 4, "TERM", *args)  # the test split's
     assert run.returncode == 143, run.stderr
     line = _one_line(run.stderr)
     assert line.startswith("ctrlrnn train: interrupted by SIGTERM at step 8; checkpoint ")
-    resumed = _train(*_resume_from(line), cwd=tmp_path)
+    resumed = _train(starter, *_resume_from(line), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resume: {out} finished at step 8" in resumed.stderr
     assert _history(out) == _history(reference)
@@ -273,45 +284,46 @@ def test_a_signal_during_the_test_evaluation_stops_the_command(tmp_path, referen
         (reference / "result.json").read_text())["test"]
 
 
-def test_a_signal_while_the_task_is_set_up_releases_the_lock(tmp_path):
+def test_a_signal_while_the_task_is_set_up_releases_the_lock(tmp_path, starter):
     """SIGTERM before the training loop (the task's set-up): one line, exit 143, and the lock
     file names no process, so the next run takes the directory without a word."""
     out = tmp_path / "run"
-    run = _signalled(tmp_path, "setup", 1, "TERM", *ARGS, "--max-steps", "4", "--out",
-                     str(out))
+    run = _signalled(starter, tmp_path, "setup", 1, "TERM", *ARGS, "--max-steps", "4",
+                     "--out", str(out))
     assert run.returncode == 143, run.stderr
     assert _one_line(run.stderr) == (
         "ctrlrnn train: interrupted by SIGTERM before the first checkpoint; nothing to resume")
     assert _lock_holder(out) == ""
-    again = _train(*ARGS, "--max-steps", "2", "--out", str(out), cwd=tmp_path)
+    again = _train(starter, *ARGS, "--max-steps", "2", "--out", str(out), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "lock:" not in again.stderr
 
 
-def test_a_ctrl_c_keeps_its_exit_status_and_words(tmp_path):
+def test_a_ctrl_c_keeps_its_exit_status_and_words(tmp_path, starter):
     out = tmp_path / "run"
-    run = _signalled(tmp_path, "step", 2, "INT", *ARGS, "--max-steps", "8", "--out", str(out))
+    run = _signalled(starter, tmp_path, "step", 2, "INT", *ARGS, "--max-steps", "8", "--out",
+                     str(out))
     assert run.returncode == 130, run.stderr
     assert _one_line(run.stderr).startswith("ctrlrnn train: interrupted at step 2; checkpoint ")
 
 
 # ---------------------------------------------------------------- torchrun
 def _torchrun(nproc: int, *args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", *args]
+    """torchrun's agent (forked by the starter) of ``nproc`` fresh processes running ARGS."""
+    return ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
 
 
-def test_a_signal_to_one_process_of_torchrun_stops_every_process_at_the_same_step(tmp_path):
+def test_a_signal_to_one_process_of_torchrun_stops_every_process_at_the_same_step(tmp_path,
+                                                                                  starter):
     """SIGTERM reaching rank 1 alone during step 3: both processes stop after step 3 (rank 0
     writes its checkpoint), rank 0 says so in one line, both exit 143."""
     wrapper = tmp_path / "signalled_ctrlrnn.py"
     wrapper.write_text(WRAPPER)
     out = tmp_path / "run"
-    proc = subprocess.run(
+    proc = starter.run(
         _torchrun(2, str(wrapper), "train", *ARGS, "checkpoint_every=1000", "batch_size=16",
-                  "--max-steps", "100", "--out", str(out)),
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env=_env(SIGNAL_AT="step", SIGNAL_CALL="3", SIGNALS="TERM", SIGNAL_RANK="1"))
+                  "--max-steps", "100", "--out", str(out)), cwd=tmp_path,
+        env={"SIGNAL_AT": "step", "SIGNAL_CALL": "3", "SIGNALS": "TERM", "SIGNAL_RANK": "1"})
     said = [line for line in proc.stderr.splitlines() if line.startswith("ctrlrnn train:")]
     assert len(said) == 1, proc.stderr
     # rank 0 says it, or (when torchrun stops it first, on rank 1's exit) its stop handler
@@ -322,12 +334,11 @@ def test_a_signal_to_one_process_of_torchrun_stops_every_process_at_the_same_ste
     assert _lock_holder(out) == ""
 
 
-def test_a_batch_torchrun_cannot_split_is_refused_before_any_process_sets_up(tmp_path):
+def test_a_batch_torchrun_cannot_split_is_refused_before_any_process_sets_up(tmp_path,
+                                                                             starter):
     out = tmp_path / "run"
-    proc = subprocess.run(
-        _torchrun(2, "-m", "ctrlrnn", "train", *ARGS, "batch_size=15", "--max-steps", "4",
-                  "--out", str(out)),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = starter.run(_torchrun(2, "-m", "ctrlrnn", "train", *ARGS, "batch_size=15",
+                                 "--max-steps", "4", "--out", str(out)), cwd=tmp_path)
     said = [line for line in proc.stderr.splitlines() if line.startswith("ctrlrnn train:")]
     assert said == ["ctrlrnn train: batch_size: 15 cannot be split equally among the 2 "
                     "processes torchrun started; choose a multiple of 2 (e.g. 14 or 16)"], (

@@ -1,6 +1,9 @@
 """Ctrl-C in ``ctrlrnn train``: one line (step, checkpoint, the command to resume), exit 130,
 and that command continues the run; ``--resume`` with a larger ``--max-steps`` extends a
-finished run; every resume says the step it starts from."""
+finished run; every resume says the step it starts from.
+
+Each ``ctrlrnn train`` is a process of its own, forked from one that has imported torch and
+ctrlrnn (:mod:`warm_start`: the imports cost far more than these runs)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warm_start
 
 ARGS = [
     "--task", "copy", "--model", "qrnn", "--epochs", "50", "--no-progress",
@@ -26,9 +30,17 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ctrlrnn", "train", *args], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[warm_start.Starter]:
+    with warm_start.Starter(warm_start.CTRLRNN_MODULES, _env(),
+                            tmp_path_factory.mktemp("commands")) as started:
+        yield started
+
+
+def _train(starter: warm_start.Starter, *args: str, cwd: Path
+           ) -> subprocess.CompletedProcess[str]:
+    """``python -m ctrlrnn train ARGS``, a process of its own."""
+    return starter.run(["-m", "ctrlrnn", "train", *args], cwd=cwd)
 
 
 def _steps_logged(out: Path) -> int:
@@ -44,12 +56,10 @@ def _final_rows(out: Path) -> list[dict]:
     return [r for r in rows if r.get("split") == "final"]
 
 
-def test_ctrl_c_prints_one_line_and_its_resume_command_works(tmp_path):
+def test_ctrl_c_prints_one_line_and_its_resume_command_works(tmp_path, starter):
     out = tmp_path / "run"
     argv = [*ARGS, "--max-steps", "100000", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "ctrlrnn", "train", *argv], cwd=tmp_path,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = starter.start(["-m", "ctrlrnn", "train", *argv], cwd=tmp_path)
     deadline = time.time() + 300
     while _steps_logged(out) < 5 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -76,18 +86,17 @@ def test_ctrl_c_prints_one_line_and_its_resume_command_works(tmp_path):
     rest = command[1:]
     at = rest.index("--max-steps")
     rest[at + 1] = str(step + 3)
-    resumed = _train(*rest[1:], cwd=tmp_path)
+    resumed = _train(starter, *rest[1:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resume: resuming {out} from step {step} " in resumed.stderr
     assert _steps_logged(out) == step + 3
 
 
-def test_interrupt_before_the_first_checkpoint_is_one_line(tmp_path):
+def test_interrupt_before_the_first_checkpoint_is_one_line(tmp_path, starter):
     # SIGINT while the task is still being set up: no checkpoint, nothing to resume
     out = tmp_path / "early"
-    proc = subprocess.Popen([sys.executable, "-m", "ctrlrnn", "train", *ARGS, "--max-steps",
-                             "100000", "--out", str(out)], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = starter.start(["-m", "ctrlrnn", "train", *ARGS, "--max-steps", "100000", "--out",
+                          str(out)], cwd=tmp_path)
     deadline = time.time() + 300  # the run directory appears while the task is set up
     while not out.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
@@ -101,18 +110,18 @@ def test_interrupt_before_the_first_checkpoint_is_one_line(tmp_path):
     assert stderr.startswith("ctrlrnn")
 
 
-def test_resume_with_a_larger_max_steps_continues_a_finished_run(tmp_path):
+def test_resume_with_a_larger_max_steps_continues_a_finished_run(tmp_path, starter):
     out = tmp_path / "run"
-    first = _train(*ARGS, "--max-steps", "6", "--out", str(out), cwd=tmp_path)
+    first = _train(starter, *ARGS, "--max-steps", "6", "--out", str(out), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("step 6 (")
 
-    same = _train(*ARGS, "--max-steps", "6", "--out", str(out), "--resume", cwd=tmp_path)
+    same = _train(starter, *ARGS, "--max-steps", "6", "--out", str(out), "--resume", cwd=tmp_path)
     assert same.returncode == 0, same.stderr
     assert f"resume: {out} finished at step 6; nothing left to train under max_steps 6" \
         in same.stderr
 
-    more = _train(*ARGS, "--max-steps", "10", "--out", str(out), "--resume", cwd=tmp_path)
+    more = _train(starter, *ARGS, "--max-steps", "10", "--out", str(out), "--resume", cwd=tmp_path)
     assert more.returncode == 0, more.stderr
     assert f"resume: continuing the finished run {out} from step 6 " in more.stderr
     assert more.stdout.startswith("step 10 (")
@@ -121,8 +130,8 @@ def test_resume_with_a_larger_max_steps_continues_a_finished_run(tmp_path):
     assert [r["step"] for r in finals] == [10]  # the step-6 result is replaced, not kept
 
 
-def test_resume_without_a_checkpoint_says_it_starts_at_zero(tmp_path):
+def test_resume_without_a_checkpoint_says_it_starts_at_zero(tmp_path, starter):
     out = tmp_path / "new"
-    run = _train(*ARGS, "--max-steps", "2", "--out", str(out), "--resume", cwd=tmp_path)
+    run = _train(starter, *ARGS, "--max-steps", "2", "--out", str(out), "--resume", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert f"resume: {out} holds no checkpoint yet; starting at step 0" in run.stderr

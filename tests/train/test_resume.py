@@ -1,16 +1,18 @@
-"""A killed training run (SIGKILL mid-way) resumes to the same weights and metrics."""
+"""A killed training run (SIGKILL mid-way) resumes to the same weights and metrics.
+
+Each ``ctrlrnn train`` is a process of its own, forked from one that has imported torch and
+ctrlrnn (:mod:`warm_start`: the imports cost far more than these runs)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
+import warm_start
 from safetensors.torch import load_file
 
 ARGS = [
@@ -21,7 +23,7 @@ ARGS = [
 
 
 def _cmd(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "ctrlrnn", "train", *ARGS, "--out", str(out), *extra]
+    return ["-m", "ctrlrnn", "train", *ARGS, "--out", str(out), *extra]
 
 
 def _env() -> dict[str, str]:
@@ -37,29 +39,33 @@ def _steps_logged(out: Path) -> int:
 
 
 def test_kill_and_resume_matches_uninterrupted(tmp_path):
+    with warm_start.Starter(warm_start.CTRLRNN_MODULES, _env(), tmp_path) as starter:
+        _kill_and_resume(starter, tmp_path)
+
+
+def _kill_and_resume(starter: warm_start.Starter, tmp_path: Path) -> None:
     full = tmp_path / "full"
-    subprocess.run(_cmd(full), check=True, env=_env(), capture_output=True, timeout=600)
+    assert starter.run(_cmd(full), cwd=tmp_path).returncode == 0
 
     cut = tmp_path / "cut"
-    proc = subprocess.Popen(_cmd(cut), env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = starter.start(_cmd(cut), cwd=tmp_path)
     deadline = time.time() + 300
     while _steps_logged(cut) < 10 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert proc.wait(300) == -signal.SIGKILL
     killed_at = _steps_logged(cut)
     assert 10 <= killed_at < 40
     assert (cut / "checkpoint.safetensors").exists()
     assert not (cut / "result.json").exists()
 
     # without --resume the existing run is protected
-    refused = subprocess.run(_cmd(cut), env=_env(), capture_output=True, text=True, timeout=300)
+    refused = starter.run(_cmd(cut), cwd=tmp_path, timeout=300)
     assert refused.returncode == 2 and "--resume" in refused.stderr
 
-    subprocess.run(_cmd(cut, "--resume"), check=True, env=_env(), capture_output=True,
-                   timeout=600)
+    resumed = starter.run(_cmd(cut, "--resume"), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
 
     a = load_file(str(full / "checkpoint.safetensors"))
     b = load_file(str(cut / "checkpoint.safetensors"))
