@@ -2,7 +2,8 @@
 (``CTRLRNN_BACKEND=reference``, what users without a compiler get), so a reference path that
 cannot train, differentiate or take packed input fails CI.
 
-A test that compares the two paths itself is marked ``compares_backends`` and runs once."""
+A test that compares the two paths itself is marked ``compares_backends`` and runs once. A test
+whose cases each choose their backend parametrizes ``ctrlrnn_backend`` itself (``indirect``)."""
 
 import pytest
 import torch
@@ -16,8 +17,19 @@ def pytest_configure(config):
     )
 
 
+def _parametrizes_the_backend(metafunc) -> bool:
+    """Whether the test's own ``parametrize`` marks name ``ctrlrnn_backend``."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs["argnames"]
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "ctrlrnn_backend" in names:
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc):
-    if "ctrlrnn_backend" not in metafunc.fixturenames:
+    if "ctrlrnn_backend" not in metafunc.fixturenames or _parametrizes_the_backend(metafunc):
         return
     if metafunc.definition.get_closest_marker("compares_backends") is None:
         metafunc.parametrize("ctrlrnn_backend", ["compiled", "reference"], indirect=True)

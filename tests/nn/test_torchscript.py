@@ -134,7 +134,6 @@ def _backend_cases(names: list[str], options: tuple[str, ...], cells_at_all: boo
     return cases
 
 
-@pytest.mark.compares_backends  # (the backend is a parameter of the cases)
 @pytest.mark.parametrize(("ctrlrnn_backend", "name", "traced_lengths"),
                          _backend_cases(NAMES, TRACED_LENGTHS, False),
                          indirect=["ctrlrnn_backend"])  # fmt: skip
@@ -190,7 +189,6 @@ def test_a_trace_packs_inside_at_any_lengths(name: str, ctrlrnn_backend: str) ->
         _assert_equal((traced(*inputs),), (packing(*inputs),))
 
 
-@pytest.mark.compares_backends  # (the backend is a parameter of the cases)
 @pytest.mark.parametrize(("ctrlrnn_backend", "name", "traced_under"),
                          _backend_cases(["qrnn", "rcrn", "caslstm-trainable", "icarnn",
                                          "metagross", "metagross-state"],
