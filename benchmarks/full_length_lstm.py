@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ctrlrnn.bench.fresh_processes import child_failure
 from ctrlrnn.models import torch_rnn_lengths
 from ctrlrnn.models.torch_rnn_lengths import fused_training_faster
 
@@ -72,10 +73,8 @@ def run_point_alone(point: tuple[int, int, int, int, int], repeats: int, threads
     command = [sys.executable, __file__, "--point", ",".join(map(str, point)),
                "--repeats", str(repeats), "--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:  # the child's own error, as ctrlrnn.bench.fresh_processes reports it
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
-        raise RuntimeError(f"the process timing point {point} exited with {done.returncode}:\n"
-                           f"{tail}")
+    if done.returncode != 0:
+        raise child_failure(done, f"the process timing point {point}")
     return json.loads(done.stdout.splitlines()[-1])
 
 

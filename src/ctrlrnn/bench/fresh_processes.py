@@ -66,6 +66,13 @@ DEFAULT_PROCESSES = 5
 PROCESS_TIMEOUT_S = 600.0
 
 
+def child_failure(proc: subprocess.CompletedProcess[str], what: str) -> RuntimeError:
+    """The error of a timing process that failed: its exit status and its last output lines,
+    where the cause is (a child's traceback ends there)."""
+    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+    return RuntimeError(f"{what} exited with {proc.returncode}:\n{tail}")
+
+
 def _spec(
     cases: Sequence[Case], p: Point, dtype: torch.dtype, settings: dict[str, Any]
 ) -> dict[str, Any]:
@@ -95,11 +102,8 @@ def time_point_in_fresh_process(
             capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S, check=False,
         )
         if proc.returncode != 0 or not out_path.exists():
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-            raise RuntimeError(
-                f"the fresh process timing B={p.batch} T={p.length} C={p.width} exited with "
-                f"{proc.returncode}:\n{tail}"
-            )
+            raise child_failure(proc, f"the fresh process timing B={p.batch} T={p.length} "
+                                      f"C={p.width}")
         records: list[dict[str, Any]] = json.loads(out_path.read_text())
         return records
 
