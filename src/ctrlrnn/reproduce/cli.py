@@ -10,6 +10,7 @@
     ctrlrnn reproduce --jobs 2         # two runs at once, one torch thread each
     ctrlrnn reproduce --storage postgresql://host/db   # on each machine: the work is shared
     ctrlrnn reproduce --list           # every table of the five papers and its experiments
+    ctrlrnn reproduce --status         # what is trained, under way and left, arm by arm
     ctrlrnn reproduce --scale paper --only qrnn-imdb --data imdb=~/aclImdb   # the paper's recipe
 
 ``--scale paper`` trains each experiment as its paper did (:mod:`.paper_scales`), on a GPU
@@ -50,6 +51,7 @@ from ctrlrnn.reproduce.speed import (
     speed_claims,
     speed_sections_from_results,
 )
+from ctrlrnn.reproduce.status import status_lines
 
 #: the ``--rerun`` name of the speed measurements
 SPEED = "speed"
@@ -169,6 +171,11 @@ def _run_chosen(args: argparse.Namespace, paper_run: ModuleType) -> int:
         status = _distributed(args, paper_run, chosen, mode, runs, results, rerun)
         if status is not None:
             return status
+    if getattr(args, "status", False):
+        if args.pages_only or rerun or args.estimate is not None:
+            raise _Refused("--status only reads; drop --pages-only, --rerun and --estimate")
+        print("\n".join(status_lines(chosen, mode, results, runs)))
+        return 0
     if args.estimate is not None:
         if args.pages_only or rerun:
             raise _Refused("--estimate only measures; drop --pages-only and --rerun")
@@ -341,6 +348,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="train nothing to keep: time STEPS steps of every arm of the chosen "
                         "experiments and print what their search and seeds would cost here "
                         "at most (every run to its cap)")
+    p.add_argument("--status", action="store_true",
+                   help="train nothing: say, arm by arm, what the results files hold under "
+                        "the experiments' definitions now (searches finished or under way, "
+                        "seeds trained) and which runs are training now")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="train N runs at once, in worker processes (default 1: one at a time)")
     p.add_argument("--threads", type=int, default=None, metavar="T",
