@@ -174,39 +174,48 @@ def _version_key(record: dict) -> tuple:
     return num(record["torch"]), num(record["python"])
 
 
+def _smoke_cell(r: dict, backend: str) -> str:
+    """A row's smoke-suite cell for ``backend`` ("compiled" or "reference")."""
+    s = r.get(backend)
+    if not s:
+        return "-"
+    text = f"{s['passed']} passed"
+    if s["failed"]:
+        text += f", **{s['failed']} failed**"
+    if s["skipped"]:
+        text += f", {s['skipped']} skipped"
+    return text
+
+
+def _row(r: dict) -> str:
+    """One result record's table row."""
+    build = r.get("build", {})
+    b = f"compiled in {build['seconds']:.0f} s" if build.get("ok") else "FAILED" if build else "-"
+    return (f"| {r['torch']} | {r.get('python_full', r['python'])} | {b} | "
+            f"{_smoke_cell(r, 'compiled')} | {_smoke_cell(r, 'reference')} | "
+            f"{r.get('status', '?')} | {r['date']}, {r.get('commit', '?')} |")
+
+
+def _failure_lines(records: list[dict]) -> list[str]:
+    """The page's list of what failed: smoke tests, statuses other than pass/FAIL, builds."""
+    failures = []
+    for r in records:
+        pair = f"torch {r['torch']} / Python {r['python']}"
+        for backend in ("compiled", "reference"):
+            for f in (r.get(backend) or {}).get("failures", []):
+                failures.append(f"- {pair} ({backend}): {f}")
+        if r.get("status") not in ("pass", "FAIL"):
+            failures.append(f"- {pair}: {r.get('status')}")
+        if r.get("build") and not r["build"]["ok"]:
+            failures.append(f"- {pair}: build failed\n\n```\n{r['build'].get('error', '')}\n```")
+    return failures
+
+
 def write_page(records: list[dict]) -> str:
     """docs/compatibility.md from the result records."""
     records = sorted(records, key=_version_key)
-    rows = []
-    for r in records:
-        build = r.get("build", {})
-        b = (f"compiled in {build['seconds']:.0f} s" if build.get("ok")
-             else "FAILED" if build else "-")
-
-        def cell(backend: str, r: dict = r) -> str:
-            s = r.get(backend)
-            if not s:
-                return "-"
-            text = f"{s['passed']} passed"
-            if s["failed"]:
-                text += f", **{s['failed']} failed**"
-            if s["skipped"]:
-                text += f", {s['skipped']} skipped"
-            return text
-
-        rows.append(f"| {r['torch']} | {r.get('python_full', r['python'])} | {b} | "
-                    f"{cell('compiled')} | {cell('reference')} | {r.get('status', '?')} | "
-                    f"{r['date']}, {r.get('commit', '?')} |")
-    failures = []
-    for r in records:
-        for backend in ("compiled", "reference"):
-            for f in (r.get(backend) or {}).get("failures", []):
-                failures.append(f"- torch {r['torch']} / Python {r['python']} ({backend}): {f}")
-        if r.get("status") not in ("pass", "FAIL"):
-            failures.append(f"- torch {r['torch']} / Python {r['python']}: {r.get('status')}")
-        if r.get("build") and not r["build"]["ok"]:
-            failures.append(f"- torch {r['torch']} / Python {r['python']}: build failed\n\n"
-                            f"```\n{r['build'].get('error', '')}\n```")
+    rows = [_row(r) for r in records]
+    failures = _failure_lines(records)
     passed = [r["torch"] for r in records if r.get("status") == "pass"]
     span = (f"{min(passed, key=lambda v: _version_key({'torch': v, 'python': '0'}))} to "
             f"{max(passed, key=lambda v: _version_key({'torch': v, 'python': '0'}))}"
