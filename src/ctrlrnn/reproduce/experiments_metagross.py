@@ -137,8 +137,9 @@ METAGROSS_EXPERIMENTS: tuple[Experiment, ...] = (
           (5, (60.3, 63.4, 63.4), (2.4, 2.5, 1.8), tree_notes.TREE5_PROBE_NOTE,
            ("metagross-tree5.json", "metagross-tree5-by-length.json",
             "metagross-tree-by-length.json")),
-          (8, (5.6, 5.9, 5.6), (30.6, 99.9, 20.4), "", ()),
-          (10, (2.2, 2.8, 2.8), (132.0, 225.0, 119.0), "", ()))),
+          (8, (5.6, 5.9, 5.6), (30.6, 99.9, 20.4), tree_notes.TREE_DEEP_COST_NOTE, ()),
+          (10, (2.2, 2.8, 2.8), (132.0, 225.0, 119.0), tree_notes.TREE_DEEP_COST_NOTE,
+           ()))),
     Experiment(
         id="metagross-logic",
         paper="metagross",
