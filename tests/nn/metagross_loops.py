@@ -80,14 +80,28 @@ class PaperTree:
             g = torch.sigmoid(src @ u.depth_weight.T + b)
         return g[..., :I], g[..., I:]
 
-    def run(self, x, state=None, base_state=None):
-        u, H, N = self.u, self.H, self.N
-        B, T, _ = x.shape
+    def inputs(self, x, base_state):
+        """What every step reads: the base maps over ``x`` and their final states, the depth
+        gates, and the residual (None without it)."""
+        u = self.u
         base, base_finals = self.base_sequences(x, base_state)
         alpha, beta = self.depth_gates(x)
         res = None
         if u.residual:
             res = x if u.residual_weight is None else x @ u.residual_weight.T
+        return base, base_finals, alpha, beta, res
+
+    @staticmethod
+    def base_last(base_finals, B):
+        """The base RNNs' final states in the layer's layout, or None (the linear base)."""
+        if not base_finals:
+            return None
+        return torch.cat([base_finals[k].reshape(B, -1) for k in sorted(base_finals)], 1)
+
+    def run(self, x, state=None, base_state=None):
+        u, H, N = self.u, self.H, self.N
+        B, T, _ = x.shape
+        base, base_finals, alpha, beta, res = self.inputs(x, base_state)
         prev = [
             torch.zeros(B, H, dtype=x.dtype) if state is None else state[:, k * H : (k + 1) * H]
             for k in range(N)
@@ -123,9 +137,7 @@ class PaperTree:
 
             outs.append(metagross(0, 1))
             prev = new
-        base_last = None
-        if base_finals:
-            base_last = torch.cat([base_finals[k].reshape(B, -1) for k in sorted(base_finals)], 1)
+        base_last = self.base_last(base_finals, B)
         return torch.stack(outs, 1), torch.cat(prev, 1), base_last, alpha, beta
 
 
@@ -145,11 +157,7 @@ class PrintedTree(PaperTree):
     def run(self, x, state=None, base_state=None):  # type: ignore[override]
         u, H = self.u, self.H
         B, T, _ = x.shape
-        base, base_finals = self.base_sequences(x, base_state)
-        alpha, beta = self.depth_gates(x)
-        res = None
-        if u.residual:
-            res = x if u.residual_weight is None else x @ u.residual_weight.T
+        base, base_finals, alpha, beta, res = self.inputs(x, base_state)
         h = torch.zeros(B, H, dtype=x.dtype) if state is None else state
         outs = []
         for t in range(T):
@@ -174,9 +182,7 @@ class PrintedTree(PaperTree):
 
             h = metagross(0, 1)
             outs.append(h)
-        base_last = None
-        if base_finals:
-            base_last = torch.cat([base_finals[k].reshape(B, -1) for k in sorted(base_finals)], 1)
+        base_last = self.base_last(base_finals, B)
         return torch.stack(outs, 1), h, base_last, alpha, beta
 
 
@@ -186,3 +192,25 @@ def printed_state(m, B, gen=None):
     if m.base == "linear":
         return tree
     return tree, 0.5 * torch.randn(LD, B, m.state_size(1), dtype=D64, generator=gen)
+
+
+def layer_and_loop(m, loop, x, hx):
+    """One unidirectional layer ``m`` run from ``hx`` (its output, ``h_n`` and depth gates) and
+    the step loop ``loop`` (:class:`PaperTree` or :class:`PrintedTree`) on its unit from the same
+    states (output, tree state, base state, depth gates)."""
+    out, h_n, (alpha, beta) = m(x, hx, return_gates=True)
+    linear = m.base == "linear"
+    tree0 = hx if linear else hx[0]
+    base0 = None if linear else hx[1][0]
+    return (out, h_n, alpha, beta), loop(m.unit(0)).run(x, tree0[0], base0)
+
+
+def assert_chunks_chain(m, x, cut):
+    """Two calls of ``m`` chained through ``h_n`` at step ``cut`` equal one call on ``x``
+    (every unit's and base RNN's state carried); returns that call's ``(output, h_n)``."""
+    out, h_n = m(x)
+    o1, s1 = m(x[:, :cut])
+    o2, s2 = m(x[:, cut:], s1)
+    torch.testing.assert_close(torch.cat([o1, o2], 1), out)
+    torch.testing.assert_close(s2, h_n)
+    return out, h_n

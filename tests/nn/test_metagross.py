@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from contract import gradcheck
-from metagross_loops import PaperTree, initial_state
+from metagross_loops import PaperTree, assert_chunks_chain, initial_state, layer_and_loop
 
 from ctrlrnn import Metagross
 from ctrlrnn.nn import metagross_gates
@@ -38,11 +38,8 @@ def test_matches_paper_loop(base, recurrence, depth_gate):
     m = Metagross(3, 3, depth=3, base=base, recurrence=recurrence, depth_gate=depth_gate,
                   batch_first=True, causal=depth_gate != "static").double()  # fmt: skip
     x = torch.randn(2, 5, 3, dtype=D64)
-    hx = initial_state(m, 2)
-    out, h_n, (alpha, beta) = m(x, hx, return_gates=True)
-    tree0 = hx if base == "linear" else hx[0]
-    base0 = None if base == "linear" else hx[1][0]
-    ref, ref_state, ref_base, ra, rb = PaperTree(m.unit(0)).run(x, tree0[0], base0)
+    (out, h_n, alpha, beta), (ref, ref_state, ref_base, ra, rb) = layer_and_loop(
+        m, PaperTree, x, initial_state(m, 2))
     torch.testing.assert_close(out, ref)
     if base == "linear":
         torch.testing.assert_close(h_n[0], ref_state)
@@ -154,11 +151,7 @@ def test_state_carries_across_chunks(base, recurrence):
     torch.manual_seed(7)
     m = Metagross(3, 3, depth=3, base=base, recurrence=recurrence, batch_first=True).double()
     x = torch.randn(2, 8, 3, dtype=D64)
-    out, h_n = m(x)
-    o1, s1 = m(x[:, :5])
-    o2, s2 = m(x[:, 5:], s1)
-    torch.testing.assert_close(torch.cat([o1, o2], 1), out)
-    torch.testing.assert_close(s2, h_n)
+    assert_chunks_chain(m, x, 5)
 
 
 @pytest.mark.parametrize("base,recurrence", [("linear", "h"), ("gru", "c")])

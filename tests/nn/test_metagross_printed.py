@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from contract import gradcheck
-from metagross_loops import PrintedTree, printed_state
+from metagross_loops import PrintedTree, assert_chunks_chain, layer_and_loop, printed_state
 
 from ctrlrnn import Metagross
 from ctrlrnn.nn.metagross import MetagrossCell
@@ -36,11 +36,8 @@ def test_matches_printed_loop(base, depth_gate, depth, residual):
     m = Metagross(3, 3, depth=depth, base=base, depth_gate=depth_gate, residual=residual,
                   gates="state", batch_first=True, causal=depth_gate != "static").double()
     x = torch.randn(2, 5, 3, dtype=D64)
-    hx = printed_state(m, 2)
-    out, h_n, (alpha, beta) = m(x, hx, return_gates=True)
-    tree0 = hx if base == "linear" else hx[0]
-    base0 = None if base == "linear" else hx[1][0]
-    ref, ref_state, ref_base, ra, rb = PrintedTree(m.unit(0)).run(x, tree0[0], base0)
+    (out, h_n, alpha, beta), (ref, ref_state, ref_base, ra, rb) = layer_and_loop(
+        m, PrintedTree, x, printed_state(m, 2))
     torch.testing.assert_close(out, ref)
     tree = h_n if base == "linear" else h_n[0]
     assert tree.shape == (1, 2, 3)  # only the root's h is carried
@@ -112,11 +109,7 @@ def test_state_carries_across_chunks_and_cell_equals_layer():
     torch.manual_seed(7)
     m = Metagross(3, 3, depth=3, gates="state", batch_first=True).double()
     x = torch.randn(2, 8, 3, dtype=D64)
-    out, h_n = m(x)
-    o1, s1 = m(x[:, :5])
-    o2, s2 = m(x[:, 5:], s1)
-    torch.testing.assert_close(torch.cat([o1, o2], 1), out)
-    torch.testing.assert_close(s2, h_n)
+    out, h_n = assert_chunks_chain(m, x, 5)
     cell = m.cell(0)
     state, steps = None, []
     for t in range(8):
