@@ -107,3 +107,8 @@ def test_the_command_reads_only(tmp_path, trained, capsys):
     assert out.startswith("quick mode: results in ") and "qrnn-copy:" in out
     assert main([*args, "--rerun", "qrnn-copy"]) == 2
     assert "--status only reads" in capsys.readouterr().out
+    # at the paper's scale it reads without the user's data files the training would need
+    paper = ["reproduce", "--scale", "paper", "--status", "--only", "qrnn-imdb", "--results",
+             str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
+    assert main(paper) == 0
+    assert "qrnn-imdb: " in capsys.readouterr().out

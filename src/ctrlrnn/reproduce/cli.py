@@ -162,6 +162,11 @@ def _run_chosen(args: argparse.Namespace, paper_run: ModuleType) -> int:
     if isinstance(rerun, str):
         raise _Refused(rerun)
     chosen = _chosen(args, every, rerun)
+    if getattr(args, "status", False):
+        if args.pages_only or rerun or args.estimate is not None:
+            raise _Refused("--status only reads; drop --pages-only, --rerun and --estimate")
+        print("\n".join(status_lines(chosen, mode, results, runs)))
+        return 0
     if mode == PAPER and not args.pages_only:
         missing = paper_run.missing_data(chosen, data)
         if missing:
@@ -171,11 +176,6 @@ def _run_chosen(args: argparse.Namespace, paper_run: ModuleType) -> int:
         status = _distributed(args, paper_run, chosen, mode, runs, results, rerun)
         if status is not None:
             return status
-    if getattr(args, "status", False):
-        if args.pages_only or rerun or args.estimate is not None:
-            raise _Refused("--status only reads; drop --pages-only, --rerun and --estimate")
-        print("\n".join(status_lines(chosen, mode, results, runs)))
-        return 0
     if args.estimate is not None:
         if args.pages_only or rerun:
             raise _Refused("--estimate only measures; drop --pages-only and --rerun")
