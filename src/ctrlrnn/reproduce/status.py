@@ -12,8 +12,7 @@ listed as training now, with their last logged step.
 
 from __future__ import annotations
 
-import json
-import os
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,8 @@ from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.page_cells import training_seconds
 from ctrlrnn.reproduce.runner import load_results
 from ctrlrnn.reproduce.tuning import IN_PROGRESS, Tuning
-from ctrlrnn.train.run_lock import LOCK_NAME
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from ctrlrnn.train.logs import read_rows
+from ctrlrnn.train.run_lock import LOCK_NAME, is_held
 
 
 @dataclass(frozen=True)
@@ -36,12 +31,14 @@ class ArmStatus:
     """What the results file holds of one arm under the definition now."""
 
     label: str
-    #: the search: "finished", "under way: ...", "not started", or "" (the experiment has none)
+    #: the search: "finished", "under way", "not started", or "" (the experiment has none)
     search: str
     seeds: int
     planned: int
     #: what the page shows of the arm meanwhile ("" when its results are the current ones)
-    shown: str
+    shown: str = ""
+    #: a search under way: its finished trials at each rung
+    trials: str = ""
 
     @property
     def final(self) -> bool:
@@ -78,46 +75,23 @@ def arm_status(exp: Experiment, mode: str, standing: Standing, arm: Arm,
             earlier else ""  # fmt: skip
         return ArmStatus(arm.label, "finished", current, planned, shown)
     done = standing.finished_trials(arm, record, entry.get(IN_PROGRESS))
-    state = f"under way ({_rungs_line(search, done)})" if done else "not started"
     shown = f"{len(seeds)} seed(s) of an earlier search or setting" if seeds else ""
-    return ArmStatus(arm.label, state, 0, planned, shown)
+    if not done:
+        return ArmStatus(arm.label, "not started", 0, planned, shown)
+    return ArmStatus(arm.label, "under way", 0, planned, shown, _rungs_line(search, done))
 
 
 def held_runs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The run directories under ``folder`` whose lock a live process holds, each with its
     last logged row (empty when it has logged nothing yet)."""
-    if fcntl is None or not folder.is_dir():  # pragma: no cover - Windows
+    if not folder.is_dir():
         return []
     held = []
     for lock in sorted(folder.rglob(LOCK_NAME)):
-        try:
-            fd = os.open(lock, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            held.append((lock.parent, _last_row(lock.parent / "log.jsonl")))
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        if is_held(lock.parent):
+            last = deque(read_rows(lock.parent / "log.jsonl"), maxlen=1)
+            held.append((lock.parent, last[0] if last else {}))
     return held
-
-
-def _last_row(log: Path) -> dict[str, Any]:
-    try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return {}
-    for line in reversed(lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a row being written
-        if isinstance(row, dict):
-            return row
-    return {}
 
 
 def _held_line(run: Path, row: dict[str, Any], root: Path) -> str:
@@ -143,13 +117,14 @@ def status_lines(chosen: list[Experiment], mode: str, results: Path, runs: Path)
         done = all(s.final for s in statuses)
         final += done
         arms_left += sum(not s.final for s in statuses)
-        begun = any(s.seeds or s.search not in ("", "not started") for s in statuses)
+        begun = any(s.seeds or s.search in ("finished", "under way") for s in statuses)
         state = "final" if done else "in progress" if begun else "not started"
         lines += ["", f"{exp.id}: {exp.title}; {state} under its definition now, "
                   f"{minutes:.1f} min of training in its results file"]
         width = max(len(s.label) for s in statuses)
         for s in statuses:
-            search = f"search {s.search}; " if s.search else ""
+            trials = f" ({s.trials})" if s.trials else ""
+            search = f"search {s.search}{trials}; " if s.search else ""
             shown = f"; meanwhile the page shows {s.shown}" if s.shown else ""
             lines.append(f"  {s.label:<{width}}  {search}seeds {s.seeds} of {s.planned}{shown}")
         lines += [_held_line(run, row, runs / mode)

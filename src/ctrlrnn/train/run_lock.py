@@ -133,3 +133,27 @@ class RunLock:
         os.ftruncate(fd, 0)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def is_held(directory: str | Path) -> bool:
+    """Whether a live process holds the lock of the run directory ``directory`` (nothing is
+    taken: the probe's shared lock is given back at once). Where ``fcntl`` is missing, a lock
+    file whose PID is running on this host counts as held."""
+    path = Path(directory) / LOCK_NAME
+    if fcntl is None:  # pragma: no cover - Windows
+        info = _read_info(path)
+        return (path.exists() and info.get("host") == socket.gethostname()
+                and pid_alive(int(info.get("pid", 0) or 0)))
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
