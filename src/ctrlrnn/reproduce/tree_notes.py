@@ -93,22 +93,21 @@ TREE5_PROBE_NOTE = (
     "the same thing. One seed a probe."
 )
 
-#: why n = 8 and n = 10 are not trained here: the step times measured on this machine
-#: (2026-12-07, AMD EPYC family 25 model 1, one thread, the training jobs paused; median of 3
-#: steps of batch 64 after one warm-up step, each arm at lr 0.003, dropout 0.2)
+#: why n = 8 and n = 10 are not trained here: what one training step costs there
 TREE_DEEP_COST_NOTE = (
-    "Not trained at this machine's scale: its cost was measured, one thread, median of 3 "
-    "training steps of batch 64. A step of the BiLSTM takes 1.87 s at n = 8 and 5.5 s at "
-    "n = 10, against 0.074 s at n = 4; one of METAGROSS (LSTM base) 3.17 s and 8.7 s, "
-    "against 0.27 s. A target holds 41.4 tokens on average at n = 8 and 85.3 at n = 10 (7.8 "
-    "at n = 4), its source 83.9 and 171.6 (16.6). One arm's successive-halving search trains "
-    "16,380 steps over its rungs (9 trials of 5 epochs, 3 continued to 15, 1 to 45; 156 steps an "
-    "epoch), and three seeds of 20 epochs (n = 4's stopped at 17-28) 9,360 more: 13 hours of "
-    "one thread for the BiLSTM at n = 8 and 23 for each METAGROSS arm, 39 and 62 hours at "
-    "n = 10, the stacked BiLSTM not counted. At n = 5 the BiLSTM's exact match on this "
-    "experiment's 10,000 trees is already 7% against the paper's 60.3 (that page's probes), "
-    "and the paper's own exact matches here are 2-6%: at this scale every arm would score "
-    "near 0% exact match, and only the perplexity claims would be judged. "
-    "`ctrlrnn reproduce --only metagross-tree8` (or `metagross-tree10`) trains it where the "
-    "time is there."
+    "Not trained at this machine's scale: its cost was measured (2026-12-07, AMD EPYC family "
+    "25 model 1, the training jobs paused; one thread, median of 3 training steps of batch 64"
+    " after a warm-up step, each arm at lr 0.003 and dropout 0.2). A step of the BiLSTM takes"
+    " 1.87 s at n = 8 and 5.5 s at n = 10, against 0.074 s at n = 4; one of METAGROSS (LSTM "
+    "base) 3.17 s and 8.7 s, against 0.27 s. A target holds 41.4 tokens on average at n = 8 "
+    "and 85.3 at n = 10 (7.8 at n = 4), its source 83.9 and 171.6 (16.6). One arm's "
+    "successive-halving search trains 16,380 steps over its rungs (9 trials of 5 epochs, 3 "
+    "continued to 15, 1 to 45; 156 steps an epoch), and three seeds of 20 epochs (n = 4's "
+    "stopped at 17-28) 9,360 more: 13 hours of one thread for the BiLSTM at n = 8 and 23 for "
+    "each METAGROSS arm, 39 and 62 hours at n = 10, the stacked BiLSTM not counted. At n = 5 "
+    "the BiLSTM's exact match on this experiment's 10,000 trees is already 7% against the "
+    "paper's 60.3 (that page's probes), and the paper's own exact matches here are 2-6%: at "
+    "this scale every arm would score near 0% exact match, and only the perplexity claims "
+    "would be judged. `ctrlrnn reproduce --only metagross-tree8` (or `metagross-tree10`) "
+    "trains it where the time is there."
 )
