@@ -80,7 +80,7 @@ class RunLock:
         """Take the lock or raise :class:`RunLocked` naming its holder (``OSError`` when the
         directory cannot be written)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        if fcntl is None:  # pragma: no cover - Windows
+        if fcntl is None:  # Windows
             self._acquire_by_creation()
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -100,7 +100,7 @@ class RunLock:
         interrupts.at_stop(self.release)
         self._took_over(previous)
 
-    def _acquire_by_creation(self) -> None:  # pragma: no cover - Windows
+    def _acquire_by_creation(self) -> None:  # Windows
         for _attempt in range(2):
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -124,7 +124,7 @@ class RunLock:
             return
         fd, self._fd = self._fd, None
         interrupts.forget(self.release)
-        if fcntl is None:  # pragma: no cover - Windows
+        if fcntl is None:  # Windows
             os.close(fd)
             self.path.unlink(missing_ok=True)
             return
@@ -140,7 +140,7 @@ def is_held(directory: str | Path) -> bool:
     taken: the probe's shared lock is given back at once). Where ``fcntl`` is missing, a lock
     file whose PID is running on this host counts as held."""
     path = Path(directory) / LOCK_NAME
-    if fcntl is None:  # pragma: no cover - Windows
+    if fcntl is None:  # Windows
         info = _read_info(path)
         return (path.exists() and info.get("host") == socket.gethostname()
                 and pid_alive(int(info.get("pid", 0) or 0)))
