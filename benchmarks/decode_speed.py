@@ -5,11 +5,13 @@ Each tree runs in a worker process of its own (``PYTHONPATH=<tree>``, the same v
 environment, one thread); the driver asks them in turn for one round of timings,
 ``--repeats`` rounds, so a load on the machine slows both alike.
 
-* ``greedy``, ``beam``: the translation model (the translation task's QRNN arm: a two-layer
-  QRNN encoder of windows 6 and 2, unmasked, and the QRNN decoder), one source of
-  ``--length`` tokens, decoded up to ``2 * length + 10`` tokens as the task does. A round
-  times ``--calls`` decodes; the speed-up is the median over rounds of before's time / after's.
-  Both workers build the model from one seed and the driver checks that their tokens agree.
+* ``greedy``, ``beam``: the translation model (``--decoder qrnn``: the character-level
+  translation's QRNN arm, a two-layer QRNN encoder of windows 6 and 2, unmasked, and the QRNN
+  decoder; ``lstm``: its LSTM arm, two LSTM layers each side with dot attention), ``--batch``
+  sources of ``--length`` tokens, decoded up to ``2 * length + 10`` tokens as the task does.
+  A round times ``--calls`` decodes; the speed-up is the median over rounds of before's time /
+  after's. Both workers build the model from one seed and the driver checks that their tokens
+  agree.
 * a cell's name: one step at batch 1 and width ``--hidden`` with the state of the previous
   step, under ``no_grad``, against ``nn.LSTMCell``'s, the two interleaved in the worker (as
   ``ctrlrnn bench --overhead`` times them); each tree's ratio is the median over rounds.
@@ -44,10 +46,17 @@ def _decoder(a: argparse.Namespace) -> tuple[Any, Any]:
     from ctrlrnn.models.seq2seq import Seq2Seq
 
     torch.manual_seed(0)
-    model = Seq2Seq(a.vocab, a.vocab, encoder="qrnn",
-                    encoder_args={"hidden_size": a.hidden, **ENCODER}, embedding_size=64).eval()
-    src = torch.randint(4, a.vocab, (1, a.length), generator=torch.Generator().manual_seed(1))
-    lengths = torch.tensor([a.length])
+    if a.decoder == "qrnn":
+        model = Seq2Seq(a.vocab, a.vocab, encoder="qrnn",
+                        encoder_args={"hidden_size": a.hidden, **ENCODER}, embedding_size=64)
+    else:
+        model = Seq2Seq(a.vocab, a.vocab, encoder="lstm", decoder="lstm",
+                        encoder_args={"hidden_size": a.hidden, "num_layers": 2},
+                        embedding_size=64)
+    model.eval()
+    src = torch.randint(4, a.vocab, (a.batch, a.length),
+                        generator=torch.Generator().manual_seed(1))
+    lengths = torch.full((a.batch,), a.length)
     max_len = 2 * a.length + 10
 
     def decode() -> list[list[int]]:
@@ -125,6 +134,8 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=80)
     ap.add_argument("--length", type=int, default=40)
     ap.add_argument("--beam", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1, help="greedy, beam: sources per decode")
+    ap.add_argument("--decoder", choices=("qrnn", "lstm"), default="qrnn")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--grad", type=int, default=0, help="cells: 1 times forward + backward")

@@ -233,3 +233,74 @@ def test_the_libraries_readable_greedy_equals_the_reference_loop(batch):
         want = reference_greedy(model, src, lengths, max_len)
         assert model.greedy_reference(src, lengths, max_len) == want
         assert model.greedy(src, lengths, max_len) == want
+
+
+# ---------------------------------------------------- hypotheses sharing their source's outputs
+def _lstm_model(bidirectional: bool, seed: int = 1) -> Seq2Seq:
+    """An LSTM encoder-decoder with dot attention (the character-level translation's LSTM arm);
+    a bidirectional encoder makes the query projection run."""
+    torch.manual_seed(seed)
+    m = Seq2Seq(30, 25, encoder="lstm", decoder="lstm",
+                encoder_args={"hidden_size": 16, "num_layers": 2,
+                              "bidirectional": bidirectional},
+                embedding_size=8).eval()
+    with torch.no_grad():  # varied tokens from an untrained model
+        for p in m.parameters():
+            p.normal_(std=0.6)
+    return m
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("beam", "alpha"), [(1, 0.0), (3, 0.6), (4, 1.0)])
+def test_lstm_beam_search_with_shared_outputs_equals_the_reference_loop(bidirectional, batch,
+                                                                        beam, alpha):
+    """The reference loop gives every hypothesis a copy of its source's encoder outputs; the
+    decoders give the LSTM's dot attention one per source, shared by its hypotheses."""
+    src, lengths = _source(batch, 5)
+    model = _lstm_model(bidirectional)
+    # an untrained LSTM decoder repeats one token: the end is a token its greedy decoding
+    # never emits, so hypotheses run on (or end where the beam finds it)
+    model.eos_id = 10**6
+    emitted = {t for row in reference_greedy(model, src, lengths, 20) for t in row}
+    model.eos_id = min(set(range(4, 25)) - emitted)
+    for max_len in (1, 6, 20):
+        want = reference_beam(model, src, lengths, beam, alpha, max_len)
+        assert model.beam_search(src, lengths, beam=beam, alpha=alpha, max_len=max_len) == want
+    assert any(len(row) > 1 for row in want)
+
+
+@pytest.mark.parametrize("kind", ["qrnn", "lstm"])
+def test_shared_outputs_give_each_hypothesis_its_own_sources_attention(kind):
+    """In float64, the step over a context with one row per source gives each hypothesis the
+    log-probabilities and state of the readable step over a copy per hypothesis, for hypotheses
+    in different states (each row its own token and state)."""
+    model = (_model(2, bidirectional=True, window=(3, 2)) if kind == "qrnn"
+             else _lstm_model(True)).double()
+    beam = 3
+    src, lengths = _source(3, 6, seed=7)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        sources = model.encode(src, lengths)
+        rows = search.per_hypothesis(sources, beam)
+        shared = model.decoding_context(sources, beam)
+        assert shared["memory"].shape[0] == 3 if kind == "lstm" else shared.memory.shape[0] == 3
+        state = model.init_state(rows)
+        state = [s + 0.1 * torch.randn(s.shape, generator=g, dtype=s.dtype) for s in state]
+        fast, slow = state, state
+        for _ in range(4):
+            token = torch.randint(4, 25, (3 * beam,), generator=g)
+            want, slow = model.step(token, slow, rows)
+            got, fast = model.decode_step(token, fast, shared)
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+            for a, b in zip(fast, slow, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_shared_attention_refuses_rows_that_are_not_whole_groups():
+    from ctrlrnn.models.seq2seq import shared_attention
+
+    memory = torch.randn(2, 5, 4)
+    with pytest.raises(ValueError, match=r"query: 3 rows are not a whole number of rows per "
+                                         r"source \(2\)"):
+        shared_attention(torch.randn(3, 1, 4), memory, None)

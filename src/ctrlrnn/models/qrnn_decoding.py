@@ -10,7 +10,11 @@ eq 7 term (the encoder's final states do not change while decoding), the pooling
 :func:`decode_step` is then, per layer, the window ``[x_{t-k+1} .. x_t]`` (one concatenation),
 its GEMM (eq 1-2) plus the eq 7 term, and the pooling kernel (eq 3-5), and on top eq 8's
 attention and the output layer, each op on the operands the readable step gives it, in its
-order: the log-probabilities are bit for bit the readable step's (tests/tasks).
+order: the log-probabilities are bit for bit the readable step's (tests/tasks). In beam
+search the hypotheses of one source share its encoder outputs: their attention is one product
+per source, not one per hypothesis, which reads the outputs once a step instead of once per
+hypothesis (the same values up to rounding, so the same tokens unless two candidates score
+within rounding of each other).
 
 Where the shortcut's conditions do not hold (a graph may be recorded, autocast is on, a
 tracer runs, a decoder cell has zoneout), :func:`decoding_context` returns None and the
@@ -58,7 +62,8 @@ class QRNNDecoding:
     pool: Callable[[Tensor, Tensor | None, int, Tensor | None], Sequence[Tensor]]
     #: ``F.embedding``'s arguments after the token: the target embedding's weight and options
     embedding: tuple[Any, ...]
-    #: the encoder outputs ``(B, S, E)`` and as the attention scores read them, ``(B, E, S)``
+    #: the encoder outputs ``(B, S, E)``, one row per source (its hypotheses share it), and
+    #: as the attention scores read them, ``(B, E, S)``
     memory: Tensor
     keys: Tensor
     #: the source positions past each length, ``(B, 1, S)`` (the masked softmax's fill)
@@ -73,9 +78,12 @@ class QRNNDecoding:
     hidden: int
 
 
-def decoding_context(model: Any, enc: dict[str, Tensor]) -> QRNNDecoding | None:
-    """The context of :func:`decode_step` for one decode of ``enc`` by ``model``'s QRNN
-    decoder, or None where the readable step must run (module docstring)."""
+def decoding_context(model: Any, enc: dict[str, Tensor], group: int = 1
+                     ) -> QRNNDecoding | None:
+    """The context of :func:`decode_step` for one decode of ``enc`` (a row per source, each
+    decoded as ``group`` consecutive rows) by ``model``'s QRNN decoder, or None where the
+    readable step must run (module docstring). Eq 7's terms get a row per hypothesis; the
+    encoder outputs keep one per source, which its hypotheses' attention shares."""
     ref = enc["layers"]
     cells: list[QRNNCell] = [] if model.lower is None else list(model.lower.cells)
     cells.append(model.top)
@@ -85,7 +93,8 @@ def decoding_context(model: Any, enc: dict[str, Tensor]) -> QRNNDecoding | None:
         return None
     # eq 7: decoder layer l reads encoder layer l's final state
     layers = [Layer(cell.weight, cell.bias, cell.window * cell.input_size,
-                    cell._encoder_term(ref[:, l]), POOLING_MODES[cell.pooling])
+                    cell._encoder_term(ref[:, l]).repeat_interleave(group, dim=0),
+                    POOLING_MODES[cell.pooling])
               for l, cell in enumerate(cells)]  # fmt: skip
     emb = model.tgt_embed
     query = model.query.weight if isinstance(model.query, nn.Linear) else None
@@ -125,7 +134,10 @@ def decode_step(
     o = torch.sigmoid(gates[..., 2 * H : 3 * H])
     # eq 8: alpha_st = softmax_s(c_t . h~_s), k_t = sum_s alpha_st h~_s
     query = c_seq if ctx.query is None else F.linear(c_seq, ctx.query)
-    scores = torch.bmm(query, ctx.keys).masked_fill(ctx.padding, float("-inf"))
-    k = torch.bmm(torch.softmax(scores, dim=-1), ctx.memory)
+    # a source's hypotheses (consecutive rows) read its outputs in one product
+    sources = ctx.memory.shape[0]
+    scores = torch.bmm(query.reshape(sources, -1, query.shape[-1]), ctx.keys)
+    scores = scores.masked_fill(ctx.padding, float("-inf"))
+    k = torch.bmm(torch.softmax(scores, dim=-1), ctx.memory).reshape(B, 1, -1)
     h = (o * (F.linear(k, ctx.w_k) + F.linear(c_seq, *ctx.w_c)))[:, 0]
     return F.log_softmax(F.linear(h, *ctx.out), -1), new

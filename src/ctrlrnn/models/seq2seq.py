@@ -42,7 +42,9 @@ A state dict saved before that projection was left out of the additive mode stil
 Decoding (greedy and the length-normalised beam search of the appendix) comes from
 :class:`ctrlrnn.models.search.IncrementalDecoding`; the QRNN decoder's steps there reuse what
 does not change between steps (:mod:`ctrlrnn.models.qrnn_decoding`), with the log-probabilities
-of :meth:`Seq2Seq.step`.
+of :meth:`Seq2Seq.step`. In beam search, with dot attention (both decoders), the hypotheses of a
+source share one copy of its encoder outputs, which their attention reads in one product
+(:func:`shared_attention`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,21 @@ def _check_options(decoder: str, attention: str, decoder_layers: int | None,
         or decoder_layers < 1
     ):
         raise ValueError(f"decoder_layers: expected a positive integer, got {decoder_layers!r}")
+
+
+def shared_attention(query: Tensor, memory: Tensor, mask: Tensor | None,
+                     keys: Tensor | None = None) -> Tensor:
+    """Dot attention (eq 8) of queries ``(N, T, D)`` over ``memory`` ``(B, S, E)`` (scored
+    against ``keys`` ``(B, D, S)``, by default ``memory`` transposed), ``N`` a multiple of
+    ``B``: the ``N // B`` consecutive query rows of each source read its memory in one
+    product, ``(N / B * T, D) x (D, S)``, instead of each a copy of it; ``(N, T, E)``."""
+    B, N = memory.shape[0], query.shape[0]
+    if N % B:
+        raise ValueError(f"query: {N} rows are not a whole number of rows per source ({B})")
+    scores = torch.bmm(query.reshape(B, -1, query.shape[-1]),
+                       memory.transpose(1, 2) if keys is None else keys)
+    k = torch.bmm(_masked_softmax(scores, mask), memory)
+    return k.reshape(N, -1, k.shape[-1])
 
 
 def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
@@ -283,9 +300,11 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         return torch.tanh(self.mix(torch.cat([k, s_t], dim=-1))), new
 
     def _attend(self, query: Tensor, enc: dict[str, Tensor]) -> Tensor:
-        """``k_t`` of eq 8 for queries ``(B, T, H)`` over the encoder outputs."""
-        scores = torch.bmm(self.query(query), enc["memory"].transpose(1, 2))
-        return torch.bmm(_masked_softmax(scores, enc["mask"]), enc["memory"])
+        """``k_t`` of eq 8 for queries ``(N, T, H)`` over the encoder outputs ``(B, S, E)``:
+        ``N = B`` (a query row per source) or ``N = B * g``, source ``b``'s ``g`` hypotheses
+        in rows ``b * g .. b * g + g - 1`` (:func:`~ctrlrnn.models.search.per_hypothesis`),
+        which read their source's outputs in one product."""
+        return shared_attention(self.query(query), enc["memory"], enc["mask"])
 
     # ------------------------------------------------------------------ teacher forcing
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor,
@@ -382,14 +401,19 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
         new += [c_new, hist]
         return F.log_softmax(self.out(h), -1), new
 
-    def decoding_context(self, enc: dict[str, Tensor]) -> Any:
+    def decoding_context(self, enc: dict[str, Tensor], group: int = 1) -> Any:
         """For the QRNN decoder, what its steps reuse through one decode
-        (:func:`ctrlrnn.models.qrnn_decoding.decoding_context`); else ``enc``."""
+        (:func:`ctrlrnn.models.qrnn_decoding.decoding_context`); for the LSTM decoder with dot
+        attention, whose step reads only the encoder outputs and mask, those with one row per
+        source, shared by its ``group`` hypotheses (:meth:`_attend`); else ``enc`` with a row
+        per hypothesis."""
         if self.decoder_kind == "qrnn":
-            ctx = qrnn_decoding.decoding_context(self, enc)
+            ctx = qrnn_decoding.decoding_context(self, enc, group)
             if ctx is not None:
                 return ctx
-        return enc
+        elif self.attention == "dot" and group > 1:
+            return {"memory": enc["memory"], "mask": enc["mask"]}
+        return super().decoding_context(enc, group)
 
     def decode_step(
         self, token: Tensor, state: list[Tensor], context: Any
