@@ -74,16 +74,21 @@ def reference_beam(model, src, lengths, beam, alpha, max_len, extra_target=5):
     return out
 
 
+def _varied(model: Seq2Seq) -> Seq2Seq:
+    """``model`` in eval mode with weights drawn wide enough for varied tokens (an untrained
+    model's are too small)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.6)
+    return model.eval()
+
+
 def _model(layers: int, *, bidirectional: bool = False, window=2, seed: int = 1) -> Seq2Seq:
     torch.manual_seed(seed)
-    m = Seq2Seq(30, 25, encoder="qrnn",
-                encoder_args={"hidden_size": 16, "num_layers": layers,
-                              "bidirectional": bidirectional},
-                embedding_size=8, window=window).eval()
-    with torch.no_grad():  # varied tokens from an untrained model
-        for p in m.parameters():
-            p.normal_(std=0.6)
-    return m
+    return _varied(Seq2Seq(30, 25, encoder="qrnn",
+                           encoder_args={"hidden_size": 16, "num_layers": layers,
+                                         "bidirectional": bidirectional},
+                           embedding_size=8, window=window))
 
 
 def _end_early(model: Seq2Seq, src: torch.Tensor, lengths: torch.Tensor) -> Seq2Seq:
@@ -240,14 +245,10 @@ def _lstm_model(bidirectional: bool, seed: int = 1) -> Seq2Seq:
     """An LSTM encoder-decoder with dot attention (the character-level translation's LSTM arm);
     a bidirectional encoder makes the query projection run."""
     torch.manual_seed(seed)
-    m = Seq2Seq(30, 25, encoder="lstm", decoder="lstm",
-                encoder_args={"hidden_size": 16, "num_layers": 2,
-                              "bidirectional": bidirectional},
-                embedding_size=8).eval()
-    with torch.no_grad():  # varied tokens from an untrained model
-        for p in m.parameters():
-            p.normal_(std=0.6)
-    return m
+    return _varied(Seq2Seq(30, 25, encoder="lstm", decoder="lstm",
+                           encoder_args={"hidden_size": 16, "num_layers": 2,
+                                         "bidirectional": bidirectional},
+                           embedding_size=8))
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
