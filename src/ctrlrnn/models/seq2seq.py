@@ -94,17 +94,15 @@ def _check_options(decoder: str, attention: str, decoder_layers: int | None,
         raise ValueError(f"decoder_layers: expected a positive integer, got {decoder_layers!r}")
 
 
-def shared_attention(query: Tensor, memory: Tensor, mask: Tensor | None,
-                     keys: Tensor | None = None) -> Tensor:
-    """Dot attention (eq 8) of queries ``(N, T, D)`` over ``memory`` ``(B, S, E)`` (scored
-    against ``keys`` ``(B, D, S)``, by default ``memory`` transposed), ``N`` a multiple of
-    ``B``: the ``N // B`` consecutive query rows of each source read its memory in one
-    product, ``(N / B * T, D) x (D, S)``, instead of each a copy of it; ``(N, T, E)``."""
+def shared_attention(query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+    """Dot attention (eq 8) of queries ``(N, T, D)`` over ``memory`` ``(B, S, D)``, ``N`` a
+    multiple of ``B``: the ``N // B`` consecutive query rows of each source read its memory in
+    one product, ``(N / B * T, D) x (D, S)``, instead of each a copy of it; ``(N, T, D)``.
+    (:func:`ctrlrnn.models.qrnn_decoding.decode_step` does the same on its precomputed keys.)"""
     B, N = memory.shape[0], query.shape[0]
     if N % B:
         raise ValueError(f"query: {N} rows are not a whole number of rows per source ({B})")
-    scores = torch.bmm(query.reshape(B, -1, query.shape[-1]),
-                       memory.transpose(1, 2) if keys is None else keys)
+    scores = torch.bmm(query.reshape(B, -1, query.shape[-1]), memory.transpose(1, 2))
     k = torch.bmm(_masked_softmax(scores, mask), memory)
     return k.reshape(N, -1, k.shape[-1])
 
