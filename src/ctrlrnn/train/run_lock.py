@@ -39,6 +39,13 @@ def _holder_text(info: dict[str, Any]) -> str:
     return f"PID {pid} on {host}, since {since}"
 
 
+def _alive_here(info: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether a lock file's holder ``info`` is of this host, and whether its PID runs here
+    (the rule where ``fcntl`` is missing)."""
+    here = info.get("host") == socket.gethostname()
+    return here, here and pid_alive(int(info.get("pid", 0) or 0))
+
+
 def _read_info(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8") or "{}")
@@ -106,8 +113,8 @@ class RunLock:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 info = _read_info(self.path)
-                same_host = info.get("host") == socket.gethostname()
-                if same_host and not pid_alive(int(info.get("pid", 0) or 0)):
+                here, alive = _alive_here(info)
+                if here and not alive:
                     self.path.unlink(missing_ok=True)
                     self._took_over(info)
                     continue
@@ -140,10 +147,8 @@ def is_held(directory: str | Path) -> bool:
     taken: the probe's shared lock is given back at once). Where ``fcntl`` is missing, a lock
     file whose PID is running on this host counts as held."""
     path = Path(directory) / LOCK_NAME
-    if fcntl is None:  # Windows
-        info = _read_info(path)
-        return (path.exists() and info.get("host") == socket.gethostname()
-                and pid_alive(int(info.get("pid", 0) or 0)))
+    if fcntl is None:  # Windows (a missing file reads as no holder)
+        return _alive_here(_read_info(path))[1]
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
