@@ -282,9 +282,9 @@ def test_shared_outputs_give_each_hypothesis_its_own_sources_attention(kind):
     src, lengths = _source(3, 6, seed=7)
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        sources = model.encode(src, lengths)
-        rows = search.per_hypothesis(sources, beam)
-        shared = model.decoding_context(sources, beam)
+        rows = {k: v.repeat_interleave(beam, dim=0)
+                for k, v in model.encode(src, lengths).items()}
+        shared = model.decoding_context(rows, beam)
         assert shared["memory"].shape[0] == 3 if kind == "lstm" else shared.memory.shape[0] == 3
         state = model.init_state(rows)
         state = [s + 0.1 * torch.randn(s.shape, generator=g, dtype=s.dtype) for s in state]

@@ -78,12 +78,18 @@ class QRNNDecoding:
     hidden: int
 
 
+def one_per_source(enc: dict[str, Tensor], group: int) -> dict[str, Tensor]:
+    """The encoder outputs ``memory`` and source ``mask`` of ``enc``, whose rows are each
+    source's ``group`` hypotheses in a row (identical copies), with one row per source."""
+    return {"memory": enc["memory"][::group].contiguous(), "mask": enc["mask"][::group]}
+
+
 def decoding_context(model: Any, enc: dict[str, Tensor], group: int = 1
                      ) -> QRNNDecoding | None:
-    """The context of :func:`decode_step` for one decode of ``enc`` (a row per source, each
-    decoded as ``group`` consecutive rows) by ``model``'s QRNN decoder, or None where the
-    readable step must run (module docstring). Eq 7's terms get a row per hypothesis; the
-    encoder outputs keep one per source, which its hypotheses' attention shares."""
+    """The context of :func:`decode_step` for one decode of ``enc`` (a row per hypothesis, a
+    source's ``group`` hypotheses in a row) by ``model``'s QRNN decoder, or None where the
+    readable step must run (module docstring). The encoder outputs are kept once per source,
+    which its hypotheses' attention shares."""
     ref = enc["layers"]
     cells: list[QRNNCell] = [] if model.lower is None else list(model.lower.cells)
     cells.append(model.top)
@@ -93,19 +99,19 @@ def decoding_context(model: Any, enc: dict[str, Tensor], group: int = 1
         return None
     # eq 7: decoder layer l reads encoder layer l's final state
     layers = [Layer(cell.weight, cell.bias, cell.window * cell.input_size,
-                    cell._encoder_term(ref[:, l]).repeat_interleave(group, dim=0),
-                    POOLING_MODES[cell.pooling])
+                    cell._encoder_term(ref[:, l]), POOLING_MODES[cell.pooling])
               for l, cell in enumerate(cells)]  # fmt: skip
     emb = model.tgt_embed
     query = model.query.weight if isinstance(model.query, nn.Linear) else None
+    shared = one_per_source(enc, group)
     return QRNNDecoding(
         layers=layers,
         pool=pooling_step(ref.device),
         embedding=(emb.weight, emb.padding_idx, emb.max_norm, emb.norm_type,
                    emb.scale_grad_by_freq, emb.sparse),  # fmt: skip
-        memory=enc["memory"],
-        keys=enc["memory"].transpose(1, 2),
-        padding=~enc["mask"].unsqueeze(1),
+        memory=shared["memory"],
+        keys=shared["memory"].transpose(1, 2),
+        padding=~shared["mask"].unsqueeze(1),
         query=query,
         w_k=model.w_k.weight,
         w_c=(model.w_c.weight, model.w_c.bias),

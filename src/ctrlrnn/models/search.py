@@ -38,14 +38,6 @@ def _check_every(device: torch.device) -> int:
     return 1 if device.type == "cpu" else CHECK_EVERY
 
 
-def per_hypothesis(enc: dict[str, Tensor], group: int) -> dict[str, Tensor]:
-    """Each tensor of ``enc`` (one row per source) with every row repeated ``group`` times in
-    place, source-major: row ``b * group + j`` is source ``b``'s hypothesis ``j``."""
-    if group == 1:
-        return enc
-    return {k: v.repeat_interleave(group, dim=0) for k, v in enc.items()}
-
-
 def _before_eos(rows: list[list[int]], eos: int) -> list[list[int]]:
     """Each row's tokens before its first end-of-sequence token."""
     return [row[: row.index(eos)] if eos in row else row for row in rows]
@@ -61,12 +53,11 @@ class IncrementalDecoding:
 
     def decoding_context(self, enc: dict[str, Tensor], group: int = 1) -> Any:
         """What :meth:`decode_step` reads at every step of one decode of ``enc`` (computed once
-        per decode). ``enc`` holds one row per source, each decoded as ``group`` consecutive
-        rows (beam search's hypotheses); by default each row of ``enc`` repeated ``group``
-        times, one a hypothesis, as the readable ``step`` reads it. A model whose step reads
-        the encoder outputs alone may keep one row per source and share it between that
-        source's hypotheses (fewer bytes read at every step, the same values)."""
-        return enc if group == 1 else per_hypothesis(enc, group)
+        per decode); by default ``enc`` itself. ``enc`` has a row per decoded sequence; in beam
+        search a source's ``group`` hypotheses are ``group`` consecutive copies of its row,
+        which a model whose step reads only the encoder outputs may keep once, shared by the
+        hypotheses (fewer bytes read at every step, the same values)."""
+        return enc
 
     def decode_step(
         self, token: Tensor, state: list[Tensor], context: Any
@@ -139,10 +130,11 @@ class IncrementalDecoding:
     ) -> list[list[int]]:
         """Beam search with the length-normalised ranking of eq 9 (module docstring)."""
         B, device = src.shape[0], src.device
-        sources = self.encode(src, src_lengths)  # type: ignore[attr-defined]
-        enc = per_hypothesis(sources, beam)
+        enc = self.encode(src, src_lengths)  # type: ignore[attr-defined]
+        rep = torch.arange(B, device=device).repeat_interleave(beam)
+        enc = {k: v.index_select(0, rep) for k, v in enc.items()}
         state = self.init_state(enc)  # type: ignore[attr-defined]
-        context = self.decoding_context(sources, beam)
+        context = self.decoding_context(enc, beam)
         t_trg = (enc["lengths"].to(device) + extra_target).float().view(B, beam)
         limit = max_len or int(src_lengths.max()) + extra_target + 10
         score = torch.full((B, beam), float("-inf"), device=device)

@@ -300,8 +300,8 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
     def _attend(self, query: Tensor, enc: dict[str, Tensor]) -> Tensor:
         """``k_t`` of eq 8 for queries ``(N, T, H)`` over the encoder outputs ``(B, S, E)``:
         ``N = B`` (a query row per source) or ``N = B * g``, source ``b``'s ``g`` hypotheses
-        in rows ``b * g .. b * g + g - 1`` (:func:`~ctrlrnn.models.search.per_hypothesis`),
-        which read their source's outputs in one product."""
+        in rows ``b * g .. b * g + g - 1`` (:meth:`decoding_context`), which read their
+        source's outputs in one product."""
         return shared_attention(self.query(query), enc["memory"], enc["mask"])
 
     # ------------------------------------------------------------------ teacher forcing
@@ -402,16 +402,15 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
     def decoding_context(self, enc: dict[str, Tensor], group: int = 1) -> Any:
         """For the QRNN decoder, what its steps reuse through one decode
         (:func:`ctrlrnn.models.qrnn_decoding.decoding_context`); for the LSTM decoder with dot
-        attention, whose step reads only the encoder outputs and mask, those with one row per
-        source, shared by its ``group`` hypotheses (:meth:`_attend`); else ``enc`` with a row
-        per hypothesis."""
+        attention, whose step reads only the encoder outputs and mask, those of each source
+        once, shared by its ``group`` hypotheses (:meth:`_attend`); else ``enc``."""
         if self.decoder_kind == "qrnn":
             ctx = qrnn_decoding.decoding_context(self, enc, group)
             if ctx is not None:
                 return ctx
         elif self.attention == "dot" and group > 1:
-            return {"memory": enc["memory"], "mask": enc["mask"]}
-        return super().decoding_context(enc, group)
+            return qrnn_decoding.one_per_source(enc, group)
+        return enc
 
     def decode_step(
         self, token: Tensor, state: list[Tensor], context: Any
