@@ -305,3 +305,12 @@ def test_shared_attention_refuses_rows_that_are_not_whole_groups():
     with pytest.raises(ValueError, match=r"query: 3 rows are not a whole number of rows per "
                                          r"source \(2\)"):
         shared_attention(torch.randn(3, 1, 4), memory, None)
+
+
+@pytest.mark.parametrize("kind", ["qrnn", "lstm"])
+def test_an_empty_batch_trains_and_decodes_to_nothing(kind):
+    model = _model(2) if kind == "qrnn" else _lstm_model(False)
+    src, lengths = torch.randint(4, 30, (0, 5)), torch.full((0,), 5)
+    assert model(src, lengths, torch.randint(4, 25, (0, 4))).shape == (0, 4, 25)
+    with torch.no_grad():
+        assert model.greedy(src, lengths, 6) == []

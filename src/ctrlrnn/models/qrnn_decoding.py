@@ -142,8 +142,10 @@ def decode_step(
     query = c_seq if ctx.query is None else F.linear(c_seq, ctx.query)
     # a source's hypotheses (consecutive rows) read its outputs in one product
     sources = ctx.memory.shape[0]
-    scores = torch.bmm(query.reshape(sources, -1, query.shape[-1]), ctx.keys)
+    group = B // sources if sources else 1  # an empty batch: no rows either side
+    scores = torch.bmm(query.reshape(sources, group, query.shape[-1]), ctx.keys)
     scores = scores.masked_fill(ctx.padding, float("-inf"))
-    k = torch.bmm(torch.softmax(scores, dim=-1), ctx.memory).reshape(B, 1, -1)
+    k = torch.bmm(torch.softmax(scores, dim=-1), ctx.memory)
+    k = k.reshape(B, 1, k.shape[-1])
     h = (o * (F.linear(k, ctx.w_k) + F.linear(c_seq, *ctx.w_c)))[:, 0]
     return F.log_softmax(F.linear(h, *ctx.out), -1), new

@@ -99,12 +99,13 @@ def shared_attention(query: Tensor, memory: Tensor, mask: Tensor | None) -> Tens
     multiple of ``B``: the ``N // B`` consecutive query rows of each source read its memory in
     one product, ``(N / B * T, D) x (D, S)``, instead of each a copy of it; ``(N, T, D)``.
     (:func:`ctrlrnn.models.qrnn_decoding.decode_step` does the same on its precomputed keys.)"""
-    B, N = memory.shape[0], query.shape[0]
-    if N % B:
+    B, (N, T, D) = memory.shape[0], query.shape
+    if N % B if B else N:
         raise ValueError(f"query: {N} rows are not a whole number of rows per source ({B})")
-    scores = torch.bmm(query.reshape(B, -1, query.shape[-1]), memory.transpose(1, 2))
+    group = N // B if B else 1  # an empty batch: no rows either side
+    scores = torch.bmm(query.reshape(B, group * T, D), memory.transpose(1, 2))
     k = torch.bmm(_masked_softmax(scores, mask), memory)
-    return k.reshape(N, -1, k.shape[-1])
+    return k.reshape(N, T, k.shape[-1])
 
 
 def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
