@@ -314,3 +314,35 @@ def test_an_empty_batch_trains_and_decodes_to_nothing(kind):
     assert model(src, lengths, torch.randint(4, 25, (0, 4))).shape == (0, 4, 25)
     with torch.no_grad():
         assert model.greedy(src, lengths, 6) == []
+    with torch.no_grad():
+        assert model.beam_search(src, lengths, beam=3) == []
+        assert model.beam_search(src, lengths, beam=3, max_len=6) == []
+
+
+@pytest.mark.parametrize("kind", ["qrnn", "lstm", "lstm-bahdanau", "cas", "transformer"])
+def test_a_beam_search_of_no_tokens_gives_empty_rows(kind):
+    """``max_len=0`` decodes no step (as greedy does), rather than the default length."""
+    model = (_model(2) if kind == "qrnn" else _lstm_model(False) if kind == "lstm"
+             else _other_models()[kind]().eval())
+    src, lengths = _source(3, 5)
+    assert model.beam_search(src, lengths, beam=2, max_len=0) == [[], [], []]
+    assert model.greedy(src, lengths, 0) == [[], [], []]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"beam": 0}, r"beam: expected a whole number of hypotheses >= 1, got 0"),
+    ({"beam": 2.0}, r"beam: .* got 2\.0"),
+    ({"beam": True}, r"beam: .* got True"),
+    ({"alpha": -0.5}, r"alpha: expected a length-normalisation exponent >= 0, got -0\.5"),
+    ({"alpha": float("nan")}, r"alpha: .* got nan"),
+    ({"max_len": -1}, r"max_len: expected a whole number of tokens >= 0, got -1"),
+    ({"max_len": 3.5}, r"max_len: .* got 3\.5"),
+])
+def test_a_beam_search_that_cannot_run_names_its_argument(args, message):
+    model = _model(1)
+    src, lengths = _source(2, 4)
+    with pytest.raises(ValueError, match=message):
+        model.beam_search(src, lengths, **{"beam": 2, **args})
+    if "max_len" in args:
+        with pytest.raises(ValueError, match=message):
+            model.greedy(src, lengths, args["max_len"])

@@ -38,6 +38,21 @@ def _check_every(device: torch.device) -> int:
     return 1 if device.type == "cpu" else CHECK_EVERY
 
 
+def _check_search(beam: int, alpha: float, max_len: int | None) -> None:
+    """A clear error for a beam search that cannot run as asked, naming the argument."""
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise ValueError(f"beam: expected a whole number of hypotheses >= 1, got {beam!r}")
+    if not alpha >= 0:  # NaN too
+        raise ValueError(f"alpha: expected a length-normalisation exponent >= 0, got {alpha!r}")
+    if max_len is not None:
+        _check_max_len(max_len)
+
+
+def _check_max_len(max_len: int) -> None:
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise ValueError(f"max_len: expected a whole number of tokens >= 0, got {max_len!r}")
+
+
 def _before_eos(rows: list[list[int]], eos: int) -> list[list[int]]:
     """Each row's tokens before its first end-of-sequence token."""
     return [row[: row.index(eos)] if eos in row else row for row in rows]
@@ -70,6 +85,7 @@ class IncrementalDecoding:
     def greedy(self, src: Tensor, src_lengths: Tensor, max_len: int) -> list[list[int]]:
         """The most likely next token at every step (eq 10 at beam 1), up to ``max_len`` tokens
         per sequence, each cut before its first end-of-sequence token."""
+        _check_max_len(max_len)
         enc = self.encode(src, src_lengths)  # type: ignore[attr-defined]
         state = self.init_state(enc)  # type: ignore[attr-defined]
         context = self.decoding_context(enc)
@@ -128,15 +144,20 @@ class IncrementalDecoding:
         max_len: int | None = None,
         extra_target: int = 5,
     ) -> list[list[int]]:
-        """Beam search with the length-normalised ranking of eq 9 (module docstring)."""
+        """Beam search with the length-normalised ranking of eq 9 (module docstring), ``beam``
+        hypotheses a source, up to ``max_len`` tokens each (by default 10 past the longest
+        source's length plus ``extra_target``)."""
+        _check_search(beam, alpha, max_len)
         B, device = src.shape[0], src.device
+        if B == 0:
+            return []
         enc = self.encode(src, src_lengths)  # type: ignore[attr-defined]
         rep = torch.arange(B, device=device).repeat_interleave(beam)
         enc = {k: v.index_select(0, rep) for k, v in enc.items()}
         state = self.init_state(enc)  # type: ignore[attr-defined]
         context = self.decoding_context(enc, beam)
         t_trg = (enc["lengths"].to(device) + extra_target).float().view(B, beam)
-        limit = max_len or int(src_lengths.max()) + extra_target + 10
+        limit = int(src_lengths.max()) + extra_target + 10 if max_len is None else max_len
         score = torch.full((B, beam), float("-inf"), device=device)
         score[:, 0] = 0.0
         length = torch.zeros(B, beam, device=device)
