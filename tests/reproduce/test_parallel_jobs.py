@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from tiny_runs import without
+from tiny_runs import numbers
 
 from ctrlrnn.cli import main
 from ctrlrnn.reproduce import parallel, runner
@@ -28,14 +28,6 @@ TINY = Experiment(
     full={}, task_args={"digits": 3}, seeds_quick=2, tuning_quick=SEARCH,
 )
 
-#: what differs between two runs of the same work: when and how fast it ran
-TIMINGS = {"train_seconds", "seconds_per_epoch", "cpu_share", "load_start", "seconds",
-           "finished", "when", "date", "trained", "dated"}
-
-
-def _numbers(data: object) -> object:
-    """``data`` without its timings (keys in :data:`TIMINGS`, at any depth)."""
-    return without(data, TIMINGS)
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def test_two_jobs_give_the_numbers_of_one(tmp_path, one_torch_thread):
     assert {p: p.stat().st_mtime_ns for p in finished} == mtimes  # read, not trained again
     assert sorted((tmp_path / "runs2").rglob("result.json")) == finished  # nothing trained again
     assert one["complete"] and two["complete"]
-    assert _numbers(one["arms"]) == _numbers(two["arms"])
+    assert numbers(one["arms"]) == numbers(two["arms"])
     for arm in two["arms"].values():
         assert all(seed["threads"] == 1 for seed in arm["seeds"].values())
 

@@ -27,3 +27,13 @@ def without(data: object, keys: set[str]) -> object:
     if isinstance(data, list):
         return [without(v, keys) for v in data]
     return data
+
+
+#: what differs between two runs of the same work: when and how fast it ran
+TIMINGS = {"train_seconds", "seconds_per_epoch", "cpu_share", "load_start", "seconds",
+           "finished", "when", "date", "trained", "dated"}
+
+
+def numbers(data: object) -> object:
+    """``data`` without its timings (keys in :data:`TIMINGS`, at any depth)."""
+    return without(data, TIMINGS)

@@ -25,7 +25,7 @@ from typing import Any
 from ctrlrnn import files
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
 from ctrlrnn.reproduce.stopping import CAPS, RULE, run_holds, seed_holds, stopping_budget
-from ctrlrnn.reproduce.tuning import Tuning, record_holds, search_of
+from ctrlrnn.reproduce.tuning import Tuning, borrowed, record_holds, search_of
 
 
 def setting(overrides: dict[str, Any], task_args: dict[str, Any],
@@ -114,6 +114,18 @@ class Standing:
         budgets = self._trial_budgets(record, search)
         return budgets is not None and all(
             run_holds(row.get("stop_reason"), *budgets) for row in record["trials"])
+
+    def values(self, arm: Arm, entries: dict[str, Any]) -> dict[str, Any] | None:
+        """The tuning entry whose chosen values ``arm``'s seeds train at, from a results
+        file's arm ``entries``: the arm's own search where it stands; for an arm trained at
+        another's values (:meth:`Experiment.values_from`), a :func:`borrowed` entry of that
+        arm's standing search. None while no such search stands."""
+        lender = self.exp.values_from(arm, self.mode)
+        owner = arm if lender is None else next(a for a in self.exp.arms if a.label == lender)
+        record = (entries.get(owner.label) or {}).get("tuning")
+        if not self.tuning(owner, record):
+            return None
+        return record if lender is None else borrowed(lender, record)
 
     def _trial_budgets(self, record: dict[str, Any], search: Tuning
                        ) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -126,7 +126,7 @@ def _search_rungs(exp: Experiment, arm: Arm, mode: str, out: Path,
     successive halving; none without a search): the caps of a trial's configuration, with
     the rung's over the search's overrides, as :mod:`ctrlrnn.reproduce.tuning` trains it."""
     tuning = exp.tuning(mode)
-    if tuning is None:
+    if tuning is None or exp.values_from(arm, mode) is not None:
         return ()
     rungs = tuning.rungs or ({},)
     sizes = tuning.rung_sizes() if tuning.rungs else [tuning.trials]

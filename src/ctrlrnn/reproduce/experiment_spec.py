@@ -34,6 +34,10 @@ class Arm:
     task_args: dict[str, Any] = field(default_factory=dict)
     paper: float | None = None  # the paper's number for this arm, on the paper's data
     paper_also: dict[str, float] = field(default_factory=dict)  # for the experiment's ``also``
+    #: the label of an earlier arm whose search's chosen values this arm trains at, with no
+    #: search of its own: an ablation as a paper runs it, the baseline's best configuration
+    #: with one component changed ("": the arm is searched like every other)
+    tuned_like: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,22 @@ class Experiment:
     #: the probe files of its baselines in ``docs/results/data/probes``, shown as tables under
     #: the note (:mod:`ctrlrnn.reproduce.probe_tables`)
     probe_files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        earlier: dict[str, Arm] = {}
+        for arm in self.arms:
+            base = earlier.get(arm.tuned_like)
+            if arm.tuned_like and (base is None or base.tuned_like):
+                raise ValueError(f"{self.id}: arm {arm.label!r}: tuned_like must name an "
+                                 f"earlier arm with a search of its own, got "
+                                 f"{arm.tuned_like!r}")
+            earlier[arm.label] = arm
+
+    def values_from(self, arm: Arm, mode: str) -> str | None:
+        """The label of the arm whose chosen values ``arm`` trains at in ``mode`` instead of
+        a search of its own (:attr:`Arm.tuned_like`), or None: it is searched, or the mode
+        searches nothing."""
+        return arm.tuned_like if arm.tuned_like and self.tuning(mode) is not None else None
 
     def tuning(self, mode: str) -> Tuning | None:
         if mode == PAPER:

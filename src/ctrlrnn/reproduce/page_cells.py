@@ -10,7 +10,7 @@ from typing import Any
 
 from ctrlrnn.metric_conventions import scale
 from ctrlrnn.reproduce.experiment_spec import Experiment
-from ctrlrnn.reproduce.tuning import IN_PROGRESS
+from ctrlrnn.reproduce.tuning import IN_PROGRESS, lender_of
 from ctrlrnn.reproduce.verdicts import mean_std, paper_level
 
 
@@ -124,6 +124,9 @@ def tuned_cell(tuning: dict[str, Any] | None) -> str:
     if not chosen:
         return f"every trial diverged ({len(tuning.get('trials', []))})"
     values = ", ".join(f"{short_key(k)} {v:.3g}" for k, v in sorted(chosen.items()))
+    lender = lender_of(tuning)
+    if lender is not None:
+        return f"{values} ({lender}'s)"
     return f"{values} ({len(tuning.get('trials', []))})"
 
 

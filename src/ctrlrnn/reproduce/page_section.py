@@ -36,7 +36,7 @@ from ctrlrnn.reproduce.page_figure import plot_experiment
 from ctrlrnn.reproduce.probe_tables import probe_lines
 from ctrlrnn.reproduce.runner import slug
 from ctrlrnn.reproduce.seed_spread import spread_lines
-from ctrlrnn.reproduce.tuning import IN_PROGRESS, Tuning, search_of
+from ctrlrnn.reproduce.tuning import IN_PROGRESS, Tuning, lender_of, search_of
 from ctrlrnn.reproduce.verdicts import useful_level
 from ctrlrnn.tasks import TASKS, task_class
 
@@ -142,13 +142,15 @@ class _SearchState:
         # defines (the tuning line says which): the verdicts that read them are marked
         self.searched_before = {label for label, arm in arms
                                 if tuning is not None and arm.get("seeds") and arm.get("tuning")
+                                and lender_of(arm["tuning"]) is None
                                 and search_of(arm["tuning"]) != tuning}
         self.method: list[str] = []
         self.status: list[str] = []
         if tuning is None:
             self.method = ["", "Tuning: none in this mode (every arm at the same learning rate)."]
         elif not self.stale:
-            self.method = ["", _tuning_line(exp, tuning, trained, selected)]
+            self.method = ["", _tuning_line(exp, tuning, trained, selected)
+                           + _borrowing_line(exp, mode)]
         elif any(arm.get("tuning") for arm in trained):
             self.status = [
                 "", f"**Partly untuned results.** The arms without a search in the table "
@@ -200,8 +202,10 @@ def _progress_lines(exp: Experiment, mode: str, data: dict[str, Any], standing: 
         status += ["", f"**In progress**: {finished} of the {planned} final runs are finished "
                    f"(their verdicts are marked *partial*); `ctrlrnn reproduce --only {exp.id}` "
                    "continues from the results file."]
+    # a search stored for an arm that now trains at another's values is no longer under way
     searching = [(label, arm[IN_PROGRESS]) for label, arm in ordered_arms(exp, data)
-                 if isinstance(arm.get(IN_PROGRESS), dict) and not data.get("complete")]
+                 if isinstance(arm.get(IN_PROGRESS), dict) and not data.get("complete")
+                 and label in defined and exp.values_from(defined[label], mode) is None]
     if searching:
         status += ["", "**Search under way**: " + "; ".join(
             f"{label}, {len(record.get('trials') or [])} of {record.get('trials_planned')} "
@@ -405,6 +409,24 @@ def _tuning_line(exp: Experiment, tuning: Tuning, trained: list[dict[str, Any]],
                  f"`ctrlrnn reproduce --only {exp.id}` trains it again, and until then the "
                  "verdicts are marked *earlier search*.")
     return line
+
+
+def _borrowing_line(exp: Experiment, mode: str) -> str:
+    """`` X and Y train at Z's chosen values ...`` for the arms with no search of their own
+    (:attr:`Arm.tuned_like`), or ""."""
+    lenders: dict[str, list[str]] = {}
+    for arm in exp.arms:
+        lender = exp.values_from(arm, mode)
+        if lender is not None:
+            lenders.setdefault(lender, []).append(arm.label)
+    return "".join(f" Without a search of {'its' if len(labels) == 1 else 'their'} own, "
+                   f"{_words(labels)} {'trains' if len(labels) == 1 else 'train'} at "
+                   f"{lender}'s chosen values, changing one component of that configuration."
+                   for lender, labels in lenders.items())
+
+
+def _words(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
 def _trial_tables(exp: Experiment, data: dict[str, Any]) -> list[str]:

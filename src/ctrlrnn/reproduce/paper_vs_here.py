@@ -286,6 +286,9 @@ def _lr_here(exp: Experiment, mode: str, cfg: Any) -> str:
     if lr is not None:
         text = (f"Adam's rate searched for each arm in [{lr.low:g}, {lr.high:g}]"
                 f"{' (log)' if lr.log else ''}, {tuning.trials} trials, then fixed")
+        lenders = sorted({arm.tuned_like for arm in exp.arms if exp.values_from(arm, mode)})
+        if lenders:
+            text += f" (the variants at {', '.join(lenders)}'s)"
     else:
         text = f"{cfg.lr:g}" + (", fixed" if cfg.lr_decay == 1.0 else "")
     if cfg.lr_decay != 1.0:

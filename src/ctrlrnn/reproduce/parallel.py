@@ -35,6 +35,7 @@ from ctrlrnn.interrupts import at_stop, exit_status, forget, stop_with_parent, s
 from ctrlrnn.reproduce import runner
 from ctrlrnn.reproduce.cache_validity import Standing
 from ctrlrnn.reproduce.experiment_spec import Arm, Experiment
+from ctrlrnn.reproduce.tuning import borrowed
 
 
 def default_threads(jobs: int) -> int:
@@ -156,15 +157,20 @@ def _train_in(pool: ProcessPoolExecutor, exp: Experiment, mode: str, runs_dir: P
     """:func:`prefetch`'s work in ``pool``: every arm's search, then the seeds."""
     tuned: dict[str, dict[str, Any] | None] = {a.label: None for a in exp.arms}
     if exp.tuning(mode) is not None:
+        searched = [arm for arm in exp.arms if exp.values_from(arm, mode) is None]
         searches = {pool.submit(_tune_in_worker, exp, arm.label, mode, str(runs_dir),
                                 str(results_dir)): f"{exp.id}: {arm.label} search"
-                    for arm in exp.arms}
+                    for arm in searched}
         found = _collect(searches, log, "searches")
-        for arm in exp.arms:
+        for arm in searched:
             record = found.get(f"{exp.id}: {arm.label} search")
             if record is None:  # failed or unfinished: the sequential pass tunes it
                 return
             tuned[arm.label] = record
+        for arm in exp.arms:  # the arms trained at another's values (Arm.tuned_like)
+            lender = exp.values_from(arm, mode)
+            if lender is not None:
+                tuned[arm.label] = borrowed(lender, tuned[lender] or {})
     runs: dict[Future, str] = {}
     for arm in exp.arms:
         record = tuned[arm.label]

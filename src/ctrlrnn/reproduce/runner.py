@@ -84,9 +84,10 @@ def is_cached(results_dir: Path, mode: str, exp: Experiment) -> bool:
     tuned = exp.tuning(mode) is not None
     for arm in exp.arms:
         entry = done.get(arm.label, {})
-        if tuned and not standing.tuning(arm, entry.get("tuning")):
+        record = standing.values(arm, done) if tuned else None
+        if tuned and record is None:
             return False
-        params = dict(entry["tuning"]["chosen"]) if tuned else None
+        params = dict(record["chosen"]) if record is not None else None
         if not all(standing.seed(arm, entry.get("seeds", {}).get(str(seed)), params)
                    for seed in exp.seeds(mode)):
             return False
@@ -405,9 +406,10 @@ class _ExperimentJob:
         entry: dict[str, Any] = {"model": arm.model, "paper": arm.paper, "seeds": seeds}
         data["arms"][arm.label] = entry
         try:
-            tuned = tune(exp, arm, self.mode, self.runs_dir, self.show_progress,
-                         self.cached_arms.get(arm.label), self.log, self.standing,
-                         partial(self.save_search, arm.label), self.storage)
+            tuned = self.borrow(arm) if exp.values_from(arm, self.mode) else tune(
+                exp, arm, self.mode, self.runs_dir, self.show_progress,
+                self.cached_arms.get(arm.label), self.log, self.standing,
+                partial(self.save_search, arm.label), self.storage)
         except Exception as exc:  # noqa: BLE001 - one failed arm must not lose the others
             if files.is_no_space(exc):  # no later arm could write either: stop, one line
                 raise
@@ -437,6 +439,15 @@ class _ExperimentJob:
             # the others train (a run killed meanwhile must lose neither)
             self.save_partial()
         self.train_seeds(arm, todo, seeds, params, tuned=tuned is not None)
+
+    def borrow(self, arm: Arm) -> dict[str, Any]:
+        """The values ``arm`` trains at instead of a search of its own (:attr:`Arm.tuned_like`):
+        its lender's choice, searched earlier in this run or standing in the results file."""
+        record = self.standing.values(arm, self.data["arms"])
+        if record is None:
+            raise RuntimeError(f"{arm.label} trains at the values {arm.tuned_like}'s search "
+                               f"chooses, and {arm.tuned_like} has no finished search")
+        return record
 
     def train_seeds(self, arm: Arm, todo: list[int], seeds: dict[str, Any],
                     params: dict[str, float], *, tuned: bool) -> None:

@@ -4,7 +4,8 @@ the runs directory without training anything.
 For each chosen experiment it says, arm by arm, what the results file holds under the
 experiment's definition now (:class:`~ctrlrnn.reproduce.cache_validity.Standing`): the search
 finished, under way (its trials per rung of successive halving) or not started, and how many
-of the final seeds are trained at the search's choice. Results of an earlier definition still
+of the final seeds are trained at the search's choice (for an arm trained at another arm's
+chosen values, at that arm's). Results of an earlier definition still
 on the pages are named as such. Runs whose directory lock a live process holds (on this
 machine, or on any machine sharing the runs directory by a file system with ``flock``) are
 listed as training now, with their last logged step.
@@ -39,6 +40,8 @@ class ArmStatus:
     shown: str = ""
     #: a search under way: its finished trials at each rung
     trials: str = ""
+    #: the arm whose chosen values this one trains at, with no search of its own ("": none)
+    values_of: str = ""
 
     @property
     def final(self) -> bool:
@@ -56,11 +59,20 @@ def _rungs_line(search: Tuning, trials: list[dict[str, Any]]) -> str:
 
 
 def arm_status(exp: Experiment, mode: str, standing: Standing, arm: Arm,
-               entry: dict[str, Any]) -> ArmStatus:
-    """The status of ``arm`` from its results-file ``entry`` (empty when the file has none)."""
+               entries: dict[str, Any]) -> ArmStatus:
+    """The status of ``arm`` from the results file's arm ``entries`` (empty when it has
+    none)."""
+    entry = entries.get(arm.label) or {}
     planned = len(exp.seeds(mode))
     seeds = [s for s in (entry.get("seeds") or {}).values() if isinstance(s, dict)]
     search = exp.tuning(mode)
+    lender = exp.values_from(arm, mode)
+    if lender is not None:
+        record = standing.values(arm, entries)
+        current = sum(standing.seed(arm, s, record["chosen"]) for s in seeds) if record else 0
+        earlier = len(seeds) - current
+        shown = f"{earlier} seed(s) of earlier values or setting" if earlier else ""
+        return ArmStatus(arm.label, "", current, planned, shown, values_of=lender)
     if search is None:
         current = sum(standing.seed(arm, s, None) for s in seeds)
         earlier = len(seeds) - current
@@ -111,8 +123,7 @@ def status_lines(chosen: list[Experiment], mode: str, results: Path, runs: Path)
         cached = load_results(results, mode, exp)
         standing = Standing(exp, mode, cached)
         entries = (cached or {}).get("arms") or {}
-        statuses = [arm_status(exp, mode, standing, arm, entries.get(arm.label) or {})
-                    for arm in exp.arms]
+        statuses = [arm_status(exp, mode, standing, arm, entries) for arm in exp.arms]
         minutes = training_seconds(cached) / 60 if cached else 0.0
         done = all(s.final for s in statuses)
         final += done
@@ -125,6 +136,8 @@ def status_lines(chosen: list[Experiment], mode: str, results: Path, runs: Path)
         for s in statuses:
             trials = f" ({s.trials})" if s.trials else ""
             search = f"search {s.search}{trials}; " if s.search else ""
+            if s.values_of:
+                search = f"no search, at {s.values_of}'s chosen values; "
             shown = f"; meanwhile the page shows {s.shown}" if s.shown else ""
             lines.append(f"  {s.label:<{width}}  {search}seeds {s.seeds} of {s.planned}{shown}")
         lines += [_held_line(run, row, runs / mode)

@@ -46,6 +46,8 @@ SAMPLER = "optuna TPE"
 #: the key of an arm's entry in a partial results file that holds its search under way (the
 #: trials so far): the arm's earlier results stay beside it until the search is finished
 IN_PROGRESS = "search_in_progress"
+#: the key of a tuning entry that holds another arm's chosen values (:func:`borrowed`)
+VALUES_OF = "values_of"
 #: the configuration keys a rung of successive halving may set: the caps a finished trial is
 #: continued past (a raised cap continues a run from its checkpoint)
 RUNG_KEYS = ("epochs", "max_steps")
@@ -184,6 +186,20 @@ def search_of(record: dict[str, Any] | None) -> Tuning | None:
         return Tuning.from_record(record)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def borrowed(lender: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The tuning entry of an arm that trains at arm ``lender``'s chosen values
+    (:attr:`~ctrlrnn.reproduce.experiment_spec.Arm.tuned_like`), from ``lender``'s search
+    ``record``: the values and whose they are, none of the trials (they are the lender's)."""
+    return {VALUES_OF: lender, "chosen": dict(record.get("chosen") or {})}
+
+
+def lender_of(record: dict[str, Any] | None) -> str | None:
+    """The arm whose chosen values a tuning entry holds (:func:`borrowed`), or None: the
+    entry is a search of the arm's own (or there is none)."""
+    value = record.get(VALUES_OF) if isinstance(record, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def record_holds(record: dict[str, Any] | None, tuning: Tuning) -> bool:
