@@ -5,6 +5,7 @@ lender has none; ``--jobs``, ``--status`` and the pages treat it alike."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from tiny_runs import numbers
 
 from ctrlrnn.reproduce import parallel, runner
 from ctrlrnn.reproduce.cache_validity import Standing
-from ctrlrnn.reproduce.experiment_spec import Arm, Claim, Experiment
+from ctrlrnn.reproduce.experiment_spec import Arm, Claim, Experiment, PaperScale
 from ctrlrnn.reproduce.page_section import experiment_section
 from ctrlrnn.reproduce.status import status_lines
 from ctrlrnn.reproduce.tuning import Param, Tuning
@@ -147,3 +148,11 @@ def test_tuned_like_names_an_earlier_arm_with_a_search(arms, named):
     with pytest.raises(ValueError, match=f"tuned_like must name an earlier arm with a search "
                                          f"of its own, got {named}"):
         _experiment(*arms)
+
+
+def test_a_paper_scale_without_the_lender_searches_the_variant():
+    scale = PaperScale(overrides={}, source="nowhere", only=("Variant",), tuning=SEARCH)
+    exp = dataclasses.replace(TINY, paper_scale=scale)
+    (variant,) = exp.at_paper_scale().arms
+    assert variant.label == "Variant" and variant.tuned_like == ""
+    assert exp.at_paper_scale().values_from(variant, "paper") is None

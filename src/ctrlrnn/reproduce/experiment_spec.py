@@ -259,8 +259,10 @@ class Experiment:
                 else:
                     raise ValueError(f"{self.id}: paper-scale arm {arm.label!r}: {key!r} is "
                                      "not a model.*, task.* or paper key")
+            # an arm whose lender this scale leaves out is searched on its own
+            lender = arm.tuned_like if any(a.label == arm.tuned_like for a in kept) else ""
             arms.append(replace(arm, model_args=model_args, task_args=task_args, paper=paper,
-                                paper_also=paper_also))
+                                paper_also=paper_also, tuned_like=lender))
         task_args = {**self.task_args, **ps.task_args, **scale_task}
         for need in ps.needs:
             if data and need.name in data:
