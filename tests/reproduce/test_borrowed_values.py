@@ -9,7 +9,6 @@ import dataclasses
 import json
 
 import pytest
-import torch
 from tiny_runs import numbers
 
 from ctrlrnn.reproduce import parallel, runner
@@ -36,14 +35,6 @@ def _experiment(*arms: Arm, exp_id: str = "tiny-borrowed") -> Experiment:
 TINY = _experiment(Arm("Base", "qrnn", {"hidden_size": 8}),
                    Arm("Variant", "qrnn", {"hidden_size": 8, "window": 2}, tuned_like="Base"))
 QUIET = lambda line: None  # noqa: E731
-
-
-@pytest.fixture
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_a_variant_trains_at_its_lenders_choice_and_jobs_give_the_samenumbers(

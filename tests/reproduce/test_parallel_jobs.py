@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from tiny_runs import numbers
 
 from ctrlrnn.cli import main
@@ -28,14 +27,6 @@ TINY = Experiment(
     full={}, task_args={"digits": 3}, seeds_quick=2, tuning_quick=SEARCH,
 )
 
-
-
-@pytest.fixture
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_two_jobs_give_the_numbers_of_one(tmp_path, one_torch_thread):
