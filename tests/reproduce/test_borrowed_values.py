@@ -147,3 +147,20 @@ def test_a_paper_scale_without_the_lender_searches_the_variant():
     (variant,) = exp.at_paper_scale().arms
     assert variant.label == "Variant" and variant.tuned_like == ""
     assert exp.at_paper_scale().values_from(variant, "paper") is None
+
+
+def test_every_borrowing_arm_is_its_lenders_model_with_a_component_changed():
+    from ctrlrnn.reproduce.experiments import by_id
+
+    borrowing = {}
+    for exp in by_id().values():
+        arms = {a.label: a for a in exp.arms}
+        for arm in exp.arms:
+            if arm.tuned_like:
+                lender = arms[arm.tuned_like]
+                assert arm.model == lender.model, (exp.id, arm.label)
+                assert (arm.model_args, arm.task_args) != (lender.model_args, lender.task_args)
+                borrowing.setdefault(exp.id, []).append(arm.label)
+    assert borrowing == {"qrnn-ptb-lm": ["QRNN + zoneout 0.1"],
+                         "cas-ablations": ["lambda 0.25", "lambda 0.75", "trainable lambda",
+                                           "no lambda", "peepholes"]}
