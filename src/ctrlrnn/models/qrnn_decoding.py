@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ctrlrnn.models.search import one_per_source
 from ctrlrnn.nn.qrnn_cell import QRNNCell
 from ctrlrnn.ops.autocast import autocast_dtype
 from ctrlrnn.ops.compiled_op import eager_ok
@@ -76,12 +77,6 @@ class QRNNDecoding:
     out: tuple[Tensor, Tensor | None]
     #: the decoder's width H
     hidden: int
-
-
-def one_per_source(enc: dict[str, Tensor], group: int) -> dict[str, Tensor]:
-    """The encoder outputs ``memory`` and source ``mask`` of ``enc``, whose rows are each
-    source's ``group`` hypotheses in a row (identical copies), with one row per source."""
-    return {"memory": enc["memory"][::group].contiguous(), "mask": enc["mask"][::group]}
 
 
 def decoding_context(model: Any, enc: dict[str, Tensor], group: int = 1

@@ -38,6 +38,12 @@ def _check_every(device: torch.device) -> int:
     return 1 if device.type == "cpu" else CHECK_EVERY
 
 
+def one_per_source(enc: dict[str, Tensor], group: int) -> dict[str, Tensor]:
+    """The encoder outputs ``memory`` and source ``mask`` of ``enc``, whose rows are each
+    source's ``group`` hypotheses in a row (identical copies), with one row per source."""
+    return {"memory": enc["memory"][::group].contiguous(), "mask": enc["mask"][::group]}
+
+
 def _check_search(beam: int, alpha: float, max_len: int | None) -> None:
     """A clear error for a beam search that cannot run as asked, naming the argument."""
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:

@@ -57,7 +57,7 @@ from torch import Tensor, nn
 
 from ctrlrnn.models import qrnn_decoding
 from ctrlrnn.models.encoders import SequenceEncoder
-from ctrlrnn.models.search import IncrementalDecoding
+from ctrlrnn.models.search import IncrementalDecoding, one_per_source
 from ctrlrnn.models.torch_rnn_lengths import run_full
 from ctrlrnn.models.torch_rnn_step import lstm_step
 from ctrlrnn.nn.qrnn import QRNN, QRNNCell
@@ -100,9 +100,9 @@ def shared_attention(query: Tensor, memory: Tensor, mask: Tensor | None) -> Tens
     one product, ``(N / B * T, D) x (D, S)``, instead of each a copy of it; ``(N, T, D)``.
     (:func:`ctrlrnn.models.qrnn_decoding.decode_step` does the same on its precomputed keys.)"""
     B, (N, T, D) = memory.shape[0], query.shape
-    if N % B if B else N:
-        raise ValueError(f"query: {N} rows are not a whole number of rows per source ({B})")
     group = N // B if B else 1  # an empty batch: no rows either side
+    if group * B != N:
+        raise ValueError(f"query: {N} rows are not a whole number of rows per source ({B})")
     scores = torch.bmm(query.reshape(B, group * T, D), memory.transpose(1, 2))
     k = torch.bmm(_masked_softmax(scores, mask), memory)
     return k.reshape(N, T, k.shape[-1])
@@ -410,7 +410,7 @@ class Seq2Seq(IncrementalDecoding, nn.Module):
             if ctx is not None:
                 return ctx
         elif self.attention == "dot" and group > 1:
-            return qrnn_decoding.one_per_source(enc, group)
+            return one_per_source(enc, group)
         return enc
 
     def decode_step(

@@ -205,7 +205,7 @@ def _progress_lines(exp: Experiment, mode: str, data: dict[str, Any], standing: 
     # a search stored for an arm that now trains at another's values is no longer under way
     searching = [(label, arm[IN_PROGRESS]) for label, arm in ordered_arms(exp, data)
                  if isinstance(arm.get(IN_PROGRESS), dict) and not data.get("complete")
-                 and label in defined and exp.values_from(defined[label], mode) is None]
+                 and exp.values_from(defined[label], mode) is None]
     if searching:
         status += ["", "**Search under way**: " + "; ".join(
             f"{label}, {len(record.get('trials') or [])} of {record.get('trials_planned')} "
