@@ -99,6 +99,22 @@ def test_what_stays_packed(monkeypatch):
     assert not called and out.shape == (4, 7, 4)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("rnn", [nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True),
+                                 nn.GRU(3, 4, batch_first=True),
+                                 nn.LSTM(3, 4, proj_size=2, batch_first=True)],
+                         ids=["lstm", "gru", "lstm-proj"])
+def test_an_empty_batch_gives_empty_outputs_on_either_path(monkeypatch, rnn, packed):
+    """Torch refuses to pack an empty batch; both paths give what ``rnn`` gives unpacked."""
+    if packed:
+        monkeypatch.setattr(backend, "has_kernel", lambda family, device: False)
+    x = torch.randn(0, 7, 3)
+    out, h_n = run_with_lengths(rnn, x, torch.zeros(0, dtype=torch.long))
+    want, want_h = rnn(x)
+    assert out.shape == want.shape
+    assert [h.shape for h in _flat(h_n)] == [h.shape for h in _flat(want_h)]
+
+
 @pytest.mark.parametrize("name", ["lstm", "gru"])
 def test_the_encoders_final_states_are_those_of_the_packed_run(name):
     torch.manual_seed(5)

@@ -126,6 +126,8 @@ def run_with_lengths(rnn: nn.LSTM | nn.GRU, x: Tensor, lengths: Tensor,
     :func:`fused_path` says so, else packed."""
     if fused_path(rnn, x):
         return _fused(rnn, x, lengths, hx)
+    if x.shape[0] == 0:  # torch cannot pack an empty batch, and it has no padding to skip
+        return rnn(x, hx)
     packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
     out, h_n = rnn(packed, hx)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
