@@ -80,7 +80,9 @@ def test_gradcheck_through_the_hidden_split(cells):
     x = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([4, 2, 3])
     assert cells.metagross_state_parts(3, 4, 40) == 2
-    assert torch.autograd.gradcheck(lambda v: layer(v, lengths=lengths)[0], (x,))
+    # fast mode checks a random projection of the Jacobian: the full one takes a backward pass
+    # for each of the 480 outputs, through 40 units the split needs
+    assert torch.autograd.gradcheck(lambda v: layer(v, lengths=lengths)[0], (x,), fast_mode=True)
 
 
 def test_the_automatic_split_follows_the_measured_rule(cells):
