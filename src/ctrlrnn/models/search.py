@@ -185,13 +185,15 @@ class IncrementalDecoding:
                 frozen[..., self.eos_id] = 0.0
             logp = torch.where(finished.unsqueeze(-1), frozen, logp)
             total = score.unsqueeze(-1) + logp
-            new_len = torch.where(finished, length, length + 1).unsqueeze(-1).expand_as(total)
-            norm = torch.minimum(new_len, t_trg.unsqueeze(-1)).clamp(min=1) ** alpha
-            rank = (total / norm).view(B, -1)
+            # a hypothesis's length, and so its norm, is the same whichever token extends it:
+            # computed per beam and broadcast over the vocabulary
+            new_len = torch.where(finished, length, length + 1)
+            norm = torch.minimum(new_len, t_trg).clamp(min=1) ** alpha
+            rank = (total / norm.unsqueeze(-1)).view(B, -1)
             top = rank.topk(beam, dim=-1).indices
             src_beam, tok = top // V, top % V
             score = total.view(B, -1).gather(1, top)
-            length = new_len.reshape(B, -1).gather(1, top)
+            length = new_len.gather(1, src_beam)
             finished = finished.gather(1, src_beam) | (tok == self.eos_id)
             tokens[steps] = tok
             parents[steps] = src_beam
