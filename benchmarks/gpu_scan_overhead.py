@@ -12,7 +12,8 @@ called back to back. This script explains the differences:
 2. ``profile``: ``cProfile`` of the op's forward (with grad) and of the backward launcher at the
    tiny shape: the Python functions the host time goes to.
 3. ``big``: at the benchmark's shape, CUDA-event medians of the copy, the kernels, the op and
-   the bare Function, each called back to back, and the host's own time to issue one call.
+   the bare Function, each called back to back (``--pairs`` calls a timing, 10 by default),
+   and the host's own time to issue one call.
 4. ``trace``: ``torch.profiler`` of three forward+backward calls at the benchmark's shape: every
    GPU kernel the op launches, with its time.
 5. ``sweep``: the forward and backward kernels alone at the benchmark's shape for each channel
@@ -255,15 +256,16 @@ def handoff(shape: tuple[int, int, int], device: torch.device, calls: int) -> di
     return res
 
 
-def big(shape: tuple[int, int, int], device: torch.device, repeats: int) -> dict[str, Any]:
-    """Back-to-back medians at the benchmark's shape, and the host's time to issue a call."""
+def big(shape: tuple[int, int, int], device: torch.device, repeats: int,
+        pairs: int = 10) -> dict[str, Any]:
+    """Back-to-back medians at the benchmark's shape (``pairs`` calls a timing), and the host's
+    time to issue a call."""
     a, b, g = _inputs(shape, device, grad=True)
     a_, b_ = a.detach(), b.detach()
     n = a.numel() * a.element_size()
     scan_bytes = 8 * n
     src = torch.empty(scan_bytes // 2 // 4, device=device)
     dst = torch.empty_like(src)
-    pairs = 10
 
     def kernels() -> None:
         for _ in range(pairs):
@@ -391,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", default="32,1024,1024", help="B,T,C of the big parts")
     p.add_argument("--tiny", default="2,8,64", help="B,T,C of the host-bound parts")
     p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--pairs", type=int, default=10, help="back-to-back calls a timing of big")
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--blocks", default="32:1,64:1,64:2,128:1,128:2,128:4,256:1,256:2,256:4,512:4")
     p.add_argument("--steps", default="8,16,32")
@@ -430,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--- {name}\n{text}", flush=True)
         save()
     if "big" not in skip:
-        res["big"] = big(shape, device, args.repeats)
+        res["big"] = big(shape, device, args.repeats, args.pairs)
         print(json.dumps(res["big"], indent=1), flush=True)
         save()
     if "trace" not in skip:

@@ -26,7 +26,8 @@ def test_every_part_runs_and_is_written(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "1,4,16", "--shape", "1,8,16",
-         "--calls", "3", "--repeats", "1", "--blocks", "16:1", "--steps", "4", "--out", str(out)],
+         "--calls", "3", "--repeats", "1", "--pairs", "1", "--blocks", "16:1", "--steps", "4",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=600, check=False,
         env=settings.child_environment(TRITON_INTERPRET="1", OMP_NUM_THREADS="1"),
     )  # fmt: skip
