@@ -398,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", default="32:1,64:1,64:2,128:1,128:2,128:4,256:1,256:2,256:4,512:4")
     p.add_argument("--steps", default="8,16,32")
     args = p.parse_args(argv)
+    # checked before any part runs: a count of 0 would end the run in a later part, after the
+    # earlier parts' device time was spent
+    for name in ("calls", "pairs", "repeats"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name}: expected a positive count, got {getattr(args, name)}")
     device = torch.device(args.device)
     skip = set(filter(None, args.skip.split(",")))
     shape = tuple(int(v) for v in args.shape.split(","))

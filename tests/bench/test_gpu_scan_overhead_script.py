@@ -37,3 +37,17 @@ def test_every_part_runs_and_is_written(tmp_path: Path) -> None:
         assert part in res, part
     assert set(res["handoff_us"]) == {"op", "bare"}
     assert res["sweep"] and all("error" not in row for row in res["sweep"])
+
+
+@pytest.mark.parametrize("count", ["--calls", "--pairs", "--repeats"])
+def test_a_count_below_one_is_refused_naming_it_before_any_part_runs(tmp_path: Path,
+                                                                      count: str) -> None:
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", count, "0", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=settings.child_environment(TRITON_INTERPRET="1", OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"{count}: expected a positive count, got 0" in done.stderr
+    assert not out.exists()
