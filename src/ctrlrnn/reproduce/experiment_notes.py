@@ -101,7 +101,7 @@ CHAR_TRANSLATION_VARIANTS_NOTE = (
     "bidirectional LSTM's 0.700 and 18.2. The arm `LSTM (bidirectional encoder)` is this "
     "baseline under the experiment's own search and seeds, and the claim is judged against it "
     "too, as a baseline with more parameters. The one-way LSTM's seeds at its successive-"
-    "halving search's choice (lr 0.0079, dropout 0.18) part in BLEU at equal loss: at epoch 29 "
+    "halving search's choice (lr 0.0079, dropout 0.18) differ in BLEU at equal loss: at epoch 29 "
     "seeds 0 and 1 both stood at validation loss 0.99 nats a character, with validation BLEU "
     "9.6 and 4.2. Seed 1 then stopped by patience at epoch 33 (best loss 0.988), while seed 0 "
     "went on to 0.939 and validation BLEU 11.35 at epoch 42, so their test BLEU (7.17 and "
